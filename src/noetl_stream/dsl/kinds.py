@@ -1,0 +1,25 @@
+"""Tool kinds the language knows, and the fields each one reads (for did-you-mean on typos)."""
+
+from __future__ import annotations
+
+COMMON_TASK_KEYS = frozenset({"name", "kind", "spec", "set", "input", "args", "desc", "description",
+                              "output", "outcome", "set_ctx", "set_iter", "meta", "assert"})
+
+KIND_FIELDS: dict[str, frozenset[str]] = {
+    "python": frozenset({"code", "timeout", "libs", "module", "function"}),
+    "http": frozenset({"method", "url", "endpoint", "params", "headers", "json", "body", "data",
+                       "payload", "timeout", "auth", "follow_redirects", "verify_ssl", "verify",
+                       "response_type", "form"}),
+    "noop": frozenset(),
+    "workbook": frozenset({"name"}),
+    "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id"}),
+    "postgres": frozenset({"command", "query", "params", "auth", "connection", "as_objects",
+                           "timeout"}),
+    "duckdb": frozenset({"command", "query", "params", "auth", "db_path", "timeout"}),
+    "shell": frozenset({"command", "cwd", "env", "timeout"}),
+    "secrets": frozenset({"name", "provider"}),
+    "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "auth"}),
+}
+
+# Kinds this build can execute; the others are known words that a later build runs.
+RUNNABLE_KINDS = frozenset({"python", "http", "noop", "workbook"})

@@ -1,0 +1,121 @@
+"""The canonical IR every authoring form normalizes to (ARCHITECTURE §8).
+
+Frozen pydantic models: the router and worker read only these, never raw YAML. Template strings
+are kept as written and rendered at run time; `line` fields point back at the source for errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Template = Any  # a value that may hold "{{ ... }}" strings at any depth
+
+Directive = Literal["continue", "retry", "jump", "break", "fail"]
+Backoff = Literal["fixed", "linear", "exponential", "none"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Rule(_Frozen):
+    """One task policy rule: the first rule whose `when` is true decides what happens next."""
+
+    when: str | None = Field(None, description="Guard template; None marks the `else` rule.")
+    do: Directive = Field("continue", description="What the pipeline does after this outcome.")
+    attempts: int = Field(3, ge=1, description="Attempts in all, the first included (retry).")
+    backoff: Backoff = Field("fixed", description="How the wait grows between attempts.")
+    delay: float = Field(0.0, ge=0, description="Seconds before the second attempt.")
+    max_delay: float | None = Field(None, ge=0, description="Cap on one wait, seconds.")
+    to: str | None = Field(None, description="Task to jump to (`do: jump`).")
+    set_ctx: dict[str, Template] = Field(default_factory=dict, description="Execution ctx patch.")
+    set_iter: dict[str, Template] = Field(default_factory=dict, description="Iteration-local writes.")
+    set_locals: dict[str, Template] = Field(default_factory=dict, description="Pipeline-local names.")
+    line: int | None = None
+
+
+class Task(_Frozen):
+    """One tool invocation in a step's pipeline."""
+
+    name: str
+    kind: str
+    config: dict[str, Template] = Field(default_factory=dict, description="Kind-specific fields.")
+    input: dict[str, Template] = Field(default_factory=dict, description="Inputs (`input`/`args`).")
+    rules: tuple[Rule, ...] = Field(default=(), description="spec.policy.rules, in order.")
+    has_policy: bool = Field(False, description="True when the task declared spec.policy.rules.")
+    set_ctx: dict[str, Template] = Field(default_factory=dict)
+    set_iter: dict[str, Template] = Field(default_factory=dict)
+    set_locals: dict[str, Template] = Field(default_factory=dict)
+    spec: dict[str, Any] = Field(default_factory=dict, description="Runtime knobs (timeout, ...).")
+    line: int | None = None
+
+
+class Arc(_Frozen):
+    """A transition from a finished step run to the next step."""
+
+    step: str
+    when: str | None = Field(None, description="Guard; without one the arc fires on success only.")
+    args: dict[str, Template] = Field(default_factory=dict, description="Token inscription.")
+    set_ctx: dict[str, Template] = Field(default_factory=dict, description="ctx writes on firing.")
+    line: int | None = None
+
+
+class NextSpec(_Frozen):
+    mode: Literal["exclusive", "inclusive"] = "exclusive"
+    arcs: tuple[Arc, ...] = ()
+
+
+class AdmitRule(_Frozen):
+    when: str | None = None
+    allow: bool = True
+
+
+class LoopSpec(_Frozen):
+    collection: Template = Field(description="Template or literal list to iterate over.")
+    iterator: str = Field(description="Name of the current element in `iter`.")
+    mode: Literal["sequential", "parallel"] = "sequential"
+    max_in_flight: int | None = Field(None, ge=1)
+    line: int | None = None
+
+
+class Step(_Frozen):
+    name: str
+    desc: str | None = None
+    line: int | None = None
+    args: dict[str, Template] = Field(default_factory=dict, description="Step inputs (`input`/`args`).")
+    admit: tuple[AdmitRule, ...] = ()
+    loop: LoopSpec | None = None
+    tasks: tuple[Task, ...] = ()
+    set_ctx: dict[str, Template] = Field(default_factory=dict, description="Step `set:` after success.")
+    vars: dict[str, Template] = Field(default_factory=dict, description="`vars:` extracted on success.")
+    next: NextSpec = Field(default_factory=NextSpec)
+    spec: dict[str, Any] = Field(default_factory=dict)
+    pool: str | None = None
+
+
+class Playbook(_Frozen):
+    api_version: str = "noetl.io/v2"
+    kind: str = "Playbook"
+    name: str
+    path: str | None = None
+    version: str | None = None
+    description: str | None = None
+    workload: dict[str, Any] = Field(default_factory=dict)
+    steps: tuple[Step, ...]
+    executor: dict[str, Any] = Field(default_factory=dict)
+    file: str = "<string>"
+
+    def step(self, name: str) -> Step:
+        for s in self.steps:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    @property
+    def start_step(self) -> Step:
+        for s in self.steps:
+            if s.name == "start":
+                return s
+        return self.steps[0]

@@ -1,0 +1,522 @@
+"""Parse a playbook's YAML into the canonical IR, collecting every issue before failing once.
+
+Accepts the canonical v10 form (spec 002/003) and the keys NoETL uses today (ARCHITECTURE §8):
+`set: {ctx.x, iter.y}` beside `set_ctx`/`set_iter`, `input` beside `args`, `output` beside
+`outcome`, every task-list shape, and structural `next` as a string, a list, or `{spec, arcs}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from noetl_stream.dsl import templating
+from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS
+from noetl_stream.dsl.models import (
+    AdmitRule,
+    Arc,
+    LoopSpec,
+    NextSpec,
+    Playbook,
+    Rule,
+    Step,
+    Task,
+)
+from noetl_stream.dsl.source import YamlSyntaxError, line_of, load_yaml, plain, suggest
+from noetl_stream.errors import Issue, PlaybookError
+
+API_VERSION = "noetl.io/v2"
+TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "workload", "workflow", "workbook",
+                      "keychain", "executor", "spec"})
+STEP_KEYS = frozenset({"step", "desc", "description", "tool", "next", "loop", "set", "args",
+                       "input", "spec", "vars", "when", "meta", "output", "outcome", "pool"})
+# Keys of the source documents that a later build compiles; rejecting them beats ignoring them.
+NOT_YET_STEP_KEYS = frozenset({"case", "retry", "sink", "eval_mode", "case_mode", "branch_order",
+                               "next_policy"})
+LOOP_KEYS = frozenset({"in", "collection", "iterator", "element", "spec", "mode", "max_in_flight"})
+RULE_THEN_KEYS = frozenset({"do", "attempts", "max_attempts", "backoff", "delay", "max_delay", "to",
+                            "set_ctx", "set_iter", "set"})
+ARC_KEYS = frozenset({"step", "when", "args", "set", "input", "desc"})
+
+
+@dataclass
+class ParseResult:
+    playbook: Playbook
+    warnings: list[Issue] = field(default_factory=list)
+
+
+class _Parser:
+    def __init__(self, file: str, kinds: Collection[str], strict: bool) -> None:
+        self.file = file
+        self.kinds = kinds
+        self.strict = strict
+        self.issues: list[Issue] = []
+
+    # -- issue helpers ---------------------------------------------------------------------
+    def error(self, line: int | None, message: str, step: str | None = None,
+              field: str | None = None) -> None:
+        self.issues.append(Issue(self.file, line, message, step, field))
+
+    def unknown_keys(self, node: Any, known: Collection[str], step: str | None,
+                     prefix: str) -> None:
+        if not isinstance(node, dict):
+            return
+        for key in node:
+            if key not in known:
+                severity = "error" if self.strict else "warning"
+                self.issues.append(Issue(self.file, line_of(node, key),
+                                         f'unknown key "{key}"{suggest(str(key), known)}', step,
+                                         f"{prefix}{key}", severity))
+
+    def check_templates(self, value: Any, line: int | None, step: str | None, fld: str) -> None:
+        for text in templating.template_strings(value):
+            problem = templating.syntax_problem(text)
+            if problem:
+                self.error(line, f"template {text!r} does not parse: {problem}", step, fld)
+
+    # -- top level -------------------------------------------------------------------------
+    def parse(self, doc: Any) -> Playbook | None:
+        if not isinstance(doc, dict):
+            self.error(1, "a playbook is a YAML mapping with apiVersion, kind, metadata, workflow")
+            return None
+        self.unknown_keys(doc, TOP_KEYS, None, "")
+        api = doc.get("apiVersion")
+        if api != API_VERSION:
+            shown = "missing" if api is None else f'"{api}"'
+            self.error(line_of(doc, "apiVersion") or 1,
+                       f'apiVersion is {shown}; this runtime reads "{API_VERSION}"', None, "apiVersion")
+        kind = doc.get("kind", "Playbook")
+        if kind != "Playbook":
+            self.error(line_of(doc, "kind"), f'kind is "{kind}"; expected "Playbook"', None, "kind")
+        meta = doc.get("metadata") or {}
+        if not isinstance(meta, dict) or not meta.get("name"):
+            self.error(line_of(doc, "metadata") or 1, "metadata.name is required", None,
+                       "metadata.name")
+            meta = meta if isinstance(meta, dict) else {}
+        workload = doc.get("workload") or {}
+        if not isinstance(workload, dict):
+            self.error(line_of(doc, "workload"), "workload must be a mapping", None, "workload")
+            workload = {}
+        workbook = self.parse_workbook(doc.get("workbook"), doc)
+        raw_steps = doc.get("workflow")
+        if not isinstance(raw_steps, list) or not raw_steps:
+            self.error(line_of(doc, "workflow") or 1, "workflow must be a non-empty list of steps",
+                       None, "workflow")
+            return None
+        steps: list[Step] = []
+        seen: set[str] = set()
+        for index, raw in enumerate(raw_steps):
+            step = self.parse_step(raw, line_of(raw_steps, index), workbook)
+            if step is None:
+                continue
+            if step.name in seen:
+                self.error(step.line, "step name is used twice", step.name, "step")
+            seen.add(step.name)
+            steps.append(step)
+        self.check_graph(steps)
+        if any(i.severity == "error" for i in self.issues):
+            return None
+        executor = doc.get("executor") or {}
+        try:
+            return Playbook(
+                api_version=str(api), kind=str(kind), name=str(meta.get("name")),
+                path=_opt_str(meta.get("path")), version=_opt_str(meta.get("version")),
+                description=_opt_str(meta.get("description")), workload=plain(workload),
+                steps=tuple(steps), executor=plain(executor) if isinstance(executor, dict) else {},
+                file=self.file,
+            )
+        except ValidationError as exc:
+            self.error(1, f"playbook does not fit the model: {exc}")
+            return None
+
+    def parse_workbook(self, raw: Any, doc: Any) -> dict[str, tuple[Any, int | None]]:
+        book: dict[str, tuple[Any, int | None]] = {}
+        if raw is None:
+            return book
+        if not isinstance(raw, list):
+            self.error(line_of(doc, "workbook"), "workbook must be a list of named tasks", None,
+                       "workbook")
+            return book
+        for index, entry in enumerate(raw):
+            line = line_of(raw, index)
+            if not isinstance(entry, dict) or not entry.get("name"):
+                self.error(line, "each workbook entry needs a name", None, f"workbook[{index}]")
+                continue
+            book[str(entry["name"])] = (entry, line)
+        return book
+
+    # -- steps -----------------------------------------------------------------------------
+    def parse_step(self, raw: Any, line: int | None,
+                   workbook: dict[str, tuple[Any, int | None]]) -> Step | None:
+        if not isinstance(raw, dict) or "step" not in raw:
+            self.error(line, "each workflow entry needs a `step:` name", None, "step")
+            return None
+        name = str(raw["step"])
+        line = line_of(raw) or line
+        for key in raw:
+            if key in NOT_YET_STEP_KEYS:
+                self.error(line_of(raw, key), f'"{key}" is part of the DSL but not supported by '
+                           "this version of noetl-stream yet", name, str(key))
+        self.unknown_keys(raw, STEP_KEYS | NOT_YET_STEP_KEYS, name, "")
+        args = self.mapping(raw, "input", name, "input")
+        args.update(self.mapping(raw, "args", name, "args"))
+        spec = raw.get("spec") or {}
+        admit = self.parse_admit(spec, raw, name)
+        loop = self.parse_loop(raw.get("loop"), name) if raw.get("loop") is not None else None
+        tasks = self.parse_tools(raw.get("tool"), raw, name, workbook)
+        set_ctx, set_vars = self.parse_step_set(raw, name)
+        vars_block = self.mapping(raw, "vars", name, "vars")
+        vars_block.update(set_vars)
+        nxt = self.parse_next(raw.get("next"), raw, name)
+        for fld in ("input", "args", "set", "vars"):
+            self.check_templates(raw.get(fld), line_of(raw, fld), name, fld)
+        pool = raw.get("pool")
+        try:
+            return Step(name=name, desc=_opt_str(raw.get("desc") or raw.get("description")),
+                        line=line, args=args, admit=admit, loop=loop, tasks=tuple(tasks),
+                        set_ctx=set_ctx, vars=vars_block, next=nxt,
+                        spec=plain(spec) if isinstance(spec, dict) else {},
+                        pool=str(pool) if pool else None)
+        except ValidationError as exc:
+            self.error(line, f"step does not fit the model: {exc.errors()[0]['msg']}", name)
+            return None
+
+    def mapping(self, node: dict[str, Any], key: str, step: str | None, fld: str) -> dict[str, Any]:
+        value = node.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.error(line_of(node, key), "must be a mapping", step, fld)
+            return {}
+        return plain(value)  # type: ignore[no-any-return]
+
+    def parse_admit(self, spec: Any, raw: dict[str, Any], step: str) -> tuple[AdmitRule, ...]:
+        rules: list[AdmitRule] = []
+        if raw.get("when") is not None:
+            # Older playbooks guard a step with `when:`; it means exactly an admission rule.
+            rules += [AdmitRule(when=str(raw["when"]), allow=True), AdmitRule(when=None, allow=False)]
+            self.check_templates(raw["when"], line_of(raw, "when"), step, "when")
+        if not isinstance(spec, dict):
+            return tuple(rules)
+        admit = (spec.get("policy") or {}).get("admit") if isinstance(spec.get("policy"), dict) else None
+        if admit is None:
+            return tuple(rules)
+        raw_rules = admit.get("rules") if isinstance(admit, dict) else None
+        if not isinstance(raw_rules, list):
+            self.error(line_of(spec, "policy"), "admit needs a `rules:` list", step,
+                       "spec.policy.admit.rules")
+            return tuple(rules)
+        for index, entry in enumerate(raw_rules):
+            when, then, line = self.split_rule(entry, raw_rules, index, step, "spec.policy.admit")
+            if then is None:
+                continue
+            allow = then.get("allow", True) if isinstance(then, dict) else True
+            rules.append(AdmitRule(when=when, allow=bool(allow)))
+        return tuple(rules)
+
+    def split_rule(self, entry: Any, seq: Any, index: int, step: str | None,
+                   fld: str) -> tuple[str | None, dict[str, Any] | None, int | None]:
+        """Return (when, then, line) for `{when, then}`, `{else: {then}}` or `{else: {...}}`."""
+        line = line_of(seq, index)
+        if not isinstance(entry, dict):
+            self.error(line, "a rule is a mapping with `when` and `then`", step, f"{fld}.rules")
+            return None, None, line
+        if "else" in entry:
+            body = entry["else"]
+            then = body.get("then", body) if isinstance(body, dict) else None
+            if not isinstance(then, dict):
+                self.error(line, "`else` needs a `then` mapping", step, f"{fld}.rules[{index}]")
+                return None, None, line
+            return None, then, line
+        then = entry.get("then")
+        if not isinstance(then, dict):
+            self.error(line, "a rule needs a `then:` mapping", step, f"{fld}.rules[{index}]")
+            return None, None, line
+        when = entry.get("when")
+        if when is not None:
+            self.check_templates(str(when), line, step, f"{fld}.rules[{index}].when")
+        return (None if when is None else str(when)), then, line
+
+    def parse_loop(self, raw: Any, step: str) -> LoopSpec | None:
+        if not isinstance(raw, dict):
+            self.error(None, "loop must be a mapping with `in` and `iterator`", step, "loop")
+            return None
+        self.unknown_keys(raw, LOOP_KEYS, step, "loop.")
+        collection = raw.get("in", raw.get("collection"))
+        iterator = raw.get("iterator", raw.get("element"))
+        line = line_of(raw)
+        if collection is None:
+            self.error(line, "loop needs `in:` (or `collection:`)", step, "loop.in")
+        if not iterator:
+            self.error(line, "loop needs `iterator:` (or `element:`)", step, "loop.iterator")
+        spec = raw.get("spec") or {}
+        mode = spec.get("mode", raw.get("mode", "sequential")) if isinstance(spec, dict) else "sequential"
+        mif = spec.get("max_in_flight", raw.get("max_in_flight")) if isinstance(spec, dict) else None
+        if mode not in ("sequential", "parallel"):
+            self.error(line, f'loop mode "{mode}" is not sequential or parallel', step, "loop.spec.mode")
+            mode = "sequential"
+        self.check_templates(collection, line, step, "loop.in")
+        if collection is None or not iterator:
+            return None
+        try:
+            return LoopSpec(collection=plain(collection), iterator=str(iterator), mode=mode,
+                            max_in_flight=int(mif) if mif is not None else None, line=line)
+        except (ValidationError, ValueError, TypeError):
+            self.error(line, "max_in_flight must be a positive whole number", step,
+                       "loop.spec.max_in_flight")
+            return None
+
+    def parse_step_set(self, raw: dict[str, Any], step: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        ctx: dict[str, Any] = {}
+        vars_: dict[str, Any] = {}
+        for key, value in self.mapping(raw, "set", step, "set").items():
+            scope, _, name = key.partition(".")
+            if scope == "vars" and name:
+                vars_[name] = value
+            elif scope == "ctx" and name:
+                ctx[name] = value
+            elif scope == "ctx" and isinstance(value, dict):
+                ctx.update(value)
+            else:
+                ctx[key] = value
+        return ctx, vars_
+
+    # -- tools -----------------------------------------------------------------------------
+    def parse_tools(self, raw: Any, step_node: dict[str, Any], step: str,
+                    workbook: dict[str, tuple[Any, int | None]]) -> list[Task]:
+        if raw is None:
+            return [Task(name=f"{step}_task", kind="noop", line=line_of(step_node))]
+        entries: list[tuple[str, Any, int | None]] = []
+        if isinstance(raw, dict) and "kind" in raw:
+            entries.append((f"{step}_task", raw, line_of(step_node, "tool")))
+        elif isinstance(raw, list):
+            for index, item in enumerate(raw):
+                line = line_of(raw, index)
+                if isinstance(item, dict) and "kind" in item:
+                    entries.append((str(item.get("name") or f"task_{index}"), item, line))
+                elif isinstance(item, dict) and len(item) == 1 and isinstance(next(iter(item.values())), dict):
+                    label, body = next(iter(item.items()))
+                    entries.append((str(label), body, line))
+                else:
+                    self.error(line, "a task is `{name, kind, ...}` or `{label: {kind, ...}}`", step,
+                               f"tool[{index}]")
+        else:
+            self.error(line_of(step_node, "tool"), "tool must be a task or a list of tasks", step, "tool")
+        tasks: list[Task] = []
+        names: set[str] = set()
+        for name, body, line in entries:
+            task = self.parse_task(name, body, line, step, workbook)
+            if task is None:
+                continue
+            if task.name in names:
+                self.error(line, f'task name "{task.name}" is used twice', step, "tool.name")
+            names.add(task.name)
+            tasks.append(task)
+        for task in tasks:
+            for rule in task.rules:
+                if rule.do == "jump" and rule.to not in names:
+                    self.error(rule.line, f'jump target "{rule.to}" is not a task of this step'
+                               f"{suggest(str(rule.to), names)}", step, f"tool.{task.name}.spec.policy")
+        return tasks
+
+    def parse_task(self, name: str, body: Any, line: int | None, step: str,
+                   workbook: dict[str, tuple[Any, int | None]], depth: int = 0) -> Task | None:
+        if not isinstance(body, dict):
+            self.error(line, "a task must be a mapping", step, "tool")
+            return None
+        kind = str(body.get("kind"))
+        if kind == "workbook":
+            return self.inline_workbook(name, body, line, step, workbook, depth)
+        if kind not in self.kinds:
+            known = sorted(set(self.kinds) | set(KIND_FIELDS))
+            if kind in KIND_FIELDS:
+                self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not available in '
+                           "this version of noetl-stream yet", step, "tool.kind")
+            else:
+                self.error(line_of(body, "kind") or line,
+                           f'unknown tool kind "{kind}"{suggest(kind, known)}', step, "tool.kind")
+            return None
+        fields = KIND_FIELDS.get(kind, frozenset())
+        self.unknown_keys(body, COMMON_TASK_KEYS | fields, step, "tool.")
+        config = {k: plain(v) for k, v in body.items() if k not in COMMON_TASK_KEYS}
+        inputs = self.mapping(body, "input", step, "tool.input")
+        inputs.update(self.mapping(body, "args", step, "tool.args"))
+        spec = body.get("spec") or {}
+        policy = spec.get("policy") if isinstance(spec, dict) else None
+        rules: list[Rule] = []
+        has_policy = isinstance(policy, dict) and "rules" in policy
+        if has_policy:
+            assert isinstance(policy, dict)
+            raw_rules = policy["rules"]
+            if not isinstance(raw_rules, list):
+                self.error(line_of(policy, "rules"), "rules must be a list", step, "tool.spec.policy.rules")
+                raw_rules = []
+            for index, entry in enumerate(raw_rules):
+                rule = self.parse_rule(entry, raw_rules, index, step)
+                if rule is not None:
+                    rules.append(rule)
+        set_ctx, set_iter, set_locals = split_set(plain(body.get("set") or {}))
+        set_ctx.update(plain(body.get("set_ctx") or {}))
+        set_iter.update(plain(body.get("set_iter") or {}))
+        if kind == "python" and not isinstance(body.get("code"), str):
+            self.error(line, "python task needs `code:`", step, "tool.code")
+        if kind == "http" and not (body.get("url") or body.get("endpoint")):
+            self.error(line, "http task needs `url:`", step, "tool.url")
+        for key, value in config.items():
+            if key != "code":
+                self.check_templates(value, line_of(body, key) or line, step, f"tool.{key}")
+        self.check_templates(inputs, line, step, "tool.input")
+        spec_plain = {k: v for k, v in plain(spec).items() if k != "policy"} if isinstance(spec, dict) else {}
+        return Task(name=name, kind=kind, config=config, input=inputs, rules=tuple(rules),
+                    has_policy=has_policy, set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals,
+                    spec=spec_plain, line=line)
+
+    def inline_workbook(self, name: str, body: dict[str, Any], line: int | None, step: str,
+                        workbook: dict[str, tuple[Any, int | None]], depth: int) -> Task | None:
+        """`kind: workbook, name: X` becomes the workbook task X, with the caller's inputs on top."""
+        target = body.get("name")
+        if target not in workbook:
+            self.error(line_of(body, "name") or line, f'workbook task "{target}" is not defined'
+                       f"{suggest(str(target), workbook)}", step, "tool.name")
+            return None
+        if depth > 8:
+            self.error(line, "workbook tasks refer to each other in a cycle", step, "tool.name")
+            return None
+        entry, entry_line = workbook[str(target)]
+        tool = entry.get("tool", entry)
+        inner = self.parse_task(name, tool, entry_line, step, workbook, depth + 1)
+        if inner is None:
+            return None
+        caller_inputs = self.mapping(body, "input", step, "tool.input")
+        caller_inputs.update(self.mapping(body, "args", step, "tool.args"))
+        # Inputs the workbook declares as null are parameters: they must not hide the step's args.
+        base = {k: v for k, v in inner.input.items() if v is not None}
+        return inner.model_copy(update={"input": {**base, **caller_inputs}})
+
+    def parse_rule(self, entry: Any, seq: Any, index: int, step: str) -> Rule | None:
+        when, then, line = self.split_rule(entry, seq, index, step, "tool.spec.policy")
+        if then is None:
+            return None
+        self.unknown_keys(then, RULE_THEN_KEYS, step, "tool.spec.policy.then.")
+        set_ctx, set_iter, set_locals = split_set(plain(then.get("set") or {}))
+        set_ctx.update(plain(then.get("set_ctx") or {}))
+        set_iter.update(plain(then.get("set_iter") or {}))
+        attempts = then.get("attempts", then.get("max_attempts", 3))
+        try:
+            return Rule(when=when, do=then.get("do", "continue"), attempts=int(attempts),
+                        backoff=then.get("backoff", "fixed"), delay=float(then.get("delay", 0) or 0),
+                        max_delay=then.get("max_delay"), to=_opt_str(then.get("to")),
+                        set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals, line=line)
+        except (ValidationError, ValueError, TypeError) as exc:
+            detail = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            self.error(line, f"rule is invalid: {detail}", step, f"tool.spec.policy.rules[{index}]")
+            return None
+
+    # -- routing ---------------------------------------------------------------------------
+    def parse_next(self, raw: Any, step_node: dict[str, Any], step: str) -> NextSpec:
+        line = line_of(step_node, "next")
+        if raw is None:
+            return NextSpec()
+        if isinstance(raw, str):
+            return NextSpec(mode="exclusive", arcs=(Arc(step=raw, line=line),))
+        if isinstance(raw, list):
+            arcs = [a for i, item in enumerate(raw) if (a := self.parse_arc(item, raw, i, step))]
+            return NextSpec(mode="inclusive", arcs=tuple(arcs))
+        if isinstance(raw, dict):
+            if "to" in raw:
+                self.error(line, "`next: {to: [...]}` is not supported by this version yet", step,
+                           "next.to")
+                return NextSpec()
+            self.unknown_keys(raw, {"spec", "arcs"}, step, "next.")
+            spec = raw.get("spec") or {}
+            mode = spec.get("mode", "exclusive") if isinstance(spec, dict) else "exclusive"
+            if mode not in ("exclusive", "inclusive"):
+                self.error(line, f'next mode "{mode}" is not exclusive or inclusive', step,
+                           "next.spec.mode")
+                mode = "exclusive"
+            raw_arcs = raw.get("arcs") or []
+            if not isinstance(raw_arcs, list):
+                self.error(line, "next.arcs must be a list", step, "next.arcs")
+                return NextSpec(mode=mode)
+            arcs = [a for i, item in enumerate(raw_arcs) if (a := self.parse_arc(item, raw_arcs, i, step))]
+            return NextSpec(mode=mode, arcs=tuple(arcs))
+        self.error(line, "next must be a step name, a list, or {spec, arcs}", step, "next")
+        return NextSpec()
+
+    def parse_arc(self, item: Any, seq: Any, index: int, step: str) -> Arc | None:
+        line = line_of(seq, index)
+        if isinstance(item, str):
+            return Arc(step=item, line=line)
+        if not isinstance(item, dict) or "step" not in item:
+            self.error(line, "an arc needs `step:`", step, f"next.arcs[{index}]")
+            return None
+        self.unknown_keys(item, ARC_KEYS, step, "next.arcs.")
+        args = plain(item.get("args") or {})
+        args.update(plain(item.get("input") or {}))
+        set_ctx, set_iter, set_locals = split_set(plain(item.get("set") or {}))
+        set_ctx.update(set_locals)  # an arc writes only ctx; unscoped keys are ctx keys
+        when = item.get("when")
+        self.check_templates([when, args, set_ctx], line, step, f"next.arcs[{index}]")
+        return Arc(step=str(item["step"]), when=None if when is None else str(when), args=args,
+                   set_ctx=set_ctx, line=line)
+
+    def check_graph(self, steps: list[Step]) -> None:
+        names = {s.name for s in steps}
+        for s in steps:
+            for arc in s.next.arcs:
+                if arc.step not in names and arc.step != "end":
+                    self.error(arc.line or s.line, f'arc goes to step "{arc.step}", which does not '
+                               f"exist{suggest(arc.step, names)}", s.name, "next")
+
+
+def split_set(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Split NoETL's `set: {ctx.x, iter.y, z}` into (ctx, iter, locals)."""
+    ctx: dict[str, Any] = {}
+    it: dict[str, Any] = {}
+    local: dict[str, Any] = {}
+    for key, value in values.items():
+        scope, _, name = key.partition(".")
+        if scope == "ctx" and name:
+            ctx[name] = value
+        elif scope == "iter" and name:
+            it[name] = value
+        elif scope == "ctx" and isinstance(value, dict):
+            ctx.update(value)
+        elif scope == "iter" and isinstance(value, dict):
+            it.update(value)
+        else:
+            local[key] = value
+    return ctx, it, local
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def parse_playbook(text: str, file: str = "<string>", *, kinds: Collection[str] = RUNNABLE_KINDS,
+                   strict: bool = False) -> ParseResult:
+    """Parse and validate; raise PlaybookError with every issue, or return the IR and warnings."""
+    parser = _Parser(file, kinds, strict)
+    try:
+        doc = load_yaml(text)
+    except YamlSyntaxError as exc:
+        raise PlaybookError([Issue(file, exc.line, str(exc))]) from None
+    playbook = parser.parse(doc)
+    errors = [i for i in parser.issues if i.severity == "error"]
+    if playbook is None or errors:
+        raise PlaybookError(parser.issues)
+    return ParseResult(playbook, [i for i in parser.issues if i.severity == "warning"])
+
+
+def load_playbook(path: str | Path, *, kinds: Collection[str] = RUNNABLE_KINDS,
+                  strict: bool = False) -> ParseResult:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise PlaybookError([Issue(str(p), None, f"cannot read the file: {exc.strerror}")]) from None
+    return parse_playbook(text, str(p), kinds=kinds, strict=strict)

@@ -1,0 +1,159 @@
+"""Sandboxed Jinja2 rendering with native single-expression values (ARCHITECTURE §8).
+
+A string that is exactly one `{{ expr }}` renders to the expression's value (a list stays a list,
+an int an int); any other string renders to text. Pure: the same template and context always give
+the same value, so the router may use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from typing import Any
+
+import orjson
+from jinja2 import ChainableUndefined, TemplateSyntaxError, Undefined, nodes
+from jinja2.exceptions import TemplateError as JinjaTemplateError
+from jinja2.sandbox import SandboxedEnvironment
+
+from noetl_stream.errors import TemplateError
+
+_SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
+
+
+def _to_json(value: Any) -> str:
+    return orjson.dumps(value, default=str).decode()
+
+
+def _from_json(value: Any) -> Any:
+    return orjson.loads(value) if isinstance(value, (str, bytes)) else value
+
+
+_ENV = SandboxedEnvironment(undefined=ChainableUndefined, autoescape=False, keep_trailing_newline=True)
+_ENV.filters["tojson"] = _to_json
+_ENV.filters["to_json"] = _to_json
+_ENV.filters["fromjson"] = _from_json
+_ENV.filters["from_json"] = _from_json
+
+
+def has_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
+
+
+def _single_expression(text: str) -> str | None:
+    m = _SINGLE.match(text)
+    if not m:
+        return None
+    expr = m.group("expr")
+    if "{{" in expr or "}}" in expr or "{%" in expr:
+        return None
+    return expr
+
+
+@lru_cache(maxsize=4096)
+def _compiled_expression(expr: str) -> Any:
+    return _ENV.compile_expression(expr, undefined_to_none=False)
+
+
+@lru_cache(maxsize=4096)
+def _compiled_template(text: str) -> Any:
+    return _ENV.from_string(text)
+
+
+def syntax_problem(text: str) -> str | None:
+    """Why `text` does not parse as a template, or None."""
+    try:
+        expr = _single_expression(text)
+        if expr is not None:
+            _compiled_expression(expr)
+        else:
+            _compiled_template(text)
+    except TemplateSyntaxError as exc:
+        return exc.message or str(exc)
+    return None
+
+
+def _native(value: Any) -> Any:
+    if isinstance(value, Undefined):
+        return None
+    return value
+
+
+def render_string(text: str, context: Mapping[str, Any], *, step: str | None = None,
+                  field: str | None = None) -> Any:
+    if not has_template(text):
+        return text
+    try:
+        expr = _single_expression(text)
+        if expr is not None:
+            return _native(_compiled_expression(expr)(**context))
+        return _compiled_template(text).render(**context)
+    except JinjaTemplateError as exc:
+        raise TemplateError(exc.message or str(exc), expression=text, step=step, field=field) from None
+    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, IndexError) as exc:
+        raise TemplateError(f"{type(exc).__name__}: {exc}", expression=text, step=step,
+                            field=field) from None
+
+
+def render(value: Any, context: Mapping[str, Any], *, step: str | None = None,
+           field: str | None = None) -> Any:
+    """Render every template string inside `value` (dicts and lists are walked)."""
+    if isinstance(value, str):
+        return render_string(value, context, step=step, field=field)
+    if isinstance(value, dict):
+        return {k: render(v, context, step=step, field=f"{field}.{k}" if field else str(k))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [render(v, context, step=step, field=field) for v in value]
+    return value
+
+
+_FALSE_WORDS = frozenset({"", "false", "0", "no", "none", "null", "off"})
+
+
+def truthy(value: Any) -> bool:
+    """Truth of a rendered guard; text such as "False" from a mixed template counts as false."""
+    if isinstance(value, str):
+        return value.strip().lower() not in _FALSE_WORDS
+    return bool(value)
+
+
+def evaluate_guard(when: str | None, context: Mapping[str, Any], *, step: str | None = None,
+                   field: str | None = None) -> bool:
+    if when is None:
+        return True
+    if not has_template(when):
+        return truthy(when)
+    return truthy(render_string(when, context, step=step, field=field))
+
+
+def template_strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        if has_template(value):
+            yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from template_strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from template_strings(v)
+
+
+@lru_cache(maxsize=4096)
+def _names_in(text: str) -> frozenset[str]:
+    try:
+        expr = _single_expression(text)
+        source = "{{" + expr + "}}" if expr is not None else text
+        ast = _ENV.parse(source)
+    except TemplateSyntaxError:
+        return frozenset()
+    return frozenset(n.name for n in ast.find_all(nodes.Name) if n.ctx == "load")
+
+
+def referenced_names(value: Any) -> set[str]:
+    """Top-level names the templates inside `value` read (to ship only what a command needs)."""
+    out: set[str] = set()
+    for text in template_strings(value):
+        out |= _names_in(text)
+    return out
