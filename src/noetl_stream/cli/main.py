@@ -1,0 +1,339 @@
+"""`noetl-stream`: click commands with no logic of their own; they call runtime/ and dsl/.
+
+Exit codes (the conformance contract): 0 completed, 1 failed or cancelled, 2 rejected input,
+3 infrastructure error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from noetl_stream import __version__, config, jsonutil
+from noetl_stream.dsl import load_playbook
+from noetl_stream.errors import InfrastructureError, PlaybookError
+
+EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
+
+nats_url_option = click.option(
+    "--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
+    help="NATS server with JetStream (env NOETL_STREAM_NATS_URL). Without it, an embedded "
+         "nats-server is started with its store under NOETL_STREAM_HOME.")
+prefix_option = click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,
+                             help="Subject prefix (env NOETL_STREAM_PREFIX).")
+
+
+def _run_async(coro: Any) -> Any:
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:  # uvloop is optional off Linux/macOS
+        return asyncio.run(coro)
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    click.echo(f"noetl-stream: {message}", err=True)
+    sys.exit(code)
+
+
+def _setup_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="noetl-stream")
+@click.option("-v", "--verbose", count=True, help="More logging on stderr (-v info, -vv debug).")
+def main(verbose: int) -> None:
+    """Run NoETL playbooks on NATS JetStream.
+
+    \b
+    Quick start (no setup; starts an embedded nats-server):
+      noetl-stream run playbooks/examples/hello.yaml
+    \b
+    As services:
+      noetl-stream init   --nats-url nats://127.0.0.1:4222
+      noetl-stream server --nats-url nats://127.0.0.1:4222
+      noetl-stream worker --nats-url nats://127.0.0.1:4222 --pool default
+      noetl-stream run playbook.yaml --nats-url nats://127.0.0.1:4222
+    """
+    _setup_logging(verbose)
+
+
+def _parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    if payload:
+        try:
+            loaded = jsonutil.loads(payload)
+        except ValueError as exc:
+            _fail(EXIT_REJECTED, f"--payload is not valid JSON: {exc}")
+        if not isinstance(loaded, dict):
+            _fail(EXIT_REJECTED, "--payload must be a JSON object")
+        data.update(loaded)
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            _fail(EXIT_REJECTED, f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            value: Any = jsonutil.loads(raw)
+        except ValueError:
+            value = raw  # a bare word is a string
+        target = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = value
+    return data
+
+
+def _load_or_exit(path: Path, strict: bool) -> str:
+    try:
+        result = load_playbook(path, strict=strict)
+    except PlaybookError as exc:
+        for issue in exc.issues:
+            click.echo(str(issue), err=True)
+        errors = sum(1 for i in exc.issues if i.severity == "error")
+        _fail(EXIT_REJECTED, f"{path}: rejected ({errors} error{'s' if errors != 1 else ''}); "
+              "nothing was run")
+    for warning in result.warnings:
+        click.echo(str(warning), err=True)
+    return path.read_text()
+
+
+@main.command()
+@click.argument("playbook", type=click.Path(path_type=Path, dir_okay=False))
+@nats_url_option
+@prefix_option
+@click.option("--payload", default=None, metavar="JSON", help="JSON object merged over the workload.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Set one workload key (dots nest; VALUE is JSON or a plain string). Repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document with the outcome on stdout.")
+@click.option("--strict", is_flag=True, help="Treat unknown keys as errors.")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Give up waiting after SECONDS.")
+@click.option("--quiet", "-q", is_flag=True, help="No live progress.")
+def run(playbook: Path, nats_url: str | None, prefix: str, payload: str | None, sets: tuple[str, ...],
+        as_json: bool, strict: bool, timeout_s: float | None, quiet: bool) -> None:
+    """Run PLAYBOOK and wait for its result, showing live progress on stderr.
+
+    Without --nats-url this starts an embedded nats-server, a server and a worker in this process:
+    the same code path as the distributed deployment.
+    """
+    from noetl_stream.cli.progress import ProgressPrinter
+    from noetl_stream.runtime.services import open_stack, run_services, submit_and_watch
+
+    text = _load_or_exit(playbook, strict)
+    data = _parse_payload(payload, sets)
+    printer = ProgressPrinter()
+
+    def on_event(event: dict[str, Any]) -> None:
+        if not quiet:
+            printer(event)
+
+    async def go() -> dict[str, Any]:
+        embedded = nats_url is None
+        async with open_stack(nats_url, prefix=prefix) as stack:
+            services = run_services(stack.bus) if embedded else contextlib.nullcontext()
+            async with services:
+                return await submit_and_watch(stack.bus, playbook_text=text,
+                                              playbook_file=str(playbook), payload=data,
+                                              on_event=on_event, timeout_s=timeout_s)
+
+    try:
+        final = _run_async(go())
+    except InfrastructureError as exc:
+        _fail(EXIT_INFRA, str(exc))
+    except TimeoutError:
+        _fail(EXIT_INFRA, f"no result within {timeout_s:g}s")
+    if final.get("event_type") == "execution.rejected":
+        for err in final.get("errors", []):
+            click.echo(err, err=True)
+        _fail(EXIT_REJECTED, "the server rejected the playbook")
+    summary = {k: final.get(k) for k in ("execution_id", "status", "result", "error", "steps",
+                                         "ctx", "vars")}
+    if as_json:
+        click.echo(jsonutil.dumps_str(summary))
+    elif quiet:
+        click.echo(jsonutil.dumps_str(summary.get("result")))
+    sys.exit(EXIT_OK if summary["status"] == "completed" else EXIT_FAILED)
+
+
+@main.command()
+@click.argument("playbooks", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--strict", is_flag=True, help="Treat unknown keys as errors.")
+def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
+    """Check PLAYBOOKS and print every problem as FILE:LINE: step "S" field "F": message."""
+    bad = 0
+    for path in playbooks:
+        try:
+            result = load_playbook(path, strict=strict)
+        except PlaybookError as exc:
+            bad += 1
+            for issue in exc.issues:
+                click.echo(str(issue), err=True)
+            continue
+        for warning in result.warnings:
+            click.echo(str(warning), err=True)
+        click.echo(f"{path}: ok ({len(result.playbook.steps)} steps)")
+    sys.exit(EXIT_REJECTED if bad else EXIT_OK)
+
+
+async def _serve_forever(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def _announce(nats: Any) -> None:
+    click.echo(f"embedded nats-server {nats.url} (store {nats.store_dir})", err=True)
+
+
+@main.command()
+@nats_url_option
+@prefix_option
+def server(nats_url: str | None, prefix: str) -> None:
+    """Run the server: consume execution requests and outcome events, route, publish commands."""
+    from noetl_stream.runtime.services import open_stack, run_services
+
+    async def go() -> None:
+        async with open_stack(nats_url, prefix=prefix, name="noetl-stream-server",
+                              on_embedded=_announce) as stack, \
+                run_services(stack.bus, server=True, worker=False):
+            click.echo("server running; Ctrl-C stops it", err=True)
+            await _serve_forever(asyncio.Event())
+
+    try:
+        _run_async(go())
+    except InfrastructureError as exc:
+        _fail(EXIT_INFRA, str(exc))
+
+
+@main.command()
+@nats_url_option
+@prefix_option
+@click.option("--pool", default="default", show_default=True, help="Worker pool to take commands from.")
+@click.option("--concurrency", default=64, show_default=True, help="Commands run at once.")
+@click.option("--python-processes", default=8, show_default=True, help="Warm python interpreters.")
+def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, python_processes: int) -> None:
+    """Run a worker: pull commands of POOL, run their task pipelines, publish outcomes."""
+    from noetl_stream.runtime.services import open_stack, run_services
+
+    async def go() -> None:
+        async with open_stack(nats_url, prefix=prefix, pools=(pool,), name=f"noetl-stream-worker-{pool}",
+                              on_embedded=_announce) as stack, \
+                run_services(stack.bus, server=False, worker=True, pool=pool,
+                             concurrency=concurrency, python_children=python_processes):
+            click.echo(f"worker running on pool {pool!r}; Ctrl-C stops it", err=True)
+            await _serve_forever(asyncio.Event())
+
+    try:
+        _run_async(go())
+    except InfrastructureError as exc:
+        _fail(EXIT_INFRA, str(exc))
+
+
+@main.command()
+@nats_url_option
+@prefix_option
+@click.option("--pool", "pools", multiple=True, default=("default",), show_default=True,
+              help="Worker pools to create consumers for. Repeatable.")
+def init(nats_url: str | None, prefix: str, pools: tuple[str, ...]) -> None:
+    """Provision streams, consumers and KV buckets (idempotent); report drift."""
+    from noetl_stream.runtime.connection import connect
+    from noetl_stream.runtime.nats_server import start_nats_server
+    from noetl_stream.runtime.provision import provision
+
+    async def go() -> list[str]:
+        url = nats_url
+        nats = None
+        if url is None:
+            nats = await start_nats_server(config.home_dir() / "nats")
+            url = nats.url
+        try:
+            bus = await connect(url, prefix=prefix)
+            try:
+                return (await provision(bus, pools)).lines()
+            finally:
+                await bus.close()
+        finally:
+            if nats is not None:
+                await nats.stop()
+
+    try:
+        lines = _run_async(go())
+    except InfrastructureError as exc:
+        _fail(EXIT_INFRA, str(exc))
+    for line in lines:
+        click.echo(line)
+    if any(line.startswith("DRIFT") for line in lines):
+        sys.exit(EXIT_FAILED)
+
+
+@main.command()
+@click.argument("execution_id")
+@nats_url_option
+@prefix_option
+@click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON line.")
+def watch(execution_id: str, nats_url: str | None, prefix: str, as_json: bool) -> None:
+    """Follow an execution's events live until it ends (like nats sub 'noetl.events.<id>.>')."""
+    from noetl_stream.cli.progress import ProgressPrinter
+    from noetl_stream.runtime.connection import connect
+    from noetl_stream.runtime.watcher import ExecutionWatch
+
+    if nats_url is None:
+        _fail(EXIT_REJECTED, "watch needs --nats-url (or NOETL_STREAM_NATS_URL)")
+    printer = ProgressPrinter(sys.stdout)
+
+    def on_event(event: dict[str, Any]) -> None:
+        if as_json:
+            click.echo(jsonutil.dumps_str(event))
+        else:
+            printer(event)
+
+    async def go() -> dict[str, Any]:
+        bus = await connect(str(nats_url), prefix=prefix)
+        try:
+            w = ExecutionWatch(bus, execution_id, on_event)
+            await w.start()
+            return await w.wait()
+        finally:
+            await bus.close()
+
+    try:
+        final = _run_async(go())
+    except InfrastructureError as exc:
+        _fail(EXIT_INFRA, str(exc))
+    sys.exit(EXIT_OK if final.get("status") == "completed" else EXIT_FAILED)
+
+
+@main.command("nats")
+def nats_cmd() -> None:
+    """Run the embedded nats-server in the foreground (store under NOETL_STREAM_HOME)."""
+    from noetl_stream.runtime.nats_server import binary_version, start_nats_server
+
+    async def go() -> None:
+        srv = await start_nats_server(config.home_dir() / "nats")
+        if not srv.owned:
+            click.echo(f"a nats-server for this home is already running at {srv.url}", err=True)
+            return
+        click.echo(f"{binary_version(srv.binary) if srv.binary else 'nats-server'} at {srv.url} "
+                   f"(binary {srv.binary}, store {srv.store_dir}); Ctrl-C stops it", err=True)
+        try:
+            await _serve_forever(asyncio.Event())
+        finally:
+            await srv.stop()
+
+    try:
+        _run_async(go())
+    except InfrastructureError as exc:
+        _fail(EXIT_INFRA, str(exc))

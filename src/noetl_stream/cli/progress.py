@@ -1,0 +1,75 @@
+"""Human-readable live progress on stderr: steps as they start and finish, loops as done/total."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from noetl_stream import jsonutil
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = jsonutil.dumps_str(value) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class ProgressPrinter:
+    def __init__(self, stream: TextIO = sys.stderr, *, color: bool | None = None) -> None:
+        self.out = stream
+        self.t0 = time.monotonic()
+        self.color = stream.isatty() if color is None else color
+        self.started: dict[str, float] = {}
+
+    def _c(self, code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.color else text
+
+    def _line(self, text: str) -> None:
+        elapsed = time.monotonic() - self.t0
+        self.out.write(f"{elapsed:7.2f}s  {text}\n")
+        self.out.flush()
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        etype = event.get("event_type", "")
+        step = event.get("step", "")
+        if etype == "execution.started":
+            self._line(f"execution {event.get('execution_id')} started "
+                       f"({event.get('playbook')})")
+        elif etype == "step.started":
+            self.started[str(event.get("step_run_id"))] = time.monotonic()
+            run = event.get("run", 1)
+            self._line(f"▶ {step}" + (f" (run {run})" if run and run > 1 else ""))
+        elif etype == "step.done":
+            self._line(self._c("32", f"✓ {step}") + f"  {self._took(event)}")
+        elif etype == "step.failed":
+            err = (event.get("error") or {}).get("message", "")
+            self._line(self._c("31", f"✗ {step}") + f"  {_short(err, 300)}")
+        elif etype == "step.skipped":
+            self._line(self._c("2", f"- {step} skipped ({event.get('reason', '')})"))
+        elif etype == "loop.started":
+            self._line(f"  {step}: loop of {event.get('total')} items")
+        elif etype == "loop.progress":
+            done, total = event.get("done"), event.get("total")
+            mark = "" if event.get("ok", True) else self._c("31", " (an iteration failed)")
+            self._line(f"  {step}: {done}/{total}{mark}")
+        elif etype == "loop.done":
+            self._line(self._c("32", f"✓ {step}") + f"  loop done  {self._took(event)}")
+        elif etype == "loop.failed":
+            err = (event.get("error") or {}).get("message", "")
+            self._line(self._c("31", f"✗ {step}") + f"  loop failed: {_short(err, 300)}")
+        elif etype == "execution.completed":
+            self._line(self._c("1;32", "completed") + f"  result: {_short(event.get('result'), 400)}")
+        elif etype == "execution.failed":
+            err = (event.get("error") or {}).get("message", "")
+            self._line(self._c("1;31", "failed") + f"  {_short(err, 600)}")
+        elif etype == "execution.rejected":
+            self._line(self._c("1;31", "rejected"))
+            for e in event.get("errors", []):
+                self.out.write(f"  {e}\n")
+
+    def _took(self, event: dict[str, Any]) -> str:
+        ms = event.get("duration_ms")
+        if ms is None:
+            t = self.started.get(str(event.get("step_run_id")))
+            ms = (time.monotonic() - t) * 1000 if t else None
+        return f"{ms:.0f} ms" if ms is not None else ""

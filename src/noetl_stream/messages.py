@@ -1,0 +1,43 @@
+"""Message bodies at the edges, as pydantic models (exported to `schemas/`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from noetl_stream.ids import is_subject_token
+
+
+class ExecutionRequest(BaseModel):
+    """Body of a message on `noetl.requests.execute`: start one execution of a playbook."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    execution_id: str | None = Field(
+        None, description="Id to use (a NATS subject token); the server makes one when absent. "
+        "Re-sending a request with the same id starts nothing new.")
+    playbook: str = Field(description="The playbook's YAML text.")
+    playbook_file: str = Field("<request>", description="Name used in validation messages.")
+    payload: dict[str, Any] = Field(default_factory=dict,
+                                    description="Deep-merged over the playbook's workload.")
+    parent_execution_id: str | None = Field(None, description="Set when a playbook starts a child.")
+    reply_to: str | None = Field(None, description="Core NATS subject that receives "
+                                 "{accepted, execution_id, errors} once the request is handled.")
+
+    @field_validator("execution_id")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        if value is not None and not is_subject_token(value):
+            raise ValueError("execution_id must not contain '.', '*', '>' or spaces")
+        return value
+
+
+class RequestReply(BaseModel):
+    """What the server answers on `reply_to`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    accepted: bool
+    execution_id: str | None = None
+    errors: list[str] = Field(default_factory=list)

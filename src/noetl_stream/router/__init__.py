@@ -1,0 +1,10 @@
+"""The Petri-net engine. PURE: no asyncio, nats, aiohttp, time or random imports (a test checks).
+
+`start(...)` and `apply(...)` take the state and an event and return the state and the messages it
+implies (the outbox); the runtime shell commits the state, then publishes the outbox.
+"""
+
+from noetl_stream.router.engine import apply, start
+from noetl_stream.router.state import ExecutionState, Outgoing
+
+__all__ = ["ExecutionState", "Outgoing", "apply", "start"]

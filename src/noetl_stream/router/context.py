@@ -1,0 +1,62 @@
+"""Template contexts: the names a template may read, with bare-name resolution (ARCHITECTURE §8).
+
+Bare names resolve in the read order args -> ctx -> iter -> step results -> workload; the
+reserved names (`workload`, `ctx`, `args`, ...) always win. Shared by router and worker, pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+RESERVED = ("workload", "ctx", "args", "input", "iter", "vars", "execution_id", "event", "result",
+            "output", "outcome", "response", "error", "_prev", "_task", "_attempt", "keychain")
+
+
+def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
+    """A step result read as NoETL's http tools shape it: the body, plus `body`, `status_code`,
+    `headers` beside its own keys (NoETL fixtures read `{{ step }}.body` and `{{ step }}.key`)."""
+    if not http or not isinstance(result, dict):
+        return result
+    view = dict(result)
+    view.setdefault("body", result)
+    view.setdefault("status_code", http.get("status"))
+    view.setdefault("headers", http.get("headers", {}))
+    return view
+
+
+def build_context(*, workload: Mapping[str, Any], ctx: Mapping[str, Any],
+                  args: Mapping[str, Any] | None = None, iter_vars: Mapping[str, Any] | None = None,
+                  vars_: Mapping[str, Any] | None = None, steps: Mapping[str, Any] | None = None,
+                  execution_id: str = "", extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    args = args or {}
+    iter_vars = iter_vars or {}
+    context: dict[str, Any] = {}
+    context.update(workload)
+    if steps:
+        context.update(steps)
+    context.update(iter_vars)
+    context.update(ctx)
+    context.update(args)
+    context.update({
+        "workload": workload,
+        "ctx": ctx,
+        "args": args,
+        "input": args,
+        "iter": iter_vars,
+        "vars": vars_ or {},
+        "execution_id": execution_id,
+    })
+    if extra:
+        context.update(extra)
+    return context
+
+
+def pick_steps(names: Iterable[str], records: Mapping[str, Any]) -> dict[str, Any]:
+    """The finished steps' results among `names` (the names a step's templates read)."""
+    out: dict[str, Any] = {}
+    for name in names:
+        rec = records.get(name)
+        if rec is not None and rec.status in ("completed", "failed") and rec.runs:
+            out[name] = http_view(rec.result, rec.http)
+    return out

@@ -1,0 +1,383 @@
+"""Router rules (ARCHITECTURE §7): tokens, admission, arcs, joins with dead-path elimination,
+back-edges, loops, failure routing, completion. Deterministic: the same state and event always
+yield the same state and outbox.
+
+`apply` works on the state it is given and returns it; callers that need the old state keep a
+copy (`ExecutionState.from_dict(state.to_dict())`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from noetl_stream import ids
+from noetl_stream.dsl import templating
+from noetl_stream.dsl.models import Playbook, Step
+from noetl_stream.errors import TemplateError
+from noetl_stream.router.context import build_context, pick_steps
+from noetl_stream.router.graph import graph_of
+from noetl_stream.router.state import ExecutionState, Join, LoopState, Outgoing, Run, StepRecord
+
+DEFAULT_MAX_IN_FLIGHT = 10
+DEFAULT_POOL = "default"
+
+
+class _Router:
+    def __init__(self, playbook: Playbook, state: ExecutionState, now: float) -> None:
+        self.pb = playbook
+        self.s = state
+        self.now = now
+        self.graph = graph_of(playbook)
+        self.names = {st.name for st in playbook.steps}
+
+    # -- messages --------------------------------------------------------------------------
+    def emit(self, event_type: str, msg_id: str, **payload: Any) -> None:
+        body = {
+            "event_id": msg_id,
+            "event_type": event_type,
+            "timestamp": self.now,
+            "execution_id": self.s.execution_id,
+            "parent_execution_id": self.s.parent_execution_id,
+            **payload,
+        }
+        self.s.outbox.append(Outgoing("event", msg_id, body, event_type=event_type))
+
+    def context(self, *, args: dict[str, Any] | None = None, names: set[str] | None = None,
+                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        steps = pick_steps(names if names is not None else self.s.steps.keys(), self.s.steps)
+        return build_context(workload=self.s.workload, ctx=self.s.ctx, args=args, vars_=self.s.vars,
+                             steps=steps, execution_id=self.s.execution_id, extra=extra)
+
+    # -- tokens ----------------------------------------------------------------------------
+    def deliver(self, src: str | None, dst: str, args: dict[str, Any]) -> None:
+        """A token from `src` (None for the start) reaches `dst`."""
+        if dst not in self.names:
+            return  # an arc to an implicit `end` simply ends the branch
+        if src is not None and self.graph.is_join(dst) and not self.graph.is_back_edge(src, dst):
+            join = self.s.joins.setdefault(dst, Join())
+            join.arrived[src] = True
+            join.args.update(args)
+            self.try_join(dst)
+            return
+        self.fire(dst, args)
+
+    def rule_out(self, src: str, dst: str) -> None:
+        """The arc src -> dst will carry no token this time (dead-path elimination)."""
+        if dst not in self.names or self.graph.is_back_edge(src, dst):
+            return
+        if self.graph.is_join(dst):
+            join = self.s.joins.setdefault(dst, Join())
+            join.arrived.setdefault(src, False)
+            self.try_join(dst)
+            return
+        self.mark_dead(dst)
+
+    def try_join(self, step: str) -> None:
+        join = self.s.joins[step]
+        preds = self.graph.forward_preds[step]
+        if not all(p in join.arrived for p in preds):
+            return
+        del self.s.joins[step]
+        if any(join.arrived.values()):
+            self.fire(step, join.args)
+        else:
+            self.mark_dead(step)
+
+    def mark_dead(self, step: str) -> None:
+        rec = self.s.record(step)
+        if rec.runs == 0 and rec.status == "pending":
+            rec.status = "skipped"
+        for arc in self.pb.step(step).next.arcs:
+            self.rule_out(step, arc.step)
+
+    # -- firing ----------------------------------------------------------------------------
+    def fire(self, name: str, args: dict[str, Any]) -> None:
+        step = self.pb.step(name)
+        if step.admit and not self.admitted(step, args):
+            rec = self.s.record(name)
+            if rec.runs == 0:
+                rec.status = "skipped"
+            self.emit("step.skipped", ids.event_msg_id(self.s.execution_id, "step.skipped", name,
+                                                        rec.runs), step=name, reason="admission")
+            for arc in step.next.arcs:
+                self.rule_out(name, arc.step)
+            return
+        rec = self.s.record(name)
+        rec.runs += 1
+        rec.status = "running"
+        run_id = ids.step_run_id(self.s.execution_id, name, rec.runs)
+        run = Run(run_id=run_id, step=name, run_no=rec.runs, args=dict(args))
+        self.s.runs[run_id] = run
+        self.emit("step.started", ids.event_msg_id(self.s.execution_id, "step.started", run_id),
+                  step=name, step_run_id=run_id, run=rec.runs)
+        if step.loop is None:
+            self.command(step, run, None, None)
+            return
+        try:
+            items = templating.render(step.loop.collection, self.context(args=args), step=name,
+                                      field="loop.in")
+        except TemplateError as exc:
+            self.finish_run(run, ok=False, result=None, error={"message": str(exc), "kind": "template"})
+            return
+        if items is None:
+            items = []
+        if isinstance(items, dict):
+            items = list(items.items())
+        if not isinstance(items, list):
+            self.finish_run(run, ok=False, result=None, error={
+                "message": f"loop.in must give a list, got {type(items).__name__}", "kind": "loop"})
+            return
+        limit = 1 if step.loop.mode == "sequential" else (step.loop.max_in_flight or DEFAULT_MAX_IN_FLIGHT)
+        run.loop = LoopState(items=items, mode=step.loop.mode, max_in_flight=limit)
+        self.emit("loop.started", ids.event_msg_id(self.s.execution_id, "loop.started", run_id),
+                  step=name, step_run_id=run_id, total=len(items))
+        if not items:
+            self.finish_run(run, ok=True, result=[], error=None)
+            return
+        self.schedule_iterations(step, run)
+
+    def admitted(self, step: Step, args: dict[str, Any]) -> bool:
+        context = self.context(args=args)
+        for rule in step.admit:
+            try:
+                if templating.evaluate_guard(rule.when, context, step=step.name,
+                                             field="spec.policy.admit"):
+                    return rule.allow
+            except TemplateError:
+                return False
+        return True
+
+    def schedule_iterations(self, step: Step, run: Run) -> None:
+        loop = run.loop
+        assert loop is not None
+        while (loop.error is None and loop.next_index < len(loop.items)
+               and len(loop.in_flight) < loop.max_in_flight):
+            index = loop.next_index
+            loop.next_index += 1
+            loop.in_flight.append(index)
+            self.command(step, run, index, loop.items[index])
+
+    def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
+        names = step_reads(step)
+        iter_vars: dict[str, Any] = {}
+        if index is not None and step.loop is not None:
+            iter_vars = {step.loop.iterator: item, "_index": index}
+        steps = pick_steps(names, self.s.steps)
+        http = {n: self.s.steps[n].http for n in steps if self.s.steps[n].http}
+        body = {
+            "execution_id": self.s.execution_id,
+            "step": step.name,
+            "step_run_id": run.run_id,
+            "iteration": index,
+            "attempt": 1,
+            "tasks": [t.model_dump(mode="json") for t in step.tasks],
+            "step_args": step.args,
+            "context": {
+                "workload": self.s.workload,
+                "ctx": self.s.ctx,
+                "args": run.args,
+                "iter": iter_vars,
+                "vars": self.s.vars,
+                "steps": {n: self.s.steps[n].result for n in steps},
+                "steps_http": http,
+            },
+            "timeout_s": _timeout_of(step),
+        }
+        kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
+        self.s.outbox.append(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
+                                      pool=step.pool or DEFAULT_POOL, tool_kind=kind))
+
+    # -- outcomes --------------------------------------------------------------------------
+    def on_outcome(self, event: dict[str, Any]) -> None:
+        run = self.s.runs.get(str(event.get("step_run_id")))
+        if run is None or run.status != "running":
+            return  # a duplicate or late outcome: already applied
+        etype = event["event_type"]
+        ok = etype in ("step.done", "loop.iteration.done")
+        index = event.get("iteration")
+        if ok and event.get("ctx_patch"):
+            self.s.ctx.update(event["ctx_patch"])
+        if run.loop is None:
+            if index is not None:
+                return
+            rec = self.s.record(run.step)
+            rec.http = event.get("http")
+            self.finish_run(run, ok=ok, result=event.get("result"), error=event.get("error"))
+            return
+        loop = run.loop
+        if index is None or index not in loop.in_flight:
+            return
+        loop.in_flight.remove(index)
+        loop.done += 1
+        if ok:
+            loop.results[str(index)] = event.get("result")
+        elif loop.error is None:
+            loop.error = {**(event.get("error") or {}), "iteration": index}
+        self.emit("loop.progress", ids.event_msg_id(self.s.execution_id, "loop.progress", run.run_id,
+                                                    index), step=run.step, step_run_id=run.run_id,
+                  done=loop.done, total=len(loop.items), iteration=index, ok=ok)
+        step = self.pb.step(run.step)
+        self.schedule_iterations(step, run)
+        if loop.in_flight:
+            return
+        if loop.error is not None:
+            self.finish_run(run, ok=False, result=None, error=loop.error)
+        elif loop.next_index >= len(loop.items):
+            ordered = [loop.results.get(str(i)) for i in range(len(loop.items))]
+            self.finish_run(run, ok=True, result=ordered, error=None)
+
+    def finish_run(self, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None) -> None:
+        step = self.pb.step(run.step)
+        run.status = "done" if ok else "failed"
+        run.loop = None  # iteration bookkeeping is no longer needed; keep snapshots small
+        rec = self.s.record(run.step)
+        rec.status = "completed" if ok else "failed"
+        rec.result = result
+        rec.error = error
+        if ok:
+            event_name = "loop.done" if step.loop is not None else "step.done"
+            self.s.result = result
+        else:
+            event_name = "step.failed"
+        if step.loop is not None or not ok:
+            # The worker reported step.done itself; loop.done and failures of loops are ours.
+            etype = "loop.done" if ok else "loop.failed" if step.loop is not None else ""
+            if etype:
+                self.emit(etype, ids.event_msg_id(self.s.execution_id, etype, run.run_id),
+                          step=run.step, step_run_id=run.run_id, status="ok" if ok else "error",
+                          error=error)
+        context_extra = {"event": {"name": event_name, "payload": {"result": result, "error": error}},
+                         "result": result, "error": error}
+        try:
+            if ok:
+                self.apply_step_writes(step, run, context_extra)
+            self.route(step, run, ok, error, context_extra)
+        except TemplateError as exc:
+            self.fail_execution(run.step, {"message": str(exc), "kind": "template"})
+        self.s.runs.pop(run.run_id, None)
+
+    def apply_step_writes(self, step: Step, run: Run, extra: dict[str, Any]) -> None:
+        if step.set_ctx:
+            context = self.context(args=run.args, extra=extra)
+            values = templating.render(step.set_ctx, context, step=step.name, field="set")
+            self.s.ctx.update(values)
+        if step.vars:
+            context = self.context(args=run.args, extra=extra)
+            self.s.vars.update(templating.render(step.vars, context, step=step.name, field="vars"))
+
+    def route(self, step: Step, run: Run, ok: bool, error: dict[str, Any] | None,
+              extra: dict[str, Any]) -> None:
+        context = self.context(args=run.args, extra=extra)
+        selected = []
+        for arc in step.next.arcs:
+            if step.next.mode == "exclusive" and selected:
+                break
+            fires = ok if arc.when is None else templating.evaluate_guard(
+                arc.when, context, step=step.name, field="next.arcs.when")
+            if fires:
+                selected.append(arc)
+        if not ok and not selected:
+            self.fail_execution(step.name, {**(error or {}), "step": step.name})
+            return
+        tokens = []
+        for arc in selected:
+            args = templating.render(arc.args, context, step=step.name, field="next.arcs.args")
+            if arc.set_ctx:
+                self.s.ctx.update(templating.render(arc.set_ctx, context, step=step.name,
+                                                    field="next.arcs.set"))
+            tokens.append((arc.step, args))
+        chosen = {a.step for a in selected}
+        for arc in step.next.arcs:
+            if arc.step not in chosen:
+                self.rule_out(step.name, arc.step)
+        for dst, args in tokens:
+            if self.s.status == "running":
+                self.deliver(step.name, dst, args)
+
+    def fail_execution(self, step: str, error: dict[str, Any]) -> None:
+        if self.s.status != "running":
+            return
+        message = error.get("message") or "step failed"
+        self.s.status = "failed"
+        self.s.error = {**error, "step": step, "message": f'step "{step}" failed: {message}'}
+
+    def check_quiescence(self) -> None:
+        """Called once at the end of start/apply: decide whether the execution has ended."""
+        if self.s.status == "running":
+            # Nothing runs: a join still waiting can get no further token, so it fires with what
+            # it has (or dies). Repeat until the marking is stable.
+            while self.s.joins and not self.s.active_runs and self.s.status == "running":
+                step = sorted(self.s.joins)[0]
+                join = self.s.joins.pop(step)
+                if any(join.arrived.values()):
+                    self.fire(step, join.args)
+                else:
+                    self.mark_dead(step)
+            if self.s.active_runs and self.s.status == "running":
+                return
+            if self.s.status == "running":
+                self.s.status = "completed"
+        etype = f"execution.{self.s.status}"
+        self.emit(etype, ids.event_msg_id(self.s.execution_id, etype), **self.s.summary())
+        self.s.runs.clear()
+        self.s.joins.clear()
+
+
+def step_reads(step: Step) -> set[str]:
+    """Names this step's worker-side templates read, to ship only those step results."""
+    names: set[str] = templating.referenced_names(step.args)
+    for task in step.tasks:
+        names |= templating.referenced_names(task.config)
+        names |= templating.referenced_names(task.input)
+        names |= templating.referenced_names([task.set_ctx, task.set_iter, task.set_locals])
+        for rule in task.rules:
+            names |= templating.referenced_names([rule.when, rule.set_ctx, rule.set_iter,
+                                                  rule.set_locals])
+    return names
+
+
+def _timeout_of(step: Step) -> float | None:
+    value = step.spec.get("timeout")
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload: dict[str, Any],
+          now: float, parent_execution_id: str | None = None) -> ExecutionState:
+    """A new execution: a token at the start step. Returns the state with its outbox filled."""
+    state = ExecutionState(execution_id=execution_id, playbook_key=playbook_key, workload=workload,
+                           parent_execution_id=parent_execution_id, started_at=now)
+    router = _Router(playbook, state, now)
+    router.emit("execution.started", ids.event_msg_id(execution_id, "execution.started"),
+                playbook=playbook.name, path=playbook.path, workload=workload)
+    router.deliver(None, playbook.start_step.name, {})
+    router.check_quiescence()
+    return state
+
+
+def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
+          now: float) -> ExecutionState:
+    """Apply one outcome event; `state.outbox` holds only the messages this event implies."""
+    state.outbox = []
+    if state.status != "running":
+        return state
+    router = _Router(playbook, state, now)
+    state.applied += 1
+    if event.get("event_type") in ("step.done", "step.failed", "loop.iteration.done",
+                                   "loop.iteration.failed"):
+        router.on_outcome(event)
+    router.check_quiescence()
+    return state
+
+
+def merge_workload(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Request payload deep-merged over the playbook's workload."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_workload(out[key], value)
+        else:
+            out[key] = value
+    return out

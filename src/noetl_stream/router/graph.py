@@ -1,0 +1,72 @@
+"""Static facts about a playbook's net: forward predecessors of each step and back-edges.
+
+An arc is a back-edge when, in a depth-first walk from the start step, it points at a step still
+on the walk's stack (pagination loops, retry loops). Back-edges re-enter a step without a join.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from noetl_stream.dsl.models import Playbook
+
+
+@dataclass(frozen=True)
+class NetGraph:
+    forward_preds: dict[str, tuple[str, ...]]
+    back_edges: frozenset[tuple[str, str]]
+
+    def is_join(self, step: str) -> bool:
+        return len(self.forward_preds.get(step, ())) > 1
+
+    def is_back_edge(self, src: str, dst: str) -> bool:
+        return (src, dst) in self.back_edges
+
+
+_CACHE: dict[int, tuple[Playbook, NetGraph]] = {}
+
+
+def graph_of(playbook: Playbook) -> NetGraph:
+    hit = _CACHE.get(id(playbook))
+    if hit is not None and hit[0] is playbook:
+        return hit[1]
+    g = _build(playbook)
+    if len(_CACHE) > 256:
+        _CACHE.clear()
+    _CACHE[id(playbook)] = (playbook, g)
+    return g
+
+
+def _build(playbook: Playbook) -> NetGraph:
+    names = {s.name for s in playbook.steps}
+    succ = {s.name: [a.step for a in s.next.arcs if a.step in names] for s in playbook.steps}
+    back: set[tuple[str, str]] = set()
+    state: dict[str, int] = {}  # 1 on stack, 2 done
+
+    # Iterative DFS so a long chain of steps cannot exhaust Python's recursion limit.
+    roots = [playbook.start_step.name] + [s.name for s in playbook.steps]
+    for root in roots:
+        if root in state:
+            continue
+        stack: list[tuple[str, int]] = [(root, 0)]
+        state[root] = 1
+        while stack:
+            node, idx = stack[-1]
+            targets = succ[node]
+            if idx < len(targets):
+                stack[-1] = (node, idx + 1)
+                nxt = targets[idx]
+                if state.get(nxt) == 1:
+                    back.add((node, nxt))
+                elif nxt not in state:
+                    state[nxt] = 1
+                    stack.append((nxt, 0))
+            else:
+                state[node] = 2
+                stack.pop()
+    preds: dict[str, list[str]] = {n: [] for n in names}
+    for src, targets in succ.items():
+        for dst in targets:
+            if (src, dst) not in back and src not in preds[dst]:
+                preds[dst].append(src)
+    return NetGraph({k: tuple(v) for k, v in preds.items()}, frozenset(back))

@@ -1,0 +1,136 @@
+"""Router state of one execution: the marking, step runs, loops, joins and the outbox.
+
+Plain dataclasses that round-trip through JSON (`to_dict` / `from_dict`) so the snapshot in KV
+`noetl_executions` is exactly what the router works on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Outgoing:
+    """A message the router wants published: a command for a worker pool or an event."""
+
+    kind: str  # "command" | "event"
+    msg_id: str
+    body: dict[str, Any]
+    event_type: str = ""  # for events
+    pool: str = ""  # for commands
+    tool_kind: str = ""  # for commands: subject suffix
+
+
+@dataclass
+class LoopState:
+    items: list[Any]
+    mode: str
+    max_in_flight: int
+    next_index: int = 0
+    in_flight: list[int] = field(default_factory=list)
+    results: dict[str, Any] = field(default_factory=dict)  # str(index) -> result
+    done: int = 0
+    error: dict[str, Any] | None = None
+
+
+@dataclass
+class Run:
+    """One firing of a step (a step may fire several times through back-edges)."""
+
+    run_id: str
+    step: str
+    run_no: int
+    args: dict[str, Any]
+    status: str = "running"  # running | done | failed
+    loop: LoopState | None = None
+
+
+@dataclass
+class StepRecord:
+    status: str = "pending"  # completed | failed | skipped | running
+    runs: int = 0
+    result: Any = None
+    error: dict[str, Any] | None = None
+    http: dict[str, Any] | None = None
+
+
+@dataclass
+class Join:
+    """Arrivals at a step with several forward incoming arcs: pred -> delivered (True) or ruled out."""
+
+    arrived: dict[str, bool] = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ExecutionState:
+    execution_id: str
+    playbook_key: str
+    workload: dict[str, Any]
+    status: str = "running"  # running | completed | failed | cancelled
+    ctx: dict[str, Any] = field(default_factory=dict)
+    vars: dict[str, Any] = field(default_factory=dict)
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+    runs: dict[str, Run] = field(default_factory=dict)
+    joins: dict[str, Join] = field(default_factory=dict)
+    result: Any = None
+    error: dict[str, Any] | None = None
+    parent_execution_id: str | None = None
+    started_at: float = 0.0
+    outbox: list[Outgoing] = field(default_factory=list)
+    applied: int = 0  # events applied, for progress and diagnostics
+
+    @property
+    def active_runs(self) -> list[Run]:
+        return [r for r in self.runs.values() if r.status == "running"]
+
+    def record(self, step: str) -> StepRecord:
+        rec = self.steps.get(step)
+        if rec is None:
+            rec = self.steps[step] = StepRecord()
+        return rec
+
+    def summary(self) -> dict[str, Any]:
+        """What `run --json` and `execution.*` events report."""
+        return {
+            "execution_id": self.execution_id,
+            "status": self.status,
+            "result": self.result,
+            "error": self.error,
+            "steps": {
+                name: {"status": rec.status, "runs": rec.runs, "result": rec.result,
+                       **({"error": rec.error} if rec.error else {})}
+                for name, rec in self.steps.items()
+            },
+            "ctx": self.ctx,
+            "vars": self.vars,
+        }
+
+    # -- JSON round trip -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ExecutionState:
+        runs = {}
+        for key, raw in data.get("runs", {}).items():
+            loop = raw.get("loop")
+            runs[key] = Run(**{**raw, "loop": LoopState(**loop) if loop else None})
+        return cls(
+            execution_id=data["execution_id"],
+            playbook_key=data["playbook_key"],
+            workload=data.get("workload", {}),
+            status=data.get("status", "running"),
+            ctx=data.get("ctx", {}),
+            vars=data.get("vars", {}),
+            steps={k: StepRecord(**v) for k, v in data.get("steps", {}).items()},
+            runs=runs,
+            joins={k: Join(**v) for k, v in data.get("joins", {}).items()},
+            result=data.get("result"),
+            error=data.get("error"),
+            parent_execution_id=data.get("parent_execution_id"),
+            started_at=data.get("started_at", 0.0),
+            outbox=[Outgoing(**o) for o in data.get("outbox", [])],
+            applied=data.get("applied", 0),
+        )

@@ -1,0 +1,199 @@
+"""Run one command's task pipeline: render, call the tool, apply the task policy (spec 002 §5.4).
+
+Directives: continue (next task), retry (same task, attempt+1, bounded by `attempts`, with backoff),
+jump (to a named task), break (stop, success), fail (stop, failure). Without policy rules an ok
+outcome continues and an error fails; with rules and no match, an error still fails (spec 002
+says continue, but silently passing an error on is never what a playbook author means).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from noetl_stream.dsl import templating
+from noetl_stream.dsl.models import Rule, Task
+from noetl_stream.errors import NoetlStreamError, TemplateError
+from noetl_stream.router.context import build_context, http_view
+from noetl_stream.tools.base import Outcome, TaskCall
+from noetl_stream.tools.registry import ToolRegistry
+
+MAX_STEPS_PER_PIPELINE = 100_000  # a jump loop that never ends is a bug; stop it with a reason
+
+
+@dataclass
+class PipelineResult:
+    ok: bool
+    result: Any = None
+    error: dict[str, Any] | None = None
+    ctx_patch: dict[str, Any] = field(default_factory=dict)
+    http: dict[str, Any] | None = None
+    tasks_run: int = 0
+
+
+def backoff_delay(rule: Rule, attempt: int) -> float:
+    """Wait before attempt `attempt + 1`; `delay` is the first wait (ARCHITECTURE §8 decisions)."""
+    if rule.backoff == "exponential":
+        wait = rule.delay * (2 ** (attempt - 1))
+    elif rule.backoff == "linear":
+        wait = rule.delay * attempt
+    elif rule.backoff == "none":
+        wait = 0.0
+    else:
+        wait = rule.delay
+    return min(wait, rule.max_delay) if rule.max_delay is not None else wait
+
+
+def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
+    """`output` (NoETL today) and `outcome` (spec 002/003) as templates read them."""
+    output = {"status": outcome.status, "data": outcome.result, "response": outcome.result,
+              "result": outcome.result, "error": outcome.error, "http": outcome.http,
+              "meta": outcome.meta}
+    result = outcome.result
+    if task.kind == "http" and outcome.http is not None:
+        result = {"status_code": outcome.http["status"], "headers": outcome.http["headers"],
+                  "data": outcome.result}
+    return {"output": output,
+            "outcome": {"status": outcome.status, "result": result, "error": outcome.error,
+                        "http": outcome.http, "meta": outcome.meta}}
+
+
+class Pipeline:
+    def __init__(self, command: dict[str, Any], tools: ToolRegistry,
+                 idempotency_prefix: str) -> None:
+        self.cmd = command
+        self.tools = tools
+        self.key_prefix = idempotency_prefix
+        ctx_in = command["context"]
+        self.tasks = [Task.model_validate(t) for t in command["tasks"]]
+        self.index = {t.name: i for i, t in enumerate(self.tasks)}
+        self.workload: dict[str, Any] = ctx_in.get("workload", {})
+        self.ctx: dict[str, Any] = dict(ctx_in.get("ctx", {}))
+        self.iter: dict[str, Any] = dict(ctx_in.get("iter", {}))
+        self.vars: dict[str, Any] = ctx_in.get("vars", {})
+        http = ctx_in.get("steps_http", {})
+        self.steps = {n: http_view(r, http.get(n)) for n, r in ctx_in.get("steps", {}).items()}
+        self.token_args: dict[str, Any] = ctx_in.get("args", {})
+        self.args: dict[str, Any] = dict(self.token_args)
+        self.locals: dict[str, Any] = {}
+        self.ctx_patch: dict[str, Any] = {}
+        self.step = command["step"]
+
+    def context(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        return build_context(workload=self.workload, ctx=self.ctx, args=self.args,
+                             iter_vars=self.iter, vars_=self.vars, steps=self.steps,
+                             execution_id=self.cmd["execution_id"],
+                             extra={**self.locals, **(extra or {})})
+
+    async def run(self) -> PipelineResult:
+        try:
+            step_args = self.cmd.get("step_args") or {}
+            if step_args:
+                rendered = templating.render(step_args, self.context(), step=self.step, field="input")
+                self.args = {**self.token_args, **rendered}
+            return await self._run_tasks()
+        except TemplateError as exc:
+            return PipelineResult(False, error={"message": str(exc), "kind": "template"},
+                                  ctx_patch=self.ctx_patch)
+
+    async def _run_tasks(self) -> PipelineResult:
+        pc = 0
+        attempt = 1
+        prev: Any = None
+        last: Outcome | None = None
+        executed = 0
+        while pc < len(self.tasks):
+            executed += 1
+            if executed > MAX_STEPS_PER_PIPELINE:
+                return self._failed(f"pipeline ran {MAX_STEPS_PER_PIPELINE} tasks without ending; "
+                                    "a jump loop never stops", "pipeline", last)
+            task = self.tasks[pc]
+            outcome = await self._call(task, attempt, prev)
+            last = outcome
+            views = outcome_views(task, outcome)
+            extra = {**views, "_prev": prev, "_task": task.name, "_attempt": attempt,
+                     "result": outcome.result, "error": outcome.error}
+            rule = self._match(task, extra)
+            do = rule.do if rule is not None else ("continue" if outcome.ok else "fail")
+            if do == "retry":
+                assert rule is not None
+                if attempt < rule.attempts:
+                    await asyncio.sleep(backoff_delay(rule, attempt))
+                    attempt += 1
+                    continue
+                do = "continue" if outcome.ok else "fail"
+            if do == "fail":
+                return self._failed(self._error_message(task, outcome), "task", outcome, task)
+            self._apply_writes(task, rule, extra)
+            prev = outcome.result
+            self.locals[task.name] = outcome.result
+            attempt = 1
+            if do == "break":
+                break
+            if do == "jump":
+                assert rule is not None and rule.to is not None
+                pc = self.index[rule.to]
+                continue
+            pc += 1
+        assert last is not None
+        return PipelineResult(True, result=last.result, ctx_patch=self.ctx_patch, http=last.http,
+                              tasks_run=executed)
+
+    async def _call(self, task: Task, attempt: int, prev: Any) -> Outcome:
+        extra = {"_prev": prev, "_task": task.name, "_attempt": attempt}
+        context = self.context(extra)
+        try:
+            config = {k: (v if k == "code" else templating.render(v, context, step=self.step,
+                                                                 field=f"tool.{k}"))
+                      for k, v in task.config.items()}
+            inputs = templating.render(task.input, context, step=self.step, field="tool.input")
+        except TemplateError as exc:
+            return Outcome.failure(str(exc), "template")
+        if task.kind == "python":
+            inputs = {**self.args, **inputs}
+        call = TaskCall(
+            execution_id=self.cmd["execution_id"], step=self.step, task=task.name, kind=task.kind,
+            config=config, input=inputs, spec=task.spec,
+            idempotency_key=f"{self.key_prefix}:{task.name}:{attempt}", attempt=attempt,
+            timeout_s=self.cmd.get("timeout_s"))
+        try:
+            return await self.tools.get(task.kind).run(call)
+        except NoetlStreamError as exc:
+            return Outcome.failure(str(exc), "tool")
+
+    def _match(self, task: Task, extra: dict[str, Any]) -> Rule | None:
+        if not task.rules:
+            return None
+        context = self.context(extra)
+        for rule in task.rules:
+            if templating.evaluate_guard(rule.when, context, step=self.step,
+                                         field=f"tool.{task.name}.spec.policy.when"):
+                return rule
+        return None
+
+    def _apply_writes(self, task: Task, rule: Rule | None, extra: dict[str, Any]) -> None:
+        groups = [(rule.set_iter, rule.set_ctx, rule.set_locals)] if rule is not None else []
+        groups.append((task.set_iter, task.set_ctx, task.set_locals))
+        for set_iter, set_ctx, set_locals in groups:
+            if not (set_iter or set_ctx or set_locals):
+                continue
+            context = self.context(extra)
+            self.iter.update(templating.render(set_iter, context, step=self.step, field="set_iter"))
+            written = templating.render(set_ctx, context, step=self.step, field="set_ctx")
+            self.ctx.update(written)
+            self.ctx_patch.update(written)
+            self.locals.update(templating.render(set_locals, context, step=self.step, field="set"))
+
+    def _error_message(self, task: Task, outcome: Outcome) -> str:
+        message = (outcome.error or {}).get("message", "task failed")
+        return f'task "{task.name}" ({task.kind}) failed: {message}'
+
+    def _failed(self, message: str, kind: str, outcome: Outcome | None,
+                task: Task | None = None) -> PipelineResult:
+        error = dict(outcome.error or {}) if outcome is not None else {}
+        error.update({"message": message, "kind": error.get("kind", kind)})
+        if task is not None:
+            error["task"] = task.name
+        return PipelineResult(False, error=error, ctx_patch=self.ctx_patch,
+                              http=outcome.http if outcome else None)

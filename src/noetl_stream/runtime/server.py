@@ -1,0 +1,227 @@
+"""The server: JetStream glue around the pure router (ARCHITECTURE §6.2).
+
+Per event batch of one execution: load state -> apply each event (pure) -> commit the new state
+with its outbox by revision-checked KV update (retry on conflict) -> publish the outbox with
+deterministic msg ids -> ack. A state loaded fresh from KV has its outbox re-published first, so
+a crash between commit and publish loses nothing (the stream drops the duplicates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+from pydantic import ValidationError
+
+from noetl_stream import ids, jsonutil, router
+from noetl_stream.dsl import parse_playbook
+from noetl_stream.dsl.models import Playbook
+from noetl_stream.errors import PlaybookError
+from noetl_stream.messages import ExecutionRequest, RequestReply
+from noetl_stream.router.engine import merge_workload
+from noetl_stream.router.state import ExecutionState
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.publish import publish_event, publish_outbox
+
+log = logging.getLogger("noetl_stream.server")
+
+FETCH_BATCH = 256
+COMMIT_RETRIES = 20
+
+
+@dataclass
+class _Cached:
+    state: ExecutionState
+    revision: int
+    playbook: Playbook
+
+
+class Server:
+    def __init__(self, bus: Bus, *, clock: Callable[[], float] = time.time) -> None:
+        self.bus = bus
+        self.clock = clock
+        self._cache: dict[str, _Cached] = {}
+        self._playbooks: dict[str, Playbook] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self._executions: KeyValue | None = None
+        self._catalog: KeyValue | None = None
+
+    async def start(self) -> None:
+        self._executions = await self.bus.js.key_value("noetl_executions")
+        self._catalog = await self.bus.js.key_value("noetl_catalog")
+        topo = self.bus.topology
+        req = topo.consumer("noetl-server-requests")
+        ev = topo.consumer("noetl-server-router")
+        req_sub = await self.bus.js.pull_subscribe_bind(req.durable, stream=req.stream)
+        ev_sub = await self.bus.js.pull_subscribe_bind(ev.durable, stream=ev.stream)
+        self._tasks = [asyncio.create_task(self._loop(req_sub, self._handle_requests), name="requests"),
+                       asyncio.create_task(self._loop(ev_sub, self._handle_events), name="router")]
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def _loop(self, sub: Any, handler: Callable[[list[Msg]], Any]) -> None:
+        # One fetch loop per consumer (several loops on one durable stall, ARCHITECTURE §10).
+        while not self._stopping.is_set():
+            try:
+                msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
+            except (NatsTimeoutError, asyncio.TimeoutError):
+                continue
+            try:
+                await handler(msgs)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # The consumer boundary: one bad batch must not stop the server. Unacked messages
+                # are redelivered after AckWait and retried; poison ones hit max_deliver.
+                log.exception("server: batch failed; its messages will be redelivered")
+                await asyncio.sleep(0.2)
+
+    # -- requests --------------------------------------------------------------------------
+    async def _handle_requests(self, msgs: list[Msg]) -> None:
+        await asyncio.gather(*(self._handle_request(m) for m in msgs))
+
+    async def _handle_request(self, msg: Msg) -> None:
+        try:
+            raw = jsonutil.loads(msg.data)
+            request = ExecutionRequest.model_validate(raw)
+        except (ValueError, ValidationError) as exc:
+            await self._reject(msg, None, None, [f"bad execution request: {_short(exc)}"])
+            return
+        execution_id = request.execution_id or ids.new_execution_id()
+        try:
+            parsed = parse_playbook(request.playbook, request.playbook_file)
+        except PlaybookError as exc:
+            await self._reject(msg, execution_id, request.reply_to,
+                               [str(i) for i in exc.issues if i.severity == "error"])
+            return
+        key = "pb_" + hashlib.sha256(request.playbook.encode()).hexdigest()[:32]
+        assert self._catalog is not None and self._executions is not None
+        await self._catalog.put(key, request.playbook.encode())
+        self._playbooks[key] = parsed.playbook
+        workload = merge_workload(parsed.playbook.workload, request.payload)
+        state = router.start(parsed.playbook, execution_id=execution_id, playbook_key=key,
+                             workload=workload, now=self.clock(),
+                             parent_execution_id=request.parent_execution_id)
+        try:
+            revision = await self._executions.create(execution_id, jsonutil.dumps(state.to_dict()))
+        except KeyWrongLastSequenceError:
+            # Already started (a redelivered or repeated request): re-publish what it committed.
+            entry = await self._executions.get(execution_id)
+            state = ExecutionState.from_dict(jsonutil.loads(entry.value))
+            revision = entry.revision
+        self._cache[execution_id] = _Cached(state, revision, parsed.playbook)
+        await publish_outbox(self.bus, state.outbox)
+        if request.reply_to:
+            reply = RequestReply(accepted=True, execution_id=execution_id)
+            await self.bus.nc.publish(request.reply_to, reply.model_dump_json().encode())
+        await msg.ack_sync()
+
+    async def _reject(self, msg: Msg, execution_id: str | None, reply_to: str | None,
+                      errors: list[str]) -> None:
+        log.warning("rejected execution request: %s", "; ".join(errors))
+        if execution_id is not None:
+            body = {"event_type": "execution.rejected", "execution_id": execution_id,
+                    "timestamp": self.clock(), "status": "rejected", "errors": errors}
+            await publish_event(self.bus, execution_id, "execution.rejected",
+                                ids.event_msg_id(execution_id, "execution.rejected"), body)
+        if reply_to:
+            reply = RequestReply(accepted=False, execution_id=execution_id, errors=errors)
+            await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
+        # Terminate: a malformed request will never become valid by redelivery.
+        await msg.term()
+
+    # -- events ----------------------------------------------------------------------------
+    async def _handle_events(self, msgs: list[Msg]) -> None:
+        groups: dict[str, list[tuple[Msg, dict[str, Any]]]] = defaultdict(list)
+        for m in msgs:
+            try:
+                event = jsonutil.loads(m.data)
+                if not isinstance(event, dict):
+                    raise ValueError("event body is not an object")
+            except ValueError as exc:
+                log.warning("poison event on %s terminated: %s", m.subject, exc)
+                await m.term()
+                continue
+            parts = m.subject.split(".", 3)
+            event.setdefault("event_type", parts[3] if len(parts) == 4 else "")
+            event.setdefault("execution_id", parts[2] if len(parts) > 2 else "")
+            groups[str(event["execution_id"])].append((m, event))
+        await asyncio.gather(*(self._apply_group(eid, items) for eid, items in groups.items()))
+
+    async def _apply_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
+        assert self._executions is not None
+        for _ in range(COMMIT_RETRIES):
+            cached = await self._load(execution_id)
+            if cached is None:
+                log.warning("events for unknown execution %s acknowledged and dropped", execution_id)
+                break
+            state = cached.state
+            outbox = []
+            now = self.clock()
+            for _msg, event in items:
+                router.apply(cached.playbook, state, event, now)
+                outbox.extend(state.outbox)
+            state.outbox = outbox
+            try:
+                cached.revision = await self._executions.update(
+                    execution_id, jsonutil.dumps(state.to_dict()), last=cached.revision)
+            except KeyWrongLastSequenceError:
+                self._cache.pop(execution_id, None)  # someone else moved it: reload and re-apply
+                continue
+            await publish_outbox(self.bus, outbox)
+            if state.status != "running":
+                self._cache.pop(execution_id, None)
+            break
+        await asyncio.gather(*(m.ack_sync() for m, _ in items))
+
+    async def _load(self, execution_id: str) -> _Cached | None:
+        cached = self._cache.get(execution_id)
+        if cached is not None:
+            return cached
+        assert self._executions is not None and self._catalog is not None
+        try:
+            entry = await self._executions.get(execution_id)
+        except KeyNotFoundError:
+            return None
+        if entry.value is None:
+            return None
+        state = ExecutionState.from_dict(jsonutil.loads(entry.value))
+        playbook = await self._playbook(state.playbook_key)
+        # Whatever the last committer had not yet published goes out again; duplicates drop.
+        await publish_outbox(self.bus, state.outbox)
+        cached = _Cached(state, int(entry.revision or 0), playbook)
+        self._cache[execution_id] = cached
+        return cached
+
+    async def _playbook(self, key: str) -> Playbook:
+        pb = self._playbooks.get(key)
+        if pb is None:
+            assert self._catalog is not None
+            entry = await self._catalog.get(key)
+            pb = parse_playbook(bytes(entry.value or b"").decode(), key).playbook
+            self._playbooks[key] = pb
+        return pb
+
+
+def _short(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+    return str(exc)

@@ -1,0 +1,92 @@
+"""Wiring the processes: connect (or start the embedded nats-server), provision, run services."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from noetl_stream import config, ids
+from noetl_stream.messages import ExecutionRequest
+from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
+from noetl_stream.runtime.provision import provision
+from noetl_stream.runtime.server import Server
+from noetl_stream.runtime.watcher import ExecutionWatch
+from noetl_stream.runtime.worker import Worker
+from noetl_stream.tools.registry import ToolRegistry
+
+
+@dataclass
+class Stack:
+    bus: Bus
+    nats: NatsServer | None  # set when we started (or reused) the embedded server
+
+
+@contextlib.asynccontextmanager
+async def open_stack(nats_url: str | None, *, prefix: str = "noetl",
+                     pools: tuple[str, ...] = ("default",), name: str = "noetl-stream",
+                     on_embedded: Callable[[NatsServer], None] | None = None,
+                     ) -> AsyncIterator[Stack]:
+    """Connect to `nats_url`, or start the embedded nats-server when it is None; provision."""
+    nats: NatsServer | None = None
+    if nats_url is None:
+        nats = await start_nats_server(config.home_dir() / "nats")
+        nats_url = nats.url
+        if on_embedded is not None:
+            on_embedded(nats)
+    try:
+        bus = await connect(nats_url, prefix=prefix, name=name)
+        try:
+            await provision(bus, pools)
+            yield Stack(bus, nats)
+        finally:
+            await bus.close()
+    finally:
+        if nats is not None:
+            await nats.stop()
+
+
+@contextlib.asynccontextmanager
+async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, pool: str = "default",
+                       concurrency: int = 64, python_children: int = 8) -> AsyncIterator[None]:
+    """Run a server and/or a worker on `bus` for the duration of the block."""
+    srv = Server(bus) if server else None
+    tools = await ToolRegistry.create(python_children=python_children) if worker else None
+    wrk = Worker(bus, tools, pool=pool, concurrency=concurrency) if tools is not None else None
+    try:
+        if srv is not None:
+            await srv.start()
+        if wrk is not None:
+            await wrk.start()
+        yield
+    finally:
+        if wrk is not None:
+            await wrk.stop()
+        if srv is not None:
+            await srv.stop()
+        if tools is not None:
+            await tools.close()
+
+
+async def submit_and_watch(bus: Bus, *, playbook_text: str, playbook_file: str,
+                           payload: dict[str, Any], on_event: Callable[[dict[str, Any]], None],
+                           execution_id: str | None = None,
+                           on_started: Callable[[str], None] | None = None,
+                           timeout_s: float | None = None) -> dict[str, Any]:
+    """Publish an execution request and follow its events to the end; return the final event."""
+    execution_id = execution_id or ids.new_execution_id()
+    watch = ExecutionWatch(bus, execution_id, on_event)
+    await watch.start()
+    try:
+        request = ExecutionRequest(execution_id=execution_id, playbook=playbook_text,
+                                   playbook_file=playbook_file, payload=payload)
+        await bus.js.publish(bus.topology.execute_request_subject(),
+                             request.model_dump_json().encode(),
+                             headers={"Nats-Msg-Id": f"req:{execution_id}"})
+        if on_started is not None:
+            on_started(execution_id)
+        return await watch.wait(timeout_s)
+    finally:
+        await watch.stop()

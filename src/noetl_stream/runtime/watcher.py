@@ -1,0 +1,56 @@
+"""Following one execution's events live, as `nats sub 'noetl.events.<id>.>'` would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+
+from noetl_stream import jsonutil
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
+
+END_EVENTS = (*TERMINAL_EXECUTION_EVENTS, "execution.rejected")
+
+
+class ExecutionWatch:
+    """Delivers every event of an execution, from its first, to `on_event`; `wait()` returns the
+    terminal event."""
+
+    def __init__(self, bus: Bus, execution_id: str,
+                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.bus = bus
+        self.execution_id = execution_id
+        self.on_event = on_event
+        self._final: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._sub: Any = None
+
+    async def start(self) -> None:
+        subject = self.bus.topology.execution_events_filter(self.execution_id)
+        self._sub = await self.bus.js.subscribe(subject, cb=self._on_msg, ordered_consumer=True,
+                                                deliver_policy=DeliverPolicy.ALL)
+
+    async def _on_msg(self, msg: Msg) -> None:
+        try:
+            event = jsonutil.loads(msg.data)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        event.setdefault("event_type", self.bus.topology.event_type_of(msg.subject))
+        if self.on_event is not None:
+            self.on_event(event)
+        if event["event_type"] in END_EVENTS and not self._final.done():
+            self._final.set_result(event)
+
+    async def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
+        return await asyncio.wait_for(asyncio.shield(self._final), timeout_s)
+
+    async def stop(self) -> None:
+        if self._sub is not None:
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()

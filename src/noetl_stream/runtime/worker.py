@@ -1,0 +1,126 @@
+"""The worker: pull commands of one pool, run their pipelines, publish outcomes (ARCHITECTURE §6.3).
+
+Per command: publish `task.started` -> run the pipeline with in-progress acks every AckWait/3 ->
+publish the terminal event (deterministic msg id) -> ack. A worker that dies mid-command is
+replaced by redelivery; the re-run publishes the same msg id, so the router sees one outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from noetl_stream import ids, jsonutil
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.pipeline import Pipeline
+from noetl_stream.runtime.publish import publish_event
+from noetl_stream.subjects import DEFAULT_POOL
+from noetl_stream.tools.registry import ToolRegistry
+
+log = logging.getLogger("noetl_stream.worker")
+
+
+class Worker:
+    def __init__(self, bus: Bus, tools: ToolRegistry, *, pool: str = DEFAULT_POOL,
+                 concurrency: int = 64) -> None:
+        self.bus = bus
+        self.tools = tools
+        self.pool = pool
+        self.concurrency = concurrency
+        self._slots = asyncio.Semaphore(concurrency)
+        self._running: set[asyncio.Task[None]] = set()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
+        self._ack_wait_s = bus.topology.pool_consumer(pool).ack_wait_s
+
+    async def start(self) -> None:
+        decl = self.bus.topology.pool_consumer(self.pool)
+        sub = await self.bus.js.pull_subscribe_bind(decl.durable, stream=decl.stream)
+        self._loop_task = asyncio.create_task(self._fetch_loop(sub), name=f"worker-{self.pool}")
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_task
+        for t in list(self._running):
+            t.cancel()
+        for t in list(self._running):
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def _fetch_loop(self, sub: Any) -> None:
+        while not self._stopping.is_set():
+            await self._slots.acquire()
+            free = 1
+            # Take as many commands as there are free slots, never more (the rest stay for others).
+            while free < 64 and not self._slots.locked():
+                await self._slots.acquire()
+                free += 1
+            try:
+                msgs = await sub.fetch(free, timeout=1.0)
+            except (NatsTimeoutError, asyncio.TimeoutError):
+                msgs = []
+            for _ in range(free - len(msgs)):
+                self._slots.release()
+            for m in msgs:
+                task = asyncio.create_task(self._handle(m))
+                self._running.add(task)
+                task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("worker: command handler crashed", exc_info=task.exception())
+
+    async def _handle(self, msg: Msg) -> None:
+        try:
+            command = jsonutil.loads(msg.data)
+            execution_id = str(command["execution_id"])
+            step_run_id = str(command["step_run_id"])
+            step = str(command["step"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("poison command on %s terminated: %s", msg.subject, exc)
+            await msg.term()
+            return
+        iteration = command.get("iteration")
+        started = time.time()
+        await publish_event(self.bus, execution_id, "task.started",
+                            ids.event_msg_id(execution_id, "task.started", step_run_id, iteration),
+                            {"event_type": "task.started", "execution_id": execution_id,
+                             "step": step, "step_run_id": step_run_id, "iteration": iteration,
+                             "timestamp": started, "pool": self.pool}, wait=False)
+        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        try:
+            pipeline = Pipeline(command, self.tools, idempotency_prefix=f"{step_run_id}:{iteration}")
+            outcome = await pipeline.run()
+        finally:
+            heartbeat.cancel()
+        if iteration is None:
+            etype = "step.done" if outcome.ok else "step.failed"
+        else:
+            etype = "loop.iteration.done" if outcome.ok else "loop.iteration.failed"
+        body = {
+            "event_type": etype, "execution_id": execution_id, "step": step,
+            "step_run_id": step_run_id, "iteration": iteration, "timestamp": time.time(),
+            "status": "ok" if outcome.ok else "error", "result": outcome.result,
+            "error": outcome.error, "ctx_patch": outcome.ctx_patch, "http": outcome.http,
+            "duration_ms": round((time.time() - started) * 1000, 3),
+        }
+        await publish_event(self.bus, execution_id, etype,
+                            ids.event_msg_id(execution_id, etype, step_run_id, iteration), body)
+        await msg.ack_sync()
+
+    async def _heartbeat(self, msg: Msg) -> None:
+        while True:
+            await asyncio.sleep(self._ack_wait_s / 3)
+            with contextlib.suppress(Exception):
+                await msg.in_progress()

@@ -1,0 +1,58 @@
+"""The one interface every tool kind implements, and the outcome envelope it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class TaskCall:
+    """A task with its templates already rendered: what a tool needs to act."""
+
+    execution_id: str
+    step: str
+    task: str
+    kind: str
+    config: dict[str, Any]
+    input: dict[str, Any]
+    spec: dict[str, Any]
+    idempotency_key: str
+    attempt: int = 1
+    timeout_s: float | None = None
+
+
+@dataclass
+class Outcome:
+    """Spec 003 §5.3: status ok|error, result, error, meta, plus kind fields (http)."""
+
+    status: str
+    result: Any = None
+    error: dict[str, Any] | None = None
+    http: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def success(cls, result: Any, **kw: Any) -> Outcome:
+        return cls("ok", result=result, **kw)
+
+    @classmethod
+    def failure(cls, message: str, kind: str, *, retryable: bool = False, **fields: Any) -> Outcome:
+        http = fields.pop("http", None)
+        meta = fields.pop("meta", {})
+        return cls("error", error={"message": message, "kind": kind, "retryable": retryable, **fields},
+                   http=http, meta=meta)
+
+
+class Tool(Protocol):
+    """A tool kind. `run` never raises for a failure of the work itself: it returns an error outcome."""
+
+    kind: str
+
+    async def run(self, call: TaskCall) -> Outcome: ...
+
+    async def close(self) -> None: ...

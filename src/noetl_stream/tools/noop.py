@@ -1,0 +1,15 @@
+"""`noop`: does nothing; its result is its rendered input (or null), useful for routing steps."""
+
+from __future__ import annotations
+
+from noetl_stream.tools.base import Outcome, TaskCall
+
+
+class NoopTool:
+    kind = "noop"
+
+    async def run(self, call: TaskCall) -> Outcome:
+        return Outcome.success(call.input or None)
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,130 @@
+"""`python`: user code in a pool of warm child processes, with a timeout (ARCHITECTURE §8).
+
+Inputs are globals (and `input_data`); the value is what the code assigns to `result`, returns
+from `main(**input)`, or returns at top level. A child that times out or dies is killed and
+replaced, so a bad script can never stop the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+import sys
+from pathlib import Path
+from typing import Any
+
+from noetl_stream import jsonutil
+from noetl_stream.tools.base import Outcome, TaskCall
+
+RUNNER = Path(__file__).with_name("python_runner.py")
+DEFAULT_TIMEOUT_S = 300.0
+
+
+class _Child:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    @classmethod
+    async def spawn(cls) -> _Child:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-u", str(RUNNER), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=None)
+        return cls(proc)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    async def call(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        data = jsonutil.dumps(request)
+        self.proc.stdin.write(struct.pack(">I", len(data)) + data)
+        await self.proc.stdin.drain()
+        head = await self.proc.stdout.readexactly(4)
+        (size,) = struct.unpack(">I", head)
+        reply: dict[str, Any] = jsonutil.loads(await self.proc.stdout.readexactly(size))
+        return reply
+
+    async def kill(self) -> None:
+        if self.alive:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        with contextlib.suppress(Exception):
+            await self.proc.wait()
+
+
+class PythonTool:
+    kind = "python"
+
+    def __init__(self, max_children: int = 8, warm: int = 2) -> None:
+        self.max_children = max_children
+        self.warm = warm
+        self._idle: list[_Child] = []
+        self._count = 0
+        self._slots = asyncio.Semaphore(max_children)
+        self._closed = False
+
+    async def start(self) -> None:
+        """Boot `warm` interpreters ahead of the first call, so the first step pays no start-up."""
+        children = await asyncio.gather(*(_Child.spawn() for _ in range(self.warm)))
+        self._idle.extend(children)
+        self._count += len(children)
+
+    async def _acquire(self) -> _Child:
+        while self._idle:
+            child = self._idle.pop()
+            if child.alive:
+                return child
+            self._count -= 1
+        self._count += 1
+        return await _Child.spawn()
+
+    def _release(self, child: _Child) -> None:
+        if self._closed or not child.alive:
+            self._count -= 1
+            return
+        self._idle.append(child)
+
+    async def run(self, call: TaskCall) -> Outcome:
+        code = call.config.get("code")
+        if not isinstance(code, str):
+            return Outcome.failure("python task has no code", "config")
+        timeout_s = float(call.config.get("timeout") or call.spec.get("timeout") or call.timeout_s
+                          or DEFAULT_TIMEOUT_S)
+        async with self._slots:
+            child = await self._acquire()
+            try:
+                reply = await asyncio.wait_for(child.call({"code": code, "input": call.input}),
+                                               timeout_s)
+            except asyncio.TimeoutError:
+                await child.kill()
+                self._release(child)
+                return Outcome.failure(f"python code ran longer than its timeout of {timeout_s:g}s",
+                                       "timeout", retryable=True)
+            except (asyncio.IncompleteReadError, BrokenPipeError, ConnectionResetError):
+                await child.kill()
+                self._release(child)
+                return Outcome.failure("python process died while running the code", "crash",
+                                       retryable=True)
+            except BaseException:
+                # Cancelled mid-call: the child may still be busy, so it cannot go back to the pool.
+                await child.kill()
+                self._release(child)
+                raise
+            self._release(child)
+        meta = {"stdout": reply.get("stdout", "")}
+        if reply.get("status") == "ok":
+            return Outcome.success(reply.get("result"), meta=meta)
+        err = reply.get("error") or {}
+        return Outcome.failure(str(err.get("message", "python code failed")), "python",
+                               exception_type=err.get("type"), traceback=err.get("traceback"),
+                               meta=meta)
+
+    async def close(self) -> None:
+        self._closed = True
+        children, self._idle = self._idle, []
+        for child in children:
+            if child.proc.stdin is not None:
+                child.proc.stdin.close()
+        await asyncio.gather(*(c.kill() for c in children))
