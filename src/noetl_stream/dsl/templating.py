@@ -30,7 +30,19 @@ def _from_json(value: Any) -> Any:
     return orjson.loads(value) if isinstance(value, (str, bytes)) else value
 
 
-_ENV = SandboxedEnvironment(undefined=ChainableUndefined, autoescape=False, keep_trailing_newline=True)
+class _Environment(SandboxedEnvironment):
+    """Playbook data is JSON: `x.items` must read the key "items", not the dict method."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if isinstance(obj, Mapping):
+            try:
+                return obj[attribute]
+            except (KeyError, TypeError):
+                pass
+        return super().getattr(obj, attribute)
+
+
+_ENV = _Environment(undefined=ChainableUndefined, autoescape=False, keep_trailing_newline=True)
 _ENV.filters["tojson"] = _to_json
 _ENV.filters["to_json"] = _to_json
 _ENV.filters["fromjson"] = _from_json

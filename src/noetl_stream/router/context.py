@@ -13,6 +13,34 @@ RESERVED = ("workload", "ctx", "args", "input", "iter", "vars", "execution_id", 
             "output", "outcome", "response", "error", "_prev", "_task", "_attempt", "keychain")
 
 
+LOOP_MARK = "__noetl_loop_results__"
+
+
+class LoopResults(list[Any]):
+    """A loop step's results in iteration order; also reads as NoETL's `{results, count}`."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key == "results":
+            return list(self)
+        if key == "count":
+            return len(self)
+        return default
+
+    @property
+    def results(self) -> list[Any]:
+        return list(self)
+
+    @property
+    def count(self) -> int:
+        return len(self)
+
+
+def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool) -> Any:
+    if loop and isinstance(result, list):
+        return LoopResults(result)
+    return http_view(result, http)
+
+
 def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
     """A step result read as NoETL's http tools shape it: the body, plus `body`, `status_code`,
     `headers` beside its own keys (NoETL fixtures read `{{ step }}.body` and `{{ step }}.key`)."""
@@ -58,5 +86,5 @@ def pick_steps(names: Iterable[str], records: Mapping[str, Any]) -> dict[str, An
     for name in names:
         rec = records.get(name)
         if rec is not None and rec.status in ("completed", "failed") and rec.runs:
-            out[name] = http_view(rec.result, rec.http)
+            out[name] = step_view(rec.result, rec.http, rec.loop)
     return out

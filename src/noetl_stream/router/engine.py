@@ -164,6 +164,7 @@ class _Router:
             iter_vars = {step.loop.iterator: item, "_index": index}
         steps = pick_steps(names, self.s.steps)
         http = {n: self.s.steps[n].http for n in steps if self.s.steps[n].http}
+        loops = [n for n in steps if self.s.steps[n].loop]
         body = {
             "execution_id": self.s.execution_id,
             "step": step.name,
@@ -180,6 +181,7 @@ class _Router:
                 "vars": self.s.vars,
                 "steps": {n: self.s.steps[n].result for n in steps},
                 "steps_http": http,
+                "steps_loop": loops,
             },
             "timeout_s": _timeout_of(step),
         }
@@ -234,6 +236,7 @@ class _Router:
         rec.status = "completed" if ok else "failed"
         rec.result = result
         rec.error = error
+        rec.loop = step.loop is not None
         if ok:
             event_name = "loop.done" if step.loop is not None else "step.done"
             self.s.result = result

@@ -53,6 +53,7 @@ class StepRecord:
     result: Any = None
     error: dict[str, Any] | None = None
     http: dict[str, Any] | None = None
+    loop: bool = False
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import NoetlStreamError, TemplateError
-from noetl_stream.router.context import build_context, http_view
+from noetl_stream.router.context import build_context, step_view
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -47,9 +47,11 @@ def backoff_delay(rule: Rule, attempt: int) -> float:
 
 def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
     """`output` (NoETL today) and `outcome` (spec 002/003) as templates read them."""
-    output = {"status": outcome.status, "data": outcome.result, "response": outcome.result,
-              "result": outcome.result, "error": outcome.error, "http": outcome.http,
-              "meta": outcome.meta}
+    # NoETL reads `output` both as the envelope (`output.status`, `output.data`) and as the result
+    # itself (`{{ output }}['count']`): the result's keys are there too, the envelope's win.
+    output = dict(outcome.result) if isinstance(outcome.result, dict) else {}
+    output.update({"status": outcome.status, "data": outcome.result, "response": outcome.result,
+                   "error": outcome.error, "http": outcome.http})
     result = outcome.result
     if task.kind == "http" and outcome.http is not None:
         result = {"status_code": outcome.http["status"], "headers": outcome.http["headers"],
@@ -73,7 +75,9 @@ class Pipeline:
         self.iter: dict[str, Any] = dict(ctx_in.get("iter", {}))
         self.vars: dict[str, Any] = ctx_in.get("vars", {})
         http = ctx_in.get("steps_http", {})
-        self.steps = {n: http_view(r, http.get(n)) for n, r in ctx_in.get("steps", {}).items()}
+        loops = set(ctx_in.get("steps_loop", ()))
+        self.steps = {n: step_view(r, http.get(n), n in loops)
+                      for n, r in ctx_in.get("steps", {}).items()}
         self.token_args: dict[str, Any] = ctx_in.get("args", {})
         self.args: dict[str, Any] = dict(self.token_args)
         self.locals: dict[str, Any] = {}

@@ -15,10 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from noetl_stream import jsonutil
+from noetl_stream.router.context import LOOP_MARK, LoopResults
 from noetl_stream.tools.base import Outcome, TaskCall
 
 RUNNER = Path(__file__).with_name("python_runner.py")
 DEFAULT_TIMEOUT_S = 300.0
+
+
+def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+    """Mark loop results so the child rebuilds them as lists that also answer `.get("results")`."""
+    return {k: {LOOP_MARK: list(v)} if isinstance(v, LoopResults) else v for k, v in inputs.items()}
 
 
 class _Child:
@@ -28,7 +34,7 @@ class _Child:
     @classmethod
     async def spawn(cls) -> _Child:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-u", str(RUNNER), stdin=asyncio.subprocess.PIPE,
+            sys.executable, "-u", "-P", str(RUNNER), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=None)
         return cls(proc)
 
@@ -95,7 +101,8 @@ class PythonTool:
         async with self._slots:
             child = await self._acquire()
             try:
-                reply = await asyncio.wait_for(child.call({"code": code, "input": call.input}),
+                request = {"code": code, "input": encode_inputs(call.input)}
+                reply = await asyncio.wait_for(child.call(request),
                                                timeout_s)
             except asyncio.TimeoutError:
                 await child.kill()

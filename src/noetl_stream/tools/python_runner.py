@@ -41,6 +41,23 @@ def _fallback(value):
 
 
 _BODY = "__noetl_body__"
+LOOP_MARK = "__noetl_loop_results__"
+
+
+class LoopResults(list):
+    """A loop step's results: a list, that also reads as NoETL's `{results, count}` mapping."""
+
+    def get(self, key, default=None):
+        if key == "results":
+            return list(self)
+        if key == "count":
+            return len(self)
+        return default
+
+
+def _decode_inputs(inputs):
+    return {k: LoopResults(v[LOOP_MARK]) if isinstance(v, dict) and list(v) == [LOOP_MARK] else v
+            for k, v in inputs.items()}
 
 
 def _compile(code):
@@ -105,7 +122,7 @@ def _serve(proto_in, proto_out):
         captured = io.StringIO()
         try:
             with contextlib.redirect_stdout(captured):
-                value = run_code(request["code"], request.get("input") or {})
+                value = run_code(request["code"], _decode_inputs(request.get("input") or {}))
             reply = {"status": "ok", "result": value}
         except SystemExit as exc:
             reply = {"status": "error", "error": {"message": f"code called exit({exc.code})",
