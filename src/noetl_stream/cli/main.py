@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+import orjson
 
 from noetl_stream import __version__, config, jsonutil
 from noetl_stream.dsl import load_playbook
@@ -161,8 +162,10 @@ def run(playbook: Path, nats_url: str | None, prefix: str, payload: str | None, 
                                          "ctx", "vars")}
     if as_json:
         click.echo(jsonutil.dumps_str(summary))
-    elif quiet:
-        click.echo(jsonutil.dumps_str(summary.get("result")))
+    else:
+        # Progress went to stderr; the result alone goes to stdout, so it pipes into jq.
+        click.echo(orjson.dumps(summary.get("result"), option=orjson.OPT_INDENT_2,
+                                default=str).decode())
     sys.exit(EXIT_OK if summary["status"] == "completed" else EXIT_FAILED)
 
 

@@ -211,7 +211,7 @@ class _Parser:
                        "spec.policy.admit.rules")
             return tuple(rules)
         for index, entry in enumerate(raw_rules):
-            when, then, line = self.split_rule(entry, raw_rules, index, step, "spec.policy.admit")
+            when, then, _ = self.split_rule(entry, raw_rules, index, step, "spec.policy.admit")
             if then is None:
                 continue
             allow = then.get("allow", True) if isinstance(then, dict) else True
@@ -298,7 +298,8 @@ class _Parser:
                 line = line_of(raw, index)
                 if isinstance(item, dict) and "kind" in item:
                     entries.append((str(item.get("name") or f"task_{index}"), item, line))
-                elif isinstance(item, dict) and len(item) == 1 and isinstance(next(iter(item.values())), dict):
+                elif (isinstance(item, dict) and len(item) == 1
+                      and isinstance(next(iter(item.values())), dict)):
                     label, body = next(iter(item.items()))
                     entries.append((str(label), body, line))
                 else:
@@ -457,7 +458,7 @@ class _Parser:
         self.unknown_keys(item, ARC_KEYS, step, "next.arcs.")
         args = plain(item.get("args") or {})
         args.update(plain(item.get("input") or {}))
-        set_ctx, set_iter, set_locals = split_set(plain(item.get("set") or {}))
+        set_ctx, _, set_locals = split_set(plain(item.get("set") or {}))
         set_ctx.update(set_locals)  # an arc writes only ctx; unscoped keys are ctx keys
         when = item.get("when")
         self.check_templates([when, args, set_ctx], line, step, f"next.arcs[{index}]")

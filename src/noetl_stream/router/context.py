@@ -30,9 +30,6 @@ class LoopResults(list[Any]):
     def results(self) -> list[Any]:
         return list(self)
 
-    @property
-    def count(self) -> int:
-        return len(self)
 
 
 def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool) -> Any:
@@ -43,7 +40,8 @@ def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool) -> Any:
 
 def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
     """A step result read as NoETL's http tools shape it: the body, plus `body`, `status_code`,
-    `headers` beside its own keys (NoETL fixtures read `{{ step }}.body` and `{{ step }}.key`)."""
+    `headers` beside its own keys (NoETL fixtures read `{{ step }}.body` and `{{ step }}.key`).
+    """
     if not http or not isinstance(result, dict):
         return result
     view = dict(result)

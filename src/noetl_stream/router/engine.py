@@ -12,11 +12,11 @@ from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl import templating
-from noetl_stream.dsl.models import Playbook, Step
+from noetl_stream.dsl.models import Arc, Playbook, Step
 from noetl_stream.errors import TemplateError
 from noetl_stream.router.context import build_context, pick_steps
 from noetl_stream.router.graph import graph_of
-from noetl_stream.router.state import ExecutionState, Join, LoopState, Outgoing, Run, StepRecord
+from noetl_stream.router.state import ExecutionState, Join, LoopState, Outgoing, Run
 
 DEFAULT_MAX_IN_FLIGHT = 10
 DEFAULT_POOL = "default"
@@ -271,7 +271,7 @@ class _Router:
     def route(self, step: Step, run: Run, ok: bool, error: dict[str, Any] | None,
               extra: dict[str, Any]) -> None:
         context = self.context(args=run.args, extra=extra)
-        selected = []
+        selected: list[Arc] = []
         for arc in step.next.arcs:
             if step.next.mode == "exclusive" and selected:
                 break

@@ -42,7 +42,7 @@ def backoff_delay(rule: Rule, attempt: int) -> float:
         wait = 0.0
     else:
         wait = rule.delay
-    return min(wait, rule.max_delay) if rule.max_delay is not None else wait
+    return float(min(wait, rule.max_delay) if rule.max_delay is not None else wait)
 
 
 def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:

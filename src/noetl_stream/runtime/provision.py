@@ -68,7 +68,8 @@ async def ensure_consumer(bus: Bus, decl: ConsumerDecl, report: ProvisionReport)
     if have_filters != sorted(decl.filter_subjects) or have.ack_wait != decl.ack_wait_s or \
             have.max_deliver != decl.max_deliver:
         try:
-            await bus.js.update_consumer(decl.stream, want)
+            # add_consumer with an existing durable name updates it (consumer create is idempotent).
+            await bus.js.add_consumer(decl.stream, want)
             report.updated.append(name)
         except Exception as exc:  # JetStream refuses some changes; tell the operator, keep going
             report.drift.append(f"{name}: declared {decl.filter_subjects}, server has "

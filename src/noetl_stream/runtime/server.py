@@ -82,7 +82,7 @@ class Server:
         while not self._stopping.is_set():
             try:
                 msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
-            except (NatsTimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, NatsTimeoutError):
                 continue
             try:
                 await handler(msgs)
@@ -125,8 +125,8 @@ class Server:
         except KeyWrongLastSequenceError:
             # Already started (a redelivered or repeated request): re-publish what it committed.
             entry = await self._executions.get(execution_id)
-            state = ExecutionState.from_dict(jsonutil.loads(entry.value))
-            revision = entry.revision
+            state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
+            revision = int(entry.revision or 0)
         self._cache[execution_id] = _Cached(state, revision, parsed.playbook)
         await publish_outbox(self.bus, state.outbox)
         if request.reply_to:

@@ -19,7 +19,8 @@ END_EVENTS = (*TERMINAL_EXECUTION_EVENTS, "execution.rejected")
 
 class ExecutionWatch:
     """Delivers every event of an execution, from its first, to `on_event`; `wait()` returns the
-    terminal event."""
+    terminal event.
+    """
 
     def __init__(self, bus: Bus, execution_id: str,
                  on_event: Callable[[dict[str, Any]], None] | None = None) -> None:

@@ -66,7 +66,7 @@ class Worker:
                 free += 1
             try:
                 msgs = await sub.fetch(free, timeout=1.0)
-            except (NatsTimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, NatsTimeoutError):
                 msgs = []
             for _ in range(free - len(msgs)):
                 self._slots.release()

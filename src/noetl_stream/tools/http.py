@@ -1,9 +1,9 @@
 """`http`: one request with aiohttp. Result = parsed body; a non-2xx reply is an error outcome with
-`status` and `retryable` so task policies can decide (ARCHITECTURE §8)."""
+`status` and `retryable` so task policies can decide (ARCHITECTURE §8).
+"""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
@@ -65,7 +65,7 @@ class HttpTool:
                     f"HTTP {resp.status} {resp.reason or ''} from {method} {url}".replace("  ", " "),
                     "http", retryable=resp.status in RETRYABLE_STATUS, status=resp.status,
                     body=body_value, http=http)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return Outcome.failure(f"{method} {url} timed out after {timeout_s:g}s", "timeout",
                                    retryable=True)
         except aiohttp.ClientError as exc:

@@ -104,7 +104,7 @@ class PythonTool:
                 request = {"code": code, "input": encode_inputs(call.input)}
                 reply = await asyncio.wait_for(child.call(request),
                                                timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await child.kill()
                 self._release(child)
                 return Outcome.failure(f"python code ran longer than its timeout of {timeout_s:g}s",

