@@ -176,9 +176,22 @@ class Server:
             state = cached.state
             outbox = []
             now = self.clock()
-            for _msg, event in items:
-                router.apply(cached.playbook, state, event, now)
+            poison: tuple[Msg, dict[str, Any]] | None = None
+            for item in items:
+                try:
+                    router.apply(cached.playbook, state, item[1], now)
+                except Exception:
+                    # An event the router cannot apply is poison: the state it touched is
+                    # dropped, the event terminated, and the rest of the group applied again.
+                    log.exception("poison event on %s terminated", item[0].subject)
+                    poison = item
+                    break
                 outbox.extend(state.outbox)
+            if poison is not None:
+                self._cache.pop(execution_id, None)
+                items = [i for i in items if i is not poison]
+                await poison[0].term()
+                continue
             state.outbox = outbox
             try:
                 cached.revision = await self._executions.update(

@@ -15,10 +15,11 @@ from typing import Any
 
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
+from pydantic import ValidationError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.pipeline import Pipeline
+from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.subjects import DEFAULT_POOL
 from noetl_stream.tools.registry import ToolRegistry
@@ -102,6 +103,10 @@ class Worker:
         try:
             pipeline = Pipeline(command, self.tools, idempotency_prefix=f"{step_run_id}:{iteration}")
             outcome = await pipeline.run()
+        except (ValidationError, KeyError, TypeError, ValueError) as exc:
+            # A command we cannot read still belongs to a step: fail that step with the reason.
+            outcome = PipelineResult(False, error={"message": f"malformed command: {exc}",
+                                                   "kind": "command"})
         finally:
             heartbeat.cancel()
         if iteration is None:
