@@ -141,7 +141,8 @@ def run(playbook: Path, nats_url: str | None, prefix: str, payload: str | None, 
 
     async def go() -> dict[str, Any]:
         embedded = nats_url is None
-        async with open_stack(nats_url, prefix=prefix) as stack:
+        announce = None if quiet else _announce
+        async with open_stack(nats_url, prefix=prefix, on_embedded=announce) as stack:
             services = run_services(stack.bus) if embedded else contextlib.nullcontext()
             async with services:
                 return await submit_and_watch(stack.bus, playbook_text=text,
@@ -198,7 +199,13 @@ async def _serve_forever(stop: asyncio.Event) -> None:
 
 
 def _announce(nats: Any) -> None:
-    click.echo(f"embedded nats-server {nats.url} (store {nats.store_dir})", err=True)
+    from noetl_stream.runtime.nats_server import binary_version
+
+    if nats.binary is None:
+        click.echo(f"using the running nats-server at {nats.url} (store {nats.store_dir})", err=True)
+        return
+    click.echo(f"embedded {binary_version(nats.binary)} at {nats.url} (binary {nats.binary}, "
+               f"store {nats.store_dir})", err=True)
 
 
 @main.command()
