@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -26,8 +27,11 @@ class ProgressPrinter:
 
     def _line(self, text: str) -> None:
         elapsed = time.monotonic() - self.t0
-        self.out.write(f"{elapsed:7.2f}s  {text}\n")
-        self.out.flush()
+        try:
+            self.out.write(f"{elapsed:7.2f}s  {text}\n")
+            self.out.flush()
+        except (BrokenPipeError, ValueError):
+            self.out = open(os.devnull, "w")  # noqa: SIM115 - the reader left; stop writing
 
     def __call__(self, event: dict[str, Any]) -> None:
         etype = event.get("event_type", "")

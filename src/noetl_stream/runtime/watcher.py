@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,8 @@ from nats.js.api import DeliverPolicy
 from noetl_stream import jsonutil
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
+
+log = logging.getLogger("noetl_stream.watch")
 
 END_EVENTS = (*TERMINAL_EXECUTION_EVENTS, "execution.rejected")
 
@@ -43,8 +46,12 @@ class ExecutionWatch:
         if not isinstance(event, dict):
             return
         event.setdefault("event_type", self.bus.topology.event_type_of(msg.subject))
-        if self.on_event is not None:
-            self.on_event(event)
+        try:
+            if self.on_event is not None:
+                self.on_event(event)
+        except Exception:
+            # Showing progress must never stop us from seeing the end (a closed pipe, say).
+            log.debug("watch: on_event failed", exc_info=True)
         if event["event_type"] in END_EVENTS and not self._final.done():
             self._final.set_result(event)
 
