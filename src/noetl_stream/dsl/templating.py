@@ -17,6 +17,7 @@ from jinja2 import ChainableUndefined, TemplateSyntaxError, Undefined, nodes
 from jinja2.exceptions import TemplateError as JinjaTemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
+from noetl_stream.dsl.values import LoopResults
 from noetl_stream.errors import TemplateError
 
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
@@ -34,6 +35,8 @@ class _Environment(SandboxedEnvironment):
     """Playbook data is JSON: `x.items` must read the key "items", not the dict method."""
 
     def getattr(self, obj: Any, attribute: str) -> Any:
+        if isinstance(obj, LoopResults) and attribute in ("results", "count"):
+            return obj.get(attribute)
         if isinstance(obj, Mapping):
             try:
                 return obj[attribute]

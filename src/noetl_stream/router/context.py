@@ -9,27 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from noetl_stream.dsl.values import LOOP_MARK, LoopResults
+
+__all__ = ["LOOP_MARK", "LoopResults", "build_context", "http_view", "pick_steps", "step_view"]
+
 RESERVED = ("workload", "ctx", "args", "input", "iter", "vars", "execution_id", "event", "result",
             "output", "outcome", "response", "error", "_prev", "_task", "_attempt", "keychain")
-
-
-LOOP_MARK = "__noetl_loop_results__"
-
-
-class LoopResults(list[Any]):
-    """A loop step's results in iteration order; also reads as NoETL's `{results, count}`."""
-
-    def get(self, key: str, default: Any = None) -> Any:
-        if key == "results":
-            return list(self)
-        if key == "count":
-            return len(self)
-        return default
-
-    @property
-    def results(self) -> list[Any]:
-        return list(self)
-
 
 
 def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool) -> Any:

@@ -20,6 +20,7 @@ from noetl_stream.router.state import ExecutionState, Join, LoopState, Outgoing,
 
 DEFAULT_MAX_IN_FLIGHT = 10
 DEFAULT_POOL = "default"
+PROGRESS_EVENTS = frozenset({"step.started", "step.skipped", "loop.started", "loop.progress"})
 
 
 class _Router:
@@ -32,6 +33,7 @@ class _Router:
 
     # -- messages --------------------------------------------------------------------------
     def emit(self, event_type: str, msg_id: str, **payload: Any) -> None:
+        """Queue an event; the ones only watchers read go out without waiting for a store ack."""
         body = {
             "event_id": msg_id,
             "event_type": event_type,
@@ -40,7 +42,8 @@ class _Router:
             "parent_execution_id": self.s.parent_execution_id,
             **payload,
         }
-        self.s.outbox.append(Outgoing("event", msg_id, body, event_type=event_type))
+        self.s.outbox.append(Outgoing("event", msg_id, body, event_type=event_type,
+                                      progress=event_type in PROGRESS_EVENTS))
 
     def context(self, *, args: dict[str, Any] | None = None, names: set[str] | None = None,
                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -174,8 +177,8 @@ class _Router:
             "tasks": [t.model_dump(mode="json") for t in step.tasks],
             "step_args": step.args,
             "context": {
-                "workload": self.s.workload,
-                "ctx": self.s.ctx,
+                "workload": _only(self.s.workload, names, "workload"),
+                "ctx": _only(self.s.ctx, names, "ctx"),
                 "args": run.args,
                 "iter": iter_vars,
                 "vars": self.s.vars,
@@ -197,24 +200,28 @@ class _Router:
         etype = event["event_type"]
         ok = etype in ("step.done", "loop.iteration.done")
         index = event.get("iteration")
-        if ok and event.get("ctx_patch"):
-            self.s.ctx.update(event["ctx_patch"])
+        if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
+            return  # not an iteration number (True == 1 would match iteration 1)
+        error = _error_of(event.get("error"))
         if run.loop is None:
             if index is not None:
                 return
+            self.patch_ctx(ok, event)
             rec = self.s.record(run.step)
-            rec.http = event.get("http")
-            self.finish_run(run, ok=ok, result=event.get("result"), error=event.get("error"))
+            http = event.get("http")
+            rec.http = http if isinstance(http, dict) else None
+            self.finish_run(run, ok=ok, result=event.get("result"), error=error)
             return
         loop = run.loop
         if index is None or index not in loop.in_flight:
             return
+        self.patch_ctx(ok, event)  # only now: a duplicate iteration event must not patch twice
         loop.in_flight.remove(index)
         loop.done += 1
         if ok:
             loop.results[str(index)] = event.get("result")
         elif loop.error is None:
-            loop.error = {**(event.get("error") or {}), "iteration": index}
+            loop.error = {**(error or {}), "iteration": index}
         self.emit("loop.progress", ids.event_msg_id(self.s.execution_id, "loop.progress", run.run_id,
                                                     index), step=run.step, step_run_id=run.run_id,
                   done=loop.done, total=len(loop.items), iteration=index, ok=ok)
@@ -227,6 +234,11 @@ class _Router:
         elif loop.next_index >= len(loop.items):
             ordered = [loop.results.get(str(i)) for i in range(len(loop.items))]
             self.finish_run(run, ok=True, result=ordered, error=None)
+
+    def patch_ctx(self, ok: bool, event: dict[str, Any]) -> None:
+        patch = event.get("ctx_patch")
+        if ok and isinstance(patch, dict):
+            self.s.ctx.update(patch)
 
     def finish_run(self, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None) -> None:
         step = self.pb.step(run.step)
@@ -290,9 +302,12 @@ class _Router:
                                                     field="next.arcs.set"))
             tokens.append((arc.step, args))
         chosen = {a.step for a in selected}
-        for arc in step.next.arcs:
-            if arc.step not in chosen:
-                self.rule_out(step.name, arc.step)
+        # A token that stays in a cycle (pagination, retry loop) means this step runs again and
+        # decides its other arcs then; ruling them out now would let a join downstream fire early.
+        if not any(self.graph.stays_in_cycle(step.name, a.step) for a in selected):
+            for arc in step.next.arcs:
+                if arc.step not in chosen:
+                    self.rule_out(step.name, arc.step)
         for dst, args in tokens:
             if self.s.status == "running":
                 self.deliver(step.name, dst, args)
@@ -337,6 +352,22 @@ def step_reads(step: Step) -> set[str]:
             names |= templating.referenced_names([rule.when, rule.set_ctx, rule.set_iter,
                                                   rule.set_locals])
     return names
+
+
+def _error_of(value: Any) -> dict[str, Any] | None:
+    """An outcome's error as a mapping; a worker that sent anything else still gets its text shown."""
+    if value is None or isinstance(value, dict):
+        return value
+    return {"message": str(value)}
+
+
+def _only(scope: dict[str, Any], names: set[str], whole: str) -> dict[str, Any]:
+    """The part of `scope` a step reads: all of it when the step names the scope itself (its
+    templates may read any key), else just the bare names that resolve into it.
+    """
+    if whole in names:
+        return scope
+    return {k: v for k, v in scope.items() if k in names}
 
 
 def _timeout_of(step: Step) -> float | None:

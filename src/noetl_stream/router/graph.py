@@ -2,6 +2,8 @@
 
 An arc is a back-edge when, in a depth-first walk from the start step, it points at a step still
 on the walk's stack (pagination loops, retry loops). Back-edges re-enter a step without a join.
+Steps in one strongly connected component can run each other again, so a step whose token stays
+in its component has not yet decided its other arcs (dead-path elimination waits for it).
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ from noetl_stream.dsl.models import Playbook
 class NetGraph:
     forward_preds: dict[str, tuple[str, ...]]
     back_edges: frozenset[tuple[str, str]]
+    components: dict[str, int]  # strongly connected component of each step
 
     def is_join(self, step: str) -> bool:
         return len(self.forward_preds.get(step, ())) > 1
 
     def is_back_edge(self, src: str, dst: str) -> bool:
         return (src, dst) in self.back_edges
+
+    def stays_in_cycle(self, src: str, dst: str) -> bool:
+        """True when the arc src -> dst keeps the token inside a cycle that can run src again."""
+        return src == dst or (src in self.components
+                              and self.components.get(dst) == self.components[src])
 
 
 _CACHE: dict[int, tuple[Playbook, NetGraph]] = {}
@@ -69,4 +77,41 @@ def _build(playbook: Playbook) -> NetGraph:
         for dst in targets:
             if (src, dst) not in back and src not in preds[dst]:
                 preds[dst].append(src)
-    return NetGraph({k: tuple(v) for k, v in preds.items()}, frozenset(back))
+    return NetGraph({k: tuple(v) for k, v in preds.items()}, frozenset(back),
+                    _components([s.name for s in playbook.steps], succ))
+
+
+def _components(order: list[str], succ: dict[str, list[str]]) -> dict[str, int]:
+    """Strongly connected components (Kosaraju, iterative), numbered in a deterministic order."""
+    finished: list[str] = []
+    seen: set[str] = set()
+    for root in order:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(succ[root]))]
+        while stack:
+            node, unvisited = stack[-1]
+            nxt = next((t for t in unvisited if t not in seen), None)
+            if nxt is None:
+                stack.pop()
+                finished.append(node)
+            else:
+                seen.add(nxt)
+                stack.append((nxt, iter(succ[nxt])))
+    preds: dict[str, list[str]] = {n: [] for n in order}
+    for src, targets in succ.items():
+        for dst in targets:
+            preds[dst].append(src)
+    component: dict[str, int] = {}
+    for number, root in enumerate(reversed(finished)):
+        if root in component:
+            continue
+        component[root] = number
+        todo = [root]
+        while todo:
+            for pred in preds[todo.pop()]:
+                if pred not in component:
+                    component[pred] = number
+                    todo.append(pred)
+    return component

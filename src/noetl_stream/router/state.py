@@ -6,8 +6,10 @@ Plain dataclasses that round-trip through JSON (`to_dict` / `from_dict`) so the 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 
 @dataclass
@@ -20,6 +22,7 @@ class Outgoing:
     event_type: str = ""  # for events
     pool: str = ""  # for commands
     tool_kind: str = ""  # for commands: subject suffix
+    progress: bool = False  # informational event: published without waiting for the store
 
 
 @dataclass
@@ -110,7 +113,9 @@ class ExecutionState:
 
     # -- JSON round trip -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict.
+        result: dict[str, Any] = orjson.loads(orjson.dumps(self))
+        return result
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExecutionState:

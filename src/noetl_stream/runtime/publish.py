@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from typing import Any
 
 from noetl_stream import jsonutil
@@ -20,9 +21,17 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing]) -> None:
     """Publish every message and wait for JetStream to store each (duplicates are dropped)."""
     if not outbox:
         return
-    await asyncio.gather(*(
-        bus.js.publish(subject_of(bus, m), jsonutil.dumps(m.body), headers={"Nats-Msg-Id": m.msg_id})
-        for m in outbox))
+    # Coroutines are started in outbox order and each writes its message first, so watchers see
+    # events in the order the router produced them.
+    sends: list[Awaitable[Any]] = []
+    for m in outbox:
+        data = jsonutil.dumps(m.body)
+        headers = {"Nats-Msg-Id": m.msg_id}
+        if m.progress:
+            sends.append(bus.nc.publish(subject_of(bus, m), data, headers=headers))
+        else:
+            sends.append(bus.js.publish(subject_of(bus, m), data, headers=headers))
+    await asyncio.gather(*sends)
 
 
 async def publish_event(bus: Bus, execution_id: str, event_type: str, msg_id: str,

@@ -54,6 +54,7 @@ class Server:
         self._cache: dict[str, _Cached] = {}
         self._playbooks: dict[str, Playbook] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._subs: list[Any] = []
         self._stopping = asyncio.Event()
         self._executions: KeyValue | None = None
         self._catalog: KeyValue | None = None
@@ -66,6 +67,7 @@ class Server:
         ev = topo.consumer("noetl-server-router")
         req_sub = await self.bus.js.pull_subscribe_bind(req.durable, stream=req.stream)
         ev_sub = await self.bus.js.pull_subscribe_bind(ev.durable, stream=ev.stream)
+        self._subs = [req_sub, ev_sub]
         self._tasks = [asyncio.create_task(self._loop(req_sub, self._handle_requests), name="requests"),
                        asyncio.create_task(self._loop(ev_sub, self._handle_events), name="router")]
 
@@ -76,6 +78,7 @@ class Server:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+        await _release(self._subs)
 
     async def _loop(self, sub: Any, handler: Callable[[list[Msg]], Any]) -> None:
         # One fetch loop per consumer (several loops on one durable stall, ARCHITECTURE §10).
@@ -99,35 +102,42 @@ class Server:
         await asyncio.gather(*(self._handle_request(m) for m in msgs))
 
     async def _handle_request(self, msg: Msg) -> None:
+        raw: Any = None
         try:
             raw = jsonutil.loads(msg.data)
             request = ExecutionRequest.model_validate(raw)
         except (ValueError, ValidationError) as exc:
-            await self._reject(msg, None, None, [f"bad execution request: {_short(exc)}"])
+            # A body that is JSON but not a valid request may still say who waits for the answer.
+            execution_id, reply_to = _reply_address(raw)
+            await self._reject(msg, execution_id, reply_to, [f"bad execution request: {_short(exc)}"])
             return
         execution_id = request.execution_id or ids.new_execution_id()
-        try:
-            parsed = parse_playbook(request.playbook, request.playbook_file)
-        except PlaybookError as exc:
-            await self._reject(msg, execution_id, request.reply_to,
-                               [str(i) for i in exc.issues if i.severity == "error"])
-            return
-        key = "pb_" + hashlib.sha256(request.playbook.encode()).hexdigest()[:32]
         assert self._catalog is not None and self._executions is not None
-        await self._catalog.put(key, request.playbook.encode())
-        self._playbooks[key] = parsed.playbook
-        workload = merge_workload(parsed.playbook.workload, request.payload)
-        state = router.start(parsed.playbook, execution_id=execution_id, playbook_key=key,
+        # The same text is parsed and stored once per server: parsing is the costliest part of a
+        # request, and 50 requests for one playbook are the common case.
+        key = "pb_" + hashlib.sha256(request.playbook.encode()).hexdigest()[:32]
+        playbook = self._playbooks.get(key)
+        if playbook is None:
+            try:
+                playbook = parse_playbook(request.playbook, request.playbook_file).playbook
+            except PlaybookError as exc:
+                await self._reject(msg, execution_id, request.reply_to,
+                                   [str(i) for i in exc.issues if i.severity == "error"])
+                return
+            await self._catalog.put(key, request.playbook.encode())
+            self._playbooks[key] = playbook
+        workload = merge_workload(playbook.workload, request.payload)
+        state = router.start(playbook, execution_id=execution_id, playbook_key=key,
                              workload=workload, now=self.clock(),
                              parent_execution_id=request.parent_execution_id)
         try:
-            revision = await self._executions.create(execution_id, jsonutil.dumps(state.to_dict()))
+            revision = await self._executions.create(execution_id, jsonutil.dumps(state))
         except KeyWrongLastSequenceError:
             # Already started (a redelivered or repeated request): re-publish what it committed.
             entry = await self._executions.get(execution_id)
             state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
             revision = int(entry.revision or 0)
-        self._cache[execution_id] = _Cached(state, revision, parsed.playbook)
+        self._cache[execution_id] = _Cached(state, revision, playbook)
         await publish_outbox(self.bus, state.outbox)
         if request.reply_to:
             reply = RequestReply(accepted=True, execution_id=execution_id)
@@ -195,7 +205,7 @@ class Server:
             state.outbox = outbox
             try:
                 cached.revision = await self._executions.update(
-                    execution_id, jsonutil.dumps(state.to_dict()), last=cached.revision)
+                    execution_id, jsonutil.dumps(state), last=cached.revision)
             except KeyWrongLastSequenceError:
                 self._cache.pop(execution_id, None)  # someone else moved it: reload and re-apply
                 continue
@@ -203,7 +213,11 @@ class Server:
             if state.status != "running":
                 self._cache.pop(execution_id, None)
             break
-        await asyncio.gather(*(m.ack_sync() for m, _ in items))
+        # A plain ack: if it is lost, the event comes back and applying it again is a no-op (its
+        # run or iteration is no longer in flight), so waiting for the server's confirmation of
+        # every ack would only cost throughput.
+        for m, _ in items:
+            await m.ack()
 
     async def _load(self, execution_id: str) -> _Cached | None:
         cached = self._cache.get(execution_id)
@@ -232,6 +246,28 @@ class Server:
             pb = parse_playbook(bytes(entry.value or b"").decode(), key).playbook
             self._playbooks[key] = pb
         return pb
+
+
+async def _release(subs: list[Any]) -> None:
+    """Drop pull subscriptions whose fetch loops have stopped.
+
+    A message that reached one after its last fetch gave up is never marked done, so draining the
+    connection would wait for it until the drain timeout; unacknowledged, it is redelivered.
+    """
+    for sub in subs:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+    subs.clear()
+
+
+def _reply_address(raw: Any) -> tuple[str | None, str | None]:
+    """The `execution_id` and `reply_to` of a request that failed validation, where usable."""
+    if not isinstance(raw, dict):
+        return None, None
+    execution_id, reply_to = raw.get("execution_id"), raw.get("reply_to")
+    usable_id = execution_id if isinstance(execution_id, str) and ids.is_subject_token(execution_id) \
+        else None
+    return usable_id, reply_to if isinstance(reply_to, str) and reply_to else None
 
 
 def _short(exc: Exception) -> str:

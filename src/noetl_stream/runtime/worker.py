@@ -37,12 +37,14 @@ class Worker:
         self._slots = asyncio.Semaphore(concurrency)
         self._running: set[asyncio.Task[None]] = set()
         self._loop_task: asyncio.Task[None] | None = None
+        self._sub: Any = None
         self._stopping = asyncio.Event()
         self._ack_wait_s = bus.topology.pool_consumer(pool).ack_wait_s
 
     async def start(self) -> None:
         decl = self.bus.topology.pool_consumer(self.pool)
         sub = await self.bus.js.pull_subscribe_bind(decl.durable, stream=decl.stream)
+        self._sub = sub
         self._loop_task = asyncio.create_task(self._fetch_loop(sub), name=f"worker-{self.pool}")
 
     async def stop(self) -> None:
@@ -56,6 +58,12 @@ class Worker:
         for t in list(self._running):
             with contextlib.suppress(asyncio.CancelledError):
                 await t
+        if self._sub is not None:
+            # Commands delivered after the last fetch gave up would hold up draining the
+            # connection until its timeout; unacknowledged, they are redelivered to another worker.
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
 
     async def _fetch_loop(self, sub: Any) -> None:
         while not self._stopping.is_set():

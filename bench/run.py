@@ -1,0 +1,595 @@
+"""Benchmarks of noetl-stream on the embedded stack (nats-server + server + worker in-process).
+
+    .venv/bin/python bench/run.py            # full run
+    .venv/bin/python bench/run.py --quick    # smaller run, a few seconds
+    .venv/bin/python bench/run.py --only W1,W3 --cprofile /tmp/w.prof
+
+Workloads (see bench/README.md): RAW (bare JetStream round trip), W1 (100 sequential noop
+steps), W2 (500-item parallel loop, max_in_flight 50), W3 (50 concurrent executions of 20 noop
+steps), W4 (100 sequential python steps). Prints a table and writes bench/results/latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+
+from noetl_stream import ids
+from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.nats_server import NatsServer, binary_version, start_nats_server
+from noetl_stream.runtime.provision import provision
+from noetl_stream.runtime.services import run_services, submit_and_watch
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+# Targets: (field of the row, comparison, value).
+TARGETS: dict[str, tuple[str, str, float]] = {
+    "W1": ("ms_per_step", "<=", 3.0),
+    "W4": ("ms_per_step", "<=", 8.0),
+    "W3": ("steps_per_s", ">=", 2000.0),
+    "W3-RSS": ("rss_mb", "<=", 300.0),
+}
+
+
+# -- playbooks ---------------------------------------------------------------------------------
+def chain_playbook(name: str, steps: int, kind: str = "noop") -> str:
+    """`steps` sequential steps s1 -> s2 -> ... -> sN, each one task of `kind`."""
+    if kind == "noop":
+        tool = "{kind: noop}"
+    elif kind == "python":
+        tool = "{kind: python, code: 'result = {\"i\": 1}'}"
+    else:
+        raise ValueError(kind)
+    lines = ["apiVersion: noetl.io/v2", "kind: Playbook", "metadata:", f"  name: {name}",
+             "workflow:"]
+    for i in range(1, steps + 1):
+        lines.append(f"  - step: s{i}")
+        lines.append(f"    tool: {tool}")
+        if i < steps:
+            lines.append(f"    next: {{arcs: [{{step: s{i + 1}}}]}}")
+    return "\n".join(lines) + "\n"
+
+
+def loop_playbook(name: str, max_in_flight: int) -> str:
+    """One step looping over `workload.items` in parallel, `max_in_flight` iterations at a time."""
+    return "\n".join([
+        "apiVersion: noetl.io/v2", "kind: Playbook", "metadata:", f"  name: {name}",
+        "workload:", "  items: []",
+        "workflow:",
+        "  - step: fan",
+        "    loop:",
+        '      in: "{{ workload.items }}"',
+        "      iterator: item",
+        f"      spec: {{mode: parallel, max_in_flight: {max_in_flight}}}",
+        "    tool: {kind: noop}",
+    ]) + "\n"
+
+
+# -- measurements ------------------------------------------------------------------------------
+@dataclass
+class Row:
+    workload: str
+    steps: int
+    wall_s: float
+    description: str = ""
+    runs: list[float] = field(default_factory=list)  # wall seconds of each repetition
+    rss_mb: float | None = None
+    nats_rss_mb: float | None = None
+    status: str = "ok"
+    target: str = ""
+    met: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def ms_per_step(self) -> float:
+        return self.wall_s * 1000 / self.steps if self.steps else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["steps_per_s"] = round(self.steps_per_s, 1)
+        out["ms_per_step"] = round(self.ms_per_step, 4)
+        out["wall_s"] = round(self.wall_s, 4)
+        out["runs"] = [round(r, 4) for r in self.runs]
+        out["best_wall_s"] = round(min(self.runs), 4) if self.runs else None
+        return out
+
+
+def cpu_s(pid: int | None) -> float:
+    """User + system CPU seconds of process `pid` (None: this process)."""
+    if pid is None:
+        return time.process_time()
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def rss_mb(pid: int | str = "self") -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+class RssSampler:
+    """Peak VmRSS of this process (server + worker live here) and of the nats-server child."""
+
+    def __init__(self, nats_pid: int | None, every_s: float = 0.02) -> None:
+        self.nats_pid = nats_pid
+        self.every_s = every_s
+        self.peak = 0.0
+        self.nats_peak = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def sample(self) -> None:
+        self.peak = max(self.peak, rss_mb() or 0.0)
+        if self.nats_pid is not None:
+            self.nats_peak = max(self.nats_peak, rss_mb(self.nats_pid) or 0.0)
+
+    async def _run(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(self.every_s)
+
+    def __enter__(self) -> RssSampler:
+        self.sample()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sample()
+        if self._task is not None:
+            self._task.cancel()
+
+
+class SizeTap:
+    """Counts and sizes of commands, events and router state writes (core subscriptions beside
+    the streams: they see copies and change no consumer). Costs some CPU, so it is opt-in."""
+
+    SUBJECTS = {"commands": "noetl.commands.>", "events": "noetl.events.>",
+                "kv_state": "$KV.noetl_executions.>"}
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.subs: list[Any] = []
+        self.reset()
+
+    def reset(self) -> None:
+        self.count = dict.fromkeys(self.SUBJECTS, 0)
+        self.bytes = dict.fromkeys(self.SUBJECTS, 0)
+        self.max = dict.fromkeys(self.SUBJECTS, 0)
+
+    async def start(self) -> None:
+        for name, subject in self.SUBJECTS.items():
+            async def cb(msg: Any, name: str = name) -> None:
+                self.count[name] += 1
+                self.bytes[name] += len(msg.data)
+                self.max[name] = max(self.max[name], len(msg.data))
+            self.subs.append(await self.bus.nc.subscribe(subject, cb=cb))
+
+    async def stop(self) -> None:
+        for sub in self.subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    def report(self, steps: int) -> dict[str, Any]:
+        return {name: {"count": self.count[name], "per_step": round(self.count[name] / steps, 2),
+                       "avg_bytes": round(self.bytes[name] / self.count[name]) if self.count[name]
+                       else 0, "max_bytes": self.max[name]}
+                for name in self.SUBJECTS}
+
+
+# -- RAW: bare JetStream round trip ------------------------------------------------------------
+async def raw_round_trips(bus: Bus, n: int, *, batch: int, kv: bool, tag: str) -> float:
+    """Seconds for `n` sequential round trips: publish a command -> pull fetch (+ ack) -> publish
+    an event -> pull fetch (+ ack), on scratch streams. `batch` is the fetch batch size (the
+    runtime asks for up to 64 commands and 256 events); `kv` adds the router's revision-checked
+    KV update of a ~1 KB state per round trip. Acks are double acks, as in the runtime."""
+    js = bus.js
+    cmd_stream, ev_stream = f"BENCH_{tag}_CMD", f"BENCH_{tag}_EV"
+    for name, subj, retention in ((cmd_stream, f"bench.{tag}.cmd.>", RetentionPolicy.WORK_QUEUE),
+                                  (ev_stream, f"bench.{tag}.ev.>", RetentionPolicy.LIMITS)):
+        with contextlib.suppress(Exception):
+            await js.delete_stream(name)
+        await js.add_stream(StreamConfig(name=name, subjects=[subj], retention=retention,
+                                         storage=StorageType.FILE, duplicate_window=1200))
+        await js.add_consumer(name, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT,
+                                                   deliver_policy=DeliverPolicy.ALL, ack_wait=30,
+                                                   max_ack_pending=20000))
+    cmd_sub = await js.pull_subscribe_bind("c", stream=cmd_stream)
+    ev_sub = await js.pull_subscribe_bind("c", stream=ev_stream)
+    bucket = None
+    revision = 0
+    state = b'{"pad":"' + b"x" * 1000 + b'"}'
+    if kv:
+        bucket_name = f"bench_{tag.lower()}"
+        with contextlib.suppress(Exception):
+            await js.delete_key_value(bucket_name)
+        bucket = await js.create_key_value(KeyValueConfig(bucket=bucket_name, history=1,
+                                                          storage=StorageType.FILE))
+        revision = await bucket.put("state", state)
+    body = b'{"execution_id":"x","step":"s","context":{}}'
+
+    async def one(i: int) -> None:
+        nonlocal revision
+        await js.publish(f"bench.{tag}.cmd.default.noop", body, headers={"Nats-Msg-Id": f"c{i}"})
+        (cmd,) = await cmd_sub.fetch(batch, timeout=5)
+        await js.publish(f"bench.{tag}.ev.x.step.done", body, headers={"Nats-Msg-Id": f"e{i}"})
+        await cmd.ack_sync()
+        (ev,) = await ev_sub.fetch(batch, timeout=5)
+        if bucket is not None:
+            revision = await bucket.update("state", state, last=revision)
+        await ev.ack_sync()
+
+    for i in range(min(50, n)):  # warm up
+        await one(-1 - i)
+    t0 = time.perf_counter()
+    for i in range(n):
+        await one(i)
+    elapsed = time.perf_counter() - t0
+    for name in (cmd_stream, ev_stream):
+        with contextlib.suppress(Exception):
+            await js.delete_stream(name)
+    if bucket is not None:
+        with contextlib.suppress(Exception):
+            await js.delete_key_value(f"bench_{tag.lower()}")
+    return elapsed
+
+
+# -- executions --------------------------------------------------------------------------------
+async def execute(bus: Bus, text: str, name: str, payload: dict[str, Any] | None = None,
+                  timeout_s: float = 600.0) -> tuple[float, dict[str, Any]]:
+    t0 = time.perf_counter()
+    final = await submit_and_watch(bus, playbook_text=text, playbook_file=f"bench/{name}.yaml",
+                                   payload=payload or {}, on_event=lambda _e: None,
+                                   execution_id=ids.new_execution_id(), timeout_s=timeout_s)
+    return time.perf_counter() - t0, final
+
+
+def _check_final(final: dict[str, Any], what: str) -> str:
+    status = str(final.get("status") or final.get("event_type"))
+    if status != "completed":
+        err = final.get("error") or final.get("errors")
+        print(f"  !! {what} ended {status}: {err}", file=sys.stderr)
+    return status
+
+
+async def repeated(bus: Bus, text: str, name: str, repeat: int,
+                   payload: dict[str, Any] | None = None) -> tuple[list[float], str]:
+    walls = []
+    status = "completed"
+    for _ in range(repeat):
+        wall, final = await execute(bus, text, name, payload)
+        walls.append(wall)
+        s = _check_final(final, name)
+        if s != "completed":
+            status = s
+    return walls, status
+
+
+@dataclass
+class Plan:
+    raw_n: int
+    w1_steps: int
+    w2_items: int
+    w2_max_in_flight: int
+    w3_executions: int
+    w3_steps: int
+    w4_steps: int
+    repeat: int
+
+
+FULL = Plan(raw_n=2000, w1_steps=100, w2_items=500, w2_max_in_flight=50, w3_executions=50,
+            w3_steps=20, w4_steps=100, repeat=3)
+QUICK = Plan(raw_n=300, w1_steps=100, w2_items=100, w2_max_in_flight=50, w3_executions=10,
+             w3_steps=20, w4_steps=30, repeat=1)
+
+
+class Profiler:
+    """Optional cProfile around the measured parts only (the set-up is left out)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.prof = cProfile.Profile() if path else None
+
+    @contextlib.contextmanager
+    def on(self) -> Any:
+        if self.prof is None:
+            yield
+            return
+        self.prof.enable()
+        try:
+            yield
+        finally:
+            self.prof.disable()
+
+    def save(self) -> None:
+        if self.prof is not None and self.path:
+            self.prof.dump_stats(self.path)
+            print(f"profile written to {self.path}", file=sys.stderr)
+
+
+async def bench(plan: Plan, only: set[str], prof: Profiler,
+                sizes: bool = False) -> tuple[list[Row], dict[str, Any]]:
+    rows: list[Row] = []
+
+    def want(workload: str) -> bool:
+        return not only or workload in only
+
+    with tempfile.TemporaryDirectory(prefix="noetl-bench-") as tmp:
+        nats: NatsServer = await start_nats_server(Path(tmp) / "nats", record=False)
+        nats_pid = nats.process.pid if nats.process is not None else None
+        env = {"nats_server": str(nats.binary), "nats_version": binary_version(nats.binary)
+               if nats.binary else None}
+        try:
+            bus = await connect(nats.url, name="noetl-bench")
+            try:
+                await provision(bus, ("default",))
+                rows += await run_raw(bus, plan, want, prof)
+                async with run_services(bus):
+                    await warm_up(bus)
+                    tap = SizeTap(bus) if sizes else None
+                    if tap is not None:
+                        await tap.start()
+                    rows += await run_workloads(bus, plan, want, prof, nats_pid, tap)
+                    if tap is not None:
+                        await tap.stop()
+            finally:
+                await bus.close()
+        finally:
+            await nats.stop()
+    return rows, env
+
+
+async def run_raw(bus: Bus, plan: Plan, want: Callable[[str], bool], prof: Profiler) -> list[Row]:
+    rows = []
+    variants = [("RAW", 1, False, "publish cmd -> fetch(1) -> publish ev -> fetch(1), ack_sync"),
+                ("RAW-b", 64, False, "same, fetch(64) as worker/router batches"),
+                ("RAW+KV", 1, True, "RAW + revision-checked KV update (1 KB) per trip")]
+    for tag, batch, kv, desc in variants:
+        if not want(tag) and not want("RAW"):
+            continue
+        with prof.on():
+            wall = await raw_round_trips(bus, plan.raw_n, batch=batch, kv=kv,
+                                         tag=tag.replace("+", "").replace("-", ""))
+        rows.append(Row(tag, plan.raw_n, wall, desc, [wall]))
+        print(f"  {tag:7} {wall * 1000 / plan.raw_n:.3f} ms/round trip", file=sys.stderr)
+    return rows
+
+
+async def warm_up(bus: Bus) -> None:
+    """Warm imports, template caches, python children and the consumers before measuring."""
+    for kind in ("noop", "python"):
+        _, final = await execute(bus, chain_playbook(f"bench_warm_{kind}", 5, kind),
+                                 f"warm_{kind}")
+        _check_final(final, f"warm-up {kind}")
+    await execute(bus, loop_playbook("bench_warm_loop", 10), "warm_loop",
+                  {"items": list(range(20))})
+
+
+async def run_workloads(bus: Bus, plan: Plan, want: Callable[[str], bool], prof: Profiler,
+                        nats_pid: int | None, tap: SizeTap | None = None) -> list[Row]:
+    rows = []
+
+    async def timed(tag: str, fn: Callable[[], Awaitable[Row]]) -> None:
+        if not want(tag):
+            return
+        if tap is not None:
+            tap.reset()
+        cpu0, nats0, wall0 = cpu_s(None), cpu_s(nats_pid), time.perf_counter()
+        with prof.on():
+            row = await fn()
+        wall = time.perf_counter() - wall0
+        cpu, nats_cpu = cpu_s(None) - cpu0, cpu_s(nats_pid) - nats0
+        # CPU over all repetitions, as a share of their wall time (2 cores: 200% is everything).
+        row.extra["cpu_python_pct"] = round(100 * cpu / wall, 1)
+        row.extra["cpu_nats_pct"] = round(100 * nats_cpu / wall, 1)
+        row.extra["cpu_python_ms_per_step"] = round(1000 * cpu / (row.steps * len(row.runs)), 4)
+        row.extra["cpu_nats_ms_per_step"] = round(1000 * nats_cpu / (row.steps * len(row.runs)), 4)
+        if tap is not None:
+            row.extra["messages"] = tap.report(row.steps * len(row.runs))
+        rows.append(row)
+        print(f"  {tag:7} {row.ms_per_step:.3f} ms/step  {row.steps_per_s:.0f} steps/s  "
+              f"(runs {', '.join(f'{r:.3f}' for r in row.runs)} s; cpu python "
+              f"{row.extra['cpu_python_pct']}% nats {row.extra['cpu_nats_pct']}%)", file=sys.stderr)
+
+    async def w1() -> Row:
+        text = chain_playbook("bench_w1", plan.w1_steps)
+        walls, status = await repeated(bus, text, "w1", plan.repeat)
+        return Row("W1", plan.w1_steps, statistics.median(walls),
+                   f"1 execution, {plan.w1_steps} sequential noop steps (median of {plan.repeat})",
+                   walls, status=status)
+
+    async def w2() -> Row:
+        text = loop_playbook("bench_w2", plan.w2_max_in_flight)
+        payload = {"items": list(range(plan.w2_items))}
+        walls, status = await repeated(bus, text, "w2", plan.repeat, payload)
+        return Row("W2", plan.w2_items, statistics.median(walls),
+                   f"1 execution, {plan.w2_items}-item parallel loop, max_in_flight "
+                   f"{plan.w2_max_in_flight}, noop (median of {plan.repeat})", walls, status=status)
+
+    async def w3() -> Row:
+        text = chain_playbook("bench_w3", plan.w3_steps)
+        total = plan.w3_executions * plan.w3_steps
+        walls = []
+        status = "completed"
+        sampler = RssSampler(nats_pid)
+        per_exec: list[float] = []
+        for _ in range(plan.repeat):
+            with sampler:
+                t0 = time.perf_counter()
+                results = await asyncio.gather(*(execute(bus, text, "w3")
+                                                 for _ in range(plan.w3_executions)))
+                walls.append(time.perf_counter() - t0)
+            for wall, final in results:
+                per_exec.append(wall)
+                if _check_final(final, "w3") != "completed":
+                    status = "failed"
+        row = Row("W3", total, statistics.median(walls),
+                  f"{plan.w3_executions} concurrent executions x {plan.w3_steps} noop steps "
+                  f"(median of {plan.repeat})", walls, status=status)
+        row.rss_mb = round(sampler.peak, 1)
+        row.nats_rss_mb = round(sampler.nats_peak, 1)
+        per_exec.sort()
+        row.extra["execution_latency_s"] = {"p50": round(per_exec[len(per_exec) // 2], 3),
+                                            "max": round(per_exec[-1], 3)}
+        return row
+
+    async def w4() -> Row:
+        text = chain_playbook("bench_w4", plan.w4_steps, "python")
+        walls, status = await repeated(bus, text, "w4", plan.repeat)
+        return Row("W4", plan.w4_steps, statistics.median(walls),
+                   f"1 execution, {plan.w4_steps} sequential python steps (median of "
+                   f"{plan.repeat})", walls, status=status)
+
+    await timed("W1", w1)
+    await timed("W2", w2)
+    await timed("W3", w3)
+    await timed("W4", w4)
+    return rows
+
+
+# -- report ------------------------------------------------------------------------------------
+def judge(rows: list[Row]) -> list[Row]:
+    """Attach targets; W3's memory target becomes its own row."""
+    out = []
+    for row in rows:
+        out.append(row)
+        if row.workload in TARGETS:
+            _set_target(row, row.workload)
+        if row.workload == "W3" and row.rss_mb is not None:
+            mem = Row("W3-RSS", row.steps, row.wall_s, "peak VmRSS of the Python process "
+                      f"(server + worker) during W3; nats-server child {row.nats_rss_mb} MB",
+                      row.runs, rss_mb=row.rss_mb, nats_rss_mb=row.nats_rss_mb, status=row.status)
+            _set_target(mem, "W3-RSS")
+            out.append(mem)
+    return out
+
+
+def _set_target(row: Row, key: str) -> None:
+    attr, op, value = TARGETS[key]
+    have = getattr(row, attr)
+    unit = {"ms_per_step": "ms/step", "steps_per_s": "steps/s", "rss_mb": "MB"}[attr]
+    row.target = f"{op} {value:g} {unit}"
+    row.met = (have <= value if op == "<=" else have >= value) and row.status in ("ok", "completed")
+
+
+def table(rows: list[Row]) -> str:
+    head = ("workload", "steps", "wall s", "steps/s", "ms/step", "target", "met?")
+    lines = []
+    for r in rows:
+        if r.workload == "W3-RSS":
+            cells = (r.workload, "", "", "", "", r.target,
+                     _met(r.met) + f" ({r.rss_mb:.0f} MB; nats {r.nats_rss_mb:.0f} MB)")
+        else:
+            cells = (r.workload, str(r.steps), f"{r.wall_s:.3f}", f"{r.steps_per_s:.0f}",
+                     f"{r.ms_per_step:.3f}", r.target or "-",
+                     _met(r.met) if r.met is not None else "-")
+            if r.status not in ("ok", "completed"):
+                cells = (*cells[:-1], f"{cells[-1]} [{r.status}]")
+        lines.append(cells)
+    widths = [max(len(h), *(len(c[i]) for c in lines)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:{'<' if i in (0, 5, 6) else '>'}{w}}}" for i, w in enumerate(widths))
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([fmt.format(*head), sep, *(fmt.format(*c) for c in lines)])
+
+
+def _met(met: bool | None) -> str:
+    return "yes" if met else "NO"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smaller workloads, one repetition")
+    ap.add_argument("--repeat", type=int, default=None, help="repetitions of each workload")
+    ap.add_argument("--only", default="", help="comma-separated workloads (RAW,W1,W2,W3,W4)")
+    ap.add_argument("--cprofile", default=None, metavar="FILE",
+                    help="write a cProfile of the measured parts to FILE")
+    ap.add_argument("--sizes", action="store_true",
+                    help="also count and size commands, events and state writes (costs CPU)")
+    ap.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
+    ap.add_argument("--out", default=str(RESULTS / "latest.json"), help="JSON results file")
+    args = ap.parse_args(argv)
+
+    plan = QUICK if args.quick else FULL
+    if args.repeat is not None:
+        plan = Plan(**{**asdict(plan), "repeat": max(1, args.repeat)})
+    only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
+    prof = Profiler(args.cprofile)
+
+    loop_name = "asyncio"
+    runner: Callable[[Any], Any] = asyncio.run
+    if not args.no_uvloop:
+        try:
+            import uvloop
+
+            runner = uvloop.run
+            loop_name = f"uvloop {uvloop.__version__}"
+        except ImportError:
+            pass
+    print(f"noetl-stream bench ({'quick' if args.quick else 'full'}, {loop_name})", file=sys.stderr)
+    started = time.time()
+    load_before = os.getloadavg()
+    rows, env = runner(bench(plan, only, prof, args.sizes))
+    load_after = os.getloadavg()
+    prof.save()
+    rows = judge(rows)
+    print()
+    print(table(rows))
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "timestamp": started,
+        "mode": "quick" if args.quick else "full",
+        "plan": asdict(plan),
+        "environment": {"python": sys.version.split()[0], "loop": loop_name,
+                        "platform": platform.platform(), "cpus": os.cpu_count(),
+                        # Other processes on the machine make the figures noisy: check these.
+                        "loadavg_before": [round(x, 2) for x in load_before],
+                        "loadavg_after": [round(x, 2) for x in load_after], **env},
+        "targets": {k: {"field": f, "op": op, "value": v} for k, (f, op, v) in TARGETS.items()},
+        "rows": [r.to_json() for r in rows],
+        "all_targets_met": all(r.met for r in rows if r.met is not None),
+    }
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"\nresults written to {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

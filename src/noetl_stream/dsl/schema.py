@@ -1,0 +1,64 @@
+"""JSON Schemas of the IR and message bodies, generated from the pydantic models (ARCHITECTURE §5).
+
+`schemas/` in the repository holds the output of `python -m noetl_stream.dsl.schema`; a unit test
+regenerates them in memory and fails when the files and the models disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from noetl_stream.dsl.models import Playbook
+from noetl_stream.messages import ExecutionRequest, RequestReply
+
+MODELS: dict[str, type[BaseModel]] = {
+    "playbook.schema.json": Playbook,
+    "execution-request.schema.json": ExecutionRequest,
+    "request-reply.schema.json": RequestReply,
+}
+
+DEFAULT_DIR = Path(__file__).resolve().parents[3] / "schemas"
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def export_schemas() -> dict[str, dict[str, Any]]:
+    """File name -> JSON Schema, for every exported model."""
+    return {name: {"$schema": JSON_SCHEMA_DIALECT, "$id": name, **model.model_json_schema()}
+            for name, model in MODELS.items()}
+
+
+def render_schema(schema: dict[str, Any]) -> str:
+    """The exact text written to disk: sorted keys, 2-space indent, trailing newline."""
+    return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def write_schemas(out_dir: Path = DEFAULT_DIR) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, schema in export_schemas().items():
+        path = out_dir / name
+        path.write_text(render_schema(schema), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m noetl_stream.dsl.schema [OUT_DIR]`: write the schemas (default: repo schemas/)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) > 1 or (args and args[0] in ("-h", "--help")):
+        print("usage: python -m noetl_stream.dsl.schema [OUT_DIR]", file=sys.stderr)
+        return 2
+    out_dir = Path(args[0]) if args else DEFAULT_DIR
+    for path in write_schemas(out_dir):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""Drive the pure router without NATS: answer each command with a chosen outcome event.
+
+`RouterHarness` starts an execution, keeps the commands the router asks for, and feeds back the
+outcome events a worker would publish (`step.done`, `loop.iteration.done`, or their failures).
+Everything is in memory and deterministic, so a test can replay, reorder or duplicate events:
+
+    harness = RouterHarness(playbook)
+    harness.run(lambda cmd: Reply(result={"n": 1}) if cmd["step"] == "fetch" else Reply())
+    assert harness.state.status == "completed"
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from noetl_stream.dsl.models import Playbook
+from noetl_stream.router import ExecutionState, Outgoing, apply, start
+
+Command = dict[str, Any]
+Event = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """How a fake worker answers one command."""
+
+    ok: bool = True
+    result: Any = None
+    error: dict[str, Any] | None = None
+    ctx_patch: dict[str, Any] = field(default_factory=dict)
+    http: dict[str, Any] | None = None
+
+
+Responder = Callable[[Command], Reply | None]
+"""Chooses the reply to a command; None leaves the command unanswered."""
+
+
+def outcome_event(command: Command, reply: Reply | None = None) -> Event:
+    """The outcome event a worker publishes for `command` (a command body from the outbox)."""
+    reply = reply or Reply()
+    iteration = command.get("iteration")
+    if iteration is None:
+        event_type = "step.done" if reply.ok else "step.failed"
+    else:
+        event_type = "loop.iteration.done" if reply.ok else "loop.iteration.failed"
+    error = reply.error
+    if not reply.ok and error is None:
+        error = {"message": "task failed"}
+    return {
+        "event_type": event_type,
+        "execution_id": command.get("execution_id"),
+        "step": command.get("step"),
+        "step_run_id": command.get("step_run_id"),
+        "iteration": iteration,
+        "result": reply.result if reply.ok else None,
+        "error": None if reply.ok else error,
+        "ctx_patch": dict(reply.ctx_patch),
+        "http": reply.http,
+    }
+
+
+class RouterHarness:
+    """One execution of `playbook`, driven by hand.
+
+    `pending` holds the commands not yet answered, oldest first; `commands`, `events` and
+    `applied` record everything the router published and everything fed back to it.
+    """
+
+    def __init__(self, playbook: Playbook, *, execution_id: str = "exec1",
+                 workload: dict[str, Any] | None = None, now: float = 0.0) -> None:
+        self.playbook = playbook
+        self.now = now
+        self.commands: list[Command] = []
+        self.pending: list[Command] = []
+        self.events: list[Outgoing] = []
+        self.applied: list[Event] = []
+        self.state: ExecutionState = start(playbook, execution_id=execution_id,
+                                           playbook_key=playbook.name,
+                                           workload=dict(workload or playbook.workload), now=now)
+        self._collect(self.state.outbox)
+
+    # -- feeding events --------------------------------------------------------------------
+    def send(self, event: Event) -> list[Outgoing]:
+        """Apply one event; return (and record) the outbox it produced."""
+        self.now += 1.0
+        self.applied.append(copy.deepcopy(event))
+        self.state = apply(self.playbook, self.state, event, self.now)
+        outbox = list(self.state.outbox)
+        self._collect(outbox)
+        return outbox
+
+    def answer(self, command: Command, reply: Reply | None = None) -> list[Outgoing]:
+        """Answer one pending command (removing it from `pending`)."""
+        self.pending = [c for c in self.pending if c is not command]
+        return self.send(outcome_event(command, reply))
+
+    def run(self, responder: Responder | None = None, *, max_events: int = 10_000) -> ExecutionState:
+        """Answer pending commands oldest first until none is left or the responder holds back."""
+        respond = responder or (lambda _command: Reply())
+        for _ in range(max_events):
+            choice = next(((c, r) for c in self.pending if (r := respond(c)) is not None), None)
+            if choice is None:
+                return self.state
+            self.answer(*choice)
+        raise RuntimeError(f"execution still running after {max_events} events")
+
+    # -- reading ---------------------------------------------------------------------------
+    def commands_for(self, step: str) -> list[Command]:
+        return [c for c in self.commands if c.get("step") == step]
+
+    def pending_for(self, step: str) -> list[Command]:
+        return [c for c in self.pending if c.get("step") == step]
+
+    def event_types(self) -> list[str]:
+        return [o.event_type for o in self.events]
+
+    def events_of(self, event_type: str) -> list[dict[str, Any]]:
+        return [o.body for o in self.events if o.event_type == event_type]
+
+    def fired_steps(self) -> list[str]:
+        """Steps in the order the router started them (one entry per run)."""
+        return [str(body["step"]) for body in self.events_of("step.started")]
+
+    def _collect(self, outbox: list[Outgoing]) -> None:
+        for message in outbox:
+            if message.kind == "command":
+                self.commands.append(message.body)
+                self.pending.append(message.body)
+            else:
+                self.events.append(message)

@@ -1,0 +1,108 @@
+"""Template rendering: native single expressions, text for mixed strings, JSON-style attribute reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from noetl_stream.dsl import templating
+from noetl_stream.errors import TemplateError
+
+CONTEXT = {
+    "workload": {"items": [1, 2, 3], "n": 2, "name": "x"},
+    "x": {"items": ["a", "b"], "keys": "k"},
+    "flag": False,
+    "text": "False",
+}
+
+
+def test_single_expression_renders_a_native_list() -> None:
+    assert templating.render_string("{{ workload.items }}", CONTEXT) == [1, 2, 3]
+
+
+def test_single_expression_renders_a_native_int_and_bool() -> None:
+    assert templating.render_string("{{ workload.n + 1 }}", CONTEXT) == 3
+    assert templating.render_string("  {{ flag }}  ", CONTEXT) is False
+
+
+def test_mixed_string_renders_text() -> None:
+    assert templating.render_string("n={{ workload.n }}", CONTEXT) == "n=2"
+    assert templating.render_string("{{ workload.n }}{{ workload.n }}", CONTEXT) == "22"
+
+
+def test_string_without_template_is_returned_as_is() -> None:
+    assert templating.render_string("plain {text}", CONTEXT) == "plain {text}"
+
+
+def test_attribute_read_on_a_mapping_reads_the_key_before_the_method() -> None:
+    assert templating.render_string("{{ x.items }}", CONTEXT) == ["a", "b"]
+    assert templating.render_string("{{ x.keys }}", CONTEXT) == "k"
+
+
+def test_undefined_names_and_chains_render_to_none() -> None:
+    assert templating.render_string("{{ missing }}", CONTEXT) is None
+    assert templating.render_string("{{ missing.deeper.still }}", CONTEXT) is None
+    assert templating.render_string("v={{ missing }}", CONTEXT) == "v="
+
+
+def test_render_walks_dicts_and_lists() -> None:
+    value = {"a": ["{{ workload.n }}", "k={{ workload.name }}"], "b": {"c": "{{ x.items }}"}, "d": 4}
+    assert templating.render(value, CONTEXT) == {"a": [2, "k=x"], "b": {"c": ["a", "b"]}, "d": 4}
+
+
+def test_tojson_and_fromjson_filters_round_trip() -> None:
+    assert templating.render_string("{{ workload.items | tojson }}", CONTEXT) == "[1,2,3]"
+    assert templating.render_string("{{ '[1, 2]' | fromjson }}", CONTEXT) == [1, 2]
+
+
+@pytest.mark.parametrize("word", ["False", "false", " no ", "0", "", "None", "null", "off"])
+def test_truthy_treats_false_words_as_false(word: str) -> None:
+    assert templating.truthy(word) is False
+
+
+@pytest.mark.parametrize("value", ["yes", "True", "anything", 1, [0]])
+def test_truthy_treats_other_values_as_true(value: object) -> None:
+    assert templating.truthy(value) is True
+
+
+def test_guard_from_a_mixed_template_saying_false_is_false() -> None:
+    assert templating.evaluate_guard("{% if flag %}True{% else %}False{% endif %}", CONTEXT) is False
+    assert templating.evaluate_guard("{{ text }}", CONTEXT) is False
+    assert templating.evaluate_guard("{{ workload.n > 1 }}", CONTEXT) is True
+
+
+def test_guard_none_is_true() -> None:
+    assert templating.evaluate_guard(None, CONTEXT) is True
+
+
+def test_runtime_error_names_step_field_and_expression() -> None:
+    with pytest.raises(TemplateError) as caught:
+        templating.render_string("{{ 1 / 0 }}", CONTEXT, step="load", field="tool.url")
+    assert str(caught.value).startswith('step "load" field "tool.url": template \'{{ 1 / 0 }}\': ')
+    assert isinstance(caught.value, ValueError)
+
+
+def test_sandbox_hides_unsafe_attributes_and_refuses_to_call_them() -> None:
+    assert templating.render_string("{{ ''.__class__ }}", CONTEXT) is None
+    with pytest.raises(TemplateError, match="unsafe"):
+        templating.render_string("{{ workload.n.__class__.__subclasses__() }}", CONTEXT)
+
+
+def test_syntax_problem_reports_unparseable_templates_only() -> None:
+    assert templating.syntax_problem("{{ a.b }} and {% if x %}y{% endif %}") is None
+    assert templating.syntax_problem("{{ a. }}") is not None
+    assert templating.syntax_problem("{% if x %}") is not None
+
+
+def test_referenced_names_lists_top_level_names_read() -> None:
+    value = {"url": "{{ api.base }}/{{ page }}", "list": ["{{ items | default(fallback) }}"],
+             "plain": "no template", "n": 3}
+    assert templating.referenced_names(value) == {"api", "page", "items", "fallback"}
+
+
+def test_referenced_names_ignores_attributes_filters_and_literals() -> None:
+    assert templating.referenced_names("{{ a.b.c | upper }}{{ 'lit' ~ d['key'] }}") == {"a", "d"}
+
+
+def test_template_strings_finds_nested_templates() -> None:
+    value = {"a": ["x", "{{ y }}"], "b": {"c": "{% if z %}1{% endif %}"}}
+    assert list(templating.template_strings(value)) == ["{{ y }}", "{% if z %}1{% endif %}"]
