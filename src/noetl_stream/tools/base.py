@@ -48,6 +48,36 @@ class Outcome:
                    http=http, meta=meta)
 
 
+@dataclass(frozen=True)
+class Credential:
+    """A credential's decrypted material, as a tool receives it. Never put it in an event."""
+
+    name: str
+    kind: str  # postgres | bearer | basic | api_key | generic | ...
+    data: dict[str, Any]
+
+
+class CredentialResolver(Protocol):
+    """How tools turn an `auth:` alias into material (through the auth cache)."""
+
+    async def resolve(self, name: str, *, execution_id: str | None = None) -> Credential:
+        """Raise ToolError (with no secret in its text) when the name is unknown."""
+        ...
+
+
+@dataclass(frozen=True)
+class ToolServices:
+    """What the worker hands every tool kind at creation: shared clients and resolvers.
+
+    `nats` is the worker's nats-py client (`nats.aio.client.Client`) and `home` the
+    NOETL_STREAM_HOME folder; both typed loosely so tools/ stays free of runtime imports.
+    """
+
+    credentials: CredentialResolver | None = None
+    nats: Any = None
+    home: Any = None
+
+
 class Tool(Protocol):
     """A tool kind. `run` never raises for a failure of the work itself: it returns an error outcome."""
 

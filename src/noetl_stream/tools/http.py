@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from noetl_stream.tools.base import Outcome, TaskCall
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 DEFAULT_TIMEOUT_S = 60.0
@@ -26,7 +26,8 @@ def _query_value(value: Any) -> str:
 class HttpTool:
     kind = "http"
 
-    def __init__(self) -> None:
+    def __init__(self, services: ToolServices | None = None) -> None:
+        self.services = services or ToolServices()
         self._session: aiohttp.ClientSession | None = None
 
     def _client(self) -> aiohttp.ClientSession:

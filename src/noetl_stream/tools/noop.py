@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from noetl_stream.tools.base import Outcome, TaskCall
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 
 class NoopTool:
     kind = "noop"
+
+    def __init__(self, services: ToolServices | None = None) -> None:
+        del services  # noop needs nothing
 
     async def run(self, call: TaskCall) -> Outcome:
         return Outcome.success(call.input or None)

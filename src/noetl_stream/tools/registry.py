@@ -1,32 +1,54 @@
-"""Tool kinds by name: the built-ins plus any registered under the `noetl_stream.tools` entry point."""
+"""Tool kinds by name: the built-ins plus any registered under the `noetl_stream.tools` entry point.
+
+A plugin's entry point names a factory called with the worker's `ToolServices`; it returns an
+object with `kind`, `async run(call) -> Outcome` and `async close()`.
+"""
 
 from __future__ import annotations
 
+import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
 from noetl_stream.errors import ToolError
-from noetl_stream.tools.base import Tool
-from noetl_stream.tools.http import HttpTool
-from noetl_stream.tools.noop import NoopTool
+from noetl_stream.tools.base import Tool, ToolServices
 from noetl_stream.tools.python import PythonTool
 
 ENTRY_POINT_GROUP = "noetl_stream.tools"
 
+# kind -> "module:Class"; each class is built as Class(services).
+BUILTIN_TOOLS: dict[str, str] = {
+    "noop": "noetl_stream.tools.noop:NoopTool",
+    "http": "noetl_stream.tools.http:HttpTool",
+}
+
+
+def _load(spec: str) -> Any:
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
 
 class ToolRegistry:
-    def __init__(self, tools: dict[str, Tool]) -> None:
+    def __init__(self, tools: dict[str, Tool], origins: dict[str, str] | None = None) -> None:
         self._tools = tools
+        self.origins = origins or {}
 
     @classmethod
-    async def create(cls, *, python_children: int = 8, python_warm: int = 2) -> ToolRegistry:
+    async def create(cls, *, services: ToolServices | None = None, python_children: int = 8,
+                     python_warm: int = 2) -> ToolRegistry:
+        services = services or ToolServices()
         python = PythonTool(max_children=python_children, warm=python_warm)
         await python.start()
-        tools: dict[str, Tool] = {"noop": NoopTool(), "http": HttpTool(), "python": python}
+        tools: dict[str, Tool] = {"python": python}
+        origins = {"python": "built-in"}
+        for kind, spec in BUILTIN_TOOLS.items():
+            tools[kind] = _load(spec)(services)
+            origins[kind] = "built-in"
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             factory: Any = ep.load()
-            tools[ep.name] = factory()
-        return cls(tools)
+            tools[ep.name] = factory(services)
+            origins[ep.name] = f"plugin {ep.value}"
+        return cls(tools, origins)
 
     @property
     def kinds(self) -> list[str]:
