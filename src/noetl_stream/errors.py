@@ -4,6 +4,7 @@
     ├── PlaybookError (ValueError)        a playbook cannot be registered; carries every Issue
     ├── TemplateError (ValueError)        a template failed to render; names step, field, expression
     ├── RequestError (ValueError)         an execution request is malformed
+    ├── CredentialError (ValueError)      a credential is malformed, unknown or cannot be decrypted
     ├── ToolError (RuntimeError)          a tool could not run (not an error outcome of the tool)
     └── InfrastructureError (RuntimeError) NATS or a child process is unreachable or misbehaves
 
@@ -77,6 +78,10 @@ class TemplateError(NoetlStreamError, ValueError):
 
 class RequestError(NoetlStreamError, ValueError):
     """An execution request cannot be accepted."""
+
+
+class CredentialError(NoetlStreamError, ValueError):
+    """A credential is malformed, unknown or cannot be decrypted. Its text never holds a secret."""
 
 
 class ToolError(NoetlStreamError, RuntimeError):

@@ -75,9 +75,9 @@ def test_known_kind_this_build_cannot_run_says_so() -> None:
     message = only_issue("""
         workflow:
           - step: start
-            tool: {kind: postgres, query: "select 1"}
+            tool: {kind: playbook, path: ./child.yaml}
     """)
-    assert message == ('test.yaml:7: step "start" field "tool.kind": tool kind "postgres" is not '
+    assert message == ('test.yaml:7: step "start" field "tool.kind": tool kind "playbook" is not '
                        "available in this version of noetl-stream yet")
 
 

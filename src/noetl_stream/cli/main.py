@@ -18,8 +18,11 @@ import click
 import orjson
 
 from noetl_stream import __version__, config, jsonutil
+from noetl_stream.cli.credential import credential
+from noetl_stream.cli.tools_cmd import tools
 from noetl_stream.dsl import load_playbook
 from noetl_stream.errors import InfrastructureError, PlaybookError
+from noetl_stream.tools.registry import installed_kinds
 
 EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
 
@@ -98,7 +101,7 @@ def _parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]
 
 def _load_or_exit(path: Path, strict: bool) -> str:
     try:
-        result = load_playbook(path, strict=strict)
+        result = load_playbook(path, strict=strict, kinds=installed_kinds())
     except PlaybookError as exc:
         for issue in exc.issues:
             click.echo(str(issue), err=True)
@@ -178,7 +181,7 @@ def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
     bad = 0
     for path in playbooks:
         try:
-            result = load_playbook(path, strict=strict)
+            result = load_playbook(path, strict=strict, kinds=installed_kinds())
         except PlaybookError as exc:
             bad += 1
             for issue in exc.issues:
@@ -347,3 +350,7 @@ def nats_cmd() -> None:
         _run_async(go())
     except InfrastructureError as exc:
         _fail(EXIT_INFRA, str(exc))
+
+
+main.add_command(tools)
+main.add_command(credential)

@@ -15,11 +15,13 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id"}),
     "postgres": frozenset({"command", "query", "params", "auth", "connection", "as_objects",
                            "timeout"}),
-    "duckdb": frozenset({"command", "query", "params", "auth", "db_path", "timeout"}),
+    "duckdb": frozenset({"command", "query", "params", "auth", "db_path", "as_objects", "timeout"}),
     "shell": frozenset({"command", "cwd", "env", "timeout"}),
     "secrets": frozenset({"name", "provider"}),
-    "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "auth"}),
+    "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "stream", "seq",
+                       "auth"}),
 }
 
 # Kinds this build can execute; the others are known words that a later build runs.
-RUNNABLE_KINDS = frozenset({"python", "http", "noop", "workbook"})
+RUNNABLE_KINDS = frozenset({"python", "http", "noop", "workbook", "shell", "nats", "secrets",
+                            "postgres", "duckdb"})

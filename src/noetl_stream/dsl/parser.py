@@ -343,7 +343,9 @@ class _Parser:
             return None
         fields = KIND_FIELDS.get(kind, frozenset())
         self.unknown_keys(body, COMMON_TASK_KEYS | fields, step, "tool.")
-        config = {k: plain(v) for k, v in body.items() if k not in COMMON_TASK_KEYS}
+        # `name` is the task's name, except where the kind reads it as a field (secrets).
+        config = {k: plain(v) for k, v in body.items()
+                  if k not in COMMON_TASK_KEYS or (k == "name" and k in fields)}
         inputs = self.mapping(body, "input", step, "tool.input")
         inputs.update(self.mapping(body, "args", step, "tool.args"))
         spec = body.get("spec") or {}

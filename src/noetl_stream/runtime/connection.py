@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import nats
@@ -11,6 +12,14 @@ from nats.js import JetStreamContext
 
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.subjects import Topology, load_topology
+
+INITIAL_CONNECT_ATTEMPTS = 3
+
+log = logging.getLogger("noetl_stream.connection")
+
+
+async def _log_error(exc: Exception) -> None:
+    log.warning("nats: %s", exc or type(exc).__name__)
 
 
 @dataclass
@@ -28,9 +37,13 @@ class Bus:
 
 async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream") -> Bus:
     try:
-        nc = await nats.connect(url, name=name, connect_timeout=5, max_reconnect_attempts=-1,
+        # A few attempts for the first connection (with -1, nats-py would retry it forever, so a
+        # wrong URL would hang instead of failing); once connected, reconnect without limit.
+        nc = await nats.connect(url, name=name, connect_timeout=5,
+                                max_reconnect_attempts=INITIAL_CONNECT_ATTEMPTS,
                                 reconnect_time_wait=0.5, allow_reconnect=True,
-                                max_outstanding_pings=4)
+                                max_outstanding_pings=4, error_cb=_log_error)
     except (NoServersError, OSError, TimeoutError) as exc:
-        raise InfrastructureError(f"cannot reach NATS at {url}: {exc}") from None
+        raise InfrastructureError(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
+    nc.options["max_reconnect_attempts"] = -1
     return Bus(nc, nc.jetstream(timeout=10), load_topology(prefix))

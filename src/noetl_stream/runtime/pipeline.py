@@ -16,6 +16,7 @@ from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import NoetlStreamError, TemplateError
 from noetl_stream.router.context import build_context, step_view
+from noetl_stream.runtime.redact import secret_values
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -50,15 +51,16 @@ def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
     # NoETL reads `output` both as the envelope (`output.status`, `output.data`) and as the result
     # itself (`{{ output }}['count']`): the result's keys are there too, the envelope's win.
     output = dict(outcome.result) if isinstance(outcome.result, dict) else {}
+    pg = (outcome.error or {}).get("pg")  # postgres errors: {sqlstate, message, ...}
     output.update({"status": outcome.status, "data": outcome.result, "response": outcome.result,
-                   "error": outcome.error, "http": outcome.http})
+                   "error": outcome.error, "http": outcome.http, "pg": pg})
     result = outcome.result
     if task.kind == "http" and outcome.http is not None:
         result = {"status_code": outcome.http["status"], "headers": outcome.http["headers"],
                   "data": outcome.result}
     return {"output": output,
             "outcome": {"status": outcome.status, "result": result, "error": outcome.error,
-                        "http": outcome.http, "meta": outcome.meta}}
+                        "http": outcome.http, "pg": pg, "meta": outcome.meta}}
 
 
 class Pipeline:
@@ -82,6 +84,7 @@ class Pipeline:
         self.args: dict[str, Any] = dict(self.token_args)
         self.locals: dict[str, Any] = {}
         self.ctx_patch: dict[str, Any] = {}
+        self.secrets: set[str] = set()  # values tools marked secret; the worker masks them
         self.step = command["step"]
 
     def context(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -162,9 +165,11 @@ class Pipeline:
             idempotency_key=f"{self.key_prefix}:{task.name}:{attempt}", attempt=attempt,
             timeout_s=self.cmd.get("timeout_s"))
         try:
-            return await self.tools.get(task.kind).run(call)
+            outcome = await self.tools.get(task.kind).run(call)
         except NoetlStreamError as exc:
             return Outcome.failure(str(exc), "tool")
+        self.secrets.update(secret_values(outcome))
+        return outcome
 
     def _match(self, task: Task, extra: dict[str, Any]) -> Rule | None:
         if not task.rules:

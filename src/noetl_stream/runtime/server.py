@@ -33,6 +33,7 @@ from noetl_stream.router.engine import merge_workload
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.publish import publish_event, publish_outbox
+from noetl_stream.tools.registry import installed_kinds
 
 log = logging.getLogger("noetl_stream.server")
 
@@ -58,6 +59,8 @@ class Server:
         self._stopping = asyncio.Event()
         self._executions: KeyValue | None = None
         self._catalog: KeyValue | None = None
+        # Plugin kinds installed here are valid words too; read once, without loading plugin code.
+        self._kinds = installed_kinds()
 
     async def start(self) -> None:
         self._executions = await self.bus.js.key_value("noetl_executions")
@@ -119,7 +122,8 @@ class Server:
         playbook = self._playbooks.get(key)
         if playbook is None:
             try:
-                playbook = parse_playbook(request.playbook, request.playbook_file).playbook
+                playbook = parse_playbook(request.playbook, request.playbook_file,
+                                          kinds=self._kinds).playbook
             except PlaybookError as exc:
                 await self._reject(msg, execution_id, request.reply_to,
                                    [str(i) for i in exc.issues if i.severity == "error"])
@@ -243,7 +247,7 @@ class Server:
         if pb is None:
             assert self._catalog is not None
             entry = await self._catalog.get(key)
-            pb = parse_playbook(bytes(entry.value or b"").decode(), key).playbook
+            pb = parse_playbook(bytes(entry.value or b"").decode(), key, kinds=self._kinds).playbook
             self._playbooks[key] = pb
         return pb
 

@@ -15,6 +15,9 @@ from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.server import Server
 from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.runtime.worker import Worker
+from noetl_stream.state.auth_cache import CachedCredentialResolver
+from noetl_stream.state.crypto import SecretBox
+from noetl_stream.tools.base import ToolServices
 from noetl_stream.tools.registry import ToolRegistry
 
 
@@ -53,7 +56,11 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
                        concurrency: int = 64, python_children: int = 8) -> AsyncIterator[None]:
     """Run a server and/or a worker on `bus` for the duration of the block."""
     srv = Server(bus) if server else None
-    tools = await ToolRegistry.create(python_children=python_children) if worker else None
+    home = config.home_dir()
+    resolver = CachedCredentialResolver(bus.js, SecretBox.from_env(home))
+    tool_services = ToolServices(credentials=resolver, nats=bus.nc, home=home)
+    tools = (await ToolRegistry.create(services=tool_services, python_children=python_children)
+             if worker else None)
     wrk = Worker(bus, tools, pool=pool, concurrency=concurrency) if tools is not None else None
     try:
         if srv is not None:

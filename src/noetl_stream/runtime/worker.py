@@ -21,6 +21,7 @@ from noetl_stream import ids, jsonutil
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
+from noetl_stream.runtime.redact import scrub
 from noetl_stream.subjects import DEFAULT_POOL
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -108,8 +109,10 @@ class Worker:
                              "step": step, "step_run_id": step_run_id, "iteration": iteration,
                              "timestamp": started, "pool": self.pool}, wait=False)
         heartbeat = asyncio.create_task(self._heartbeat(msg))
+        secrets: set[str] = set()
         try:
             pipeline = Pipeline(command, self.tools, idempotency_prefix=f"{step_run_id}:{iteration}")
+            secrets = pipeline.secrets
             outcome = await pipeline.run()
         except (ValidationError, KeyError, TypeError, ValueError) as exc:
             # A command we cannot read still belongs to a step: fail that step with the reason.
@@ -128,6 +131,7 @@ class Worker:
             "error": outcome.error, "ctx_patch": outcome.ctx_patch, "http": outcome.http,
             "duration_ms": round((time.time() - started) * 1000, 3),
         }
+        body = scrub(body, secrets)
         await publish_event(self.bus, execution_id, etype,
                             ids.event_msg_id(execution_id, etype, step_run_id, iteration), body)
         await msg.ack_sync()

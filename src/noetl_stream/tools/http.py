@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import aiohttp
 import orjson
 
-from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
+from noetl_stream.errors import ToolError
+from noetl_stream.tools.base import Credential, Outcome, TaskCall, ToolServices
 
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 DEFAULT_TIMEOUT_S = 60.0
@@ -44,35 +46,82 @@ class HttpTool:
         method = str(cfg.get("method") or "GET").upper()
         params = {k: _query_value(v) for k, v in (cfg.get("params") or {}).items() if v is not None}
         headers = {str(k): str(v) for k, v in (cfg.get("headers") or {}).items() if v is not None}
+        if cfg.get("auth") is not None:
+            auth = await self._auth_headers(cfg["auth"], call.execution_id)
+            if isinstance(auth, Outcome):
+                return auth
+            headers.update(auth)
         kwargs: dict[str, Any] = {"params": params, "headers": headers}
         if cfg.get("json") is not None:
             kwargs["json"] = cfg["json"]
+        elif cfg.get("form") is not None:
+            if not isinstance(cfg["form"], dict):
+                return Outcome.failure("http field form must be a mapping of field -> value", "config")
+            # A dict body is sent by aiohttp as application/x-www-form-urlencoded.
+            kwargs["data"] = {str(k): _query_value(v) for k, v in cfg["form"].items() if v is not None}
         else:
             body = cfg.get("body", cfg.get("data", cfg.get("payload")))
             if isinstance(body, (dict, list)):
                 kwargs["json"] = body
             elif body is not None:
                 kwargs["data"] = str(body)
-        timeout_s = float(cfg.get("timeout") or call.timeout_s or DEFAULT_TIMEOUT_S)
-        kwargs["timeout"] = aiohttp.ClientTimeout(total=timeout_s)
+        try:
+            kwargs["timeout"], limits = _timeout(cfg.get("timeout"), call.timeout_s)
+        except (TypeError, ValueError) as exc:
+            return Outcome.failure(f"http field timeout: {exc}", "config")
+        response_type = cfg.get("response_type")
+        if response_type is not None and response_type not in RESPONSE_TYPES:
+            return Outcome.failure(f"http field response_type is {response_type!r}; use one of "
+                                   f"{', '.join(RESPONSE_TYPES)}", "config")
+        kwargs["allow_redirects"] = _flag(cfg.get("follow_redirects"), True)
+        if not _flag(cfg.get("verify", cfg.get("verify_ssl")), True):
+            kwargs["ssl"] = False
+        if call.spec.get("idempotent") and not any(k.lower() == "idempotency-key" for k in headers):
+            headers["Idempotency-Key"] = call.idempotency_key
         try:
             async with self._client().request(method, str(url), **kwargs) as resp:
                 raw = await resp.read()
                 body_value = _parse_body(raw, resp.headers.get("Content-Type", ""))
                 http = {"status": resp.status, "headers": dict(resp.headers)}
                 if resp.status < 400:
-                    return Outcome.success(body_value, http=http)
+                    # An error reply keeps the lenient parse above: its body explains the status.
+                    value, problem = _typed_body(raw, resp.headers.get("Content-Type", ""),
+                                                 resp.charset, response_type)
+                    if problem is not None:
+                        return Outcome.failure(f"{method} {url}: {problem}", "response", http=http)
+                    return Outcome.success(value, http=http)
                 return Outcome.failure(
                     f"HTTP {resp.status} {resp.reason or ''} from {method} {url}".replace("  ", " "),
                     "http", retryable=resp.status in RETRYABLE_STATUS, status=resp.status,
                     body=body_value, http=http)
-        except TimeoutError:
-            return Outcome.failure(f"{method} {url} timed out after {timeout_s:g}s", "timeout",
+        except TimeoutError as exc:
+            return Outcome.failure(f"{method} {url} {_timeout_message(exc, limits)}", "timeout",
                                    retryable=True)
         except aiohttp.ClientError as exc:
             return Outcome.failure(f"{method} {url} failed: {exc}", "connection", retryable=True)
         except ValueError as exc:
             return Outcome.failure(f"{method} {url}: bad request: {exc}", "config")
+
+    async def _auth_headers(self, auth: Any, execution_id: str) -> dict[str, str] | Outcome:
+        """`auth: <name>` (a stored credential) or an inline `{type, ...}` -> request headers."""
+        name = auth if isinstance(auth, str) else auth.get("credential") if isinstance(auth, dict) \
+            else None
+        try:
+            if name:
+                if self.services.credentials is None:
+                    return Outcome.failure(f'auth "{name}": this worker has no credential store',
+                                           "auth")
+                credential = await self.services.credentials.resolve(str(name),
+                                                                     execution_id=execution_id)
+            elif isinstance(auth, dict) and auth.get("type"):
+                data = {k: v for k, v in auth.items() if k != "type"}
+                credential = Credential(name="inline", kind=str(auth["type"]), data=data)
+            else:
+                return Outcome.failure("auth must be a credential name or {type: bearer|basic|api_key, "
+                                       "...}", "config")
+            return auth_headers(credential)
+        except ToolError as exc:
+            return Outcome.failure(str(exc), "auth")
 
     async def close(self) -> None:
         if self._session is not None:
@@ -88,3 +137,82 @@ def _parse_body(raw: bytes, content_type: str) -> Any:
         except orjson.JSONDecodeError:
             pass
     return raw.decode("utf-8", errors="replace")
+
+
+RESPONSE_TYPES = ("json", "text", "binary")
+_FALSE_WORDS = frozenset({"false", "no", "off", "0"})
+
+
+def _flag(value: Any, default: bool) -> bool:
+    """A yes/no field that may arrive as a rendered string ("False") rather than a bool."""
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() not in _FALSE_WORDS
+    return bool(value)
+
+
+def _timeout(value: Any, fallback_s: float | None) -> tuple[aiohttp.ClientTimeout, dict[str, float]]:
+    """`timeout: 30` caps the whole request; `{connect, read, total}` caps each phase."""
+    if isinstance(value, dict):
+        unknown = set(value) - {"connect", "read", "total"}
+        if unknown:
+            raise ValueError(f"timeout keys are connect, read and total, not {sorted(unknown)}")
+        limits = {k: float(v) for k, v in value.items() if v is not None}
+        if "total" not in limits and fallback_s:
+            limits["total"] = float(fallback_s)  # the step's own timeout still bounds the request
+        return aiohttp.ClientTimeout(total=limits.get("total"), sock_connect=limits.get("connect"),
+                                     sock_read=limits.get("read")), limits
+    total = float(value or fallback_s or DEFAULT_TIMEOUT_S)
+    return aiohttp.ClientTimeout(total=total), {"total": total}
+
+
+def _timeout_message(exc: TimeoutError, limits: dict[str, float]) -> str:
+    if isinstance(exc, aiohttp.ConnectionTimeoutError) and "connect" in limits:
+        return f"connect timed out after {limits['connect']:g}s"
+    if isinstance(exc, aiohttp.SocketTimeoutError) and "read" in limits:
+        return f"read timed out after {limits['read']:g}s (no data for that long)"
+    if "total" in limits:
+        return f"timed out after {limits['total']:g}s"
+    return "timed out"
+
+
+def _typed_body(raw: bytes, content_type: str, charset: str | None,
+                response_type: str | None) -> tuple[Any, str | None]:
+    """The result for `response_type`, or a reason the body does not fit it."""
+    if response_type is None:
+        return _parse_body(raw, content_type), None
+    if response_type == "binary":
+        return {"encoding": "base64", "data": base64.b64encode(raw).decode("ascii"),
+                "size": len(raw), "content_type": content_type or None}, None
+    if response_type == "text":
+        try:
+            return raw.decode(charset or "utf-8", errors="replace"), None
+        except LookupError:  # a charset Python does not know
+            return raw.decode("utf-8", errors="replace"), None
+    if not raw:
+        return None, None
+    try:
+        return orjson.loads(raw), None
+    except orjson.JSONDecodeError as exc:
+        preview = raw[:80].decode("utf-8", errors="replace")
+        return None, (f"response_type is json but the body is not JSON ({exc}); "
+                      f"content type {content_type or 'none'}, body starts {preview!r}")
+
+
+def auth_headers(credential: Credential) -> dict[str, str]:
+    """The headers that present `credential`; raises ToolError (naming no secret) if it cannot."""
+    data = credential.data
+    try:
+        if credential.kind == "bearer":
+            return {"Authorization": f"Bearer {data['token']}"}
+        if credential.kind == "basic":
+            return {"Authorization": aiohttp.BasicAuth(str(data["username"]),
+                                                       str(data["password"])).encode()}
+        if credential.kind == "api_key":
+            return {str(data.get("header") or "X-API-Key"): str(data["value"])}
+    except KeyError as exc:
+        raise ToolError(f'credential "{credential.name}" ({credential.kind}) has no field '
+                        f"{exc.args[0]!r}") from None
+    raise ToolError(f'credential "{credential.name}" is of kind "{credential.kind}", which cannot '
+                    "authenticate an HTTP request (use bearer, basic or api_key)")

@@ -10,6 +10,7 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
+from noetl_stream.dsl.kinds import RUNNABLE_KINDS
 from noetl_stream.errors import ToolError
 from noetl_stream.tools.base import Tool, ToolServices
 from noetl_stream.tools.python import PythonTool
@@ -20,12 +21,34 @@ ENTRY_POINT_GROUP = "noetl_stream.tools"
 BUILTIN_TOOLS: dict[str, str] = {
     "noop": "noetl_stream.tools.noop:NoopTool",
     "http": "noetl_stream.tools.http:HttpTool",
+    "postgres": "noetl_stream.tools.postgres:PostgresTool",
+    "duckdb": "noetl_stream.tools.duckdb:DuckdbTool",
+    "secrets": "noetl_stream.tools.secrets:SecretsTool",
+    "shell": "noetl_stream.tools.shell:ShellTool",
+    "nats": "noetl_stream.tools.nats:NatsTool",
 }
 
 
 def _load(spec: str) -> Any:
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def tool_origins() -> dict[str, str]:
+    """Every kind a worker here would run, with where it comes from; loads no plugin code.
+
+    A plugin registered under a built-in's name replaces it, as it does in `ToolRegistry.create`.
+    """
+    origins = {"python": "built-in", "workbook": "built-in"}
+    origins.update(dict.fromkeys(BUILTIN_TOOLS, "built-in"))
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        origins[ep.name] = f"plugin {ep.value}"
+    return dict(sorted(origins.items()))
+
+
+def installed_kinds() -> frozenset[str]:
+    """The kinds playbooks may use here: built-ins plus installed plugins (for the DSL validator)."""
+    return RUNNABLE_KINDS | frozenset(tool_origins())
 
 
 class ToolRegistry:

@@ -1,0 +1,195 @@
+"""`noetl-stream credential ...`: manage the encrypted credential store (KV `noetl_credentials`).
+
+Like `run`, these start the embedded nats-server for NOETL_STREAM_HOME when no --nats-url is given,
+so a credential set here is what a later `run` in the same home resolves. Exit codes: 0 done,
+2 bad input or unknown name, 3 NATS unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from noetl_stream import config, jsonutil
+from noetl_stream.errors import CredentialError, InfrastructureError
+from noetl_stream.state.auth_cache import AuthCache
+from noetl_stream.state.credentials import MATERIAL_MODELS, CredentialStore, mask, validate_material
+from noetl_stream.state.crypto import SecretBox
+
+EXIT_REJECTED, EXIT_INFRA = 2, 3
+T = TypeVar("T")
+
+nats_url_option = click.option(
+    "--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
+    help="NATS server with JetStream (env NOETL_STREAM_NATS_URL). Without it, the embedded "
+         "nats-server of NOETL_STREAM_HOME is used.")
+prefix_option = click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,
+                             help="Subject prefix (env NOETL_STREAM_PREFIX).")
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    click.echo(f"noetl-stream: {message}", err=True)
+    sys.exit(code)
+
+
+def _with_store(nats_url: str | None, prefix: str,
+                action: Callable[[CredentialStore, AuthCache], Awaitable[T]]) -> T:
+    """Open the stack (embedded server if no URL), run `action` on the store, map errors to exits."""
+    from noetl_stream.runtime.services import open_stack
+
+    async def go() -> T:
+        async with open_stack(nats_url, prefix=prefix, name="noetl-stream-credential") as stack:
+            box = SecretBox.from_env(config.home_dir())
+            store = await CredentialStore.open(stack.bus.js, box)
+            cache = await AuthCache.open(stack.bus.js, box)
+            return await action(store, cache)
+
+    try:
+        return asyncio.run(go())
+    except CredentialError as exc:
+        _fail(EXIT_REJECTED, str(exc))
+    except InfrastructureError as exc:
+        _fail(EXIT_INFRA, str(exc))
+
+
+def _read_data(raw: str) -> Any:
+    source = "--data"
+    if raw.startswith("@"):
+        path = Path(raw[1:])
+        source = str(path)
+        try:
+            raw = path.read_text()
+        except OSError as exc:
+            _fail(EXIT_REJECTED, f"--data {source}: cannot read: {exc.strerror}")
+    try:
+        return jsonutil.loads(raw)
+    except ValueError:
+        # The text may be the secret: say where the JSON was, not what it said.
+        _fail(EXIT_REJECTED, f"{source} is not valid JSON (expected an object such as "
+                             '\'{"token": "..."}\')')
+
+
+@click.group("credential")
+def credential() -> None:
+    """Store credentials (encrypted at rest) that tasks name with `auth:`.
+
+    \b
+      noetl-stream credential set api_token --kind bearer --data '{"token": "..."}'
+      noetl-stream credential set pg_local --kind postgres --data @pg.json
+      noetl-stream credential list
+      noetl-stream credential get api_token [--show-secrets]
+      noetl-stream credential rm api_token
+
+    Material is encrypted with NOETL_STREAM_SECRET_KEY, or with the key file
+    NOETL_STREAM_HOME/secret.key created on first use.
+    """
+
+
+@credential.command("set")
+@click.argument("name")
+@click.option("--kind", required=True, metavar="KIND",
+              help=f"One of: {', '.join(MATERIAL_MODELS)}.")
+@click.option("--data", "data_arg", required=True, metavar="JSON|@FILE",
+              help="The material as a JSON object, or @path to a file holding one.")
+@click.option("--description", default=None, help="Free text shown by `list`.")
+@click.option("--tag", "tags", multiple=True, help="A label shown by `list`. Repeatable.")
+@nats_url_option
+@prefix_option
+def set_cmd(name: str, kind: str, data_arg: str, description: str | None, tags: tuple[str, ...],
+            nats_url: str | None, prefix: str) -> None:
+    """Create or replace credential NAME."""
+    data = _read_data(data_arg)
+    try:
+        validate_material(kind, data)  # before starting anything, so bad input costs nothing
+    except CredentialError as exc:
+        _fail(EXIT_REJECTED, f'credential "{name}": {exc}')
+
+    async def action(store: CredentialStore, cache: AuthCache) -> None:
+        await store.set(name, kind, data, description=description, tags=tags)
+        await cache.invalidate(name)
+
+    _with_store(nats_url, prefix, action)
+    click.echo(f'credential "{name}" ({kind}) saved')
+
+
+@credential.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON array on stdout.")
+@nats_url_option
+@prefix_option
+def list_cmd(as_json: bool, nats_url: str | None, prefix: str) -> None:
+    """List credentials: name, kind, description, tags, last update. Never the material."""
+
+    async def action(store: CredentialStore, cache: AuthCache) -> list[dict[str, Any]]:
+        return [info.model_dump(mode="json") for info in await store.list()]
+
+    rows = _with_store(nats_url, prefix, action)
+    if as_json:
+        click.echo(jsonutil.dumps_str(rows))
+        return
+    for row in rows:
+        tags = ",".join(row["tags"]) or "-"
+        click.echo(f"{row['name']:<24} {row['kind']:<9} {row['updated_at']:<32} {tags:<16} "
+                   f"{row['description'] or ''}".rstrip())
+
+
+@credential.command("get")
+@click.argument("name")
+@click.option("--show-secrets", is_flag=True, help="Print the material in clear (masked otherwise).")
+@nats_url_option
+@prefix_option
+def get_cmd(name: str, show_secrets: bool, nats_url: str | None, prefix: str) -> None:
+    """Show credential NAME as JSON, its secret fields masked unless --show-secrets."""
+
+    async def action(store: CredentialStore, cache: AuthCache) -> dict[str, Any] | None:
+        info = await store.info(name)
+        material = await store.get(name)
+        if info is None or material is None:
+            return None
+        data = material.data if show_secrets else mask(material.kind, material.data)
+        return {**info.model_dump(mode="json"), "data": data}
+
+    shown = _with_store(nats_url, prefix, action)
+    if shown is None:
+        _fail(EXIT_REJECTED, f'no credential named "{name}"')
+    click.echo(jsonutil.dumps_str(shown))
+
+
+@credential.command("rm")
+@click.argument("name")
+@nats_url_option
+@prefix_option
+def rm_cmd(name: str, nats_url: str | None, prefix: str) -> None:
+    """Delete credential NAME (and its cached resolutions)."""
+
+    async def action(store: CredentialStore, cache: AuthCache) -> bool:
+        removed = await store.delete(name)
+        await cache.invalidate(name)
+        return removed
+
+    if not _with_store(nats_url, prefix, action):
+        _fail(EXIT_REJECTED, f'no credential named "{name}"')
+    click.echo(f'credential "{name}" removed')
+
+
+@credential.command("rotate-key")
+@nats_url_option
+@prefix_option
+def rotate_key_cmd(nats_url: str | None, prefix: str) -> None:
+    """Re-encrypt every credential with the first configured key; clear the auth cache.
+
+    Put the new key first (NOETL_STREAM_SECRET_KEY="NEW,OLD", or a new first line in
+    NOETL_STREAM_HOME/secret.key), run this, then drop the old key.
+    """
+
+    async def action(store: CredentialStore, cache: AuthCache) -> int:
+        count = await store.rotate_key()
+        await cache.clear()
+        return count
+
+    count = _with_store(nats_url, prefix, action)
+    click.echo(f"re-encrypted {count} credential{'s' if count != 1 else ''}")

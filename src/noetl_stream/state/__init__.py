@@ -1,0 +1,1 @@
+"""State kept in NATS KV: credentials (encrypted at rest) and the auth cache."""

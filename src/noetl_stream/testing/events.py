@@ -1,0 +1,53 @@
+"""Reading what the event stream holds, for tests that check exactly-once properties.
+
+A live subscriber sees every publish, duplicates included; the stream stores a message once per
+`Nats-Msg-Id`. These helpers read the stream, so they see what the router and replays see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy
+
+from noetl_stream import jsonutil
+
+
+async def stored_messages(js: JetStreamContext, subject: str, *, stream: str = "NOETL_EVENTS",
+                          timeout_s: float = 5.0) -> list[tuple[str, bytes]]:
+    """Every message the stream holds on `subject` (wildcards allowed), oldest first."""
+    info = await js.stream_info(stream, subjects_filter=subject)
+    expected = sum((info.state.subjects or {}).values())
+    out: list[tuple[str, bytes]] = []
+    if expected == 0:
+        return out
+    sub = await js.subscribe(subject, stream=stream, ordered_consumer=True,
+                             deliver_policy=DeliverPolicy.ALL)
+    try:
+        while len(out) < expected:
+            try:
+                msg = await sub.next_msg(timeout=timeout_s)
+            except NatsTimeoutError:
+                break
+            out.append((msg.subject, msg.data))
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
+async def stored_events(js: JetStreamContext, execution_id: str, *,
+                        prefix: str = "noetl") -> list[dict[str, Any]]:
+    """The execution's events as the stream holds them, each with its `event_type` filled in."""
+    subject = f"{prefix}.events.{execution_id}.>"
+    events: list[dict[str, Any]] = []
+    for msg_subject, data in await stored_messages(js, subject):
+        try:
+            event = jsonutil.loads(data)
+        except ValueError:
+            continue
+        if isinstance(event, dict):
+            event.setdefault("event_type", msg_subject.split(".", 3)[-1])
+            events.append(event)
+    return events

@@ -1,0 +1,239 @@
+"""`nats`: key-value, object store and JetStream operations on NATS.
+
+Operations (field `operation`) and the fields each reads:
+
+    kv_get      bucket, key           -> {bucket, key, value, encoding, revision}
+    kv_put      bucket, key, value    -> {bucket, key, revision}
+    kv_delete   bucket, key           -> {bucket, key, deleted}
+    kv_keys     bucket, [key pattern] -> {bucket, keys}
+    object_put  bucket, key, value    -> {bucket, key, size, digest}
+    object_get  bucket, key           -> {bucket, key, data, encoding, size, digest}
+    js_publish  subject, data         -> {stream, seq, duplicate}
+    js_get_msg  stream, seq | subject -> {stream, seq, subject, data, encoding, headers, time}
+
+It runs against the runtime's own connection, or, with `auth:` naming a credential whose data
+holds a `url` (and optionally `user`/`password` or `token`), against that server: connect, run the
+one operation, close. Values written are bytes as given for text, JSON for anything else. Bytes
+read come back as text with `encoding: "utf-8"` when they decode as UTF-8, otherwise as base64
+with `encoding: "base64"`, so results stay JSON. Buckets and streams are never created here: a
+missing one is a `not_found` error, as is a missing key, object or message. When the task's
+`spec.idempotent` is true, `js_publish` sets `Nats-Msg-Id` to the call's idempotency key, so a
+redelivered command publishes once within the stream's duplicate window.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats
+import orjson
+from nats.errors import Error as NatsError
+from nats.errors import NoServersError
+from nats.js.errors import NoKeysError, NotFoundError
+
+from noetl_stream.errors import NoetlStreamError
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def _encode(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return orjson.dumps(value)
+
+
+def _decode(raw: bytes | None, name: str) -> dict[str, Any]:
+    if raw is None:
+        return {name: None, "encoding": None}
+    try:
+        return {name: raw.decode("utf-8"), "encoding": "utf-8"}
+    except UnicodeDecodeError:
+        return {name: base64.b64encode(raw).decode("ascii"), "encoding": "base64"}
+
+
+class _ConfigError(Exception):
+    """A task field is missing or malformed; becomes a `config` error outcome."""
+
+
+def _required(cfg: dict[str, Any], name: str, operation: str) -> str:
+    value = cfg.get(name)
+    if value is None or value == "":
+        raise _ConfigError(f'nats operation "{operation}" needs field {name}')
+    return str(value)
+
+
+async def _kv_get(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+    bucket, key = _required(cfg, "bucket", "kv_get"), _required(cfg, "key", "kv_get")
+    entry = await (await js.key_value(bucket)).get(key)
+    return {"bucket": bucket, "key": key, **_decode(entry.value, "value"),
+            "revision": entry.revision}
+
+
+async def _kv_put(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+    bucket, key = _required(cfg, "bucket", "kv_put"), _required(cfg, "key", "kv_put")
+    revision = await (await js.key_value(bucket)).put(key, _encode(cfg.get("value")))
+    return {"bucket": bucket, "key": key, "revision": revision}
+
+
+async def _kv_delete(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+    bucket, key = _required(cfg, "bucket", "kv_delete"), _required(cfg, "key", "kv_delete")
+    deleted = await (await js.key_value(bucket)).delete(key)
+    return {"bucket": bucket, "key": key, "deleted": bool(deleted)}
+
+
+async def _kv_keys(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+    bucket = _required(cfg, "bucket", "kv_keys")
+    kv = await js.key_value(bucket)
+    try:
+        keys = await kv.keys()
+    except NoKeysError:
+        keys = []
+    # nats-py filters by substring; a key filter here means a subject pattern, as in `nats kv ls`.
+    pattern = str(cfg["key"]) if cfg.get("key") else ">"
+    return {"bucket": bucket, "keys": sorted(k for k in keys if _subject_matches(pattern, k))}
+
+
+def _subject_matches(pattern: str, subject: str) -> bool:
+    """NATS wildcards: `*` is one token, a trailing `>` is one or more."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)
+
+
+async def _object_put(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+    bucket, key = _required(cfg, "bucket", "object_put"), _required(cfg, "key", "object_put")
+    data = cfg.get("value", cfg.get("data"))
+    info = await (await js.object_store(bucket)).put(key, _encode(data))
+    return {"bucket": bucket, "key": key, "size": info.size, "digest": info.digest}
+
+
+async def _object_get(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+    bucket, key = _required(cfg, "bucket", "object_get"), _required(cfg, "key", "object_get")
+    obj = await (await js.object_store(bucket)).get(key)
+    return {"bucket": bucket, "key": key, **_decode(obj.data or b"", "data"),
+            "size": obj.info.size, "digest": obj.info.digest}
+
+
+async def _js_publish(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+    subject = _required(cfg, "subject", "js_publish")
+    headers = {"Nats-Msg-Id": call.idempotency_key} if call.spec.get("idempotent") else None
+    ack = await js.publish(subject, _encode(cfg.get("data", cfg.get("value"))),
+                           stream=cfg.get("stream") or None, headers=headers)
+    return {"stream": ack.stream, "seq": ack.seq, "duplicate": bool(ack.duplicate)}
+
+
+async def _js_get_msg(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+    stream = _required(cfg, "stream", "js_get_msg")
+    seq, subject = cfg.get("seq"), cfg.get("subject")
+    if seq is None and not subject:
+        raise _ConfigError('nats operation "js_get_msg" needs field seq or subject')
+    try:
+        number = int(seq) if seq is not None else None
+    except (TypeError, ValueError):
+        raise _ConfigError(f"nats field seq must be an integer, got {seq!r}") from None
+    msg = await js.get_msg(stream, seq=number, subject=None if number is not None else subject)
+    return {"stream": stream, "seq": msg.seq, "subject": msg.subject, **_decode(msg.data, "data"),
+            "headers": dict(msg.headers or {}),
+            "time": msg.time.isoformat() if msg.time is not None else None}
+
+
+Operation = Callable[[Any, dict[str, Any], TaskCall], Awaitable[dict[str, Any]]]
+
+OPERATIONS: dict[str, Operation] = {
+    "kv_get": _kv_get,
+    "kv_put": _kv_put,
+    "kv_delete": _kv_delete,
+    "kv_keys": _kv_keys,
+    "object_put": _object_put,
+    "object_get": _object_get,
+    "js_publish": _js_publish,
+    "js_get_msg": _js_get_msg,
+}
+
+
+def _alias(auth: Any) -> str | None:
+    if auth is None or auth == "":
+        return None
+    if isinstance(auth, dict):
+        name = auth.get("credential") or auth.get("name")
+        return str(name) if name else None
+    return str(auth)
+
+
+async def _quiet(exc: Exception) -> None:
+    """nats-py logs every failed attempt with its address; the outcome reports the failure."""
+
+
+class NatsTool:
+    kind = "nats"
+
+    def __init__(self, services: ToolServices | None = None) -> None:
+        self.services = services or ToolServices()
+
+    async def run(self, call: TaskCall) -> Outcome:
+        cfg = call.config
+        name = str(cfg.get("operation") or "")
+        operation = OPERATIONS.get(name)
+        if operation is None:
+            return Outcome.failure(f"nats operation {name!r} is not one of "
+                                   f"{', '.join(OPERATIONS)}", "config")
+        alias = _alias(cfg.get("auth"))
+        try:
+            if alias is None:
+                if self.services.nats is None:
+                    return Outcome.failure("nats task has no auth and this worker has no NATS "
+                                           "connection to lend it", "config")
+                return Outcome.success(await operation(self.services.nats.jetstream(), cfg, call))
+            return await self._run_elsewhere(alias, operation, cfg, call)
+        except _ConfigError as exc:
+            return Outcome.failure(str(exc), "config")
+        except NotFoundError as exc:
+            return Outcome.failure(f"nats {name}: not found: {exc}", "not_found")
+        except NatsError as exc:
+            # nats-py's timeouts are OSErrors too; every one of its errors is the service's answer.
+            retryable = isinstance(exc, (TimeoutError, OSError))
+            return Outcome.failure(f"nats {name} failed: {type(exc).__name__}: {exc}", "nats",
+                                   retryable=retryable)
+        except (ValueError, TypeError) as exc:
+            return Outcome.failure(f"nats {name}: bad field value: {exc}", "config")
+
+    async def _run_elsewhere(self, alias: str, operation: Operation, cfg: dict[str, Any],
+                             call: TaskCall) -> Outcome:
+        if self.services.credentials is None:
+            return Outcome.failure(f'nats auth "{alias}": this worker has no credential store',
+                                   "auth")
+        try:
+            credential = await self.services.credentials.resolve(alias,
+                                                                 execution_id=call.execution_id)
+        except NoetlStreamError as exc:
+            return Outcome.failure(str(exc), "auth")
+        url = credential.data.get("url")
+        if not url:
+            return Outcome.failure(f'nats auth "{alias}": the credential has no url', "config")
+        options: dict[str, Any] = {k: credential.data[k] for k in ("user", "password", "token")
+                                   if credential.data.get(k)}
+        try:
+            # nats-py retries the first connect forever at 0 attempts; 1 means one retry.
+            nc = await nats.connect(str(url), connect_timeout=CONNECT_TIMEOUT_S,
+                                    allow_reconnect=False, max_reconnect_attempts=1,
+                                    reconnect_time_wait=0.1, error_cb=_quiet, **options)
+        except (NoServersError, OSError, TimeoutError) as exc:
+            # The url may carry a password: name the credential, not the address.
+            return Outcome.failure(f'nats auth "{alias}": cannot connect: {type(exc).__name__}',
+                                   "connection", retryable=True)
+        try:
+            return Outcome.success(await operation(nc.jetstream(), cfg, call))
+        finally:
+            await nc.close()
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,62 @@
+"""`secrets`: read one secret for later tasks of the same step. Result `{value}`.
+
+`provider: env` reads the worker's environment variable `name`; `provider: credential` (the
+default) resolves the stored credential `name` and returns its secret field (bearer `token`,
+basic `password`, api_key `value`, postgres `dsn` or `password`, generic `value` or all fields).
+The outcome marks `value` for redaction: the worker masks it in every event it publishes, so only
+tasks of the same step's pipeline see it in clear.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from noetl_stream.errors import ToolError
+from noetl_stream.tools.base import Credential, Outcome, TaskCall, ToolServices
+
+PROVIDERS = ("env", "credential")
+REDACT = {"redact": ["value"]}
+
+
+def secret_of(credential: Credential) -> Any:
+    """The field of a credential that is the secret itself."""
+    data = credential.data
+    field = {"bearer": "token", "basic": "password", "api_key": "value"}.get(credential.kind)
+    if field is None and credential.kind == "postgres":
+        field = "dsn" if data.get("dsn") else "password"
+    if field is None:
+        return data["value"] if "value" in data else dict(data)
+    return data.get(field)
+
+
+class SecretsTool:
+    kind = "secrets"
+
+    def __init__(self, services: ToolServices | None = None) -> None:
+        self.services = services or ToolServices()
+
+    async def run(self, call: TaskCall) -> Outcome:
+        name = call.config.get("name")
+        provider = str(call.config.get("provider") or "credential")
+        if not name or not isinstance(name, str):
+            return Outcome.failure("secrets task needs a name", "config")
+        if provider not in PROVIDERS:
+            return Outcome.failure(f'secrets provider "{provider}" is not known; use one of '
+                                   f"{', '.join(PROVIDERS)}", "config")
+        if provider == "env":
+            value = os.environ.get(name)
+            if value is None:
+                return Outcome.failure(f'environment variable "{name}" is not set on this worker',
+                                       "secrets")
+            return Outcome.success({"value": value}, meta=dict(REDACT))
+        if self.services.credentials is None:
+            return Outcome.failure(f'secret "{name}": this worker has no credential store', "secrets")
+        try:
+            credential = await self.services.credentials.resolve(name, execution_id=call.execution_id)
+        except ToolError as exc:
+            return Outcome.failure(str(exc), "secrets")
+        return Outcome.success({"value": secret_of(credential)}, meta=dict(REDACT))
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.provision import consumer_config, provision
+
+pytestmark = pytest.mark.integration
+
+
+async def test_provision_twice_reports_everything_unchanged(bus: Bus) -> None:
+    # The `bus` fixture provisioned once already.
+    report = await provision(bus)
+
+    assert report.created == []
+    assert report.updated == []
+    assert report.drift == []
+    names = set(report.unchanged)
+    assert {"stream NOETL_REQUESTS", "stream NOETL_COMMANDS", "stream NOETL_EVENTS"} <= names
+    assert "consumer NOETL_COMMANDS/noetl-workers-default" in names
+    assert "bucket noetl_executions" in names
+
+
+async def test_provision_puts_a_changed_consumer_back_to_its_declaration(bus: Bus) -> None:
+    decl = bus.topology.pool_consumer("default")
+    await bus.js.add_consumer(decl.stream, consumer_config(dataclasses.replace(decl, ack_wait_s=2.0)))
+
+    report = await provision(bus)
+
+    assert report.updated == [f"consumer {decl.stream}/{decl.durable}"]
+    assert report.drift == []
+    info = await bus.js.consumer_info(decl.stream, decl.durable)
+    assert info.config.ack_wait == decl.ack_wait_s
+    assert (await provision(bus)).updated == []
+
+
+async def test_provision_creates_a_consumer_per_new_pool(bus: Bus) -> None:
+    report = await provision(bus, ("default", "gpu"))
+
+    assert report.created == ["consumer NOETL_COMMANDS/noetl-workers-gpu"]

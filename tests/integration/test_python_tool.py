@@ -1,0 +1,128 @@
+"""The python tool against real child interpreters, and one failing step through the whole stack."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from plain_client import PlainClient
+
+from noetl_stream.testing.waiting import assert_eventually
+from noetl_stream.tools.base import Outcome, TaskCall
+from noetl_stream.tools.python import PythonTool
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def python_tool() -> AsyncIterator[PythonTool]:
+    tool = PythonTool(max_children=2, warm=1)
+    await tool.start()
+    try:
+        yield tool
+    finally:
+        await tool.close()
+
+
+def call(code: str, timeout_s: float | None = None, **inputs: Any) -> TaskCall:
+    config: dict[str, Any] = {"code": code}
+    if timeout_s is not None:
+        config["timeout"] = timeout_s
+    return TaskCall(execution_id="e1", step="s", task="t", kind="python", config=config,
+                    input=inputs, spec={}, idempotency_key="e1.s.1:None:t:1")
+
+
+async def test_result_is_the_value_assigned_to_result(python_tool: PythonTool) -> None:
+    outcome = await python_tool.run(call("result = {'sum': a + b}", a=2, b=3))
+
+    assert outcome.ok
+    assert outcome.result == {"sum": 5}
+
+
+async def test_main_is_called_with_the_inputs_it_names(python_tool: PythonTool) -> None:
+    code = "def main(a, b):\n    return [a, b, input_data['c']]\n"
+    outcome = await python_tool.run(call(code, a=1, b="two", c=None))
+
+    assert outcome.result == [1, "two", None]
+
+
+async def test_top_level_return_gives_the_result(python_tool: PythonTool) -> None:
+    code = "if n > 1:\n    return {'big': n}\nreturn {'small': n}\n"
+
+    assert (await python_tool.run(call(code, n=5))).result == {"big": 5}
+    assert (await python_tool.run(call(code, n=0))).result == {"small": 0}
+
+
+async def test_exception_is_an_error_outcome_with_its_message(python_tool: PythonTool) -> None:
+    outcome = await python_tool.run(call("result = 1 / zero", zero=0))
+
+    assert not outcome.ok
+    assert outcome.error is not None
+    assert outcome.error["message"] == "ZeroDivisionError: division by zero"
+    assert outcome.error["exception_type"] == "ZeroDivisionError"
+    assert '"<playbook code>", line 1' in outcome.error["traceback"]
+
+
+async def test_timeout_kills_the_child_and_the_tool_keeps_working(
+        python_tool: PythonTool, tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    code = ("import os, time\n"
+            f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+            "time.sleep(60)\n")
+
+    outcome = await python_tool.run(call(code, timeout_s=0.5))
+
+    assert not outcome.ok
+    assert outcome.error == {"message": "python code ran longer than its timeout of 0.5s",
+                             "kind": "timeout", "retryable": True}
+    pid = int(pid_file.read_text())
+
+    def child_is_gone() -> None:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+    await assert_eventually(child_is_gone)
+    assert (await python_tool.run(call("result = 'alive'"))).result == "alive"
+
+
+async def test_print_output_does_not_break_the_protocol(python_tool: PythonTool) -> None:
+    code = ("import sys, os\n"
+            "print('hello from the step')\n"
+            "sys.stdout.write('\\x00\\x00\\x00\\x10garbage')\n"
+            "os.write(1, b'\\x00\\x00\\x00\\x05 raw fd one')\n"
+            "result = {'after': 'printing'}\n")
+
+    outcome = await python_tool.run(call(code))
+
+    assert outcome == Outcome("ok", result={"after": "printing"}, meta=outcome.meta)
+    assert "hello from the step" in outcome.meta["stdout"]
+    assert (await python_tool.run(call("result = 2"))).result == 2
+
+
+@pytest.mark.usefixtures("services")
+async def test_failing_python_step_fails_the_execution_with_the_message(client: PlainClient) -> None:
+    playbook = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: fails
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: |
+        raise ValueError("bad row 7")
+"""
+    feed = await client.run("pyfail1", playbook)
+
+    (failed,) = feed.of("step.failed")
+    assert failed["step"] == "start"
+    assert "ValueError: bad row 7" in failed["error"]["message"]
+    final = feed.final
+    assert final["event_type"] == "execution.failed"
+    assert final["error"]["step"] == "start"
+    assert "bad row 7" in final["error"]["message"]
+    assert final["steps"]["start"]["status"] == "failed"

@@ -1,0 +1,69 @@
+"""A real local HTTP service with the behaviours playbooks meet in the wild (aiohttp)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+ITEMS_TOTAL = 10
+
+
+@dataclass
+class HttpService:
+    """A local HTTP server with the behaviours playbooks meet in the wild.
+
+    GET  /items?page=N&size=S  pages over ITEMS_TOTAL items; `next_page` is null on the last page
+    ANY  /flaky/{key}?fail=N   503 for the first N calls per key, then 200 {key, calls}
+    ANY  /echo                 {method, path, query, json, headers}
+    POST /ledger               records {key: Idempotency-Key header, body}; GET /ledger lists them
+    """
+
+    url: str
+    calls: Counter[str] = field(default_factory=Counter)
+    ledger: list[dict[str, Any]] = field(default_factory=list)
+
+
+def http_app(service: HttpService) -> web.Application:
+    async def items(request: web.Request) -> web.Response:
+        service.calls["items"] += 1
+        page = int(request.query.get("page", "1"))
+        size = int(request.query.get("size", "4"))
+        start = (page - 1) * size
+        chunk = [{"id": i} for i in range(start + 1, min(start + size, ITEMS_TOTAL) + 1)]
+        more = start + size < ITEMS_TOTAL
+        return web.json_response({"page": page, "items": chunk,
+                                  "next_page": page + 1 if more else None})
+
+    async def flaky(request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        service.calls[key] += 1
+        calls = service.calls[key]
+        if calls <= int(request.query.get("fail", "0")):
+            return web.json_response({"error": "unavailable", "calls": calls}, status=503)
+        return web.json_response({"key": key, "calls": calls})
+
+    async def echo(request: web.Request) -> web.Response:
+        service.calls["echo"] += 1
+        body = await request.json() if request.can_read_body else None
+        return web.json_response({"method": request.method, "path": request.path,
+                                  "query": dict(request.query), "json": body,
+                                  "headers": dict(request.headers)})
+
+    async def ledger_add(request: web.Request) -> web.Response:
+        body = await request.json() if request.can_read_body else None
+        service.ledger.append({"key": request.headers.get("Idempotency-Key"), "body": body})
+        return web.json_response({"recorded": len(service.ledger)})
+
+    async def ledger_list(request: web.Request) -> web.Response:
+        return web.json_response(service.ledger)
+
+    app = web.Application()
+    app.router.add_get("/items", items)
+    app.router.add_route("*", "/flaky/{key}", flaky)
+    app.router.add_route("*", "/echo", echo)
+    app.router.add_post("/ledger", ledger_add)
+    app.router.add_get("/ledger", ledger_list)
+    return app
