@@ -28,11 +28,12 @@ class CliResult:
         return value
 
 
-async def run_cli(*args: str, timeout_s: float = 60.0, env: dict[str, str] | None = None) -> CliResult:
+async def run_cli(*args: str, timeout_s: float = 60.0, env: dict[str, str] | None = None,
+                  cwd: Path | None = None) -> CliResult:
     """Run the CLI without blocking the event loop (tests serve HTTP from the same loop)."""
     proc = await asyncio.create_subprocess_exec(
         str(CLI), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.DEVNULL, env={**os.environ, **(env or {})})
+        stdin=asyncio.subprocess.DEVNULL, env={**os.environ, **(env or {})}, cwd=cwd)
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
     except TimeoutError:
