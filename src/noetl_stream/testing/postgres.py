@@ -92,7 +92,7 @@ def _reachable_bin_dir(bin_dir: Path, account: pwd.struct_passwd | None) -> Path
                 shutil.copytree(libs, tree / libs.name, symlinks=True)
             for folder in (tree, tree / package.name):
                 folder.chmod(0o755)
-            with contextlib.suppress(OSError):  # another session may have made it first
+            with contextlib.suppress(OSError):  # a concurrent test run may have made it first
                 tree.rename(copy)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
