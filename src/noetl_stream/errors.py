@@ -5,6 +5,8 @@
     ├── TemplateError (ValueError)        a template failed to render; names step, field, expression
     ├── RequestError (ValueError)         an execution request is malformed
     ├── CredentialError (ValueError)      a credential is malformed, unknown or cannot be decrypted
+    │   └── KeychainError                 a keychain entry cannot be resolved; names the entry
+    ├── CatalogError (LookupError)        a playbook path or version is not in the catalog
     ├── ToolError (RuntimeError)          a tool could not run (not an error outcome of the tool)
     └── InfrastructureError (RuntimeError) NATS or a child process is unreachable or misbehaves
 
@@ -82,6 +84,18 @@ class RequestError(NoetlStreamError, ValueError):
 
 class CredentialError(NoetlStreamError, ValueError):
     """A credential is malformed, unknown or cannot be decrypted. Its text never holds a secret."""
+
+
+class CatalogError(NoetlStreamError, LookupError):
+    """A playbook named by catalog path, version or file link is not registered."""
+
+
+class KeychainError(CredentialError):
+    """A keychain entry could not be resolved. Names the entry, never its material."""
+
+    def __init__(self, entry: str, message: str) -> None:
+        self.entry = entry
+        super().__init__(f'keychain "{entry}": {message}')
 
 
 class ToolError(NoetlStreamError, RuntimeError):

@@ -6,6 +6,7 @@ crash is dropped by the stream's duplicate window (ARCHITECTURE §6.1).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
@@ -38,3 +39,17 @@ def event_msg_id(execution_id: str, event_type: str, *parts: object) -> str:
 
 def is_subject_token(text: str) -> bool:
     return bool(text) and not any(c in text for c in ". *>\t\r\n")
+
+
+def playbook_key(text: str) -> str:
+    """Catalog key of a playbook text: the same text always gets the same key."""
+    return "pb_" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def child_execution_id(parent_execution_id: str, idempotency_key: str) -> str:
+    """Id of the child a `kind: playbook` task starts: the same for every delivery of one attempt
+    of one task in one step run and iteration, so a redelivered command finds the child it already
+    started instead of starting another. A subject token (no dots).
+    """
+    digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:16]
+    return f"{parent_execution_id}x{digest}"

@@ -48,6 +48,12 @@ class BucketDecl:
 
 
 @dataclass(frozen=True)
+class ObjectStoreDecl:
+    name: str
+    ttl_s: float | None = None
+
+
+@dataclass(frozen=True)
 class Topology:
     """The declared NATS topology with `{prefix}` already filled in."""
 
@@ -56,6 +62,7 @@ class Topology:
     consumers: tuple[ConsumerDecl, ...]
     buckets: tuple[BucketDecl, ...]
     subject_templates: dict[str, str] = field(default_factory=dict)
+    object_stores: tuple[ObjectStoreDecl, ...] = ()
 
     # -- subject builders ------------------------------------------------------------------
     def execute_request_subject(self) -> str:
@@ -144,4 +151,6 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         BucketDecl(name=b["name"], history=int(b["history"]), ttl_s=b.get("ttl_s"))
         for b in raw["buckets"]
     )
-    return Topology(prefix, streams, consumers, buckets, dict(raw["subjects"]))
+    object_stores = tuple(ObjectStoreDecl(name=o["name"], ttl_s=o.get("ttl_s"))
+                          for o in raw.get("object_stores") or ())
+    return Topology(prefix, streams, consumers, buckets, dict(raw["subjects"]), object_stores)

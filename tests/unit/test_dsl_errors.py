@@ -71,14 +71,27 @@ def test_unknown_tool_kind_suggests_the_nearest_kind() -> None:
                        'did you mean "python"?')
 
 
-def test_known_kind_this_build_cannot_run_says_so() -> None:
-    message = only_issue("""
+def test_known_kind_this_installation_cannot_run_says_so() -> None:
+    text = playbook_text("""
         workflow:
           - step: start
             tool: {kind: playbook, path: ./child.yaml}
     """)
-    assert message == ('test.yaml:7: step "start" field "tool.kind": tool kind "playbook" is not '
-                       "available in this version of noetl-stream yet")
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(text, FILE, kinds={"python"})
+    assert [str(i) for i in caught.value.issues] == [
+        'test.yaml:7: step "start" field "tool.kind": tool kind "playbook" is not available in '
+        "this version of noetl-stream yet"]
+
+
+def test_playbook_task_without_path_names_the_field() -> None:
+    message = only_issue("""
+        workflow:
+          - step: start
+            tool: {kind: playbook, args: {n: 1}}
+    """)
+    assert message == ('test.yaml:7: step "start" field "tool.path": playbook task needs `path:` '
+                       "(a catalog path or ./file.yaml)")
 
 
 def test_unknown_key_is_a_warning_naming_file_line_step_and_suggestion() -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import select
 import signal
 import sys
 from pathlib import Path
@@ -18,9 +20,10 @@ import click
 import orjson
 
 from noetl_stream import __version__, config, jsonutil
+from noetl_stream.cli.catalog_cmd import register
 from noetl_stream.cli.credential import credential
 from noetl_stream.cli.tools_cmd import tools
-from noetl_stream.dsl import load_playbook
+from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.errors import InfrastructureError, PlaybookError
 from noetl_stream.tools.registry import installed_kinds
 
@@ -41,6 +44,30 @@ def _run_async(coro: Any) -> Any:
         return uvloop.run(coro)
     except ImportError:  # uvloop is optional off Linux/macOS
         return asyncio.run(coro)
+
+
+def _write_stdout(data: bytes) -> None:
+    """Write a whole document and a newline to stdout, however slowly the reader drains the pipe.
+
+    A large result written through sys.stdout to a pipe was seen cut short (a partial write that
+    was never resumed), so the bytes go out in a loop that resumes partial writes and waits out
+    a full pipe.
+    """
+    data += b"\n"
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        click.echo(data.decode(), nl=False)  # not a real file (a test runner's buffer)
+        return
+    sys.stdout.flush()
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            select.select([], [fd], [])
+            continue
+        view = view[written:]
 
 
 def _fail(code: int, message: str) -> NoReturn:
@@ -99,9 +126,9 @@ def _parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]
     return data
 
 
-def _load_or_exit(path: Path, strict: bool) -> str:
+def _load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
     try:
-        result = load_playbook(path, strict=strict, kinds=installed_kinds())
+        result = load_with_children(path, strict=strict, kinds=installed_kinds())
     except PlaybookError as exc:
         for issue in exc.issues:
             click.echo(str(issue), err=True)
@@ -110,7 +137,7 @@ def _load_or_exit(path: Path, strict: bool) -> str:
               "nothing was run")
     for warning in result.warnings:
         click.echo(str(warning), err=True)
-    return path.read_text()
+    return result.files[0].text, result.files
 
 
 @main.command()
@@ -133,8 +160,10 @@ def run(playbook: Path, nats_url: str | None, prefix: str, payload: str | None, 
     """
     from noetl_stream.cli.progress import ProgressPrinter
     from noetl_stream.runtime.services import open_stack, run_services, submit_and_watch
+    from noetl_stream.state.catalog import register_files
+    from noetl_stream.state.results import ResultStore
 
-    text = _load_or_exit(playbook, strict)
+    text, files = _load_or_exit(playbook, strict)
     data = _parse_payload(payload, sets)
     printer = ProgressPrinter()
 
@@ -148,9 +177,14 @@ def run(playbook: Path, nats_url: str | None, prefix: str, payload: str | None, 
         async with open_stack(nats_url, prefix=prefix, on_embedded=announce) as stack:
             services = run_services(stack.bus) if embedded else contextlib.nullcontext()
             async with services:
-                return await submit_and_watch(stack.bus, playbook_text=text,
-                                              playbook_file=str(playbook), payload=data,
-                                              on_event=on_event, timeout_s=timeout_s)
+                if any(f.links for f in files):  # children named by file travel via the catalog
+                    await register_files(stack.bus.js, files)
+                final = await submit_and_watch(stack.bus, playbook_text=text,
+                                               playbook_file=str(playbook), payload=data,
+                                               on_event=on_event, timeout_s=timeout_s)
+                # Large results arrive as references to the object store; show their values.
+                resolved: dict[str, Any] = await ResultStore(stack.bus.js).resolve(final)
+                return resolved
 
     try:
         final = _run_async(go())
@@ -165,11 +199,10 @@ def run(playbook: Path, nats_url: str | None, prefix: str, payload: str | None, 
     summary = {k: final.get(k) for k in ("execution_id", "status", "result", "error", "steps",
                                          "ctx", "vars")}
     if as_json:
-        click.echo(jsonutil.dumps_str(summary))
+        _write_stdout(jsonutil.dumps(summary))
     else:
         # Progress went to stderr; the result alone goes to stdout, so it pipes into jq.
-        click.echo(orjson.dumps(summary.get("result"), option=orjson.OPT_INDENT_2,
-                                default=str).decode())
+        _write_stdout(orjson.dumps(summary.get("result"), option=orjson.OPT_INDENT_2, default=str))
     sys.exit(EXIT_OK if summary["status"] == "completed" else EXIT_FAILED)
 
 
@@ -181,7 +214,7 @@ def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
     bad = 0
     for path in playbooks:
         try:
-            result = load_playbook(path, strict=strict, kinds=installed_kinds())
+            result = load_with_children(path, strict=strict, kinds=installed_kinds())
         except PlaybookError as exc:
             bad += 1
             for issue in exc.issues:
@@ -301,7 +334,8 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, as_json: bool) -
     """Follow an execution's events live until it ends (like nats sub 'noetl.events.<id>.>')."""
     from noetl_stream.cli.progress import ProgressPrinter
     from noetl_stream.runtime.connection import connect
-    from noetl_stream.runtime.watcher import ExecutionWatch
+    from noetl_stream.runtime.watcher import END_EVENTS, ExecutionWatch
+    from noetl_stream.state.results import ResultStore
 
     if nats_url is None:
         _fail(EXIT_REJECTED, "watch needs --nats-url (or NOETL_STREAM_NATS_URL)")
@@ -315,11 +349,19 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, as_json: bool) -
 
     async def go() -> dict[str, Any]:
         bus = await connect(str(nats_url), prefix=prefix)
+        results = ResultStore(bus.js)
+        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        w = ExecutionWatch(bus, execution_id, events.put_nowait)
         try:
-            w = ExecutionWatch(bus, execution_id, on_event)
             await w.start()
-            return await w.wait()
+            while True:
+                event = await events.get()
+                # JSON lines show large results' values, not their object store references.
+                on_event(await results.resolve(event) if as_json else event)
+                if event.get("event_type") in END_EVENTS:
+                    return event
         finally:
+            await w.stop()
             await bus.close()
 
     try:
@@ -354,3 +396,4 @@ def nats_cmd() -> None:
 
 main.add_command(tools)
 main.add_command(credential)
+main.add_command(register)

@@ -12,7 +12,8 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
                        "response_type", "form"}),
     "noop": frozenset(),
     "workbook": frozenset({"name"}),
-    "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id"}),
+    "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id",
+                           "return_step"}),
     "postgres": frozenset({"command", "query", "params", "auth", "connection", "as_objects",
                            "timeout"}),
     "duckdb": frozenset({"command", "query", "params", "auth", "db_path", "as_objects", "timeout"}),
@@ -24,4 +25,4 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
 
 # Kinds this build can execute; the others are known words that a later build runs.
 RUNNABLE_KINDS = frozenset({"python", "http", "noop", "workbook", "shell", "nats", "secrets",
-                            "postgres", "duckdb"})
+                            "postgres", "duckdb", "playbook"})

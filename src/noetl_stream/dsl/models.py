@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from noetl_stream.dsl.keychain import KeychainEntry
+
 Template = Any  # a value that may hold "{{ ... }}" strings at any depth
 
 Directive = Literal["continue", "retry", "jump", "break", "fail"]
@@ -33,6 +35,21 @@ class Rule(_Frozen):
     set_ctx: dict[str, Template] = Field(default_factory=dict, description="Execution ctx patch.")
     set_iter: dict[str, Template] = Field(default_factory=dict, description="Iteration-local writes.")
     set_locals: dict[str, Template] = Field(default_factory=dict, description="Pipeline-local names.")
+    multiplier: float | None = Field(
+        None, gt=0, description="Growth factor of exponential backoff; None doubles each wait.")
+    event: str | None = Field(
+        None, description="Case dialect: the name the guard reads as `event.name`: `call.done` "
+        "(after every call), `call.error` (only after a failed one), `step.enter`, `step.exit`; "
+        "None for canonical rules.")
+    call: dict[str, Template] = Field(
+        default_factory=dict, description="Case `call`: config overrides rendered when the rule "
+        "fires and merged (deeply) over the task's rendered config from its next call on.")
+    result: Template | None = Field(
+        None, description="Case `result`: rendered after the rule's writes, it replaces the "
+        "task's result (so the step's, when the task is the last one). None keeps the result.")
+    route: str | None = Field(
+        None, description="Case `next`: the route the step's outcome carries when this rule "
+        "fires; only the step's arcs with this `route` fire then.")
     line: int | None = None
 
 
@@ -59,6 +76,10 @@ class Arc(_Frozen):
     when: str | None = Field(None, description="Guard; without one the arc fires on success only.")
     args: dict[str, Template] = Field(default_factory=dict, description="Token inscription.")
     set_ctx: dict[str, Template] = Field(default_factory=dict, description="ctx writes on firing.")
+    route: str | None = Field(
+        None, description="Case `then.next`: the arc fires exactly when the step's outcome "
+        "carries this route (set by a case rule); arcs without a route fire only when it "
+        "carries none.")
     line: int | None = None
 
 
@@ -91,6 +112,14 @@ class Step(_Frozen):
     set_ctx: dict[str, Template] = Field(default_factory=dict, description="Step `set:` after success.")
     vars: dict[str, Template] = Field(default_factory=dict, description="`vars:` extracted on success.")
     next: NextSpec = Field(default_factory=NextSpec)
+    enter: tuple[Rule, ...] = Field(
+        default=(), description="Rules the router evaluates when the step starts, before its "
+        "first command (case `step.enter`): the first true one applies its ctx writes, or "
+        "fails the step with `do: fail`.")
+    exit: tuple[Rule, ...] = Field(
+        default=(), description="Rules the router evaluates when the step has succeeded, before "
+        "its arcs (case `step.exit`): the first true one applies its ctx writes, `result`, "
+        "`route`, or fails the step with `do: fail`.")
     spec: dict[str, Any] = Field(default_factory=dict)
     pool: str | None = None
 
@@ -105,6 +134,8 @@ class Playbook(_Frozen):
     workload: dict[str, Any] = Field(default_factory=dict)
     steps: tuple[Step, ...]
     executor: dict[str, Any] = Field(default_factory=dict)
+    keychain: tuple[KeychainEntry, ...] = Field(
+        default=(), description="`keychain:` declarations, resolved by the worker (spec 002 §2.1).")
     file: str = "<string>"
 
     def step(self, name: str) -> Step:

@@ -14,7 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from noetl_stream import refs
 from noetl_stream.dsl import templating
+from noetl_stream.dsl.dialects.case import CaseIR, compile_case
+from noetl_stream.dsl.keychain import parse_keychain
 from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS
 from noetl_stream.dsl.models import (
     AdmitRule,
@@ -33,9 +36,10 @@ API_VERSION = "noetl.io/v2"
 TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "workload", "workflow", "workbook",
                       "keychain", "executor", "spec"})
 STEP_KEYS = frozenset({"step", "desc", "description", "tool", "next", "loop", "set", "args",
-                       "input", "spec", "vars", "when", "meta", "output", "outcome", "pool"})
+                       "input", "spec", "vars", "when", "meta", "output", "outcome", "pool",
+                       "case"})
 # Keys of the source documents that a later build compiles; rejecting them beats ignoring them.
-NOT_YET_STEP_KEYS = frozenset({"case", "retry", "sink", "eval_mode", "case_mode", "branch_order",
+NOT_YET_STEP_KEYS = frozenset({"retry", "sink", "eval_mode", "case_mode", "branch_order",
                                "next_policy"})
 LOOP_KEYS = frozenset({"in", "collection", "iterator", "element", "spec", "mode", "max_in_flight"})
 RULE_THEN_KEYS = frozenset({"do", "attempts", "max_attempts", "backoff", "delay", "max_delay", "to",
@@ -101,6 +105,12 @@ class _Parser:
         if not isinstance(workload, dict):
             self.error(line_of(doc, "workload"), "workload must be a mapping", None, "workload")
             workload = {}
+        keychain = parse_keychain(doc.get("keychain"), doc, self)
+        executor = doc.get("executor") or {}
+        limit_problem = refs.limit_problem(executor) if isinstance(executor, dict) else None
+        if limit_problem:
+            self.error(line_of(doc, "executor"), limit_problem, None,
+                       "executor.spec.policy.limits.max_payload_bytes")
         workbook = self.parse_workbook(doc.get("workbook"), doc)
         raw_steps = doc.get("workflow")
         if not isinstance(raw_steps, list) or not raw_steps:
@@ -120,14 +130,13 @@ class _Parser:
         self.check_graph(steps)
         if any(i.severity == "error" for i in self.issues):
             return None
-        executor = doc.get("executor") or {}
         try:
             return Playbook(
                 api_version=str(api), kind=str(kind), name=str(meta.get("name")),
                 path=_opt_str(meta.get("path")), version=_opt_str(meta.get("version")),
                 description=_opt_str(meta.get("description")), workload=plain(workload),
                 steps=tuple(steps), executor=plain(executor) if isinstance(executor, dict) else {},
-                file=self.file,
+                keychain=keychain, file=self.file,
             )
         except ValidationError as exc:
             self.error(1, f"playbook does not fit the model: {exc}")
@@ -172,18 +181,37 @@ class _Parser:
         vars_block = self.mapping(raw, "vars", name, "vars")
         vars_block.update(set_vars)
         nxt = self.parse_next(raw.get("next"), raw, name)
+        enter: tuple[Rule, ...] = ()
+        exit_rules: tuple[Rule, ...] = ()
+        if raw.get("case") is not None:
+            case = self.parse_case(raw, name, tasks, nxt)
+            tasks, nxt, enter, exit_rules = list(case.tasks), case.next, case.enter, case.exit
+            admit = (*case.admit, *admit)
         for fld in ("input", "args", "set", "vars"):
             self.check_templates(raw.get(fld), line_of(raw, fld), name, fld)
         pool = raw.get("pool")
         try:
             return Step(name=name, desc=_opt_str(raw.get("desc") or raw.get("description")),
                         line=line, args=args, admit=admit, loop=loop, tasks=tuple(tasks),
-                        set_ctx=set_ctx, vars=vars_block, next=nxt,
+                        set_ctx=set_ctx, vars=vars_block, next=nxt, enter=enter, exit=exit_rules,
                         spec=plain(spec) if isinstance(spec, dict) else {},
                         pool=str(pool) if pool else None)
         except ValidationError as exc:
             self.error(line, f"step does not fit the model: {exc.errors()[0]['msg']}", name)
             return None
+
+    def parse_case(self, raw: dict[str, Any], step: str, tasks: list[Task],
+                   nxt: NextSpec) -> CaseIR:
+        """Step-level `case:` compiled into the canonical IR (dsl/dialects/case.py)."""
+        line = line_of(raw, "case")
+        case = compile_case(raw["case"], step=step, line=line, tasks=tuple(tasks), next_spec=nxt,
+                            report=lambda ln, message, fld: self.error(ln, message, step, fld))
+        rules = [*case.enter, *case.exit, *(r for t in case.tasks for r in t.rules)]
+        for rule in rules:
+            self.check_templates([rule.when, rule.set_ctx, rule.set_iter, rule.call, rule.result],
+                                 rule.line or line, step, "case")
+        self.check_templates([a.args for a in case.next.arcs if a.route], line, step, "case.next")
+        return case
 
     def mapping(self, node: dict[str, Any], key: str, step: str | None, fld: str) -> dict[str, Any]:
         value = node.get(key)
@@ -369,6 +397,9 @@ class _Parser:
             self.error(line, "python task needs `code:`", step, "tool.code")
         if kind == "http" and not (body.get("url") or body.get("endpoint")):
             self.error(line, "http task needs `url:`", step, "tool.url")
+        if kind == "playbook" and not body.get("path"):
+            self.error(line, "playbook task needs `path:` (a catalog path or ./file.yaml)", step,
+                       "tool.path")
         for key, value in config.items():
             if key != "code":
                 self.check_templates(value, line_of(body, key) or line, step, f"tool.{key}")

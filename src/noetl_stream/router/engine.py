@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl_stream import ids
-from noetl_stream.dsl import templating
-from noetl_stream.dsl.models import Arc, Playbook, Step
+from noetl_stream import ids, refs
+from noetl_stream.dsl import keychain, templating
+from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
 from noetl_stream.router.context import build_context, pick_steps
 from noetl_stream.router.graph import graph_of
@@ -113,6 +113,8 @@ class _Router:
         self.s.runs[run_id] = run
         self.emit("step.started", ids.event_msg_id(self.s.execution_id, "step.started", run_id),
                   step=name, step_run_id=run_id, run=rec.runs)
+        if step.enter and not self.enter_step(step, run):
+            return
         if step.loop is None:
             self.command(step, run, None, None)
             return
@@ -140,7 +142,8 @@ class _Router:
         self.schedule_iterations(step, run)
 
     def admitted(self, step: Step, args: dict[str, Any]) -> bool:
-        context = self.context(args=args)
+        # Admission happens as the step is entered: a case `skip` on step.enter is a rule here.
+        context = self.context(args=args, extra={"event": {"name": "step.enter", "payload": {}}})
         for rule in step.admit:
             try:
                 if templating.evaluate_guard(rule.when, context, step=step.name,
@@ -153,7 +156,7 @@ class _Router:
     def schedule_iterations(self, step: Step, run: Run) -> None:
         loop = run.loop
         assert loop is not None
-        while (loop.error is None and loop.next_index < len(loop.items)
+        while (loop.error is None and loop.route is None and loop.next_index < len(loop.items)
                and len(loop.in_flight) < loop.max_in_flight):
             index = loop.next_index
             loop.next_index += 1
@@ -161,7 +164,7 @@ class _Router:
             self.command(step, run, index, loop.items[index])
 
     def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
-        names = step_reads(step)
+        names = step_reads(step) | keychain.reads(self.pb.keychain)
         iter_vars: dict[str, Any] = {}
         if index is not None and step.loop is not None:
             iter_vars = {step.loop.iterator: item, "_index": index}
@@ -172,6 +175,7 @@ class _Router:
             "execution_id": self.s.execution_id,
             "step": step.name,
             "step_run_id": run.run_id,
+            "parent_execution_id": self.s.parent_execution_id,
             "iteration": index,
             "attempt": 1,
             "tasks": [t.model_dump(mode="json") for t in step.tasks],
@@ -187,6 +191,10 @@ class _Router:
                 "steps_loop": loops,
             },
             "timeout_s": _timeout_of(step),
+            "keychain": keychain.for_command(
+                self.pb.keychain, names,
+                first=run.run_no == 1 and step.name == self.pb.start_step.name),
+            "max_payload_bytes": refs.max_payload_bytes(self.pb.executor),
         }
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.s.outbox.append(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
@@ -210,7 +218,8 @@ class _Router:
             rec = self.s.record(run.step)
             http = event.get("http")
             rec.http = http if isinstance(http, dict) else None
-            self.finish_run(run, ok=ok, result=event.get("result"), error=error)
+            self.finish_run(run, ok=ok, result=event.get("result"), error=error,
+                            route=_route_of(event) if ok else None)
             return
         loop = run.loop
         if index is None or index not in loop.in_flight:
@@ -220,6 +229,8 @@ class _Router:
         loop.done += 1
         if ok:
             loop.results[str(index)] = event.get("result")
+            # A case `next` on an iteration's call ends the loop early (spec 000 §1.2).
+            loop.route = loop.route or _route_of(event)
         elif loop.error is None:
             loop.error = {**(error or {}), "iteration": index}
         self.emit("loop.progress", ids.event_msg_id(self.s.execution_id, "loop.progress", run.run_id,
@@ -231,17 +242,20 @@ class _Router:
             return
         if loop.error is not None:
             self.finish_run(run, ok=False, result=None, error=loop.error)
-        elif loop.next_index >= len(loop.items):
-            ordered = [loop.results.get(str(i)) for i in range(len(loop.items))]
-            self.finish_run(run, ok=True, result=ordered, error=None)
+        elif loop.next_index >= len(loop.items) or loop.route is not None:
+            ordered = [loop.results.get(str(i)) for i in range(loop.next_index)]
+            self.finish_run(run, ok=True, result=ordered, error=None, route=loop.route)
 
     def patch_ctx(self, ok: bool, event: dict[str, Any]) -> None:
         patch = event.get("ctx_patch")
         if ok and isinstance(patch, dict):
             self.s.ctx.update(patch)
 
-    def finish_run(self, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None) -> None:
+    def finish_run(self, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
+                   route: str | None = None) -> None:
         step = self.pb.step(run.step)
+        if ok and step.exit:
+            ok, result, error, route = self.exit_step(step, run, result, route)
         run.status = "done" if ok else "failed"
         run.loop = None  # iteration bookkeeping is no longer needed; keep snapshots small
         rec = self.s.record(run.step)
@@ -266,7 +280,7 @@ class _Router:
         try:
             if ok:
                 self.apply_step_writes(step, run, context_extra)
-            self.route(step, run, ok, error, context_extra)
+            self.route(step, run, ok, error, context_extra, route)
         except TemplateError as exc:
             self.fail_execution(run.step, {"message": str(exc), "kind": "template"})
         self.s.runs.pop(run.run_id, None)
@@ -280,12 +294,66 @@ class _Router:
             context = self.context(args=run.args, extra=extra)
             self.s.vars.update(templating.render(step.vars, context, step=step.name, field="vars"))
 
+    def enter_step(self, step: Step, run: Run) -> bool:
+        """Case `step.enter` rules: the first true one writes ctx or fails the run (False)."""
+        extra = {"event": {"name": "step.enter", "payload": {}}}
+        try:
+            rule = self.first_rule(step.enter, self.context(args=run.args, extra=extra), step)
+            if rule is not None and rule.set_ctx:
+                self.s.ctx.update(templating.render(rule.set_ctx, self.context(
+                    args=run.args, extra=extra), step=step.name, field="case.set"))
+        except TemplateError as exc:
+            self.finish_run(run, ok=False, result=None, error={"message": str(exc), "kind": "template"})
+            return False
+        if rule is not None and rule.do == "fail":
+            self.finish_run(run, ok=False, result=None, error={
+                "message": f"case rule at line {rule.line} failed the step on step.enter",
+                "kind": "case"})
+            return False
+        return True
+
+    def exit_step(self, step: Step, run: Run, result: Any, route: str | None
+                  ) -> tuple[bool, Any, dict[str, Any] | None, str | None]:
+        """Case `step.exit` rules on a successful run: the first true one writes ctx, replaces
+        the result, picks a route (unless a call rule already did) or fails the run.
+        """
+        def extra() -> dict[str, Any]:
+            return {"event": {"name": "step.exit", "payload": {"result": result, "error": None}},
+                    "result": result, "response": result, "error": None,
+                    "this": {"status": "ok", "data": result, "result": result, "error": None}}
+        try:
+            rule = self.first_rule(step.exit, self.context(args=run.args, extra=extra()), step)
+            if rule is None:
+                return True, result, None, route
+            if rule.set_ctx:
+                self.s.ctx.update(templating.render(rule.set_ctx, self.context(
+                    args=run.args, extra=extra()), step=step.name, field="case.set"))
+            if rule.result is not None:
+                result = templating.render(rule.result, self.context(args=run.args, extra=extra()),
+                                           step=step.name, field="case.result")
+        except TemplateError as exc:
+            return False, None, {"message": str(exc), "kind": "template"}, None
+        if rule.do == "fail":
+            return False, None, {"message": f"case rule at line {rule.line} failed the step on "
+                                 "step.exit", "kind": "case"}, None
+        return True, result, None, route or rule.route
+
+    def first_rule(self, rules: tuple[Rule, ...], context: dict[str, Any], step: Step) -> Rule | None:
+        for rule in rules:
+            if templating.evaluate_guard(rule.when, context, step=step.name, field="case.when"):
+                return rule
+        return None
+
     def route(self, step: Step, run: Run, ok: bool, error: dict[str, Any] | None,
-              extra: dict[str, Any]) -> None:
+              extra: dict[str, Any], route: str | None = None) -> None:
         context = self.context(args=run.args, extra=extra)
         selected: list[Arc] = []
-        for arc in step.next.arcs:
-            if step.next.mode == "exclusive" and selected:
+        # A route chosen by a case rule fires all of its arcs; otherwise the arcs without one
+        # (the structural `next`) are evaluated as usual.
+        candidates = [arc for arc in step.next.arcs if arc.route == route]
+        exclusive = step.next.mode == "exclusive" and route is None
+        for arc in candidates:
+            if exclusive and selected:
                 break
             fires = ok if arc.when is None else templating.evaluate_guard(
                 arc.when, context, step=step.name, field="next.arcs.when")
@@ -350,8 +418,13 @@ def step_reads(step: Step) -> set[str]:
         names |= templating.referenced_names([task.set_ctx, task.set_iter, task.set_locals])
         for rule in task.rules:
             names |= templating.referenced_names([rule.when, rule.set_ctx, rule.set_iter,
-                                                  rule.set_locals])
+                                                  rule.set_locals, rule.call, rule.result])
     return names
+
+
+def _route_of(event: dict[str, Any]) -> str | None:
+    route = event.get("route")
+    return route if isinstance(route, str) and route else None
 
 
 def _error_of(value: Any) -> dict[str, Any] | None:

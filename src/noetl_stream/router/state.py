@@ -35,6 +35,7 @@ class LoopState:
     results: dict[str, Any] = field(default_factory=dict)  # str(index) -> result
     done: int = 0
     error: dict[str, Any] | None = None
+    route: str | None = None  # a case `next` chosen by an iteration: no further iterations start
 
 
 @dataclass

@@ -13,6 +13,7 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     KeyValueConfig,
+    ObjectStoreConfig,
     RetentionPolicy,
     StorageType,
     StreamConfig,
@@ -113,4 +114,12 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",)) -> Provisio
             await bus.js.create_key_value(KeyValueConfig(bucket=b.name, history=b.history,
                                                          ttl=b.ttl_s, storage=StorageType.FILE))
             report.created.append(f"bucket {b.name}")
+    for o in topo.object_stores:
+        try:
+            await bus.js.object_store(o.name)
+            report.unchanged.append(f"object store {o.name}")
+        except NotFoundError:
+            await bus.js.create_object_store(o.name, ObjectStoreConfig(
+                bucket=o.name, ttl=o.ttl_s, storage=StorageType.FILE))
+            report.created.append(f"object store {o.name}")
     return report

@@ -33,6 +33,7 @@ from noetl_stream.router.engine import merge_workload
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.publish import publish_event, publish_outbox
+from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.tools.registry import installed_kinds
 
 log = logging.getLogger("noetl_stream.server")
@@ -61,6 +62,7 @@ class Server:
         self._catalog: KeyValue | None = None
         # Plugin kinds installed here are valid words too; read once, without loading plugin code.
         self._kinds = installed_kinds()
+        self._vars = VarsStore(bus.js)
 
     async def start(self) -> None:
         self._executions = await self.bus.js.key_value("noetl_executions")
@@ -188,6 +190,7 @@ class Server:
                 log.warning("events for unknown execution %s acknowledged and dropped", execution_id)
                 break
             state = cached.state
+            vars_before = dict(state.vars)
             outbox = []
             now = self.clock()
             poison: tuple[Msg, dict[str, Any]] | None = None
@@ -213,6 +216,8 @@ class Server:
             except KeyWrongLastSequenceError:
                 self._cache.pop(execution_id, None)  # someone else moved it: reload and re-apply
                 continue
+            # Vars go to KV before the outbox: whoever sees `execution.completed` can read them.
+            await self._vars.commit_vars(execution_id, vars_before, state.vars)
             await publish_outbox(self.bus, outbox)
             if state.status != "running":
                 self._cache.pop(execution_id, None)

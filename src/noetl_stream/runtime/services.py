@@ -10,6 +10,7 @@ from typing import Any
 from noetl_stream import config, ids
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
 from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.server import Server
@@ -17,6 +18,7 @@ from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.runtime.worker import Worker
 from noetl_stream.state.auth_cache import CachedCredentialResolver
 from noetl_stream.state.crypto import SecretBox
+from noetl_stream.state.results import ResultStore
 from noetl_stream.tools.base import ToolServices
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -57,11 +59,15 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     """Run a server and/or a worker on `bus` for the duration of the block."""
     srv = Server(bus) if server else None
     home = config.home_dir()
-    resolver = CachedCredentialResolver(bus.js, SecretBox.from_env(home))
-    tool_services = ToolServices(credentials=resolver, nats=bus.nc, home=home)
+    box = SecretBox.from_env(home)
+    resolver = CachedCredentialResolver(bus.js, box)
+    tool_services = ToolServices(credentials=resolver, nats=bus.nc, home=home,
+                                 prefix=bus.topology.prefix, results=ResultStore(bus.js))
+    keychain = KeychainResolver(bus.js, box, resolver)
     tools = (await ToolRegistry.create(services=tool_services, python_children=python_children)
              if worker else None)
-    wrk = Worker(bus, tools, pool=pool, concurrency=concurrency) if tools is not None else None
+    wrk = (Worker(bus, tools, pool=pool, concurrency=concurrency, keychain=keychain)
+           if tools is not None else None)
     try:
         if srv is not None:
             await srv.start()
@@ -75,6 +81,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
             await srv.stop()
         if tools is not None:
             await tools.close()
+        await keychain.close()
 
 
 async def submit_and_watch(bus: Bus, *, playbook_text: str, playbook_file: str,

@@ -18,10 +18,13 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import ValidationError
 
 from noetl_stream import ids, jsonutil
+from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.redact import scrub
+from noetl_stream.state.results import ResultStore, holds_ref
 from noetl_stream.subjects import DEFAULT_POOL
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -30,9 +33,11 @@ log = logging.getLogger("noetl_stream.worker")
 
 class Worker:
     def __init__(self, bus: Bus, tools: ToolRegistry, *, pool: str = DEFAULT_POOL,
-                 concurrency: int = 64) -> None:
+                 concurrency: int = 64, keychain: KeychainResolver | None = None) -> None:
         self.bus = bus
         self.tools = tools
+        self.keychain = keychain
+        self.results = ResultStore(bus.js)
         self.pool = pool
         self.concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
@@ -102,18 +107,26 @@ class Worker:
             await msg.term()
             return
         iteration = command.get("iteration")
+        parent = command.get("parent_execution_id")  # set on a child execution's commands
         started = time.time()
         await publish_event(self.bus, execution_id, "task.started",
                             ids.event_msg_id(execution_id, "task.started", step_run_id, iteration),
                             {"event_type": "task.started", "execution_id": execution_id,
                              "step": step, "step_run_id": step_run_id, "iteration": iteration,
-                             "timestamp": started, "pool": self.pool}, wait=False)
+                             "timestamp": started, "pool": self.pool,
+                             "parent_execution_id": parent}, wait=False)
         heartbeat = asyncio.create_task(self._heartbeat(msg))
         secrets: set[str] = set()
         try:
-            pipeline = Pipeline(command, self.tools, idempotency_prefix=f"{step_run_id}:{iteration}")
+            if holds_ref(msg.data):
+                command["context"] = await self.results.resolve(command.get("context") or {})
+            pipeline = Pipeline(command, self.tools, idempotency_prefix=f"{step_run_id}:{iteration}",
+                                keychain=self.keychain)
             secrets = pipeline.secrets
             outcome = await pipeline.run()
+        except InfrastructureError as exc:
+            # A result this step reads is gone from the object store; no retry brings it back.
+            outcome = PipelineResult(False, error={"message": str(exc), "kind": "result_ref"})
         except (ValidationError, KeyError, TypeError, ValueError) as exc:
             # A command we cannot read still belongs to a step: fail that step with the reason.
             outcome = PipelineResult(False, error={"message": f"malformed command: {exc}",
@@ -127,11 +140,14 @@ class Worker:
         body = {
             "event_type": etype, "execution_id": execution_id, "step": step,
             "step_run_id": step_run_id, "iteration": iteration, "timestamp": time.time(),
+            "parent_execution_id": parent,
             "status": "ok" if outcome.ok else "error", "result": outcome.result,
             "error": outcome.error, "ctx_patch": outcome.ctx_patch, "http": outcome.http,
+            "route": outcome.route,
             "duration_ms": round((time.time() - started) * 1000, 3),
         }
         body = scrub(body, secrets)
+        body = await self.results.externalize_outcome(body, command.get("max_payload_bytes"))
         await publish_event(self.bus, execution_id, etype,
                             ids.event_msg_id(execution_id, etype, step_run_id, iteration), body)
         await msg.ack_sync()

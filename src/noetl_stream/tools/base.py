@@ -65,6 +65,14 @@ class CredentialResolver(Protocol):
         ...
 
 
+class ResultSink(Protocol):
+    """Where tools put bytes that must not travel inside events (object store `noetl_results`)."""
+
+    async def put_binary(self, data: bytes, *, content_type: str | None) -> dict[str, Any]:
+        """Store `data`; return its reference `{"$ref": {store, key, size, checksum, ...}}`."""
+        ...
+
+
 @dataclass(frozen=True)
 class ToolServices:
     """What the worker hands every tool kind at creation: shared clients and resolvers.
@@ -76,6 +84,8 @@ class ToolServices:
     credentials: CredentialResolver | None = None
     nats: Any = None
     home: Any = None
+    prefix: str = "noetl"  # subject prefix, for tools that publish requests or follow events
+    results: ResultSink | None = None
 
 
 class Tool(Protocol):

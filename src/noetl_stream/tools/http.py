@@ -89,6 +89,10 @@ class HttpTool:
                                                  resp.charset, response_type)
                     if problem is not None:
                         return Outcome.failure(f"{method} {url}: {problem}", "response", http=http)
+                    if response_type == "binary" and self.services.results is not None:
+                        # The bytes go to the object store; the result is a reference to them.
+                        value = await self.services.results.put_binary(
+                            raw, content_type=resp.headers.get("Content-Type") or None)
                     return Outcome.success(value, http=http)
                 return Outcome.failure(
                     f"HTTP {resp.status} {resp.reason or ''} from {method} {url}".replace("  ", " "),

@@ -110,13 +110,26 @@ def run_code(code: str, inputs: dict[str, Any]) -> Any:
     return namespace.get("result")
 
 
+def _read_exactly(stream: BinaryIO, size: int) -> bytes:
+    """`size` bytes, or fewer only at end of input (an unbuffered pipe returns what it has)."""
+    parts: list[bytes] = []
+    left = size
+    while left > 0:
+        chunk = stream.read(left)
+        if not chunk:
+            break
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
 def _serve(proto_in: BinaryIO, proto_out: BinaryIO) -> None:
     while True:
-        head = proto_in.read(4)
+        head = _read_exactly(proto_in, 4)
         if len(head) < 4:
             return
         (size,) = struct.unpack(">I", head)
-        request = _loads(proto_in.read(size))
+        request = _loads(_read_exactly(proto_in, size))
         captured = io.StringIO()
         try:
             with contextlib.redirect_stdout(captured):

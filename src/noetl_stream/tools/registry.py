@@ -26,6 +26,7 @@ BUILTIN_TOOLS: dict[str, str] = {
     "secrets": "noetl_stream.tools.secrets:SecretsTool",
     "shell": "noetl_stream.tools.shell:ShellTool",
     "nats": "noetl_stream.tools.nats:NatsTool",
+    "playbook": "noetl_stream.tools.playbook:PlaybookTool",
 }
 
 

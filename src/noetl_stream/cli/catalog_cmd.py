@@ -1,0 +1,81 @@
+"""`noetl-stream register FILE...`: validate playbooks and put them in the catalog (KV
+`noetl_catalog`) under their `metadata.path` (latest, and `metadata.version` when set), with
+every child they name by file, so `kind: playbook` tasks can start them by catalog path.
+
+Like `run`, it starts the embedded nats-server of NOETL_STREAM_HOME when no --nats-url is given.
+Exit codes: 0 registered, 2 a playbook is invalid (nothing registered), 3 NATS unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from noetl_stream import config
+from noetl_stream.dsl.composition import ComposedResult, load_with_children
+from noetl_stream.errors import InfrastructureError, PlaybookError
+from noetl_stream.tools.registry import installed_kinds
+
+EXIT_REJECTED, EXIT_INFRA = 2, 3
+
+
+def _fail(code: int, message: str) -> NoReturn:
+    click.echo(f"noetl-stream: {message}", err=True)
+    sys.exit(code)
+
+
+@click.command()
+@click.argument("playbooks", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
+              help="NATS server with JetStream (env NOETL_STREAM_NATS_URL). Without it, the "
+                   "embedded nats-server of NOETL_STREAM_HOME is used.")
+@click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,
+              help="Subject prefix (env NOETL_STREAM_PREFIX).")
+@click.option("--strict", is_flag=True, help="Treat unknown keys as errors.")
+def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, strict: bool) -> None:
+    """Validate PLAYBOOKS and register them in the catalog by their metadata.path."""
+    from noetl_stream.runtime.services import open_stack
+    from noetl_stream.state.catalog import register_files, register_path
+
+    loaded: list[tuple[Path, ComposedResult]] = []
+    bad = 0
+    for path in playbooks:
+        try:
+            result = load_with_children(path, strict=strict, kinds=installed_kinds())
+        except PlaybookError as exc:
+            bad += 1
+            for issue in exc.issues:
+                click.echo(str(issue), err=True)
+            continue
+        for warning in result.warnings:
+            click.echo(str(warning), err=True)
+        if not result.playbook.path:
+            bad += 1
+            click.echo(f"{path}: metadata.path is required to register a playbook", err=True)
+            continue
+        loaded.append((path, result))
+    if bad:
+        _fail(EXIT_REJECTED, f"{bad} playbook{'s' if bad != 1 else ''} rejected; nothing was "
+              "registered")
+
+    async def go() -> list[str]:
+        lines = []
+        async with open_stack(nats_url, prefix=prefix, name="noetl-stream-register") as stack:
+            for path, result in loaded:
+                await register_files(stack.bus.js, result.files)
+                root = result.files[0]
+                await register_path(stack.bus.js, result.playbook, root.key)
+                version = f" version {result.playbook.version}" if result.playbook.version else ""
+                lines.append(f"{path}: registered {result.playbook.path}{version} ({root.key}, "
+                             f"{len(result.files) - 1} child file(s))")
+        return lines
+
+    try:
+        for line in asyncio.run(go()):
+            click.echo(line)
+    except InfrastructureError as exc:
+        _fail(EXIT_INFRA, str(exc))

@@ -1,0 +1,1 @@
+"""Authoring dialects that compile to the canonical IR (ARCHITECTURE §8): one engine, many forms."""

@@ -1,0 +1,175 @@
+"""`keychain:` declarations (spec 002 §2.1): parsed and validated here, resolved by the worker.
+
+A declaration names material a playbook needs and how to get it; templates read the resolved
+material as `{{ keychain.<name>.<field> }}`. Declarations hold no resolved secret, so they may
+travel in commands: the worker resolves them (runtime/keychain.py) and nothing it resolves is
+written back into commands, router state or events.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from noetl_stream.dsl import templating
+from noetl_stream.dsl.source import line_of, plain, suggest
+
+KINDS = ("static", "bearer", "env", "credential", "oauth2")
+# Kinds spec 002 names in its example: the first resolves a stored credential, the second needs
+# an external secret manager, which this build does not reach.
+ALIASES = {"postgres_credential": "credential"}
+NOT_YET = frozenset({"secret_manager"})
+COMMON_KEYS = frozenset({"name", "kind", "desc", "description"})
+CACHE_SCOPES = ("execution", "global")
+FIELDS: dict[str, frozenset[str]] = {
+    "bearer": frozenset({"token"}),
+    "env": frozenset({"env"}),
+    "credential": frozenset({"credential", "cache"}),
+    "oauth2": frozenset({"token_url", "client_id", "client_secret", "credential", "scope",
+                         "audience", "auth_method", "cache", "grant_type"}),
+}
+AUTH_METHODS = ("basic", "post")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class KeychainEntry(BaseModel):
+    """One declaration: `config` holds its kind's fields as written (templates unrendered)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Read in templates as keychain.<name>.")
+    kind: str = Field(description="static | bearer | env | credential | oauth2")
+    config: dict[str, Any] = Field(default_factory=dict, description="The kind's fields.")
+    line: int | None = None
+
+
+class Reporter(Protocol):
+    """The parser's issue collector, as this module uses it."""
+
+    def error(self, line: int | None, message: str, step: str | None = None,
+              field: str | None = None) -> None: ...
+
+    def unknown_keys(self, node: Any, known: Collection[str], step: str | None,
+                     prefix: str) -> None: ...
+
+    def check_templates(self, value: Any, line: int | None, step: str | None, fld: str) -> None: ...
+
+
+def parse_keychain(raw: Any, doc: Any, report: Reporter) -> tuple[KeychainEntry, ...]:
+    """The declarations of `keychain:`, reporting every problem with its line."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        report.error(line_of(doc, "keychain"), "keychain must be a list of {name, kind, ...}",
+                     None, "keychain")
+        return ()
+    entries: list[KeychainEntry] = []
+    seen: set[str] = set()
+    for index, item in enumerate(raw):
+        entry = _parse_entry(item, line_of(raw, index), f"keychain[{index}]", report)
+        if entry is None:
+            continue
+        if entry.name in seen:
+            report.error(entry.line, f'keychain name "{entry.name}" is used twice', None,
+                         f"keychain[{index}].name")
+        seen.add(entry.name)
+        entries.append(entry)
+    return tuple(entries)
+
+
+def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> KeychainEntry | None:
+    if not isinstance(item, dict):
+        report.error(line, "a keychain entry is a mapping with name and kind", None, where)
+        return None
+    line = line_of(item) or line
+    name = item.get("name")
+    ok = True
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        report.error(line_of(item, "name") or line,
+                     "needs a name of letters, digits and _ (read as keychain.<name>)"
+                     if name is None else f"name {name!r} is not usable as keychain.<name>; use "
+                     "letters, digits and _", None, f"{where}.name")
+        ok = False
+    kind = item.get("kind")
+    label = f'keychain entry "{name}"' if isinstance(name, str) else "keychain entry"
+    kind = ALIASES.get(str(kind), kind)
+    if kind is None:
+        report.error(line, f"{label} needs a kind ({', '.join(KINDS)})", None, f"{where}.kind")
+        return None
+    if kind in NOT_YET:
+        report.error(line_of(item, "kind") or line, f'keychain kind "{kind}" is not supported by '
+                     "this version of noetl-stream yet", None, f"{where}.kind")
+        return None
+    if kind not in KINDS:
+        report.error(line_of(item, "kind") or line, f'unknown keychain kind "{kind}"'
+                     f"{suggest(str(kind), (*KINDS, *ALIASES))} (known: {', '.join(KINDS)})",
+                     None, f"{where}.kind")
+        return None
+    config = {k: plain(v) for k, v in item.items() if k not in COMMON_KEYS}
+    if kind != "static":
+        report.unknown_keys(item, COMMON_KEYS | FIELDS[kind], None, f"{where}.")
+        config = {k: v for k, v in config.items() if k in FIELDS[kind]}
+    problems = _missing(kind, config)
+    for fld, message in problems:
+        report.error(line, f"{label} ({kind}) {message}", None, f"{where}.{fld}")
+    report.check_templates(config, line, None, where)
+    if not ok or problems:
+        return None
+    if kind == "credential" and "credential" not in config:
+        config["credential"] = name  # spec 002's example names the credential by the entry
+    return KeychainEntry(name=str(name), kind=str(kind), config=config, line=line)
+
+
+def _missing(kind: str, config: dict[str, Any]) -> list[tuple[str, str]]:
+    """(field, message) for every field `kind` needs and `config` lacks or gets wrong."""
+    out: list[tuple[str, str]] = []
+    if kind == "static" and not config:
+        out.append(("", "needs at least one field besides name and kind"))
+    if kind == "bearer" and not config.get("token"):
+        out.append(("token", 'needs "token" (a literal or a template)'))
+    if kind == "env":
+        env = config.get("env")
+        if not env or not (isinstance(env, str) or (
+                isinstance(env, dict) and all(isinstance(v, str) and v for v in env.values()))):
+            out.append(("env", 'needs "env": a variable name, or a mapping of field -> variable'))
+    if kind == "credential" and "credential" in config and not isinstance(config["credential"], str):
+        out.append(("credential", '"credential" must be a credential name'))
+    if kind == "oauth2":
+        has_credential = isinstance(config.get("credential"), str) and config["credential"]
+        for fld in ("token_url", "client_id", "client_secret"):
+            if not config.get(fld) and not has_credential:
+                out.append((fld, f'needs "{fld}" (or "credential" naming a stored credential '
+                                 "that holds it)"))
+        if config.get("auth_method", "basic") not in AUTH_METHODS:
+            out.append(("auth_method", f'"auth_method" is basic or post, not '
+                                       f'"{config["auth_method"]}"'))
+        if config.get("grant_type", "client_credentials") != "client_credentials":
+            out.append(("grant_type", "only the client_credentials grant is supported"))
+    if kind in ("credential", "oauth2") and config.get("cache", "execution") not in CACHE_SCOPES:
+        out.append(("cache", f'"cache" is execution or global, not "{config["cache"]}"'))
+    return out
+
+
+def declarations(entries: tuple[KeychainEntry, ...]) -> list[dict[str, Any]]:
+    """What a command carries: each entry's name, kind and fields as written."""
+    return [{"name": e.name, "kind": e.kind, "config": e.config} for e in entries]
+
+
+def for_command(entries: tuple[KeychainEntry, ...], reads: Collection[str], *,
+                first: bool) -> list[dict[str, Any]]:
+    """The declarations a command carries: all of them when its templates read `keychain`, and
+    for the start step's first run, so the keychain is resolved before the workflow goes on.
+    """
+    return declarations(entries) if entries and ("keychain" in reads or first) else []
+
+
+def reads(entries: tuple[KeychainEntry, ...]) -> set[str]:
+    """Names the declarations' own templates read (workload keys, say): a command that carries
+    the declarations must carry these too.
+    """
+    if not entries:
+        return set()
+    return templating.referenced_names([e.config for e in entries]) - {"keychain"}

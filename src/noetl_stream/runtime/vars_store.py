@@ -1,0 +1,72 @@
+"""`vars:` values in KV `noetl_vars` as `<execution_id>.<name>`, one put per changed value.
+
+The router extracts vars into its state (pure); the server writes the ones an event group changed
+after it has committed that state. The bucket is a projection of the state: whatever a crash
+between commit and put leaves out is still in the execution's snapshot and its final event.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from nats.js.errors import NoKeysError
+
+from noetl_stream import jsonutil
+
+log = logging.getLogger("noetl_stream.vars")
+
+VARS_BUCKET = "noetl_vars"
+_NAME = re.compile(r"[-/_=A-Za-z0-9]+")
+
+
+def vars_key(execution_id: str, name: str) -> str | None:
+    """The key of one var, or None when the name cannot be a KV key token."""
+    return f"{execution_id}.{name}" if _NAME.fullmatch(name) else None
+
+
+def changed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """The vars that are new or hold a different value."""
+    return {k: v for k, v in after.items() if k not in before or before[k] != v}
+
+
+class VarsStore:
+    """Writes vars of executions to KV; opens the bucket on first use."""
+
+    def __init__(self, js: Any) -> None:
+        self.js = js
+        self._kv: Any = None
+
+    async def commit_vars(self, execution_id: str, before: dict[str, Any],
+                          after: dict[str, Any]) -> None:
+        values = changed(before, after)
+        if not values:
+            return
+        if self._kv is None:
+            self._kv = await self.js.key_value(VARS_BUCKET)
+        for name, value in values.items():
+            key = vars_key(execution_id, name)
+            if key is None:
+                log.warning("var %r of %s is not stored in %s: a key holds only letters, digits "
+                            "and -/_=", name, execution_id, VARS_BUCKET)
+                continue
+            await self._kv.put(key, jsonutil.dumps(value))
+
+    async def read_vars(self, execution_id: str) -> dict[str, Any]:
+        """Every var stored for `execution_id` (what `/api/vars/{execution_id}` serves)."""
+        if self._kv is None:
+            self._kv = await self.js.key_value(VARS_BUCKET)
+        try:
+            # nats-py's key filters are substrings, not subject patterns: check the prefix here.
+            keys = await self._kv.keys(filters=[f"{execution_id}."])
+        except NoKeysError:
+            return {}
+        out: dict[str, Any] = {}
+        for key in keys:
+            if not key.startswith(f"{execution_id}."):
+                continue
+            entry = await self._kv.get(key)
+            if entry.value is not None:
+                out[key.split(".", 1)[1]] = jsonutil.loads(entry.value)
+        return out

@@ -1,0 +1,160 @@
+"""`playbook`: start a child execution of another playbook and, unless `async: true`, wait for it.
+
+Fields: `path` (a catalog path, or a file path such as `./child.yaml` registered with the calling
+playbook), `version`, `args`/`input` (the child's payload, deep-merged over its workload),
+`async` (return `{execution_id}` once the request is stored), `return_step` (the result of that
+child step instead of the child's result).
+
+A child starts at most once per attempt of the task: its execution id is derived from the task's
+idempotency key (parent step run, iteration, task, attempt) and its request carries
+`Nats-Msg-Id: req:<child id>`, and the server's `create` of the execution state refuses a second
+start after the duplicate window too. A redelivered command therefore finds its child: a finished
+one is read from KV `noetl_executions`, a running one is waited for. While it waits the worker
+keeps the command leased with in-progress acks; the wait holds one of the worker's slots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.js.api import DeliverPolicy
+from nats.js.errors import KeyNotFoundError
+
+from noetl_stream import ids, jsonutil
+from noetl_stream.errors import CatalogError
+from noetl_stream.messages import ExecutionRequest
+from noetl_stream.state.catalog import resolve_child
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
+
+END_EVENTS = frozenset({"execution.completed", "execution.failed", "execution.cancelled",
+                        "execution.rejected"})
+_PARENT_KEYS_KEPT = 4096
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1", "on")
+    return bool(value)
+
+
+class PlaybookTool:
+    kind = "playbook"
+
+    def __init__(self, services: ToolServices | None = None) -> None:
+        services = services or ToolServices()
+        self.nc = services.nats
+        self.prefix = services.prefix
+        self._parent_keys: dict[str, str | None] = {}  # execution id -> its playbook's catalog key
+
+    async def run(self, call: TaskCall) -> Outcome:
+        if self.nc is None:
+            return Outcome.failure("the playbook tool needs the worker's NATS connection", "config")
+        path = call.config.get("path")
+        if not isinstance(path, str) or not path:
+            return Outcome.failure("playbook task needs `path:`", "config")
+        version = call.config.get("version")
+        version = None if version is None else str(version)
+        is_async = _flag(call.config.get("async", False))
+        child_id = ids.child_execution_id(call.execution_id, call.idempotency_key)
+        js = self.nc.jetstream()
+        known = await self._child_state(js, child_id)
+        if known is not None and (is_async or known.get("status") != "running"):
+            # Started by an earlier delivery of this command: never start it again.
+            return self._outcome(child_id, known, call) if not is_async else _started(child_id)
+        final: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        sub = None if is_async else await self._follow(js, child_id, final)
+        try:
+            if known is None:
+                try:
+                    text, _ = await resolve_child(js, parent_key=await self._parent_key(js, call),
+                                                  path=path, version=version)
+                except CatalogError as exc:
+                    return Outcome.failure(str(exc), "catalog", path=path)
+                request = ExecutionRequest(
+                    execution_id=child_id, playbook=text, playbook_file=path,
+                    payload=dict(call.input), parent_execution_id=call.execution_id)
+                await js.publish(f"{self.prefix}.requests.execute",
+                                 request.model_dump_json().encode(),
+                                 headers={"Nats-Msg-Id": f"req:{child_id}"})
+            if is_async:
+                return _started(child_id)
+            try:
+                end = await asyncio.wait_for(asyncio.shield(final), call.timeout_s)
+            except TimeoutError:
+                return Outcome.failure(f"child execution {child_id} did not finish within "
+                                       f"{call.timeout_s:g}s", "timeout", execution_id=child_id)
+        finally:
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        return self._outcome(child_id, end, call)
+
+    async def _child_state(self, js: Any, child_id: str) -> dict[str, Any] | None:
+        kv = await js.key_value("noetl_executions")
+        try:
+            entry = await kv.get(child_id)
+        except KeyNotFoundError:
+            return None
+        value = jsonutil.loads(entry.value) if entry.value else None
+        return value if isinstance(value, dict) else None
+
+    async def _parent_key(self, js: Any, call: TaskCall) -> str | None:
+        """The calling playbook's catalog key, which holds its file links (read once per execution)."""
+        if call.execution_id not in self._parent_keys:
+            state = await self._child_state(js, call.execution_id)
+            if len(self._parent_keys) >= _PARENT_KEYS_KEPT:
+                self._parent_keys.clear()
+            key = state.get("playbook_key") if state else None
+            self._parent_keys[call.execution_id] = key if isinstance(key, str) else None
+        return self._parent_keys[call.execution_id]
+
+    async def _follow(self, js: Any, child_id: str, final: asyncio.Future[dict[str, Any]]) -> Any:
+        """Watch the child's execution events from its first, so an end already stored is seen."""
+
+        async def on_msg(msg: Msg) -> None:
+            try:
+                event = jsonutil.loads(msg.data)
+            except ValueError:
+                return
+            if not isinstance(event, dict):
+                return
+            event.setdefault("event_type", msg.subject.split(".", 3)[-1])
+            if event["event_type"] in END_EVENTS and not final.done():
+                final.set_result(event)
+
+        return await js.subscribe(f"{self.prefix}.events.{child_id}.execution.>", cb=on_msg,
+                                  ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+
+    def _outcome(self, child_id: str, end: dict[str, Any], call: TaskCall) -> Outcome:
+        status = str(end.get("status") or end.get("event_type", "").removeprefix("execution."))
+        meta = {"execution_id": child_id}
+        if status == "completed":
+            result = end.get("result")
+            return_step = call.config.get("return_step")
+            if return_step:
+                step = (end.get("steps") or {}).get(str(return_step))
+                if not isinstance(step, dict):
+                    return Outcome.failure(f'child execution {child_id} has no step "{return_step}" '
+                                           "to return", "playbook", execution_id=child_id)
+                result = step.get("result")
+            return Outcome.success(result, meta=meta)
+        if status == "rejected":
+            errors = end.get("errors") or []
+            return Outcome.failure(f"child playbook was rejected: {'; '.join(map(str, errors))}",
+                                   "playbook", execution_id=child_id, meta=meta)
+        raw_error = end.get("error")
+        error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
+        message = error.get("message") or f"child execution {status}"
+        return Outcome.failure(f"child execution {child_id} {status}: {message}", "playbook",
+                               execution_id=child_id, child_error=error, meta=meta)
+
+    async def close(self) -> None:
+        return None
+
+
+def _started(child_id: str) -> Outcome:
+    return Outcome.success({"execution_id": child_id, "status": "started"},
+                           meta={"execution_id": child_id})

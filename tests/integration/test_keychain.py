@@ -1,0 +1,248 @@
+"""`keychain:` on a real nats-server: every kind reaches templates, oauth2 tokens are fetched once
+per execution and again after they expire, and no resolved secret lands in an event or in the
+execution state."""
+
+from __future__ import annotations
+
+import base64
+import textwrap
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from noetl_stream import jsonutil
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.state.credentials import CredentialStore
+from noetl_stream.state.crypto import ENV_SECRET_KEY, SecretBox
+from noetl_stream.testing.events import stored_events
+
+pytestmark = pytest.mark.integration
+
+CLIENT_ID = "client-7"
+CLIENT_SECRET = "client-secret-5c4b3a2918"
+ENV_SECRET = "env-secret-0a1b2c3d4e"
+STORED_TOKEN = "stored-token-9z8y7x6w"
+
+
+@pytest.fixture(autouse=True)
+def no_env_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_SECRET_KEY, raising=False)
+
+
+@dataclass
+class TokenService:
+    """A client-credentials token endpoint and an API that wants its tokens."""
+
+    url: str = ""
+    expires_in: int = 3600
+    issued: list[str] = field(default_factory=list)
+    forms: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def current(self) -> str:
+        return self.issued[-1] if self.issued else ""
+
+
+@pytest.fixture
+async def tokens() -> AsyncIterator[TokenService]:
+    service = TokenService()
+
+    async def token(request: web.Request) -> web.Response:
+        form = dict(await request.post())
+        service.forms.append({k: str(v) for k, v in form.items()})
+        basic = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
+        if request.headers.get("Authorization") != f"Basic {basic}":
+            return web.json_response({"error": "invalid_client"}, status=401)
+        service.issued.append(f"access-{len(service.issued) + 1}-f00dfeed")
+        return web.json_response({"access_token": service.current, "token_type": "Bearer",
+                                  "expires_in": service.expires_in})
+
+    async def protected(request: web.Request) -> web.Response:
+        ok = request.headers.get("Authorization") == f"Bearer {service.current}"
+        return web.json_response({"authorized": ok, "seen": request.headers.get("Authorization")},
+                                 status=200 if ok else 401)
+
+    app = web.Application()
+    app.router.add_post("/token", token)
+    app.router.add_get("/protected", protected)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    service.url = str(server.make_url("")).rstrip("/")
+    try:
+        yield service
+    finally:
+        await server.close()
+
+
+async def _store(bus: Bus, home: Path, name: str, kind: str, data: dict[str, Any]) -> None:
+    await (await CredentialStore.open(bus.js, SecretBox.from_env(home))).set(name, kind, data)
+
+
+async def _run(bus: Bus, playbook: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    return await submit_and_watch(bus, playbook_text=playbook, playbook_file="keychain.yaml",
+                                  payload=payload or {}, on_event=lambda _e: None, timeout_s=30)
+
+
+async def _stored_text(bus: Bus, execution_id: str) -> str:
+    """Everything the execution left in the event log and in KV `noetl_executions`."""
+    events = await stored_events(bus.js, execution_id)
+    state = await (await bus.js.key_value("noetl_executions")).get(execution_id)
+    return jsonutil.dumps_str(events) + bytes(state.value or b"").decode()
+
+
+OAUTH_PLAYBOOK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: oauth, path: tests/oauth}}
+workload: {{api: "{url}"}}
+keychain:
+  - name: api
+    kind: oauth2
+    token_url: "{{{{ workload.api }}}}/token"
+    credential: oauth_client
+    scope: read
+workflow:
+  - step: start
+    tool: {{kind: http, url: "{{{{ workload.api }}}}/protected", auth: "{{{{ keychain.api }}}}"}}
+    next: pause
+  - step: pause
+    tool: {{kind: python, code: "import time; time.sleep({pause}); result = 1"}}
+    next: again
+  - step: again
+    tool:
+      kind: http
+      url: "{{{{ workload.api }}}}/protected"
+      headers: {{Authorization: "Bearer {{{{ keychain.api.access_token }}}}"}}
+"""
+
+
+async def test_oauth2_token_is_fetched_once_per_execution_and_never_stored_in_clear(
+        bus: Bus, services: None, noetl_home: Path, tokens: TokenService) -> None:
+    await _store(bus, noetl_home, "oauth_client", "generic",
+                 {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET})
+
+    final = await _run(bus, OAUTH_PLAYBOOK.format(url=tokens.url, pause=0))
+
+    assert final["status"] == "completed", final
+    assert final["steps"]["start"]["result"]["authorized"] is True
+    assert final["steps"]["again"]["result"]["authorized"] is True
+    assert final["steps"]["start"]["result"]["seen"] == "Bearer ***"  # masked in the event
+    assert len(tokens.issued) == 1
+    assert tokens.forms[0] == {"grant_type": "client_credentials", "scope": "read"}
+    stored = await _stored_text(bus, final["execution_id"])
+    for secret in (tokens.current, CLIENT_SECRET):
+        assert secret not in stored
+    raw_cache = [e.value for e in await _auth_cache_entries(bus)]
+    assert raw_cache and not any(tokens.current.encode() in v for v in raw_cache)
+
+
+async def _auth_cache_entries(bus: Bus) -> list[Any]:
+    kv = await bus.js.key_value("noetl_auth_cache")
+    return [await kv.get(k) for k in await kv.keys()]
+
+
+async def test_oauth2_token_is_fetched_again_after_it_expires(
+        bus: Bus, services: None, noetl_home: Path, tokens: TokenService) -> None:
+    await _store(bus, noetl_home, "oauth_client", "generic",
+                 {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET})
+    tokens.expires_in = 1  # cached for 0.9 s: the pause outlives it
+
+    final = await _run(bus, OAUTH_PLAYBOOK.format(url=tokens.url, pause=1.5))
+
+    assert final["status"] == "completed", final
+    assert len(tokens.issued) == 2
+    assert final["steps"]["again"]["result"]["authorized"] is True
+
+
+async def test_a_new_execution_fetches_its_own_token(
+        bus: Bus, services: None, noetl_home: Path, tokens: TokenService) -> None:
+    await _store(bus, noetl_home, "oauth_client", "generic",
+                 {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET})
+    playbook = OAUTH_PLAYBOOK.format(url=tokens.url, pause=0)
+
+    first, second = await _run(bus, playbook), await _run(bus, playbook)
+
+    assert first["status"] == second["status"] == "completed"
+    assert len(tokens.issued) == 2
+
+
+async def test_rejected_client_fails_the_first_step_naming_the_entry(
+        bus: Bus, services: None, noetl_home: Path, tokens: TokenService) -> None:
+    await _store(bus, noetl_home, "oauth_client", "generic",
+                 {"client_id": CLIENT_ID, "client_secret": "wrong-secret-1234"})
+
+    final = await _run(bus, OAUTH_PLAYBOOK.format(url=tokens.url, pause=0))
+
+    assert final["status"] == "failed"
+    message = final["error"]["message"]
+    assert message.startswith('step "start" failed: keychain "api": token endpoint ')
+    assert "HTTP 401" in message and "invalid_client" in message
+    assert "wrong-secret-1234" not in await _stored_text(bus, final["execution_id"])
+    assert "pause" not in final["steps"]
+
+
+KINDS_PLAYBOOK = textwrap.dedent("""\
+    apiVersion: noetl.io/v2
+    kind: Playbook
+    metadata: {name: kinds, path: tests/kinds}
+    workload: {region: eu-west-1}
+    keychain:
+      - {name: cfg, kind: static, region: "{{ workload.region }}", retries: 3}
+      - {name: envs, kind: env, env: {key: KEYCHAIN_TEST_SECRET}}
+      - {name: single, kind: env, env: KEYCHAIN_TEST_SECRET}
+      - {name: stored, kind: credential, credential: api_token}
+      - {name: api_token, kind: postgres_credential}
+      - {name: derived, kind: bearer, token: "{{ keychain.envs.key }}-derived"}
+    workflow:
+      - step: start
+        next: use
+      - step: use
+        tool:
+          kind: python
+          input:
+            region: "{{ keychain.cfg.region }}"
+            retries: "{{ keychain.cfg.retries }}"
+            env_ok: "{{ keychain.envs.key == keychain.single.value }}"
+            stored: "{{ keychain.stored.token }}"
+            same: "{{ keychain.api_token.token == keychain.stored.token }}"
+            kind: "{{ keychain.stored.type }}"
+            derived: "{{ keychain.derived.token }}"
+          code: |
+            result = {"region": region, "retries": retries, "env_ok": env_ok, "same": same,
+                      "kind": kind, "stored_len": len(stored), "derived": derived}
+          set: {ctx.leak: "{{ keychain.envs.key }}"}
+    """)
+
+
+async def test_static_env_credential_and_bearer_entries_reach_templates_masked(
+        bus: Bus, services: None, noetl_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEYCHAIN_TEST_SECRET", ENV_SECRET)
+    await _store(bus, noetl_home, "api_token", "bearer", {"token": STORED_TOKEN})
+
+    final = await _run(bus, KINDS_PLAYBOOK)
+
+    assert final["status"] == "completed", final
+    assert final["result"] == {"region": "eu-west-1", "retries": 3, "env_ok": True, "same": True,
+                               "kind": "bearer", "stored_len": len(STORED_TOKEN),
+                               "derived": "***"}
+    assert final["ctx"]["leak"] == "***"
+    stored = await _stored_text(bus, final["execution_id"])
+    for secret in (ENV_SECRET, STORED_TOKEN):
+        assert secret not in stored
+
+
+async def test_unset_env_variable_fails_the_step_naming_entry_and_variable(
+        bus: Bus, services: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KEYCHAIN_TEST_SECRET", raising=False)
+    final = await _run(bus, KINDS_PLAYBOOK)
+
+    assert final["status"] == "failed"
+    assert final["error"]["step"] == "start"
+    assert final["error"]["message"] == ('step "start" failed: keychain "envs": environment '
+                                         'variable "KEYCHAIN_TEST_SECRET" is not set on this worker')
