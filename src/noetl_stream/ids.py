@@ -53,3 +53,13 @@ def child_execution_id(parent_execution_id: str, idempotency_key: str) -> str:
     """
     digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:16]
     return f"{parent_execution_id}x{digest}"
+
+
+def action_id(step_run: str, iteration: int | None, task: str | None) -> str:
+    """Stable id of one task's invocation in one step run and iteration (spec 001 §4.4): every
+    attempt, retry and poll round of it shares this id; `task=None` names the whole pipeline (a
+    chain retry). A subject token.
+    """
+    it = "-" if iteration is None else str(iteration)
+    name = "*" if task is None else f"t:{task}"
+    return "act_" + hashlib.sha256(f"{step_run}\0{it}\0{name}".encode()).hexdigest()[:24]

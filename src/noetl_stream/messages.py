@@ -22,6 +22,9 @@ class ExecutionRequest(BaseModel):
     payload: dict[str, Any] = Field(default_factory=dict,
                                     description="Deep-merged over the playbook's workload.")
     parent_execution_id: str | None = Field(None, description="Set when a playbook starts a child.")
+    parent_iter: dict[str, Any] | None = Field(
+        None, description="The loop iteration (`iter`) of the parent task that starts this "
+        "child, if any; the child's templates read it as `iter.parent` (spec 002 §6.4).")
     reply_to: str | None = Field(None, description="Core NATS subject that receives "
                                  "{accepted, execution_id, errors} once the request is handled.")
 

@@ -28,6 +28,7 @@ class StreamDecl:
     retention: str
     duplicate_window_s: float
     max_age_s: float
+    allow_msg_schedules: bool = False  # durable timers (NATS message schedules)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class Topology:
     def signal_subject(self, execution_id: str, name: str) -> str:
         return f"{self.prefix}.events.{execution_id}.signal.{name}"
 
+    def timer_schedule_subject(self, execution_id: str, timer: str) -> str:
+        """Where a timer's schedule message waits; a new one on it replaces the old (a reset)."""
+        return f"{self.prefix}.events.{execution_id}.timer.schedule.{timer}"
+
     def event_type_of(self, subject: str) -> str:
         """`noetl.events.<id>.step.done` -> `step.done`."""
         parts = subject.split(".", 3)
@@ -133,6 +138,7 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
             retention=s["retention"],
             duplicate_window_s=float(s["duplicate_window_s"]),
             max_age_s=float(s["max_age_s"]),
+            allow_msg_schedules=bool(s.get("allow_msg_schedules", False)),
         )
         for s in raw["streams"]
     )

@@ -6,12 +6,21 @@ import asyncio
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+import asyncpg
 import duckdb
 import pytest
 from plain_client import PlainClient
 
+from noetl_stream import jsonutil
 from noetl_stream.errors import ToolError
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.nats_server import free_port
+from noetl_stream.state.credentials import CredentialStore
+from noetl_stream.state.crypto import SecretBox
+from noetl_stream.testing.events import stored_events
+from noetl_stream.tools import duckdb as duckdb_tool
 from noetl_stream.tools.base import Credential, TaskCall, ToolServices
 from noetl_stream.tools.duckdb import DuckdbTool
 
@@ -192,26 +201,158 @@ async def test_queries_run_off_the_event_loop(tool: DuckdbTool) -> None:
     assert ticks >= 10
 
 
-async def test_auth_attaches_a_postgres_credential_or_says_how_to_get_the_extension(
-        tmp_path: Path, pg_dsn: str) -> None:
-    credentials = Credentials(pg=Credential("pg", "postgres", {"dsn": pg_dsn}),
-                              token=Credential("token", "bearer", {"token": "t"}))
+def fields_of(dsn: str) -> dict[str, Any]:
+    """The credential fields (host, port, user, password, database) of a postgresql:// DSN."""
+    parts = urlsplit(dsn)
+    return {"host": parts.hostname, "port": parts.port, "user": parts.username,
+            "password": parts.password, "database": parts.path.lstrip("/")}
+
+
+async def test_auth_attaches_postgres_for_reads_joins_and_writes(tmp_path: Path, pg_dsn: str) -> None:
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute("CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL, "
+                           "amount numeric(10, 2) NOT NULL)")
+        await conn.execute("INSERT INTO orders VALUES (1, 'ada', 10.50), (2, 'bob', 4.00), "
+                           "(3, 'ada', 2.25)")
+    finally:
+        await conn.close()
+    credentials = Credentials(pg=Credential("pg", "postgres", {"dsn": pg_dsn}))
     tool = DuckdbTool(ToolServices(credentials=credentials, home=tmp_path))
 
-    outcome = await tool.run(call(auth="pg", query="SELECT 1 AS one"))
+    read = await tool.run(call(auth="pg", query="SELECT id, customer, amount FROM pg.public.orders "
+                                                "ORDER BY id"))
+    joined = await tool.run(call(auth="pg", command="""
+        CREATE TABLE customers AS SELECT * FROM (VALUES ('ada', 'London'), ('bob', 'Paris')) c(name, city);
+        SELECT c.city, count(*) AS orders, sum(o.amount) AS total
+        FROM pg.public.orders o JOIN customers c ON c.name = o.customer
+        GROUP BY c.city ORDER BY c.city;
+    """))
+    written = await tool.run(call(auth="pg", command="""
+        CREATE TABLE pg.public.city_totals AS
+            SELECT c.city, sum(o.amount) AS total
+            FROM pg.public.orders o JOIN customers c ON c.name = o.customer GROUP BY c.city;
+        SELECT path FROM duckdb_databases() WHERE database_name = 'pg';
+    """))
+
+    assert read.ok, read.error
+    assert read.result == {"columns": ["id", "customer", "amount"], "row_count": 3,
+                           "rows": [{"id": 1, "customer": "ada", "amount": 10.5},
+                                    {"id": 2, "customer": "bob", "amount": 4},
+                                    {"id": 3, "customer": "ada", "amount": 2.25}]}
+    assert joined.ok, joined.error
+    assert joined.result["rows"] == [{"city": "London", "orders": 2, "total": 12.75},
+                                     {"city": "Paris", "orders": 1, "total": 4}]
+    assert written.ok, written.error
+    password = fields_of(pg_dsn)["password"]
+    (attached,) = written.result["rows"]
+    assert password not in attached["path"]  # the password is kept in a redacted DuckDB secret
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        rows = await conn.fetch("SELECT city, total FROM city_totals ORDER BY city")
+    finally:
+        await conn.close()
+    assert [(r["city"], float(r["total"])) for r in rows] == [("London", 12.75), ("Paris", 4.0)]
+
+
+async def test_auth_builds_the_connection_from_fields_under_the_given_alias(tmp_path: Path,
+                                                                           pg_dsn: str) -> None:
+    credentials = Credentials(
+        fields=Credential("fields", "postgres", {**fields_of(pg_dsn), "sslmode": "disable"}),
+        keywords=Credential("keywords", "postgres", {"dsn": " ".join(
+            f"{k if k != 'database' else 'dbname'}='{v}'" for k, v in fields_of(pg_dsn).items())}))
+    tool = DuckdbTool(ToolServices(credentials=credentials, home=tmp_path))
+
+    outcome = await tool.run(call(auth={"wh": "fields", "kw": "keywords"}, command="""
+        CREATE TABLE wh.public.marks AS SELECT 7 AS mark;
+        SELECT (SELECT mark FROM wh.public.marks) AS via_fields,
+               (SELECT mark FROM kw.public.marks) AS via_keywords;
+    """))
+
+    assert outcome.ok, outcome.error
+    assert outcome.result["rows"] == [{"via_fields": 7, "via_keywords": 7}]
+
+
+async def test_attach_errors_never_show_the_password(tmp_path: Path, pg_dsn: str) -> None:
+    fields = fields_of(pg_dsn)
+    secret = "Wr0ng-s3cret-pw"
+    unreachable = f"postgresql://{fields['user']}:{secret}@127.0.0.1:{free_port()}/{fields['database']}"
+    credentials = Credentials(
+        wrong=Credential("wrong", "postgres", {**fields, "password": secret}),
+        wrong_dsn=Credential("wrong_dsn", "postgres", {"dsn": pg_dsn.replace(fields["password"], secret)}),
+        closed=Credential("closed", "postgres", {"dsn": unreachable}))
+    tool = DuckdbTool(ToolServices(credentials=credentials, home=tmp_path))
+
+    outcomes = {name: await tool.run(call(auth=name, query="SELECT 1"))
+                for name in ("wrong", "wrong_dsn", "closed")}
+
+    for name, outcome in outcomes.items():
+        assert outcome.error is not None, name
+        assert outcome.error["kind"] == "connection"
+        assert f'cannot attach credential "{name}"' in outcome.error["message"]
+        assert secret not in repr(outcome), name
+    assert "password authentication failed" in outcomes["wrong"].error["message"]
+    assert "refused" in outcomes["closed"].error["message"]
+
+
+async def test_auth_rejects_other_kinds_and_needs_a_credential_store(tmp_path: Path) -> None:
+    credentials = Credentials(token=Credential("token", "bearer", {"token": "t"}),
+                              bad=Credential("bad", "postgres", {"dsn": "not a connection string"}))
+    tool = DuckdbTool(ToolServices(credentials=credentials, home=tmp_path))
+
     wrong_kind = await tool.run(call(auth="token", query="SELECT 1"))
+    bad_dsn = await tool.run(call(auth="bad", query="SELECT 1"))
     no_store = await DuckdbTool().run(call(auth="pg", query="SELECT 1"))
 
-    if outcome.ok:  # DuckDB's postgres extension is installed (or could be downloaded)
-        assert outcome.result["rows"] == [{"one": 1}]
-    else:
-        assert outcome.error is not None
-        assert outcome.error["kind"] == "extension"
-        assert "INSTALL postgres" in outcome.error["message"]
-        assert 'credential "pg"' in outcome.error["message"]
-    assert pg_dsn not in repr(outcome)
     assert wrong_kind.error is not None and 'of kind "bearer"' in wrong_kind.error["message"]
+    assert bad_dsn.error is not None and bad_dsn.error["kind"] == "credential"
+    assert "not a connection string" not in bad_dsn.error["message"]
     assert no_store.error is not None and no_store.error["kind"] == "credential"
+
+
+def test_the_postgres_extension_comes_from_the_installed_package() -> None:
+    platform = duckdb.sql("PRAGMA platform").fetchall()[0][0]
+
+    packaged = duckdb_tool._packaged_extension(platform)
+
+    assert packaged is not None and packaged.name == "postgres_scanner.duckdb_extension"
+    assert packaged.parent.parent.name == f"v{duckdb.__version__}"
+
+
+def test_without_the_package_the_extension_error_says_what_to_install(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    junk = tmp_path / "postgres_scanner.duckdb_extension"
+    junk.write_bytes(b"not an extension")
+    # An empty extension folder and a repository nobody listens on: DuckDB's own INSTALL fails too.
+    con = duckdb.connect(config={"extension_directory": str(tmp_path / "ext"),
+                                 "custom_extension_repository": f"http://127.0.0.1:{free_port()}"})
+    try:
+        monkeypatch.setattr(duckdb_tool, "_packaged_extension", lambda platform: None)
+        absent = duckdb_tool._load_postgres_extension(con)
+        monkeypatch.setattr(duckdb_tool, "_packaged_extension", lambda platform: junk)
+        broken = duckdb_tool._load_postgres_extension(con)
+    finally:
+        con.close()
+
+    assert absent is not None and "duckdb-ext-postgres package is not installed" in absent
+    assert "could not install it either" in absent
+    assert broken is not None and f"{junk} did not load" in broken
+
+
+async def test_a_missing_extension_fails_the_task_with_kind_extension(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(duckdb_tool, "_load_postgres_extension", lambda con: "no extension here")
+    credentials = Credentials(pg=Credential("pg", "postgres", {"dsn": "postgresql://u:pw-123@h/db"}))
+    tool = DuckdbTool(ToolServices(credentials=credentials, home=tmp_path))
+
+    outcome = await tool.run(call(auth="pg", query="SELECT 1"))
+
+    assert outcome.error is not None
+    assert outcome.error["kind"] == "extension"
+    assert 'credential "pg"' in outcome.error["message"]
+    assert f"duckdb-ext-postgres=={duckdb.__version__}" in outcome.error["message"]
+    assert "INSTALL postgres" in outcome.error["message"]
+    assert "pw-123" not in repr(outcome)
 
 
 async def test_playbook_steps_share_the_execution_database(services: None, client: PlainClient,
@@ -247,3 +388,59 @@ workflow:
                                                  "row_count": 1, "statement_count": 2}
     assert final["result"] == {"columns": ["top"], "rows": [{"top": 9}], "row_count": 1}
     assert (noetl_home / "duckdb" / "duck-e2e-1.duckdb").is_file()
+
+
+async def test_playbook_joins_postgres_through_a_stored_credential(
+        pg_dsn: str, bus: Bus, services: None, client: PlainClient, noetl_home: Path) -> None:
+    fields = fields_of(pg_dsn)
+    await (await CredentialStore.open(bus.js, SecretBox.from_env(noetl_home))).set(
+        "warehouse", "postgres", fields)
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await conn.execute("CREATE TABLE events AS "
+                           "SELECT g AS id, g % 3 AS kind FROM generate_series(1, 9) g")
+    finally:
+        await conn.close()
+    playbook = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: duck_pg
+workflow:
+  - step: start
+    tool:
+      kind: duckdb
+      auth: warehouse
+      command: |
+        CREATE TABLE kinds AS SELECT * FROM (VALUES (0, 'zero'), (1, 'one'), (2, 'two')) k(kind, name);
+        SELECT k.name, count(*) AS n FROM warehouse.public.events e JOIN kinds k USING (kind)
+        GROUP BY k.name ORDER BY k.name;
+    next:
+      arcs:
+        - step: store
+  - step: store
+    tool:
+      kind: duckdb
+      auth: {pg: warehouse}
+      command: |
+        CREATE TABLE pg.public.kind_counts AS
+            SELECT k.name, count(*) AS n FROM pg.public.events e JOIN kinds k USING (kind) GROUP BY k.name;
+        SELECT sum(n)::INTEGER AS total FROM pg.public.kind_counts;
+"""
+    feed = await client.run("duck-pg-1", playbook)
+
+    final = feed.final
+    assert final["event_type"] == "execution.completed", final.get("error")
+    assert final["steps"]["start"]["result"] == {
+        "columns": ["name", "n"], "row_count": 3, "statement_count": 2,
+        "rows": [{"name": "one", "n": 3}, {"name": "two", "n": 3}, {"name": "zero", "n": 3}]}
+    assert final["result"] == {"columns": ["total"], "rows": [{"total": 9}], "row_count": 1,
+                               "statement_count": 2}
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        assert await conn.fetchval("SELECT sum(n) FROM kind_counts") == 9
+    finally:
+        await conn.close()
+    events = await stored_events(bus.js, "duck-pg-1")
+    assert events
+    assert fields["password"] not in jsonutil.dumps_str(events)

@@ -216,11 +216,10 @@ def test_case_collect_needs_from_and_into() -> None:
     assert "collect needs `from`" in issue
 
 
-def test_spec_001_case_knobs_are_still_rejected() -> None:
+def test_step_level_sink_is_still_rejected() -> None:
     (issue,) = issues_of("""
         workflow:
           - step: start
-            case_mode: exclusive
-            case: []
+            sink: {kind: noop}
     """)
-    assert '"case_mode" is part of the DSL but not supported' in issue
+    assert '"sink" is part of the DSL but not supported' in issue

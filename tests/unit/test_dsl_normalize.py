@@ -240,7 +240,8 @@ def test_single_tool_mapping_is_a_task_named_after_the_step() -> None:
               kind: python
               code: "result = 1"
     """)
-    assert ir(step.tasks[0]) == ir(Task(name="start_task", kind="python", config={"code": "result = 1"}))
+    assert ir(step.tasks[0]) == ir(Task(name="start_task", kind="python", config={"code": "result = 1"},
+                                        spec={"timeout": 300.0}))  # the kind's default
 
 
 def test_task_list_shapes_normalize_to_the_same_named_tasks() -> None:
@@ -273,7 +274,8 @@ def test_task_list_shapes_normalize_to_the_same_named_tasks() -> None:
                   code: "result = 2"
     """)
     expected = [ir(Task(name="task_0", kind="noop")),
-                ir(Task(name="task_1", kind="python", config={"code": "result = 2"}))]
+                ir(Task(name="task_1", kind="python", config={"code": "result = 2"},
+                        spec={"timeout": 300.0}))]
     assert [ir(t) for t in named.tasks] == expected
     assert [ir(t) for t in unnamed.tasks] == expected
     assert [ir(t) for t in labelled.tasks] == expected
@@ -439,7 +441,7 @@ def test_workbook_task_is_inlined_with_caller_inputs_on_top() -> None:
     """)
     assert ir(step.tasks[0]) == ir(Task(
         name="start_task", kind="python", config={"code": "result = greeting + ' ' + who"},
-        input={"greeting": "hello", "who": "world"}))
+        input={"greeting": "hello", "who": "world"}, spec={"timeout": 300.0}))
 
 
 def test_workbook_entry_without_tool_key_is_the_task_itself() -> None:

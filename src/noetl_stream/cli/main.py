@@ -22,6 +22,7 @@ import orjson
 from noetl_stream import __version__, config, jsonutil
 from noetl_stream.cli.catalog_cmd import register
 from noetl_stream.cli.credential import credential
+from noetl_stream.cli.signal_cmd import send_signal
 from noetl_stream.cli.tools_cmd import tools
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.errors import InfrastructureError, PlaybookError
@@ -397,3 +398,4 @@ def nats_cmd() -> None:
 main.add_command(tools)
 main.add_command(credential)
 main.add_command(register)
+main.add_command(send_signal)

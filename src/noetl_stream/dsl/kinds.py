@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 COMMON_TASK_KEYS = frozenset({"name", "kind", "spec", "set", "input", "args", "desc", "description",
-                              "output", "outcome", "set_ctx", "set_iter", "meta", "assert"})
+                              "output", "outcome", "set_ctx", "set_iter", "meta", "assert",
+                              "retry", "poll"})
 
 KIND_FIELDS: dict[str, frozenset[str]] = {
     "python": frozenset({"code", "timeout", "libs", "module", "function"}),

@@ -16,10 +16,18 @@ Template = Any  # a value that may hold "{{ ... }}" strings at any depth
 
 Directive = Literal["continue", "retry", "jump", "break", "fail"]
 Backoff = Literal["fixed", "linear", "exponential", "none"]
+RetryScope = Literal["tool", "chain"]
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TimerSpec(_Frozen):
+    """A durable timer a listener sets: `timer.fired` with `data.timer_id == name` later."""
+
+    name: str = Field(description="Timer id, a subject token; setting it again resets it.")
+    after_s: float = Field(ge=0, description="Seconds from when the rule fires.")
 
 
 class Rule(_Frozen):
@@ -50,6 +58,33 @@ class Rule(_Frozen):
     route: str | None = Field(
         None, description="Case `next`: the route the step's outcome carries when this rule "
         "fires; only the step's arcs with this `route` fire then.")
+    case_matched: Template | None = Field(
+        None, description="Spec 001 case: the branches found true when this rule fires (a list "
+        "of branch names, or a template giving one); the outcome reports them as `case_matched` "
+        "and the router publishes `case.evaluated`.")
+    scope: RetryScope | None = Field(
+        None, description="Retry clause: `tool` retries the task itself, `chain` re-runs the "
+        "pipeline from its first task (attempts counted per chain). A rule with a scope reads "
+        "the retry context in its guard (`attempt`, `max_attempts`, `status_code`, `error`, "
+        "`success`, `result`, `data`); None for plain canonical rules (tool scope).")
+    jitter: bool = Field(
+        False, description="Spread each wait over [wait/2, wait], fixed per idempotency key "
+        "and attempt, so a replay waits the same.")
+    timer: TimerSpec | None = Field(
+        None, description="Listener `timer`: set (or reset) a durable timer that publishes "
+        "`timer.fired` to this execution after `after_s` seconds.")
+    line: int | None = None
+
+
+class PollSpec(_Frozen):
+    """`poll:`: re-run a task that succeeded until `until` is true (spec 001 §4.3)."""
+
+    until: str = Field(description="Guard read after each successful call; true ends polling.")
+    interval: float = Field(0.0, ge=0, description="Seconds between calls.")
+    max_attempts: int | None = Field(
+        None, ge=1, description="Calls in all, the first included; None for no bound.")
+    deadline: float | None = Field(
+        None, gt=0, description="Seconds from the first call after which polling gives up.")
     line: int | None = None
 
 
@@ -65,7 +100,12 @@ class Task(_Frozen):
     set_ctx: dict[str, Template] = Field(default_factory=dict)
     set_iter: dict[str, Template] = Field(default_factory=dict)
     set_locals: dict[str, Template] = Field(default_factory=dict)
-    spec: dict[str, Any] = Field(default_factory=dict, description="Runtime knobs (timeout, ...).")
+    spec: dict[str, Any] = Field(
+        default_factory=dict, description="Runtime knobs (timeout, transaction, idempotent, ...), "
+        "effective once parsed: kind defaults <- executor.spec <- step.spec <- loop.spec <- the "
+        "task's own spec, without `policy` (spec 002 §3, dsl/layering.py).")
+    poll: PollSpec | None = Field(
+        None, description="Re-run the task until a guard holds; failures are the rules' business.")
     line: int | None = None
 
 
@@ -98,7 +138,36 @@ class LoopSpec(_Frozen):
     iterator: str = Field(description="Name of the current element in `iter`.")
     mode: Literal["sequential", "parallel"] = "sequential"
     max_in_flight: int | None = Field(None, ge=1)
+    spec: dict[str, Any] = Field(
+        default_factory=dict, description="`loop.spec` as written; its knobs other than `policy`, "
+        "`mode`, `max_in_flight` and `exec` reach the step's tasks (spec 002 §3).")
     line: int | None = None
+
+
+class CaseBranch(_Frozen):
+    """One spec 001 case branch as the router sees it, for its audit events."""
+
+    name: str = Field(description="`case_<index>` by source position; `else` for the else branch.")
+    route: str | None = Field(None, description="The route its `next` gives the step, if any.")
+    policy: Literal["end_step", "break_chain", "defer"] = Field(
+        "end_step", description="The `next_policy` in force when this branch's `next` wins.")
+    priority: int = Field(0, description="`priority`, used when `branch_order: priority`.")
+    line: int | None = None
+
+
+class CaseSpec(_Frozen):
+    """Spec 001 case settings kept for the router's `case.evaluated` / `next.evaluated` /
+    `case.branch.suppressed` events; the behaviour itself is compiled into task rules and arcs.
+    """
+
+    mode: Literal["exclusive", "inclusive"] = Field(
+        "exclusive", description="`case_mode`: first true branch, or every true branch in order.")
+    branch_order: Literal["source", "priority"] = Field(
+        "source", description="`branch_order`: YAML order, or highest `priority` first.")
+    next_policy: Literal["end_step", "break_chain", "defer"] = Field(
+        "end_step", description="`next_policy`: the step default for what a `next` ends.")
+    branches: tuple[CaseBranch, ...] = Field(
+        default=(), description="The branches in execution order.")
 
 
 class Step(_Frozen):
@@ -120,8 +189,17 @@ class Step(_Frozen):
         default=(), description="Rules the router evaluates when the step has succeeded, before "
         "its arcs (case `step.exit`): the first true one applies its ctx writes, `result`, "
         "`route`, or fails the step with `do: fail`.")
+    eval_mode: Literal["on_entry", "on_event"] = Field(
+        "on_entry", description="`on_event`: the step runs no tool; it stays active and "
+        "evaluates `listen` on step.enter and on every later event of its execution.")
+    listen: tuple[Rule, ...] = Field(
+        default=(), description="Rules of an `on_event` step, tried in order on each event: the "
+        "first true one writes ctx, sets a timer, and leaves (with its `route`) or fails.")
     spec: dict[str, Any] = Field(default_factory=dict)
     pool: str | None = None
+    case: CaseSpec | None = Field(
+        None, description="Spec 001 case settings (case_mode, branch_order, next_policy, "
+        "branches) for the router's audit events; None for other forms.")
 
 
 class Playbook(_Frozen):

@@ -15,16 +15,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from noetl_stream import refs
-from noetl_stream.dsl import templating
+from noetl_stream.dsl import layering, templating
 from noetl_stream.dsl.dialects.case import CaseIR, compile_case
+from noetl_stream.dsl.dialects.listeners import compile_listeners, eval_mode_of
+from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
+from noetl_stream.dsl.dialects.v2_spec001 import compile_spec001, structural_next, uses_spec001
 from noetl_stream.dsl.keychain import parse_keychain
 from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS
 from noetl_stream.dsl.models import (
     AdmitRule,
     Arc,
+    CaseSpec,
     LoopSpec,
     NextSpec,
     Playbook,
+    PollSpec,
     Rule,
     Step,
     Task,
@@ -37,10 +42,10 @@ TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "workload", "workflow", 
                       "keychain", "executor", "spec"})
 STEP_KEYS = frozenset({"step", "desc", "description", "tool", "next", "loop", "set", "args",
                        "input", "spec", "vars", "when", "meta", "output", "outcome", "pool",
-                       "case"})
+                       "case", "retry", "poll", "eval_mode", "case_mode", "branch_order",
+                       "next_policy"})
 # Keys of the source documents that a later build compiles; rejecting them beats ignoring them.
-NOT_YET_STEP_KEYS = frozenset({"retry", "sink", "eval_mode", "case_mode", "branch_order",
-                               "next_policy"})
+NOT_YET_STEP_KEYS = frozenset({"sink"})
 LOOP_KEYS = frozenset({"in", "collection", "iterator", "element", "spec", "mode", "max_in_flight"})
 RULE_THEN_KEYS = frozenset({"do", "attempts", "max_attempts", "backoff", "delay", "max_delay", "to",
                             "set_ctx", "set_iter", "set"})
@@ -131,7 +136,7 @@ class _Parser:
         if any(i.severity == "error" for i in self.issues):
             return None
         try:
-            return Playbook(
+            playbook = Playbook(
                 api_version=str(api), kind=str(kind), name=str(meta.get("name")),
                 path=_opt_str(meta.get("path")), version=_opt_str(meta.get("version")),
                 description=_opt_str(meta.get("description")), workload=plain(workload),
@@ -141,6 +146,10 @@ class _Parser:
         except ValidationError as exc:
             self.error(1, f"playbook does not fit the model: {exc}")
             return None
+        playbook = layering.apply(playbook)
+        for step_name, line, fld, message in layering.problems(playbook):
+            self.error(line if step_name else line_of(doc, "executor"), message, step_name, fld)
+        return None if any(i.severity == "error" for i in self.issues) else playbook
 
     def parse_workbook(self, raw: Any, doc: Any) -> dict[str, tuple[Any, int | None]]:
         book: dict[str, tuple[Any, int | None]] = {}
@@ -177,13 +186,21 @@ class _Parser:
         admit = self.parse_admit(spec, raw, name)
         loop = self.parse_loop(raw.get("loop"), name) if raw.get("loop") is not None else None
         tasks = self.parse_tools(raw.get("tool"), raw, name, workbook)
+        tasks = self.parse_step_retry(raw, name, tasks)
         set_ctx, set_vars = self.parse_step_set(raw, name)
         vars_block = self.mapping(raw, "vars", name, "vars")
         vars_block.update(set_vars)
         nxt = self.parse_next(raw.get("next"), raw, name)
         enter: tuple[Rule, ...] = ()
         exit_rules: tuple[Rule, ...] = ()
-        if raw.get("case") is not None:
+        eval_mode = eval_mode_of(raw, spec, lambda ln, message, fld: self.error(ln, message, name, fld))
+        listen: tuple[Rule, ...] = ()
+        case_spec: CaseSpec | None = None
+        if eval_mode == "on_event":
+            tasks, (listen, nxt) = [], self.parse_listeners(raw, name, nxt)
+        elif raw.get("case") is not None and uses_spec001(raw):
+            tasks, nxt, case_spec = self.parse_spec001(raw, name, tasks, nxt, workbook)
+        elif raw.get("case") is not None:
             case = self.parse_case(raw, name, tasks, nxt)
             tasks, nxt, enter, exit_rules = list(case.tasks), case.next, case.enter, case.exit
             admit = (*case.admit, *admit)
@@ -194,11 +211,40 @@ class _Parser:
             return Step(name=name, desc=_opt_str(raw.get("desc") or raw.get("description")),
                         line=line, args=args, admit=admit, loop=loop, tasks=tuple(tasks),
                         set_ctx=set_ctx, vars=vars_block, next=nxt, enter=enter, exit=exit_rules,
+                        eval_mode=eval_mode, listen=listen, case=case_spec,
                         spec=plain(spec) if isinstance(spec, dict) else {},
                         pool=str(pool) if pool else None)
         except ValidationError as exc:
             self.error(line, f"step does not fit the model: {exc.errors()[0]['msg']}", name)
             return None
+
+    def parse_listeners(self, raw: dict[str, Any], step: str,
+                        nxt: NextSpec) -> tuple[tuple[Rule, ...], NextSpec]:
+        """An `eval_mode: on_event` step's `case:` as listen rules (dsl/dialects/listeners.py)."""
+        line = line_of(raw, "case")
+        ir = compile_listeners(raw.get("case"), step=step, line=line or line_of(raw), next_spec=nxt,
+                               report=lambda ln, message, fld: self.error(ln, message, step, fld))
+        for rule in ir.listen:
+            self.check_templates([rule.when, rule.set_ctx, rule.result], rule.line or line, step,
+                                 "case")
+        self.check_templates([a.args for a in ir.next.arcs if a.route], line, step, "case.next")
+        return ir.listen, ir.next
+
+    def parse_spec001(self, raw: dict[str, Any], step: str, tasks: list[Task], nxt: NextSpec,
+                      workbook: dict[str, tuple[Any, int | None]]
+                      ) -> tuple[list[Task], NextSpec, CaseSpec]:
+        """The spec 001 step form compiled into the canonical IR (dsl/dialects/v2_spec001.py)."""
+        ir = compile_spec001(
+            raw, step=step, tasks=tuple(tasks), next_spec=nxt,
+            report=lambda ln, message, fld: self.error(ln, message, step, fld),
+            parse_task=lambda task, body, ln: self.parse_task(task, body, ln, step, workbook))
+        line = line_of(raw, "case")
+        for task in ir.tasks:
+            for rule in task.rules:
+                self.check_templates([rule.when, rule.set_locals, rule.case_matched, rule.result],
+                                     rule.line or line, step, "case")
+        self.check_templates([[a.when, a.args] for a in ir.next.arcs], line, step, "case.next")
+        return list(ir.tasks), ir.next, ir.case
 
     def parse_case(self, raw: dict[str, Any], step: str, tasks: list[Task],
                    nxt: NextSpec) -> CaseIR:
@@ -281,6 +327,9 @@ class _Parser:
             self.error(line, "loop needs `in:` (or `collection:`)", step, "loop.in")
         if not iterator:
             self.error(line, "loop needs `iterator:` (or `element:`)", step, "loop.iterator")
+        elif iterator == "parent":
+            self.error(line, 'iterator "parent" is reserved: `iter.parent` is the outer '
+                       "iteration (spec 002 §6.4); choose another name", step, "loop.iterator")
         spec = raw.get("spec") or {}
         mode = spec.get("mode", raw.get("mode", "sequential")) if isinstance(spec, dict) else "sequential"
         mif = spec.get("max_in_flight", raw.get("max_in_flight")) if isinstance(spec, dict) else None
@@ -292,7 +341,8 @@ class _Parser:
             return None
         try:
             return LoopSpec(collection=plain(collection), iterator=str(iterator), mode=mode,
-                            max_in_flight=int(mif) if mif is not None else None, line=line)
+                            max_in_flight=int(mif) if mif is not None else None,
+                            spec=plain(spec) if isinstance(spec, dict) else {}, line=line)
         except (ValidationError, ValueError, TypeError):
             self.error(line, "max_in_flight must be a positive whole number", step,
                        "loop.spec.max_in_flight")
@@ -405,9 +455,42 @@ class _Parser:
                 self.check_templates(value, line_of(body, key) or line, step, f"tool.{key}")
         self.check_templates(inputs, line, step, "tool.input")
         spec_plain = {k: v for k, v in plain(spec).items() if k != "policy"} if isinstance(spec, dict) else {}
-        return Task(name=name, kind=kind, config=config, input=inputs, rules=tuple(rules),
+        clause, poll = self.parse_retry_poll(body, step, "tool.", line)
+        return Task(name=name, kind=kind, config=config, input=inputs, rules=(*clause, *rules),
                     has_policy=has_policy, set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals,
-                    spec=spec_plain, line=line)
+                    spec=spec_plain, poll=poll, line=line)
+
+    def parse_retry_poll(self, node: dict[str, Any], step: str, prefix: str,
+                         line: int | None) -> tuple[tuple[Rule, ...], PollSpec | None]:
+        """A node's `retry:` clause as policy rules and its `poll:` (dsl/dialects/retry.py)."""
+        def report(ln: int | None, message: str, fld: str) -> None:
+            self.error(ln, message, step, prefix + fld)
+
+        rules: tuple[Rule, ...] = ()
+        poll = None
+        if node.get("retry") is not None:
+            rules = compile_retry(plain(node["retry"]), line=line_of(node, "retry") or line,
+                                  field="retry", report=report)
+            for rule in rules:
+                self.check_templates(rule.when, rule.line, step, f"{prefix}retry")
+        if node.get("poll") is not None:
+            poll = compile_poll(plain(node["poll"]), line=line_of(node, "poll") or line,
+                                field="poll", report=report)
+            if poll is not None:
+                self.check_templates(poll.until, poll.line, step, f"{prefix}poll.until")
+        return rules, poll
+
+    def parse_step_retry(self, raw: dict[str, Any], step: str, tasks: list[Task]) -> list[Task]:
+        """Step-level `retry:` is inherited by tasks without their own; `poll:` needs one task."""
+        rules, poll = self.parse_retry_poll(raw, step, "", line_of(raw))
+        tasks = inherit_retry(tasks, rules)
+        if poll is not None:
+            if len(tasks) != 1:
+                self.error(poll.line, "a step-level `poll:` needs a step with one task; put "
+                           "`poll:` on the task to poll", step, "poll")
+            elif tasks[0].poll is None:
+                tasks = [tasks[0].model_copy(update={"poll": poll})]
+        return tasks
 
     def inline_workbook(self, name: str, body: dict[str, Any], line: int | None, step: str,
                         workbook: dict[str, tuple[Any, int | None]], depth: int) -> Task | None:
@@ -461,10 +544,9 @@ class _Parser:
             arcs = [a for i, item in enumerate(raw) if (a := self.parse_arc(item, raw, i, step))]
             return NextSpec(mode="inclusive", arcs=tuple(arcs))
         if isinstance(raw, dict):
-            if "to" in raw:
-                self.error(line, "`next: {to: [...]}` is not supported by this version yet", step,
-                           "next.to")
-                return NextSpec()
+            if "to" in raw:  # spec 001: every target fires
+                return structural_next(raw, line=line, report=lambda ln, message, fld: self.error(
+                    ln, message, step, fld))
             self.unknown_keys(raw, {"spec", "arcs"}, step, "next.")
             spec = raw.get("spec") or {}
             mode = spec.get("mode", "exclusive") if isinstance(spec, dict) else "exclusive"

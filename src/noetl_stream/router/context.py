@@ -46,7 +46,9 @@ def build_context(*, workload: Mapping[str, Any], ctx: Mapping[str, Any],
     context.update(workload)
     if steps:
         context.update(steps)
-    context.update(iter_vars)
+    # `iter.parent` (spec 002 §6.4) is reached only through `iter`: as a bare name it would hide
+    # a workload key called `parent`.
+    context.update({k: v for k, v in iter_vars.items() if k != "parent"})
     context.update(ctx)
     context.update(args)
     context.update({

@@ -14,13 +14,15 @@ from noetl_stream import ids, refs
 from noetl_stream.dsl import keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
+from noetl_stream.router import case_events, listeners
 from noetl_stream.router.context import build_context, pick_steps
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.state import ExecutionState, Join, LoopState, Outgoing, Run
 
 DEFAULT_MAX_IN_FLIGHT = 10
 DEFAULT_POOL = "default"
-PROGRESS_EVENTS = frozenset({"step.started", "step.skipped", "loop.started", "loop.progress"})
+PROGRESS_EVENTS = frozenset({"step.started", "step.skipped", "loop.started", "loop.progress",
+                             *case_events.EVENTS})
 
 
 class _Router:
@@ -30,6 +32,7 @@ class _Router:
         self.now = now
         self.graph = graph_of(playbook)
         self.names = {st.name for st in playbook.steps}
+        self.case_matched: list[str] = []  # spec 001: branches the current outcome found true
 
     # -- messages --------------------------------------------------------------------------
     def emit(self, event_type: str, msg_id: str, **payload: Any) -> None:
@@ -49,7 +52,14 @@ class _Router:
                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
         steps = pick_steps(names if names is not None else self.s.steps.keys(), self.s.steps)
         return build_context(workload=self.s.workload, ctx=self.s.ctx, args=args, vars_=self.s.vars,
-                             steps=steps, execution_id=self.s.execution_id, extra=extra)
+                             iter_vars=self.inherited_iter(), steps=steps,
+                             execution_id=self.s.execution_id, extra=extra)
+
+    def inherited_iter(self) -> dict[str, Any]:
+        """`iter` outside the step's own loop: the parent's iteration of a child execution
+        (spec 002 §6.4), so `iter.parent.<name>` reads the item the parent loop is on.
+        """
+        return {"parent": self.s.parent_iter} if self.s.parent_iter is not None else {}
 
     # -- tokens ----------------------------------------------------------------------------
     def deliver(self, src: str | None, dst: str, args: dict[str, Any]) -> None:
@@ -115,6 +125,11 @@ class _Router:
                   step=name, step_run_id=run_id, run=rec.runs)
         if step.enter and not self.enter_step(step, run):
             return
+        if step.eval_mode == "on_event":
+            # A listener runs no command: it stays active and hears later events (listeners.py).
+            listeners.hear(self, step, run, {"name": "step.enter", "data": None, "step": name,
+                                             "payload": {}})
+            return
         if step.loop is None:
             self.command(step, run, None, None)
             return
@@ -165,9 +180,9 @@ class _Router:
 
     def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
         names = step_reads(step) | keychain.reads(self.pb.keychain)
-        iter_vars: dict[str, Any] = {}
+        iter_vars = self.inherited_iter()
         if index is not None and step.loop is not None:
-            iter_vars = {step.loop.iterator: item, "_index": index}
+            iter_vars = {**iter_vars, step.loop.iterator: item, "_index": index}
         steps = pick_steps(names, self.s.steps)
         http = {n: self.s.steps[n].http for n in steps if self.s.steps[n].http}
         loops = [n for n in steps if self.s.steps[n].loop]
@@ -190,7 +205,6 @@ class _Router:
                 "steps_http": http,
                 "steps_loop": loops,
             },
-            "timeout_s": _timeout_of(step),
             "keychain": keychain.for_command(
                 self.pb.keychain, names,
                 first=run.run_no == 1 and step.name == self.pb.start_step.name),
@@ -211,6 +225,9 @@ class _Router:
         if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
             return  # not an iteration number (True == 1 would match iteration 1)
         error = _error_of(event.get("error"))
+        if ok and (index is None) == (run.loop is None) and (
+                run.loop is None or index in run.loop.in_flight):
+            case_events.evaluated(self, self.pb.step(run.step), run, event)
         if run.loop is None:
             if index is not None:
                 return
@@ -369,6 +386,8 @@ class _Router:
                 self.s.ctx.update(templating.render(arc.set_ctx, context, step=step.name,
                                                     field="next.arcs.set"))
             tokens.append((arc.step, args))
+        case_events.next_evaluated(self, step, run, route,
+                                   [(arc, args) for arc, (_, args) in zip(selected, tokens, strict=True)])
         chosen = {a.step for a in selected}
         # A token that stays in a cycle (pagination, retry loop) means this step runs again and
         # decides its other arcs then; ruling them out now would let a join downstream fire early.
@@ -443,19 +462,13 @@ def _only(scope: dict[str, Any], names: set[str], whole: str) -> dict[str, Any]:
     return {k: v for k, v in scope.items() if k in names}
 
 
-def _timeout_of(step: Step) -> float | None:
-    value = step.spec.get("timeout")
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload: dict[str, Any],
-          now: float, parent_execution_id: str | None = None) -> ExecutionState:
+          now: float, parent_execution_id: str | None = None,
+          parent_iter: dict[str, Any] | None = None) -> ExecutionState:
     """A new execution: a token at the start step. Returns the state with its outbox filled."""
     state = ExecutionState(execution_id=execution_id, playbook_key=playbook_key, workload=workload,
-                           parent_execution_id=parent_execution_id, started_at=now)
+                           parent_execution_id=parent_execution_id, parent_iter=parent_iter,
+                           started_at=now)
     router = _Router(playbook, state, now)
     router.emit("execution.started", ids.event_msg_id(execution_id, "execution.started"),
                 playbook=playbook.name, path=playbook.path, workload=workload)
@@ -466,15 +479,19 @@ def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload:
 
 def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
           now: float) -> ExecutionState:
-    """Apply one outcome event; `state.outbox` holds only the messages this event implies."""
+    """Apply one event (an outcome, a signal, a timer); `state.outbox` holds only the messages
+    this event implies.
+    """
     state.outbox = []
     if state.status != "running":
         return state
     router = _Router(playbook, state, now)
     state.applied += 1
+    heard_by = listeners.listening(playbook, state)
     if event.get("event_type") in ("step.done", "step.failed", "loop.iteration.done",
                                    "loop.iteration.failed"):
         router.on_outcome(event)
+    listeners.hear_all(router, heard_by, event)
     router.check_quiescence()
     return state
 

@@ -48,6 +48,7 @@ class Run:
     args: dict[str, Any]
     status: str = "running"  # running | done | failed
     loop: LoopState | None = None
+    heard_seq: int = 0  # a listener: stream sequence of the last signal or timer it applied
 
 
 @dataclass
@@ -82,6 +83,7 @@ class ExecutionState:
     result: Any = None
     error: dict[str, Any] | None = None
     parent_execution_id: str | None = None
+    parent_iter: dict[str, Any] | None = None  # the parent's iteration, read as `iter.parent`
     started_at: float = 0.0
     outbox: list[Outgoing] = field(default_factory=list)
     applied: int = 0  # events applied, for progress and diagnostics
@@ -137,6 +139,7 @@ class ExecutionState:
             result=data.get("result"),
             error=data.get("error"),
             parent_execution_id=data.get("parent_execution_id"),
+            parent_iter=data.get("parent_iter"),
             started_at=data.get("started_at", 0.0),
             outbox=[Outgoing(**o) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),

@@ -4,20 +4,31 @@ Directives: continue (next task), retry (same task, attempt+1, bounded by `attem
 jump (to a named task), break (stop, success), fail (stop, failure). Without policy rules an ok
 outcome continues and an error fails; with rules and no match, an error still fails (spec 002
 says continue, but silently passing an error on is never what a playbook author means).
+Rules from a `retry:` clause carry a scope: `chain` re-runs the pipeline from its first task,
+and a clause that has run out hands the outcome to the rules after it. `Task.poll` re-runs a
+task until its guard holds. Waits and retry.* / poll.* events: runtime/retrying.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from noetl_stream.dsl import templating
+from noetl_stream.dsl import layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
 from noetl_stream.router.context import build_context, step_view
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.redact import secret_values
+from noetl_stream.runtime.retrying import (
+    ActionEvents,
+    EventSink,
+    backoff_delay,
+    outcome_fields,
+    retry_names,
+)
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -33,19 +44,7 @@ class PipelineResult:
     http: dict[str, Any] | None = None
     tasks_run: int = 0
     route: str | None = None  # set by a case rule with `next`: only the step's arcs with it fire
-
-
-def backoff_delay(rule: Rule, attempt: int) -> float:
-    """Wait before attempt `attempt + 1`; `delay` is the first wait (ARCHITECTURE §8 decisions)."""
-    if rule.backoff == "exponential":
-        wait = rule.delay * ((rule.multiplier or 2.0) ** (attempt - 1))
-    elif rule.backoff == "linear":
-        wait = rule.delay * attempt
-    elif rule.backoff == "none":
-        wait = 0.0
-    else:
-        wait = rule.delay
-    return float(min(wait, rule.max_delay) if rule.max_delay is not None else wait)
+    case_matched: list[Any] | None = None  # spec 001 case: the branches found true
 
 
 def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
@@ -91,8 +90,16 @@ def merge_config(config: dict[str, Any], override: dict[str, Any]) -> dict[str, 
 
 class Pipeline:
     def __init__(self, command: dict[str, Any], tools: ToolRegistry,
-                 idempotency_prefix: str, keychain: KeychainResolver | None = None) -> None:
+                 idempotency_prefix: str, keychain: KeychainResolver | None = None,
+                 on_event: EventSink | None = None) -> None:
         self.cmd = command
+        self.events = ActionEvents(command, on_event)  # retry.* / poll.* events
+        self.chain = 1  # attempt of the whole pipeline (retry scope `chain`)
+        self.chain_open = False  # a chain re-run whose retry.processed is still due
+        self.polling: str | None = None  # the task being polled, its round and start time
+        self.poll_round = 1
+        self.poll_started = 0.0
+        self.poll_waited = 0.0  # intervals slept so far: the deadline counts them at least
         self.keychain_resolver = keychain
         self.keychain: dict[str, Any] = {}  # resolved entries, read as `keychain.<name>`
         self.tools = tools
@@ -114,6 +121,7 @@ class Pipeline:
         self.ctx_patch: dict[str, Any] = {}
         self.overrides: dict[str, dict[str, Any]] = {}  # task -> config from a case `call`
         self.route: str | None = None
+        self.case_matched: list[Any] | None = None
         self.secrets: set[str] = set()  # values tools marked secret; the worker masks them
         self.step = command["step"]
 
@@ -162,21 +170,44 @@ class Pipeline:
                 return self._failed(f"pipeline ran {MAX_STEPS_PER_PIPELINE} tasks without ending; "
                                     "a jump loop never stops", "pipeline", last)
             task = self.tasks[pc]
+            await self._poll_start(task)
             outcome = await self._call(task, attempt, prev)
+            if attempt > 1:
+                await self._event("retry.processed", task.name, attempt, scope="tool",
+                                  **outcome_fields(outcome))
             last = outcome
             views = outcome_views(task, outcome)
             extra = {**views, **case_views(outcome), "_prev": prev, "_task": task.name,
-                     "_attempt": attempt, "result": outcome.result, "error": outcome.error}
+                     "_attempt": attempt, "result": outcome.result, "error": outcome.error,
+                     "_chain_attempt": self.chain, "_retry": retry_names(outcome, attempt)}
+            default = "continue" if outcome.ok else "fail"
             rule = self._match(task, extra, outcome.ok)
-            do = rule.do if rule is not None else ("continue" if outcome.ok else "fail")
+            do = rule.do if rule is not None else default
+            while do == "retry" and rule is not None:
+                count = self.chain if rule.scope == "chain" else attempt
+                if count < rule.attempts:
+                    break
+                # A retry clause that has run out hands the outcome to the rules after it.
+                rule = self._match(task, extra, outcome.ok, after=rule) if rule.scope else None
+                do = rule.do if rule is not None else default
             if do == "retry":
                 assert rule is not None
-                if attempt < rule.attempts:
-                    await asyncio.sleep(backoff_delay(rule, attempt))
-                    attempt += 1
+                if rule.scope == "chain":
+                    await self._retry_chain(rule, task, outcome)
+                    pc, attempt, prev = 0, 1, None
                     continue
-                do = "continue" if outcome.ok else "fail"
+                await self._retry_started(rule, task, attempt, "tool", outcome)
+                attempt += 1
+                continue
+            polled = do != "fail" and outcome.ok and self.polling == task.name
+            if polled and not await self._poll_done(task, outcome, attempt, extra):
+                if self.polling is None:  # gave up: max_attempts or deadline
+                    await self._close_chain("error")
+                    return self._failed(self._poll_message(task), "poll_timeout", outcome, task)
+                attempt = 1
+                continue
             if do == "fail":
+                await self._close_chain("error")
                 return self._failed(self._error_message(task, outcome), "task", outcome, task)
             self._apply_writes(task, rule, extra)
             value = outcome.result
@@ -193,8 +224,85 @@ class Pipeline:
                 continue
             pc += 1
         assert last is not None
+        await self._close_chain("ok")
         return PipelineResult(True, result=prev, ctx_patch=self.ctx_patch, http=last.http,
-                              tasks_run=executed, route=self.route)
+                              tasks_run=executed, route=self.route, case_matched=self.case_matched)
+
+    # -- retry clause and poll (runtime/retrying.py) ----------------------------------------
+    def _key(self, task: Task, attempt: int) -> str:
+        """The idempotency key of one call: new for every attempt, chain re-run and poll round."""
+        key = f"{self.key_prefix}:{task.name}:{attempt}"
+        if self.chain > 1:
+            key += f":c{self.chain}"
+        if self.polling == task.name and self.poll_round > 1:
+            key += f":p{self.poll_round}"
+        return key
+
+    async def _event(self, event_type: str, task: str | None, attempt: int, **fields: Any) -> None:
+        round_ = self.poll_round if task is not None and self.polling == task else 1
+        await self.events.publish(event_type, task, chain=self.chain, round_=round_,
+                                  attempt=attempt, **fields)
+
+    async def _retry_started(self, rule: Rule, task: Task, attempt: int, scope: str,
+                             outcome: Outcome) -> None:
+        wait = backoff_delay(rule, attempt, self._key(task, attempt))
+        name = task.name if scope == "tool" else None
+        await self._event("retry.started", name, attempt + 1, scope=scope, delay_s=wait,
+                          max_attempts=rule.attempts, after=outcome_fields(outcome),
+                          failed_task=task.name)
+        await asyncio.sleep(wait)
+
+    async def _retry_chain(self, rule: Rule, task: Task, outcome: Outcome) -> None:
+        """Re-run the pipeline from its first task: one chain attempt more."""
+        await self._close_chain("error")
+        await self._retry_started(rule, task, self.chain, "chain", outcome)
+        self.chain += 1
+        self.chain_open = True
+        self.polling = None
+
+    async def _close_chain(self, status: str) -> None:
+        if self.chain_open:
+            self.chain_open = False
+            await self._event("retry.processed", None, self.chain, scope="chain", status=status)
+
+    async def _poll_start(self, task: Task) -> None:
+        if task.poll is None or self.polling == task.name:
+            return
+        self.polling, self.poll_round, self.poll_started = task.name, 1, time.monotonic()
+        self.poll_waited = 0.0
+        await self._event("poll.started", task.name, 1, interval_s=task.poll.interval,
+                          max_attempts=task.poll.max_attempts, deadline_s=task.poll.deadline)
+
+    async def _poll_done(self, task: Task, outcome: Outcome, attempt: int,
+                         extra: dict[str, Any]) -> bool:
+        """Whether `until` holds; if not, wait for the next round (or give up, polling=None)."""
+        poll = task.poll
+        assert poll is not None
+        context = {**self.context(extra), **retry_names(outcome, attempt)}
+        done = templating.evaluate_guard(poll.until, context, step=self.step,
+                                         field=f"tool.{task.name}.poll.until")
+        await self._event("poll.attempt", task.name, attempt, poll_attempt=self.poll_round,
+                          done=done, **outcome_fields(outcome))
+        if done:
+            await self._event("poll.done", task.name, attempt, poll_attempts=self.poll_round)
+            self.polling = None
+            return True
+        elapsed = max(time.monotonic() - self.poll_started, self.poll_waited)
+        if ((poll.max_attempts is not None and self.poll_round >= poll.max_attempts)
+                or (poll.deadline is not None and elapsed + poll.interval > poll.deadline)):
+            await self._event("poll.timeout", task.name, attempt, poll_attempts=self.poll_round,
+                              elapsed_s=round(elapsed, 3))
+            self.polling = None
+            return False
+        await asyncio.sleep(poll.interval)
+        self.poll_waited += poll.interval
+        self.poll_round += 1
+        return False
+
+    def _poll_message(self, task: Task) -> str:
+        assert task.poll is not None
+        return (f'task "{task.name}" ({task.kind}): poll gave up before `until` held '
+                f"(max_attempts {task.poll.max_attempts}, deadline {task.poll.deadline} s)")
 
     async def _call(self, task: Task, attempt: int, prev: Any) -> Outcome:
         extra = {"_prev": prev, "_task": task.name, "_attempt": attempt}
@@ -213,8 +321,8 @@ class Pipeline:
         call = TaskCall(
             execution_id=self.cmd["execution_id"], step=self.step, task=task.name, kind=task.kind,
             config=config, input=inputs, spec=task.spec,
-            idempotency_key=f"{self.key_prefix}:{task.name}:{attempt}", attempt=attempt,
-            timeout_s=self.cmd.get("timeout_s"))
+            idempotency_key=self._key(task, attempt), attempt=attempt,
+            timeout_s=layering.timeout_s(task.spec), iteration=self._iteration())
         try:
             outcome = await self.tools.get(task.kind).run(call)
         except NoetlStreamError as exc:
@@ -222,15 +330,35 @@ class Pipeline:
         self.secrets.update(secret_values(outcome))
         return outcome
 
-    def _match(self, task: Task, extra: dict[str, Any], ok: bool) -> Rule | None:
+    def _iteration(self) -> dict[str, Any] | None:
+        """The innermost loop iteration this pipeline runs in (spec 002 §6.4): its own `iter` in
+        a loop step, else the one a child execution inherited as `iter.parent`.
+        """
+        if self.cmd.get("iteration") is not None:
+            return dict(self.iter)
+        parent = self.iter.get("parent")
+        return parent if isinstance(parent, dict) else None
+
+    def _match(self, task: Task, extra: dict[str, Any], ok: bool,
+               after: Rule | None = None) -> Rule | None:
+        """The first rule whose guard holds (only rules past `after`, when given)."""
         if not task.rules:
             return None
         context = self.context(extra)
-        for rule in task.rules:
+        rules = task.rules
+        if after is not None:
+            rules = rules[next(i for i, r in enumerate(rules) if r is after) + 1:]
+        for rule in rules:
             if rule.event == "call.error" and ok:
                 continue
             guard_context = context
             field = f"tool.{task.name}.spec.policy.when"
+            if rule.scope is not None:  # a retry clause: its guard reads the retry context
+                names = extra["_retry"]
+                attempt = extra["_chain_attempt"] if rule.scope == "chain" else names["attempt"]
+                guard_context = {**context, **names, "attempt": attempt,
+                                 "max_attempts": rule.attempts}
+                field = f"tool.{task.name}.retry"
             if rule.event is not None:  # a case rule: its guard reads event.name
                 guard_context = {**context, "event": {"name": rule.event, "payload": {
                     "result": extra["result"], "error": extra["error"]}}}
@@ -241,8 +369,12 @@ class Pipeline:
 
     def _apply_case(self, task: Task, rule: Rule, extra: dict[str, Any], value: Any) -> Any:
         """A case rule's `call` overrides, `route` and `result`; returns the task's result."""
-        if rule.route is not None:
+        if rule.route is not None and self.route is None:  # the first `next` reached wins
             self.route = rule.route
+        if rule.case_matched is not None:
+            matched = templating.render(rule.case_matched, self.context(extra), step=self.step,
+                                        field="case.when")
+            self.case_matched = list(matched) if isinstance(matched, list) else []
         if not (rule.call or rule.result is not None):
             return value
         context = self.context(extra)
@@ -254,6 +386,9 @@ class Pipeline:
         return value
 
     def _apply_writes(self, task: Task, rule: Rule | None, extra: dict[str, Any]) -> None:
+        if rule is not None and rule.event is not None:  # a case rule's writes read event.name
+            extra = {**extra, "event": {"name": rule.event, "payload": {
+                "result": extra["result"], "error": extra["error"]}}}
         groups = [(rule.set_iter, rule.set_ctx, rule.set_locals)] if rule is not None else []
         groups.append((task.set_iter, task.set_ctx, task.set_locals))
         for set_iter, set_ctx, set_locals in groups:

@@ -85,7 +85,8 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",)) -> Provisio
     for s in topo.streams:
         want = StreamConfig(name=s.name, subjects=list(s.subjects), retention=_RETENTION[s.retention],
                             storage=StorageType.FILE, duplicate_window=s.duplicate_window_s,
-                            max_age=s.max_age_s)
+                            max_age=s.max_age_s,
+                            allow_msg_schedules=True if s.allow_msg_schedules else None)
         try:
             info = await bus.js.stream_info(s.name)
         except NotFoundError:
@@ -94,7 +95,8 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",)) -> Provisio
             continue
         have = info.config
         if sorted(have.subjects or []) != sorted(s.subjects) or \
-                have.duplicate_window != s.duplicate_window_s:
+                have.duplicate_window != s.duplicate_window_s or \
+                (s.allow_msg_schedules and not have.allow_msg_schedules):
             try:
                 await bus.js.update_stream(want)
                 report.updated.append(f"stream {s.name}")

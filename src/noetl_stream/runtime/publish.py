@@ -9,6 +9,7 @@ from typing import Any
 from noetl_stream import jsonutil
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.timers import publish_timer
 
 
 def subject_of(bus: Bus, message: Outgoing) -> str:
@@ -25,6 +26,9 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing]) -> None:
     # events in the order the router produced them.
     sends: list[Awaitable[Any]] = []
     for m in outbox:
+        if m.kind == "timer":
+            sends.append(publish_timer(bus, m))
+            continue
         data = jsonutil.dumps(m.body)
         headers = {"Nats-Msg-Id": m.msg_id}
         if m.progress:

@@ -33,6 +33,7 @@ from noetl_stream.router.engine import merge_workload
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.publish import publish_event, publish_outbox
+from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.tools.registry import installed_kinds
 
@@ -135,7 +136,8 @@ class Server:
         workload = merge_workload(playbook.workload, request.payload)
         state = router.start(playbook, execution_id=execution_id, playbook_key=key,
                              workload=workload, now=self.clock(),
-                             parent_execution_id=request.parent_execution_id)
+                             parent_execution_id=request.parent_execution_id,
+                             parent_iter=request.parent_iter)
         try:
             revision = await self._executions.create(execution_id, jsonutil.dumps(state))
         except KeyWrongLastSequenceError:
@@ -169,16 +171,12 @@ class Server:
         groups: dict[str, list[tuple[Msg, dict[str, Any]]]] = defaultdict(list)
         for m in msgs:
             try:
-                event = jsonutil.loads(m.data)
-                if not isinstance(event, dict):
-                    raise ValueError("event body is not an object")
+                # Signals carry a client's data, never an envelope (runtime/signals.py).
+                event = decode_event(self.bus.topology, m.subject, m.data, _stream_seq(m))
             except ValueError as exc:
                 log.warning("poison event on %s terminated: %s", m.subject, exc)
                 await m.term()
                 continue
-            parts = m.subject.split(".", 3)
-            event.setdefault("event_type", parts[3] if len(parts) == 4 else "")
-            event.setdefault("execution_id", parts[2] if len(parts) > 2 else "")
             groups[str(event["execution_id"])].append((m, event))
         await asyncio.gather(*(self._apply_group(eid, items) for eid, items in groups.items()))
 
@@ -277,6 +275,13 @@ def _reply_address(raw: Any) -> tuple[str | None, str | None]:
     usable_id = execution_id if isinstance(execution_id, str) and ids.is_subject_token(execution_id) \
         else None
     return usable_id, reply_to if isinstance(reply_to, str) and reply_to else None
+
+
+def _stream_seq(msg: Msg) -> int | None:
+    try:
+        return int(msg.metadata.sequence.stream)
+    except (AttributeError, TypeError, ValueError):  # not a JetStream message
+        return None
 
 
 def _short(exc: Exception) -> str:

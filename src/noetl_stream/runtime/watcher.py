@@ -11,8 +11,8 @@ from typing import Any
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
-from noetl_stream import jsonutil
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.signals import decode_event
 from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 
 log = logging.getLogger("noetl_stream.watch")
@@ -40,12 +40,10 @@ class ExecutionWatch:
 
     async def _on_msg(self, msg: Msg) -> None:
         try:
-            event = jsonutil.loads(msg.data)
+            # A signal's body is a client's data, not an event envelope (runtime/signals.py).
+            event = decode_event(self.bus.topology, msg.subject, msg.data)
         except ValueError:
             return
-        if not isinstance(event, dict):
-            return
-        event.setdefault("event_type", self.bus.topology.event_type_of(msg.subject))
         try:
             if self.on_event is not None:
                 self.on_event(event)

@@ -120,8 +120,12 @@ class Worker:
         try:
             if holds_ref(msg.data):
                 command["context"] = await self.results.resolve(command.get("context") or {})
+            async def publish_action(etype: str, msg_id: str, body: dict[str, Any]) -> None:
+                # retry.* / poll.* events; `secrets` is the pipeline's set by the time they run
+                await publish_event(self.bus, execution_id, etype, msg_id, scrub(body, secrets))
+
             pipeline = Pipeline(command, self.tools, idempotency_prefix=f"{step_run_id}:{iteration}",
-                                keychain=self.keychain)
+                                keychain=self.keychain, on_event=publish_action)
             secrets = pipeline.secrets
             outcome = await pipeline.run()
         except InfrastructureError as exc:
@@ -143,7 +147,7 @@ class Worker:
             "parent_execution_id": parent,
             "status": "ok" if outcome.ok else "error", "result": outcome.result,
             "error": outcome.error, "ctx_patch": outcome.ctx_patch, "http": outcome.http,
-            "route": outcome.route,
+            "route": outcome.route, "case_matched": outcome.case_matched,
             "duration_ms": round((time.time() - started) * 1000, 3),
         }
         body = scrub(body, secrets)

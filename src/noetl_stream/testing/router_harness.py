@@ -70,7 +70,8 @@ class RouterHarness:
     """
 
     def __init__(self, playbook: Playbook, *, execution_id: str = "exec1",
-                 workload: dict[str, Any] | None = None, now: float = 0.0) -> None:
+                 workload: dict[str, Any] | None = None, now: float = 0.0,
+                 parent_iter: dict[str, Any] | None = None) -> None:
         self.playbook = playbook
         self.now = now
         self.commands: list[Command] = []
@@ -79,7 +80,8 @@ class RouterHarness:
         self.applied: list[Event] = []
         self.state: ExecutionState = start(playbook, execution_id=execution_id,
                                            playbook_key=playbook.name,
-                                           workload=dict(workload or playbook.workload), now=now)
+                                           workload=dict(workload or playbook.workload), now=now,
+                                           parent_iter=parent_iter)
         self._collect(self.state.outbox)
 
     # -- feeding events --------------------------------------------------------------------
@@ -107,7 +109,23 @@ class RouterHarness:
             self.answer(*choice)
         raise RuntimeError(f"execution still running after {max_events} events")
 
+    def signal(self, name: str, data: Any = None, *, seq: int | None = None) -> list[Outgoing]:
+        """Apply an external signal, as the server builds it from `<prefix>.events.<id>.signal.<name>`."""
+        event: Event = {"event_type": f"signal.{name}", "execution_id": self.state.execution_id,
+                        "data": data}
+        if seq is not None:
+            event["seq"] = seq
+        return self.send(event)
+
+    def fire_timer(self, timer: Outgoing) -> list[Outgoing]:
+        """Apply the `timer.fired` event a timer the router asked for publishes when it is due."""
+        return self.send(dict(timer.body))
+
     # -- reading ---------------------------------------------------------------------------
+    def timers(self) -> list[Outgoing]:
+        """Timers the router asked for, oldest first (outbox messages of kind `timer`)."""
+        return [o for o in self.events if o.kind == "timer"]
+
     def commands_for(self, step: str) -> list[Command]:
         return [c for c in self.commands if c.get("step") == step]
 

@@ -20,6 +20,9 @@ class TaskCall:
     idempotency_key: str
     attempt: int = 1
     timeout_s: float | None = None
+    # The innermost loop iteration the task runs in (its `iter`, holding `parent` when nested),
+    # None outside any loop; a child playbook started by the task reads it as `iter.parent`.
+    iteration: dict[str, Any] | None = None
 
 
 @dataclass

@@ -8,35 +8,49 @@ home), so a table one step creates is there for the next. The file stays after t
 A script runs statement by statement (DuckDB's own parser splits it); the result follows
 tools/sql.py: the last statement's payload, plus `statement_count` when there were several.
 `params` is a list (`?`, `$1`) or a mapping (`$name`); each statement takes the ones it names.
-`auth:` attaches PostgreSQL credentials through DuckDB's postgres extension, which DuckDB
-downloads on first use; where that is impossible the task fails and says how to install it.
+`auth:` attaches PostgreSQL credentials through DuckDB's postgres extension. The extension comes
+from the `duckdb-ext-postgres` package (a dependency, built for the pinned DuckDB version), so no
+download is needed; without that file the tool falls back to DuckDB's own `INSTALL postgres`.
+The password goes into a temporary DuckDB secret, never into the ATTACH string, so neither
+`duckdb_databases()` nor an error message shows it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import re
 import tempfile
 import threading
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import duckdb
 import orjson
 
+from noetl_stream.dsl.layering import kind_default
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.tools.base import Credential, Outcome, TaskCall, ToolServices
 from noetl_stream.tools.sql import flag, json_safe, rows_payload, script_of
 
-DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S = float(kind_default("duckdb", "timeout"))  # dsl/layering.py: one table
 POSTGRES_KINDS = frozenset({"postgres", "postgresql"})
 # Statement types whose result set is their answer; any other type that answers with a lone
 # `Count` (or `Success`) column reports rows changed, not rows.
 _QUERY_TYPES = frozenset({"SELECT", "PRAGMA", "EXPLAIN", "CALL", "RELATION", "EXECUTE", "LOGICAL_PLAN"})
 _STATUS_COLUMNS = (["Count"], ["Success"])
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
+# The package that ships DuckDB's postgres extension as a file, for one DuckDB version.
+EXTENSION_PACKAGE = "duckdb-ext-postgres"
+_EXTENSION_FILE = "postgres_scanner.duckdb_extension"
+# Credential fields and the libpq keywords they stand for.
+_FIELD_KEYWORDS = {"host": "host", "port": "port", "user": "user", "username": "user",
+                   "password": "password", "database": "dbname", "dbname": "dbname",
+                   "sslmode": "sslmode"}
+_KEYWORD_VALUE = re.compile(r"\s*(\w+)\s*=\s*(?:'((?:[^'\\]|\\.)*)'|((?:[^\s'\\]|\\.)+))\s*")
 
 
 def _quote_literal(text: str) -> str:
@@ -47,33 +61,114 @@ def _quote_ident(text: str) -> str:
     return '"' + text.replace('"', '""') + '"'
 
 
-def _conninfo(data: Mapping[str, Any]) -> str:
-    """The libpq connection text for DuckDB's ATTACH: the `dsn` as given, or key=value pairs."""
-    if data.get("dsn"):
-        return str(data["dsn"])
-    keys = {"host": "host", "port": "port", "user": "user", "username": "user",
-            "password": "password", "database": "dbname", "dbname": "dbname", "sslmode": "sslmode"}
-    return " ".join(f"{keys[k]}={_conninfo_value(v)}" for k, v in data.items()
-                    if k in keys and v is not None)
+class _DsnError(ValueError):
+    """A connection string that cannot be read (the message never holds the string)."""
 
 
-def _conninfo_value(value: Any) -> str:
-    escaped = str(value).replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
+def _libpq_params(data: Mapping[str, Any]) -> dict[str, str]:
+    """The credential as libpq keywords: its `dsn` (URI or key=value) or its separate fields."""
+    dsn = str(data.get("dsn") or "").strip()
+    if not dsn:
+        return {_FIELD_KEYWORDS[k]: str(v) for k, v in data.items()
+                if k in _FIELD_KEYWORDS and v is not None and str(v) != ""}
+    if dsn.startswith(("postgres://", "postgresql://")):
+        return _uri_params(dsn)
+    params: dict[str, str] = {}
+    position = 0
+    while position < len(dsn):
+        match = _KEYWORD_VALUE.match(dsn, position)
+        if match is None:
+            raise _DsnError("the dsn is neither a postgresql:// URI nor a key=value connection string")
+        value = match.group(2) if match.group(2) is not None else match.group(3)
+        params[match.group(1)] = re.sub(r"\\(.)", r"\1", value)
+        position = match.end()
+    return params
+
+
+def _uri_params(dsn: str) -> dict[str, str]:
+    try:
+        parts = urlsplit(dsn)
+        port = parts.port
+    except ValueError:
+        raise _DsnError("the dsn is not a valid postgresql:// URI") from None
+    params: dict[str, str] = {}
+    if parts.hostname:
+        params["host"] = unquote(parts.hostname)
+    if port:
+        params["port"] = str(port)
+    if parts.username:
+        params["user"] = unquote(parts.username)
+    if parts.password:
+        params["password"] = unquote(parts.password)
+    if parts.path.strip("/"):
+        params["dbname"] = unquote(parts.path.lstrip("/"))
+    params.update(parse_qsl(parts.query))
+    return params
+
+
+def _conninfo(params: Mapping[str, str]) -> str:
+    """A key=value connection string for ATTACH, with every value quoted for libpq."""
+    return " ".join(f"{key}='{_conninfo_escape(value)}'" for key, value in params.items())
+
+
+def _conninfo_escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def _secrets(data: Mapping[str, Any]) -> list[str]:
+    """Every form of the password the credential holds, to mask wherever text leaves the tool."""
     found = [str(data["password"])] if data.get("password") else []
-    dsn = str(data.get("dsn") or "")
-    if dsn:
-        try:
-            password = urlsplit(dsn).password
-        except ValueError:
-            password = None
-        if password:
-            found.append(unquote(password))
-        found += re.findall(r"password\s*=\s*'?([^'\s&]+)", dsn)
+    try:
+        password = _libpq_params(data).get("password")
+    except _DsnError:
+        password = None
+    if password:
+        found.append(password)
+    if data.get("dsn"):
+        found.append(str(data["dsn"]))
     return [s for s in found if s]
+
+
+def _packaged_extension(platform: str) -> Path | None:
+    """postgres_scanner from the duckdb-ext-postgres package, if built for this DuckDB and platform."""
+    try:
+        spec = importlib.util.find_spec("duckdb_ext")
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    for folder in spec.submodule_search_locations or []:
+        candidate = Path(folder) / "extensions" / f"v{duckdb.__version__}" / platform / _EXTENSION_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _load_postgres_extension(con: duckdb.DuckDBPyConnection) -> str | None:
+    """Load DuckDB's postgres extension; None when loaded, else why it could not be."""
+    row = con.execute("PRAGMA platform").fetchone()
+    platform = str(row[0]) if row else "unknown"
+    packaged = _packaged_extension(platform)
+    if packaged is None:
+        reason = (f"the {EXTENSION_PACKAGE} package is not installed or has no build for DuckDB "
+                  f"{duckdb.__version__} on {platform}")
+    else:
+        try:
+            con.execute(f"LOAD {_quote_literal(str(packaged))}")
+            return None
+        except duckdb.Error as exc:
+            reason = f"{packaged} did not load ({_first_line(exc)})"
+    try:
+        con.execute("INSTALL postgres")
+        con.execute("LOAD postgres")
+        return None
+    except duckdb.Error as exc:
+        return f"{reason}, and DuckDB could not install it either ({_first_line(exc)})"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 class _Job:
@@ -98,8 +193,11 @@ class _Job:
                 self._con.interrupt()
 
     def scrub(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
+        for secret in sorted(set(self.secrets), key=len, reverse=True):
+            if len(secret) >= 4:
+                text = text.replace(secret, "***")
+            else:  # a short secret is masked only where it stands alone
+                text = re.sub(rf"(?<![\w]){re.escape(secret)}(?![\w])", "***", text)
         return text
 
     def run(self) -> Outcome:
@@ -126,25 +224,48 @@ class _Job:
     def _attach(self, con: duckdb.DuckDBPyConnection) -> Outcome | None:
         if not self.attach:
             return None
-        try:
-            con.execute("LOAD postgres")
-        except duckdb.Error as exc:
-            names = ", ".join(f'"{c.name}"' for _, c in self.attach)
-            return Outcome.failure(
-                f"duckdb: attaching postgres credential {names} needs DuckDB's postgres extension, "
-                f"which is not installed and could not be installed ({str(exc).splitlines()[0]}). "
-                f"Install it once where extensions.duckdb.org is reachable (run `INSTALL postgres;` "
-                f"with DuckDB {duckdb.__version__}), or put postgres_scanner.duckdb_extension for "
-                "this DuckDB version and platform into ~/.duckdb/extensions/", "extension")
-        for alias, credential in self.attach:
+        for _, credential in self.attach:
             self.secrets += _secrets(credential.data)
-            try:
-                con.execute(f"ATTACH {_quote_literal(_conninfo(credential.data))} AS "
-                            f"{_quote_ident(alias)} (TYPE postgres)")
-            except duckdb.Error as exc:
-                return Outcome.failure(self.scrub(f'duckdb: cannot attach credential "{credential.name}" '
-                                                  f'as "{alias}": {exc}'), "connection",
-                                       retryable=True, exception_type=type(exc).__name__)
+        problem = _load_postgres_extension(con)
+        if problem is not None:
+            names = ", ".join(f'"{c.name}"' for _, c in self.attach)
+            return Outcome.failure(self.scrub(
+                f"duckdb: attaching postgres credential {names} needs DuckDB's postgres extension: "
+                f"{problem}. Install the {EXTENSION_PACKAGE} package that matches DuckDB "
+                f"{duckdb.__version__} (pip install '{EXTENSION_PACKAGE}=={duckdb.__version__}.*'), or "
+                f"run `INSTALL postgres;` once with DuckDB {duckdb.__version__} where "
+                "extensions.duckdb.org is reachable"), "extension")
+        for alias, credential in self.attach:
+            failure = self._attach_one(con, alias, credential)
+            if failure is not None:
+                return failure
+        return None
+
+    def _attach_one(self, con: duckdb.DuckDBPyConnection, alias: str,
+                    credential: Credential) -> Outcome | None:
+        where = f'credential "{credential.name}" as "{alias}"'
+        try:
+            params = _libpq_params(credential.data)
+        except _DsnError as exc:
+            return Outcome.failure(f"duckdb: cannot attach {where}: {exc}", "credential")
+        password = params.pop("password", None)
+        options = "TYPE postgres"
+        try:
+            if password:
+                # The password lives in a temporary secret (shown redacted), not in the ATTACH string
+                # that duckdb_databases() and DuckDB's connection errors repeat.
+                secret = f"noetl_attach_{uuid.uuid4().hex}"
+                con.execute(f"CREATE TEMPORARY SECRET {secret} "
+                            f"(TYPE postgres, PASSWORD {_quote_literal(password)})")
+                options += f", SECRET {secret}"
+            # IF NOT EXISTS: a concurrent step of the same execution may share this database instance
+            # and have attached the alias already.
+            con.execute(f"ATTACH IF NOT EXISTS {_quote_literal(_conninfo(params))} AS "
+                        f"{_quote_ident(alias)} ({options})")
+        except duckdb.Error as exc:
+            message = self.scrub(f"duckdb: cannot attach {where}: {str(exc).strip()}")
+            return Outcome.failure(message, "connection", retryable=True,
+                                   exception_type=type(exc).__name__)
         return None
 
     def _run_statements(self, con: duckdb.DuckDBPyConnection) -> Outcome:

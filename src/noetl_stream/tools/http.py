@@ -10,11 +10,12 @@ from typing import Any
 import aiohttp
 import orjson
 
+from noetl_stream.dsl.layering import kind_default
 from noetl_stream.errors import ToolError
 from noetl_stream.tools.base import Credential, Outcome, TaskCall, ToolServices
 
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
-DEFAULT_TIMEOUT_S = 60.0
+DEFAULT_TIMEOUT_S = float(kind_default("http", "timeout"))  # dsl/layering.py: one table
 
 
 def _query_value(value: Any) -> str:
@@ -66,7 +67,8 @@ class HttpTool:
             elif body is not None:
                 kwargs["data"] = str(body)
         try:
-            kwargs["timeout"], limits = _timeout(cfg.get("timeout"), call.timeout_s)
+            kwargs["timeout"], limits = _timeout(cfg.get("timeout") or call.spec.get("timeout"),
+                                                 call.timeout_s)
         except (TypeError, ValueError) as exc:
             return Outcome.failure(f"http field timeout: {exc}", "config")
         response_type = cfg.get("response_type")

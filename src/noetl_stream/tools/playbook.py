@@ -3,7 +3,8 @@
 Fields: `path` (a catalog path, or a file path such as `./child.yaml` registered with the calling
 playbook), `version`, `args`/`input` (the child's payload, deep-merged over its workload),
 `async` (return `{execution_id}` once the request is stored), `return_step` (the result of that
-child step instead of the child's result).
+child step instead of the child's result). A task inside a loop iteration hands that iteration to
+the child, whose templates read it as `iter.parent` (spec 002 §6.4).
 
 A child starts at most once per attempt of the task: its execution id is derived from the task's
 idempotency key (parent step run, iteration, task, attempt) and its request carries
@@ -75,7 +76,8 @@ class PlaybookTool:
                     return Outcome.failure(str(exc), "catalog", path=path)
                 request = ExecutionRequest(
                     execution_id=child_id, playbook=text, playbook_file=path,
-                    payload=dict(call.input), parent_execution_id=call.execution_id)
+                    payload=dict(call.input), parent_execution_id=call.execution_id,
+                    parent_iter=call.iteration)
                 await js.publish(f"{self.prefix}.requests.execute",
                                  request.model_dump_json().encode(),
                                  headers={"Nats-Msg-Id": f"req:{child_id}"})

@@ -32,11 +32,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import asyncpg
 import orjson
 
+from noetl_stream.dsl.layering import kind_default
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 from noetl_stream.tools.sql import bind_named, flag, rows_payload, script_of, split_statements
 
-DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S = float(kind_default("postgres", "timeout"))  # dsl/layering.py: one table
 CONNECT_TIMEOUT_S = 10.0
 CREDENTIAL_KINDS = frozenset({"postgres", "postgresql"})
 # Connection trouble, serialization failures and deadlocks, resource limits, server shutdown.

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from noetl_stream import jsonutil
+from noetl_stream.dsl.layering import kind_default
 from noetl_stream.router.context import LOOP_MARK, LoopResults
 from noetl_stream.tools.base import Outcome, TaskCall
 
 RUNNER = Path(__file__).with_name("python_runner.py")
-DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S = float(kind_default("python", "timeout"))  # dsl/layering.py: one table
 
 
 def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:

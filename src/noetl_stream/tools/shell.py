@@ -14,9 +14,10 @@ import os
 import signal
 from typing import Any
 
+from noetl_stream.dsl.layering import kind_default
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
-DEFAULT_TIMEOUT_S = 300.0
+DEFAULT_TIMEOUT_S = float(kind_default("shell", "timeout"))  # dsl/layering.py: one table
 STDERR_TAIL_CHARS = 500
 # After the group is killed, a grandchild that left the group may still hold the pipes open.
 PIPE_GRACE_S = 1.0

@@ -1,0 +1,108 @@
+"""Spec layering (spec 002 §3): each task's effective spec, computed once when a playbook is parsed.
+
+    effective task spec = kind defaults <- executor.spec <- step.spec <- loop.spec <- task.spec
+
+Inner layers win. Mappings merge key by key, scalars and lists replace (§3.1). `policy` never
+crosses a layer: its meaning depends on the scope that declares it (§3.2, §5), so admission rules
+stay with the step, `limits` with the executor and task rules with the task. The loop's own
+scheduling knobs (`mode`, `max_in_flight`, `exec`) stay with the loop too.
+
+After `apply`, `Task.spec` is the effective spec; the worker and the tools read only that. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from noetl_stream.dsl.models import Playbook, Step, Task
+
+# The one table of per-kind defaults; the tools read their fallbacks from here too.
+KIND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+    "http": {"timeout": 60.0},
+    "python": {"timeout": 300.0},
+    "shell": {"timeout": 300.0},
+    "postgres": {"timeout": 300.0},
+    "duckdb": {"timeout": 300.0},
+}
+
+SCOPED_KEYS = frozenset({"policy"})
+LOOP_OWN_KEYS = frozenset({"mode", "max_in_flight", "exec"})
+
+
+def merge(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Overlay `layers` from outer to inner: mappings merge deeply, anything else replaces."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+                out[key] = merge(out[key], value)
+            elif isinstance(value, Mapping):
+                out[key] = merge(value)  # a copy, so no layer shares structure with the result
+            elif isinstance(value, list):
+                out[key] = list(value)
+            else:
+                out[key] = value
+    return out
+
+
+def layer_of(spec: Any, drop: frozenset[str] = SCOPED_KEYS) -> dict[str, Any]:
+    """The part of one scope's `spec` that inner scopes inherit."""
+    if not isinstance(spec, Mapping):
+        return {}
+    return {k: v for k, v in spec.items() if k not in drop}
+
+
+def kind_default(kind: str, key: str) -> Any:
+    return KIND_DEFAULTS.get(kind, {}).get(key)
+
+
+def effective_spec(task: Task, step: Step, executor: Mapping[str, Any]) -> dict[str, Any]:
+    loop_spec = step.loop.spec if step.loop is not None else {}
+    return merge(KIND_DEFAULTS.get(task.kind, {}),
+                 layer_of(executor.get("spec")),
+                 layer_of(step.spec),
+                 layer_of(loop_spec, SCOPED_KEYS | LOOP_OWN_KEYS),
+                 layer_of(task.spec))
+
+
+def apply(playbook: Playbook) -> Playbook:
+    """The playbook with every task's `spec` replaced by its effective spec."""
+    steps = tuple(
+        step.model_copy(update={"tasks": tuple(
+            task.model_copy(update={"spec": effective_spec(task, step, playbook.executor)})
+            for task in step.tasks)})
+        for step in playbook.steps)
+    return playbook.model_copy(update={"steps": steps})
+
+
+def timeout_s(spec: Mapping[str, Any]) -> float | None:
+    """`spec.timeout` as seconds, or None when absent or not a number (http also takes a mapping
+    of phases there, which its tool reads itself).
+    """
+    value = spec.get("timeout")
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def problems(playbook: Playbook) -> list[tuple[str | None, int | None, str, str]]:
+    """(step, line, field, message) for effective specs no tool could run with."""
+    out: list[tuple[str | None, int | None, str, str]] = []
+    executor_spec = playbook.executor.get("spec")
+    if executor_spec is not None and not isinstance(executor_spec, Mapping):
+        out.append((None, None, "executor.spec", "executor.spec must be a mapping"))
+    for step in playbook.steps:
+        for task in step.tasks:
+            value = task.spec.get("timeout")
+            if value is None or (task.kind == "http" and isinstance(value, Mapping)):
+                continue
+            seconds = timeout_s(task.spec)
+            if seconds is None or seconds <= 0:
+                out.append((step.name, task.line, f"tool.{task.name}.spec.timeout",
+                            f"timeout must be a positive number of seconds, got {value!r} "
+                            "(set by this task's spec or one around it: step, loop, executor)"))
+    return out

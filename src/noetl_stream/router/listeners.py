@@ -1,0 +1,133 @@
+"""Listener steps (`eval_mode: on_event`, spec 001 §1.2): pure, part of the router.
+
+A listener's run stays `running` (so the execution does not end while it listens) and runs no
+command. Its `listen` rules are tried on step.enter and then on every event of the execution the
+router applies: outcomes of other steps, external signals (`signal.<name>`) and `timer.fired`.
+The first true rule writes ctx, asks for a durable timer (an outbox message of kind `timer`),
+and leaves along its route (`next`) or fails the step (`fail`); with neither, the step keeps
+listening. A signal or timer that no listener takes is answered with an `event.ignored` event,
+so it is on record, and changes nothing else.
+
+Each listener remembers the stream sequence of the last signal or timer it heard, so a
+redelivered one (server crash between commit and ack) is not applied twice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from noetl_stream import ids
+from noetl_stream.dsl import templating
+from noetl_stream.dsl.models import Playbook, Rule, Step, TimerSpec
+from noetl_stream.errors import TemplateError
+from noetl_stream.router.state import ExecutionState, Outgoing, Run
+
+if TYPE_CHECKING:
+    from noetl_stream.router.engine import _Router
+
+OUTCOMES = frozenset({"step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed"})
+
+
+def is_external(event_type: str) -> bool:
+    """Signals and timers: events only listeners act on."""
+    return event_type.startswith("signal.") or event_type == "timer.fired"
+
+
+def listening(playbook: Playbook, state: ExecutionState) -> list[str]:
+    """Run ids of the listeners active now, in the order they started (deterministic)."""
+    return [run.run_id for run in state.active_runs
+            if playbook.step(run.step).eval_mode == "on_event"]
+
+
+def event_view(event: dict[str, Any]) -> dict[str, Any]:
+    """What a listener's guard reads as `event`: `name`, `data`, `step`, `payload`."""
+    etype = str(event.get("event_type") or "")
+    data = event.get("data")
+    if etype in OUTCOMES and "data" not in event:
+        data = {"step": event.get("step"), "result": event.get("result"),
+                "error": event.get("error"), "iteration": event.get("iteration")}
+    return {"name": etype, "data": data, "step": event.get("step"),
+            "payload": {k: v for k, v in event.items() if k != "data"}}
+
+
+def hear_all(router: _Router, run_ids: list[str], event: dict[str, Any]) -> None:
+    """Offer `event` to the listeners that were active before it was applied."""
+    etype = str(event.get("event_type") or "")
+    seq = event.get("seq")
+    heard = False
+    for run_id in run_ids:
+        run = router.s.runs.get(run_id)
+        if run is None or run.status != "running" or router.s.status != "running":
+            continue
+        if is_external(etype) and isinstance(seq, int) and not isinstance(seq, bool):
+            if seq <= run.heard_seq:
+                heard = True  # already applied before a redelivery: not "unheard" either
+                continue
+            run.heard_seq = seq
+        heard = hear(router, router.pb.step(run.step), run, event_view(event)) or heard
+    if is_external(etype) and not heard and router.s.status == "running":
+        reason = "no listener rule matched" if run_ids else "no step is listening"
+        router.emit("event.ignored", ids.event_msg_id(router.s.execution_id, "event.ignored", etype,
+                                                      seq if seq is not None else router.s.applied),
+                    ignored=etype, reason=reason)
+
+
+def hear(router: _Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
+    """Try the step's listen rules on one event; True when a rule matched."""
+    extra = {"event": view}
+    try:
+        rule = _first(router, step, run, extra)
+        if rule is None:
+            return False
+        if rule.set_ctx:
+            router.s.ctx.update(templating.render(rule.set_ctx, router.context(
+                args=run.args, extra=extra), step=step.name, field="case.set"))
+        result = None
+        if rule.result is not None:
+            result = templating.render(rule.result, router.context(args=run.args, extra=extra),
+                                       step=step.name, field="case.result")
+    except TemplateError as exc:
+        leave(router, run, ok=False, result=None,
+              error={"message": str(exc), "kind": "template"}, route=None)
+        return True
+    if rule.timer is not None:
+        set_timer(router, step, run, rule.timer)
+    if rule.do == "fail":
+        leave(router, run, ok=False, result=None, route=None, error={
+            "message": f"case rule at line {rule.line} failed the step on {view['name']}",
+            "kind": "case"})
+    elif rule.route is not None:
+        leave(router, run, ok=True, result=result, error=None, route=rule.route)
+    return True
+
+
+def _first(router: _Router, step: Step, run: Run, extra: dict[str, Any]) -> Rule | None:
+    context = router.context(args=run.args, extra=extra)
+    for rule in step.listen:
+        if templating.evaluate_guard(rule.when, context, step=step.name, field="case.when"):
+            return rule
+    return None
+
+
+def leave(router: _Router, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
+          route: str | None) -> None:
+    """End the listener's run; its step.done / step.failed goes out for watchers (the router
+    ignores it when it comes back: the run is gone).
+    """
+    etype = "step.done" if ok else "step.failed"
+    router.emit(etype, ids.event_msg_id(router.s.execution_id, etype, run.run_id),
+                step=run.step, step_run_id=run.run_id, status="ok" if ok else "error",
+                result=result, error=error)
+    router.finish_run(run, ok=ok, result=result, error=error, route=route)
+
+
+def set_timer(router: _Router, step: Step, run: Run, timer: TimerSpec) -> None:
+    """Ask the runtime for a durable timer; setting the same name again replaces the first."""
+    state = router.s
+    fire_at = router.now + timer.after_s
+    body = {"event_type": "timer.fired", "execution_id": state.execution_id, "step": step.name,
+            "step_run_id": run.run_id, "timer_id": timer.name, "fire_at": fire_at,
+            "set_at": router.now,
+            "data": {"timer_id": timer.name, "name": timer.name, "step": step.name}}
+    msg_id = ids.event_msg_id(state.execution_id, "timer", run.run_id, timer.name, state.applied)
+    state.outbox.append(Outgoing("timer", msg_id, body, event_type="timer.fired"))

@@ -1,0 +1,91 @@
+"""Worker-side pieces of the `retry:` clause and `poll:`: waits, guard context, events.
+
+Waits are a pure function of the rule, the attempt and the idempotency key, so a re-delivered
+command waits exactly as long as the first delivery did (jitter is seeded by the key, never drawn
+from a clock or a global generator). Events carry a stable `action_id` per task invocation
+(spec 001 §4.4) and a message id made of it, the chain attempt, the poll round and the attempt, so
+a re-run after a crash publishes nothing new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from noetl_stream import ids
+from noetl_stream.dsl.models import Rule
+from noetl_stream.tools.base import Outcome
+
+EventSink = Callable[[str, str, dict[str, Any]], Awaitable[None]]
+"""sink(event_type, msg_id, body): publish one worker event with a deterministic msg id."""
+
+
+def jitter_fraction(key: str, attempt: int) -> float:
+    """A number in [0, 1) fixed by the idempotency key and attempt."""
+    digest = hashlib.sha256(f"{key}\0{attempt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def backoff_delay(rule: Rule, attempt: int, key: str | None = None) -> float:
+    """Wait before attempt `attempt + 1`; `delay` is the first wait (ARCHITECTURE §8 decisions).
+
+    With `jitter` the wait is spread over [wait/2, wait] by `key`; `max_delay` caps the result.
+    """
+    if rule.backoff == "exponential":
+        wait = rule.delay * ((rule.multiplier or 2.0) ** (attempt - 1))
+    elif rule.backoff == "linear":
+        wait = rule.delay * attempt
+    elif rule.backoff == "none":
+        wait = 0.0
+    else:
+        wait = rule.delay
+    if rule.jitter and key is not None:
+        wait = wait / 2 + wait / 2 * jitter_fraction(key, attempt)
+    return float(min(wait, rule.max_delay) if rule.max_delay is not None else wait)
+
+
+def retry_names(outcome: Outcome, attempt: int, rule: Rule | None = None) -> dict[str, Any]:
+    """The names a `retry_when` / `stop_when` / `poll.until` guard reads (spec 004 §7.3)."""
+    error = outcome.error or {}
+    status = (outcome.http or {}).get("status", error.get("status"))
+    names = {"attempt": attempt, "status_code": status, "error": outcome.error,
+             "success": outcome.ok, "result": outcome.result, "data": outcome.result}
+    if rule is not None:
+        names["max_attempts"] = rule.attempts
+    return names
+
+
+class ActionEvents:
+    """Publishes `retry.*` and `poll.*` events of one command's pipeline through a sink."""
+
+    def __init__(self, command: dict[str, Any], sink: EventSink | None) -> None:
+        self.cmd = command
+        self.sink = sink
+
+    def action_id(self, task: str | None) -> str:
+        return ids.action_id(str(self.cmd.get("step_run_id")), self.cmd.get("iteration"), task)
+
+    async def publish(self, event_type: str, task: str | None, *, chain: int, round_: int,
+                      attempt: int, **fields: Any) -> None:
+        if self.sink is None:
+            return
+        action = self.action_id(task)
+        execution_id = str(self.cmd["execution_id"])
+        body = {"event_type": event_type, "execution_id": execution_id,
+                "step": self.cmd.get("step"), "step_run_id": self.cmd.get("step_run_id"),
+                "iteration": self.cmd.get("iteration"),
+                "parent_execution_id": self.cmd.get("parent_execution_id"),
+                "task": task, "action_id": action, "attempt": attempt, "chain_attempt": chain,
+                "timestamp": time.time(), **fields}
+        msg_id = ids.event_msg_id(execution_id, event_type, action, chain, round_, attempt)
+        await self.sink(event_type, msg_id, body)
+
+
+def outcome_fields(outcome: Outcome) -> dict[str, Any]:
+    """What a `retry.processed` / `poll.attempt` event says about a call: status, never data."""
+    error = outcome.error or {}
+    status = (outcome.http or {}).get("status", error.get("status"))
+    return {"status": outcome.status, "status_code": status,
+            "error": None if outcome.ok else error.get("message")}

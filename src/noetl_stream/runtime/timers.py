@@ -1,0 +1,40 @@
+"""Durable timers as NATS message schedules (ARCHITECTURE §10): no timer wheel of our own.
+
+The router asks for a timer with an outbox message of kind `timer` whose body is the
+`timer.fired` event to deliver. It is published once, with a deterministic `Nats-Msg-Id`, on
+`<prefix>.events.<id>.timer.schedule.<name>` with `Nats-Schedule: @at <RFC3339 UTC>` and
+`Nats-Schedule-Target: <prefix>.events.<id>.timer.fired`; when it is due, the events stream
+holds the body on the target subject and the router consumes it like any other event. A second
+schedule on the same subject replaces the first, so setting a timer again resets it. The events
+stream must allow message schedules (`allow_msg_schedules` in subjects/topology.yaml).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from noetl_stream import jsonutil
+from noetl_stream.router.state import Outgoing
+from noetl_stream.runtime.connection import Bus
+
+
+def schedule_time(fire_at_s: float) -> str:
+    """`@at` time of a schedule, RFC3339 UTC, rounded up to the next whole second."""
+    return datetime.fromtimestamp(math.ceil(fire_at_s), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def schedule_headers(bus: Bus, timer: Outgoing) -> dict[str, str]:
+    execution_id = str(timer.body["execution_id"])
+    return {
+        "Nats-Msg-Id": timer.msg_id,
+        "Nats-Schedule": f"@at {schedule_time(float(timer.body['fire_at']))}",
+        "Nats-Schedule-Target": bus.topology.event_subject(execution_id, "timer.fired"),
+    }
+
+
+async def publish_timer(bus: Bus, timer: Outgoing) -> None:
+    """Store the schedule message; the stream publishes `timer.fired` when it is due."""
+    subject = bus.topology.timer_schedule_subject(str(timer.body["execution_id"]),
+                                                  str(timer.body["timer_id"]))
+    await bus.js.publish(subject, jsonutil.dumps(timer.body), headers=schedule_headers(bus, timer))

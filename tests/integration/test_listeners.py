@@ -1,0 +1,147 @@
+"""`eval_mode: on_event` listeners through the real server and worker: human approval answered
+by `noetl-stream signal` and by a plain NATS client, an unmatched signal recorded and ignored, and
+a durable timer (a NATS message schedule) that fires `timer.fired`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from plain_client import PlainClient
+
+from noetl_stream import ids
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.testing.waiting import assert_eventually
+
+pytestmark = pytest.mark.integration
+
+APPROVAL = Path(__file__).resolve().parents[2] / "playbooks" / "examples" / "approval.yaml"
+CLI = Path(sys.executable).with_name("noetl-stream")
+
+TIMER = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: timer}
+workflow:
+  - step: start
+    next: wait
+  - step: wait
+    eval_mode: on_event
+    case:
+      - when: "{{ event.name == 'step.enter' }}"
+        then: {timer: {after: 1, name: nudge}}
+      - when: "{{ event.name == 'timer.fired' and event.data.timer_id == 'nudge' }}"
+        then:
+          set: {ctx: {fired: "{{ event.data.timer_id }}"}}
+          next: [done]
+  - step: done
+    tool: {kind: noop}
+"""
+
+
+class Run:
+    """An execution of a playbook followed in the background."""
+
+    def __init__(self, bus: Bus, text: str) -> None:
+        self.execution_id = ids.new_execution_id()
+        self.events: list[dict[str, Any]] = []
+        self.task = asyncio.create_task(submit_and_watch(
+            bus, playbook_text=text, playbook_file="test.yaml", payload={},
+            on_event=self.events.append, execution_id=self.execution_id, timeout_s=30))
+
+    def types(self) -> list[str]:
+        return [str(e["event_type"]) for e in self.events]
+
+    async def listening(self, step: str = "wait_for_approval") -> None:
+        def started() -> None:
+            assert any(e["event_type"] == "step.started" and e.get("step") == step
+                       for e in self.events), self.types()
+        await assert_eventually(started)
+
+
+async def cli_signal(nats_url: str, execution_id: str, name: str, data: Any) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        str(CLI), "signal", execution_id, name, "--data", json.dumps(data), "--nats-url", nats_url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_approval_waits_then_ships_on_a_signal_sent_with_the_cli(
+        bus: Bus, services: None, nats_server: NatsServer) -> None:
+    run = Run(bus, APPROVAL.read_text())
+    await run.listening()
+    await asyncio.sleep(0.2)  # nothing more happens while it listens
+    assert not run.task.done()
+
+    out = await cli_signal(nats_server.url, run.execution_id, "approve", {"user": "ada"})
+    final = await run.task
+
+    assert "signal.approve sent to" in out
+    assert final["status"] == "completed", final.get("error")
+    assert final["ctx"]["approved_by"] == "ada"
+    assert final["steps"]["wait_for_approval"]["result"] == {"user": "ada"}
+    assert final["steps"]["ship"]["result"] == {"shipped": 42, "approved_by": "ada"}
+    assert final["steps"]["escalate"]["status"] == "skipped"
+    assert "signal.approve" in run.types()
+
+
+async def test_approval_is_rejected_by_a_plain_nats_client_after_an_unmatched_signal(
+        bus: Bus, services: None, client: PlainClient) -> None:
+    run = Run(bus, APPROVAL.read_text())
+    await run.listening()
+    subject = f"noetl.events.{run.execution_id}.signal."
+    # A body that looks like an envelope stays the signal's data: it cannot end the execution.
+    await client.nc.jetstream().publish(subject + "comment",
+                                        json.dumps({"event_type": "execution.completed"}).encode())
+    await assert_eventually(lambda: _assert_in("event.ignored", run.types()))
+    assert not run.task.done()
+
+    await client.nc.jetstream().publish(subject + "reject", b'{"user": "bob"}')
+    final = await run.task
+
+    assert final["status"] == "failed"
+    assert "signal.reject" in final["error"]["message"]
+    assert final["ctx"]["rejected"] == {"user": "bob"}
+    (ignored,) = [e for e in run.events if e["event_type"] == "event.ignored"]
+    assert ignored["ignored"] == "signal.comment"
+
+
+async def test_a_durable_timer_fires_and_the_listener_acts_on_it(bus: Bus, services: None) -> None:
+    run = Run(bus, TIMER)
+    final = await run.task
+
+    assert final["status"] == "completed", final.get("error")
+    assert final["ctx"]["fired"] == "nudge"
+    assert final["steps"]["done"]["status"] == "completed"
+    assert "timer.fired" in run.types()
+
+
+async def test_a_signal_for_an_ended_execution_is_recorded_and_ignored(
+        bus: Bus, services: None, nats_server: NatsServer) -> None:
+    run = Run(bus, APPROVAL.read_text())
+    await run.listening()
+    await cli_signal(nats_server.url, run.execution_id, "approve", {"user": "ada"})
+    assert (await run.task)["status"] == "completed"
+
+    await cli_signal(nats_server.url, run.execution_id, "approve", {"user": "eve"})
+    router = bus.topology.consumer("noetl-server-router")
+
+    async def drained() -> None:
+        info = await bus.js.consumer_info(router.stream, router.durable)
+        assert info.num_pending == 0 and info.num_ack_pending == 0
+    await assert_eventually(drained)
+    entry = await (await bus.js.key_value("noetl_executions")).get(run.execution_id)
+    state = json.loads(entry.value or b"{}")
+    assert state["status"] == "completed" and state["ctx"]["approved_by"] == "ada"
+
+
+def _assert_in(item: str, items: list[str]) -> None:
+    assert item in items
