@@ -53,3 +53,35 @@ async def test_spec001_playbook_and_its_canonical_translation_run_alike(bus: Bus
             == [str(e["event_type"]) for e in canonical_events])
     assert ({name: s["result"] for name, s in spec_final["steps"].items()}
             == {name: s["result"] for name, s in canonical_final["steps"].items()})
+
+
+DELAYED = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: delayed}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    case:
+      - when: "{{ true }}"
+        then:
+          - next: {to: [{step: later, args: {n: 7}}], spec: {delay: 1s}}
+  - step: later
+    tool: {kind: noop, input: {n: "{{ args.n }}"}}
+"""
+
+
+async def test_a_delayed_next_starts_its_step_when_the_durable_timer_fires(bus: Bus) -> None:
+    events: list[dict[str, Any]] = []
+    async with run_services(bus, python_children=1):
+        final = await submit_and_watch(bus, playbook_text=DELAYED, playbook_file="delayed.yaml",
+                                       payload={}, on_event=events.append, timeout_s=30)
+
+    assert final["status"] == "completed", final.get("error")
+    assert final["steps"]["later"]["result"] == {"n": 7}
+    # The watcher sees the schedule message and then the `timer.fired` it became.
+    *_, fired = [e for e in events if e["event_type"] == "timer.fired"]
+    (started,) = [e for e in events if e["event_type"] == "step.started" and e["step"] == "later"]
+    assert events.index(fired) < events.index(started)
+    assert fired["fire_at"] - fired["set_at"] == 1.0
+    assert started["timestamp"] >= fired["fire_at"]

@@ -190,15 +190,15 @@ def errors_of(body: str) -> list[tuple[int | None, str | None, str]]:
             case:
               - when: "{{ true }}"
                 then:
-                  - next: {to: [a], spec: {delay: 5s}}
+                  - next: {to: [a], spec: {delay: soon}}
           - step: a
-    """, "case[0].then[0].next.spec.delay", "not supported"),
+    """, "case[0].then[0].next.spec.delay", "a duration such as"),
     ("""
         workflow:
           - step: start
-            next: {to: [a], spec: {delay: 5s}}
+            next: {to: [a], spec: {delay: 5s, jitter: 1}}
           - step: a
-    """, "next.spec.delay", "delayed transition"),
+    """, "next.spec.jitter", "unknown key"),
     ("""
         workflow:
           - step: start
@@ -207,7 +207,7 @@ def errors_of(body: str) -> list[tuple[int | None, str | None, str]]:
                 then:
                   - next: {to: [a], priority: 3}
           - step: a
-    """, "case[0].then[0].next.priority", "first `next` reached wins"),
+    """, "case[0].then[0].next.priority", "chooses among deferred routes"),
     ("""
         workflow:
           - step: start

@@ -187,3 +187,38 @@ async def test_task_retry_in_a_chain_retries_then_fails_the_step() -> None:
     """)
     assert recorder.tasks == ["start_task", "flaky", "flaky", "flaky"]
     assert state.status == "failed"
+
+
+DEFER_PRIORITY = """
+    workflow:
+      - step: start
+        spec: {case_mode: inclusive, next_policy: defer}
+        tool: {kind: noop}
+        case:
+          - when: "{{ true }}"
+            then:
+              - a1: {tool: {kind: noop}}
+              - next: {to: [left], priority: LEFT}
+          - when: "{{ true }}"
+            then:
+              - b1: {tool: {kind: noop}}
+              - next: {to: [right], priority: RIGHT}
+      - step: left
+      - step: right
+"""
+
+
+async def test_defer_routes_to_the_next_with_the_highest_priority() -> None:
+    harness, recorder, state = await drive(DEFER_PRIORITY.replace("LEFT", "1")
+                                           .replace("RIGHT", "5"))
+    assert recorder.tasks == ["start_task", "a1", "b1", "right_task"]
+    (chosen,) = harness.events_of("next.evaluated")
+    assert (chosen["winner_branch"], chosen["policy"]) == ("case_1", "defer")
+    assert state.steps["left"].status == "skipped" and state.status == "completed"
+
+
+async def test_defer_among_equal_priorities_the_first_next_reached_wins() -> None:
+    _, recorder, _ = await drive(DEFER_PRIORITY.replace("LEFT", "3").replace("RIGHT", "3"))
+    assert recorder.tasks == ["start_task", "a1", "b1", "left_task"]
+    _, recorder, _ = await drive(DEFER_PRIORITY.replace("LEFT", "9").replace("RIGHT", "2"))
+    assert recorder.tasks == ["start_task", "a1", "b1", "left_task"]

@@ -70,10 +70,17 @@ def apply(playbook: Playbook) -> Playbook:
     """The playbook with every task's `spec` replaced by its effective spec."""
     steps = tuple(
         step.model_copy(update={"tasks": tuple(
-            task.model_copy(update={"spec": effective_spec(task, step, playbook.executor)})
-            for task in step.tasks)})
+            _layered(task, step, playbook.executor) for task in step.tasks)})
         for step in playbook.steps)
     return playbook.model_copy(update={"steps": steps})
+
+
+def _layered(task: Task, step: Step, executor: Mapping[str, Any]) -> Task:
+    """`task` with its effective spec, and so the storage tasks of its case `sink` rules."""
+    rules = tuple(rule.model_copy(update={"sink": tuple(_layered(s, step, executor)
+                                                         for s in rule.sink)}) if rule.sink else rule
+                  for rule in task.rules)
+    return task.model_copy(update={"spec": effective_spec(task, step, executor), "rules": rules})
 
 
 def timeout_s(spec: Mapping[str, Any]) -> float | None:

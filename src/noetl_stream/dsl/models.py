@@ -58,6 +58,9 @@ class Rule(_Frozen):
     route: str | None = Field(
         None, description="Case `next`: the route the step's outcome carries when this rule "
         "fires; only the step's arcs with this `route` fire then.")
+    priority: int = Field(
+        0, description="Spec 001 `next.priority` (next_policy `defer`): when a pipeline reaches "
+        "several routes, the one with the highest priority wins; the first reached among equals.")
     case_matched: Template | None = Field(
         None, description="Spec 001 case: the branches found true when this rule fires (a list "
         "of branch names, or a template giving one); the outcome reports them as `case_matched` "
@@ -73,6 +76,10 @@ class Rule(_Frozen):
     timer: TimerSpec | None = Field(
         None, description="Listener `timer`: set (or reset) a durable timer that publishes "
         "`timer.fired` to this execution after `after_s` seconds.")
+    sink: tuple[Task, ...] = Field(
+        default=(), description="Case `sink`: storage tasks run in order when the rule fires, "
+        "after its writes and before its directive, reading the call's result as `result` / "
+        "`data` and its envelope as `this`; they leave the task's result as it is.")
     line: int | None = None
 
 
@@ -86,6 +93,14 @@ class PollSpec(_Frozen):
     deadline: float | None = Field(
         None, gt=0, description="Seconds from the first call after which polling gives up.")
     line: int | None = None
+
+
+class SinkSpec(_Frozen):
+    """What makes a task a sink (spec 004 §10): it stores a result and does not replace it."""
+
+    when: str | None = Field(None, description="Guard; when false the sink is skipped.")
+    source: str = Field(description="Where it was written: `sink`, `sink[<i>]` or "
+                        "`case[<i>].then.sink`.")
 
 
 class Task(_Frozen):
@@ -106,6 +121,11 @@ class Task(_Frozen):
         "task's own spec, without `policy` (spec 002 §3, dsl/layering.py).")
     poll: PollSpec | None = Field(
         None, description="Re-run the task until a guard holds; failures are the rules' business.")
+    sink: SinkSpec | None = Field(
+        None, description="A storage task compiled from `sink`: its templates read the data to "
+        "store as `result` / `data` (the pipeline's result so far) and `this` (the last call's "
+        "envelope); the pipeline's result stays what it was, and the worker publishes "
+        "`sink.started` / `sink.processed` around the call.")
     line: int | None = None
 
 
@@ -120,6 +140,9 @@ class Arc(_Frozen):
         None, description="Case `then.next`: the arc fires exactly when the step's outcome "
         "carries this route (set by a case rule); arcs without a route fire only when it "
         "carries none.")
+    delay: float | None = Field(
+        None, ge=0, description="Spec 001 `next.spec.delay`: seconds the token waits, as a "
+        "durable timer, before it reaches the step; None delivers it at once.")
     line: int | None = None
 
 

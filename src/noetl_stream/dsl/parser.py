@@ -19,6 +19,7 @@ from noetl_stream.dsl import layering, templating
 from noetl_stream.dsl.dialects.case import CaseIR, compile_case
 from noetl_stream.dsl.dialects.listeners import compile_listeners, eval_mode_of
 from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
+from noetl_stream.dsl.dialects.sink import append_sinks, step_sinks
 from noetl_stream.dsl.dialects.v2_spec001 import compile_spec001, structural_next, uses_spec001
 from noetl_stream.dsl.keychain import parse_keychain
 from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS
@@ -43,9 +44,9 @@ TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "workload", "workflow", 
 STEP_KEYS = frozenset({"step", "desc", "description", "tool", "next", "loop", "set", "args",
                        "input", "spec", "vars", "when", "meta", "output", "outcome", "pool",
                        "case", "retry", "poll", "eval_mode", "case_mode", "branch_order",
-                       "next_policy"})
+                       "next_policy", "sink"})
 # Keys of the source documents that a later build compiles; rejecting them beats ignoring them.
-NOT_YET_STEP_KEYS = frozenset({"sink"})
+NOT_YET_STEP_KEYS: frozenset[str] = frozenset()
 LOOP_KEYS = frozenset({"in", "collection", "iterator", "element", "spec", "mode", "max_in_flight"})
 RULE_THEN_KEYS = frozenset({"do", "attempts", "max_attempts", "backoff", "delay", "max_delay", "to",
                             "set_ctx", "set_iter", "set"})
@@ -201,9 +202,11 @@ class _Parser:
         elif raw.get("case") is not None and uses_spec001(raw):
             tasks, nxt, case_spec = self.parse_spec001(raw, name, tasks, nxt, workbook)
         elif raw.get("case") is not None:
-            case = self.parse_case(raw, name, tasks, nxt)
+            case = self.parse_case(raw, name, tasks, nxt, workbook)
             tasks, nxt, enter, exit_rules = list(case.tasks), case.next, case.enter, case.exit
             admit = (*case.admit, *admit)
+        if raw.get("sink") is not None:
+            tasks = self.parse_step_sinks(raw, name, tasks, workbook, eval_mode)
         for fld in ("input", "args", "set", "vars"):
             self.check_templates(raw.get(fld), line_of(raw, fld), name, fld)
         pool = raw.get("pool")
@@ -246,12 +249,30 @@ class _Parser:
         self.check_templates([[a.when, a.args] for a in ir.next.arcs], line, step, "case.next")
         return list(ir.tasks), ir.next, ir.case
 
-    def parse_case(self, raw: dict[str, Any], step: str, tasks: list[Task],
-                   nxt: NextSpec) -> CaseIR:
+    def parse_step_sinks(self, raw: dict[str, Any], step: str, tasks: list[Task],
+                         workbook: dict[str, tuple[Any, int | None]], eval_mode: str) -> list[Task]:
+        """Step-level `sink:` as storage tasks after the pipeline (dsl/dialects/sink.py)."""
+        line = line_of(raw, "sink")
+        if eval_mode == "on_event":
+            self.error(line, "a listener runs no tool, so it has nothing to sink", step, "sink")
+            return tasks
+        sinks = step_sinks(raw["sink"], step=step, line=line,
+                           report=lambda ln, message, fld: self.error(ln, message, step, fld),
+                           parse_task=lambda task, body, ln: self.parse_task(task, body, ln, step,
+                                                                             workbook))
+        for sink in sinks:
+            self.check_templates(sink.sink.when if sink.sink else None, line, step, "sink.when")
+        return append_sinks(tasks, sinks,
+                            report=lambda ln, message, fld: self.error(ln, message, step, fld))
+
+    def parse_case(self, raw: dict[str, Any], step: str, tasks: list[Task], nxt: NextSpec,
+                   workbook: dict[str, tuple[Any, int | None]]) -> CaseIR:
         """Step-level `case:` compiled into the canonical IR (dsl/dialects/case.py)."""
         line = line_of(raw, "case")
         case = compile_case(raw["case"], step=step, line=line, tasks=tuple(tasks), next_spec=nxt,
-                            report=lambda ln, message, fld: self.error(ln, message, step, fld))
+                            report=lambda ln, message, fld: self.error(ln, message, step, fld),
+                            parse_task=lambda task, body, ln: self.parse_task(task, body, ln, step,
+                                                                              workbook))
         rules = [*case.enter, *case.exit, *(r for t in case.tasks for r in t.rules)]
         for rule in rules:
             self.check_templates([rule.when, rule.set_ctx, rule.set_iter, rule.call, rule.result],

@@ -17,7 +17,7 @@ from noetl_stream.errors import TemplateError
 from noetl_stream.router import case_events, listeners
 from noetl_stream.router.context import build_context, pick_steps
 from noetl_stream.router.graph import graph_of
-from noetl_stream.router.state import ExecutionState, Join, LoopState, Outgoing, Run
+from noetl_stream.router.state import Delayed, ExecutionState, Join, LoopState, Outgoing, Run
 
 DEFAULT_MAX_IN_FLIGHT = 10
 DEFAULT_POOL = "default"
@@ -395,9 +395,32 @@ class _Router:
             for arc in step.next.arcs:
                 if arc.step not in chosen:
                     self.rule_out(step.name, arc.step)
-        for dst, args in tokens:
-            if self.s.status == "running":
+        for arc, (dst, args) in zip(selected, tokens, strict=True):
+            if self.s.status != "running":
+                continue
+            if arc.delay:
+                self.delay(step.name, dst, args, arc.delay)
+            else:
                 self.deliver(step.name, dst, args)
+
+    def delay(self, src: str, dst: str, args: dict[str, Any], seconds: float) -> None:
+        """A token on a delayed arc: held in the state, delivered when its durable timer fires."""
+        self.s.delays_set += 1
+        timer_id = f"next.{self.s.delays_set}"  # a dot: no listener timer has this name
+        fire_at = self.now + seconds
+        self.s.delayed[timer_id] = Delayed(src=src, dst=dst, args=args, fire_at=fire_at)
+        body = {"event_type": "timer.fired", "execution_id": self.s.execution_id, "step": src,
+                "timer_id": timer_id, "fire_at": fire_at, "set_at": self.now,
+                "data": {"timer_id": timer_id, "name": timer_id, "step": src, "to": dst}}
+        self.s.outbox.append(Outgoing("timer", ids.event_msg_id(self.s.execution_id, "timer",
+                                                                timer_id),
+                                      body, event_type="timer.fired"))
+
+    def on_delay_timer(self, timer_id: str) -> None:
+        """The timer of a delayed token fired: the token reaches its step now."""
+        token = self.s.delayed.pop(timer_id, None)
+        if token is not None:  # None: a redelivered timer, already applied
+            self.deliver(token.src, token.dst, token.args)
 
     def fail_execution(self, step: str, error: dict[str, Any]) -> None:
         if self.s.status != "running":
@@ -411,14 +434,15 @@ class _Router:
         if self.s.status == "running":
             # Nothing runs: a join still waiting can get no further token, so it fires with what
             # it has (or dies). Repeat until the marking is stable.
-            while self.s.joins and not self.s.active_runs and self.s.status == "running":
+            while (self.s.joins and not self.s.active_runs and not self.s.delayed
+                   and self.s.status == "running"):
                 step = sorted(self.s.joins)[0]
                 join = self.s.joins.pop(step)
                 if any(join.arrived.values()):
                     self.fire(step, join.args)
                 else:
                     self.mark_dead(step)
-            if self.s.active_runs and self.s.status == "running":
+            if (self.s.active_runs or self.s.delayed) and self.s.status == "running":
                 return
             if self.s.status == "running":
                 self.s.status = "completed"
@@ -426,19 +450,28 @@ class _Router:
         self.emit(etype, ids.event_msg_id(self.s.execution_id, etype), **self.s.summary())
         self.s.runs.clear()
         self.s.joins.clear()
+        self.s.delayed.clear()
 
 
 def step_reads(step: Step) -> set[str]:
     """Names this step's worker-side templates read, to ship only those step results."""
     names: set[str] = templating.referenced_names(step.args)
-    for task in step.tasks:
+    sinks = [sink for task in step.tasks for rule in task.rules for sink in rule.sink]
+    for task in (*step.tasks, *sinks):
         names |= templating.referenced_names(task.config)
         names |= templating.referenced_names(task.input)
         names |= templating.referenced_names([task.set_ctx, task.set_iter, task.set_locals])
+        names |= templating.referenced_names(task.sink.when if task.sink else None)
         for rule in task.rules:
             names |= templating.referenced_names([rule.when, rule.set_ctx, rule.set_iter,
                                                   rule.set_locals, rule.call, rule.result])
     return names
+
+
+def _delay_timer(event: dict[str, Any]) -> str:
+    """The timer id of a delayed token's `timer.fired`, "" for any other event."""
+    timer_id = event.get("timer_id")
+    return timer_id if isinstance(timer_id, str) and timer_id.startswith("next.") else ""
 
 
 def _route_of(event: dict[str, Any]) -> str | None:
@@ -488,6 +521,11 @@ def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
     router = _Router(playbook, state, now)
     state.applied += 1
     heard_by = listeners.listening(playbook, state)
+    if event.get("event_type") == "timer.fired" and _delay_timer(event):
+        # A delayed token's timer (`next.spec.delay`), not a listener's.
+        router.on_delay_timer(_delay_timer(event))
+        router.check_quiescence()
+        return state
     if event.get("event_type") in ("step.done", "step.failed", "loop.iteration.done",
                                    "loop.iteration.failed"):
         router.on_outcome(event)

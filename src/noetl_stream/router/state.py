@@ -70,6 +70,16 @@ class Join:
 
 
 @dataclass
+class Delayed:
+    """A token on a delayed arc (`next.spec.delay`), delivered when its timer fires."""
+
+    src: str
+    dst: str
+    args: dict[str, Any]
+    fire_at: float
+
+
+@dataclass
 class ExecutionState:
     execution_id: str
     playbook_key: str
@@ -80,6 +90,8 @@ class ExecutionState:
     steps: dict[str, StepRecord] = field(default_factory=dict)
     runs: dict[str, Run] = field(default_factory=dict)
     joins: dict[str, Join] = field(default_factory=dict)
+    delayed: dict[str, Delayed] = field(default_factory=dict)  # timer id -> token
+    delays_set: int = 0  # delayed tokens so far: numbers their timer ids
     result: Any = None
     error: dict[str, Any] | None = None
     parent_execution_id: str | None = None
@@ -136,6 +148,8 @@ class ExecutionState:
             steps={k: StepRecord(**v) for k, v in data.get("steps", {}).items()},
             runs=runs,
             joins={k: Join(**v) for k, v in data.get("joins", {}).items()},
+            delayed={k: Delayed(**v) for k, v in data.get("delayed", {}).items()},
+            delays_set=data.get("delays_set", 0),
             result=data.get("result"),
             error=data.get("error"),
             parent_execution_id=data.get("parent_execution_id"),

@@ -7,6 +7,8 @@ says continue, but silently passing an error on is never what a playbook author 
 Rules from a `retry:` clause carry a scope: `chain` re-runs the pipeline from its first task,
 and a clause that has run out hands the outcome to the rules after it. `Task.poll` re-runs a
 task until its guard holds. Waits and retry.* / poll.* events: runtime/retrying.py.
+Sinks (`Task.sink`, `Rule.sink`) store a result without replacing it: they read it as `result`,
+`data` and `this`, and publish `sink.started` / `sink.processed`; a failed sink fails the step.
 """
 
 from __future__ import annotations
@@ -88,6 +90,18 @@ def merge_config(config: dict[str, Any], override: dict[str, Any]) -> dict[str, 
     return out
 
 
+def sink_view(result: Any, outcome: Outcome | None) -> dict[str, Any]:
+    """The names a sink's templates read: the data to store and the call's envelope."""
+    this = case_views(outcome)["this"] if outcome is not None else None
+    return {"result": result, "data": result, "this": this}
+
+
+def affected_rows(outcome: Outcome) -> Any:
+    """What a `sink.processed` event says about the write: the SQL kinds' row count, if any."""
+    result = outcome.result
+    return result.get("affected_rows", result.get("row_count")) if isinstance(result, dict) else None
+
+
 class Pipeline:
     def __init__(self, command: dict[str, Any], tools: ToolRegistry,
                  idempotency_prefix: str, keychain: KeychainResolver | None = None,
@@ -121,7 +135,9 @@ class Pipeline:
         self.ctx_patch: dict[str, Any] = {}
         self.overrides: dict[str, dict[str, Any]] = {}  # task -> config from a case `call`
         self.route: str | None = None
+        self.route_priority = 0  # of `route`: a later route replaces it only with a higher one
         self.case_matched: list[Any] | None = None
+        self.sink_runs: dict[str, int] = {}  # sink task -> calls so far, for keys and msg ids
         self.secrets: set[str] = set()  # values tools marked secret; the worker masks them
         self.step = command["step"]
 
@@ -170,12 +186,19 @@ class Pipeline:
                 return self._failed(f"pipeline ran {MAX_STEPS_PER_PIPELINE} tasks without ending; "
                                     "a jump loop never stops", "pipeline", last)
             task = self.tasks[pc]
+            view = None
+            if task.sink is not None:
+                view = sink_view(prev, last)
+                if attempt == 1 and not await self._sink_admitted(task, view):
+                    pc += 1
+                    continue
             await self._poll_start(task)
-            outcome = await self._call(task, attempt, prev)
+            outcome = await self._call(task, attempt, prev, view)
             if attempt > 1:
                 await self._event("retry.processed", task.name, attempt, scope="tool",
                                   **outcome_fields(outcome))
-            last = outcome
+            if task.sink is None:
+                last = outcome
             views = outcome_views(task, outcome)
             extra = {**views, **case_views(outcome), "_prev": prev, "_task": task.name,
                      "_attempt": attempt, "result": outcome.result, "error": outcome.error,
@@ -206,6 +229,12 @@ class Pipeline:
                     return self._failed(self._poll_message(task), "poll_timeout", outcome, task)
                 attempt = 1
                 continue
+            if task.sink is not None:
+                await self._sink_processed(task, attempt, outcome)
+            if rule is not None and rule.sink and (failed := await self._rule_sinks(
+                    rule, sink_view(outcome.result, outcome))) is not None:
+                await self._close_chain("error")
+                return failed
             if do == "fail":
                 await self._close_chain("error")
                 return self._failed(self._error_message(task, outcome), "task", outcome, task)
@@ -213,8 +242,10 @@ class Pipeline:
             value = outcome.result
             if rule is not None:
                 value = self._apply_case(task, rule, extra, value)
-            prev = value
             self.locals[task.name] = value
+            if task.sink is not None:
+                value = prev  # a sink stores the result; it does not replace it
+            prev = value
             attempt = 1
             if do == "break":
                 break
@@ -232,6 +263,8 @@ class Pipeline:
     def _key(self, task: Task, attempt: int) -> str:
         """The idempotency key of one call: new for every attempt, chain re-run and poll round."""
         key = f"{self.key_prefix}:{task.name}:{attempt}"
+        if self.sink_runs.get(task.name, 1) > 1:
+            key += f":s{self.sink_runs[task.name]}"
         if self.chain > 1:
             key += f":c{self.chain}"
         if self.polling == task.name and self.poll_round > 1:
@@ -304,8 +337,9 @@ class Pipeline:
         return (f'task "{task.name}" ({task.kind}): poll gave up before `until` held '
                 f"(max_attempts {task.poll.max_attempts}, deadline {task.poll.deadline} s)")
 
-    async def _call(self, task: Task, attempt: int, prev: Any) -> Outcome:
-        extra = {"_prev": prev, "_task": task.name, "_attempt": attempt}
+    async def _call(self, task: Task, attempt: int, prev: Any,
+                    view: dict[str, Any] | None = None) -> Outcome:
+        extra = {"_prev": prev, "_task": task.name, "_attempt": attempt, **(view or {})}
         context = self.context(extra)
         try:
             config = {k: (v if k == "code" else templating.render(v, context, step=self.step,
@@ -369,8 +403,9 @@ class Pipeline:
 
     def _apply_case(self, task: Task, rule: Rule, extra: dict[str, Any], value: Any) -> Any:
         """A case rule's `call` overrides, `route` and `result`; returns the task's result."""
-        if rule.route is not None and self.route is None:  # the first `next` reached wins
-            self.route = rule.route
+        # The first `next` reached wins, unless a later one has a higher `next.priority` (defer).
+        if rule.route is not None and (self.route is None or rule.priority > self.route_priority):
+            self.route, self.route_priority = rule.route, rule.priority
         if rule.case_matched is not None:
             matched = templating.render(rule.case_matched, self.context(extra), step=self.step,
                                         field="case.when")
@@ -400,6 +435,37 @@ class Pipeline:
             self.ctx.update(written)
             self.ctx_patch.update(written)
             self.locals.update(templating.render(set_locals, context, step=self.step, field="set"))
+
+    # -- sinks ---------------------------------------------------------------------------------
+    async def _sink_admitted(self, task: Task, view: dict[str, Any]) -> bool:
+        """Count one more run of a sink and publish `sink.started`, or say it is skipped."""
+        assert task.sink is not None
+        admitted = task.sink.when is None or templating.evaluate_guard(
+            task.sink.when, self.context(view), step=self.step, field=f"{task.sink.source}.when")
+        runs = self.sink_runs[task.name] = self.sink_runs.get(task.name, 0) + 1
+        await self.events.publish("sink.started" if admitted else "sink.skipped", task.name,
+                                  chain=self.chain, round_=runs, attempt=1, kind=task.kind,
+                                  source=task.sink.source)
+        return admitted
+
+    async def _sink_processed(self, task: Task, attempt: int, outcome: Outcome) -> None:
+        assert task.sink is not None
+        await self.events.publish("sink.processed", task.name, chain=self.chain,
+                                  round_=self.sink_runs.get(task.name, 1), attempt=attempt,
+                                  kind=task.kind, source=task.sink.source,
+                                  **outcome_fields(outcome), affected_rows=affected_rows(outcome))
+
+    async def _rule_sinks(self, rule: Rule, view: dict[str, Any]) -> PipelineResult | None:
+        """Run a case rule's sinks in order; the failure of the first that fails, if any."""
+        for sink in rule.sink:
+            if not await self._sink_admitted(sink, view):
+                continue
+            outcome = await self._call(sink, 1, view["result"], view)
+            await self._sink_processed(sink, 1, outcome)
+            self.locals[sink.name] = outcome.result
+            if not outcome.ok:
+                return self._failed(self._error_message(sink, outcome), "sink", outcome, sink)
+        return None
 
     def _error_message(self, task: Task, outcome: Outcome) -> str:
         message = (outcome.error or {}).get("message", "task failed")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -151,9 +151,12 @@ class CredentialRecord(CredentialInfo):
 class CredentialStore:
     """Create, read, list and delete credentials; material is decrypted only by `get`."""
 
-    def __init__(self, kv: KeyValue, box: SecretBox) -> None:
+    def __init__(self, kv: KeyValue, box: SecretBox, js: JetStreamContext | None = None,
+                 bucket: str = CREDENTIALS_BUCKET) -> None:
         self.kv = kv
         self.box = box
+        self.js = js
+        self.bucket = bucket
 
     @classmethod
     async def open(cls, js: JetStreamContext, box: SecretBox, *,
@@ -162,7 +165,7 @@ class CredentialStore:
             kv = await js.key_value(bucket)
         except BucketNotFoundError:
             raise CredentialError(f'KV bucket "{bucket}" does not exist; run `noetl-stream init`') from None
-        return cls(kv, box)
+        return cls(kv, box, js, bucket)
 
     async def set(self, name: str, kind: str, data: Any, *, description: str | None = None,
                   tags: Iterable[str] = ()) -> CredentialInfo:
@@ -192,16 +195,29 @@ class CredentialStore:
         return Credential(name=record.name, kind=record.kind, data=dict(opened["data"]))
 
     async def list(self) -> list[CredentialInfo]:
-        try:
-            keys = await self.kv.keys()
-        except NoKeysError:
-            return []
+        keys = await self._keys()
         out = []
         for key in sorted(keys):
             record = await self._record(key)
             if record is not None:
                 out.append(record.info())
         return out
+
+    async def _keys(self) -> Sequence[str]:
+        """Every key the bucket's stream holds a subject for (deleted ones included).
+
+        One stream-info request with a subject filter: deterministic, unlike kv.keys(), whose
+        watcher can stop early on a busy server and return part of the list.
+        """
+        if self.js is None:
+            try:
+                return list(await self.kv.keys())
+            except NoKeysError:
+                return []
+        prefix = f"$KV.{self.bucket}."
+        info = await self.js.stream_info(f"KV_{self.bucket}", subjects_filter=f"{prefix}>")
+        subjects = info.state.subjects or {}
+        return [subject[len(prefix):] for subject in subjects]
 
     async def delete(self, name: str) -> bool:
         """Remove `name` and its history; False when it did not exist."""

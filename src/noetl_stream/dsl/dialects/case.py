@@ -12,7 +12,8 @@ event). The first true `when` wins at each event (004 §8.2).
   (collect, set, result, next, fail).
 
 Actions: `call` is `do: jump` to the task itself with config overrides; `retry` a retry rule;
-`collect` and `set` ctx/iter writes; `result` a result override; `fail` is `do: fail`; `next`
+`collect` and `set` ctx/iter writes; `result` a result override; `sink` storage tasks run when
+the rule fires (`Rule.sink`, dsl/dialects/sink.py); `fail` is `do: fail`; `next`
 gives the rule a route and adds one arc per target carrying that route (structural `next` is the
 fallback when no route was chosen); a `next` in a call rule also ends the pipeline (`do: break`).
 """
@@ -27,6 +28,7 @@ from typing import Any
 from jinja2 import Environment, TemplateSyntaxError, nodes
 from pydantic import ValidationError
 
+from noetl_stream.dsl.dialects.sink import ParseTask, rule_sinks
 from noetl_stream.dsl.models import AdmitRule, Arc, Directive, NextSpec, Rule, Task
 from noetl_stream.dsl.source import line_of, plain, suggest
 
@@ -41,8 +43,8 @@ COLLECT_MODES = ("append", "extend", "replace")
 # an action that does nothing there is an error, not a silent no-op.
 ALLOWED = {
     ENTER: frozenset({"set", "fail", "skip"}),
-    DONE: frozenset({"call", "retry", "collect", "set", "result", "next", "fail"}),
-    ERROR: frozenset({"call", "retry", "collect", "set", "result", "next", "fail"}),
+    DONE: frozenset({"call", "retry", "collect", "sink", "set", "result", "next", "fail"}),
+    ERROR: frozenset({"call", "retry", "collect", "sink", "set", "result", "next", "fail"}),
     EXIT: frozenset({"collect", "set", "result", "next", "fail"}),
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -125,9 +127,10 @@ def _expression(text: Any) -> str:
 
 
 class _Compiler:
-    def __init__(self, step: str, report: Report) -> None:
+    def __init__(self, step: str, report: Report, parse_task: ParseTask | None = None) -> None:
         self.step = step
         self.report = report
+        self.parse_task = parse_task
 
     def entries(self, raw: Any, line: int | None) -> list[_Entry]:
         if not isinstance(raw, list):
@@ -168,6 +171,9 @@ class _Compiler:
                                 f"{fld}.then.{action}")
         if "call" in actions and "retry" in actions:
             self.report(line, "`call` and `retry` in one rule: choose one", f"{fld}.then")
+        if "sink" in actions and "retry" in actions:
+            self.report(line, "`sink` and `retry` in one rule: a retried call has nothing to "
+                        "store yet; sink in the rule that sees the final outcome", f"{fld}.then")
         return _Entry(index, line, when, events, actions)
 
     def actions(self, raw: Any, line: int | None, fld: str) -> dict[str, Any]:
@@ -180,11 +186,7 @@ class _Compiler:
                 return {}
             merged.update(item)
         for key in list(merged):
-            if key == "sink":
-                self.report(line, 'the "sink" action is not supported by this version of '
-                            "noetl-stream yet", f"{fld}.then.sink")
-                del merged[key]
-            elif key not in ACTIONS:
+            if key not in ACTIONS:
                 self.report(line, f'unknown action "{key}"{suggest(str(key), ACTIONS)}',
                             f"{fld}.then.{key}")
                 del merged[key]
@@ -307,8 +309,13 @@ class _Compiler:
             self.report(entry.line, "`call` is a mapping of tool fields to override",
                         f"case[{entry.index}].then.call")
             call = None
+        sink: tuple[Task, ...] = ()
+        if entry.actions.get("sink") is not None and self.parse_task is not None:
+            sink = rule_sinks(entry.actions["sink"], step=self.step, index=entry.index,
+                              line=entry.line, report=self.report, parse_task=self.parse_task)
         return {"when": entry.when, "set_ctx": set_ctx, "set_iter": set_iter, "call": call or {},
-                "result": self.result(entry), "line": entry.line, **self.retry(entry)}
+                "result": self.result(entry), "sink": sink, "line": entry.line,
+                **self.retry(entry)}
 
     def rule(self, entry: _Entry, fields: dict[str, Any], **kwargs: Any) -> Rule | None:
         try:
@@ -320,9 +327,12 @@ class _Compiler:
 
 
 def compile_case(raw: Any, *, step: str, line: int | None, tasks: tuple[Task, ...],
-                 next_spec: NextSpec, report: Report) -> CaseIR:
-    """The step's tasks, entry/exit rules, admission rules and arcs with `raw` compiled in."""
-    compiler = _Compiler(step, report)
+                 next_spec: NextSpec, report: Report,
+                 parse_task: ParseTask | None = None) -> CaseIR:
+    """The step's tasks, entry/exit rules, admission rules and arcs with `raw` compiled in;
+    `parse_task` parses the tools of `sink` actions.
+    """
+    compiler = _Compiler(step, report, parse_task)
     enter: list[Rule] = []
     exit_rules: list[Rule] = []
     admit: list[AdmitRule] = []
@@ -338,7 +348,7 @@ def compile_case(raw: Any, *, step: str, line: int | None, tasks: tuple[Task, ..
             if entry.actions.get("skip"):
                 admit.append(AdmitRule(when=entry.when, allow=False))
             elif (rule := compiler.rule(entry, fields, do=ends, event=ENTER, set_iter={},
-                                        call={}, result=None)) is not None:
+                                        call={}, result=None, sink=())) is not None:
                 enter.append(rule)
         for event in (ERROR, DONE):
             if event in entry.events:
@@ -351,7 +361,8 @@ def compile_case(raw: Any, *, step: str, line: int | None, tasks: tuple[Task, ..
                     do = "break"  # a `next` ends the step: the route decides where it goes
                 call_rules.append((entry, {**fields, "do": do, "event": event, "route": route}))
         if EXIT in entry.events and (rule := compiler.rule(entry, fields, do=ends, event=EXIT,
-                                                           call={}, set_iter={}, route=route)) is not None:
+                                                           call={}, set_iter={}, route=route,
+                                                           sink=())) is not None:
             exit_rules.append(rule)
     compiled = []
     for task in tasks:

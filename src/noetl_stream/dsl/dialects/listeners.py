@@ -26,7 +26,7 @@ from noetl_stream.dsl.models import NextSpec, Rule, TimerSpec
 from noetl_stream.dsl.source import line_of, plain, suggest
 
 EVAL_MODES = ("on_entry", "on_event")
-NOT_FOR_LISTENERS = frozenset({"call", "retry", "skip"})
+NOT_FOR_LISTENERS = frozenset({"call", "retry", "skip", "sink"})
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]+$")
 _DURATION = re.compile(r"^\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>ms|s|m|h|d)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}

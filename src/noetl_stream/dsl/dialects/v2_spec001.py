@@ -30,6 +30,7 @@ from typing import Any
 from jinja2 import Environment, TemplateSyntaxError, nodes
 
 from noetl_stream.dsl.dialects.case import ACTIONS as CASE_ACTIONS
+from noetl_stream.dsl.dialects.listeners import duration_s
 from noetl_stream.dsl.dialects.retry import compile_retry
 from noetl_stream.dsl.models import Arc, CaseBranch, CaseSpec, NextSpec, Rule, Task
 from noetl_stream.dsl.source import line_of, plain, suggest
@@ -72,6 +73,8 @@ class _Branch:
     retries: dict[str, Rule] = field(default_factory=dict)
     next: dict[str, Any] | None = None
     policy: str = "end_step"
+    next_priority: int = 0  # `next.priority`, under `defer`
+    delay: float | None = None  # `next.spec.delay`, seconds
 
     @property
     def route(self) -> str | None:
@@ -120,7 +123,7 @@ def _choices(node: nodes.Node) -> list[str] | None:
 
 
 def target_arcs(raw: Any, *, route: str | None, line: int | None, fld: str,
-                report: Report) -> list[Arc]:
+                report: Report, delay: float | None = None) -> list[Arc]:
     """`to: [{step, args}]` (or names) as arcs with `route`; a templated name becomes one arc
     per string constant it can give, guarded by the template's value.
     """
@@ -144,7 +147,7 @@ def target_arcs(raw: Any, *, route: str | None, line: int | None, fld: str,
             args = {}
         name = str(item["step"])
         if "{{" not in name and "{%" not in name:
-            arcs.append(Arc(step=name, args=args, route=route, line=line))
+            arcs.append(Arc(step=name, args=args, route=route, delay=delay, line=line))
             continue
         expr = single_expression(name)
         choices = None
@@ -163,7 +166,8 @@ def target_arcs(raw: Any, *, route: str | None, line: int | None, fld: str,
             # Only on success, like an unguarded arc: a failure is routed by arcs that say so.
             when = ("{{ event.name != 'step.failed' and (" + str(expr) + ") == " + repr(choice)
                     + " }}")
-            arcs.append(Arc(step=choice, when=when, args=args, route=route, line=line))
+            arcs.append(Arc(step=choice, when=when, args=args, route=route, delay=delay,
+                            line=line))
     return arcs
 
 
@@ -173,24 +177,29 @@ def structural_next(raw: dict[str, Any], *, line: int | None, report: Report) ->
         if key not in NEXT_KEYS - {"policy", "priority"}:
             report(line, f'unknown key "{key}" in `next`{suggest(str(key), NEXT_KEYS)}',
                    f"next.{key}")
-    _check_spec(raw.get("spec"), line, "next.spec", report)
+    delay = next_delay(raw.get("spec"), line, "next.spec", report)
     return NextSpec(mode="inclusive",
                     arcs=tuple(target_arcs(raw.get("to"), route=None, line=line, fld="next.to",
-                                           report=report)))
+                                           report=report, delay=delay)))
 
 
-def _check_spec(spec: Any, line: int | None, fld: str, report: Report) -> None:
+def next_delay(spec: Any, line: int | None, fld: str, report: Report) -> float | None:
+    """`next.spec`: its `delay` in seconds (`30`, `500ms`, `30s`, `5m`), None without one."""
     if spec is None:
-        return
+        return None
     if not isinstance(spec, dict):
         report(line, "`next.spec` is a mapping", fld)
-        return
+        return None
     for key in spec:
-        if key == "delay":
-            report(line, "`next.spec.delay` (a delayed transition) is not supported by this "
-                   "version of noetl-stream yet; route to a step that waits instead", f"{fld}.delay")
-        else:
+        if key != "delay":
             report(line, f'unknown key "{key}" in `next.spec`', f"{fld}.{key}")
+    if spec.get("delay") is None:
+        return None
+    delay = duration_s(spec["delay"])
+    if delay is None:
+        report(line, f'`next.spec.delay` is seconds or a duration such as 500ms, 30s, 5m, not '
+               f'"{spec["delay"]}"', f"{fld}.delay")
+    return delay
 
 
 class _Compiler:
@@ -268,6 +277,10 @@ class _Compiler:
                     self.report(branch.line, "one `next` per chain", fld)
                     continue
                 branch.next, branch.policy = self.next_action(body, policy, fld, branch.line)
+                branch.delay = next_delay(branch.next.get("spec"), branch.line,
+                                          f"{fld}.next.spec", self.report)
+                branch.next_priority = self.next_priority(branch.next, branch.policy, fld,
+                                                          branch.line)
             elif key == "sink":
                 self.report(branch.line, 'the "sink" task is not supported by this version of '
                             "noetl-stream yet; write it as a named task with `tool:`", fld)
@@ -298,16 +311,26 @@ class _Compiler:
             if key not in NEXT_KEYS:
                 self.report(line, f'unknown key "{key}" in `next`{suggest(str(key), NEXT_KEYS)}',
                             f"{fld}.next.{key}")
-        if "priority" in raw:
-            self.report(line, "`next.priority` is not supported by this version of noetl-stream "
-                        "yet: the first `next` reached wins", f"{fld}.next.priority")
-        _check_spec(raw.get("spec"), line, f"{fld}.next.spec", self.report)
         own = raw.get("policy", policy)
         if own not in POLICIES:
             self.report(line, f'next policy "{own}" is not one of {", ".join(POLICIES)}',
                         f"{fld}.next.policy")
             own = policy
         return plain(raw), str(own)
+
+    def next_priority(self, raw: dict[str, Any], policy: str, fld: str, line: int | None) -> int:
+        """`next.priority`: chooses among the routes reached under `next_policy: defer`."""
+        if raw.get("priority") is None:
+            return 0
+        if policy != "defer":
+            self.report(line, f"`next.priority` chooses among deferred routes (next_policy: defer); "
+                        f"under {policy} the first `next` reached wins", f"{fld}.next.priority")
+            return 0
+        value = raw["priority"]
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.report(line, "`next.priority` is a whole number", f"{fld}.next.priority")
+            return 0
+        return value
 
     def task(self, name: str, body: Any, line: int | None, fld: str) -> Task | None:
         if not isinstance(body, dict) or not isinstance(body.get("tool"), dict):
@@ -351,14 +374,16 @@ class _Compiler:
 
     def chain_end(self, branch: _Branch, later: list[_Branch], inclusive: bool) -> list[Rule]:
         """The last task of `branch`: on to the next selected branch, or end the pipeline."""
-        route = branch.route
+        route, priority = branch.route, branch.next_priority
         if route is not None and branch.policy == "end_step":
             return [Rule(when="{{ " + OK + " }}", do="break", route=route, line=branch.line)]
         rules = []
         if inclusive:
             rules = [Rule(when="{{ " + OK + f" and _case_{o.position}" + " }}", do="jump",
-                          to=o.tasks[0].name, route=route, line=branch.line) for o in later]
-        return [*rules, Rule(when="{{ " + OK + " }}", do="break", route=route, line=branch.line)]
+                          to=o.tasks[0].name, route=route, priority=priority, line=branch.line)
+                     for o in later]
+        return [*rules, Rule(when="{{ " + OK + " }}", do="break", route=route, priority=priority,
+                             line=branch.line)]
 
 
 def compile_spec001(raw_step: dict[str, Any], *, step: str, tasks: tuple[Task, ...],
@@ -410,7 +435,8 @@ def compile_spec001(raw_step: dict[str, Any], *, step: str, tasks: tuple[Task, .
                                                     "has_policy": True})]
         if branch.next is not None:
             arcs += target_arcs(branch.next.get("to"), route=branch.route, line=branch.line,
-                                fld=f"case[{branch.position}].then.next.to", report=report)
+                                fld=f"case[{branch.position}].then.next.to", report=report,
+                                delay=branch.delay)
     case = CaseSpec(mode=mode, branch_order=order, next_policy=policy, branches=tuple(
         CaseBranch(name=b.name, route=b.route, policy=b.policy, priority=b.priority, line=b.line)
         for b in ordered))
