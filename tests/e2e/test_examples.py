@@ -1,0 +1,29 @@
+"""The example playbooks that need no outside service run and give their documented results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli import run_cli
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "playbooks" / "examples"
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_sink_example_stores_every_iteration_in_duckdb() -> None:
+    result = await run_cli("run", str(EXAMPLES / "sink_duckdb.yaml"), "--json", "-q")
+
+    assert result.returncode == 0, result.stderr
+    summary = result.summary
+    assert summary["result"]["rows"] == [{"orders": 3, "amount": 200}]
+    assert summary["steps"]["price"]["result"] == [
+        {"id": 1, "amount": 60}, {"id": 2, "amount": 24}, {"id": 3, "amount": 116}]
+
+
+async def test_keychain_example_reads_static_and_env_entries() -> None:
+    result = await run_cli("run", str(EXAMPLES / "keychain.yaml"), "--json", "-q")
+
+    assert result.returncode == 0, result.stderr
+    assert result.summary["result"] == {"message": "Hello, world!", "home_is_set": True}
