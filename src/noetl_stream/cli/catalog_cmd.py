@@ -16,9 +16,9 @@ from typing import NoReturn
 import click
 
 from noetl_stream import config
-from noetl_stream.dsl.composition import ComposedResult, load_with_children
-from noetl_stream.errors import InfrastructureError, PlaybookError
-from noetl_stream.tools.registry import installed_kinds
+from noetl_stream.cli.loading import load_reporting
+from noetl_stream.dsl.composition import ComposedResult
+from noetl_stream.errors import InfrastructureError
 
 EXIT_REJECTED, EXIT_INFRA = 2, 3
 
@@ -44,15 +44,10 @@ def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, str
     loaded: list[tuple[Path, ComposedResult]] = []
     bad = 0
     for path in playbooks:
-        try:
-            result = load_with_children(path, strict=strict, kinds=installed_kinds())
-        except PlaybookError as exc:
+        result = load_reporting(path, strict=strict)
+        if result is None:
             bad += 1
-            for issue in exc.issues:
-                click.echo(str(issue), err=True)
             continue
-        for warning in result.warnings:
-            click.echo(str(warning), err=True)
         if not result.playbook.path:
             bad += 1
             click.echo(f"{path}: metadata.path is required to register a playbook", err=True)

@@ -22,6 +22,7 @@ import orjson
 from noetl_stream import __version__, config, jsonutil
 from noetl_stream.cli.catalog_cmd import register
 from noetl_stream.cli.credential import credential
+from noetl_stream.cli.loading import load_reporting
 from noetl_stream.cli.signal_cmd import send_signal
 from noetl_stream.cli.tools_cmd import tools
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
@@ -214,15 +215,10 @@ def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
     """Check PLAYBOOKS and print every problem as FILE:LINE: step "S" field "F": message."""
     bad = 0
     for path in playbooks:
-        try:
-            result = load_with_children(path, strict=strict, kinds=installed_kinds())
-        except PlaybookError as exc:
+        result = load_reporting(path, strict=strict)
+        if result is None:
             bad += 1
-            for issue in exc.issues:
-                click.echo(str(issue), err=True)
             continue
-        for warning in result.warnings:
-            click.echo(str(warning), err=True)
         click.echo(f"{path}: ok ({len(result.playbook.steps)} steps)")
     sys.exit(EXIT_REJECTED if bad else EXIT_OK)
 
