@@ -24,6 +24,13 @@ class TaskCall:
     # None outside any loop; a child playbook started by the task reads it as `iter.parent`.
     iteration: dict[str, Any] | None = None
 
+    def timeout(self, default_s: float) -> float:
+        """Seconds this call may take: the task's own `timeout`, else its effective
+        `spec.timeout`, else the command's, else the kind's default.
+        """
+        return float(self.config.get("timeout") or self.spec.get("timeout") or self.timeout_s
+                     or default_s)
+
 
 @dataclass
 class Outcome:

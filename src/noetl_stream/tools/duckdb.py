@@ -349,8 +349,7 @@ class DuckdbTool:
         attach = await self._credentials(call)
         if isinstance(attach, Outcome):
             return attach
-        timeout_s = float(cfg.get("timeout") or call.spec.get("timeout") or call.timeout_s
-                          or DEFAULT_TIMEOUT_S)
+        timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
         job = _Job(self.db_path(call), script, params, attach, flag(cfg.get("as_objects"), True))
         work = asyncio.ensure_future(asyncio.to_thread(job.run))
         try:

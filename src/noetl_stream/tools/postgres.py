@@ -211,8 +211,7 @@ class PostgresTool:
         target = await self._resolve(call)
         if isinstance(target, Outcome):
             return target
-        timeout_s = float(cfg.get("timeout") or call.spec.get("timeout") or call.timeout_s
-                          or DEFAULT_TIMEOUT_S)
+        timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
         try:
             pool = await self._pool(target)
             conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)

@@ -97,8 +97,7 @@ class PythonTool:
         code = call.config.get("code")
         if not isinstance(code, str):
             return Outcome.failure("python task has no code", "config")
-        timeout_s = float(call.config.get("timeout") or call.spec.get("timeout") or call.timeout_s
-                          or DEFAULT_TIMEOUT_S)
+        timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
         async with self._slots:
             child = await self._acquire()
             try:

@@ -67,8 +67,7 @@ class ShellTool:
                                    "config")
         if cfg.get("env") is not None and not isinstance(cfg["env"], dict):
             return Outcome.failure("shell task field env must be a mapping", "config")
-        timeout_s = float(cfg.get("timeout") or call.spec.get("timeout") or call.timeout_s
-                          or DEFAULT_TIMEOUT_S)
+        timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
         cwd = cfg.get("cwd")
         try:
             proc = await asyncio.create_subprocess_exec(
