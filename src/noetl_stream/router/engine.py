@@ -532,14 +532,3 @@ def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
     listeners.hear_all(router, heard_by, event)
     router.check_quiescence()
     return state
-
-
-def merge_workload(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """Request payload deep-merged over the playbook's workload."""
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge_workload(out[key], value)
-        else:
-            out[key] = value
-    return out

@@ -79,17 +79,6 @@ def case_views(outcome: Outcome) -> dict[str, Any]:
     return {"response": response, "this": this}
 
 
-def merge_config(config: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """`override` deep-merged over `config` (a case `call` changes only the fields it names)."""
-    out = dict(config)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge_config(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
 def sink_view(result: Any, outcome: Outcome | None) -> dict[str, Any]:
     """The names a sink's templates read: the data to store and the call's envelope."""
     this = case_views(outcome)["this"] if outcome is not None else None
@@ -346,7 +335,7 @@ class Pipeline:
                                                                  field=f"tool.{k}"))
                       for k, v in task.config.items()}
             if task.name in self.overrides:
-                config = merge_config(config, self.overrides[task.name])
+                config = layering.merge(config, self.overrides[task.name])
             inputs = templating.render(task.input, context, step=self.step, field="tool.input")
         except TemplateError as exc:
             return Outcome.failure(str(exc), "template")
@@ -415,7 +404,7 @@ class Pipeline:
         context = self.context(extra)
         if rule.call:
             rendered = templating.render(rule.call, context, step=self.step, field="case.call")
-            self.overrides[task.name] = merge_config(self.overrides.get(task.name, {}), rendered)
+            self.overrides[task.name] = layering.merge(self.overrides.get(task.name, {}), rendered)
         if rule.result is not None:
             value = templating.render(rule.result, context, step=self.step, field="case.result")
         return value

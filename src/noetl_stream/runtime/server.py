@@ -26,10 +26,10 @@ from pydantic import ValidationError
 
 from noetl_stream import ids, jsonutil, router
 from noetl_stream.dsl import parse_playbook
+from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
 from noetl_stream.messages import ExecutionRequest, RequestReply
-from noetl_stream.router.engine import merge_workload
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.publish import publish_event, publish_outbox
@@ -133,7 +133,7 @@ class Server:
                 return
             await self._catalog.put(key, request.playbook.encode())
             self._playbooks[key] = playbook
-        workload = merge_workload(playbook.workload, request.payload)
+        workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
         state = router.start(playbook, execution_id=execution_id, playbook_key=key,
                              workload=workload, now=self.clock(),
                              parent_execution_id=request.parent_execution_id,
