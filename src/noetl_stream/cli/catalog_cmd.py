@@ -9,32 +9,20 @@ Exit codes: 0 registered, 2 a playbook is invalid (nothing registered), 3 NATS u
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
-from typing import NoReturn
 
 import click
 
-from noetl_stream import config
+from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, prefix_option
 from noetl_stream.cli.loading import load_reporting
 from noetl_stream.dsl.composition import ComposedResult
 from noetl_stream.errors import InfrastructureError
 
-EXIT_REJECTED, EXIT_INFRA = 2, 3
-
-
-def _fail(code: int, message: str) -> NoReturn:
-    click.echo(f"noetl-stream: {message}", err=True)
-    sys.exit(code)
-
 
 @click.command()
 @click.argument("playbooks", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
-              help="NATS server with JetStream (env NOETL_STREAM_NATS_URL). Without it, the "
-                   "embedded nats-server of NOETL_STREAM_HOME is used.")
-@click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,
-              help="Subject prefix (env NOETL_STREAM_PREFIX).")
+@nats_url_option
+@prefix_option
 @click.option("--strict", is_flag=True, help="Treat unknown keys as errors.")
 def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, strict: bool) -> None:
     """Validate PLAYBOOKS and register them in the catalog by their metadata.path."""
@@ -54,7 +42,7 @@ def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, str
             continue
         loaded.append((path, result))
     if bad:
-        _fail(EXIT_REJECTED, f"{bad} playbook{'s' if bad != 1 else ''} rejected; nothing was "
+        fail(EXIT_REJECTED, f"{bad} playbook{'s' if bad != 1 else ''} rejected; nothing was "
               "registered")
 
     async def go() -> list[str]:
@@ -73,4 +61,4 @@ def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, str
         for line in asyncio.run(go()):
             click.echo(line)
     except InfrastructureError as exc:
-        _fail(EXIT_INFRA, str(exc))
+        fail(EXIT_INFRA, str(exc))

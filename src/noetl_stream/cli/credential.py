@@ -8,33 +8,25 @@ so a credential set here is what a later `run` in the same home resolves. Exit c
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import click
 
 from noetl_stream import config, jsonutil
+from noetl_stream.cli.common import (
+    EXIT_INFRA,
+    EXIT_REJECTED,
+    T,
+    fail,
+    nats_url_option,
+    prefix_option,
+)
 from noetl_stream.errors import CredentialError, InfrastructureError
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import MATERIAL_MODELS, CredentialStore, mask, validate_material
 from noetl_stream.state.crypto import SecretBox
-
-EXIT_REJECTED, EXIT_INFRA = 2, 3
-T = TypeVar("T")
-
-nats_url_option = click.option(
-    "--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
-    help="NATS server with JetStream (env NOETL_STREAM_NATS_URL). Without it, the embedded "
-         "nats-server of NOETL_STREAM_HOME is used.")
-prefix_option = click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,
-                             help="Subject prefix (env NOETL_STREAM_PREFIX).")
-
-
-def _fail(code: int, message: str) -> NoReturn:
-    click.echo(f"noetl-stream: {message}", err=True)
-    sys.exit(code)
 
 
 def _with_store(nats_url: str | None, prefix: str,
@@ -52,9 +44,9 @@ def _with_store(nats_url: str | None, prefix: str,
     try:
         return asyncio.run(go())
     except CredentialError as exc:
-        _fail(EXIT_REJECTED, str(exc))
+        fail(EXIT_REJECTED, str(exc))
     except InfrastructureError as exc:
-        _fail(EXIT_INFRA, str(exc))
+        fail(EXIT_INFRA, str(exc))
 
 
 def _read_data(raw: str) -> Any:
@@ -65,12 +57,12 @@ def _read_data(raw: str) -> Any:
         try:
             raw = path.read_text()
         except OSError as exc:
-            _fail(EXIT_REJECTED, f"--data {source}: cannot read: {exc.strerror}")
+            fail(EXIT_REJECTED, f"--data {source}: cannot read: {exc.strerror}")
     try:
         return jsonutil.loads(raw)
     except ValueError:
         # The text may be the secret: say where the JSON was, not what it said.
-        _fail(EXIT_REJECTED, f"{source} is not valid JSON (expected an object such as "
+        fail(EXIT_REJECTED, f"{source} is not valid JSON (expected an object such as "
                              '\'{"token": "..."}\')')
 
 
@@ -107,7 +99,7 @@ def set_cmd(name: str, kind: str, data_arg: str, description: str | None, tags: 
     try:
         validate_material(kind, data)  # before starting anything, so bad input costs nothing
     except CredentialError as exc:
-        _fail(EXIT_REJECTED, f'credential "{name}": {exc}')
+        fail(EXIT_REJECTED, f'credential "{name}": {exc}')
 
     async def action(store: CredentialStore, cache: AuthCache) -> None:
         await store.set(name, kind, data, description=description, tags=tags)
@@ -155,7 +147,7 @@ def get_cmd(name: str, show_secrets: bool, nats_url: str | None, prefix: str) ->
 
     shown = _with_store(nats_url, prefix, action)
     if shown is None:
-        _fail(EXIT_REJECTED, f'no credential named "{name}"')
+        fail(EXIT_REJECTED, f'no credential named "{name}"')
     click.echo(jsonutil.dumps_str(shown))
 
 
@@ -172,7 +164,7 @@ def rm_cmd(name: str, nats_url: str | None, prefix: str) -> None:
         return removed
 
     if not _with_store(nats_url, prefix, action):
-        _fail(EXIT_REJECTED, f'no credential named "{name}"')
+        fail(EXIT_REJECTED, f'no credential named "{name}"')
     click.echo(f'credential "{name}" removed')
 
 

@@ -14,13 +14,23 @@ import select
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 import orjson
 
 from noetl_stream import __version__, config, jsonutil
 from noetl_stream.cli.catalog_cmd import register
+from noetl_stream.cli.common import (
+    EXIT_FAILED,
+    EXIT_INFRA,
+    EXIT_OK,
+    EXIT_REJECTED,
+    fail,
+    nats_url_option,
+    prefix_option,
+    run_async,
+)
 from noetl_stream.cli.credential import credential
 from noetl_stream.cli.loading import load_reporting
 from noetl_stream.cli.signal_cmd import send_signal
@@ -28,24 +38,6 @@ from noetl_stream.cli.tools_cmd import tools
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.errors import InfrastructureError, PlaybookError
 from noetl_stream.tools.registry import installed_kinds
-
-EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
-
-nats_url_option = click.option(
-    "--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
-    help="NATS server with JetStream (env NOETL_STREAM_NATS_URL). Without it, an embedded "
-         "nats-server is started with its store under NOETL_STREAM_HOME.")
-prefix_option = click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,
-                             help="Subject prefix (env NOETL_STREAM_PREFIX).")
-
-
-def _run_async(coro: Any) -> Any:
-    try:
-        import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:  # uvloop is optional off Linux/macOS
-        return asyncio.run(coro)
 
 
 def _write_stdout(data: bytes) -> None:
@@ -70,11 +62,6 @@ def _write_stdout(data: bytes) -> None:
             select.select([], [fd], [])
             continue
         view = view[written:]
-
-
-def _fail(code: int, message: str) -> NoReturn:
-    click.echo(f"noetl-stream: {message}", err=True)
-    sys.exit(code)
 
 
 def _setup_logging(verbose: int) -> None:
@@ -108,14 +95,14 @@ def _parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]
         try:
             loaded = jsonutil.loads(payload)
         except ValueError as exc:
-            _fail(EXIT_REJECTED, f"--payload is not valid JSON: {exc}")
+            fail(EXIT_REJECTED, f"--payload is not valid JSON: {exc}")
         if not isinstance(loaded, dict):
-            _fail(EXIT_REJECTED, "--payload must be a JSON object")
+            fail(EXIT_REJECTED, "--payload must be a JSON object")
         data.update(loaded)
     for item in sets:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            _fail(EXIT_REJECTED, f"--set expects KEY=VALUE, got {item!r}")
+            fail(EXIT_REJECTED, f"--set expects KEY=VALUE, got {item!r}")
         try:
             value: Any = jsonutil.loads(raw)
         except ValueError:
@@ -135,7 +122,7 @@ def _load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
         for issue in exc.issues:
             click.echo(str(issue), err=True)
         errors = sum(1 for i in exc.issues if i.severity == "error")
-        _fail(EXIT_REJECTED, f"{path}: rejected ({errors} error{'s' if errors != 1 else ''}); "
+        fail(EXIT_REJECTED, f"{path}: rejected ({errors} error{'s' if errors != 1 else ''}); "
               "nothing was run")
     for warning in result.warnings:
         click.echo(str(warning), err=True)
@@ -189,15 +176,15 @@ def run(playbook: Path, nats_url: str | None, prefix: str, payload: str | None, 
                 return resolved
 
     try:
-        final = _run_async(go())
+        final = run_async(go())
     except InfrastructureError as exc:
-        _fail(EXIT_INFRA, str(exc))
+        fail(EXIT_INFRA, str(exc))
     except TimeoutError:
-        _fail(EXIT_INFRA, f"no result within {timeout_s:g}s")
+        fail(EXIT_INFRA, f"no result within {timeout_s:g}s")
     if final.get("event_type") == "execution.rejected":
         for err in final.get("errors", []):
             click.echo(err, err=True)
-        _fail(EXIT_REJECTED, "the server rejected the playbook")
+        fail(EXIT_REJECTED, "the server rejected the playbook")
     summary = {k: final.get(k) for k in ("execution_id", "status", "result", "error", "steps",
                                          "ctx", "vars")}
     if as_json:
@@ -256,9 +243,9 @@ def server(nats_url: str | None, prefix: str) -> None:
             await _serve_forever(asyncio.Event())
 
     try:
-        _run_async(go())
+        run_async(go())
     except InfrastructureError as exc:
-        _fail(EXIT_INFRA, str(exc))
+        fail(EXIT_INFRA, str(exc))
 
 
 @main.command()
@@ -280,9 +267,9 @@ def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, pytho
             await _serve_forever(asyncio.Event())
 
     try:
-        _run_async(go())
+        run_async(go())
     except InfrastructureError as exc:
-        _fail(EXIT_INFRA, str(exc))
+        fail(EXIT_INFRA, str(exc))
 
 
 @main.command()
@@ -313,9 +300,9 @@ def init(nats_url: str | None, prefix: str, pools: tuple[str, ...]) -> None:
                 await nats.stop()
 
     try:
-        lines = _run_async(go())
+        lines = run_async(go())
     except InfrastructureError as exc:
-        _fail(EXIT_INFRA, str(exc))
+        fail(EXIT_INFRA, str(exc))
     for line in lines:
         click.echo(line)
     if any(line.startswith("DRIFT") for line in lines):
@@ -335,7 +322,7 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, as_json: bool) -
     from noetl_stream.state.results import ResultStore
 
     if nats_url is None:
-        _fail(EXIT_REJECTED, "watch needs --nats-url (or NOETL_STREAM_NATS_URL)")
+        fail(EXIT_REJECTED, "watch needs --nats-url (or NOETL_STREAM_NATS_URL)")
     printer = ProgressPrinter(sys.stdout)
 
     def on_event(event: dict[str, Any]) -> None:
@@ -362,9 +349,9 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, as_json: bool) -
             await bus.close()
 
     try:
-        final = _run_async(go())
+        final = run_async(go())
     except InfrastructureError as exc:
-        _fail(EXIT_INFRA, str(exc))
+        fail(EXIT_INFRA, str(exc))
     sys.exit(EXIT_OK if final.get("status") == "completed" else EXIT_FAILED)
 
 
@@ -386,9 +373,9 @@ def nats_cmd() -> None:
             await srv.stop()
 
     try:
-        _run_async(go())
+        run_async(go())
     except InfrastructureError as exc:
-        _fail(EXIT_INFRA, str(exc))
+        fail(EXIT_INFRA, str(exc))
 
 
 main.add_command(tools)

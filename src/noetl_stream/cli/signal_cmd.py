@@ -7,21 +7,14 @@ Exit codes: 0 stored in the events stream, 2 bad input, 3 NATS unreachable or no
 from __future__ import annotations
 
 import asyncio
-import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 from nats.errors import Error as NatsError
 
-from noetl_stream import config, jsonutil
+from noetl_stream import jsonutil
+from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, prefix_option
 from noetl_stream.errors import InfrastructureError
-
-EXIT_REJECTED, EXIT_INFRA = 2, 3
-
-
-def _fail(code: int, message: str) -> NoReturn:
-    click.echo(f"noetl-stream: {message}", err=True)
-    sys.exit(code)
 
 
 @click.command("signal")
@@ -32,11 +25,8 @@ def _fail(code: int, message: str) -> NoReturn:
 @click.option("--id", "msg_id", default=None, metavar="ID",
               help="Message id: a second signal with the same id within the stream's duplicate "
                    "window is dropped.")
-@click.option("--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
-              help="NATS server with JetStream (env NOETL_STREAM_NATS_URL). Without it, the "
-                   "embedded nats-server of NOETL_STREAM_HOME is used.")
-@click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,
-              help="Subject prefix (env NOETL_STREAM_PREFIX).")
+@nats_url_option
+@prefix_option
 def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
                 nats_url: str | None, prefix: str) -> None:
     """Publish signal NAME to EXECUTION_ID; `eval_mode: on_event` steps see `signal.NAME`."""
@@ -47,9 +37,9 @@ def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
     try:
         data = jsonutil.loads(raw_data)
     except ValueError:
-        _fail(EXIT_REJECTED, f"--data is not valid JSON: {raw_data!r}")
+        fail(EXIT_REJECTED, f"--data is not valid JSON: {raw_data!r}")
     if not valid_signal_name(name):
-        _fail(EXIT_REJECTED, f'signal name "{name}": letters, digits, - and _, joined by dots')
+        fail(EXIT_REJECTED, f'signal name "{name}": letters, digits, - and _, joined by dots')
 
     async def go() -> int:
         if nats_url is None:
@@ -64,7 +54,7 @@ def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
     try:
         seq: Any = asyncio.run(go())
     except ValueError as exc:
-        _fail(EXIT_REJECTED, str(exc))
+        fail(EXIT_REJECTED, str(exc))
     except (InfrastructureError, NatsError, TimeoutError) as exc:
-        _fail(EXIT_INFRA, f"signal not stored: {exc or type(exc).__name__}")
+        fail(EXIT_INFRA, f"signal not stored: {exc or type(exc).__name__}")
     click.echo(f"signal.{name} sent to {execution_id} (events stream sequence {seq})")

@@ -1,0 +1,38 @@
+"""What every command shares: exit codes (the conformance contract), options, failing, running."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from noetl_stream import config
+
+# 0 completed, 1 failed or cancelled, 2 rejected input (nothing runs), 3 infrastructure error.
+EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
+
+T = TypeVar("T")
+
+nats_url_option = click.option(
+    "--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
+    help="NATS server with JetStream (env NOETL_STREAM_NATS_URL). Without it, the embedded "
+         "nats-server of NOETL_STREAM_HOME is started (or reused when it already runs).")
+prefix_option = click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,
+                             help="Subject prefix (env NOETL_STREAM_PREFIX).")
+
+
+def fail(code: int, message: str) -> NoReturn:
+    click.echo(f"noetl-stream: {message}", err=True)
+    sys.exit(code)
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` on uvloop where it is installed (it is optional off Linux/macOS)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
