@@ -44,3 +44,22 @@ class RequestReply(BaseModel):
     accepted: bool
     execution_id: str | None = None
     errors: list[str] = Field(default_factory=list)
+
+
+class CancelRequest(BaseModel):
+    """Body of a message on `noetl.requests.cancel`: stop one execution and its children."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    execution_id: str = Field(description="The execution to cancel.")
+    reason: str | None = Field(None, description="Why; recorded on the cancellation events.")
+    requested_by: str | None = Field(None, description="Who asked (a user, `cli`, a parent).")
+    reply_to: str | None = Field(None, description="Core NATS subject that receives "
+                                 "{accepted, execution_id, errors} once the request is handled.")
+
+    @field_validator("execution_id")
+    @classmethod
+    def _token(cls, value: str) -> str:
+        if not is_subject_token(value):
+            raise ValueError("execution_id must not contain '.', '*', '>' or spaces")
+        return value

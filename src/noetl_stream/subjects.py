@@ -69,6 +69,9 @@ class Topology:
     def execute_request_subject(self) -> str:
         return f"{self.prefix}.requests.execute"
 
+    def cancel_request_subject(self) -> str:
+        return f"{self.prefix}.requests.cancel"
+
     def command_subject(self, pool: str, kind: str) -> str:
         return f"{self.prefix}.commands.{pool}.{kind}"
 

@@ -500,6 +500,7 @@ def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload:
           parent_iter: dict[str, Any] | None = None) -> ExecutionState:
     """A new execution: a token at the start step. Returns the state with its outbox filled."""
     state = ExecutionState(execution_id=execution_id, playbook_key=playbook_key, workload=workload,
+                           playbook_path=playbook.path, playbook_name=playbook.name,
                            parent_execution_id=parent_execution_id, parent_iter=parent_iter,
                            started_at=now)
     router = _Router(playbook, state, now)

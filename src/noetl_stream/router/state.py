@@ -84,6 +84,8 @@ class ExecutionState:
     execution_id: str
     playbook_key: str
     workload: dict[str, Any]
+    playbook_path: str | None = None  # metadata.path, for listing executions by playbook
+    playbook_name: str | None = None
     status: str = "running"  # running | completed | failed | cancelled
     ctx: dict[str, Any] = field(default_factory=dict)
     vars: dict[str, Any] = field(default_factory=dict)
@@ -142,6 +144,8 @@ class ExecutionState:
             execution_id=data["execution_id"],
             playbook_key=data["playbook_key"],
             workload=data.get("workload", {}),
+            playbook_path=data.get("playbook_path"),
+            playbook_name=data.get("playbook_name"),
             status=data.get("status", "running"),
             ctx=data.get("ctx", {}),
             vars=data.get("vars", {}),
