@@ -13,6 +13,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from noetl_stream import config
+
 DEFAULT_PREFIX = "noetl"
 DEFAULT_POOL = "default"
 
@@ -145,13 +147,16 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         )
         for s in raw["streams"]
     )
+    lease_ack_wait, lease_max_deliver = config.command_lease_overrides()
     consumers = tuple(
         ConsumerDecl(
             stream=c["stream"],
             durable=c["durable"],
             filter_subjects=tuple(fill(x) for x in c["filter_subjects"]),
-            ack_wait_s=float(c["ack_wait_s"]),
-            max_deliver=int(c["max_deliver"]),
+            ack_wait_s=float(lease_ack_wait if c.get("per_pool") and lease_ack_wait
+                             else c["ack_wait_s"]),
+            max_deliver=int(lease_max_deliver if c.get("per_pool") and lease_max_deliver
+                            else c["max_deliver"]),
             per_pool=bool(c.get("per_pool", False)),
         )
         for c in raw["consumers"]
