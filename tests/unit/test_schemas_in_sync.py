@@ -43,7 +43,7 @@ def test_schema_main_writes_sorted_indented_files_to_the_given_dir(tmp_path: Pat
     assert text.startswith('{\n  "$id": "request-reply.schema.json",\n')
     data = json.loads(text)
     assert list(data) == sorted(data)
-    assert {p.name for p in out.iterdir()} == set(schema.MODELS)
+    assert {p.name for p in out.iterdir()} == set(schema.MODELS) | {schema.OPENAPI_FILE}
 
 
 def test_schema_default_dir_is_the_repository_schemas_folder() -> None:

@@ -24,6 +24,7 @@ MODELS: dict[str, type[BaseModel]] = {
 }
 
 DEFAULT_DIR = Path(__file__).resolve().parents[3] / "schemas"
+OPENAPI_FILE = "openapi.json"
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
@@ -38,10 +39,18 @@ def render_schema(schema: dict[str, Any]) -> str:
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def export_openapi() -> dict[str, Any]:
+    """The HTTP API's OpenAPI document (built from its route table and pydantic models)."""
+    # Imported here: the API sits above the DSL, and only this generator needs both.
+    from noetl_stream.api.routes import api_document
+
+    return api_document()
+
+
 def write_schemas(out_dir: Path = DEFAULT_DIR) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, schema in export_schemas().items():
+    for name, schema in [*export_schemas().items(), (OPENAPI_FILE, export_openapi())]:
         path = out_dir / name
         path.write_text(render_schema(schema), encoding="utf-8")
         written.append(path)

@@ -1,0 +1,104 @@
+"""Reading one execution's events off the events stream, each with its stream sequence.
+
+Two ways, both on consumers that live only as long as the read:
+- `read_page`: an ephemeral pull consumer starting after a sequence. The server tells how many
+  messages match when the consumer is created, so a page never waits for messages that will not
+  come.
+- `follow`: an ordered push consumer (what `nats sub` and `noetl-stream watch` use), from a start
+  sequence, live until the caller stops; the stream sequence lets a client resume.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from noetl_stream.api.models import StoredEvent
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.signals import decode_event
+
+EVENTS_STREAM = "NOETL_EVENTS"
+FETCH_TIMEOUT_S = 5.0
+
+
+def stored_event(bus: Bus, msg: Msg) -> StoredEvent | None:
+    seq = int(msg.metadata.sequence.stream)
+    try:
+        event = decode_event(bus.topology, msg.subject, msg.data, seq)
+    except ValueError:
+        return None  # not an event envelope; the router terminates such messages too
+    return StoredEvent(seq=seq, event_type=str(event["event_type"]), event=event)
+
+
+def _start(after_seq: int) -> ConsumerConfig:
+    if after_seq <= 0:
+        return ConsumerConfig(deliver_policy=DeliverPolicy.ALL)
+    return ConsumerConfig(deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after_seq + 1)
+
+
+def _page_consumer(bus: Bus, execution_id: str, after_seq: int) -> ConsumerConfig:
+    config = _start(after_seq)
+    config.filter_subject = bus.topology.execution_events_filter(execution_id)
+    config.ack_policy = AckPolicy.NONE
+    config.mem_storage = True
+    config.num_replicas = 1
+    config.inactive_threshold = 30.0  # if we die mid-read, the server drops it soon after
+    return config
+
+
+async def count_after(bus: Bus, execution_id: str, after_seq: int) -> int:
+    """How many of the execution's messages the stream holds after `after_seq`."""
+    info = await bus.js.add_consumer(EVENTS_STREAM, _page_consumer(bus, execution_id, after_seq))
+    with contextlib.suppress(Exception):
+        await bus.js.delete_consumer(EVENTS_STREAM, info.name)
+    return int(info.num_pending or 0)
+
+
+async def read_page(bus: Bus, execution_id: str, *, after_seq: int,
+                    limit: int) -> tuple[list[StoredEvent], int]:
+    """Up to `limit` events after `after_seq`; also the last sequence read (the next after_seq)."""
+    info = await bus.js.add_consumer(EVENTS_STREAM, _page_consumer(bus, execution_id, after_seq))
+    last = after_seq
+    out: list[StoredEvent] = []
+    try:
+        wanted = min(limit, int(info.num_pending or 0))
+        if wanted == 0:
+            return out, last
+        sub = await bus.js.pull_subscribe_bind(info.name, stream=EVENTS_STREAM)
+        try:
+            read = 0
+            while read < wanted:
+                for msg in await sub.fetch(wanted - read, timeout=FETCH_TIMEOUT_S):
+                    read += 1
+                    last = max(last, int(msg.metadata.sequence.stream))
+                    event = stored_event(bus, msg)
+                    if event is not None:
+                        out.append(event)
+        finally:
+            await sub.unsubscribe()
+    finally:
+        with contextlib.suppress(Exception):  # it expires by itself when this fails
+            await bus.js.delete_consumer(EVENTS_STREAM, info.name)
+    return out, last
+
+
+@contextlib.asynccontextmanager
+async def follow(bus: Bus, execution_id: str, *, after_seq: int) -> AsyncIterator[asyncio.Queue[Msg]]:
+    """A queue that receives the execution's messages after `after_seq`, live, in order."""
+    queue: asyncio.Queue[Msg] = asyncio.Queue()
+
+    async def on_msg(msg: Msg) -> None:
+        queue.put_nowait(msg)
+
+    sub = await bus.js.subscribe(bus.topology.execution_events_filter(execution_id),
+                                 stream=EVENTS_STREAM, cb=on_msg, ordered_consumer=True,
+                                 config=_start(after_seq))
+    try:
+        yield queue
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()

@@ -1,0 +1,83 @@
+"""Finding an execution: its router state in KV `noetl_executions`, or the `execution.rejected`
+event of a request the server refused (a rejected execution has no state).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+
+from nats.js.errors import KeyNotFoundError, NotFoundError
+
+from noetl_stream import jsonutil
+from noetl_stream.api.context import ApiContext
+from noetl_stream.api.errors import ApiError, not_found
+from noetl_stream.api.event_log import EVENTS_STREAM
+from noetl_stream.api.models import ExecutionDetail, ExecutionItem
+from noetl_stream.router.state import ExecutionState
+
+TERMINAL = frozenset({"completed", "failed", "cancelled"})
+# A subject token that is also a KV key: what execution ids are made of.
+_EXECUTION_ID = re.compile(r"[-_=A-Za-z0-9]{1,200}")
+
+
+def check_execution_id(execution_id: str) -> str:
+    if not _EXECUTION_ID.fullmatch(execution_id):
+        raise not_found(f'execution "{execution_id}"')
+    return execution_id
+
+
+async def load_state(ctx: ApiContext, execution_id: str) -> ExecutionState | None:
+    try:
+        entry = await ctx.executions.get(check_execution_id(execution_id))
+    except KeyNotFoundError:
+        return None
+    return ExecutionState.from_dict(jsonutil.loads(entry.value)) if entry.value else None
+
+
+async def rejection(ctx: ApiContext, execution_id: str) -> list[str] | None:
+    """The reasons the server refused `execution_id`'s request, or None if it did not."""
+    subject = ctx.bus.topology.event_subject(check_execution_id(execution_id), "execution.rejected")
+    try:
+        msg = await ctx.bus.js.get_last_msg(EVENTS_STREAM, subject)
+    except NotFoundError:
+        return None
+    body = jsonutil.loads(msg.data or b"{}")
+    errors = body.get("errors") if isinstance(body, dict) else None
+    return [str(e) for e in errors] if isinstance(errors, list) else []
+
+
+def _started(state: ExecutionState) -> datetime | None:
+    return datetime.fromtimestamp(state.started_at, UTC) if state.started_at else None
+
+
+def item_of(state: ExecutionState) -> ExecutionItem:
+    return ExecutionItem(execution_id=state.execution_id, status=state.status,
+                         playbook_path=state.playbook_path, playbook_name=state.playbook_name,
+                         started_at=_started(state), parent_execution_id=state.parent_execution_id)
+
+
+async def detail(ctx: ApiContext, execution_id: str) -> ExecutionDetail:
+    """What GET /api/executions/{id} answers; 404 for an id nobody has heard of."""
+    state = await load_state(ctx, execution_id)
+    if state is not None:
+        summary = state.summary()
+        return ExecutionDetail(**item_of(state).model_dump(), result=summary["result"],
+                               error=summary["error"], steps=summary["steps"],
+                               ctx=summary["ctx"], vars=summary["vars"])
+    errors = await rejection(ctx, execution_id)
+    if errors is None:
+        raise not_found(f'execution "{execution_id}"')
+    return ExecutionDetail(execution_id=execution_id, status="rejected", playbook_path=None,
+                           playbook_name=None, started_at=None, parent_execution_id=None,
+                           errors=errors)
+
+
+async def require_running(ctx: ApiContext, execution_id: str) -> ExecutionState:
+    """The state of a running execution: 404 when unknown, 409 when it has ended."""
+    state = await load_state(ctx, execution_id)
+    status = state.status if state is not None else (await detail(ctx, execution_id)).status
+    if state is None or status in TERMINAL:
+        raise ApiError(409, f'execution "{execution_id}" has already ended ({status})',
+                       details={"status": status})
+    return state

@@ -1,0 +1,259 @@
+"""Bodies, queries and answers of the HTTP API (pydantic; `openapi.py` exports them)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from noetl_stream.state.credentials import CredentialInfo
+from noetl_stream.state.sessions import SessionInfo
+from noetl_stream.state.users import Role
+
+MAX_TEXT = 1024 * 1024
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class ErrorDetail(_Out):
+    code: str = Field(description="Stable machine-readable code, e.g. not_found, invalid_playbook")
+    message: str
+    details: Any = Field(None, description="Per-field problems or playbook issues, when any")
+
+
+class ErrorReply(_Out):
+    error: ErrorDetail
+
+
+# -- catalog ------------------------------------------------------------------------------------
+class CatalogRegister(_In):
+    content: str = Field(max_length=MAX_TEXT, description="The playbook's YAML text")
+    strict: bool = Field(False, description="Treat unknown keys as errors")
+
+
+class CatalogRegistered(_Out):
+    path: str
+    version: str | None
+    playbook_id: str = Field(description="Content key of the text (pb_...); runs it exactly")
+    warnings: list[str] = Field(default_factory=list)
+
+
+class CatalogPath(_Out):
+    path: str
+    latest: str | None = Field(description="playbook_id that `latest` points at")
+    versions: dict[str, str] = Field(description="version -> playbook_id")
+
+
+class CatalogList(_Out):
+    items: list[CatalogPath]
+
+
+class CatalogQuery(_In):
+    version: str | None = Field(None, max_length=200, description="A version; default latest")
+
+
+class CatalogPlaybook(_Out):
+    path: str
+    version: str | None
+    playbook_id: str
+    name: str
+    content: str
+
+
+class CatalogDeleted(_Out):
+    path: str
+    removed: list[str] = Field(description="Versions removed ('latest' for the latest pointer)")
+
+
+# -- executions ---------------------------------------------------------------------------------
+class ExecuteBody(_In):
+    path: str | None = Field(None, max_length=1000, description="Catalog path to run")
+    version: str | None = Field(None, max_length=200, description="With `path`: default latest")
+    playbook_id: str | None = Field(None, max_length=200, description="A catalog content key")
+    playbook: str | None = Field(None, max_length=MAX_TEXT, description="Inline playbook YAML")
+    payload: dict[str, Any] = Field(default_factory=dict,
+                                    description="Deep-merged over the playbook's workload")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ExecuteBody:
+        given = [n for n in ("path", "playbook_id", "playbook") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of path, playbook_id, playbook")
+        if self.version is not None and self.path is None:
+            raise ValueError("version goes with path")
+        return self
+
+
+ExecutionStatus = Literal["submitted", "accepted", "running", "completed", "failed", "cancelled",
+                          "rejected"]
+
+
+class ExecutionAccepted(_Out):
+    execution_id: str
+    status: ExecutionStatus = Field(description="accepted: the server started it; submitted: "
+                                    "stored, not yet confirmed; otherwise its current status "
+                                    "(a repeated Idempotency-Key)")
+
+
+class ExecutionListQuery(_In):
+    status: str | None = Field(None, max_length=32)
+    path: str | None = Field(None, max_length=1000, description="Playbook metadata.path")
+    since: datetime | None = Field(None, description="Started at or after (ISO 8601 or unix time)")
+    limit: int = Field(50, ge=1, le=500)
+    cursor: str | None = Field(None, max_length=200, description="next_cursor of the last page")
+
+
+class ExecutionItem(_Out):
+    execution_id: str
+    status: str
+    playbook_path: str | None
+    playbook_name: str | None
+    started_at: datetime | None
+    parent_execution_id: str | None
+
+
+class ExecutionList(_Out):
+    items: list[ExecutionItem]
+    next_cursor: str | None
+
+
+class ExecutionDetail(ExecutionItem):
+    result: Any = None
+    error: dict[str, Any] | None = None
+    steps: dict[str, Any] = Field(default_factory=dict)
+    ctx: dict[str, Any] = Field(default_factory=dict)
+    vars: dict[str, Any] = Field(default_factory=dict)
+    errors: list[str] = Field(default_factory=list, description="Why a rejected request was refused")
+
+
+class CancelBody(_In):
+    reason: str | None = Field(None, max_length=1000)
+
+
+class CancelAccepted(_Out):
+    execution_id: str
+    status: Literal["cancel_requested"] = "cancel_requested"
+
+
+class SignalSent(_Out):
+    execution_id: str
+    signal: str
+    seq: int = Field(description="Events stream sequence of the stored signal")
+
+
+# -- events -------------------------------------------------------------------------------------
+class EventsQuery(_In):
+    after_seq: int = Field(0, ge=0, description="Events stream sequence to start after")
+    limit: int = Field(100, ge=1, le=1000)
+
+
+class StreamQuery(_In):
+    after_seq: int | None = Field(None, ge=0, description="Start after this sequence "
+                                  "(Last-Event-ID wins)")
+
+
+class StoredEvent(_Out):
+    seq: int = Field(description="Events stream sequence")
+    event_type: str
+    event: dict[str, Any]
+
+
+class EventPage(_Out):
+    items: list[StoredEvent]
+    next_after_seq: int = Field(description="after_seq for the next page")
+
+
+# -- credentials --------------------------------------------------------------------------------
+class CredentialCreate(_In):
+    name: str = Field(max_length=200)
+    kind: str = Field(max_length=64, description="postgres, bearer, basic, api_key or generic")
+    data: dict[str, Any] = Field(description="The material; validated per kind")
+    description: str | None = Field(None, max_length=2000)
+    tags: list[str] = Field(default_factory=list, max_length=64)
+
+
+class CredentialList(_Out):
+    items: list[CredentialInfo]
+
+
+class CredentialQuery(_In):
+    include_data: bool = Field(False, description="Return the material in clear (admin, worker; "
+                               "audited)")
+    execution_id: str | None = Field(None, max_length=200, description="Recorded in the audit event")
+
+
+class CredentialDetail(CredentialInfo):
+    data: dict[str, Any] = Field(description="Masked unless include_data")
+
+
+# -- vars ---------------------------------------------------------------------------------------
+class VarsDoc(_Out):
+    execution_id: str
+    vars: dict[str, Any]
+
+
+class VarValue(_Out):
+    execution_id: str
+    name: str
+    value: Any
+
+
+class VarPut(_In):
+    value: Any = Field(description="Any JSON value")
+
+
+# -- sessions -----------------------------------------------------------------------------------
+class LoginBody(_In):
+    api_key: str | None = Field(None, max_length=512)
+    user: str | None = Field(None, max_length=128)
+    password: str | None = Field(None, max_length=1024)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> LoginBody:
+        if (self.api_key is None) == (self.user is None or self.password is None):
+            raise ValueError('give "api_key", or "user" and "password"')
+        return self
+
+
+class LoginReply(_Out):
+    token: str = Field(description="Send as `Authorization: Bearer <token>`")
+    session_id: str
+    expires_at: datetime = Field(description="Moves forward while the session is used")
+    user: str
+    roles: list[Role]
+
+
+class SessionsQuery(_In):
+    user: str | None = Field(None, max_length=128, description="Another user's sessions (admin)")
+
+
+class SessionList(_Out):
+    items: list[SessionInfo]
+
+
+class Deleted(_Out):
+    deleted: str
+
+
+# -- ops ----------------------------------------------------------------------------------------
+class ConsumerHealth(_Out):
+    stream: str
+    consumer: str
+    num_pending: int = Field(description="Messages not yet delivered (lag)")
+    num_ack_pending: int
+    num_redelivered: int
+
+
+class Health(_Out):
+    status: Literal["ok", "degraded"]
+    nats: bool
+    jetstream: bool
+    consumers: list[ConsumerHealth]
+    problems: list[str] = Field(default_factory=list)

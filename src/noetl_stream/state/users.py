@@ -1,0 +1,254 @@
+"""API users (KV `noetl_users`) and API keys (KV `noetl_api_keys`): who may call the HTTP API.
+
+Invariants:
+- No secret is stored in clear. A password is kept as an scrypt hash with its own random salt (a
+  slow KDF, because passwords are guessable); an API key as its sha256 (keys are 256 random bits,
+  so a fast hash cannot be brute-forced). Whoever reads the buckets cannot log in with what they
+  read.
+- Secrets are compared with `hmac.compare_digest`, and checking the password of an unknown user
+  costs the same scrypt run as a known one, so timing tells nothing about which names exist.
+- Hashing runs in a thread: one scrypt call takes tens of milliseconds of CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Literal, get_args
+
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+from pydantic import BaseModel, ConfigDict, Field
+
+from noetl_stream.errors import NoetlStreamError
+from noetl_stream.state.kv_keys import bucket_keys
+
+USERS_BUCKET = "noetl_users"
+API_KEYS_BUCKET = "noetl_api_keys"
+API_KEY_PREFIX = "nsk_"
+
+Role = Literal["admin", "operator", "viewer", "worker"]
+ROLES: tuple[str, ...] = get_args(Role)
+
+_USER_NAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
+# scrypt cost: n=2**14, r=8 takes ~50 ms and 16 MiB here, the interactive-login figure of RFC 7914.
+_SCRYPT_N, _SCRYPT_R, _SCRYPT_P, _SCRYPT_LEN = 2**14, 8, 1, 32
+
+
+class AccountError(NoetlStreamError, ValueError):
+    """A user name, role or API key is malformed, unknown or already taken."""
+
+
+def check_user_name(name: str) -> str:
+    if len(name) > 128 or not _USER_NAME.fullmatch(name):
+        raise AccountError(f'user name "{name}" is not valid: use letters, digits, "_" and "-" '
+                           "(dots may separate parts)")
+    return name
+
+
+def check_roles(roles: Iterable[str]) -> list[Role]:
+    out: list[Role] = []
+    for role in roles:
+        if role not in ROLES:
+            raise AccountError(f'unknown role "{role}" (known: {", ".join(ROLES)})')
+        out.append(role)  # type: ignore[arg-type]  # checked against ROLES just above
+    if not out:
+        raise AccountError("at least one role is needed")
+    return sorted(set(out))
+
+
+# -- passwords ---------------------------------------------------------------------------------
+class PasswordHash(BaseModel):
+    """An scrypt hash of a password with its parameters, so they can be raised later."""
+
+    model_config = ConfigDict(frozen=True)
+
+    algorithm: Literal["scrypt"] = "scrypt"
+    n: int
+    r: int
+    p: int
+    salt: str = Field(description="base64 of 16 random bytes")
+    hash: str = Field(description="base64 of the derived key")
+
+
+def _scrypt(password: str, salt: bytes, n: int, r: int, p: int, length: int) -> bytes:
+    return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, dklen=length,
+                          maxmem=128 * r * n * 2)
+
+
+def hash_password(password: str) -> PasswordHash:
+    salt = secrets.token_bytes(16)
+    derived = _scrypt(password, salt, _SCRYPT_N, _SCRYPT_R, _SCRYPT_P, _SCRYPT_LEN)
+    return PasswordHash(n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, salt=base64.b64encode(salt).decode(),
+                        hash=base64.b64encode(derived).decode())
+
+
+def check_password(password: str, stored: PasswordHash) -> bool:
+    expected = base64.b64decode(stored.hash)
+    derived = _scrypt(password, base64.b64decode(stored.salt), stored.n, stored.r, stored.p,
+                      len(expected))
+    return hmac.compare_digest(derived, expected)
+
+
+# A hash to check against when the user does not exist, so that case costs the same time.
+_DECOY = PasswordHash(n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, salt="AAAAAAAAAAAAAAAAAAAAAA==",
+                      hash=base64.b64encode(bytes(_SCRYPT_LEN)).decode())
+
+
+# -- users -------------------------------------------------------------------------------------
+class UserInfo(BaseModel):
+    """A user as listed: never the password hash."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    roles: list[Role]
+    created_at: datetime
+
+
+class UserRecord(UserInfo):
+    password: PasswordHash | None = Field(None, description="None: the user logs in by API key only")
+
+    def info(self) -> UserInfo:
+        return UserInfo(name=self.name, roles=self.roles, created_at=self.created_at)
+
+
+async def _get_json(kv: KeyValue, key: str) -> bytes | None:
+    try:
+        entry = await kv.get(key)
+    except KeyNotFoundError:  # KeyDeletedError too: a removed key
+        return None
+    return bytes(entry.value) if entry.value else None
+
+
+class UserStore:
+    def __init__(self, js: JetStreamContext, kv: KeyValue, bucket: str = USERS_BUCKET) -> None:
+        self.js = js
+        self.kv = kv
+        self.bucket = bucket
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, bucket: str = USERS_BUCKET) -> UserStore:
+        return cls(js, await js.key_value(bucket), bucket)
+
+    async def add(self, name: str, roles: Iterable[str], password: str | None) -> UserInfo:
+        """Create user `name`; AccountError when it exists."""
+        check_user_name(name)
+        hashed = await asyncio.to_thread(hash_password, password) if password is not None else None
+        record = UserRecord(name=name, roles=check_roles(roles), created_at=datetime.now(UTC),
+                            password=hashed)
+        try:
+            await self.kv.create(name, record.model_dump_json().encode())
+        except KeyWrongLastSequenceError:
+            raise AccountError(f'user "{name}" exists; remove it first to change it') from None
+        return record.info()
+
+    async def get(self, name: str) -> UserRecord | None:
+        if not _USER_NAME.fullmatch(name) or len(name) > 128:
+            return None
+        raw = await _get_json(self.kv, name)
+        return UserRecord.model_validate_json(raw) if raw else None
+
+    async def verify(self, name: str, password: str) -> UserRecord | None:
+        """The user when `password` is theirs; None otherwise (unknown users cost the same)."""
+        record = await self.get(name)
+        stored = record.password if record is not None and record.password is not None else _DECOY
+        good = await asyncio.to_thread(check_password, password, stored)
+        return record if good and record is not None and record.password is not None else None
+
+    async def list(self) -> list[UserInfo]:
+        out = []
+        for key in await bucket_keys(self.js, self.bucket):
+            record = await self.get(key)
+            if record is not None:
+                out.append(record.info())
+        return out
+
+    async def remove(self, name: str) -> bool:
+        if await self.get(name) is None:
+            return False
+        await self.kv.purge(name)
+        return True
+
+
+# -- API keys ----------------------------------------------------------------------------------
+class ApiKeyInfo(BaseModel):
+    """An API key as listed: its id, never the key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key_id: str
+    user: str
+    roles: list[Role]
+    description: str | None = None
+    created_at: datetime
+
+
+class ApiKeyRecord(ApiKeyInfo):
+    digest: str = Field(description="sha256 hex of the whole key")
+
+    def info(self) -> ApiKeyInfo:
+        return ApiKeyInfo.model_validate(self.model_dump(exclude={"digest"}))
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class ApiKeyStore:
+    """Keys are stored under the first 32 hex digits of their sha256 (the `key_id`); the record
+    holds the whole digest, compared in constant time.
+    """
+
+    def __init__(self, js: JetStreamContext, kv: KeyValue, bucket: str = API_KEYS_BUCKET) -> None:
+        self.js = js
+        self.kv = kv
+        self.bucket = bucket
+
+    @classmethod
+    async def open(cls, js: JetStreamContext, bucket: str = API_KEYS_BUCKET) -> ApiKeyStore:
+        return cls(js, await js.key_value(bucket), bucket)
+
+    async def create(self, user: str, roles: Iterable[str], *,
+                     description: str | None = None) -> tuple[str, ApiKeyInfo]:
+        """A new key for `user`: (the key, shown only now, and its record)."""
+        key = API_KEY_PREFIX + secrets.token_urlsafe(32)
+        digest = _digest(key)
+        record = ApiKeyRecord(key_id=digest[:32], user=check_user_name(user), roles=check_roles(roles),
+                              description=description, created_at=datetime.now(UTC), digest=digest)
+        await self.kv.create(record.key_id, record.model_dump_json().encode())
+        return key, record.info()
+
+    async def lookup(self, key: str) -> ApiKeyRecord | None:
+        if not key.startswith(API_KEY_PREFIX):
+            return None
+        digest = _digest(key)
+        raw = await _get_json(self.kv, digest[:32])
+        if raw is None:
+            return None
+        record = ApiKeyRecord.model_validate_json(raw)
+        return record if hmac.compare_digest(record.digest, digest) else None
+
+    async def list(self, user: str | None = None) -> list[ApiKeyInfo]:
+        out = []
+        for key in await bucket_keys(self.js, self.bucket):
+            raw = await _get_json(self.kv, key)
+            if raw is None:
+                continue
+            record = ApiKeyRecord.model_validate_json(raw)
+            if user is None or record.user == user:
+                out.append(record.info())
+        return out
+
+    async def remove(self, key_id: str) -> bool:
+        if not re.fullmatch(r"[0-9a-f]{32}", key_id) or await _get_json(self.kv, key_id) is None:
+            return False
+        await self.kv.purge(key_id)
+        return True
