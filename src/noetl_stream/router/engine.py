@@ -14,7 +14,7 @@ from noetl_stream import ids, refs
 from noetl_stream.dsl import keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
-from noetl_stream.router import case_events, listeners
+from noetl_stream.router import cancel, case_events, listeners, watchdog
 from noetl_stream.router.context import build_context, pick_steps
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.state import Delayed, ExecutionState, Join, LoopState, Outgoing, Run
@@ -119,7 +119,7 @@ class _Router:
         rec.runs += 1
         rec.status = "running"
         run_id = ids.step_run_id(self.s.execution_id, name, rec.runs)
-        run = Run(run_id=run_id, step=name, run_no=rec.runs, args=dict(args))
+        run = Run(run_id=run_id, step=name, run_no=rec.runs, args=dict(args), issued_at=self.now)
         self.s.runs[run_id] = run
         self.emit("step.started", ids.event_msg_id(self.s.execution_id, "step.started", run_id),
                   step=name, step_run_id=run_id, run=rec.runs)
@@ -213,6 +213,7 @@ class _Router:
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.s.outbox.append(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
                                       pool=step.pool or DEFAULT_POOL, tool_kind=kind))
+        watchdog.arm(self, step, run, index)
 
     # -- outcomes --------------------------------------------------------------------------
     def on_outcome(self, event: dict[str, Any]) -> None:
@@ -243,6 +244,8 @@ class _Router:
             return
         self.patch_ctx(ok, event)  # only now: a duplicate iteration event must not patch twice
         loop.in_flight.remove(index)
+        loop.issued_at.pop(str(index), None)
+        loop.deadlines.pop(str(index), None)
         loop.done += 1
         if ok:
             loop.results[str(index)] = event.get("result")
@@ -513,18 +516,26 @@ def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload:
 
 def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
           now: float) -> ExecutionState:
-    """Apply one event (an outcome, a signal, a timer); `state.outbox` holds only the messages
-    this event implies.
+    """Apply one event (an outcome, a signal, a timer, a cancel request); `state.outbox` holds
+    only the messages this event implies.
     """
     state.outbox = []
     if state.status != "running":
-        return state
+        return state  # late outcomes, timers and repeated cancels of a finished execution
     router = _Router(playbook, state, now)
     state.applied += 1
     heard_by = listeners.listening(playbook, state)
+    if event.get("event_type") == cancel.REQUESTED:
+        cancel.apply_cancel(router, event)
+        router.check_quiescence()
+        return state
     if event.get("event_type") == "timer.fired" and _delay_timer(event):
         # A delayed token's timer (`next.spec.delay`), not a listener's.
         router.on_delay_timer(_delay_timer(event))
+        router.check_quiescence()
+        return state
+    if watchdog.is_watchdog(event):
+        watchdog.on_fired(router, event)
         router.check_quiescence()
         return state
     if event.get("event_type") in ("step.done", "step.failed", "loop.iteration.done",

@@ -36,6 +36,8 @@ class LoopState:
     done: int = 0
     error: dict[str, Any] | None = None
     route: str | None = None  # a case `next` chosen by an iteration: no further iterations start
+    issued_at: dict[str, float] = field(default_factory=dict)  # str(index) -> command issued
+    deadlines: dict[str, float] = field(default_factory=dict)  # str(index) -> watchdog deadline
 
 
 @dataclass
@@ -46,14 +48,16 @@ class Run:
     step: str
     run_no: int
     args: dict[str, Any]
-    status: str = "running"  # running | done | failed
+    status: str = "running"  # running | done | failed | cancelled
     loop: LoopState | None = None
     heard_seq: int = 0  # a listener: stream sequence of the last signal or timer it applied
+    issued_at: float = 0.0  # when the step fired (its command, if any, went out then)
+    deadline: float | None = None  # watchdog: no outcome by then fails the run (spec.timeout)
 
 
 @dataclass
 class StepRecord:
-    status: str = "pending"  # completed | failed | skipped | running
+    status: str = "pending"  # completed | failed | skipped | running | cancelled
     runs: int = 0
     result: Any = None
     error: dict[str, Any] | None = None
@@ -94,6 +98,7 @@ class ExecutionState:
     joins: dict[str, Join] = field(default_factory=dict)
     delayed: dict[str, Delayed] = field(default_factory=dict)  # timer id -> token
     delays_set: int = 0  # delayed tokens so far: numbers their timer ids
+    watchdogs_set: int = 0  # watchdog timers so far: numbers their timer ids
     result: Any = None
     error: dict[str, Any] | None = None
     parent_execution_id: str | None = None
@@ -154,6 +159,7 @@ class ExecutionState:
             joins={k: Join(**v) for k, v in data.get("joins", {}).items()},
             delayed={k: Delayed(**v) for k, v in data.get("delayed", {}).items()},
             delays_set=data.get("delays_set", 0),
+            watchdogs_set=data.get("watchdogs_set", 0),
             result=data.get("result"),
             error=data.get("error"),
             parent_execution_id=data.get("parent_execution_id"),

@@ -12,6 +12,11 @@ idempotency key (parent step run, iteration, task, attempt) and its request carr
 start after the duplicate window too. A redelivered command therefore finds its child: a finished
 one is read from KV `noetl_executions`, a running one is waited for. While it waits the worker
 keeps the command leased with in-progress acks; the wait holds one of the worker's slots.
+
+A wait that ends without the child's end (the task's timeout, or the router no longer wants the
+command because the parent was cancelled or the step's watchdog failed it: the worker cancels the
+task with `WITHDRAWN` as the message) asks for the child to be cancelled too. A worker that
+merely shuts down leaves the child running: the redelivered command finds it and waits again.
 """
 
 from __future__ import annotations
@@ -21,18 +26,22 @@ import contextlib
 from typing import Any
 
 from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
 from nats.js.api import DeliverPolicy
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.errors import CatalogError
-from noetl_stream.messages import ExecutionRequest
+from noetl_stream.messages import CancelRequest, ExecutionRequest
 from noetl_stream.state.catalog import resolve_child
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 END_EVENTS = frozenset({"execution.completed", "execution.failed", "execution.cancelled",
                         "execution.rejected"})
 _PARENT_KEYS_KEPT = 4096
+# The message a worker cancels a command's task with when the router no longer wants it (as
+# opposed to a worker shutting down, which cancels with none).
+WITHDRAWN = "noetl-stream: command withdrawn"
 
 
 def _flag(value: Any) -> bool:
@@ -86,13 +95,28 @@ class PlaybookTool:
             try:
                 end = await asyncio.wait_for(asyncio.shield(final), call.timeout_s)
             except TimeoutError:
+                await self._cancel_child(js, child_id, call)  # nobody waits for it any more
                 return Outcome.failure(f"child execution {child_id} did not finish within "
                                        f"{call.timeout_s:g}s", "timeout", execution_id=child_id)
+        except asyncio.CancelledError as exc:
+            if exc.args[:1] == (WITHDRAWN,) and not is_async:
+                await self._cancel_child(js, child_id, call)
+            raise
         finally:
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
         return self._outcome(child_id, end, call)
+
+    async def _cancel_child(self, js: Any, child_id: str, call: TaskCall) -> None:
+        """Ask for the child to be cancelled (the same request `noetl-stream cancel` sends)."""
+        request = CancelRequest(execution_id=child_id, requested_by=f"execution {call.execution_id}",
+                                reason=f"its parent {call.execution_id} stopped waiting for it "
+                                       f"(step {call.step})")
+        # Best effort: the parent's cancellation must go on even when NATS is unreachable.
+        with contextlib.suppress(NatsError, TimeoutError):
+            await js.publish(f"{self.prefix}.requests.cancel", request.model_dump_json().encode(),
+                             headers={"Nats-Msg-Id": f"cancel:{child_id}"})
 
     async def _child_state(self, js: Any, child_id: str) -> dict[str, Any] | None:
         kv = await js.key_value("noetl_executions")

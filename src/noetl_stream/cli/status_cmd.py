@@ -1,0 +1,145 @@
+"""`noetl-stream status <execution_id> [--json]`: what an execution is doing and why it waits,
+read from its router state in KV `noetl_executions` (router/explain.py builds the report).
+
+Exit codes: 0 the state was found, 2 no such execution, 3 NATS unreachable.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from nats.errors import Error as NatsError
+
+from noetl_stream import jsonutil
+from noetl_stream.cli.common import (
+    EXIT_INFRA,
+    EXIT_REJECTED,
+    fail,
+    nats_url_option,
+    prefix_option,
+    remote_options,
+    run_async,
+)
+from noetl_stream.errors import InfrastructureError, PlaybookError
+
+
+@click.command("status")
+@click.argument("execution_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
+@nats_url_option
+@prefix_option
+@remote_options
+def status(execution_id: str, as_json: bool, nats_url: str | None, prefix: str,
+           server_url: str | None, token: str | None) -> None:
+    """Show EXECUTION_ID's status: running steps and since when, deadlines, loop iterations in
+    flight, delayed tokens, joins and the branches they wait for; the result or error once done.
+    """
+    from noetl_stream.runtime.connection import Bus, connect
+    from noetl_stream.runtime.services import open_stack
+
+    if server_url is not None:  # the API's execution summary (cli/remote_cmds.py)
+        from noetl_stream.cli.remote_cmds import status_remote
+
+        return status_remote(server_url, token, execution_id, as_json)
+
+    async def read(bus: Bus) -> dict[str, Any] | None:
+        return await _report(bus, execution_id, time.time())
+
+    async def go() -> dict[str, Any] | None:
+        if nats_url is None:
+            async with open_stack(None, prefix=prefix, name="noetl-stream-status") as stack:
+                return await read(stack.bus)
+        bus = await connect(nats_url, prefix=prefix, name="noetl-stream-status")
+        try:
+            return await read(bus)
+        finally:
+            await bus.close()
+
+    try:
+        report = run_async(go())
+    except (InfrastructureError, NatsError, TimeoutError) as exc:
+        fail(EXIT_INFRA, f"could not read the execution state: {exc or type(exc).__name__}")
+    if report is None:
+        fail(EXIT_REJECTED, f"no execution {execution_id} is known")
+    if as_json:
+        click.echo(jsonutil.dumps_str(report))
+        return
+    for line in human_lines(report):
+        click.echo(line)
+
+
+async def _report(bus: Any, execution_id: str, now: float) -> dict[str, Any] | None:
+    """The explain() report of the execution's committed state; None when there is none."""
+    from nats.js.errors import KeyNotFoundError
+
+    from noetl_stream.dsl import parse_playbook
+    from noetl_stream.router.explain import explain
+    from noetl_stream.router.state import ExecutionState
+    from noetl_stream.tools.registry import installed_kinds
+
+    executions = await bus.js.key_value("noetl_executions")
+    try:
+        entry = await executions.get(execution_id)
+    except KeyNotFoundError:
+        return None
+    if not entry.value:
+        return None
+    state = ExecutionState.from_dict(jsonutil.loads(entry.value))
+    playbook = None
+    catalog = await bus.js.key_value("noetl_catalog")
+    try:
+        text = (await catalog.get(state.playbook_key)).value or b""
+        playbook = parse_playbook(text.decode(), state.playbook_key, kinds=installed_kinds()).playbook
+    except (KeyNotFoundError, PlaybookError):
+        pass  # the report still holds what the state says; only step kinds and join preds are lost
+    return explain(state, playbook, now)
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def human_lines(report: dict[str, Any]) -> list[str]:
+    """The report as short lines for a terminal."""
+    lines = [f"execution {report['execution_id']}: {report['status']}"
+             + (f" ({report['playbook']})" if report.get("playbook") else ""),
+             f"  started {_when(report.get('started_at'))}, {report['events_applied']} events applied"]
+    if report.get("parent_execution_id"):
+        lines.append(f"  child of {report['parent_execution_id']}")
+    if report["status"] != "running":
+        error = report.get("error")
+        if error:
+            lines.append(f"  error: {error.get('message', error)}")
+        else:
+            lines.append(f"  result: {jsonutil.dumps_str(report.get('result'))}")
+        return lines
+    if not (report["running"] or report["delayed"] or report["joins"]):
+        lines.append("  waiting on nothing the state records")
+    for run in report["running"]:
+        head = (f"  step {run['step']} (run {run['run']}): waits for {run['waits_for']} "
+                f"since {_when(run['since'])} ({run['waiting_s']:g}s)")
+        if run.get("deadline"):
+            head += f", deadline {_when(run['deadline'])}" + (" OVERDUE" if run["overdue"] else "")
+        lines.append(head)
+        for rule in run.get("listen", []):
+            lines.append(f"    listens for: {rule}")
+        iterations = run.get("iterations")
+        if iterations:
+            lines.append(f"    iterations: {iterations['done']} of {iterations['total']} done, "
+                         f"{len(iterations['in_flight'])} in flight")
+            for it in iterations["in_flight"]:
+                deadline = f", deadline {_when(it['deadline'])}" if it.get("deadline") else ""
+                lines.append(f"      #{it['index']} since {_when(it['since'])}{deadline}")
+    for token in report["delayed"]:
+        lines.append(f"  token {token['from']} -> {token['to']} delayed until "
+                     f"{_when(token['fire_at'])} (in {token['in_s']:g}s)")
+    for join in report["joins"]:
+        waiting = ", ".join(join["waiting_for"]) or "-"
+        lines.append(f"  join {join['step']} waits for {waiting} "
+                     f"(arrived: {', '.join(join['arrived']) or '-'})")
+    return lines
