@@ -1,0 +1,280 @@
+"""Dead letters: commands that never got an outcome, kept in `NOETL_DLQ` and failed in the router.
+
+A command is dead-lettered in one of two ways:
+
+* JetStream gave it to workers `max_deliver` times and none acknowledged it (each died or lost
+  it). JetStream then announces `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.NOETL_COMMANDS.<durable>`;
+  the `NOETL_ADVISORIES` stream keeps that announcement, and the `DeadLetters` service of the
+  server processes copies the command into `NOETL_DLQ`, publishes the outcome event the worker
+  would have published (`step.failed` or `loop.iteration.failed`, error kind `dead_letter`) and
+  removes the command from the work queue.
+* A worker cannot read it at all (not JSON, no execution or step). The worker copies it here
+  before terminating it, since a terminated message leaves the work-queue stream at once.
+
+Every write is idempotent, so a crash at any point is repaired by the advisory's redelivery: the
+copy's msg id is the command's stream sequence, the outcome's is the worker's own
+(`ids.event_msg_id`), so a late real outcome and the dead-letter failure never both count, and
+the command is deleted last. The copy keeps the command's subject and body; what happened to it
+travels in `Noetl-Dlq-*` headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.errors import NotFoundError
+
+from noetl_stream import ids, jsonutil
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.publish import publish_event
+
+log = logging.getLogger("noetl_stream.dead_letters")
+
+DLQ_STREAM = "NOETL_DLQ"
+CONSUMER = "noetl-server-dead-letters"
+REASON_MAX_DELIVERIES = "max_deliveries"
+REASON_UNREADABLE = "unreadable"
+
+H_SUBJECT = "Noetl-Dlq-Subject"
+H_STREAM = "Noetl-Dlq-Stream"
+H_STREAM_SEQ = "Noetl-Dlq-Stream-Seq"
+H_CONSUMER = "Noetl-Dlq-Consumer"
+H_DELIVERIES = "Noetl-Dlq-Deliveries"
+H_REASON = "Noetl-Dlq-Reason"
+H_DETAIL = "Noetl-Dlq-Detail"
+H_TIME = "Noetl-Dlq-Time"
+H_MSG_ID = "Noetl-Dlq-Msg-Id"
+H_EXECUTION = "Noetl-Execution-Id"
+H_STEP = "Noetl-Step"
+H_STEP_RUN = "Noetl-Step-Run-Id"
+H_ITERATION = "Noetl-Iteration"
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message of `NOETL_DLQ`, as `noetl-stream dlq` shows it."""
+
+    seq: int
+    time: str
+    subject: str
+    deliveries: int | None
+    reason: str
+    detail: str
+    execution_id: str | None
+    step: str | None
+    step_run_id: str | None
+    iteration: int | None
+    stream_seq: int | None
+    consumer: str | None
+    data: bytes
+
+    def summary(self) -> dict[str, Any]:
+        return {"seq": self.seq, "time": self.time, "execution_id": self.execution_id,
+                "step": self.step, "step_run_id": self.step_run_id, "iteration": self.iteration,
+                "subject": self.subject, "deliveries": self.deliveries, "reason": self.reason,
+                "detail": self.detail, "stream_seq": self.stream_seq, "consumer": self.consumer}
+
+
+def command_identity(data: bytes) -> dict[str, Any] | None:
+    """The execution, step, run and iteration a command belongs to, or None when unreadable."""
+    try:
+        command = jsonutil.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(command, dict) or not all(
+            isinstance(command.get(k), str) for k in ("execution_id", "step_run_id", "step")):
+        return None
+    iteration = command.get("iteration")
+    return {"execution_id": command["execution_id"], "step": command["step"],
+            "step_run_id": command["step_run_id"],
+            "iteration": iteration if isinstance(iteration, int) else None,
+            "parent_execution_id": command.get("parent_execution_id")}
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:1000]
+
+
+async def publish_dead_letter(bus: Bus, *, subject: str, data: bytes, stream: str, stream_seq: int,
+                              deliveries: int | None, consumer: str | None, reason: str,
+                              detail: str, original_msg_id: str | None = None) -> int:
+    """Copy one command into the DLQ; return its DLQ sequence (the first copy's, on a repeat)."""
+    headers = {"Nats-Msg-Id": f"dlq:{stream}:{stream_seq}", H_SUBJECT: subject, H_STREAM: stream,
+               H_STREAM_SEQ: str(stream_seq), H_REASON: reason, H_DETAIL: _one_line(detail),
+               H_TIME: datetime.now(UTC).isoformat(timespec="milliseconds")}
+    if deliveries is not None:
+        headers[H_DELIVERIES] = str(deliveries)
+    if consumer:
+        headers[H_CONSUMER] = consumer
+    if original_msg_id:
+        headers[H_MSG_ID] = original_msg_id
+    identity = command_identity(data)
+    if identity is not None:
+        headers |= {H_EXECUTION: identity["execution_id"], H_STEP: identity["step"],
+                    H_STEP_RUN: identity["step_run_id"]}
+        if identity["iteration"] is not None:
+            headers[H_ITERATION] = str(identity["iteration"])
+    ack = await bus.js.publish(bus.topology.dead_letter_subject(subject), data, headers=headers)
+    return int(ack.seq)
+
+
+async def dead_letter_unreadable(bus: Bus, msg: Msg, reason: str) -> int:
+    """Keep a command a worker cannot read; call before `msg.term()` (which deletes it)."""
+    meta = msg.metadata
+    return await publish_dead_letter(
+        bus, subject=msg.subject, data=msg.data, stream=meta.stream,
+        stream_seq=int(meta.sequence.stream), deliveries=meta.num_delivered,
+        consumer=meta.consumer, reason=REASON_UNREADABLE, detail=reason,
+        original_msg_id=(msg.headers or {}).get("Nats-Msg-Id"))
+
+
+class DeadLetters:
+    """Turns max-delivery advisories of worker pool consumers into dead letters and failed steps."""
+
+    def __init__(self, bus: Bus, *, clock: Any = time.time) -> None:
+        self.bus = bus
+        self.clock = clock
+        self._task: asyncio.Task[None] | None = None
+        self._sub: Any = None
+        self._stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        decl = self.bus.topology.consumer(CONSUMER)
+        self._sub = await self.bus.js.pull_subscribe_bind(decl.durable, stream=decl.stream)
+        self._task = asyncio.create_task(self._loop(self._sub), name="dead-letters")
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._sub is not None:
+            # An advisory delivered after the last fetch gave up would hold up draining the
+            # connection; unacknowledged, it comes back to this or another server.
+            with contextlib.suppress(Exception):
+                await self._sub.unsubscribe()
+            self._sub = None
+
+    async def _loop(self, sub: Any) -> None:
+        while not self._stopping.is_set():
+            try:
+                msgs = await sub.fetch(16, timeout=1.0)
+            except (TimeoutError, NatsTimeoutError):
+                continue
+            for m in msgs:
+                try:
+                    await self.handle_advisory(m)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    # The consumer boundary: NATS trouble or a bug must not stop the service; the
+                    # advisory stays unacknowledged and comes back after the consumer's AckWait.
+                    log.exception("dead letters: advisory on %s not handled; it will come back",
+                                  m.subject)
+
+    async def handle_advisory(self, msg: Msg) -> None:
+        try:
+            advisory = jsonutil.loads(msg.data)
+            stream, seq = str(advisory["stream"]), int(advisory["stream_seq"])
+            deliveries = int(advisory["deliveries"])
+            consumer = str(advisory.get("consumer") or "") or None
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("dead letters: unreadable advisory on %s dropped: %s", msg.subject, exc)
+            await msg.term()
+            return
+        try:
+            command = await self.bus.js.get_msg(stream, seq)
+        except NotFoundError:
+            # Acknowledged after all (a slow worker), or dead-lettered before a crash: nothing left.
+            await msg.ack()
+            return
+        data = command.data or b""
+        dlq_seq = await publish_dead_letter(
+            self.bus, subject=str(command.subject), data=data, stream=stream, stream_seq=seq,
+            deliveries=deliveries, consumer=consumer, reason=REASON_MAX_DELIVERIES,
+            detail=f"delivered {deliveries} times without an outcome",
+            original_msg_id=(command.headers or {}).get("Nats-Msg-Id"))
+        identity = command_identity(data)
+        if identity is not None:
+            await self._fail_step(identity, deliveries, dlq_seq)
+        log.warning("command %s (stream seq %d) dead-lettered as %d after %d deliveries",
+                    command.subject, seq, dlq_seq, deliveries)
+        with contextlib.suppress(NotFoundError):
+            await self.bus.js.delete_msg(stream, seq)
+        await msg.ack()
+
+    async def _fail_step(self, identity: dict[str, Any], deliveries: int, dlq_seq: int) -> None:
+        execution_id, run, iteration = (identity["execution_id"], identity["step_run_id"],
+                                        identity["iteration"])
+        etype = "step.failed" if iteration is None else "loop.iteration.failed"
+        error = {"kind": "dead_letter",
+                 "message": f"command delivered {deliveries} times without an outcome (worker "
+                            f"crashed or lost it); dead-lettered as {dlq_seq}"}
+        body = {"event_type": etype, "execution_id": execution_id, "step": identity["step"],
+                "step_run_id": run, "iteration": iteration, "timestamp": self.clock(),
+                "parent_execution_id": identity["parent_execution_id"], "status": "error",
+                "result": None, "error": error, "ctx_patch": {}, "http": None, "route": None,
+                "case_matched": None, "dead_letter": dlq_seq}
+        await publish_event(self.bus, execution_id, etype,
+                            ids.event_msg_id(execution_id, etype, run, iteration), body)
+
+
+# -- reading and removing, for `noetl-stream dlq` --------------------------------------------
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _dead_letter(seq: int, subject: str, data: bytes, headers: dict[str, str]) -> DeadLetter:
+    return DeadLetter(
+        seq=seq, time=headers.get(H_TIME, ""), subject=headers.get(H_SUBJECT, subject),
+        deliveries=_int(headers.get(H_DELIVERIES)), reason=headers.get(H_REASON, ""),
+        detail=headers.get(H_DETAIL, ""), execution_id=headers.get(H_EXECUTION),
+        step=headers.get(H_STEP), step_run_id=headers.get(H_STEP_RUN),
+        iteration=_int(headers.get(H_ITERATION)), stream_seq=_int(headers.get(H_STREAM_SEQ)),
+        consumer=headers.get(H_CONSUMER), data=data)
+
+
+async def read_dead_letter(bus: Bus, seq: int) -> DeadLetter | None:
+    try:
+        raw = await bus.js.get_msg(DLQ_STREAM, seq)
+    except NotFoundError:
+        return None
+    return _dead_letter(seq, str(raw.subject), raw.data or b"", dict(raw.headers or {}))
+
+
+async def list_dead_letters(bus: Bus, *, limit: int = 50) -> list[DeadLetter]:
+    """The newest `limit` dead letters, oldest first."""
+    state = (await bus.js.stream_info(DLQ_STREAM)).state
+    found: list[DeadLetter] = []
+    seq = state.last_seq
+    while seq >= max(state.first_seq, 1) and len(found) < limit:
+        letter = await read_dead_letter(bus, seq)  # None: a message deleted on its own
+        if letter is not None:
+            found.append(letter)
+        seq -= 1
+    return found[::-1]
+
+
+async def purge_dead_letters(bus: Bus, seq: int | None = None) -> int:
+    """Remove one dead letter (`seq`) or all of them; return how many went."""
+    if seq is not None:
+        try:
+            return 1 if await bus.js.delete_msg(DLQ_STREAM, seq) else 0
+        except NotFoundError:
+            return 0
+    before = (await bus.js.stream_info(DLQ_STREAM)).state.messages
+    await bus.js.purge_stream(DLQ_STREAM)
+    return int(before)

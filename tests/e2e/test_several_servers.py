@@ -1,0 +1,282 @@
+"""Several `noetl-stream server` processes on one NATS share the durable consumers: both route
+work, every execution finishes with its results, and no step run completes twice; after `kill -9`
+of one, the other finishes everything, including the events the dead one had fetched.
+
+Servers commit execution state by revision-checked KV update and retry on conflict
+(docs/several-servers.md), so which server applies an event does not matter. The router
+consumer's AckWait is shortened (NOETL_STREAM_ROUTER_ACK_WAIT_S) so the dead server's unacked
+events come back within seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli import CLI
+
+from noetl_stream.messages import ExecutionRequest
+from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.runtime.watcher import ExecutionWatch
+from noetl_stream.testing.events import stored_events
+from noetl_stream.testing.nats import run_nats_server
+from noetl_stream.testing.waiting import assert_eventually
+
+pytestmark = pytest.mark.e2e
+
+EXECUTIONS = 20
+ITEMS = 8
+ROUTER_ACK_WAIT_S = "3"
+
+# start -> (fan: a parallel loop, 3 in flight | side) -> merge (a join) -> finish
+PLAYBOOK = f"""\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: several-servers
+workload:
+  n: 1
+workflow:
+  - step: start
+    tool:
+      kind: python
+      input:
+        n: "{{{{ workload.n }}}}"
+      code: |
+        result = {{"base": n}}
+    next:
+      spec:
+        mode: inclusive
+      arcs:
+        - step: fan
+        - step: side
+  - step: fan
+    loop:
+      in: "{{{{ range({ITEMS}) | list }}}}"
+      iterator: k
+      spec:
+        mode: parallel
+        max_in_flight: 3
+    tool:
+      kind: python
+      input:
+        k: "{{{{ k }}}}"
+        base: "{{{{ start.base }}}}"
+      code: |
+        import time
+        time.sleep(0.02 * ({ITEMS} - k))
+        result = {{"v": k * base}}
+    next: merge
+  - step: side
+    tool:
+      kind: python
+      input:
+        base: "{{{{ start.base }}}}"
+      code: |
+        result = {{"w": base + 1}}
+    next: merge
+  - step: merge
+    tool:
+      kind: python
+      input:
+        items: "{{{{ fan }}}}"
+        w: "{{{{ side.w }}}}"
+      code: |
+        result = {{"total": sum(i["v"] for i in items) + w}}
+    next: finish
+  - step: finish
+    tool:
+      kind: python
+      input:
+        total: "{{{{ merge.total }}}}"
+      code: |
+        result = {{"final": total}}
+"""
+
+STEPS = ("start", "fan", "side", "merge", "finish")
+
+
+def expected_final(n: int) -> int:
+    return sum(k * n for k in range(ITEMS)) + n + 1
+
+
+class Processes:
+    """Server and worker processes of the CLI on one NATS, each logging to its own file."""
+
+    def __init__(self, url: str, logs: Path) -> None:
+        self.url = url
+        self.logs = logs
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.env = {**os.environ, "NOETL_STREAM_ROUTER_ACK_WAIT_S": ROUTER_ACK_WAIT_S}
+
+    async def start(self, name: str, *args: str) -> None:
+        log = open(self.logs / f"{name}.log", "wb")  # noqa: SIM115
+        self.procs[name] = await asyncio.create_subprocess_exec(
+            str(CLI), "-vv", *args, "--nats-url", self.url, stdin=asyncio.subprocess.DEVNULL,
+            stdout=log, stderr=log, env=self.env)
+        log.close()
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def commits(self, name: str) -> int:
+        return len(re.findall(r"noetl_stream\.server: committed \d+ events", self.log(name)))
+
+    async def ready(self) -> None:
+        for name in self.procs:
+            def running(name: str = name) -> None:
+                assert f"{name.rstrip('0123456789')} running" in self.log(name), self.log(name)[-2000:]
+            await assert_eventually(running, timeout_s=30, interval_s=0.05)
+
+    async def kill(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+
+    async def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGCONT)  # a stopped process acts on SIGTERM only then
+        for proc in self.procs.values():
+            await proc.wait()
+        self.procs = {}
+
+
+@pytest.fixture
+async def nats(tmp_path: Path) -> AsyncIterator[NatsServer]:
+    async with run_nats_server(tmp_path / "nats") as server:
+        yield server
+
+
+@pytest.fixture
+async def stack(nats: NatsServer, tmp_path: Path) -> AsyncIterator[tuple[Processes, Bus]]:
+    """Two servers and two workers, started at once (they provision concurrently)."""
+    procs = Processes(nats.url, tmp_path)
+    try:
+        await procs.start("server1", "server")
+        await procs.start("server2", "server")
+        await procs.start("worker1", "worker", "--python-processes", "2")
+        await procs.start("worker2", "worker", "--python-processes", "2")
+        await procs.ready()
+        bus = await connect(nats.url, name="several-servers-test")
+        try:
+            yield procs, bus
+        finally:
+            await bus.close()
+    finally:
+        await procs.stop()
+
+
+async def start_all(bus: Bus, on_event: Any = None) -> dict[str, ExecutionWatch]:
+    watches: dict[str, ExecutionWatch] = {}
+    for n in range(1, EXECUTIONS + 1):
+        execution_id = f"several{n:02d}"
+        watches[execution_id] = ExecutionWatch(bus, execution_id, on_event)
+        await watches[execution_id].start()
+    for n in range(1, EXECUTIONS + 1):
+        execution_id = f"several{n:02d}"
+        request = ExecutionRequest(execution_id=execution_id, playbook=PLAYBOOK,
+                                   playbook_file="several.yaml", payload={"n": n})
+        await bus.js.publish(bus.topology.execute_request_subject(),
+                             request.model_dump_json().encode(),
+                             headers={"Nats-Msg-Id": f"req:{execution_id}"})
+    return watches
+
+
+async def check_results(bus: Bus, watches: dict[str, ExecutionWatch]) -> None:
+    try:
+        finals = {eid: await w.wait(timeout_s=120) for eid, w in watches.items()}
+    finally:
+        for w in watches.values():
+            await w.stop()
+    for n, (execution_id, final) in enumerate(sorted(finals.items()), start=1):
+        assert final["event_type"] == "execution.completed", final
+        assert final["result"] == {"final": expected_final(n)}, final
+        assert {name: rec["runs"] for name, rec in final["steps"].items()} == \
+            dict.fromkeys(STEPS, 1), final["steps"]
+
+        stored = await stored_events(bus.js, execution_id)
+        done = Counter(e["step_run_id"] for e in stored if e["event_type"] == "step.done")
+        assert done == {f"{execution_id}.{s}.1": 1 for s in STEPS if s != "fan"}, done
+        iterations = Counter(e["iteration"] for e in stored
+                             if e["event_type"] == "loop.iteration.done")
+        assert iterations == dict.fromkeys(range(ITEMS), 1), iterations
+        assert sum(1 for e in stored if e["event_type"] == "loop.done") == 1
+        assert sum(1 for e in stored if e["event_type"] == "execution.completed") == 1
+
+
+async def freeze_holding_events(procs: Processes, bus: Bus, progress: list[str]) -> None:
+    """Stop server1 (SIGSTOP) at a moment it holds router events it fetched and has not acked,
+    so that killing it loses them. Whether it does is seen from the consumer: an event delivered
+    before the freeze still unacknowledged after the other server has moved on."""
+    for _ in range(10):
+        procs.procs["server1"].send_signal(signal.SIGSTOP)
+        delivered = (await router_consumer(bus)).delivered.consumer_seq
+        await more_progress(progress, 6)
+        if (await router_consumer(bus)).ack_floor.consumer_seq < delivered:
+            return
+        procs.procs["server1"].send_signal(signal.SIGCONT)
+        await more_progress(progress, 2)
+    raise AssertionError("server1 never held an unacknowledged event when stopped")
+
+
+async def router_consumer(bus: Bus) -> Any:
+    return await bus.js.consumer_info("NOETL_EVENTS", "noetl-server-router")
+
+
+async def more_progress(progress: list[str], count: int) -> None:
+    target = len(progress) + count
+
+    def reached() -> None:
+        assert len(progress) >= target
+
+    await assert_eventually(reached, timeout_s=60, interval_s=0.01)
+
+
+@pytest.mark.timeout(240)
+async def test_two_servers_share_the_work_and_every_step_run_completes_once(
+        stack: tuple[Processes, Bus]) -> None:
+    procs, bus = stack
+    watches = await start_all(bus)
+
+    await check_results(bus, watches)
+
+    assert procs.commits("server1") > 0
+    assert procs.commits("server2") > 0
+
+
+@pytest.mark.timeout(240)
+async def test_after_kill_9_of_one_server_the_other_finishes_every_execution(
+        stack: tuple[Processes, Bus]) -> None:
+    procs, bus = stack
+    iterations_done: list[str] = []
+
+    def on_event(event: dict[str, Any]) -> None:
+        if event["event_type"] == "loop.iteration.done":
+            iterations_done.append(event["execution_id"])
+
+    watches = await start_all(bus, on_event)
+
+    def a_quarter_done() -> None:
+        assert len(iterations_done) >= EXECUTIONS * ITEMS // 4
+
+    await assert_eventually(a_quarter_done, timeout_s=60, interval_s=0.01)
+    assert procs.commits("server1") > 0
+    await freeze_holding_events(procs, bus, iterations_done)
+    await procs.kill("server1")
+    assert len(iterations_done) < EXECUTIONS * ITEMS
+
+    await check_results(bus, watches)
+    assert procs.commits("server2") > 0
+    # Events the dead server held came back to the other one: more deliveries than events.
+    router = await router_consumer(bus)
+    assert router.delivered.consumer_seq > EXECUTIONS * (len(STEPS) - 1 + ITEMS)
