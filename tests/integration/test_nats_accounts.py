@@ -1,0 +1,209 @@
+"""deploy/nats/accounts/accounts.conf, as shipped, on a real nats-server: each role can do its job
+and nothing that would let it fake another role's messages."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from nats.errors import TimeoutError as NatsTimeoutError
+
+from noetl_stream import jsonutil
+from noetl_stream.errors import InfrastructureError
+from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.nats_server import free_port
+from noetl_stream.runtime.provision import provision
+from noetl_stream.runtime.publish import publish_event
+from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.testing.cluster import render_node_config, start_node, stop_node
+from noetl_stream.testing.waiting import assert_eventually
+
+pytestmark = pytest.mark.integration
+
+ACCOUNTS_CONF = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "accounts" / "accounts.conf"
+PASSWORDS = {"server": "server-secret", "worker-default": "worker-secret", "client": "client-secret"}
+ENV = {"NOETL_SERVER_PASSWORD": PASSWORDS["server"],
+       "NOETL_WORKER_DEFAULT_PASSWORD": PASSWORDS["worker-default"],
+       "NOETL_CLIENT_PASSWORD": PASSWORDS["client"]}
+DENIED_WAIT_S = 1.0  # a denied JetStream publish gets no ack; no need to wait the default 10 s
+
+
+class Accounts:
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def url(self, user: str, password: str | None = None) -> str:
+        return f"nats://{user}:{password or PASSWORDS[user]}@127.0.0.1:{self.port}"
+
+    async def connect(self, user: str) -> Bus:
+        return await connect(self.url(user), name=f"test-{user}")
+
+
+@pytest.fixture
+async def accounts(tmp_path: Path) -> AsyncIterator[Accounts]:
+    """The shipped config with only its ports and store folder moved; passwords from the env."""
+    port, monitor = free_port(), free_port()
+    text = re.sub(r"(?m)^listen:\s*\S+", f"listen: 127.0.0.1:{port}", ACCOUNTS_CONF.read_text())
+    text = render_node_config(text, ports={8222: monitor}, store_dir=tmp_path / "jetstream")
+    conf = tmp_path / "accounts.conf"
+    conf.write_text(text)
+    process = start_node(conf, tmp_path / "nats-server.log", env=ENV)
+    try:
+        async def listening() -> None:
+            assert process.poll() is None, (tmp_path / "nats-server.log").read_text()
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError as exc:
+                raise AssertionError(f"port {port} not open yet") from exc
+            writer.close()
+            await writer.wait_closed()
+
+        await assert_eventually(listening)
+        server = await connect(f"nats://server:{PASSWORDS['server']}@127.0.0.1:{port}")
+        try:
+            await provision(server)
+        finally:
+            await server.close()
+        yield Accounts(port)
+    finally:
+        stop_node(process)
+
+
+@pytest.fixture
+async def server_bus(accounts: Accounts) -> AsyncIterator[Bus]:
+    bus = await accounts.connect("server")
+    yield bus
+    await bus.close()
+
+
+@pytest.fixture
+async def worker_bus(accounts: Accounts) -> AsyncIterator[Bus]:
+    bus = await accounts.connect("worker-default")
+    yield bus
+    await bus.close()
+
+
+@pytest.fixture
+async def client_bus(accounts: Accounts) -> AsyncIterator[Bus]:
+    bus = await accounts.connect("client")
+    yield bus
+    await bus.close()
+
+
+async def _stored(bus: Bus, stream: str, subject: str) -> int:
+    info = await bus.js.stream_info(stream, subjects_filter=subject)
+    return int((info.state.subjects or {}).get(subject, 0))
+
+
+def _violations(caplog: pytest.LogCaptureFixture, subject: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if "permissions violation" in r.getMessage().lower() and subject in r.getMessage()]
+
+
+async def test_worker_cannot_publish_a_command(worker_bus: Bus, server_bus: Bus,
+                                               caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    subject = "noetl.commands.default.python"
+
+    with pytest.raises(NatsTimeoutError):
+        await worker_bus.js.publish(subject, b"{}", timeout=DENIED_WAIT_S)
+
+    assert await _stored(server_bus, "NOETL_COMMANDS", subject) == 0
+    await assert_eventually(lambda: _violations(caplog, subject) or [][0])
+
+
+async def test_client_cannot_publish_a_step_outcome(client_bus: Bus, server_bus: Bus,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    subject = "noetl.events.ex1.step.done"
+
+    with pytest.raises(NatsTimeoutError):
+        await client_bus.js.publish(subject, b'{"status": "ok"}', timeout=DENIED_WAIT_S)
+
+    assert await _stored(server_bus, "NOETL_EVENTS", subject) == 0
+    await assert_eventually(lambda: _violations(caplog, subject) or [][0])
+
+
+async def test_client_can_request_an_execution_cancel_it_and_signal_it(client_bus: Bus) -> None:
+    ack = await client_bus.js.publish("noetl.requests.execute", b"{}")
+    cancel = await client_bus.js.publish("noetl.requests.cancel", b"{}")
+    seq = await publish_signal(client_bus, "ex1", "approve", {"ok": True})
+
+    assert (ack.stream, cancel.stream) == ("NOETL_REQUESTS", "NOETL_REQUESTS")
+    assert seq > 0
+
+
+async def test_worker_fetches_its_pool_commands_and_reports_the_outcome(
+        worker_bus: Bus, server_bus: Bus) -> None:
+    await server_bus.js.publish("noetl.commands.default.python", b'{"n": 1}')
+    decl = worker_bus.topology.pool_consumer("default")
+
+    sub = await worker_bus.js.pull_subscribe_bind(decl.durable, stream=decl.stream)
+    [msg] = await sub.fetch(1, timeout=5)
+    await publish_event(worker_bus, "ex1", "step.done", "ex1:step.done:s1",
+                        {"event_type": "step.done", "execution_id": "ex1", "status": "ok"})
+    await msg.ack_sync()
+
+    assert jsonutil.loads(msg.data) == {"n": 1}
+    assert await _stored(server_bus, "NOETL_EVENTS", "noetl.events.ex1.step.done") == 1
+
+
+async def test_worker_and_client_start_on_a_provisioned_topology(worker_bus: Bus,
+                                                                 client_bus: Bus) -> None:
+    # What `noetl-stream worker` and `run --nats-url` do at start: read-only checks pass.
+    for bus in (worker_bus, client_bus):
+        report = await provision(bus)
+        assert report.created == [] and report.drift == []
+
+
+async def test_wrong_password_is_reported_as_refused_credentials(accounts: Accounts) -> None:
+    with pytest.raises(InfrastructureError, match="refused our credentials") as info:
+        await connect(accounts.url("worker-default", "not-the-password"))
+
+    assert "not-the-password" not in str(info.value)
+
+
+HELLO = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: accounts_hello
+workload:
+  name: world
+workflow:
+  - step: start
+    tool:
+      kind: python
+      input:
+        who: "{{ workload.name }}"
+      code: |
+        result = {"greeting": "hello " + who}
+    next: shout
+  - step: shout
+    tool:
+      kind: python
+      input:
+        text: "{{ start.greeting }}"
+      code: |
+        def main(text):
+            return {"text": text.upper()}
+"""
+
+
+async def test_playbook_runs_with_each_role_on_its_own_user(
+        server_bus: Bus, worker_bus: Bus, client_bus: Bus, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    async with run_services(server_bus, worker=False), \
+            run_services(worker_bus, server=False, python_children=1):
+        final = await submit_and_watch(client_bus, playbook_text=HELLO,
+                                       playbook_file="accounts_hello.yaml", payload={},
+                                       on_event=lambda _: None, timeout_s=60)
+
+    assert final["event_type"] == "execution.completed", final
+    assert final["result"] == {"text": "HELLO WORLD"}
+    assert [r.getMessage() for r in caplog.records if "violation" in r.getMessage().lower()] == []
