@@ -1,0 +1,367 @@
+"""The faults, one coroutine each. A fault runs beside the workload from the first submission on,
+picks its moments with the run's seeded RNG, and undoes itself (restart, SIGCONT) before it ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import INJECTED, PLAYBOOKS, Fault, Knobs, Run, Service, Stack, read_stream
+from ledger import Phase
+from nats.errors import MaxPayloadError
+
+from noetl_stream import jsonutil
+from noetl_stream.messages import ExecutionRequest
+from noetl_stream.state.results import ResultStore
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    what: str
+    fault: Fault | None
+    servers: int = 1
+    workers: int = 2
+    # Builds the stack when the scenario needs other NATS than one local node; None = default.
+    stack: Callable[[Path, Knobs], Awaitable[Stack]] | None = None
+    # Why the scenario cannot run here, decided when it is about to run.
+    unavailable: Callable[[], str | None] = field(default=lambda: None)
+
+
+async def _restart_later(run: Run, svc: Service, low: float = 0.2, high: float = 1.0) -> None:
+    await asyncio.sleep(run.rng.uniform(low, high))
+    await run.stack.restart(svc)
+
+
+def _elapsed(t0: float) -> str:
+    return f"{time.monotonic() - t0:.1f} s"
+
+
+# -- 1. server ------------------------------------------------------------------------------
+async def kill_server(run: Run) -> None:
+    """kill -9 of the server at two random moments, restarted after a short pause."""
+    t0 = time.monotonic()
+    moments = sorted(run.moment(0.05, 0.6) for _ in range(2))
+    for at in moments:
+        await asyncio.sleep(max(0.0, at - (time.monotonic() - t0)))
+        svc = run.stack.of("server")[0]
+        await run.stack.kill(svc)
+        run.notes.append(f"server killed at {_elapsed(t0)}")
+        await _restart_later(run, svc)
+
+
+async def kill_one_of_two_servers(run: Run) -> None:
+    """Two servers share the router consumer; one is killed and comes back later."""
+    await asyncio.sleep(run.moment(0.1, 0.5))
+    svc = run.rng.choice(run.stack.of("server"))
+    await run.stack.kill(svc)
+    run.notes.append(f"server{svc.index} killed")
+    await _restart_later(run, svc, 1.0, 3.0)
+
+
+# -- 2. workers around a side effect --------------------------------------------------------
+def _aim(run: Run, phase: Phase, action: Callable[[int | None], Awaitable[None]]) -> asyncio.Event:
+    """Run `action` with the sender's pid at the k-th effect reaching `phase` (k random)."""
+    k = run.rng.randint(1, 6)
+    fired = asyncio.Event()
+    seen = 0
+
+    async def hook(at: Phase, pid: int | None, call: str) -> None:
+        nonlocal seen
+        if at != phase or fired.is_set():
+            return
+        seen += 1
+        if seen < k:
+            return
+        fired.set()
+        run.notes.append(f"{phase} effect #{k} ({call.split(':', 1)[-1]})")
+        await action(pid)
+
+    run.ledger.hook = hook
+    return fired
+
+
+def _worker_of(run: Run, pid: int | None) -> Service:
+    svc = run.stack.service_of_pid(pid) if pid else None
+    if svc is None or svc.role != "worker":
+        run.notes.append("sender not found in /proc: a random worker was chosen")
+        svc = run.rng.choice(run.stack.of("worker"))
+    return svc
+
+
+async def kill_worker_before(run: Run) -> None:
+    """kill -9 of a worker at a random moment: most likely between taking commands and their tools."""
+    await asyncio.sleep(run.moment(0.1, 0.5))
+    svc = run.rng.choice(run.stack.of("worker"))
+    await run.stack.kill(svc)
+    await _restart_later(run, svc)
+
+
+def _kill_at(phase: Phase) -> Fault:
+    async def fault(run: Run) -> None:
+        victims: list[Service] = []
+
+        async def kill(pid: int | None) -> None:
+            svc = _worker_of(run, pid)
+            await run.stack.kill(svc)
+            victims.append(svc)
+            if phase == "during":
+                await asyncio.sleep(0.3)  # the effect lands after its sender has died
+
+        fired = _aim(run, phase, kill)
+        await fired.wait()
+        await asyncio.sleep(0.05)
+        for svc in victims:
+            await _restart_later(run, svc)
+
+    fault.__doc__ = f"kill -9 of the worker whose request is {phase} its side effect"
+    return fault
+
+
+async def kill_worker_while_heartbeating(run: Run) -> None:
+    """kill -9 of the worker running a task longer than its lease, after it has heartbeated."""
+    while not run.ledger.beat_pids:
+        await asyncio.sleep(0.05)
+    eid, pid = next(iter(run.ledger.beat_pids.items()))
+    await asyncio.sleep(run.rng.uniform(0.5, 1.0) * run.knobs.lease_s)
+    svc = _worker_of(run, pid)
+    await run.stack.kill(svc)
+    run.notes.append(f"killed worker{svc.index} running {eid}'s long task")
+    await _restart_later(run, svc)
+
+
+async def kill_two_workers(run: Run) -> None:
+    await asyncio.sleep(run.moment(0.1, 0.5))
+    workers = run.stack.of("worker")
+    for svc in workers:
+        run.stack.signal(svc, signal.SIGKILL)
+    for svc in workers:
+        if svc.proc is not None:
+            await svc.proc.wait()
+    await asyncio.sleep(run.rng.uniform(0.3, 1.5))
+    for svc in workers:
+        await run.stack.restart(svc)
+
+
+# -- 3. slow but alive ----------------------------------------------------------------------
+async def stall_worker(run: Run) -> None:
+    """SIGSTOP the worker mid side effect past its lease; another worker takes the redelivered
+    command; SIGCONT, and the late worker finishes too: its outcome must count once.
+    """
+    stopped: list[Service] = []
+
+    async def stop(pid: int | None) -> None:
+        svc = _worker_of(run, pid)
+        run.stack.signal(svc, signal.SIGSTOP)
+        stopped.append(svc)
+        # Held here, the request is answered only after the other worker has applied the effect.
+        await asyncio.sleep(run.knobs.lease_s * 1.5 + 1.0)
+
+    fired = _aim(run, "during", stop)
+    try:
+        await fired.wait()
+        await asyncio.sleep(run.knobs.lease_s * 2 + 1.5)
+    finally:
+        for svc in stopped:
+            run.stack.signal(svc, signal.SIGCONT)
+
+
+# -- 4. NATS --------------------------------------------------------------------------------
+async def restart_nats(run: Run) -> None:
+    """kill -9 of the single nats-server, then a start on the same store and port."""
+    await asyncio.sleep(run.moment(0.2, 0.5))
+    run.stack.kill_nats()
+    down = run.rng.uniform(0.5, 2.0)
+    run.notes.append(f"nats-server down {down:.1f} s")
+    await asyncio.sleep(down)
+    await run.stack.start_nats()
+
+
+# -- 5. duplicates and poison ---------------------------------------------------------------
+async def duplicates_and_poison(run: Run) -> None:
+    js = run.client.js
+    await asyncio.sleep(run.moment(0.2, 0.4))
+    running = run.running()
+    # Poison: garbage on a command subject and on an event subject of a running execution.
+    await js.publish("noetl.commands.default.python", b"\x00\xff not a command",
+                     headers={INJECTED: "poison"})
+    if running:
+        eid = run.rng.choice(running).execution_id
+        for junk in (b"\x00\xff not an event", b'{"unexpected": true}'):
+            await js.publish(f"noetl.events.{eid}.step.done", junk, headers={INJECTED: "poison"})
+        run.notes.append(f"poison command + 2 poison events ({eid})")
+    injected = 0
+    for p in run.rng.sample(running, min(3, len(running))):
+        injected += await _republish(run, p.execution_id, "mid")
+    # After the end: the run is no longer in flight, so a late copy must change nothing.
+    while run.running():
+        await asyncio.sleep(0.3)
+    for p in run.rng.sample(run.planned, min(4, len(run.planned))):
+        injected += await _republish(run, p.execution_id, "late")
+    run.notes.append(f"{injected} outcome copies re-published")
+    await _router_drained(run, 20)
+
+
+async def _republish(run: Run, execution_id: str, when: str) -> int:
+    js = run.client.js
+    stored = [m for subject in ("step.done", "loop.iteration.done")
+              for m in await read_stream(js, f"noetl.events.{execution_id}.{subject}", 2.0)]
+    if not stored:
+        return 0
+    m = run.rng.choice(stored)
+    msg_id = m.headers.get("Nats-Msg-Id")
+    if msg_id:
+        # Inside the duplicate window: the stream itself must drop it.
+        ack = await js.publish(m.subject, m.data, headers={"Nats-Msg-Id": msg_id})
+        if not ack.duplicate:
+            run.problems.append(f"stream stored a copy of {msg_id} inside its duplicate window")
+    # As if beyond the window: a new msg id, so the stream keeps it and only the router decides.
+    await js.publish(m.subject, m.data, headers={"Nats-Msg-Id": f"chaos:{when}:{msg_id}",
+                                                 INJECTED: when})
+    return 2 if msg_id else 1
+
+
+async def _router_drained(run: Run, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = await run.client.js.consumer_info("NOETL_EVENTS", "noetl-server-router")
+        if info.num_pending == 0 and info.num_ack_pending == 0:
+            return
+        await asyncio.sleep(0.3)
+    run.problems.append("router consumer still had events pending")
+
+
+# -- 6. payload limits ----------------------------------------------------------------------
+HUGE_MB = 10
+
+
+async def payload_limits(run: Run) -> None:
+    """A result over the NATS max payload (object store), and a request over it (rejected)."""
+    js = run.client.js
+    files = (PLAYBOOKS / "big.yaml").read_text()
+    tag = run.planned[0].execution_id[:-3]
+    huge_result = f"{tag}huge"
+    request = ExecutionRequest(execution_id=huge_result, playbook=files, playbook_file="big.yaml",
+                               payload={"mb": HUGE_MB, "n": 7})
+    await js.publish("noetl.requests.execute", request.model_dump_json().encode(),
+                     headers={"Nats-Msg-Id": f"req:{huge_result}"})
+    too_big = ExecutionRequest(execution_id=f"{tag}toobig", playbook=files, playbook_file="big.yaml",
+                               payload={"blob": "x" * (9 * 1024 * 1024)})
+    try:
+        await js.publish("noetl.requests.execute", too_big.model_dump_json().encode(),
+                         headers={"Nats-Msg-Id": f"req:{tag}toobig"})
+        run.problems.append("a request over max_payload was accepted")
+    except MaxPayloadError as exc:
+        run.notes.append(f"9 MB request rejected ({type(exc).__name__})")
+    final = await _final(run, huge_result, 60)
+    if final is None:
+        run.problems.append(f"{HUGE_MB} MB result: execution stuck")
+        return
+    final = await ResultStore(js).resolve(final)
+    want = {"size": HUGE_MB * 1024 * 1024, "ok": True}
+    if final.get("status") != "completed" or final.get("result") != want:
+        error = final.get("error") or final.get("result")
+        run.problems.append(f"{HUGE_MB} MB result: {final.get('status')}: {str(error)[:160]}")
+    else:
+        run.notes.append(f"{HUGE_MB} MB result completed through the object store")
+    with contextlib.suppress(Exception):
+        kv = await js.key_value("noetl_executions")
+        keys = await kv.keys()
+        if f"{tag}toobig" in keys:
+            run.problems.append("the rejected request left an execution behind")
+
+
+async def _final(run: Run, execution_id: str, timeout_s: float) -> dict[str, Any] | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        info = await run.client.js.stream_info(
+            "NOETL_EVENTS", subjects_filter=f"noetl.events.{execution_id}.execution.>")
+        for subject in info.state.subjects or {}:
+            if subject.rsplit(".", 1)[-1] in ("completed", "failed", "cancelled", "rejected"):
+                msg = await run.client.js.get_last_msg("NOETL_EVENTS", subject)
+                value = jsonutil.loads(msg.data)
+                return value if isinstance(value, dict) else None
+        await asyncio.sleep(0.3)
+    return None
+
+
+# -- 7. a 3-node cluster --------------------------------------------------------------------
+def _cluster_missing() -> str | None:
+    try:
+        from noetl_stream.testing import cluster  # noqa: F401
+    except ImportError:
+        return "cluster harness missing (noetl_stream.testing.cluster)"
+    return None
+
+
+class ClusterStack(Stack):
+    """The stack on `noetl_stream.testing.cluster`: 3 nodes, streams and buckets at R3."""
+
+    async def open_cluster(self) -> None:
+        from noetl_stream.testing.cluster import run_nats_cluster
+
+        self._exit = contextlib.AsyncExitStack()
+        self.cluster: Any = await self._exit.enter_async_context(
+            run_nats_cluster(self.folder / "cluster", size=3))
+        self.urls = list(self.cluster.urls)
+
+    async def node(self, op: str, index: int) -> None:
+        result = getattr(self.cluster, op)(index)
+        if inspect.isawaitable(result):
+            await result
+
+    async def stop(self) -> None:
+        try:
+            await super().stop()
+        finally:
+            await self._exit.aclose()
+
+
+async def cluster_stack(folder: Path, knobs: Knobs) -> Stack:
+    stack = ClusterStack(folder, knobs, servers=1, workers=2)
+    stack.extra_env = {"NOETL_STREAM_REPLICAS": "3"}
+    await stack.open_cluster()
+    return stack
+
+
+async def kill_cluster_node(run: Run) -> None:
+    stack = run.stack
+    assert isinstance(stack, ClusterStack)
+    await asyncio.sleep(run.moment(0.2, 0.5))
+    index = run.rng.randrange(3)
+    await stack.node("kill", index)
+    run.notes.append(f"node {index} killed")
+    await asyncio.sleep(run.rng.uniform(1.0, 3.0))
+    await stack.node("restart", index)
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("baseline", "no fault: the reference results", None),
+    Scenario("server-kill", "kill -9 of the server twice, restarted", kill_server),
+    Scenario("worker-kill-before", "kill -9 of a worker at a random moment", kill_worker_before),
+    Scenario("worker-kill-during", "kill -9 of a worker while its request is held",
+             _kill_at("during")),
+    Scenario("worker-kill-after", "kill -9 of a worker after its effect, before its ack",
+             _kill_at("after")),
+    Scenario("worker-kill-heartbeat", "kill -9 of a worker heartbeating a long task",
+             kill_worker_while_heartbeating),
+    Scenario("worker-stall", "SIGSTOP past the lease, redelivered, SIGCONT", stall_worker),
+    Scenario("nats-restart", "kill -9 and restart of the single nats-server", restart_nats),
+    Scenario("duplicates-poison", "re-published outcomes, poison command and events",
+             duplicates_and_poison),
+    Scenario("payload-limits", "a 10 MB result and a 9 MB request", payload_limits),
+    Scenario("cluster-node-kill", "3-node cluster (R3), kill -9 of one node", kill_cluster_node,
+             stack=cluster_stack, unavailable=_cluster_missing),
+    Scenario("two-workers-kill", "kill -9 of both workers at once", kill_two_workers),
+    Scenario("two-servers-kill", "two servers, kill -9 of one", kill_one_of_two_servers, servers=2),
+)
+
+BY_NAME = {s.name: s for s in SCENARIOS}
