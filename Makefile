@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-unit lint format bench schemas conformance clean
+.PHONY: install demo test test-unit lint format bench chaos schemas conformance clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,9 @@ format: $(STAMP)
 
 bench: $(STAMP)  ## W1-W4 on the embedded stack, next to the raw JetStream round trip
 	$(BIN)/python bench/run.py
+
+chaos: $(STAMP)  ## fault injection: kill -9, stalls, NATS restarts, duplicates; prints the table (SEED=n)
+	$(BIN)/python tests/chaos/run.py $(if $(SEED),--seed $(SEED))
 
 schemas: $(STAMP)  ## regenerate schemas/ from the models
 	$(BIN)/python -m noetl_stream.dsl.schema

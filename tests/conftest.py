@@ -24,6 +24,8 @@ def noetl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("NOETL_STREAM_HOME", str(home))
     monkeypatch.delenv("NOETL_STREAM_NATS_URL", raising=False)
     monkeypatch.delenv("NOETL_STREAM_PREFIX", raising=False)
+    monkeypatch.delenv("NOETL_STREAM_SERVER", raising=False)  # or the CLI would go remote
+    monkeypatch.delenv("NOETL_STREAM_TOKEN", raising=False)
     return home
 
 

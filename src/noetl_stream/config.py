@@ -8,11 +8,18 @@ from pathlib import Path
 ENV_HOME = "NOETL_STREAM_HOME"
 ENV_NATS_URL = "NOETL_STREAM_NATS_URL"
 ENV_PREFIX = "NOETL_STREAM_PREFIX"
+# A running system's HTTP API, and the session token or API key for it: CLI commands given a
+# server talk to it instead of NATS (cli/remote.py).
+ENV_SERVER = "NOETL_STREAM_SERVER"
+ENV_TOKEN = "NOETL_STREAM_TOKEN"
 # Lease of a command on a worker (JetStream AckWait of the pool consumers) and how many deliveries
 # a command gets before it is dead-lettered. Read when the topology is first loaded; the values
 # are provisioned, so a running stack reports a change as drift.
 ENV_COMMAND_ACK_WAIT_S = "NOETL_STREAM_COMMAND_ACK_WAIT_S"
 ENV_COMMAND_MAX_DELIVER = "NOETL_STREAM_COMMAND_MAX_DELIVER"
+# How long the server's consumers (execution requests, router events) wait for an ack before
+# redelivering: what a server killed mid-batch costs in recovery time. Provisioned like the lease.
+ENV_ROUTER_ACK_WAIT_S = "NOETL_STREAM_ROUTER_ACK_WAIT_S"
 
 
 def home_dir() -> Path:
@@ -26,6 +33,35 @@ def nats_url_from_env() -> str | None:
     return os.environ.get(ENV_NATS_URL) or None
 
 
+# NATS credentials of this process's role (deploy/nats/accounts): user and password, a creds file
+# (JWT + nkey), or a token. Credentials in the URL itself (nats://user:pass@host) take precedence.
+ENV_NATS_USER = "NOETL_STREAM_NATS_USER"
+ENV_NATS_PASSWORD = "NOETL_STREAM_NATS_PASSWORD"
+ENV_NATS_CREDS = "NOETL_STREAM_NATS_CREDS"
+ENV_NATS_TOKEN = "NOETL_STREAM_NATS_TOKEN"
+# JetStream replicas of streams, KV buckets and object stores at provisioning (3 in a cluster).
+ENV_REPLICAS = "NOETL_STREAM_REPLICAS"
+
+
+def nats_auth_from_env() -> dict[str, str]:
+    """nats-py `connect` options for the credentials set in the environment (may be empty)."""
+    options: dict[str, str] = {}
+    user, password = os.environ.get(ENV_NATS_USER), os.environ.get(ENV_NATS_PASSWORD)
+    if user:
+        options["user"] = user
+        options["password"] = password or ""
+    if creds := os.environ.get(ENV_NATS_CREDS):
+        options["user_credentials"] = str(Path(creds).expanduser())
+    if token := os.environ.get(ENV_NATS_TOKEN):
+        options["token"] = token
+    return options
+
+
+def replicas_from_env() -> int | None:
+    raw = os.environ.get(ENV_REPLICAS)
+    return int(raw) if raw else None
+
+
 def subject_prefix() -> str:
     return os.environ.get(ENV_PREFIX, "noetl")
 
@@ -35,3 +71,9 @@ def command_lease_overrides() -> tuple[float | None, int | None]:
     ack_wait = os.environ.get(ENV_COMMAND_ACK_WAIT_S)
     max_deliver = os.environ.get(ENV_COMMAND_MAX_DELIVER)
     return (float(ack_wait) if ack_wait else None, int(max_deliver) if max_deliver else None)
+
+
+def router_ack_wait_override() -> float | None:
+    """AckWait of the server's request and router consumers, when set in the environment."""
+    raw = os.environ.get(ENV_ROUTER_ACK_WAIT_S)
+    return float(raw) if raw else None

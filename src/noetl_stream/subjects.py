@@ -93,6 +93,13 @@ class Topology:
         """Where a timer's schedule message waits; a new one on it replaces the old (a reset)."""
         return f"{self.prefix}.events.{execution_id}.timer.schedule.{timer}"
 
+    def dead_letter_subject(self, subject: str) -> str:
+        """`noetl.commands.default.python` -> `noetl.dlq.commands.default.python`."""
+        return f"{self.prefix}.dlq.{subject.split('.', 1)[-1]}"
+
+    def dead_letter_filter(self) -> str:
+        return f"{self.prefix}.dlq.>"
+
     def event_type_of(self, subject: str) -> str:
         """`noetl.events.<id>.step.done` -> `step.done`."""
         parts = subject.split(".", 3)
@@ -148,13 +155,21 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         for s in raw["streams"]
     )
     lease_ack_wait, lease_max_deliver = config.command_lease_overrides()
+    router_ack_wait = config.router_ack_wait_override()
+
+    def ack_wait(c: dict[str, Any]) -> float:
+        if c.get("per_pool") and lease_ack_wait:
+            return float(lease_ack_wait)
+        if not c.get("per_pool") and router_ack_wait:
+            return float(router_ack_wait)
+        return float(c["ack_wait_s"])
+
     consumers = tuple(
         ConsumerDecl(
             stream=c["stream"],
             durable=c["durable"],
             filter_subjects=tuple(fill(x) for x in c["filter_subjects"]),
-            ack_wait_s=float(lease_ack_wait if c.get("per_pool") and lease_ack_wait
-                             else c["ack_wait_s"]),
+            ack_wait_s=ack_wait(c),
             max_deliver=int(lease_max_deliver if c.get("per_pool") and lease_max_deliver
                             else c["max_deliver"]),
             per_pool=bool(c.get("per_pool", False)),

@@ -2,7 +2,9 @@
 `noetl_catalog`) under their `metadata.path` (latest, and `metadata.version` when set), with
 every child they name by file, so `kind: playbook` tasks can start them by catalog path.
 
-Like `run`, it starts the embedded nats-server of NOETL_STREAM_HOME when no --nats-url is given.
+Like `run`, it starts the embedded nats-server of NOETL_STREAM_HOME when no --nats-url is given;
+with --server it registers through that server's HTTP API (POST /api/catalog), which cannot read
+children named by file, so such a playbook is refused there.
 Exit codes: 0 registered, 2 a playbook is invalid (nothing registered), 3 NATS unreachable.
 """
 
@@ -13,7 +15,14 @@ from pathlib import Path
 
 import click
 
-from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, prefix_option
+from noetl_stream.cli.common import (
+    EXIT_INFRA,
+    EXIT_REJECTED,
+    fail,
+    nats_url_option,
+    prefix_option,
+    remote_options,
+)
 from noetl_stream.cli.loading import load_reporting
 from noetl_stream.dsl.composition import ComposedResult
 from noetl_stream.errors import InfrastructureError
@@ -23,9 +32,13 @@ from noetl_stream.errors import InfrastructureError
 @click.argument("playbooks", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
 @nats_url_option
 @prefix_option
+@remote_options
 @click.option("--strict", is_flag=True, help="Treat unknown keys as errors.")
-def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, strict: bool) -> None:
+def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, server_url: str | None,
+             token: str | None, strict: bool) -> None:
     """Validate PLAYBOOKS and register them in the catalog by their metadata.path."""
+    from noetl_stream.cli.remote import RemoteError
+    from noetl_stream.cli.remote_cmds import refuse_file_children, register_remote
     from noetl_stream.runtime.services import open_stack
     from noetl_stream.state.catalog import register_files, register_path
 
@@ -45,7 +58,13 @@ def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, str
         fail(EXIT_REJECTED, f"{bad} playbook{'s' if bad != 1 else ''} rejected; nothing was "
               "registered")
 
+    if server_url is not None:
+        for path, result in loaded:
+            refuse_file_children(path, result.files)
+
     async def go() -> list[str]:
+        if server_url is not None:
+            return await register_remote(server_url, token, loaded, strict)
         lines = []
         async with open_stack(nats_url, prefix=prefix, name="noetl-stream-register") as stack:
             for path, result in loaded:
@@ -60,5 +79,7 @@ def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, str
     try:
         for line in asyncio.run(go()):
             click.echo(line)
+    except RemoteError as exc:
+        fail(exc.exit_code, str(exc))
     except InfrastructureError as exc:
         fail(EXIT_INFRA, str(exc))

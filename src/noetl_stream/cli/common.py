@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn, TypeVar
 
 import click
@@ -15,6 +15,7 @@ from noetl_stream import config
 EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 nats_url_option = click.option(
     "--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
@@ -22,6 +23,19 @@ nats_url_option = click.option(
          "nats-server of NOETL_STREAM_HOME is started (or reused when it already runs).")
 prefix_option = click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,
                              help="Subject prefix (env NOETL_STREAM_PREFIX).")
+
+
+def remote_options(command: F) -> F:
+    """`--server URL` and `--token TOKEN`, the same on every command that can work remotely:
+    given a server, the command talks to its HTTP API (cli/remote.py) and never to NATS.
+    """
+    command = click.option(
+        "--token", envvar=config.ENV_TOKEN, default=None, metavar="TOKEN",
+        help="Session token or API key for --server (env NOETL_STREAM_TOKEN).")(command)
+    return click.option(
+        "--server", "server_url", envvar=config.ENV_SERVER, default=None, metavar="URL",
+        help="Talk to a running system over its HTTP API at URL (env NOETL_STREAM_SERVER) "
+             "instead of NATS; takes precedence over --nats-url.")(command)
 
 
 def fail(code: int, message: str) -> NoReturn:

@@ -13,6 +13,7 @@ import os
 import select
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import click
 import orjson
 
 from noetl_stream import __version__, config, jsonutil
+from noetl_stream.cli.cancel_cmd import cancel
 from noetl_stream.cli.catalog_cmd import register
 from noetl_stream.cli.common import (
     EXIT_FAILED,
@@ -29,12 +31,16 @@ from noetl_stream.cli.common import (
     fail,
     nats_url_option,
     prefix_option,
+    remote_options,
     run_async,
 )
 from noetl_stream.cli.credential import credential
+from noetl_stream.cli.dlq_cmd import dlq
 from noetl_stream.cli.loading import load_reporting
 from noetl_stream.cli.signal_cmd import send_signal
+from noetl_stream.cli.status_cmd import status
 from noetl_stream.cli.tools_cmd import tools
+from noetl_stream.cli.user_cmd import apikey, user
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.errors import InfrastructureError, PlaybookError
 from noetl_stream.tools.registry import installed_kinds
@@ -133,6 +139,7 @@ def _load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
 @click.argument("playbook", type=click.Path(path_type=Path, dir_okay=False))
 @nats_url_option
 @prefix_option
+@remote_options
 @click.option("--payload", default=None, metavar="JSON", help="JSON object merged over the workload.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Set one workload key (dots nest; VALUE is JSON or a plain string). Repeatable.")
@@ -140,19 +147,25 @@ def _load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
 @click.option("--strict", is_flag=True, help="Treat unknown keys as errors.")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Give up waiting after SECONDS.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
-def run(playbook: Path, nats_url: str | None, prefix: str, payload: str | None, sets: tuple[str, ...],
-        as_json: bool, strict: bool, timeout_s: float | None, quiet: bool) -> None:
+def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | None, token: str | None,
+        payload: str | None, sets: tuple[str, ...], as_json: bool, strict: bool,
+        timeout_s: float | None, quiet: bool) -> None:
     """Run PLAYBOOK and wait for its result, showing live progress on stderr.
 
     Without --nats-url this starts an embedded nats-server, a server and a worker in this process:
-    the same code path as the distributed deployment.
+    the same code path as the distributed deployment. With --server it runs on that server,
+    sent and followed over its HTTP API.
     """
     from noetl_stream.cli.progress import ProgressPrinter
+    from noetl_stream.cli.remote import RemoteError
+    from noetl_stream.cli.remote_cmds import refuse_file_children, run_remote
     from noetl_stream.runtime.services import open_stack, run_services, submit_and_watch
     from noetl_stream.state.catalog import register_files
     from noetl_stream.state.results import ResultStore
 
     text, files = _load_or_exit(playbook, strict)
+    if server_url is not None:
+        refuse_file_children(playbook, files)
     data = _parse_payload(payload, sets)
     printer = ProgressPrinter()
 
@@ -161,6 +174,9 @@ def run(playbook: Path, nats_url: str | None, prefix: str, payload: str | None, 
             printer(event)
 
     async def go() -> dict[str, Any]:
+        if server_url is not None:
+            return await run_remote(server_url, token, playbook_text=text, payload=data,
+                                    on_event=on_event, timeout_s=timeout_s)
         embedded = nats_url is None
         announce = None if quiet else _announce
         async with open_stack(nats_url, prefix=prefix, on_embedded=announce) as stack:
@@ -177,6 +193,8 @@ def run(playbook: Path, nats_url: str | None, prefix: str, payload: str | None, 
 
     try:
         final = run_async(go())
+    except RemoteError as exc:
+        fail(exc.exit_code, str(exc))
     except InfrastructureError as exc:
         fail(EXIT_INFRA, str(exc))
     except TimeoutError:
@@ -231,14 +249,24 @@ def _announce(nats: Any) -> None:
 @main.command()
 @nats_url_option
 @prefix_option
-def server(nats_url: str | None, prefix: str) -> None:
+@click.option("--http", "http", default=None, metavar="HOST:PORT",
+              help="Also serve the HTTP API there (docs/api.md), e.g. 127.0.0.1:8082.")
+@click.option("--no-auth", is_flag=True, help="HTTP API without authentication: every caller is "
+              "an admin. Only for a machine nobody else can reach.")
+@click.option("--cors-origin", default=None, metavar="ORIGIN",
+              help="Send CORS headers allowing this origin (none by default).")
+def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
+           cors_origin: str | None) -> None:
     """Run the server: consume execution requests and outcome events, route, publish commands."""
     from noetl_stream.runtime.services import open_stack, run_services
+
+    address = _http_address(http) if http else None
 
     async def go() -> None:
         async with open_stack(nats_url, prefix=prefix, name="noetl-stream-server",
                               on_embedded=_announce) as stack, \
-                run_services(stack.bus, server=True, worker=False):
+                run_services(stack.bus, server=True, worker=False), \
+                _http_api(stack.bus, address, auth=not no_auth, cors_origin=cors_origin):
             click.echo("server running; Ctrl-C stops it", err=True)
             await _serve_forever(asyncio.Event())
 
@@ -246,6 +274,30 @@ def server(nats_url: str | None, prefix: str) -> None:
         run_async(go())
     except InfrastructureError as exc:
         fail(EXIT_INFRA, str(exc))
+
+
+def _http_address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        fail(EXIT_REJECTED, f"--http expects HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+@contextlib.asynccontextmanager
+async def _http_api(bus: Any, address: tuple[str, int] | None, *, auth: bool,
+                    cors_origin: str | None) -> AsyncIterator[None]:
+    if address is None:
+        yield
+        return
+    from noetl_stream.api import serve
+
+    if not auth:
+        click.echo("WARNING: the HTTP API runs WITHOUT AUTHENTICATION (--no-auth): anyone who "
+                   "reaches it is an admin and can read credentials", err=True)
+    async with serve(bus, host=address[0], port=address[1], auth=auth,
+                     cors_origin=cors_origin) as url:
+        click.echo(f"HTTP API at {url} (docs/api.md)", err=True)
+        yield
 
 
 @main.command()
@@ -277,7 +329,10 @@ def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, pytho
 @prefix_option
 @click.option("--pool", "pools", multiple=True, default=("default",), show_default=True,
               help="Worker pools to create consumers for. Repeatable.")
-def init(nats_url: str | None, prefix: str, pools: tuple[str, ...]) -> None:
+@click.option("--replicas", type=click.IntRange(1, 5), default=None, envvar=config.ENV_REPLICAS,
+              help="JetStream replicas of streams, buckets and object stores (3 in a cluster); "
+                   "unset, existing ones keep theirs.")
+def init(nats_url: str | None, prefix: str, pools: tuple[str, ...], replicas: int | None) -> None:
     """Provision streams, consumers and KV buckets (idempotent); report drift."""
     from noetl_stream.runtime.connection import connect
     from noetl_stream.runtime.nats_server import start_nats_server
@@ -292,7 +347,7 @@ def init(nats_url: str | None, prefix: str, pools: tuple[str, ...]) -> None:
         try:
             bus = await connect(url, prefix=prefix)
             try:
-                return (await provision(bus, pools)).lines()
+                return (await provision(bus, pools, replicas=replicas)).lines()
             finally:
                 await bus.close()
         finally:
@@ -313,16 +368,18 @@ def init(nats_url: str | None, prefix: str, pools: tuple[str, ...]) -> None:
 @click.argument("execution_id")
 @nats_url_option
 @prefix_option
+@remote_options
 @click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON line.")
-def watch(execution_id: str, nats_url: str | None, prefix: str, as_json: bool) -> None:
+def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str | None,
+          token: str | None, as_json: bool) -> None:
     """Follow an execution's events live until it ends (like nats sub 'noetl.events.<id>.>')."""
     from noetl_stream.cli.progress import ProgressPrinter
     from noetl_stream.runtime.connection import connect
     from noetl_stream.runtime.watcher import END_EVENTS, ExecutionWatch
     from noetl_stream.state.results import ResultStore
 
-    if nats_url is None:
-        fail(EXIT_REJECTED, "watch needs --nats-url (or NOETL_STREAM_NATS_URL)")
+    if nats_url is None and server_url is None:
+        fail(EXIT_REJECTED, "watch needs --nats-url (or NOETL_STREAM_NATS_URL) or --server")
     printer = ProgressPrinter(sys.stdout)
 
     def on_event(event: dict[str, Any]) -> None:
@@ -330,6 +387,12 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, as_json: bool) -
             click.echo(jsonutil.dumps_str(event))
         else:
             printer(event)
+
+    if server_url is not None:
+        from noetl_stream.cli.remote_cmds import call, watch_remote
+
+        final = call(watch_remote(server_url, token, execution_id, on_event))
+        sys.exit(EXIT_OK if final.get("status") == "completed" else EXIT_FAILED)
 
     async def go() -> dict[str, Any]:
         bus = await connect(str(nats_url), prefix=prefix)
@@ -382,3 +445,8 @@ main.add_command(tools)
 main.add_command(credential)
 main.add_command(register)
 main.add_command(send_signal)
+main.add_command(user)
+main.add_command(apikey)
+main.add_command(cancel)
+main.add_command(status)
+main.add_command(dlq)

@@ -1,7 +1,11 @@
 """`noetl-stream signal <execution_id> <name> --data JSON`: send an external signal to an
 execution (the same message any NATS client may publish, runtime/signals.py).
 
-Exit codes: 0 stored in the events stream, 2 bad input, 3 NATS unreachable or no events stream.
+With --server the signal goes through that server's HTTP API (POST .../signals/NAME; --id is
+sent as its Idempotency-Key).
+
+Exit codes: 0 stored in the events stream, 2 bad input (over HTTP also: unknown or ended
+execution, not authenticated), 3 NATS or the server unreachable, or no events stream.
 """
 
 from __future__ import annotations
@@ -13,7 +17,14 @@ import click
 from nats.errors import Error as NatsError
 
 from noetl_stream import jsonutil
-from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, prefix_option
+from noetl_stream.cli.common import (
+    EXIT_INFRA,
+    EXIT_REJECTED,
+    fail,
+    nats_url_option,
+    prefix_option,
+    remote_options,
+)
 from noetl_stream.errors import InfrastructureError
 
 
@@ -27,9 +38,13 @@ from noetl_stream.errors import InfrastructureError
                    "window is dropped.")
 @nats_url_option
 @prefix_option
+@remote_options
 def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
-                nats_url: str | None, prefix: str) -> None:
+                nats_url: str | None, prefix: str, server_url: str | None,
+                token: str | None) -> None:
     """Publish signal NAME to EXECUTION_ID; `eval_mode: on_event` steps see `signal.NAME`."""
+    from noetl_stream.cli.remote import RemoteError
+    from noetl_stream.cli.remote_cmds import signal_remote
     from noetl_stream.runtime.connection import connect
     from noetl_stream.runtime.services import open_stack
     from noetl_stream.runtime.signals import publish_signal, valid_signal_name
@@ -42,6 +57,8 @@ def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
         fail(EXIT_REJECTED, f'signal name "{name}": letters, digits, - and _, joined by dots')
 
     async def go() -> int:
+        if server_url is not None:
+            return await signal_remote(server_url, token, execution_id, name, data, msg_id)
         if nats_url is None:
             async with open_stack(None, prefix=prefix, name="noetl-stream-signal") as stack:
                 return await publish_signal(stack.bus, execution_id, name, data, msg_id=msg_id)
@@ -53,6 +70,8 @@ def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
 
     try:
         seq: Any = asyncio.run(go())
+    except RemoteError as exc:
+        fail(exc.exit_code, str(exc))
     except ValueError as exc:
         fail(EXIT_REJECTED, str(exc))
     except (InfrastructureError, NatsError, TimeoutError) as exc:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import nats
 from nats.aio.client import Client
-from nats.errors import NoServersError
+from nats.errors import AuthorizationError, NoServersError
 from nats.js import JetStreamContext
 
+from noetl_stream import config
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.subjects import Topology, load_topology
 
@@ -35,15 +38,63 @@ class Bus:
             await self.nc.drain()
 
 
+def server_urls(url: str) -> list[str]:
+    """`nats://a:4222,nats://b:4222` -> both URLs: every node of a cluster, tried in turn."""
+    return [u.strip() for u in url.split(",") if u.strip()]
+
+
+def _auth_options(servers: list[str]) -> dict[str, Any]:
+    # Credentials in a URL apply to every node, including those the cluster announces later
+    # (nats-py sends a URL's user info only to that URL's server); else the environment's.
+    for server in servers:
+        parts = urlsplit(server)
+        if parts.username is not None:
+            if parts.password is None:
+                return {"token": unquote(parts.username)}
+            return {"user": unquote(parts.username), "password": unquote(parts.password)}
+    return config.nats_auth_from_env()
+
+
+def redact_url(url: str) -> str:
+    """The URL(s) without passwords or tokens, for messages and logs."""
+    shown = []
+    for server in server_urls(url):
+        parts = urlsplit(server)
+        if parts.username is not None:
+            parts = parts._replace(netloc=f"***@{parts.hostname}:{parts.port}"
+                                   if parts.port else f"***@{parts.hostname}")
+        shown.append(parts.geturl())
+    return ",".join(shown)
+
+
 async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream") -> Bus:
+    """Connect to one node or a comma-separated list of cluster nodes; survives node loss by
+    reconnecting to another node of the list (or one the cluster announces).
+    """
+    servers = server_urls(url)
+    refused: list[Exception] = []
+
+    async def on_error(exc: Exception) -> None:
+        # nats-py reports refused credentials here and then only "no servers available".
+        if "authorization violation" in str(exc).lower():
+            refused.append(exc)
+        await _log_error(exc)
+
     try:
         # A few attempts for the first connection (with -1, nats-py would retry it forever, so a
         # wrong URL would hang instead of failing); once connected, reconnect without limit.
-        nc = await nats.connect(url, name=name, connect_timeout=5,
+        nc = await nats.connect(servers, name=name, connect_timeout=5,
                                 max_reconnect_attempts=INITIAL_CONNECT_ATTEMPTS,
                                 reconnect_time_wait=0.5, allow_reconnect=True,
-                                max_outstanding_pings=4, error_cb=_log_error)
-    except (NoServersError, OSError, TimeoutError) as exc:
-        raise InfrastructureError(f"cannot reach NATS at {url}: {exc or type(exc).__name__}") from None
+                                max_outstanding_pings=4, error_cb=on_error,
+                                **_auth_options(servers))
+    except (AuthorizationError, NoServersError, OSError, TimeoutError) as exc:
+        if refused or isinstance(exc, AuthorizationError):
+            raise InfrastructureError(
+                f"NATS at {redact_url(url)} refused our credentials: check the URL's "
+                f"user:password or {config.ENV_NATS_USER}/{config.ENV_NATS_PASSWORD}, "
+                f"{config.ENV_NATS_CREDS}, {config.ENV_NATS_TOKEN}") from None
+        raise InfrastructureError(f"cannot reach NATS at {redact_url(url)}: "
+                                  f"{exc or type(exc).__name__}") from None
     nc.options["max_reconnect_attempts"] = -1
     return Bus(nc, nc.jetstream(timeout=10), load_topology(prefix))

@@ -2,11 +2,20 @@
 
 Drift = a stream or consumer exists with settings other than the declared ones. We update what
 JetStream lets us update and report the rest, rather than deleting data a user may need.
+
+A process whose NATS user may not create streams (a worker or client on the least-privilege
+accounts of deploy/nats/accounts) gets no answer to a create request; it then accepts what the
+server user provisioned, and fails with advice only when that is missing too. Replicas (3 in a
+cluster) are compared only when asked for, so a process started without them never shrinks R3.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 from nats.js.api import (
     AckPolicy,
@@ -20,10 +29,14 @@ from nats.js.api import (
 )
 from nats.js.errors import BucketNotFoundError, NotFoundError
 
+from noetl_stream import config
+from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.subjects import ConsumerDecl
 
 _RETENTION = {"workqueue": RetentionPolicy.WORK_QUEUE, "limits": RetentionPolicy.LIMITS}
+
+log = logging.getLogger("noetl_stream.provision")
 
 
 @dataclass
@@ -39,6 +52,50 @@ class ProvisionReport:
         out += [f"unchanged {x}" for x in self.unchanged]
         out += [f"DRIFT     {x}" for x in self.drift]
         return out
+
+
+async def _create(report: ProvisionReport, name: str, create: Awaitable[Any],
+                  exists: Callable[[], Awaitable[bool]]) -> None:
+    """Run `create`, accepting an existing one when we are not permitted to create it: NATS drops
+    a request its user may not publish, so the sign of that is a timeout.
+    """
+    try:
+        await create
+    except TimeoutError:
+        if not await exists():
+            raise InfrastructureError(
+                f"cannot create {name}: JetStream did not answer (is this NATS user allowed to "
+                "create it? run `noetl-stream init` as the server user first)") from None
+        log.info("provision: %s exists; this NATS user did not create it", name)
+        report.unchanged.append(name)
+        return
+    report.created.append(name)
+
+
+async def _stream_exists(bus: Bus, stream: str) -> bool:
+    try:
+        await bus.js.stream_info(stream)
+    except NotFoundError:
+        return False
+    return True
+
+
+async def _consumer_exists(bus: Bus, stream: str, durable: str) -> bool:
+    try:
+        await bus.js.consumer_info(stream, durable)
+    except NotFoundError:
+        return False
+    return True
+
+
+async def _check_replicas(bus: Bus, name: str, stream: str, replicas: int | None,
+                          report: ProvisionReport) -> None:
+    """Report a bucket or object store whose replicas differ from those asked for."""
+    if replicas is None:
+        return
+    have = (await bus.js.stream_info(stream)).config.num_replicas or 1
+    if have != replicas:
+        report.drift.append(f"{name}: {have} replicas, declared {replicas}")
 
 
 def consumer_config(decl: ConsumerDecl) -> ConsumerConfig:
@@ -61,8 +118,8 @@ async def ensure_consumer(bus: Bus, decl: ConsumerDecl, report: ProvisionReport)
     try:
         info = await bus.js.consumer_info(decl.stream, decl.durable)
     except NotFoundError:
-        await bus.js.add_consumer(decl.stream, want)
-        report.created.append(name)
+        await _create(report, name, bus.js.add_consumer(decl.stream, want),
+                      partial(_consumer_exists, bus, decl.stream, decl.durable))
         return
     have = info.config
     have_filters = sorted(have.filter_subjects or ([have.filter_subject] if have.filter_subject else []))
@@ -79,23 +136,32 @@ async def ensure_consumer(bus: Bus, decl: ConsumerDecl, report: ProvisionReport)
         report.unchanged.append(name)
 
 
-async def provision(bus: Bus, pools: tuple[str, ...] = ("default",)) -> ProvisionReport:
+async def provision(bus: Bus, pools: tuple[str, ...] = ("default",),
+                    replicas: int | None = None) -> ProvisionReport:
+    """`replicas` (else NOETL_STREAM_REPLICAS) sets streams, buckets and object stores to R-N;
+    unset, new ones are R1 and existing ones keep theirs.
+    """
     report = ProvisionReport()
+    replicas = replicas or config.replicas_from_env()
     topo = bus.topology
     for s in topo.streams:
         want = StreamConfig(name=s.name, subjects=list(s.subjects), retention=_RETENTION[s.retention],
                             storage=StorageType.FILE, duplicate_window=s.duplicate_window_s,
                             max_age=s.max_age_s,
-                            allow_msg_schedules=True if s.allow_msg_schedules else None)
+                            allow_msg_schedules=True if s.allow_msg_schedules else None,
+                            num_replicas=replicas or 1)
         try:
             info = await bus.js.stream_info(s.name)
         except NotFoundError:
-            await bus.js.add_stream(want)
-            report.created.append(f"stream {s.name}")
+            await _create(report, f"stream {s.name}", bus.js.add_stream(want),
+                          partial(_stream_exists, bus, s.name))
             continue
         have = info.config
+        if replicas is None:
+            want.num_replicas = have.num_replicas  # not asked for: keep what the stream has
         if sorted(have.subjects or []) != sorted(s.subjects) or \
                 have.duplicate_window != s.duplicate_window_s or \
+                (replicas is not None and (have.num_replicas or 1) != replicas) or \
                 (s.allow_msg_schedules and not have.allow_msg_schedules):
             try:
                 await bus.js.update_stream(want)
@@ -112,16 +178,20 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",)) -> Provisio
         try:
             await bus.js.key_value(b.name)
             report.unchanged.append(f"bucket {b.name}")
+            await _check_replicas(bus, f"bucket {b.name}", f"KV_{b.name}", replicas, report)
         except BucketNotFoundError:
-            await bus.js.create_key_value(KeyValueConfig(bucket=b.name, history=b.history,
-                                                         ttl=b.ttl_s, storage=StorageType.FILE))
-            report.created.append(f"bucket {b.name}")
+            await _create(report, f"bucket {b.name}", bus.js.create_key_value(KeyValueConfig(
+                bucket=b.name, history=b.history, ttl=b.ttl_s, storage=StorageType.FILE,
+                replicas=replicas or 1)),
+                partial(_stream_exists, bus, f"KV_{b.name}"))
     for o in topo.object_stores:
         try:
             await bus.js.object_store(o.name)
             report.unchanged.append(f"object store {o.name}")
+            await _check_replicas(bus, f"object store {o.name}", f"OBJ_{o.name}", replicas, report)
         except NotFoundError:
-            await bus.js.create_object_store(o.name, ObjectStoreConfig(
-                bucket=o.name, ttl=o.ttl_s, storage=StorageType.FILE))
-            report.created.append(f"object store {o.name}")
+            await _create(report, f"object store {o.name}", bus.js.create_object_store(
+                o.name, ObjectStoreConfig(bucket=o.name, ttl=o.ttl_s, storage=StorageType.FILE,
+                                          replicas=replicas or 1)),
+                partial(_stream_exists, bus, f"OBJ_{o.name}"))
     return report

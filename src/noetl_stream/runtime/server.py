@@ -29,7 +29,8 @@ from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
-from noetl_stream.messages import ExecutionRequest, RequestReply
+from noetl_stream.messages import CancelRequest, ExecutionRequest, RequestReply
+from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.publish import publish_event, publish_outbox
@@ -93,6 +94,14 @@ class Server:
                 msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
             except (TimeoutError, NatsTimeoutError):
                 continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # A NATS node failing over answers fetches with errors (503, no responders) for a
+                # while; the loop must outlive that, or the server stops consuming for good.
+                log.warning("server: fetch failed (%s); retrying", exc)
+                await asyncio.sleep(0.5)
+                continue
             try:
                 await handler(msgs)
             except asyncio.CancelledError:
@@ -105,7 +114,58 @@ class Server:
 
     # -- requests --------------------------------------------------------------------------
     async def _handle_requests(self, msgs: list[Msg]) -> None:
-        await asyncio.gather(*(self._handle_request(m) for m in msgs))
+        cancel_subject = self.bus.topology.cancel_request_subject()
+        cancels = [m for m in msgs if m.subject == cancel_subject]
+        starts = [m for m in msgs if m.subject != cancel_subject]
+        # Starts first: a parent that cancels a child it has just started may have both requests
+        # in one batch, and the cancel must find the child's state.
+        await asyncio.gather(*(self._handle_request(m) for m in starts))
+        await asyncio.gather(*(self._handle_cancel(m) for m in cancels))
+
+    async def _handle_cancel(self, msg: Msg) -> None:
+        """Turn a cancel request into the execution's `execution.cancel.requested` event; the
+        router applies it in order with the execution's other events.
+        """
+        raw: Any = None
+        try:
+            raw = jsonutil.loads(msg.data)
+            request = CancelRequest.model_validate(raw)
+        except (ValueError, ValidationError) as exc:
+            _, reply_to = _reply_address(raw)
+            log.warning("rejected cancel request: %s", _short(exc))
+            await self._reply(reply_to, None, [f"bad cancel request: {_short(exc)}"])
+            await msg.term()  # it will never become valid by redelivery
+            return
+        execution_id = request.execution_id
+        assert self._executions is not None
+        try:
+            entry = await self._executions.get(execution_id)
+            state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
+        except (KeyNotFoundError, KeyError, ValueError):
+            log.warning("cancel request for unknown execution %s", execution_id)
+            await self._reply(request.reply_to, execution_id,
+                              [f"no execution {execution_id} is known"])
+            await msg.ack()
+            return
+        if state.status != "running":
+            await self._reply(request.reply_to, execution_id,
+                              [f"execution {execution_id} already {state.status}; nothing to cancel"])
+            await msg.ack()
+            return
+        body = {"event_type": CANCEL_REQUESTED, "execution_id": execution_id,
+                "timestamp": self.clock(), "reason": request.reason,
+                "requested_by": request.requested_by,
+                "parent_execution_id": state.parent_execution_id}
+        await publish_event(self.bus, execution_id, CANCEL_REQUESTED,
+                            ids.event_msg_id(execution_id, CANCEL_REQUESTED), body)
+        await self._reply(request.reply_to, execution_id, [])
+        await msg.ack_sync()
+
+    async def _reply(self, reply_to: str | None, execution_id: str | None,
+                     errors: list[str]) -> None:
+        if reply_to:
+            reply = RequestReply(accepted=not errors, execution_id=execution_id, errors=errors)
+            await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
 
     async def _handle_request(self, msg: Msg) -> None:
         raw: Any = None
@@ -181,6 +241,17 @@ class Server:
         await asyncio.gather(*(self._apply_group(eid, items) for eid, items in groups.items()))
 
     async def _apply_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
+        try:
+            await self._commit_group(execution_id, items)
+        except Exception:
+            # `apply` changed the cached state in place: after a failed commit it holds events
+            # that were never stored, and after a failed publish an outbox that a redelivery
+            # would overwrite with an empty one. Only the KV copy can be trusted now; loading it
+            # again re-publishes its outbox.
+            self._cache.pop(execution_id, None)
+            raise
+
+    async def _commit_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
         assert self._executions is not None
         for _ in range(COMMIT_RETRIES):
             cached = await self._load(execution_id)
@@ -213,13 +284,24 @@ class Server:
                     execution_id, jsonutil.dumps(state), last=cached.revision)
             except KeyWrongLastSequenceError:
                 self._cache.pop(execution_id, None)  # someone else moved it: reload and re-apply
+                log.debug("revision conflict on %s; reloading", execution_id)
                 continue
+            log.debug("committed %d events of %s at revision %d", len(items), execution_id,
+                      cached.revision)
             # Vars go to KV before the outbox: whoever sees `execution.completed` can read them.
             await self._vars.commit_vars(execution_id, vars_before, state.vars)
             await publish_outbox(self.bus, outbox)
             if state.status != "running":
                 self._cache.pop(execution_id, None)
             break
+        else:
+            # Every attempt lost the race to other servers: these events were never applied, so
+            # they must come back rather than be acknowledged.
+            log.warning("events of %s not applied after %d conflicts; redelivering them",
+                        execution_id, COMMIT_RETRIES)
+            for m, _ in items:
+                await m.nak(delay=0.5)
+            return
         # A plain ack: if it is lost, the event comes back and applying it again is a no-op (its
         # run or iteration is no longer in flight), so waiting for the server's confirmation of
         # every ack would only cost throughput.

@@ -10,6 +10,7 @@ from typing import Any
 from noetl_stream import config, ids
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.dead_letters import DeadLetters
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
 from noetl_stream.runtime.provision import provision
@@ -58,6 +59,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
                        concurrency: int = 64, python_children: int = 8) -> AsyncIterator[None]:
     """Run a server and/or a worker on `bus` for the duration of the block."""
     srv = Server(bus) if server else None
+    dead_letters = DeadLetters(bus) if server else None
     home = config.home_dir()
     box = SecretBox.from_env(home)
     resolver = CachedCredentialResolver(bus.js, box)
@@ -71,12 +73,16 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     try:
         if srv is not None:
             await srv.start()
+        if dead_letters is not None:
+            await dead_letters.start()
         if wrk is not None:
             await wrk.start()
         yield
     finally:
         if wrk is not None:
             await wrk.stop()
+        if dead_letters is not None:
+            await dead_letters.stop()
         if srv is not None:
             await srv.stop()
         if tools is not None:

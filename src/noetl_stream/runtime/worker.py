@@ -3,6 +3,12 @@
 Per command: publish `task.started` -> run the pipeline with in-progress acks every AckWait/3 ->
 publish the terminal event (deterministic msg id) -> ack. A worker that dies mid-command is
 replaced by redelivery; the re-run publishes the same msg id, so the router sees one outcome.
+
+Commands the router no longer wants are withdrawn: the worker hears `execution.cancelled` and
+`step.timeout` (core subscriptions), cancels the tasks running those commands (a python child is
+killed, an HTTP request dropped, a child playbook asked to cancel) and acks them without an
+outcome; the router already recorded why. It remembers recent withdrawals, so a command for a
+cancelled execution that arrives later is acked without running.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -20,15 +27,19 @@ from pydantic import ValidationError
 from noetl_stream import ids, jsonutil
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.dead_letters import dead_letter_unreadable
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.redact import scrub
 from noetl_stream.state.results import ResultStore, holds_ref
 from noetl_stream.subjects import DEFAULT_POOL
+from noetl_stream.tools.playbook import WITHDRAWN
 from noetl_stream.tools.registry import ToolRegistry
 
 log = logging.getLogger("noetl_stream.worker")
+
+WITHDRAWALS_KEPT = 4096  # recent cancelled executions and timed-out commands remembered
 
 
 class Worker:
@@ -46,15 +57,29 @@ class Worker:
         self._sub: Any = None
         self._stopping = asyncio.Event()
         self._ack_wait_s = bus.topology.pool_consumer(pool).ack_wait_s
+        # task -> (execution id, command key) of the command it runs, to withdraw it by either
+        self._commands: dict[asyncio.Task[Any], tuple[str, str]] = {}
+        self._withdrawn: OrderedDict[str, None] = OrderedDict()
+        self._withdrawing: set[asyncio.Task[Any]] = set()
+        self._withdraw_subs: list[Any] = []
 
     async def start(self) -> None:
         decl = self.bus.topology.pool_consumer(self.pool)
         sub = await self.bus.js.pull_subscribe_bind(decl.durable, stream=decl.stream)
         self._sub = sub
+        topo = self.bus.topology
+        # Subscribed before the first fetch, so no withdrawal of a command we take is missed.
+        self._withdraw_subs = [
+            await self.bus.nc.subscribe(topo.event_subject("*", etype), cb=self._on_withdrawal)
+            for etype in ("execution.cancelled", "step.timeout")]
         self._loop_task = asyncio.create_task(self._fetch_loop(sub), name=f"worker-{self.pool}")
 
     async def stop(self) -> None:
         self._stopping.set()
+        for withdraw_sub in self._withdraw_subs:
+            with contextlib.suppress(Exception):
+                await withdraw_sub.unsubscribe()
+        self._withdraw_subs = []
         if self._loop_task is not None:
             self._loop_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -83,6 +108,14 @@ class Worker:
                 msgs = await sub.fetch(free, timeout=1.0)
             except (TimeoutError, NatsTimeoutError):
                 msgs = []
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # A NATS node failing over answers fetches with errors for a while; the loop must
+                # outlive that, or this worker stops taking commands for good.
+                log.warning("worker: fetch failed (%s); retrying", exc)
+                msgs = []
+                await asyncio.sleep(0.5)
             for _ in range(free - len(msgs)):
                 self._slots.release()
             for m in msgs:
@@ -103,12 +136,66 @@ class Worker:
             step_run_id = str(command["step_run_id"])
             step = str(command["step"])
         except (ValueError, KeyError, TypeError) as exc:
-            log.warning("poison command on %s terminated: %s", msg.subject, exc)
+            log.warning("poison command on %s dead-lettered: %s", msg.subject, exc)
+            # Kept first: terminating removes it from the work queue.
+            await dead_letter_unreadable(self.bus, msg, f"{type(exc).__name__}: {exc}")
             await msg.term()
             return
         iteration = command.get("iteration")
+        key = _command_key(step_run_id, iteration)
+        if execution_id in self._withdrawn or key in self._withdrawn:
+            log.info("command %s of %s withdrawn before it ran: acknowledged", key, execution_id)
+            await msg.ack()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._commands[task] = (execution_id, key)
+        try:
+            await self._execute(msg, command, execution_id, step_run_id, step, iteration)
+        except asyncio.CancelledError:
+            if task not in self._withdrawing:
+                raise  # the worker is stopping: unacked, the command goes to another worker
+            task.uncancel()
+            log.info("command %s of %s withdrawn while it ran: acknowledged", key, execution_id)
+            await msg.ack()
+        finally:
+            self._commands.pop(task, None)
+            self._withdrawing.discard(task)
+
+    async def _on_withdrawal(self, msg: Msg) -> None:
+        """`execution.cancelled` or `step.timeout`: stop the commands the router gave up on."""
+        try:
+            event = jsonutil.loads(msg.data)
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if str(event.get("event_type") or "") == "step.timeout":
+            target = _command_key(str(event.get("step_run_id")), event.get("iteration"))
+        else:
+            target = str(event.get("execution_id"))
+        self._withdrawn[target] = None
+        while len(self._withdrawn) > WITHDRAWALS_KEPT:
+            self._withdrawn.popitem(last=False)
+        for task, (execution_id, key) in list(self._commands.items()):
+            if target in (execution_id, key) and task not in self._withdrawing:
+                self._withdrawing.add(task)
+                task.cancel(WITHDRAWN)
+
+    async def _execute(self, msg: Msg, command: dict[str, Any], execution_id: str,
+                       step_run_id: str, step: str, iteration: Any) -> None:
         parent = command.get("parent_execution_id")  # set on a child execution's commands
         started = time.time()
+        delivered = _deliveries(msg)
+        if delivered > 1:
+            # The lease (AckWait) ran out on another worker, or it died: make that visible.
+            await publish_event(self.bus, execution_id, "task.redelivered",
+                                ids.event_msg_id(execution_id, "task.redelivered", step_run_id,
+                                                 iteration, delivered),
+                                {"event_type": "task.redelivered", "execution_id": execution_id,
+                                 "step": step, "step_run_id": step_run_id, "iteration": iteration,
+                                 "timestamp": started, "pool": self.pool, "delivery": delivered,
+                                 "parent_execution_id": parent}, wait=False)
         await publish_event(self.bus, execution_id, "task.started",
                             ids.event_msg_id(execution_id, "task.started", step_run_id, iteration),
                             {"event_type": "task.started", "execution_id": execution_id,
@@ -161,3 +248,14 @@ class Worker:
             await asyncio.sleep(self._ack_wait_s / 3)
             with contextlib.suppress(Exception):
                 await msg.in_progress()
+
+
+def _command_key(step_run_id: str, iteration: Any) -> str:
+    return f"{step_run_id}:{'-' if iteration is None else iteration}"
+
+
+def _deliveries(msg: Msg) -> int:
+    try:
+        return int(msg.metadata.num_delivered)
+    except (AttributeError, TypeError, ValueError):  # not a JetStream message
+        return 1
