@@ -48,6 +48,13 @@ class ProgressPrinter:
         elif etype == "step.failed":
             err = (event.get("error") or {}).get("message", "")
             self._line(self._c("31", f"✗ {step}") + f"  {_short(err, 300)}")
+        elif etype == "step.timeout":
+            self._line(self._c("31", f"⏱ {step}") + f"  {_short(event.get('reason', ''), 300)}")
+        elif etype == "step.cancelled":
+            self._line(self._c("33", f"■ {step} cancelled"))
+        elif etype == "task.redelivered":
+            self._line(self._c("33", f"↻ {step}") + f"  command redelivered "
+                       f"(delivery {event.get('delivery')}): its worker stopped answering")
         elif etype == "step.skipped":
             self._line(self._c("2", f"- {step} skipped ({event.get('reason', '')})"))
         elif etype == "loop.started":
@@ -66,6 +73,9 @@ class ProgressPrinter:
         elif etype == "execution.failed":
             err = (event.get("error") or {}).get("message", "")
             self._line(self._c("1;31", "failed") + f"  {_short(err, 600)}")
+        elif etype == "execution.cancelled":
+            reason = (event.get("error") or {}).get("reason") or ""
+            self._line(self._c("1;33", "cancelled") + (f"  {_short(reason, 300)}" if reason else ""))
         elif etype == "execution.rejected":
             self._line(self._c("1;31", "rejected"))
             for e in event.get("errors", []):
