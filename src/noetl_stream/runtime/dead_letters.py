@@ -29,11 +29,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import NotFoundError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.fetching import fetch_batch
 from noetl_stream.runtime.publish import publish_event
 
 log = logging.getLogger("noetl_stream.dead_letters")
@@ -166,10 +166,7 @@ class DeadLetters:
 
     async def _loop(self, sub: Any) -> None:
         while not self._stopping.is_set():
-            try:
-                msgs = await sub.fetch(16, timeout=1.0)
-            except (TimeoutError, NatsTimeoutError):
-                continue
+            msgs = await fetch_batch(sub, 16, log)
             for m in msgs:
                 try:
                     await self.handle_advisory(m)

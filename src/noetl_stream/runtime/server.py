@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
@@ -33,6 +32,7 @@ from noetl_stream.messages import CancelRequest, ExecutionRequest, RequestReply
 from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.fetching import fetch_batch
 from noetl_stream.runtime.publish import publish_event, publish_outbox
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.vars_store import VarsStore
@@ -90,17 +90,8 @@ class Server:
     async def _loop(self, sub: Any, handler: Callable[[list[Msg]], Any]) -> None:
         # One fetch loop per consumer (several loops on one durable stall, ARCHITECTURE §10).
         while not self._stopping.is_set():
-            try:
-                msgs = await sub.fetch(FETCH_BATCH, timeout=1.0)
-            except (TimeoutError, NatsTimeoutError):
-                continue
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                # A NATS node failing over answers fetches with errors (503, no responders) for a
-                # while; the loop must outlive that, or the server stops consuming for good.
-                log.warning("server: fetch failed (%s); retrying", exc)
-                await asyncio.sleep(0.5)
+            msgs = await fetch_batch(sub, FETCH_BATCH, log)
+            if not msgs:
                 continue
             try:
                 await handler(msgs)

@@ -21,13 +21,13 @@ from collections import OrderedDict
 from typing import Any
 
 from nats.aio.msg import Msg
-from nats.errors import TimeoutError as NatsTimeoutError
 from pydantic import ValidationError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_unreadable
+from noetl_stream.runtime.fetching import fetch_batch
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
@@ -104,18 +104,7 @@ class Worker:
             while free < 64 and not self._slots.locked():
                 await self._slots.acquire()
                 free += 1
-            try:
-                msgs = await sub.fetch(free, timeout=1.0)
-            except (TimeoutError, NatsTimeoutError):
-                msgs = []
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                # A NATS node failing over answers fetches with errors for a while; the loop must
-                # outlive that, or this worker stops taking commands for good.
-                log.warning("worker: fetch failed (%s); retrying", exc)
-                msgs = []
-                await asyncio.sleep(0.5)
+            msgs = await fetch_batch(sub, free, log)
             for _ in range(free - len(msgs)):
                 self._slots.release()
             for m in msgs:
