@@ -137,6 +137,9 @@ async def test_api_runs_a_playbook_from_login_to_logout(api: Api) -> None:
         assert 'noetl_step_duration_seconds_count{outcome="done"} 2' in text
         assert 'noetl_consumer_pending_messages{stream="NOETL_EVENTS",consumer="noetl-server-router"}' \
             in text
+        # the in-process worker's heartbeat
+        assert 'noetl_processes{role="worker",pool="default"} 1' in text
+        assert 'noetl_worker_running_commands{pool="default",worker="' in text
 
     await assert_eventually(metrics_show_the_run)
     status, document = await api.call("GET", "/api/openapi.json")

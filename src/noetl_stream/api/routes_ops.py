@@ -7,7 +7,9 @@ except the step latency histogram (see `metrics.py`).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from typing import Any
 
 from aiohttp import web
 from nats.errors import Error as NatsError
@@ -18,6 +20,7 @@ from noetl_stream.api.endpoints import Endpoint, json_response
 from noetl_stream.api.execution_lookup import load_state
 from noetl_stream.api.metrics import family, sample
 from noetl_stream.api.models import ConsumerHealth, Health
+from noetl_stream.runtime.heartbeats import live_processes
 from noetl_stream.state.kv_keys import bucket_keys
 
 WORKER_CONSUMER_PREFIX = "noetl-workers-"
@@ -86,10 +89,7 @@ async def metrics(request: web.Request) -> web.StreamResponse:
     lines += family("noetl_stream_messages", "gauge", "Messages stored per stream.",
                     [sample("noetl_stream_messages", {"stream": s.config.name or ""},
                             int(s.state.messages)) for s in streams])
-    roles: Counter[str] = Counter(k.split(".", 1)[0] for k in await bucket_keys(ctx.bus.js, "noetl_runtime"))
-    lines += family("noetl_runtime_registrations", "gauge", "Server and worker registrations "
-                    "(heartbeat entries) in KV noetl_runtime, by role.",
-                    [sample("noetl_runtime_registrations", {"role": r}, n) for r, n in sorted(roles.items())])
+    lines += _process_lines(await live_processes(ctx.bus))
     hist_lines: list[str] = []
     for outcome, histogram in sorted(ctx.metrics.step_seconds.items()):
         hist_lines += histogram.lines("noetl_step_duration_seconds", {"outcome": outcome})
@@ -105,3 +105,27 @@ ENDPOINTS = [
     Endpoint("GET", "/metrics", metrics, "Prometheus metrics (text format 0.0.4)", "read", "ops",
              produces="text/plain"),
 ]
+
+
+def _process_lines(processes: list[dict[str, Any]]) -> list[str]:
+    """Live processes by role and pool, and each worker's heartbeat age and running commands."""
+    now = time.time()
+    counts: Counter[tuple[str, str]] = Counter(
+        (str(p.get("role", "")), str(p.get("pool", ""))) for p in processes)
+    workers = [p for p in processes if p.get("role") == "worker"]
+    out = family("noetl_processes", "gauge", "Live processes (heartbeat entries in KV "
+                 "noetl_runtime) by role and pool.",
+                 [sample("noetl_processes", {"role": r, "pool": pool}, n)
+                  for (r, pool), n in sorted(counts.items())])
+    out += family("noetl_worker_heartbeat_age_seconds", "gauge", "Seconds since each worker's "
+                  "last heartbeat (written every 10 s; the entry expires after 60 s).",
+                  [sample("noetl_worker_heartbeat_age_seconds",
+                          {"pool": str(w.get("pool")), "worker": str(w.get("instance"))},
+                          round(max(0.0, now - float(w.get("heartbeat_at") or now)), 3))
+                   for w in workers])
+    out += family("noetl_worker_running_commands", "gauge", "Commands each worker is running.",
+                  [sample("noetl_worker_running_commands",
+                          {"pool": str(w.get("pool")), "worker": str(w.get("instance"))},
+                          int(w.get("running") or 0))
+                   for w in workers])
+    return out

@@ -42,6 +42,8 @@ log = logging.getLogger("noetl_stream.server")
 
 FETCH_BATCH = 256
 COMMIT_RETRIES = 20
+STATE_CACHE_SIZE = 10_000  # execution states kept in memory between their events
+PLAYBOOK_CACHE_SIZE = 1_000  # parsed playbooks
 
 
 @dataclass
@@ -183,7 +185,7 @@ class Server:
                                    [str(i) for i in exc.issues if i.severity == "error"])
                 return
             await self._catalog.put(key, request.playbook.encode())
-            self._playbooks[key] = playbook
+            _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
         state = router.start(playbook, execution_id=execution_id, playbook_key=key,
                              workload=workload, now=self.clock(),
@@ -196,7 +198,7 @@ class Server:
             entry = await self._executions.get(execution_id)
             state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
             revision = int(entry.revision or 0)
-        self._cache[execution_id] = _Cached(state, revision, playbook)
+        self._remember(execution_id, _Cached(state, revision, playbook))
         await publish_outbox(self.bus, state.outbox)
         if request.reply_to:
             reply = RequestReply(accepted=True, execution_id=execution_id)
@@ -315,8 +317,13 @@ class Server:
         # Whatever the last committer had not yet published goes out again; duplicates drop.
         await publish_outbox(self.bus, state.outbox)
         cached = _Cached(state, int(entry.revision or 0), playbook)
-        self._cache[execution_id] = cached
+        self._remember(execution_id, cached)
         return cached
+
+    def _remember(self, execution_id: str, cached: _Cached) -> None:
+        # Bounded: with several servers, an execution another server finished stays cached here
+        # until evicted (the cache is only a shortcut; a stale entry fails its revision check).
+        _bounded_put(self._cache, execution_id, cached, STATE_CACHE_SIZE)
 
     async def _playbook(self, key: str) -> Playbook:
         pb = self._playbooks.get(key)
@@ -324,7 +331,7 @@ class Server:
             assert self._catalog is not None
             entry = await self._catalog.get(key)
             pb = parse_playbook(bytes(entry.value or b"").decode(), key, kinds=self._kinds).playbook
-            self._playbooks[key] = pb
+            _bounded_put(self._playbooks, key, pb, PLAYBOOK_CACHE_SIZE)
         return pb
 
 
@@ -338,6 +345,14 @@ async def _release(subs: list[Any]) -> None:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
     subs.clear()
+
+
+def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> None:
+    """Insert or refresh `key`, dropping the least recently stored entries beyond `limit`."""
+    cache.pop(key, None)
+    cache[key] = value
+    while len(cache) > limit:
+        del cache[next(iter(cache))]
 
 
 def _reply_address(raw: Any) -> tuple[str | None, str | None]:

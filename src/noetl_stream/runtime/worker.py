@@ -28,6 +28,7 @@ from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_unreadable
 from noetl_stream.runtime.fetching import fetch_batch
+from noetl_stream.runtime.heartbeats import Heartbeat
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
@@ -53,6 +54,9 @@ class Worker:
         self.concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
         self._running: set[asyncio.Task[None]] = set()
+        self.heartbeat = Heartbeat(bus, role="worker", pool=pool,
+                                   load=lambda: {"running": len(self._running),
+                                                 "concurrency": self.concurrency})
         self._loop_task: asyncio.Task[None] | None = None
         self._sub: Any = None
         self._stopping = asyncio.Event()
@@ -73,9 +77,11 @@ class Worker:
             await self.bus.nc.subscribe(topo.event_subject("*", etype), cb=self._on_withdrawal)
             for etype in ("execution.cancelled", "step.timeout")]
         self._loop_task = asyncio.create_task(self._fetch_loop(sub), name=f"worker-{self.pool}")
+        await self.heartbeat.start()
 
     async def stop(self) -> None:
         self._stopping.set()
+        await self.heartbeat.stop()
         for withdraw_sub in self._withdraw_subs:
             with contextlib.suppress(Exception):
                 await withdraw_sub.unsubscribe()
