@@ -156,6 +156,22 @@ def test_router_applies_a_redelivered_signal_once() -> None:
     assert harness.state.status == "completed"
 
 
+def test_router_hears_a_signal_that_arrives_after_a_later_one() -> None:
+    # Two servers, or a batch that failed and came back: stream order is not arrival order.
+    harness = started("""
+        workflow:
+          - step: count
+            eval_mode: on_event
+            case:
+              - when: "{{ event.name == 'signal.tick' }}"
+                then: {set: {ctx: {ticks: "{{ (ctx.ticks or 0) + 1 }}"}}}
+    """)
+    harness.signal("tick", seq=12)
+    harness.signal("tick", seq=10)
+    harness.signal("tick", seq=12)  # the redelivered later one still counts once
+    assert harness.state.ctx["ticks"] == 2
+
+
 def test_router_lets_a_listener_hear_other_steps_outcomes() -> None:
     harness = started("""
         workflow:

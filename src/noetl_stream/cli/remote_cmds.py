@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import uuid
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from noetl_stream.dsl.composition import ComposedResult, PlaybookFile
 from noetl_stream.errors import InfrastructureError
 
 T = TypeVar("T")
+START_ATTEMPTS = 3
 
 
 def call(coro: Coroutine[Any, Any, T]) -> T:
@@ -79,8 +81,7 @@ async def run_remote(server_url: str, token: str | None, *, playbook_text: str,
     """Start an inline playbook and follow it to the end; the terminal event, as over NATS."""
     async with open_client(server_url, token) as client:
         try:
-            accepted = await client.request("POST", "/api/executions",
-                                            json={"playbook": playbook_text, "payload": payload})
+            accepted = await _start(client, {"playbook": playbook_text, "payload": payload})
         except RemoteError as exc:
             if exc.status == 422 and exc.code in ("rejected", "invalid_playbook"):
                 details = exc.details if isinstance(exc.details, dict) else {}
@@ -91,6 +92,21 @@ async def run_remote(server_url: str, token: str | None, *, playbook_text: str,
         pending = accepted.get("status") == "submitted"
         async with asyncio.timeout(timeout_s):
             return await _follow(client, execution_id, on_event, wait_for_start=pending)
+
+
+async def _start(client: ApiClient, body: dict[str, Any]) -> Any:
+    """POST the start request; a dropped connection is retried under the same Idempotency-Key,
+    so the server starts one execution however many of the attempts reached it.
+    """
+    headers = {"Idempotency-Key": f"cli-{uuid.uuid4().hex}"}
+    for attempt in range(START_ATTEMPTS):
+        try:
+            return await client.request("POST", "/api/executions", json=body, headers=headers)
+        except InfrastructureError:
+            if attempt == START_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(1.0)
+    raise InfrastructureError("no attempt to start the execution was made")
 
 
 async def watch_remote(server_url: str, token: str | None, execution_id: str,

@@ -8,8 +8,9 @@ and leaves along its route (`next`) or fails the step (`fail`); with neither, th
 listening. A signal or timer that no listener takes is answered with an `event.ignored` event,
 so it is on record, and changes nothing else.
 
-Each listener remembers the stream sequence of the last signal or timer it heard, so a
-redelivered one (server crash between commit and ack) is not applied twice.
+Each listener remembers the stream sequences of the signals and timers it heard (the latest
+HEARD_KEPT), so a redelivered one (server crash between commit and ack) is not applied twice,
+while one that arrives late, after a later one, is still heard.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from noetl_stream.router.state import ExecutionState, Outgoing, Run
 
 if TYPE_CHECKING:
     from noetl_stream.router.engine import _Router
+
+HEARD_KEPT = 256  # redeliveries come within a few AckWaits, far fewer signals than this apart
 
 OUTCOMES = frozenset({"step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed"})
 
@@ -60,10 +63,11 @@ def hear_all(router: _Router, run_ids: list[str], event: dict[str, Any]) -> None
         if run is None or run.status != "running" or router.s.status != "running":
             continue
         if is_external(etype) and isinstance(seq, int) and not isinstance(seq, bool):
-            if seq <= run.heard_seq:
+            if seq in run.heard:
                 heard = True  # already applied before a redelivery: not "unheard" either
                 continue
-            run.heard_seq = seq
+            run.heard.append(seq)
+            del run.heard[:-HEARD_KEPT]
         heard = hear(router, router.pb.step(run.step), run, event_view(event)) or heard
     if is_external(etype) and not heard and router.s.status == "running":
         reason = "no listener rule matched" if run_ids else "no step is listening"

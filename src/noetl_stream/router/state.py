@@ -50,7 +50,10 @@ class Run:
     args: dict[str, Any]
     status: str = "running"  # running | done | failed | cancelled
     loop: LoopState | None = None
-    heard_seq: int = 0  # a listener: stream sequence of the last signal or timer it applied
+    # A listener: stream sequences of the signals and timers it applied, the latest HEARD_KEPT.
+    # A set, not a high-water mark: with several servers, or after a failed batch, an earlier
+    # signal can arrive after a later one and must still be heard.
+    heard: list[int] = field(default_factory=list)
     issued_at: float = 0.0  # when the step fired (its command, if any, went out then)
     deadline: float | None = None  # watchdog: no outcome by then fails the run (spec.timeout)
 
