@@ -73,6 +73,18 @@ class Rule(_Frozen):
     jitter: bool = Field(
         False, description="Spread each wait over [wait/2, wait], fixed per idempotency key "
         "and attempt, so a replay waits the same.")
+
+    def backoff_wait(self, attempt: int) -> float:
+        """The wait before attempt `attempt + 1`, before jitter and the `max_delay` cap: the one
+        formula both the pipeline (that waits) and the router's watchdog (that budgets) use.
+        """
+        if self.backoff == "exponential":
+            return self.delay * ((self.multiplier or 2.0) ** (attempt - 1))
+        if self.backoff == "linear":
+            return self.delay * attempt
+        if self.backoff == "none":
+            return 0.0
+        return self.delay
     timer: TimerSpec | None = Field(
         None, description="Listener `timer`: set (or reset) a durable timer that publishes "
         "`timer.fired` to this execution after `after_s` seconds.")

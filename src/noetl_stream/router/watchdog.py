@@ -68,14 +68,7 @@ def _retries(task: Task) -> tuple[int, float]:
 
 def _wait(rule: Rule, attempt: int) -> float:
     """The longest wait before attempt `attempt + 1` (jitter only ever shortens it)."""
-    if rule.backoff == "exponential":
-        wait = rule.delay * ((rule.multiplier or 2.0) ** (attempt - 1))
-    elif rule.backoff == "linear":
-        wait = rule.delay * attempt
-    elif rule.backoff == "none":
-        wait = 0.0
-    else:
-        wait = rule.delay
+    wait = rule.backoff_wait(attempt)
     return min(wait, rule.max_delay) if rule.max_delay is not None else wait
 
 

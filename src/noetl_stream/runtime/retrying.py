@@ -33,14 +33,7 @@ def backoff_delay(rule: Rule, attempt: int, key: str | None = None) -> float:
 
     With `jitter` the wait is spread over [wait/2, wait] by `key`; `max_delay` caps the result.
     """
-    if rule.backoff == "exponential":
-        wait = rule.delay * ((rule.multiplier or 2.0) ** (attempt - 1))
-    elif rule.backoff == "linear":
-        wait = rule.delay * attempt
-    elif rule.backoff == "none":
-        wait = 0.0
-    else:
-        wait = rule.delay
+    wait = rule.backoff_wait(attempt)
     if rule.jitter and key is not None:
         wait = wait / 2 + wait / 2 * jitter_fraction(key, attempt)
     return float(min(wait, rule.max_delay) if rule.max_delay is not None else wait)
