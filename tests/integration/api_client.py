@@ -12,6 +12,7 @@ from aiohttp.test_utils import TestServer
 
 from noetl_stream.api import create_app, open_authenticator
 from noetl_stream.api.auth import Authenticator
+from noetl_stream.api.context import CONTEXT, ApiContext
 from noetl_stream.runtime.connection import Bus
 
 
@@ -22,6 +23,7 @@ class Api:
     auth: Authenticator | None
     token: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    context: ApiContext | None = None  # the app's own state, for tests that look inside
 
     def _headers(self, token: str | None, extra: dict[str, str] | None) -> dict[str, str]:
         out = dict(self.headers)
@@ -50,7 +52,8 @@ async def running_api(bus: Bus, *, auth: bool = True) -> AsyncIterator[Api]:
     await server.start_server()
     try:
         async with aiohttp.ClientSession() as http:
-            yield Api(str(server.make_url("")).rstrip("/"), http, authenticator)
+            yield Api(str(server.make_url("")).rstrip("/"), http, authenticator,
+                      context=app[CONTEXT])
     finally:
         await server.close()
 

@@ -174,3 +174,23 @@ async def test_api_without_auth_treats_every_caller_as_admin(bus: Bus) -> None:
         assert (await api.call("GET", "/api/catalog"))[0] == 200
         status, body = await api.call("POST", "/api/sessions", json={"user": "a", "password": "b"})
         assert status == 404 and "--no-auth" in body["error"]["message"]
+
+
+async def test_api_throttles_failed_logins_then_lets_the_right_password_in_later(
+        api: Api) -> None:
+    assert api.auth is not None
+    await api.auth.users.add("gus", ["viewer"], PASSWORD)
+    assert api.context is not None
+    throttle = api.context.login_throttle
+    for _ in range(throttle.max_failures):
+        assert (await api.call("POST", "/api/sessions",
+                               json={"user": "gus", "password": "guess"}))[0] == 401
+
+    # Blocked now, even with the right password: a guesser learns nothing from the answer.
+    status, body = await api.call("POST", "/api/sessions", json={"user": "gus", "password": PASSWORD})
+    assert status == 429 and body["error"]["code"] == "too_many_requests"
+    assert body["error"]["details"]["retry_after_s"] >= 1
+
+    throttle.window_s = 0.0  # the window has passed
+    status, login = await api.call("POST", "/api/sessions", json={"user": "gus", "password": PASSWORD})
+    assert status == 201 and login["user"] == "gus"

@@ -14,6 +14,7 @@ from nats.js.kv import KeyValue
 
 from noetl_stream.api.auth import Authenticator
 from noetl_stream.api.metrics import Metrics
+from noetl_stream.api.throttle import LoginThrottle
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import CredentialStore
@@ -30,6 +31,7 @@ class ApiContext:
     vars: KeyValue
     kinds: frozenset[str]  # tool kinds installed here: what a playbook may name
     metrics: Metrics = field(default_factory=Metrics)
+    login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
     # How long POST /api/executions waits for the server to accept a request before answering
     # 202 "submitted" (the request is stored in the stream either way).
     accept_timeout: timedelta = timedelta(seconds=10)

@@ -23,15 +23,17 @@ log = logging.getLogger("noetl_stream.api")
 
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
           405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
-          415: "unsupported_media_type", 422: "invalid", 500: "internal"}
+          415: "unsupported_media_type", 422: "invalid", 429: "too_many_requests",
+          500: "internal"}
 
 
 class ApiError(NoetlStreamError):
     """An answer other than success, with the status, code and details the client sees."""
 
     def __init__(self, status: int, message: str, *, code: str | None = None,
-                 details: Any = None) -> None:
+                 details: Any = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
+        self.headers = headers or {}
         self.status = status
         self.code = code or _CODES.get(status, "error")
         self.message = message
@@ -42,9 +44,11 @@ def not_found(what: str) -> ApiError:
     return ApiError(404, f"{what} not found")
 
 
-def error_response(status: int, code: str, message: str, details: Any = None) -> web.Response:
+def error_response(status: int, code: str, message: str, details: Any = None,
+                   headers: dict[str, str] | None = None) -> web.Response:
     body = {"error": {"code": code, "message": message, "details": details}}
-    return web.Response(status=status, body=jsonutil.dumps(body), content_type="application/json")
+    return web.Response(status=status, body=jsonutil.dumps(body), content_type="application/json",
+                        headers=headers)
 
 
 def validation_details(exc: ValidationError) -> list[dict[str, Any]]:
@@ -58,7 +62,7 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except ApiError as exc:
-        return error_response(exc.status, exc.code, exc.message, exc.details)
+        return error_response(exc.status, exc.code, exc.message, exc.details, exc.headers)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise  # redirects and the like are answers, not errors

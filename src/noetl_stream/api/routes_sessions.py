@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 
 from aiohttp import web
@@ -22,16 +23,25 @@ def _authenticator(request: web.Request) -> Authenticator:
 
 async def login(request: web.Request) -> web.StreamResponse:
     auth = _authenticator(request)
+    throttle = api_context(request).login_throttle
     body = await read_body(request, LoginBody)
     client = request.remote
+    keys = [f"addr:{client}"] + ([f"user:{body.user}"] if body.user is not None else [])
+    wait = throttle.retry_after(*keys)
+    if wait > 0:
+        raise ApiError(429, "too many failed logins; try again later",
+                       details={"retry_after_s": math.ceil(wait)},
+                       headers={"Retry-After": str(math.ceil(wait))})
     if body.api_key is not None:
         opened = await auth.login_with_key(body.api_key, client)
     else:
         assert body.user is not None and body.password is not None  # LoginBody checked it
         opened = await auth.login_with_password(body.user, body.password, client)
     if opened is None:
+        throttle.failed(*keys)
         # One answer for an unknown user, a wrong password and a bad key: no name probing.
         raise ApiError(401, "wrong user name, password or API key")
+    throttle.succeeded(*keys)
     token, record = opened
     return json_response(LoginReply(token=token, session_id=record.session_id,
                                     expires_at=datetime.fromtimestamp(record.expires_at, UTC),
@@ -66,7 +76,7 @@ async def delete_session(request: web.Request) -> web.StreamResponse:
 
 ENDPOINTS = [
     Endpoint("POST", "/api/sessions", login, "Log in with a user name and password or an API key",
-             None, "sessions", body=LoginBody, response=LoginReply, status=201, errors=(401, 422)),
+             None, "sessions", body=LoginBody, response=LoginReply, status=201, errors=(401, 422, 429)),
     Endpoint("GET", "/api/sessions", list_sessions, "The caller's live sessions (admin: ?user=)",
              "read", "sessions", query=SessionsQuery, response=SessionList, errors=(403,)),
     Endpoint("DELETE", "/api/sessions/{session_id}", delete_session,
