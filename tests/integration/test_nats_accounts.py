@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import ConsumerConfig
 
 from noetl_stream import jsonutil
+from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.nats_server import free_port
@@ -20,6 +22,8 @@ from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.state.catalog import register_files
+from noetl_stream.state.event_feed import EventFeed
 from noetl_stream.testing.cluster import render_node_config, start_node, stop_node
 from noetl_stream.testing.waiting import assert_eventually
 
@@ -101,8 +105,10 @@ async def _stored(bus: Bus, stream: str, subject: str) -> int:
 
 
 def _violations(caplog: pytest.LogCaptureFixture, subject: str) -> list[str]:
+    # nats-py reports the server's -ERR lowercased.
     return [r.getMessage() for r in caplog.records
-            if "permissions violation" in r.getMessage().lower() and subject in r.getMessage()]
+            if "permissions violation" in r.getMessage().lower()
+            and f'"{subject.lower()}"' in r.getMessage().lower()]
 
 
 async def test_worker_cannot_publish_a_command(worker_bus: Bus, server_bus: Bus,
@@ -206,4 +212,91 @@ async def test_playbook_runs_with_each_role_on_its_own_user(
 
     assert final["event_type"] == "execution.completed", final
     assert final["result"] == {"text": "HELLO WORLD"}
+    assert [r.getMessage() for r in caplog.records if "violation" in r.getMessage().lower()] == []
+
+
+@pytest.mark.parametrize("user", ["client", "worker-default"])
+async def test_restricted_user_cannot_create_or_update_the_router_consumer(
+        accounts: Accounts, server_bus: Bus, user: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    router = server_bus.topology.consumer("noetl-server-router")
+    before = (await server_bus.js.consumer_info(router.stream, router.durable)).config
+    # A change the server would accept as an update of the router's durable.
+    hijack = {**before.as_dict(), "description": "hijacked", "max_ack_pending": 1}
+    body = jsonutil.dumps({"stream_name": router.stream, "config": hijack})
+    legacy = f"$JS.API.CONSUMER.CREATE.{router.stream}"
+    durable = f"$JS.API.CONSUMER.DURABLE.CREATE.{router.stream}.{router.durable}"
+    bus = await accounts.connect(user)
+    try:
+        # The named form: nats-py puts the name (and filter) in the subject, which the grant denies.
+        with pytest.raises(NatsTimeoutError):
+            await bus.js.add_consumer(router.stream, ConsumerConfig.from_response(hijack),
+                                      timeout=DENIED_WAIT_S)
+        # The unnamed and the durable forms, with the router's name only in the body.
+        for subject in (legacy, durable):
+            with pytest.raises(NatsTimeoutError):
+                await bus.nc.request(subject, body, timeout=DENIED_WAIT_S)
+        # What the user may do: a consumer of its own name, through the named form.
+        async with EventFeed(bus.nc, "noetl.events.ex1.>") as feed:
+            assert feed.consumer_name is not None
+    finally:
+        await bus.close()
+
+    after = (await server_bus.js.consumer_info(router.stream, router.durable)).config
+    assert after == before
+    named = (f"$JS.API.CONSUMER.CREATE.{router.stream}.{router.durable}."
+             f"{before.filter_subject or ''}").rstrip(".")
+    for subject in (named, legacy, durable):
+        await assert_eventually(lambda s=subject: _violations(caplog, s) or [][0])
+
+
+CHILD = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: accounts_child
+workflow:
+  - step: start
+    tool:
+      kind: python
+      input:
+        n: "{{ workload.n }}"
+      code: |
+        result = {"square": n * n}
+"""
+
+PARENT = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: accounts_parent
+workload:
+  n: 3
+workflow:
+  - step: start
+    tool:
+      kind: playbook
+      path: ./child.yaml
+      args:
+        n: "{{ workload.n }}"
+"""
+
+
+async def test_sub_playbook_waits_for_its_child_with_each_role_on_its_own_user(
+        server_bus: Bus, worker_bus: Bus, client_bus: Bus, tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    # The worker follows the child's events on its own user's grants (tools/playbook.py).
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    (tmp_path / "child.yaml").write_text(CHILD)
+    (tmp_path / "parent.yaml").write_text(PARENT)
+    composed = load_with_children(tmp_path / "parent.yaml")
+    await register_files(server_bus.js, composed.files)  # the catalog is the server's to write
+    async with run_services(server_bus, worker=False), \
+            run_services(worker_bus, server=False, python_children=1):
+        final = await submit_and_watch(client_bus, playbook_text=composed.files[0].text,
+                                       playbook_file="parent.yaml", payload={"n": 4},
+                                       on_event=lambda _: None, timeout_s=60)
+
+    assert final["event_type"] == "execution.completed", final
+    assert final["result"] == {"square": 16}
     assert [r.getMessage() for r in caplog.records if "violation" in r.getMessage().lower()] == []

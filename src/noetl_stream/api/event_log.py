@@ -4,14 +4,18 @@ Two ways, both on consumers that live only as long as the read:
 - `read_page`: an ephemeral pull consumer starting after a sequence. The server tells how many
   messages match when the consumer is created, so a page never waits for messages that will not
   come.
-- `follow`: an ordered push consumer (what `nats sub` and `noetl-stream watch` use), from a start
-  sequence, live until the caller stops; the stream sequence lets a client resume.
+- `follow`: an `EventFeed` (state/event_feed.py, what `noetl-stream watch` uses too) from a start
+  sequence, live until the caller stops, re-created after the loss of its consumer; the stream
+  sequence lets a client resume.
+
+Both name their consumers, so they are created through the named subject form the restricted
+NATS users are limited to (deploy/nats/accounts).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import secrets
 from collections.abc import AsyncIterator
 
 from nats.aio.msg import Msg
@@ -20,8 +24,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from noetl_stream.api.models import StoredEvent
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.signals import decode_event
+from noetl_stream.state.event_feed import EVENTS_STREAM as EVENTS_STREAM  # re-exported
+from noetl_stream.state.event_feed import EventFeed
 
-EVENTS_STREAM = "NOETL_EVENTS"
 FETCH_TIMEOUT_S = 5.0
 
 
@@ -42,6 +47,7 @@ def _start(after_seq: int) -> ConsumerConfig:
 
 def _page_consumer(bus: Bus, execution_id: str, after_seq: int) -> ConsumerConfig:
     config = _start(after_seq)
+    config.name = f"page_{secrets.token_hex(8)}"
     config.filter_subject = bus.topology.execution_events_filter(execution_id)
     config.ack_policy = AckPolicy.NONE
     config.mem_storage = True
@@ -87,18 +93,8 @@ async def read_page(bus: Bus, execution_id: str, *, after_seq: int,
 
 
 @contextlib.asynccontextmanager
-async def follow(bus: Bus, execution_id: str, *, after_seq: int) -> AsyncIterator[asyncio.Queue[Msg]]:
-    """A queue that receives the execution's messages after `after_seq`, live, in order."""
-    queue: asyncio.Queue[Msg] = asyncio.Queue()
-
-    async def on_msg(msg: Msg) -> None:
-        queue.put_nowait(msg)
-
-    sub = await bus.js.subscribe(bus.topology.execution_events_filter(execution_id),
-                                 stream=EVENTS_STREAM, cb=on_msg, ordered_consumer=True,
-                                 config=_start(after_seq))
-    try:
-        yield queue
-    finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+async def follow(bus: Bus, execution_id: str, *, after_seq: int) -> AsyncIterator[EventFeed]:
+    """The execution's messages after `after_seq`, live, in order, once: `await feed.get()`."""
+    async with EventFeed(bus.nc, bus.topology.execution_events_filter(execution_id),
+                         after_seq=after_seq) as feed:
+        yield feed

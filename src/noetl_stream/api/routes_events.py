@@ -19,6 +19,7 @@ from noetl_stream.api.errors import ApiError
 from noetl_stream.api.event_log import count_after, follow, read_page, stored_event
 from noetl_stream.api.execution_lookup import TERMINAL, check_execution_id, detail
 from noetl_stream.api.models import EventPage, EventsQuery, StoredEvent, StreamQuery
+from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.watcher import END_EVENTS
 
 KEEPALIVE_S = 15.0
@@ -63,14 +64,15 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
         await response.write_eof()
         return response
     try:
-        async with follow(ctx.bus, execution_id, after_seq=after) as queue:
+        async with follow(ctx.bus, execution_id, after_seq=after) as feed:
             while True:
                 try:
-                    msg = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                    msg = await asyncio.wait_for(feed.get(), KEEPALIVE_S)
                 except TimeoutError:
                     # Quiet for a while: a comment keeps proxies from closing the connection,
-                    # and an execution that ended before we joined ends the stream.
-                    if queue.empty() and await _over(ctx, execution_id, after):
+                    # and an execution that ended before we joined ends the stream (nothing
+                    # stored after `after` means nothing is on its way to us either).
+                    if await _over(ctx, execution_id, after):
                         break
                     await response.write(b": keepalive\n\n")
                     continue
@@ -84,6 +86,8 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
         await response.write_eof()
     except (ConnectionResetError, ConnectionError):
         pass  # the client went away; its consumer is gone with the `follow` block
+    except InfrastructureError:
+        pass  # our NATS connection closed (shutting down): the client resumes with Last-Event-ID
     return response
 
 

@@ -1,18 +1,22 @@
-"""Following one execution's events live, as `nats sub 'noetl.events.<id>.>'` would."""
+"""Following one execution's events live, as `nats sub 'noetl.events.<id>.>'` would.
+
+Reads through `EventFeed` (state/event_feed.py): a consumer we name ourselves, re-created from
+the last sequence seen when it is lost, so each event reaches `on_event` once and in order.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
 
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.signals import decode_event
+from noetl_stream.state.event_feed import IDLE_HEARTBEAT, EventFeed
 from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 
 log = logging.getLogger("noetl_stream.watch")
@@ -26,17 +30,17 @@ class ExecutionWatch:
     """
 
     def __init__(self, bus: Bus, execution_id: str,
-                 on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_event: Callable[[dict[str, Any]], None] | None = None, *,
+                 idle_heartbeat: timedelta = IDLE_HEARTBEAT) -> None:
         self.bus = bus
         self.execution_id = execution_id
         self.on_event = on_event
         self._final: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._sub: Any = None
+        self.feed = EventFeed(bus.nc, bus.topology.execution_events_filter(execution_id),
+                              on_msg=self._on_msg, idle_heartbeat=idle_heartbeat)
 
     async def start(self) -> None:
-        subject = self.bus.topology.execution_events_filter(self.execution_id)
-        self._sub = await self.bus.js.subscribe(subject, cb=self._on_msg, ordered_consumer=True,
-                                                deliver_policy=DeliverPolicy.ALL)
+        await self.feed.start()
 
     async def _on_msg(self, msg: Msg) -> None:
         try:
@@ -57,6 +61,4 @@ class ExecutionWatch:
         return await asyncio.wait_for(asyncio.shield(self._final), timeout_s)
 
     async def stop(self) -> None:
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
+        await self.feed.stop()
