@@ -25,6 +25,15 @@ class ExecutionRequest(BaseModel):
     parent_iter: dict[str, Any] | None = Field(
         None, description="The loop iteration (`iter`) of the parent task that starts this "
         "child, if any; the child's templates read it as `iter.parent` (spec 002 §6.4).")
+    parent_step_run_id: str | None = Field(
+        None, description="The parent's step run whose command starts this child. With it the "
+        "server records `child.started` in the parent's event log, and the parent's router "
+        "cancels the child when it cuts that run short.")
+    parent_iteration: int | None = Field(
+        None, description="The loop iteration number of the parent's command, if any.")
+    detached: bool = Field(
+        False, description="A fire-and-forget child (`async: true`): the parent does not wait "
+        "for it, and cancelling the parent's step leaves it running.")
     reply_to: str | None = Field(None, description="Core NATS subject that receives "
                                  "{accepted, execution_id, errors} once the request is handled.")
 

@@ -13,7 +13,7 @@ import pytest
 
 from noetl_stream import config
 from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.provision import provision
+from noetl_stream.runtime.provision import provision, provision_patiently
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.cluster import NatsCluster, run_nats_cluster
@@ -45,7 +45,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[NatsCluster]:
 async def cluster_bus(cluster: NatsCluster) -> AsyncIterator[Bus]:
     bus = await connect(cluster.url, name="test-cluster")
     try:
-        await provision(bus, replicas=3)
+        await provision_patiently(bus, replicas=3, patience_s=30)
         yield bus
     finally:
         await bus.close()

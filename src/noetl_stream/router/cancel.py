@@ -4,9 +4,11 @@ The server turns a cancel request into the execution's `execution.cancel.request
 cancellation is ordered in the event log with everything else and replays the same. Applying it
 stops all scheduling: every running run is cut short (`step.cancelled`, naming the loop
 iterations still in flight), delayed tokens and waiting joins are dropped, and the execution
-ends `cancelled` (the router then publishes `execution.cancelled` with the summary). Workers
-hear `execution.cancelled` and stop the commands they still run. Outcomes that arrive later are
-ignored like any event of a finished execution.
+ends `cancelled` (the router then publishes `execution.cancelled` with the summary). The child
+executions the cut runs wait on are cancelled by the router itself (router/children.py), so they
+stop even when no worker is left to hear about it. Workers hear `execution.cancelled` and stop
+the commands they still run. Outcomes that arrive later are ignored like any event of a finished
+execution.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from noetl_stream import ids
+from noetl_stream.router import children
 
 if TYPE_CHECKING:
     from noetl_stream.router.engine import _Router
@@ -35,6 +38,8 @@ def apply_cancel(router: _Router, event: dict[str, Any]) -> None:
         router.emit("step.cancelled", ids.event_msg_id(state.execution_id, "step.cancelled",
                                                        run.run_id),
                     step=run.step, step_run_id=run.run_id, iterations=in_flight, reason=reason)
+        children.cancel_run(router, run, f"its parent {state.execution_id} was cancelled: "
+                                         f"{reason}")
     state.delayed.clear()
     state.joins.clear()
     state.status = "cancelled"

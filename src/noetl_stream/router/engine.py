@@ -14,7 +14,7 @@ from noetl_stream import ids, refs
 from noetl_stream.dsl import keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
-from noetl_stream.router import cancel, case_events, listeners, watchdog
+from noetl_stream.router import cancel, case_events, children, listeners, watchdog
 from noetl_stream.router.context import build_context, pick_steps
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.state import Delayed, ExecutionState, Join, LoopState, Outgoing, Run
@@ -244,6 +244,7 @@ class _Router:
             return
         self.patch_ctx(ok, event)  # only now: a duplicate iteration event must not patch twice
         loop.in_flight.remove(index)
+        children.forget(run, index)
         loop.issued_at.pop(str(index), None)
         loop.deadlines.pop(str(index), None)
         loop.done += 1
@@ -451,6 +452,11 @@ class _Router:
                 self.s.status = "completed"
         etype = f"execution.{self.s.status}"
         self.emit(etype, ids.event_msg_id(self.s.execution_id, etype), **self.s.summary())
+        # A failure elsewhere ends the execution while these runs still wait on children that
+        # nobody will read any more.
+        for run in self.s.active_runs:
+            children.cancel_run(self, run, f"its parent {self.s.execution_id} "
+                                           f"{self.s.status}")
         self.s.runs.clear()
         self.s.joins.clear()
         self.s.delayed.clear()
@@ -516,10 +522,17 @@ def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload:
 
 def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
           now: float) -> ExecutionState:
-    """Apply one event (an outcome, a signal, a timer, a cancel request); `state.outbox` holds
-    only the messages this event implies.
+    """Apply one event (an outcome, a signal, a timer, a cancel request, a child's start);
+    `state.outbox` holds only the messages this event implies.
     """
     state.outbox = []
+    if event.get("event_type") == children.STARTED:
+        # Even for a finished execution: a child that started after its parent gave up on it
+        # must still be cancelled.
+        if state.status == "running":
+            state.applied += 1
+        children.on_started(_Router(playbook, state, now), event)
+        return state
     if state.status != "running":
         return state  # late outcomes, timers and repeated cancels of a finished execution
     router = _Router(playbook, state, now)

@@ -1,7 +1,10 @@
-"""Router state of one execution: the marking, step runs, loops, joins and the outbox.
+"""Router state of one execution: the marking, step runs, loops, joins, the child executions
+its runs wait on, and the outbox.
 
 Plain dataclasses that round-trip through JSON (`to_dict` / `from_dict`) so the snapshot in KV
-`noetl_executions` is exactly what the router works on.
+`noetl_executions` is exactly what the router works on. A run keeps the child executions its
+commands started (`Run.children`, router/children.py) only while it is in flight, so the router
+can cancel them when it cuts the run short; finished runs are dropped with their children.
 """
 
 from __future__ import annotations
@@ -14,9 +17,11 @@ import orjson
 
 @dataclass
 class Outgoing:
-    """A message the router wants published: a command for a worker pool or an event."""
+    """A message the router wants published: a command for a worker pool, an event, a durable
+    timer, or a cancel request for a child execution (body: `CancelRequest` fields).
+    """
 
-    kind: str  # "command" | "event"
+    kind: str  # "command" | "event" | "timer" | "cancel"
     msg_id: str
     body: dict[str, Any]
     event_type: str = ""  # for events
@@ -56,6 +61,9 @@ class Run:
     heard: list[int] = field(default_factory=list)
     issued_at: float = 0.0  # when the step fired (its command, if any, went out then)
     deadline: float | None = None  # watchdog: no outcome by then fails the run (spec.timeout)
+    # Child executions started by the run's commands and still waited on: command key ("-" for
+    # the run's own command, else the iteration number) -> child execution ids.
+    children: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass

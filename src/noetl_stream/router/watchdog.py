@@ -5,7 +5,8 @@ deadline for each command it issues (the run, or each loop iteration): a durable
 outbox message of kind `timer` like a delayed arc's, firing `timer.fired` with a `watchdog.<n>`
 timer id. If that run or iteration is still in flight when it fires, the router publishes
 `step.timeout` and fails it with error kind `timeout`, so the step's failure arcs apply as for
-any failure; an outcome the worker sends later finds nothing in flight and changes nothing. A
+any failure; an outcome the worker sends later finds nothing in flight and changes nothing. The
+child executions that run or iteration waits on are cancelled with it (router/children.py). A
 timer whose run already finished is a no-op.
 
 The budget of one command is what its tasks may legitimately take: each task's per-call timeout
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from noetl_stream import ids
 from noetl_stream.dsl import layering
 from noetl_stream.dsl.models import Playbook, Rule, Step, Task
+from noetl_stream.router import children
 from noetl_stream.router.state import Outgoing, Run
 
 if TYPE_CHECKING:
@@ -123,6 +125,9 @@ def on_fired(router: _Router, event: dict[str, Any]) -> None:
                                                  run.run_id, index),
                 step=run.step, step_run_id=run.run_id, iteration=index, reason=reason,
                 timeout_s=seconds, error=error)
+    # Before the failure is applied: it forgets the command's children as if they had ended.
+    children.cancel_command(router, run, index, f"its parent's step {run.step} timed out: "
+                                                f"{reason}")
     router.on_outcome({"event_type": "step.failed" if index is None else "loop.iteration.failed",
                        "execution_id": router.s.execution_id, "step": run.step,
                        "step_run_id": run.run_id, "iteration": index, "error": error})

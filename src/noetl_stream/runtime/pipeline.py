@@ -345,7 +345,8 @@ class Pipeline:
             execution_id=self.cmd["execution_id"], step=self.step, task=task.name, kind=task.kind,
             config=config, input=inputs, spec=task.spec,
             idempotency_key=self._key(task, attempt), attempt=attempt,
-            timeout_s=layering.timeout_s(task.spec), iteration=self._iteration())
+            timeout_s=layering.timeout_s(task.spec), iteration=self._iteration(),
+            step_run_id=self.cmd.get("step_run_id"), command_iteration=self.cmd.get("iteration"))
         try:
             outcome = await self.tools.get(task.kind).run(call)
         except NoetlStreamError as exc:

@@ -11,12 +11,14 @@ cluster) are compared only when asked for, so a process started without them nev
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from nats.errors import Error as NatsError
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
@@ -27,7 +29,7 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
-from nats.js.errors import BucketNotFoundError, NotFoundError
+from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
 
 from noetl_stream import config
 from noetl_stream.errors import InfrastructureError
@@ -37,6 +39,8 @@ from noetl_stream.subjects import ConsumerDecl
 _RETENTION = {"workqueue": RetentionPolicy.WORK_QUEUE, "limits": RetentionPolicy.LIMITS}
 
 log = logging.getLogger("noetl_stream.provision")
+
+PROVISION_PATIENCE_S = 60.0
 
 
 @dataclass
@@ -195,3 +199,26 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",),
                                           replicas=replicas or 1)),
                 partial(_stream_exists, bus, f"OBJ_{o.name}"))
     return report
+
+
+async def provision_patiently(bus: Bus, pools: tuple[str, ...] = ("default",),
+                              replicas: int | None = None, *,
+                              patience_s: float = PROVISION_PATIENCE_S) -> ProvisionReport:
+    """`provision`, retried for a while when NATS cannot answer yet: a cluster electing a new
+    leader, or one whose peers have not all reported in, answers with timeouts, 503s and "no
+    suitable peers" for seconds, and a process started at that moment should wait it out rather
+    than exit.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience_s
+    while True:
+        try:
+            return await provision(bus, pools, replicas)
+        except (NatsError, TimeoutError) as exc:
+            transient = not isinstance(exc, BadRequestError) or \
+                "no suitable peers" in str(exc.description or "")
+            if not transient or loop.time() > deadline:
+                raise
+            log.warning("provisioning: NATS cannot answer yet (%s); trying again",
+                        exc or type(exc).__name__)
+            await asyncio.sleep(1.0)

@@ -15,6 +15,8 @@ from noetl_stream.runtime.timers import publish_timer
 def subject_of(bus: Bus, message: Outgoing) -> str:
     if message.kind == "command":
         return bus.topology.command_subject(message.pool, message.tool_kind)
+    if message.kind == "cancel":  # the router stopping a child execution (router/children.py)
+        return bus.topology.cancel_request_subject()
     return bus.topology.event_subject(str(message.body["execution_id"]), message.event_type)
 
 

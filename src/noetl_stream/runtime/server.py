@@ -30,6 +30,7 @@ from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
 from noetl_stream.messages import CancelRequest, ExecutionRequest, RequestReply
 from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
+from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.fetching import fetch_batch
@@ -199,11 +200,32 @@ class Server:
             state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
             revision = int(entry.revision or 0)
         self._remember(execution_id, _Cached(state, revision, playbook))
+        # Before the child's first command: its end can then never reach the parent's log
+        # ahead of its start, so the parent's router hears of it while its step still waits.
+        await self._publish_child_started(request, state)
         await publish_outbox(self.bus, state.outbox)
         if request.reply_to:
             reply = RequestReply(accepted=True, execution_id=execution_id)
             await self.bus.nc.publish(request.reply_to, reply.model_dump_json().encode())
         await msg.ack_sync()
+
+    async def _publish_child_started(self, request: ExecutionRequest,
+                                     state: ExecutionState) -> None:
+        """Record a child in its parent's event log; the parent's router cancels it if the step
+        that waits on it is cut short (router/children.py). Repeats are deduplicated.
+        """
+        parent = request.parent_execution_id
+        if parent is None or request.parent_step_run_id is None or not ids.is_subject_token(parent):
+            return  # not started by a command the parent's router could tie it to
+        if state.parent_execution_id != parent:
+            return  # the request reused the id of an execution that is no child of this parent
+        execution_id = state.execution_id
+        body = {"event_type": CHILD_STARTED, "execution_id": parent,
+                "timestamp": self.clock(), "child_execution_id": execution_id,
+                "step_run_id": request.parent_step_run_id, "iteration": request.parent_iteration,
+                "detached": request.detached}
+        await publish_event(self.bus, parent, CHILD_STARTED,
+                            ids.event_msg_id(parent, CHILD_STARTED, execution_id), body)
 
     async def _reject(self, msg: Msg, execution_id: str | None, reply_to: str | None,
                       errors: list[str]) -> None:

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
-
-from nats.errors import Error as NatsError
 
 from noetl_stream import config, ids
 from noetl_stream.messages import ExecutionRequest
@@ -18,7 +13,7 @@ from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.dead_letters import DeadLetters
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
-from noetl_stream.runtime.provision import provision
+from noetl_stream.runtime.provision import provision_patiently
 from noetl_stream.runtime.server import Server
 from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.runtime.worker import Worker
@@ -27,10 +22,6 @@ from noetl_stream.state.crypto import SecretBox
 from noetl_stream.state.results import ResultStore
 from noetl_stream.tools.base import ToolServices
 from noetl_stream.tools.registry import ToolRegistry
-
-log = logging.getLogger("noetl_stream.services")
-
-PROVISION_PATIENCE_S = 60.0
 
 
 @dataclass
@@ -54,30 +45,13 @@ async def open_stack(nats_url: str | None, *, prefix: str = "noetl",
     try:
         bus = await connect(nats_url, prefix=prefix, name=name)
         try:
-            await _provision_patiently(bus, pools)
+            await provision_patiently(bus, pools)
             yield Stack(bus, nats)
         finally:
             await bus.close()
     finally:
         if nats is not None:
             await nats.stop()
-
-
-async def _provision_patiently(bus: Bus, pools: tuple[str, ...]) -> None:
-    """Provision, retrying for a while when NATS cannot answer yet: a cluster electing a new
-    leader after losing a node answers JetStream requests with timeouts and 503s for seconds, and
-    a process started at that moment should wait it out rather than exit.
-    """
-    deadline = time.monotonic() + PROVISION_PATIENCE_S
-    while True:
-        try:
-            await provision(bus, pools)
-            return
-        except (NatsError, TimeoutError) as exc:
-            if time.monotonic() > deadline:
-                raise
-            log.warning("provisioning: NATS did not answer (%s); trying again", exc or type(exc))
-            await asyncio.sleep(1.0)
 
 
 @contextlib.asynccontextmanager

@@ -171,7 +171,14 @@ class NatsCluster:
                     try:
                         status, _ = await self._get(session, node, "/healthz")
                         _, jsz = await self._get(session, node, "/jsz")
-                        leader = (jsz.get("meta_cluster") or {}).get("leader")
+                        meta = jsz.get("meta_cluster") or {}
+                        leader = meta.get("leader")
+                        # Only the meta leader knows whether its followers are current; until
+                        # every running one is, an R3 create can be refused for want of peers.
+                        if leader == node.name:
+                            current = [r for r in meta.get("replicas") or () if r.get("current")]
+                            if len(current) + 1 < sum(1 for n in self.nodes if n.running):
+                                leader = None
                     except (aiohttp.ClientError, TimeoutError, ValueError):
                         status, leader = 0, None
                     if status != 200 or not leader:

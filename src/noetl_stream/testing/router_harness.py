@@ -65,8 +65,9 @@ def outcome_event(command: Command, reply: Reply | None = None) -> Event:
 class RouterHarness:
     """One execution of `playbook`, driven by hand.
 
-    `pending` holds the commands not yet answered, oldest first; `commands`, `events` and
-    `applied` record everything the router published and everything fed back to it.
+    `pending` holds the commands not yet answered, oldest first; `commands`, `events` (timers
+    included), `cancels` (cancel requests for child executions) and `applied` record everything
+    the router published and everything fed back to it.
     """
 
     def __init__(self, playbook: Playbook, *, execution_id: str = "exec1",
@@ -77,6 +78,7 @@ class RouterHarness:
         self.commands: list[Command] = []
         self.pending: list[Command] = []
         self.events: list[Outgoing] = []
+        self.cancels: list[Outgoing] = []
         self.applied: list[Event] = []
         self.state: ExecutionState = start(playbook, execution_id=execution_id,
                                            playbook_key=playbook.name,
@@ -117,6 +119,14 @@ class RouterHarness:
             event["seq"] = seq
         return self.send(event)
 
+    def child_started(self, command: Command, child_execution_id: str, *,
+                      detached: bool = False) -> list[Outgoing]:
+        """Apply the `child.started` the server records when `command`'s task starts a child."""
+        return self.send({"event_type": "child.started", "execution_id": self.state.execution_id,
+                          "child_execution_id": child_execution_id,
+                          "step_run_id": command.get("step_run_id"),
+                          "iteration": command.get("iteration"), "detached": detached})
+
     def fire_timer(self, timer: Outgoing) -> list[Outgoing]:
         """Apply the `timer.fired` event a timer the router asked for publishes when it is due."""
         return self.send(dict(timer.body))
@@ -125,6 +135,10 @@ class RouterHarness:
     def timers(self) -> list[Outgoing]:
         """Timers the router asked for, oldest first (outbox messages of kind `timer`)."""
         return [o for o in self.events if o.kind == "timer"]
+
+    def cancelled_children(self) -> list[str]:
+        """Child executions the router asked to cancel, in order."""
+        return [str(o.body["execution_id"]) for o in self.cancels]
 
     def commands_for(self, step: str) -> list[Command]:
         return [c for c in self.commands if c.get("step") == step]
@@ -147,5 +161,7 @@ class RouterHarness:
             if message.kind == "command":
                 self.commands.append(message.body)
                 self.pending.append(message.body)
+            elif message.kind == "cancel":
+                self.cancels.append(message)
             else:
                 self.events.append(message)

@@ -23,6 +23,11 @@ class TaskCall:
     # The innermost loop iteration the task runs in (its `iter`, holding `parent` when nested),
     # None outside any loop; a child playbook started by the task reads it as `iter.parent`.
     iteration: dict[str, Any] | None = None
+    # The command the task runs in, as the router knows it: its step run and loop iteration
+    # number (None outside a loop step). A child playbook names them so that the router can
+    # cancel the child when it gives up on that command.
+    step_run_id: str | None = None
+    command_iteration: int | None = None
 
     def timeout(self, default_s: float) -> float:
         """Seconds this call may take: the task's own `timeout`, else its effective

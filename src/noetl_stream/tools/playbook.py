@@ -17,6 +17,8 @@ A wait that ends without the child's end (the task's timeout, or the router no l
 command because the parent was cancelled or the step's watchdog failed it: the worker cancels the
 task with `WITHDRAWN` as the message) asks for the child to be cancelled too. A worker that
 merely shuts down leaves the child running: the redelivered command finds it and waits again.
+The request names the command (step run, iteration), so the parent's router also cancels a
+waited-on child when it cuts that command short, even with no worker left (router/children.py).
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ from typing import Any
 
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
-from nats.js.api import DeliverPolicy
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.errors import CatalogError
 from noetl_stream.messages import CancelRequest, ExecutionRequest
 from noetl_stream.state.catalog import resolve_child
+from noetl_stream.state.event_feed import EventFeed
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 END_EVENTS = frozenset({"execution.completed", "execution.failed", "execution.cancelled",
@@ -75,7 +77,7 @@ class PlaybookTool:
             # Started by an earlier delivery of this command: never start it again.
             return self._outcome(child_id, known, call) if not is_async else _started(child_id)
         final: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        sub = None if is_async else await self._follow(js, child_id, final)
+        feed = None if is_async else await self._follow(child_id, final)
         try:
             if known is None:
                 try:
@@ -86,7 +88,8 @@ class PlaybookTool:
                 request = ExecutionRequest(
                     execution_id=child_id, playbook=text, playbook_file=path,
                     payload=dict(call.input), parent_execution_id=call.execution_id,
-                    parent_iter=call.iteration)
+                    parent_iter=call.iteration, parent_step_run_id=call.step_run_id,
+                    parent_iteration=call.command_iteration, detached=is_async)
                 await js.publish(f"{self.prefix}.requests.execute",
                                  request.model_dump_json().encode(),
                                  headers={"Nats-Msg-Id": f"req:{child_id}"})
@@ -103,9 +106,8 @@ class PlaybookTool:
                 await self._cancel_child(js, child_id, call)
             raise
         finally:
-            if sub is not None:
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
+            if feed is not None:
+                await feed.stop()
         return self._outcome(child_id, end, call)
 
     async def _cancel_child(self, js: Any, child_id: str, call: TaskCall) -> None:
@@ -137,7 +139,7 @@ class PlaybookTool:
             self._parent_keys[call.execution_id] = key if isinstance(key, str) else None
         return self._parent_keys[call.execution_id]
 
-    async def _follow(self, js: Any, child_id: str, final: asyncio.Future[dict[str, Any]]) -> Any:
+    async def _follow(self, child_id: str, final: asyncio.Future[dict[str, Any]]) -> EventFeed:
         """Watch the child's execution events from its first, so an end already stored is seen."""
 
         async def on_msg(msg: Msg) -> None:
@@ -151,8 +153,10 @@ class PlaybookTool:
             if event["event_type"] in END_EVENTS and not final.done():
                 final.set_result(event)
 
-        return await js.subscribe(f"{self.prefix}.events.{child_id}.execution.>", cb=on_msg,
-                                  ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
+        # A consumer named by us, re-created if lost: the wait may outlive a NATS node.
+        feed = EventFeed(self.nc, f"{self.prefix}.events.{child_id}.execution.>", on_msg=on_msg)
+        await feed.start()
+        return feed
 
     def _outcome(self, child_id: str, end: dict[str, Any], call: TaskCall) -> Outcome:
         status = str(end.get("status") or end.get("event_type", "").removeprefix("execution."))
