@@ -15,6 +15,7 @@ from unit_helpers import parse
 from noetl_stream.jsonutil import to_plain
 from noetl_stream.messages import CancelRequest
 from noetl_stream.router import ExecutionState, apply, start
+from noetl_stream.router.explain import explain
 from noetl_stream.testing.router_harness import Reply, RouterHarness
 
 WAITS = parse("""
@@ -91,6 +92,8 @@ def test_router_records_a_child_on_the_run_that_waits_for_it() -> None:
     harness.child_started(command, "exec1xchild")  # a repeat records nothing new
     assert run.children == {"-": ["exec1xchild"]}
     assert harness.cancelled_children() == []
+    (waiting,) = explain(harness.state, harness.playbook, now=0.0)["running"]
+    assert waiting["children"] == ["exec1xchild"]  # `noetl-stream status` names it
 
 
 def test_router_cancel_asks_to_cancel_the_children_of_running_runs() -> None:

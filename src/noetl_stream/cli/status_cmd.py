@@ -128,6 +128,8 @@ def human_lines(report: dict[str, Any]) -> list[str]:
         lines.append(head)
         for rule in run.get("listen", []):
             lines.append(f"    listens for: {rule}")
+        for child in run.get("children", []):
+            lines.append(f"    child execution {child} (`noetl-stream status {child}`)")
         iterations = run.get("iterations")
         if iterations:
             lines.append(f"    iterations: {iterations['done']} of {iterations['total']} done, "

@@ -49,6 +49,9 @@ def _run(run: Run, playbook: Playbook | None, now: float) -> dict[str, Any]:
     step = _step(playbook, run.step)
     entry: dict[str, Any] = {"step": run.step, "step_run_id": run.run_id, "run": run.run_no,
                              "since": run.issued_at, "waiting_s": round(now - run.issued_at, 3)}
+    if run.children:
+        # child executions its commands started and that have not reported yet
+        entry["children"] = sorted(child for ids in run.children.values() for child in ids)
     if step is not None and step.eval_mode == "on_event":
         entry["waits_for"] = "an event a listen rule accepts (signal or timer)"
         entry["listen"] = [rule.when for rule in step.listen if rule.when]
