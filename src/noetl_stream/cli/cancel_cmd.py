@@ -44,8 +44,7 @@ def cancel(execution_id: str, reason: str | None, wait_end: bool, timeout_s: flo
     """Cancel EXECUTION_ID: running steps stop, no new step starts, and it ends `cancelled`;
     children it waits for are cancelled too.
     """
-    from noetl_stream.runtime.connection import Bus, connect
-    from noetl_stream.runtime.services import open_stack
+    from noetl_stream.runtime.services import client_bus
 
     if server_url is not None:  # POST .../cancel over the HTTP API (cli/remote_cmds.py)
         from noetl_stream.cli.remote_cmds import cancel_remote
@@ -53,14 +52,8 @@ def cancel(execution_id: str, reason: str | None, wait_end: bool, timeout_s: flo
         cancel_remote(server_url, token, execution_id, reason, wait_end, timeout_s)
 
     async def go() -> tuple[RequestReply | None, dict[str, Any] | None]:
-        if nats_url is None:
-            async with open_stack(None, prefix=prefix, name="noetl-stream-cancel") as stack:
-                return await _cancel(stack.bus, execution_id, reason, wait_end, timeout_s)
-        bus: Bus = await connect(nats_url, prefix=prefix, name="noetl-stream-cancel")
-        try:
+        async with client_bus(nats_url, prefix=prefix, name="noetl-stream-cancel") as bus:
             return await _cancel(bus, execution_id, reason, wait_end, timeout_s)
-        finally:
-            await bus.close()
 
     try:
         reply, final = run_async(go())

@@ -30,18 +30,11 @@ T = TypeVar("T")
 
 def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Any], Awaitable[T]]) -> T:
     """Run `action(bus)` on `nats_url`, or on the embedded nats-server when it is None."""
-    from noetl_stream.runtime.connection import connect
-    from noetl_stream.runtime.services import open_stack
+    from noetl_stream.runtime.services import client_bus
 
     async def go() -> T:
-        if nats_url is None:
-            async with open_stack(None, prefix=prefix, name="noetl-stream-dlq") as stack:
-                return await action(stack.bus)
-        bus = await connect(nats_url, prefix=prefix, name="noetl-stream-dlq")
-        try:
+        async with client_bus(nats_url, prefix=prefix, name="noetl-stream-dlq") as bus:
             return await action(bus)
-        finally:
-            await bus.close()
 
     try:
         return run_async(go())

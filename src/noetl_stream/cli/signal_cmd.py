@@ -45,8 +45,7 @@ def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
     """Publish signal NAME to EXECUTION_ID; `eval_mode: on_event` steps see `signal.NAME`."""
     from noetl_stream.cli.remote import RemoteError
     from noetl_stream.cli.remote_cmds import signal_remote
-    from noetl_stream.runtime.connection import connect
-    from noetl_stream.runtime.services import open_stack
+    from noetl_stream.runtime.services import client_bus
     from noetl_stream.runtime.signals import publish_signal, valid_signal_name
 
     try:
@@ -59,14 +58,8 @@ def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
     async def go() -> int:
         if server_url is not None:
             return await signal_remote(server_url, token, execution_id, name, data, msg_id)
-        if nats_url is None:
-            async with open_stack(None, prefix=prefix, name="noetl-stream-signal") as stack:
-                return await publish_signal(stack.bus, execution_id, name, data, msg_id=msg_id)
-        bus = await connect(nats_url, prefix=prefix, name="noetl-stream-signal")
-        try:
+        async with client_bus(nats_url, prefix=prefix, name="noetl-stream-signal") as bus:
             return await publish_signal(bus, execution_id, name, data, msg_id=msg_id)
-        finally:
-            await bus.close()
 
     try:
         seq: Any = asyncio.run(go())

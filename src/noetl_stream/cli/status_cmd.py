@@ -37,8 +37,8 @@ def status(execution_id: str, as_json: bool, nats_url: str | None, prefix: str,
     """Show EXECUTION_ID's status: running steps and since when, deadlines, loop iterations in
     flight, delayed tokens, joins and the branches they wait for; the result or error once done.
     """
-    from noetl_stream.runtime.connection import Bus, connect
-    from noetl_stream.runtime.services import open_stack
+    from noetl_stream.runtime.connection import Bus
+    from noetl_stream.runtime.services import client_bus
 
     if server_url is not None:  # the API's execution summary (cli/remote_cmds.py)
         from noetl_stream.cli.remote_cmds import status_remote
@@ -49,14 +49,8 @@ def status(execution_id: str, as_json: bool, nats_url: str | None, prefix: str,
         return await _report(bus, execution_id, time.time())
 
     async def go() -> dict[str, Any] | None:
-        if nats_url is None:
-            async with open_stack(None, prefix=prefix, name="noetl-stream-status") as stack:
-                return await read(stack.bus)
-        bus = await connect(nats_url, prefix=prefix, name="noetl-stream-status")
-        try:
+        async with client_bus(nats_url, prefix=prefix, name="noetl-stream-status") as bus:
             return await read(bus)
-        finally:
-            await bus.close()
 
     try:
         report = run_async(go())

@@ -55,6 +55,22 @@ async def open_stack(nats_url: str | None, *, prefix: str = "noetl",
 
 
 @contextlib.asynccontextmanager
+async def client_bus(nats_url: str | None, *, prefix: str, name: str) -> AsyncIterator[Bus]:
+    """A bus for one short command: on the embedded nats-server (started and provisioned) when
+    `nats_url` is None, else a plain connection, since the services on that NATS provisioned it.
+    """
+    if nats_url is None:
+        async with open_stack(None, prefix=prefix, name=name) as stack:
+            yield stack.bus
+        return
+    bus = await connect(nats_url, prefix=prefix, name=name)
+    try:
+        yield bus
+    finally:
+        await bus.close()
+
+
+@contextlib.asynccontextmanager
 async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, pool: str = "default",
                        concurrency: int = 64, python_children: int = 8) -> AsyncIterator[None]:
     """Run a server and/or a worker on `bus` for the duration of the block."""
