@@ -155,10 +155,14 @@ class Server:
         await self._reply(request.reply_to, execution_id, [])
         await msg.ack_sync()
 
-    async def _reply(self, reply_to: str | None, execution_id: str | None,
-                     errors: list[str]) -> None:
+    async def _reply(self, reply_to: str | None, execution_id: str | None, errors: list[str],
+                     *, accepted: bool | None = None) -> None:
+        """Answer a request's `reply_to`, if it gave one; accepted when there are no errors,
+        unless told otherwise.
+        """
         if reply_to:
-            reply = RequestReply(accepted=not errors, execution_id=execution_id, errors=errors)
+            accepted = not errors if accepted is None else accepted
+            reply = RequestReply(accepted=accepted, execution_id=execution_id, errors=errors)
             await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
 
     async def _handle_request(self, msg: Msg) -> None:
@@ -204,9 +208,7 @@ class Server:
         # ahead of its start, so the parent's router hears of it while its step still waits.
         await self._publish_child_started(request, state)
         await publish_outbox(self.bus, state.outbox)
-        if request.reply_to:
-            reply = RequestReply(accepted=True, execution_id=execution_id)
-            await self.bus.nc.publish(request.reply_to, reply.model_dump_json().encode())
+        await self._reply(request.reply_to, execution_id, [])
         await msg.ack_sync()
 
     async def _publish_child_started(self, request: ExecutionRequest,
@@ -235,9 +237,7 @@ class Server:
                     "timestamp": self.clock(), "status": "rejected", "errors": errors}
             await publish_event(self.bus, execution_id, "execution.rejected",
                                 ids.event_msg_id(execution_id, "execution.rejected"), body)
-        if reply_to:
-            reply = RequestReply(accepted=False, execution_id=execution_id, errors=errors)
-            await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
+        await self._reply(reply_to, execution_id, errors, accepted=False)
         # Terminate: a malformed request will never become valid by redelivery.
         await msg.term()
 
