@@ -30,6 +30,17 @@ def loads(data: bytes | str) -> Any:
     return orjson.loads(data)
 
 
+def loads_object(data: bytes | str) -> dict[str, Any] | None:
+    """A JSON object from a message someone else wrote; None for anything else (a listener that
+    only reads events must not fail on a body it does not understand).
+    """
+    try:
+        value = loads(data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def to_plain(value: Any) -> Any:
     """Round-trip through JSON so a value holds only JSON types."""
     return loads(dumps(value))

@@ -61,11 +61,8 @@ def _step_observer(bus: Bus, metrics: Metrics) -> Any:
     """A cleanup context that feeds step durations from live events into `metrics`."""
 
     async def on_msg(msg: Msg) -> None:
-        try:
-            event = jsonutil.loads(msg.data)
-        except ValueError:
-            return
-        duration = event.get("duration_ms") if isinstance(event, dict) else None
+        event = jsonutil.loads_object(msg.data)
+        duration = event.get("duration_ms") if event is not None else None
         if isinstance(duration, int | float):
             metrics.observe_step(msg.subject.rsplit(".", 1)[-1], float(duration))
 

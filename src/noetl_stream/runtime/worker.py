@@ -159,11 +159,8 @@ class Worker:
 
     async def _on_withdrawal(self, msg: Msg) -> None:
         """`execution.cancelled` or `step.timeout`: stop the commands the router gave up on."""
-        try:
-            event = jsonutil.loads(msg.data)
-        except ValueError:
-            return
-        if not isinstance(event, dict):
+        event = jsonutil.loads_object(msg.data)
+        if event is None:
             return
         if str(event.get("event_type") or "") == "step.timeout":
             target = _command_key(str(event.get("step_run_id")), event.get("iteration"))

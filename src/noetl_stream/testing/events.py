@@ -43,11 +43,8 @@ async def stored_events(js: JetStreamContext, execution_id: str, *,
     subject = f"{prefix}.events.{execution_id}.>"
     events: list[dict[str, Any]] = []
     for msg_subject, data in await stored_messages(js, subject):
-        try:
-            event = jsonutil.loads(data)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
+        event = jsonutil.loads_object(data)
+        if event is not None:
             event.setdefault("event_type", msg_subject.split(".", 3)[-1])
             events.append(event)
     return events

@@ -143,11 +143,8 @@ class PlaybookTool:
         """Watch the child's execution events from its first, so an end already stored is seen."""
 
         async def on_msg(msg: Msg) -> None:
-            try:
-                event = jsonutil.loads(msg.data)
-            except ValueError:
-                return
-            if not isinstance(event, dict):
+            event = jsonutil.loads_object(msg.data)
+            if event is None:
                 return
             event.setdefault("event_type", msg.subject.split(".", 3)[-1])
             if event["event_type"] in END_EVENTS and not final.done():
