@@ -3,7 +3,8 @@
 that names it, recursively.
 
 Each file comes back with its catalog key (a hash of its text) and its links: the path as written
--> the child's key. Registering these in the catalog lets a worker anywhere resolve `./child.yaml`
+-> the child's key; its text carries the files its `script:` fields name (dsl/scripts.py).
+Registering these in the catalog lets a worker anywhere resolve `./child.yaml`
 to the same text the author had on disk. A child that cannot be read or does not validate is an
 error of the parent task's `path` field, followed by the child's own issues (with its file:line).
 Pure but for reading files.
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from noetl_stream import ids
+from noetl_stream.dsl import scripts
 from noetl_stream.dsl.kinds import RUNNABLE_KINDS
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.dsl.parser import ParseResult, load_playbook
@@ -70,7 +72,7 @@ def load_with_children(path: str | Path, *, kinds: Collection[str] = RUNNABLE_KI
     if loader.issues:
         raise PlaybookError(loader.issues)
     files = [loader.files[p] for p in loader.order]
-    return ComposedResult(root.playbook, root.warnings + loader.warnings, files)
+    return ComposedResult(root.playbook, root.warnings + loader.warnings, root.scripts, files)
 
 
 class _Loader:
@@ -84,7 +86,8 @@ class _Loader:
 
     def add(self, path: Path, parsed: ParseResult, depth: int) -> str:
         resolved = path.resolve()
-        text = path.read_text()
+        # The script files it names travel inside its text, so the key covers them too.
+        text = scripts.attach_files(path.read_text(), parsed.scripts)
         key = ids.playbook_key(text)
         links: dict[str, str] = {}
         entry = PlaybookFile(str(path), text, key, parsed.playbook, links)

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from noetl_stream import refs
-from noetl_stream.dsl import layering, templating
+from noetl_stream.dsl import layering, pycode, scripts, support, templating
 from noetl_stream.dsl.dialects.case import CaseIR, compile_case
 from noetl_stream.dsl.dialects.listeners import compile_listeners, eval_mode_of
 from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
@@ -51,19 +51,27 @@ LOOP_KEYS = frozenset({"in", "collection", "iterator", "element", "spec", "mode"
 RULE_THEN_KEYS = frozenset({"do", "attempts", "max_attempts", "backoff", "delay", "max_delay", "to",
                             "set_ctx", "set_iter", "set"})
 ARC_KEYS = frozenset({"step", "when", "args", "set", "input", "desc"})
+CODE_TEMPLATE_HINT = ("; python code is rendered like every field, so `{{` and `{%` start templates "
+                      "(as in NoETL): wrap literal ones in {% raw %}...{% endraw %}")
 
 
 @dataclass
 class ParseResult:
     playbook: Playbook
     warnings: list[Issue] = field(default_factory=list)
+    # The files its `script:` fields name, by uri as written: what travels with its text.
+    scripts: dict[str, str] = field(default_factory=dict)
 
 
 class _Parser:
-    def __init__(self, file: str, kinds: Collection[str], strict: bool) -> None:
+    def __init__(self, file: str, kinds: Collection[str], strict: bool,
+                 base_dir: Path | None = None, attached: dict[str, str] | None = None) -> None:
         self.file = file
         self.kinds = kinds
         self.strict = strict
+        self.base_dir = base_dir
+        self.attached = attached or {}
+        self.scripts: dict[str, str] = {}
         self.issues: list[Issue] = []
 
     # -- issue helpers ---------------------------------------------------------------------
@@ -82,11 +90,18 @@ class _Parser:
                                          f'unknown key "{key}"{suggest(str(key), known)}', step,
                                          f"{prefix}{key}", severity))
 
-    def check_templates(self, value: Any, line: int | None, step: str | None, fld: str) -> None:
+    def not_supported(self, line: int | None, message: str, step: str | None, fld: str) -> None:
+        """A field that would have no effect: a warning, or an error under --strict."""
+        self.issues.append(Issue(self.file, line, message, step, fld,
+                                 "error" if self.strict else "warning"))
+
+    def check_templates(self, value: Any, line: int | None, step: str | None, fld: str,
+                        hint: str = "") -> None:
         for text in templating.template_strings(value):
             problem = templating.syntax_problem(text)
             if problem:
-                self.error(line, f"template {text!r} does not parse: {problem}", step, fld)
+                shown = text if len(text) <= 120 else text[:117] + "..."
+                self.error(line, f"template {shown!r} does not parse: {problem}{hint}", step, fld)
 
     # -- top level -------------------------------------------------------------------------
     def parse(self, doc: Any) -> Playbook | None:
@@ -181,6 +196,10 @@ class _Parser:
                 self.error(line_of(raw, key), f'"{key}" is part of the DSL but not supported by '
                            "this version of noetl-stream yet", name, str(key))
         self.unknown_keys(raw, STEP_KEYS | NOT_YET_STEP_KEYS, name, "")
+        for key, what in support.UNSUPPORTED_STEP.items():
+            if key in raw:
+                self.not_supported(line_of(raw, key), f"{what} is not supported by this version "
+                                   "of noetl-stream; the field has no effect", name, key)
         args = self.mapping(raw, "input", name, "input")
         args.update(self.mapping(raw, "args", name, "args"))
         spec = raw.get("spec") or {}
@@ -442,9 +461,16 @@ class _Parser:
             return None
         fields = KIND_FIELDS.get(kind, frozenset())
         self.unknown_keys(body, COMMON_TASK_KEYS | fields, step, "tool.")
+        for key, why in support.ignored_fields(kind, body):
+            self.not_supported(line_of(body, key) or line, why, step, f"tool.{key}")
         # `name` is the task's name, except where the kind reads it as a field (secrets).
         config = {k: plain(v) for k, v in body.items()
                   if k not in COMMON_TASK_KEYS or (k == "name" and k in fields)}
+        if "script" in config and kind in scripts.SCRIPT_FIELD:
+            config = self.load_script(kind, config, body, line, step)
+        if kind == "python" and body.get("libs") is not None:
+            pycode.check_libs(plain(body["libs"]), lambda fld, message: self.error(
+                line_of(body, "libs") or line, message, step, f"tool.{fld}"))
         inputs = self.mapping(body, "input", step, "tool.input")
         inputs.update(self.mapping(body, "args", step, "tool.args"))
         spec = body.get("spec") or {}
@@ -464,22 +490,54 @@ class _Parser:
         set_ctx, set_iter, set_locals = split_set(plain(body.get("set") or {}))
         set_ctx.update(plain(body.get("set_ctx") or {}))
         set_iter.update(plain(body.get("set_iter") or {}))
-        if kind == "python" and not isinstance(body.get("code"), str):
-            self.error(line, "python task needs `code:`", step, "tool.code")
+        if kind == "python" and not isinstance(config.get("code"), str) and "script" not in body:
+            self.error(line, "python task needs `code:` (or `script:`)", step, "tool.code")
         if kind == "http" and not (body.get("url") or body.get("endpoint")):
             self.error(line, "http task needs `url:`", step, "tool.url")
         if kind == "playbook" and not body.get("path"):
             self.error(line, "playbook task needs `path:` (a catalog path or ./file.yaml)", step,
                        "tool.path")
         for key, value in config.items():
-            if key != "code":
-                self.check_templates(value, line_of(body, key) or line, step, f"tool.{key}")
+            if verbatim(config, key):
+                continue
+            from_script = "script" in config and key == scripts.SCRIPT_FIELD.get(kind)
+            fld = "tool.script" if from_script else f"tool.{key}"
+            hint = CODE_TEMPLATE_HINT if kind == "python" and key == "code" else ""
+            self.check_templates(value, line_of(body, "script" if from_script else key) or line,
+                                 step, fld, hint)
         self.check_templates(inputs, line, step, "tool.input")
         spec_plain = {k: v for k, v in plain(spec).items() if k != "policy"} if isinstance(spec, dict) else {}
         clause, poll = self.parse_retry_poll(body, step, "tool.", line)
         return Task(name=name, kind=kind, config=config, input=inputs, rules=(*clause, *rules),
                     has_policy=has_policy, set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals,
                     spec=spec_plain, poll=poll, line=line)
+
+    def load_script(self, kind: str, config: dict[str, Any], body: dict[str, Any],
+                    line: int | None, step: str) -> dict[str, Any]:
+        """Put the text of a `script:` file where the kind reads its code or SQL.
+
+        The descriptor stays as `script: {uri}`, which the python tool names in tracebacks and
+        the pipeline reads as "this code is a file's text": NoETL renders SQL scripts as
+        templates but runs python scripts as written.
+        """
+        at = line_of(body, "script") or line
+
+        def report(fld: str, message: str) -> None:
+            self.error(at, message, step, f"tool.{fld}")
+
+        ref = scripts.parse_script(config["script"], report)
+        config = {k: v for k, v in config.items() if k not in scripts.REPLACED_FIELDS[kind]}
+        config["script"] = {"uri": ref.uri} if ref is not None else {}
+        if ref is None:
+            return config
+        try:
+            text = scripts.read_script(ref, self.base_dir, self.attached)
+        except ValueError as exc:
+            report("script.uri", str(exc))
+            return config
+        self.scripts[ref.uri] = text
+        config[scripts.SCRIPT_FIELD[kind]] = text
+        return config
 
     def parse_retry_poll(self, node: dict[str, Any], step: str, prefix: str,
                          line: int | None) -> tuple[tuple[Rule, ...], PollSpec | None]:
@@ -610,6 +668,13 @@ class _Parser:
                                f"exist{suggest(arc.step, names)}", s.name, "next")
 
 
+def verbatim(config: dict[str, Any], key: str) -> bool:
+    """Whether a config field is taken as written, not rendered as a template: the `script`
+    descriptor, and python code read from a script file (NoETL runs such files as they are).
+    """
+    return key == "script" or (key == "code" and "script" in config)
+
+
 def split_set(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Split NoETL's `set: {ctx.x, iter.y, z}` into (ctx, iter, locals)."""
     ctx: dict[str, Any] = {}
@@ -635,18 +700,27 @@ def _opt_str(value: Any) -> str | None:
 
 
 def parse_playbook(text: str, file: str = "<string>", *, kinds: Collection[str] = RUNNABLE_KINDS,
-                   strict: bool = False) -> ParseResult:
-    """Parse and validate; raise PlaybookError with every issue, or return the IR and warnings."""
-    parser = _Parser(file, kinds, strict)
+                   strict: bool = False, base_dir: Path | None = None) -> ParseResult:
+    """Parse and validate; raise PlaybookError with every issue, or return the IR and warnings.
+
+    `base_dir` is the folder of the playbook's file, when it was read from disk: `script:` files
+    are read relative to it. Without it, they must travel with the text (dsl/scripts.py).
+    """
     try:
-        doc = load_yaml(text)
+        own_text, attached = scripts.split_files(text)
+    except ValueError as exc:
+        raise PlaybookError([Issue(file, None, str(exc))]) from None
+    parser = _Parser(file, kinds, strict, base_dir, attached)
+    try:
+        doc = load_yaml(own_text)
     except YamlSyntaxError as exc:
         raise PlaybookError([Issue(file, exc.line, str(exc))]) from None
     playbook = parser.parse(doc)
     errors = [i for i in parser.issues if i.severity == "error"]
     if playbook is None or errors:
         raise PlaybookError(parser.issues)
-    return ParseResult(playbook, [i for i in parser.issues if i.severity == "warning"])
+    return ParseResult(playbook, [i for i in parser.issues if i.severity == "warning"],
+                       parser.scripts)
 
 
 def load_playbook(path: str | Path, *, kinds: Collection[str] = RUNNABLE_KINDS,
@@ -656,4 +730,4 @@ def load_playbook(path: str | Path, *, kinds: Collection[str] = RUNNABLE_KINDS,
         text = p.read_text()
     except OSError as exc:
         raise PlaybookError([Issue(str(p), None, f"cannot read the file: {exc.strerror}")]) from None
-    return parse_playbook(text, str(p), kinds=kinds, strict=strict)
+    return parse_playbook(text, str(p), kinds=kinds, strict=strict, base_dir=p.parent)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from noetl_stream import ids, refs
-from noetl_stream.dsl import keychain, templating
+from noetl_stream.dsl import keychain, pycode, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import cancel, case_events, children, listeners, watchdog
@@ -180,6 +180,8 @@ class _Router:
 
     def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
         names = step_reads(step) | keychain.reads(self.pb.keychain)
+        if reads_context(step):  # python code reading `context` may read any of it
+            names |= {"workload", "ctx", *self.s.steps}
         iter_vars = self.inherited_iter()
         if index is not None and step.loop is not None:
             iter_vars = {**iter_vars, step.loop.iterator: item, "_index": index}
@@ -475,6 +477,12 @@ def step_reads(step: Step) -> set[str]:
             names |= templating.referenced_names([rule.when, rule.set_ctx, rule.set_iter,
                                                   rule.set_locals, rule.call, rule.result])
     return names
+
+
+def reads_context(step: Step) -> bool:
+    """Whether a python task of the step reads `context`, which holds every finished step."""
+    return any(t.kind == "python" and isinstance(t.config.get("code"), str)
+               and pycode.reads_context(t.config["code"]) for t in step.tasks)
 
 
 def _delay_timer(event: dict[str, Any]) -> str:

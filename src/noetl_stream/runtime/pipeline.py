@@ -20,6 +20,7 @@ from typing import Any
 
 from noetl_stream.dsl import layering, templating
 from noetl_stream.dsl.models import Rule, Task
+from noetl_stream.dsl.parser import verbatim
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
 from noetl_stream.router.context import build_context, step_view
 from noetl_stream.runtime.keychain import KeychainResolver
@@ -83,6 +84,20 @@ def sink_view(result: Any, outcome: Outcome | None) -> dict[str, Any]:
     """The names a sink's templates read: the data to store and the call's envelope."""
     this = case_views(outcome)["this"] if outcome is not None else None
     return {"result": result, "data": result, "this": this}
+
+
+def rendered_field(task: Task, key: str, value: Any, context: dict[str, Any], step: str) -> Any:
+    """One config field with its templates rendered, as NoETL renders a task's whole config.
+
+    Python code is text whatever its templates give (`{{ workload.n }} * 2`); code read from a
+    script file and the `script` descriptor are taken as written (dsl/parser.py `verbatim`).
+    """
+    if verbatim(task.config, key):
+        return value
+    rendered = templating.render(value, context, step=step, field=f"tool.{key}")
+    if key == "code" and not isinstance(rendered, str):
+        rendered = "" if rendered is None else str(rendered)
+    return rendered
 
 
 def affected_rows(outcome: Outcome) -> Any:
@@ -331,8 +346,7 @@ class Pipeline:
         extra = {"_prev": prev, "_task": task.name, "_attempt": attempt, **(view or {})}
         context = self.context(extra)
         try:
-            config = {k: (v if k == "code" else templating.render(v, context, step=self.step,
-                                                                 field=f"tool.{k}"))
+            config = {k: rendered_field(task, k, v, context, self.step)
                       for k, v in task.config.items()}
             if task.name in self.overrides:
                 config = layering.merge(config, self.overrides[task.name])
@@ -346,7 +360,8 @@ class Pipeline:
             config=config, input=inputs, spec=task.spec,
             idempotency_key=self._key(task, attempt), attempt=attempt,
             timeout_s=layering.timeout_s(task.spec), iteration=self._iteration(),
-            step_run_id=self.cmd.get("step_run_id"), command_iteration=self.cmd.get("iteration"))
+            step_run_id=self.cmd.get("step_run_id"), command_iteration=self.cmd.get("iteration"),
+            context=context if task.kind == "python" else None)
         try:
             outcome = await self.tools.get(task.kind).run(call)
         except NoetlStreamError as exc:

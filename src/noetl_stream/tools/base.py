@@ -28,6 +28,9 @@ class TaskCall:
     # cancel the child when it gives up on that command.
     step_run_id: str | None = None
     command_iteration: int | None = None
+    # What the task's templates saw (workload, ctx, iter, vars, args, step results, pipeline
+    # locals, keychain): handed to kinds that expose it to user code (python's `context`).
+    context: dict[str, Any] | None = None
 
     def timeout(self, default_s: float) -> float:
         """Seconds this call may take: the task's own `timeout`, else its effective

@@ -1,8 +1,10 @@
 """`python`: user code in a pool of warm child processes, with a timeout (ARCHITECTURE §8).
 
 Inputs are globals (and `input_data`); the value is what the code assigns to `result`, returns
-from `main(**input)`, or returns at top level. A child that times out or dies is killed and
-replaced, so a bad script can never stop the worker.
+from `main(...)`, or returns at top level. The code also sees `context`, what the task's
+templates see shaped the way NoETL's engines hand it to python code (`python_context`), and the
+modules its `libs:` name. A child that times out or dies is killed and replaced, so a bad script
+can never stop the worker. tools/python_runner.py runs the code.
 """
 
 from __future__ import annotations
@@ -26,6 +28,31 @@ DEFAULT_TIMEOUT_S = float(kind_default("python", "timeout"))  # dsl/layering.py:
 def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     """Mark loop results so the child rebuilds them as lists that also answer `.get("results")`."""
     return {k: {LOOP_MARK: list(v)} if isinstance(v, LoopResults) else v for k, v in inputs.items()}
+
+
+def python_context(call: TaskCall) -> dict[str, Any]:
+    """The `context` python code reads: the names the task's templates read (workload, ctx,
+    iter, vars, finished step results by step name, earlier task results of the step, keychain,
+    and workload / ctx / args keys as bare names, as in NoETL's render context), plus NoETL's
+    `execution_id`, `step`, `job` and the task's inputs as `args` and `input`.
+    """
+    context = dict(call.context or {})
+    context.update({
+        "execution_id": call.execution_id,
+        "step": call.step,
+        "job": {"uuid": call.execution_id, "execution_id": call.execution_id,
+                "id": call.execution_id},
+        "args": call.input,
+        "input": call.input,
+    })
+    return encode_inputs(context)
+
+
+def _filename(call: TaskCall) -> str:
+    """The name tracebacks give the code: its script file when it came from one."""
+    script = call.config.get("script")
+    uri = script.get("uri") if isinstance(script, dict) else None
+    return str(uri) if uri else "<playbook code>"
 
 
 class _Child:
@@ -101,7 +128,9 @@ class PythonTool:
         async with self._slots:
             child = await self._acquire()
             try:
-                request = {"code": code, "input": encode_inputs(call.input)}
+                request = {"code": code, "input": encode_inputs(call.input),
+                           "context": python_context(call), "libs": call.config.get("libs"),
+                           "filename": _filename(call)}
                 reply = await asyncio.wait_for(child.call(request),
                                                timeout_s)
             except TimeoutError:
@@ -124,9 +153,10 @@ class PythonTool:
         if reply.get("status") == "ok":
             return Outcome.success(reply.get("result"), meta=meta)
         err = reply.get("error") or {}
-        return Outcome.failure(str(err.get("message", "python code failed")), "python",
-                               exception_type=err.get("type"), traceback=err.get("traceback"),
-                               meta=meta)
+        extra = {"module": err["module"]} if err.get("module") else {}
+        return Outcome.failure(str(err.get("message", "python code failed")),
+                               str(err.get("kind") or "python"), exception_type=err.get("type"),
+                               traceback=err.get("traceback"), meta=meta, **extra)
 
     async def close(self) -> None:
         self._closed = True

@@ -1,9 +1,17 @@
 """Child process of the `python` tool: runs user code, one request at a time, forever.
 
 Started as a plain script (not through the package) so it boots fast and imports nothing of ours.
-Protocol on a private pipe: 4-byte big-endian length + JSON, request {code, input}, reply
-{status, result | error, stdout}. Anything the user code writes to fd 1 goes to stderr instead,
-so it can never corrupt the protocol.
+Protocol on a private pipe: 4-byte big-endian length + JSON, request {code, input, context, libs,
+filename}, reply {status, result | error, stdout}. Anything the user code writes to fd 1 goes to
+stderr instead, so it can never corrupt the protocol.
+
+The code's globals, later ones winning: the modules NoETL's engines provide without an import
+(`json`, `os`, `sys`, `datetime`, `uuid`), `context`, `variables` (the Rust tool's name for the
+same names), `args`, `execution_id`, `step`, `data` (a sink's data), `input_data`; then every
+input by name; then the `libs:` modules under their aliases, imported before the code runs.
+`main(...)` is called the way NoETL's python engine calls it: a parameter named `context` gets
+the context, any other its input of that name, else `context["data"]`'s or the context's, else
+its default; `**kwargs` gets the remaining inputs.
 """
 
 from __future__ import annotations
@@ -11,12 +19,16 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import datetime
+import importlib
 import inspect
 import io
+import json
 import os
 import struct
 import sys
 import traceback
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 
@@ -58,19 +70,34 @@ def _decode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
             for k, v in inputs.items()}
 
 
-def _compile(code: str) -> tuple[Any, bool]:
+class LibraryError(Exception):
+    """A `libs:` module that cannot be imported; reported as an error of kind `import`."""
+
+    def __init__(self, alias: str, module: str, cause: BaseException) -> None:
+        shown = module if alias == module else f"{module} (as {alias})"
+        if isinstance(cause, ModuleNotFoundError):
+            detail = "is not installed on this worker"
+        else:
+            detail = f"failed to import: {type(cause).__name__}: {cause}"
+        super().__init__(f"libs: module {shown} {detail}")
+        self.alias = alias
+        self.module = module
+        self.type = type(cause).__name__
+
+
+def _compile(code: str, filename: str) -> tuple[Any, bool]:
     """Compile user code; a top-level `return` makes the code the body of a function."""
-    tree = ast.parse(code, "<playbook code>", "exec")
+    tree = ast.parse(code, filename, "exec")
     has_return = any(isinstance(n, ast.Return) for n in _top_level_nodes(tree.body))
     if not has_return:
-        return compile(tree, "<playbook code>", "exec"), False
+        return compile(tree, filename, "exec"), False
     wrapper = ast.parse(f"def {_BODY}():\n    return locals().get('result')\n")
     func = wrapper.body[0]
     assert isinstance(func, ast.FunctionDef)
     func.body = tree.body + func.body
     module = ast.Module(body=[func], type_ignores=[])
     ast.fix_missing_locations(module)
-    return compile(module, "<playbook code>", "exec"), True
+    return compile(module, filename, "exec"), True
 
 
 def _top_level_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
@@ -86,27 +113,86 @@ def _top_level_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
                 stack.append(child)
 
 
-def _call_main(main: Callable[..., Any], inputs: dict[str, Any]) -> Any:
-    params = inspect.signature(main).parameters
-    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
-        kwargs = dict(inputs)
-    else:
-        kwargs = {k: v for k, v in inputs.items() if k in params}
+def import_libs(libs: dict[str, Any] | None) -> dict[str, Any]:
+    """The `libs:` modules by alias: `alias: module`, or `alias: {from: package, import: name}`."""
+    bound: dict[str, Any] = {}
+    for alias, target in (libs or {}).items():
+        if isinstance(target, dict):
+            package, name = str(target.get("from")), str(target.get("import"))
+            try:
+                parent = importlib.import_module(package)
+                bound[alias] = (getattr(parent, name) if hasattr(parent, name)
+                                else importlib.import_module(f"{package}.{name}"))
+            except ImportError as exc:
+                raise LibraryError(alias, f"{package}.{name}", exc) from exc
+            continue
+        module = str(target)
+        try:
+            imported = importlib.import_module(module)
+        except ImportError as exc:
+            raise LibraryError(alias, module, exc) from exc
+        if alias == module and "." in module:  # `import a.b` binds `a`
+            top = module.split(".", 1)[0]
+            bound[top] = sys.modules[top]
+        else:
+            bound[alias] = imported
+    return bound
+
+
+def _globals(inputs: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    context.setdefault("variables", {k: v for k, v in context.items()})
+    namespace: dict[str, Any] = {
+        "__name__": "__noetl__", "json": json, "os": os, "sys": sys, "datetime": datetime,
+        "uuid": uuid, "context": context, "variables": context["variables"],
+        "args": context.get("args", inputs), "execution_id": context.get("execution_id"),
+        "step": context.get("step"), "input_data": dict(inputs)}
+    if "data" in context or "result" in context:  # a sink's data, as NoETL injects it
+        namespace["data"] = context.get("data", context.get("result"))
+    namespace.update(inputs)
+    return namespace
+
+
+def _call_main(main: Callable[..., Any], inputs: dict[str, Any], context: dict[str, Any]) -> Any:
+    given = context.get("data")
+    data: dict[str, Any] = given if isinstance(given, dict) else {}
+    kwargs: dict[str, Any] = {}
+    rest = False
+    for param in inspect.signature(main).parameters.values():
+        if param.kind == param.VAR_POSITIONAL:
+            raise TypeError("main(*args) is not supported: name the inputs main takes")
+        if param.kind == param.VAR_KEYWORD:
+            rest = True
+        elif param.name == "context":
+            kwargs["context"] = context
+        elif param.name in inputs:
+            kwargs[param.name] = inputs[param.name]
+        elif param.name in data:
+            kwargs[param.name] = data[param.name]
+        elif param.name in context:
+            kwargs[param.name] = context[param.name]
+        elif param.default is param.empty:
+            raise TypeError(f"main() needs argument {param.name!r}: give it in the task's args or "
+                            "input, or take `context` and read it there")
+    if rest:
+        kwargs.update({k: v for k, v in {**data, **inputs}.items() if k not in kwargs})
     value = main(**kwargs)
     if inspect.iscoroutine(value):
         value = asyncio.run(value)
     return value
 
 
-def run_code(code: str, inputs: dict[str, Any]) -> Any:
-    namespace = {"__name__": "__noetl__", "input_data": dict(inputs), **inputs}
-    compiled, wrapped = _compile(code)
+def run_code(code: str, inputs: dict[str, Any], context: dict[str, Any] | None = None,
+             libs: dict[str, Any] | None = None, filename: str = "<playbook code>") -> Any:
+    context = dict(context or {})
+    namespace = _globals(inputs, context)
+    namespace.update(import_libs(libs))
+    compiled, wrapped = _compile(code, filename)
     exec(compiled, namespace)
     if wrapped:
         return namespace[_BODY]()
     main = namespace.get("main")
     if callable(main) and getattr(main, "__module__", None) == "__noetl__":
-        return _call_main(main, inputs)
+        return _call_main(main, inputs, context)
     return namespace.get("result")
 
 
@@ -133,8 +219,13 @@ def _serve(proto_in: BinaryIO, proto_out: BinaryIO) -> None:
         captured = io.StringIO()
         try:
             with contextlib.redirect_stdout(captured):
-                value = run_code(request["code"], _decode_inputs(request.get("input") or {}))
+                value = run_code(request["code"], _decode_inputs(request.get("input") or {}),
+                                 _decode_inputs(request.get("context") or {}),
+                                 request.get("libs"), request.get("filename") or "<playbook code>")
             reply = {"status": "ok", "result": value}
+        except LibraryError as exc:
+            reply = {"status": "error", "error": {"message": str(exc), "kind": "import",
+                                                  "type": exc.type, "module": exc.module}}
         except SystemExit as exc:
             reply = {"status": "error", "error": {"message": f"code called exit({exc.code})",
                                                   "type": "SystemExit"}}

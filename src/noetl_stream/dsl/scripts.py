@@ -1,0 +1,153 @@
+"""`script:`: a task's code or SQL kept in a file beside the playbook (NoETL's script attribute).
+
+NoETL's shape is `script: {uri, source: {type, ...}, encoding}` with `type` one of `file`, `gcs`,
+`s3`, `http`; its worker infers the type from the uri's scheme when `type` is absent. The script
+takes the place of the kind's inline field: python `code`, SQL `command` / `query`.
+
+This build reads `file` scripts when the playbook is loaded (`run`, `validate`, `register`),
+relative to the playbook's own file, and carries their text in the playbook's text itself: the
+files follow the playbook as a second YAML document, marked by `FILES_MARKER` and holding one
+JSON object `{"noetl_stream_files": {uri as written: text}}`. The server, the catalog and every
+worker then see the same self-contained text, and the task's config holds the script's text in
+the IR and the commands, so no process but the one that loaded the playbook reads the disk.
+Remote sources are registration errors until a build fetches them. Pure but for reading files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from noetl_stream.dsl.templating import has_template
+
+FILES_MARKER = "--- # noetl-stream: the files this playbook's script: fields name, as loaded"
+FILES_KEY = "noetl_stream_files"
+SOURCE_TYPES = ("file", "gcs", "s3", "http")
+REMOTE_TYPES = frozenset({"gcs", "s3", "http"})
+SCRIPT_KEYS = frozenset({"uri", "source", "encoding"})
+SOURCE_KEYS = frozenset({"type", "auth", "region", "endpoint", "method", "headers", "timeout",
+                         "bucket"})
+# The config field a script stands in for, per kind that accepts `script:`.
+SCRIPT_FIELD = {"python": "code", "postgres": "command", "duckdb": "command"}
+# What a script replaces: its field and the field's other names (NoETL: script wins over them).
+REPLACED_FIELDS = {"python": ("code",), "postgres": ("command", "query"),
+                   "duckdb": ("command", "query")}
+_SCHEMES = (("gs://", "gcs"), ("s3://", "s3"), ("http://", "http"), ("https://", "http"))
+
+Report = Callable[[str, str], None]  # (field under `script`, message)
+
+
+@dataclass(frozen=True)
+class ScriptRef:
+    """A parsed `script:` descriptor that names a file to read."""
+
+    uri: str
+    encoding: str = "utf-8"
+
+
+def parse_script(raw: Any, report: Report) -> ScriptRef | None:
+    """Check a `script:` descriptor; a file script comes back, anything else is reported."""
+    if not isinstance(raw, Mapping):
+        report("script", "script must be a mapping {uri, source: {type}}")
+        return None
+    for key in raw:
+        if key not in SCRIPT_KEYS:
+            report(f"script.{key}", f'unknown key "{key}" in script; it takes uri, source, encoding')
+    source = raw.get("source") or {}
+    if not isinstance(source, Mapping):
+        report("script.source", "script.source must be a mapping with `type`")
+        return None
+    for key in source:
+        if key not in SOURCE_KEYS:
+            report(f"script.source.{key}", f'unknown key "{key}" in script.source')
+    uri = raw.get("uri")
+    if not isinstance(uri, str) or not uri.strip():
+        report("script.uri", "script needs `uri:` (a path relative to the playbook's file)")
+        return None
+    source_type = source.get("type") or _type_of(uri)
+    if source_type not in SOURCE_TYPES:
+        inline = " (inline code goes in the task's own field)" if source_type == "inline" else ""
+        report("script.source.type", f'script source type "{source_type}" is not one of '
+               f"{', '.join(SOURCE_TYPES)}{inline}")
+        return None
+    if source_type in REMOTE_TYPES:
+        report("script.source.type", f'script source "{source_type}" ({uri}) is not supported by '
+               "this version of noetl-stream yet; put the file beside the playbook and use "
+               "`source: {type: file}`")
+        return None
+    if has_template(uri):
+        report("script.uri", "a file script's uri must be a plain path: the file is read when "
+               "the playbook is loaded, before any template can render")
+        return None
+    if _type_of(uri) != "file":
+        report("script.uri", f'uri "{uri}" is not a file path, but script.source.type is "file"')
+        return None
+    encoding = raw.get("encoding") or "utf-8"
+    if not isinstance(encoding, str):
+        report("script.encoding", "script.encoding must be a text encoding name such as utf-8")
+        return None
+    return ScriptRef(uri=uri.removeprefix("file://"), encoding=encoding)
+
+
+def _type_of(uri: str) -> str:
+    """The source type a uri's scheme implies (NoETL's worker infers it the same way)."""
+    for prefix, source_type in _SCHEMES:
+        if uri.startswith(prefix):
+            return source_type
+    return "file"
+
+
+def read_script(ref: ScriptRef, base_dir: Path | None, attached: Mapping[str, str]) -> str:
+    """The script's text: the file beside the playbook when the playbook was read from disk,
+    else the copy that travels with the playbook's text. Raises ValueError saying what is wrong.
+    """
+    if base_dir is not None:
+        path = Path(ref.uri) if Path(ref.uri).is_absolute() else base_dir / ref.uri
+        try:
+            return path.read_bytes().decode(ref.encoding)
+        except FileNotFoundError:
+            if ref.uri not in attached:
+                raise ValueError(f'script file "{ref.uri}" ({path.resolve()}) does not exist') from None
+        except (OSError, UnicodeDecodeError, LookupError) as exc:
+            raise ValueError(f'script file "{ref.uri}" ({path}) cannot be read: {exc}') from None
+    if ref.uri in attached:
+        return attached[ref.uri]
+    raise ValueError(f'script file "{ref.uri}" did not travel with the playbook: run or register '
+                     "the playbook with `noetl-stream run FILE` or `noetl-stream register FILE`, "
+                     "which read the files it names")
+
+
+def split_files(text: str) -> tuple[str, dict[str, str]]:
+    """The playbook's own YAML and the files that travel with it (see the module docstring).
+
+    Raises ValueError when the files' document is there but is not the JSON this module writes.
+    """
+    marker = "\n" + FILES_MARKER + "\n"
+    at = text.rfind(marker)
+    if at < 0:
+        return text, {}
+    head, tail = text[:at + 1], text[at + len(marker):]
+    try:
+        doc = json.loads(tail)
+    except ValueError as exc:
+        raise ValueError(f"the files attached after the playbook are not valid JSON: {exc}") from None
+    files = doc.get(FILES_KEY) if isinstance(doc, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                              for k, v in files.items()):
+        raise ValueError(f'the document attached after the playbook must be {{"{FILES_KEY}": '
+                         "{path: text}}")
+    return head, files
+
+
+def attach_files(text: str, files: Mapping[str, str]) -> str:
+    """The playbook's text with `files` attached (replacing any files it already carried)."""
+    head, _ = split_files(text)
+    if not files:
+        return head
+    if not head.endswith("\n"):
+        head += "\n"
+    body = json.dumps({FILES_KEY: dict(sorted(files.items()))}, ensure_ascii=False)
+    return f"{head}{FILES_MARKER}\n{body}\n"
