@@ -27,3 +27,14 @@ async def test_keychain_example_reads_static_and_env_entries() -> None:
 
     assert result.returncode == 0, result.stderr
     assert result.summary["result"] == {"message": "Hello, world!", "home_is_set": True}
+
+
+async def test_scripts_and_context_example_reads_its_script_files() -> None:
+    result = await run_cli("run", str(EXAMPLES / "scripts_and_context.yaml"), "--json", "-q",
+                           "--set", "limit=5", cwd=Path("/"))
+
+    assert result.returncode == 0, result.stderr
+    summary = result.summary
+    assert summary["result"] == {"title": "first 5", "mean": 3, "total": 15,
+                                 "check": "{sum} == 15",
+                                 "execution_id": summary["execution_id"]}

@@ -33,7 +33,8 @@ from noetl_stream.errors import InfrastructureError
 @nats_url_option
 @prefix_option
 @remote_options
-@click.option("--strict", is_flag=True, help="Treat unknown keys as errors.")
+@click.option("--strict", is_flag=True,
+              help="Treat unknown keys and fields without effect as errors.")
 def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, server_url: str | None,
              token: str | None, strict: bool) -> None:
     """Validate PLAYBOOKS and register them in the catalog by their metadata.path."""

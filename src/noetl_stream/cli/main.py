@@ -144,7 +144,8 @@ def _load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Set one workload key (dots nest; VALUE is JSON or a plain string). Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with the outcome on stdout.")
-@click.option("--strict", is_flag=True, help="Treat unknown keys as errors.")
+@click.option("--strict", is_flag=True,
+              help="Treat unknown keys and fields without effect as errors.")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Give up waiting after SECONDS.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
 def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | None, token: str | None,
@@ -215,7 +216,8 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
 
 @main.command()
 @click.argument("playbooks", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--strict", is_flag=True, help="Treat unknown keys as errors.")
+@click.option("--strict", is_flag=True,
+              help="Treat unknown keys and fields without effect as errors.")
 def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
     """Check PLAYBOOKS and print every problem as FILE:LINE: step "S" field "F": message."""
     bad = 0
