@@ -481,8 +481,9 @@ def step_reads(step: Step) -> set[str]:
 
 def reads_context(step: Step) -> bool:
     """Whether a python task of the step reads `context`, which holds every finished step."""
+    sinks = [sink for task in step.tasks for rule in task.rules for sink in rule.sink]
     return any(t.kind == "python" and isinstance(t.config.get("code"), str)
-               and pycode.reads_context(t.config["code"]) for t in step.tasks)
+               and pycode.reads_context(t.config["code"]) for t in (*step.tasks, *sinks))
 
 
 def _delay_timer(event: dict[str, Any]) -> str:
