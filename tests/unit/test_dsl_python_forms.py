@@ -281,3 +281,24 @@ def test_python_code_with_dicts_and_f_strings_is_no_template() -> None:
 
     assert result.playbook.step("start").tasks[0].config["code"] == (
         'd = {"a": {"b": 1}}\nresult = f"{d[\'a\']}"\n')
+
+
+def test_child_playbook_carries_its_own_script_files(tmp_path: Path) -> None:
+    (tmp_path / "child").mkdir()
+    (tmp_path / "child" / "work.py").write_text("result = 'child work'\n")
+    write_playbook(tmp_path / "child", """
+        workflow:
+          - step: start
+            tool: {kind: python, script: {uri: ./work.py}}
+    """, "child.yaml")
+    path = write_playbook(tmp_path, """
+        workflow:
+          - step: start
+            tool: {kind: playbook, path: ./child/child.yaml}
+    """)
+
+    parent, child = load_with_children(path).files
+
+    assert split_files(parent.text)[1] == {}
+    assert split_files(child.text)[1] == {"./work.py": "result = 'child work'\n"}
+    assert parent.links == {"./child/child.yaml": child.key}
