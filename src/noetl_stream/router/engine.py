@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from noetl_stream import ids, refs
-from noetl_stream.dsl import keychain, templating
+from noetl_stream.dsl import guards, keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import cancel, case_events, children, listeners, watchdog
@@ -372,6 +372,10 @@ class _Router:
         # A route chosen by a case rule fires all of its arcs; otherwise the arcs without one
         # (the structural `next`) are evaluated as usual.
         candidates = [arc for arc in step.next.arcs if arc.route == route]
+        if not ok:
+            # A failure is handed on only by guards written for failures (dsl/guards.py);
+            # an arc that is true for another reason must not carry a failed step onwards.
+            candidates = [arc for arc in candidates if guards.reads_failure(arc.when)]
         exclusive = step.next.mode == "exclusive" and route is None
         for arc in candidates:
             if exclusive and selected:

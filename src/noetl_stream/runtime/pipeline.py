@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from noetl_stream.dsl import layering, templating
+from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
 from noetl_stream.router.context import build_context, step_view
@@ -47,6 +47,15 @@ class PipelineResult:
     tasks_run: int = 0
     route: str | None = None  # set by a case rule with `next`: only the step's arcs with it fire
     case_matched: list[Any] | None = None  # spec 001 case: the branches found true
+
+
+def _handles_failures(rule: Rule) -> bool:
+    """May this rule decide what happens to a failed call? Only an `else`, a `call.error` rule,
+    a retry clause (its own guards are about failures) or a guard that reads the failure
+    (dsl/guards.py); `{{ event.name == 'call.done' }}` alone never swallows an error.
+    """
+    return (rule.when is None or rule.event == "call.error" or rule.scope is not None
+            or guards.reads_failure(rule.when))
 
 
 def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
@@ -374,6 +383,8 @@ class Pipeline:
             rules = rules[next(i for i, r in enumerate(rules) if r is after) + 1:]
         for rule in rules:
             if rule.event == "call.error" and ok:
+                continue
+            if not ok and not _handles_failures(rule):
                 continue
             guard_context = context
             field = f"tool.{task.name}.spec.policy.when"
