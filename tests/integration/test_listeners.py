@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from plain_client import PlainClient
 
-from noetl_stream import ids
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.runtime.services import submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
@@ -49,7 +49,7 @@ class Run:
     """An execution of a playbook followed in the background."""
 
     def __init__(self, bus: Bus, text: str) -> None:
-        self.execution_id = ids.new_execution_id()
+        self.execution_id = new_execution_id()
         self.events: list[dict[str, Any]] = []
         self.task = asyncio.create_task(submit_and_watch(
             bus, playbook_text=text, playbook_file="test.yaml", payload={},
@@ -145,3 +145,4 @@ async def test_a_signal_for_an_ended_execution_is_recorded_and_ignored(
 
 def _assert_in(item: str, items: list[str]) -> None:
     assert item in items
+
