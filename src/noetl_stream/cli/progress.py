@@ -67,11 +67,17 @@ class ProgressPrinter:
         elif etype == "step.skipped":
             self._line(self._c("2", f"- {step} skipped ({event.get('reason', '')})"))
         elif etype == "loop.started":
-            self._line(f"  {step}: loop of {event.get('total')} items")
+            if event.get("total") is None:  # a cursor loop: its items are claimed as it goes
+                self._line(f"  {step}: cursor loop, {event.get('max_in_flight')} claiming at once")
+            else:
+                self._line(f"  {step}: loop of {event.get('total')} items")
         elif etype == "loop.progress":
             done, total = event.get("done"), event.get("total")
             mark = "" if event.get("ok", True) else self._c("31", " (an iteration failed)")
-            self._line(f"  {step}: {done}/{total}{mark}")
+            if event.get("exhausted"):
+                mark = " (a claim found nothing left)"
+            self._line(f"  {step}: {done}/{total}{mark}" if total is not None
+                       else f"  {step}: {done} done{mark}")
         elif etype == "loop.done":
             self._line(self._c("32", f"✓ {step}") + f"  loop done  {self._took(event)}")
         elif etype == "loop.failed":
