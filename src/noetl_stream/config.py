@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from noetl_stream.errors import InfrastructureError
+
 ENV_HOME = "NOETL_STREAM_HOME"
 ENV_NATS_URL = "NOETL_STREAM_NATS_URL"
 ENV_PREFIX = "NOETL_STREAM_PREFIX"
@@ -20,6 +22,20 @@ ENV_COMMAND_MAX_DELIVER = "NOETL_STREAM_COMMAND_MAX_DELIVER"
 # How long the server's consumers (execution requests, router events) wait for an ack before
 # redelivering: what a server killed mid-batch costs in recovery time. Provisioned like the lease.
 ENV_ROUTER_ACK_WAIT_S = "NOETL_STREAM_ROUTER_ACK_WAIT_S"
+
+
+# Node bits (0..1023) of the execution ids this process issues (runtime/execution_ids.py). Unset:
+# a random node per process.
+ENV_NODE_ID = "NOETL_STREAM_NODE_ID"
+
+
+def node_id_from_env() -> int | None:
+    raw = os.environ.get(ENV_NODE_ID, "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or int(raw) > 1023:
+        raise InfrastructureError(f'{ENV_NODE_ID}="{raw}": a whole number from 0 to 1023')
+    return int(raw)
 
 
 def home_dir() -> Path:

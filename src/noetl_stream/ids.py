@@ -1,27 +1,27 @@
-"""Identifiers: execution ids (the one place randomness is allowed) and deterministic message ids.
+"""Identifiers: deterministic execution ids and message ids. Pure: no clock, no randomness.
 
-Every `Nats-Msg-Id` is derived from the message's content identity so that re-publishing after a
-crash is dropped by the stream's duplicate window (ARCHITECTURE §6.1).
+Fresh execution ids need a clock and are issued by the runtime shell
+(`runtime/execution_ids.py`). The ids here are derived from other ids, so a redelivered command
+or a repeated request always arrives at the same one. Every `Nats-Msg-Id` is derived from the
+message's content identity so that re-publishing after a crash is dropped by the stream's
+duplicate window (ARCHITECTURE §6.1).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import time
 
-_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
+_INT63 = (1 << 63) - 1
 
 
-def new_execution_id() -> str:
-    """A time-ordered id that is a valid NATS subject token (no dots, no wildcards)."""
-    millis = int(time.time() * 1000)
-    head = ""
-    for _ in range(10):
-        head = _ALPHABET[millis % 32] + head
-        millis //= 32
-    tail = "".join(_ALPHABET[b % 32] for b in os.urandom(10))
-    return head + tail
+def derived_execution_id(purpose: str, *parts: str) -> str:
+    """A deterministic execution id: the first 63 bits of a SHA-256 over `purpose` and `parts`,
+    as the decimal digits of a positive int64, like the ids the runtime issues, so it fits the
+    same BIGINT columns. It is not time-ordered. `purpose` keeps ids made for different reasons
+    from the same parts apart.
+    """
+    digest = hashlib.sha256("\0".join((purpose, *parts)).encode()).digest()
+    return str(int.from_bytes(digest[:8], "big") & _INT63 or 1)
 
 
 def step_run_id(execution_id: str, step: str, run: int) -> str:
@@ -49,10 +49,9 @@ def playbook_key(text: str) -> str:
 def child_execution_id(parent_execution_id: str, idempotency_key: str) -> str:
     """Id of the child a `kind: playbook` task starts: the same for every delivery of one attempt
     of one task in one step run and iteration, so a redelivered command finds the child it already
-    started instead of starting another. A subject token (no dots).
+    started instead of starting another. Numeric, like every id the runtime issues.
     """
-    digest = hashlib.sha256(idempotency_key.encode()).hexdigest()[:16]
-    return f"{parent_execution_id}x{digest}"
+    return derived_execution_id("child", parent_execution_id, idempotency_key)
 
 
 def action_id(step_run: str, iteration: int | None, task: str | None) -> str:

@@ -112,6 +112,27 @@ async def test_unhandled_failure_exits_1_and_names_the_step_and_message() -> Non
     assert "never" not in summary["steps"] or summary["steps"]["never"]["runs"] == 0
 
 
+async def test_failed_step_does_not_follow_an_arc_whose_guard_ignores_the_failure() -> None:
+    out = await run_playbook("fail_guard_ignores_failure.yaml")
+
+    assert out.returncode == 1
+    summary = out.summary
+    assert summary["status"] == "failed"
+    assert summary["error"]["step"] == "start"
+    assert "ValueError: boom" in summary["error"]["message"]
+    assert "b" not in summary["steps"] or summary["steps"]["b"]["runs"] == 0
+
+
+async def test_reading_a_field_of_a_misspelt_name_fails_the_step_with_a_suggestion() -> None:
+    out = await run_playbook("template_typo.yaml")
+
+    assert out.returncode == 1
+    error = out.summary["error"]
+    assert error["step"] == "start"
+    assert "`traget` is undefined; did you mean `target`?" in error["message"]
+    assert "workload.traget.region" in error["message"]
+
+
 async def test_routed_failure_continues_on_the_failure_arc() -> None:
     out = await run_playbook("fail_routed.yaml")
 

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 from cli import run_cli
 
+from noetl_stream.runtime.nats_server import free_port
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "playbooks" / "examples"
 
 pytestmark = pytest.mark.e2e
@@ -27,6 +29,19 @@ async def test_keychain_example_reads_static_and_env_entries() -> None:
 
     assert result.returncode == 0, result.stderr
     assert result.summary["result"] == {"message": "Hello, world!", "home_is_set": True}
+
+
+async def test_case_pagination_example_fails_when_its_api_is_down() -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    out = await run_cli("run", str(EXAMPLES / "case_pagination.yaml"), "--json", "--quiet",
+                        "--set", f"api_url={closed}")
+
+    assert out.returncode == 1, out.stdout
+    summary = out.summary
+    assert summary["status"] == "failed"
+    assert summary["error"]["step"] == "fetch_all_pages"
+    assert summary["error"]["kind"] in ("connection", "http")
+    assert "summarize" not in summary["steps"] or summary["steps"]["summarize"]["runs"] == 0
 
 
 async def test_scripts_and_context_example_reads_its_script_files() -> None:

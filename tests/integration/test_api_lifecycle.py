@@ -186,10 +186,14 @@ async def test_api_runs_a_playbook_from_login_to_logout(api: Api) -> None:
                            headers=key)
     assert first[0] == again[0] == 202
     assert first[1]["execution_id"] == again[1]["execution_id"]
+    # Numeric like a fresh id, though derived from the key (and so not time-ordered).
+    assert 0 < int(first[1]["execution_id"]) < 2**63
 
     status, long_run = await api.call("POST", "/api/executions", json={"playbook": SLEEPER})
     assert status == 202 and long_run["status"] == "accepted"
     long_id = long_run["execution_id"]
+    # Fresh ids of one server are time-ordered: the later start has the larger id.
+    assert int(execution_id) < int(long_id) < 2**63
     status, cancelled = await api.call("POST", f"/api/executions/{long_id}/cancel",
                                        json={"reason": "test over"})
     assert status == 202, cancelled

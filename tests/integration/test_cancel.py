@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nats.js.errors import NoKeysError
 
-from noetl_stream import ids, jsonutil
+from noetl_stream import jsonutil
 from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.messages import RequestReply
 from noetl_stream.runtime.cancel import request_cancel
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.services import submit_and_watch
 from noetl_stream.state.catalog import register_files
+from noetl_stream.testing.events import child_states
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.integration
@@ -112,7 +113,7 @@ async def test_cancel_stops_a_running_step_and_loop_iterations_and_kills_python(
         bus: Bus, services: None, tmp_path: Path) -> None:
     folder = tmp_path / "pids"
     folder.mkdir()
-    execution_id = ids.new_execution_id()
+    execution_id = new_execution_id()
     events: list[dict[str, Any]] = []
     run = asyncio.create_task(submit_and_watch(
         bus, playbook_text=SLEEPERS, playbook_file="sleepers.yaml",
@@ -151,20 +152,15 @@ async def test_cancelling_a_parent_cancels_the_child_it_waits_for(
     (tmp_path / "parent.yaml").write_text(PARENT)
     composed = load_with_children(tmp_path / "parent.yaml")
     await register_files(bus.js, composed.files)
-    parent_id = ids.new_execution_id()
+    parent_id = new_execution_id()
     run = asyncio.create_task(submit_and_watch(
         bus, playbook_text=composed.files[0].text, playbook_file="parent.yaml", payload={},
         on_event=lambda e: None, execution_id=parent_id, timeout_s=30))
-    kv = await bus.js.key_value("noetl_executions")
 
     async def child_state() -> dict[str, Any]:
-        try:
-            keys = [k for k in await kv.keys() if k.startswith(f"{parent_id}x")]
-        except NoKeysError:
-            keys = []
-        assert len(keys) == 1
-        entry = await kv.get(keys[0])
-        state: dict[str, Any] = jsonutil.loads(entry.value or b"{}")
+        states = await child_states(bus.js, parent_id)
+        assert len(states) == 1, states
+        state = states[0]
         return state
 
     async def child_running() -> dict[str, Any]:

@@ -12,16 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nats.js.errors import NoKeysError
 
-from noetl_stream import ids, jsonutil
 from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.runtime.cancel import request_cancel
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.state.catalog import register_files
-from noetl_stream.testing.events import stored_events
+from noetl_stream.testing.events import child_states, stored_events
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.integration
@@ -77,13 +76,9 @@ class Family:
         self.parent_id = parent_id
 
     async def child_state(self) -> dict[str, Any]:
-        kv = await self.bus.js.key_value("noetl_executions")
-        try:
-            keys = [k for k in await kv.keys() if k.startswith(f"{self.parent_id}x")]
-        except NoKeysError:
-            keys = []
-        assert len(keys) == 1
-        state: dict[str, Any] = jsonutil.loads((await kv.get(keys[0])).value or b"{}")
+        states = await child_states(self.bus.js, self.parent_id)
+        assert len(states) == 1, states
+        state = states[0]
         return state
 
     async def child_sleeping(self) -> None:
@@ -102,7 +97,7 @@ async def start_family(bus: Bus, tmp_path: Path, parent: str,
     (tmp_path / "parent.yaml").write_text(parent)
     composed = load_with_children(tmp_path / "parent.yaml")
     await register_files(bus.js, composed.files)
-    parent_id = ids.new_execution_id()
+    parent_id = new_execution_id()
     run = asyncio.create_task(submit_and_watch(
         bus, playbook_text=composed.files[0].text, playbook_file="parent.yaml", payload={},
         on_event=lambda e: None, execution_id=parent_id, timeout_s=30))

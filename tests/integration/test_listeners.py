@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from plain_client import PlainClient
 
-from noetl_stream import ids
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.runtime.services import submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
@@ -49,7 +49,7 @@ class Run:
     """An execution of a playbook followed in the background."""
 
     def __init__(self, bus: Bus, text: str) -> None:
-        self.execution_id = ids.new_execution_id()
+        self.execution_id = new_execution_id()
         self.events: list[dict[str, Any]] = []
         self.task = asyncio.create_task(submit_and_watch(
             bus, playbook_text=text, playbook_file="test.yaml", payload={},
@@ -145,3 +145,66 @@ async def test_a_signal_for_an_ended_execution_is_recorded_and_ignored(
 
 def _assert_in(item: str, items: list[str]) -> None:
     assert item in items
+
+
+async def _stderr_until(proc: asyncio.subprocess.Process, text: str, seen: list[str]) -> str:
+    """Read the process's stderr line by line until one contains `text`; return that line."""
+    assert proc.stderr is not None
+    while True:
+        line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+        assert line, f"stderr ended before {text!r}: {''.join(seen)}"
+        seen.append(line)
+        if text in line:
+            return line
+
+
+async def _cli(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        str(CLI), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["plain", "json"])
+async def test_cli_run_shows_the_timer_as_scheduled_and_prints_no_result_when_cancelled(
+        services: None, nats_server: NatsServer, as_json: bool) -> None:
+    url = ["--nats-url", nats_server.url]
+    run = await asyncio.create_subprocess_exec(
+        str(CLI), "run", str(APPROVAL), *url, *(["--json"] if as_json else []),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL)
+    seen: list[str] = []
+    try:
+        started = await _stderr_until(run, " started (approval)", seen)
+        execution_id = started.split("execution ", 1)[1].split()[0]
+        assert 0 < int(execution_id) < 2**63
+        # The one-hour timer is set, not fired.
+        await _stderr_until(run, "timer timeout scheduled, fires in 1h", seen)
+        watch = asyncio.create_task(_cli("watch", execution_id, "--json", *url))
+
+        code, _, err = await _cli("cancel", execution_id, "--reason", "not today", "--wait", *url)
+        assert code == 0, err
+        out_bytes, rest = await asyncio.wait_for(run.communicate(), 30)
+    finally:
+        if run.returncode is None:
+            run.kill()
+            await run.wait()
+
+    stderr = "".join(seen) + rest.decode()
+    assert run.returncode == 1, stderr
+    assert "timer timeout fired" not in stderr and "cancelled" in stderr
+    if as_json:
+        summary = json.loads(out_bytes)
+        assert summary["status"] == "cancelled" and summary["result"] is None
+        assert summary["steps"]["start"]["result"] == {"order_id": 42, "total": 1250}
+    else:
+        assert out_bytes == b""  # not the first step's result
+    watch_code, watched, _ = await watch
+    assert watch_code == 1
+    types = [json.loads(line)["event_type"] for line in watched.splitlines()]
+    assert "timer.fired" not in types and types[-1] == "execution.cancelled"
+    (scheduled,) = [json.loads(line) for line in watched.splitlines()
+                    if json.loads(line)["event_type"] == "timer.scheduled"]
+    assert scheduled["timer_id"] == "timeout"
+    assert scheduled["fire_at"] - scheduled["set_at"] == 3600

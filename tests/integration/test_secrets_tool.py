@@ -73,7 +73,7 @@ PLAYBOOK = textwrap.dedent("""\
               kind: python
               input: {token: "{{ fetch.value }}"}
               code: "result = {'length': len(token), 'token': token, 'said': 'Bearer ' + token}"
-        set: {ctx.token: "{{ fetch.value }}"}
+              set: {ctx.token: "{{ fetch.value }}"}
         next: after
       - step: after
         tool: {kind: python, input: {seen: "{{ start.token }}"}, code: "result = seen"}
@@ -93,6 +93,7 @@ async def test_secret_value_is_masked_in_every_published_event(
     # The pipeline saw the real value; the event carries only its mask.
     assert start == {"length": len(SECRET), "token": "***", "said": "Bearer ***"}
     assert final["result"] == "***"
+    assert final["ctx"] == {"token": "***"}
     events = await stored_events(bus.js, final["execution_id"])
     assert events
     assert SECRET not in jsonutil.dumps_str(events)

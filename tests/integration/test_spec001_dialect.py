@@ -79,9 +79,11 @@ async def test_a_delayed_next_starts_its_step_when_the_durable_timer_fires(bus: 
 
     assert final["status"] == "completed", final.get("error")
     assert final["steps"]["later"]["result"] == {"n": 7}
-    # The watcher sees the schedule message and then the `timer.fired` it became.
-    *_, fired = [e for e in events if e["event_type"] == "timer.fired"]
+    # The watcher sees the schedule message as scheduled, then the `timer.fired` it became.
+    (scheduled,) = [e for e in events if e["event_type"] == "timer.scheduled"]
+    (fired,) = [e for e in events if e["event_type"] == "timer.fired"]
     (started,) = [e for e in events if e["event_type"] == "step.started" and e["step"] == "later"]
-    assert events.index(fired) < events.index(started)
+    assert events.index(scheduled) < events.index(fired) < events.index(started)
+    assert scheduled["fire_at"] == fired["fire_at"]
     assert fired["fire_at"] - fired["set_at"] == 1.0
     assert started["timestamp"] >= fired["fire_at"]

@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from nats.js.errors import NoKeysError
 
-from noetl_stream import ids, jsonutil
+from noetl_stream import jsonutil
 from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.provision import consumer_config
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.state.catalog import register_files
-from noetl_stream.testing.events import stored_events
+from noetl_stream.testing.events import child_states, stored_events
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.integration
@@ -93,21 +93,17 @@ async def test_a_parent_step_that_times_out_cancels_its_child(
     (tmp_path / "parent.yaml").write_text(PARENT)
     composed = load_with_children(tmp_path / "parent.yaml")
     await register_files(bus.js, composed.files)
-    parent_id = ids.new_execution_id()
+    parent_id = new_execution_id()
     final = await submit_and_watch(bus, playbook_text=composed.files[0].text,
                                    playbook_file="parent.yaml", payload={},
                                    on_event=lambda e: None, execution_id=parent_id, timeout_s=20)
     assert final["status"] == "failed"
     assert final["steps"]["start"]["error"]["kind"] == "timeout"
-    kv = await bus.js.key_value("noetl_executions")
 
     async def child_cancelled() -> None:
-        try:
-            keys = [k for k in await kv.keys() if k.startswith(f"{parent_id}x")]
-        except NoKeysError:
-            keys = []
-        assert len(keys) == 1
-        state = jsonutil.loads((await kv.get(keys[0])).value or b"{}")
+        states = await child_states(bus.js, parent_id)
+        assert len(states) == 1, states
+        state = states[0]
         assert state["status"] == "cancelled"
 
     await assert_eventually(child_cancelled)

@@ -176,7 +176,8 @@ def test_loop_without_collection_is_an_error() -> None:
             loop:
               iterator: x
     """)
-    assert message == 'test.yaml:8: step "start" field "loop.in": loop needs `in:` (or `collection:`)'
+    assert message == ('test.yaml:8: step "start" field "loop.in": loop needs `in:` (or '
+                       "`collection:`), or a `cursor:` to claim from")
 
 
 def test_unknown_workbook_task_suggests_the_nearest_name() -> None:

@@ -38,10 +38,43 @@ def test_attribute_read_on_a_mapping_reads_the_key_before_the_method() -> None:
     assert templating.render_string("{{ x.keys }}", CONTEXT) == "k"
 
 
-def test_undefined_names_and_chains_render_to_none() -> None:
+def test_undefined_names_and_missing_keys_render_to_none() -> None:
     assert templating.render_string("{{ missing }}", CONTEXT) is None
-    assert templating.render_string("{{ missing.deeper.still }}", CONTEXT) is None
+    assert templating.render_string("{{ workload.missing }}", CONTEXT) is None
     assert templating.render_string("v={{ missing }}", CONTEXT) == "v="
+
+
+@pytest.mark.parametrize("text", [
+    "{{ missing.deeper }}", "{{ missing.deeper.still }}", "{{ missing['k'] }}",
+    "v={{ workload.nope.x }}", "{{ workload.nope.x == 1 }}", "{{ 2 in workload.nope.x }}",
+    "{% if workload.nope.x %}y{% endif %}", "{{ workload.nope.x + 1 }}",
+])
+def test_reading_a_field_of_an_undefined_value_is_an_error(text: str) -> None:
+    with pytest.raises(TemplateError, match="is undefined"):
+        templating.render_string(text, CONTEXT, step="s", field="f")
+
+
+def test_undefined_error_names_step_field_expression_and_suggests_a_name() -> None:
+    context = {"workload": {"target": {"region": "eu"}}, "fetch": {"rows": []}}
+    with pytest.raises(TemplateError) as exc:
+        templating.render_string("{{ workload.traget.region }}", context, step="s", field="url")
+    text = str(exc.value)
+    assert 'step "s"' in text and 'field "url"' in text and "workload.traget.region" in text
+    assert "`traget` is undefined; did you mean `target`?" in text
+    with pytest.raises(TemplateError, match="`fecth` is undefined; did you mean `fetch`"):
+        templating.render_string("{{ fecth.rows }}", context)
+    with pytest.raises(TemplateError, match="on a null value"):
+        templating.render_string("{{ x.a.b }}", {"x": None})
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("{{ missing.deeper | default(3) }}", 3), ("{{ workload.nope.x | default('d') }}", "d"),
+    ("{{ missing.deeper is defined }}", False), ("{{ missing is defined }}", False),
+    ("{{ 1 if missing else 2 }}", 2), ("{% if missing %}y{% else %}n{% endif %}", "n"),
+    ("{{ missing is defined and missing.x }}", False),
+])
+def test_default_is_defined_and_if_keep_working(text: str, value: object) -> None:
+    assert templating.render_string(text, CONTEXT) == value
 
 
 def test_render_walks_dicts_and_lists() -> None:

@@ -173,3 +173,27 @@ def test_case_views_give_the_body_with_the_status_code_beside_it() -> None:
     own = case_views(Outcome.success({"status_code": "x"}, http={"status": 200, "headers": {}}))
     assert own["response"] == {"status_code": "x"}
     assert ok["this"]["status"] == "ok"
+
+
+def refused(call: TaskCall) -> Outcome:
+    return Outcome.failure("connection refused", "connection", retryable=True)
+
+
+async def test_pipeline_call_done_rule_that_ignores_the_error_does_not_swallow_it() -> None:
+    # The second rule is true after a failed call too (`not response...` of a missing body), but
+    # it does not read the failure, so the call's error fails the step.
+    tool = ScriptedHttp(refused)
+    result = await run_step(PAGINATE.replace("{{ event.name == 'call.done' }}",
+                                             "{{ event.name == 'call.done' and not response }}"),
+                            tool, ctx={"pages": []})
+    assert not result.ok
+    assert result.error is not None and "connection refused" in result.error["message"]
+    assert len(tool.calls) == 1
+
+
+async def test_pipeline_call_done_rule_that_reads_the_error_handles_it() -> None:
+    body = PAGINATE.replace("{{ event.name == 'call.done' }}",
+                            "{{ event.name == 'call.done' and error is not none }}")
+    result = await run_step(body, ScriptedHttp(refused), ctx={"pages": []})
+    assert result.ok
+    assert result.route is not None

@@ -78,6 +78,19 @@ def test_router_cancel_cuts_running_runs_and_iterations_short_and_ends_cancelled
     assert final["steps"]["fan"]["status"] == "cancelled"
 
 
+def test_router_cancelled_execution_has_no_result_but_finished_steps_keep_theirs() -> None:
+    harness = RouterHarness(PARALLEL)
+    harness.run(lambda c: Reply(result={"step": c["step"]}) if c["step"] in ("start", "quick")
+                else None)
+    assert harness.state.result == {"step": "quick"}  # the last step that finished, so far
+
+    harness.send(cancel_event())
+
+    final = harness.events_of("execution.cancelled")[0]
+    assert final["result"] is None and harness.state.summary()["result"] is None
+    assert final["steps"]["quick"]["result"] == {"step": "quick"}
+
+
 def test_router_cancel_issues_no_new_commands_and_ignores_late_outcomes() -> None:
     harness = started(RouterHarness(PARALLEL))
     commands = len(harness.commands)

@@ -128,6 +128,40 @@ def test_router_failure_guard_can_read_the_error() -> None:
     assert harness.fired_steps() == ["start", "retry_later"]
 
 
+@pytest.mark.parametrize("mode", ["exclusive", "inclusive"])
+def test_router_failed_step_does_not_follow_an_arc_true_for_another_reason(mode: str) -> None:
+    harness = RouterHarness(parse(f"""
+        workload: {{go: true}}
+        workflow:
+          - step: start
+            next: {{spec: {{mode: {mode}}}, arcs: [{{step: b, when: "{{{{ workload.go }}}}"}}]}}
+          - step: b
+    """))
+    harness.run(lambda c: Reply(ok=False, error={"message": "boom"}) if c["step"] == "start" else Reply())
+    assert harness.fired_steps() == ["start"]
+    assert harness.state.status == "failed"
+    assert harness.state.error is not None and "boom" in harness.state.error["message"]
+
+
+@pytest.mark.parametrize("when", [
+    "{{ event.name == 'step.failed' }}", "{{ error is not none }}",
+    "{{ error.message == 'boom' and workload.go }}",
+])
+def test_router_failed_step_follows_an_arc_written_for_failures(when: str) -> None:
+    harness = RouterHarness(parse(f"""
+        workload: {{go: true}}
+        workflow:
+          - step: start
+            next: {{spec: {{mode: exclusive}}, arcs: [{{step: b, when: "{{{{ workload.go }}}}"}},
+                                                 {{step: c, when: "{when}"}}]}}
+          - step: b
+          - step: c
+    """))
+    harness.run(lambda c: Reply(ok=False, error={"message": "boom"}) if c["step"] == "start" else Reply())
+    assert harness.fired_steps() == ["start", "c"]
+    assert harness.state.status == "completed"
+
+
 def test_router_unhandled_failure_fails_the_execution_naming_the_step() -> None:
     harness = RouterHarness(parse("""
         workflow:

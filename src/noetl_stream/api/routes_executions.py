@@ -36,10 +36,11 @@ from noetl_stream.api.models import (
     SignalSent,
 )
 from noetl_stream.api.routes_catalog import parse, read_text
-from noetl_stream.ids import new_execution_id
+from noetl_stream.ids import derived_execution_id
 from noetl_stream.messages import ExecutionRequest, RequestReply
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.cancel import request_cancel
+from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.signals import publish_signal, valid_signal_name
 from noetl_stream.state.catalog import path_key
 from noetl_stream.state.kv_keys import bucket_keys
@@ -50,11 +51,12 @@ _CURSOR = re.compile(r"(\d+(?:\.\d+)?):([-_=A-Za-z0-9]+)")
 
 
 def execution_id_for(user: str, idempotency_key: str | None) -> str:
-    """A fresh id, or the one a caller's key always maps to (a subject token, like every id)."""
+    """A fresh id, or the one a caller's key always maps to (numeric like every id we issue,
+    though not time-ordered).
+    """
     if not idempotency_key:
         return new_execution_id()
-    digest = hashlib.sha256(f"{user}\0{idempotency_key}".encode()).hexdigest()
-    return "ik" + digest[:30]
+    return derived_execution_id("idempotency-key", user, idempotency_key)
 
 
 async def _playbook_text(ctx: ApiContext, body: ExecuteBody) -> tuple[str, str]:

@@ -206,12 +206,14 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
         fail(EXIT_REJECTED, "the server rejected the playbook")
     summary = {k: final.get(k) for k in ("execution_id", "status", "result", "error", "steps",
                                          "ctx", "vars")}
+    completed = summary["status"] == "completed"
     if as_json:
         _write_stdout(jsonutil.dumps(summary))
-    else:
-        # Progress went to stderr; the result alone goes to stdout, so it pipes into jq.
+    elif completed:
+        # Progress went to stderr; the result alone goes to stdout, so it pipes into jq. A failed
+        # or cancelled execution has no result to pipe: stdout stays empty, the exit code says.
         _write_stdout(orjson.dumps(summary.get("result"), option=orjson.OPT_INDENT_2, default=str))
-    sys.exit(EXIT_OK if summary["status"] == "completed" else EXIT_FAILED)
+    sys.exit(EXIT_OK if completed else EXIT_FAILED)
 
 
 @main.command()

@@ -8,6 +8,15 @@ import time
 from typing import Any, TextIO
 
 from noetl_stream import jsonutil
+from noetl_stream.router.watchdog import TIMER_PREFIX as WATCHDOG_PREFIX
+from noetl_stream.runtime.timers import TIMER_FIRED, TIMER_SCHEDULED
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -58,16 +67,24 @@ class ProgressPrinter:
         elif etype == "step.skipped":
             self._line(self._c("2", f"- {step} skipped ({event.get('reason', '')})"))
         elif etype == "loop.started":
-            self._line(f"  {step}: loop of {event.get('total')} items")
+            if event.get("total") is None:  # a cursor loop: its items are claimed as it goes
+                self._line(f"  {step}: cursor loop, {event.get('max_in_flight')} claiming at once")
+            else:
+                self._line(f"  {step}: loop of {event.get('total')} items")
         elif etype == "loop.progress":
             done, total = event.get("done"), event.get("total")
             mark = "" if event.get("ok", True) else self._c("31", " (an iteration failed)")
-            self._line(f"  {step}: {done}/{total}{mark}")
+            if event.get("exhausted"):
+                mark = " (a claim found nothing left)"
+            self._line(f"  {step}: {done}/{total}{mark}" if total is not None
+                       else f"  {step}: {done} done{mark}")
         elif etype == "loop.done":
             self._line(self._c("32", f"✓ {step}") + f"  loop done  {self._took(event)}")
         elif etype == "loop.failed":
             err = (event.get("error") or {}).get("message", "")
             self._line(self._c("31", f"✗ {step}") + f"  loop failed: {_short(err, 300)}")
+        elif etype in (TIMER_SCHEDULED, TIMER_FIRED):
+            self._timer(etype, event)
         elif etype == "execution.completed":
             self._line(self._c("1;32", "completed") + f"  result: {_short(event.get('result'), 400)}")
         elif etype == "execution.failed":
@@ -80,6 +97,24 @@ class ProgressPrinter:
             self._line(self._c("1;31", "rejected"))
             for e in event.get("errors", []):
                 self.out.write(f"  {e}\n")
+
+    def _timer(self, etype: str, event: dict[str, Any]) -> None:
+        timer_id = str(event.get("timer_id", ""))
+        if timer_id.startswith(WATCHDOG_PREFIX):
+            return  # a step's deadline: shown as step.timeout if it is ever reached
+        data = event.get("data")
+        to = data.get("to") if isinstance(data, dict) else None
+        what = f"next {to}" if to else f"timer {timer_id}"
+        step = event.get("step", "")
+        fire_at, set_at = event.get("fire_at"), event.get("set_at")
+        if etype == TIMER_FIRED:
+            self._line(f"⏲ {step}: {what} fired")
+        elif isinstance(fire_at, (int, float)) and isinstance(set_at, (int, float)):
+            at = time.strftime("%H:%M:%S", time.localtime(fire_at))
+            self._line(f"⏲ {step}: {what} scheduled, fires in {_duration(fire_at - set_at)} "
+                       f"(at {at})")
+        else:
+            self._line(f"⏲ {step}: {what} scheduled")
 
     def _took(self, event: dict[str, Any]) -> str:
         ms = event.get("duration_ms")

@@ -126,8 +126,14 @@ def human_lines(report: dict[str, Any]) -> list[str]:
             lines.append(f"    child execution {child} (`noetl-stream status {child}`)")
         iterations = run.get("iterations")
         if iterations:
-            lines.append(f"    iterations: {iterations['done']} of {iterations['total']} done, "
-                         f"{len(iterations['in_flight'])} in flight")
+            if iterations["total"] is None:  # a cursor loop: slots claim until none is left
+                lines.append(f"    iterations: {iterations['done']} done, "
+                             f"{len(iterations['in_flight'])} in flight, "
+                             f"{iterations.get('exhausted', 0)} of {iterations.get('slots')} "
+                             "claiming slots found nothing left")
+            else:
+                lines.append(f"    iterations: {iterations['done']} of {iterations['total']} done, "
+                             f"{len(iterations['in_flight'])} in flight")
             for it in iterations["in_flight"]:
                 deadline = f", deadline {_when(it['deadline'])}" if it.get("deadline") else ""
                 lines.append(f"      #{it['index']} since {_when(it['since'])}{deadline}")

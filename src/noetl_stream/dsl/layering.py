@@ -27,7 +27,7 @@ KIND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
 }
 
 SCOPED_KEYS = frozenset({"policy"})
-LOOP_OWN_KEYS = frozenset({"mode", "max_in_flight", "exec"})
+LOOP_OWN_KEYS = frozenset({"mode", "max_in_flight", "exec", "frame"})
 
 
 def merge(*layers: Mapping[str, Any]) -> dict[str, Any]:

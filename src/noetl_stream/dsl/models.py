@@ -168,11 +168,33 @@ class AdmitRule(_Frozen):
     allow: bool = True
 
 
+class CursorSpec(_Frozen):
+    """`loop.cursor`: where a cursor loop claims its work, one item per iteration."""
+
+    kind: str = Field("postgres", description="Tool kind that runs the claim; it must be able to "
+                      "claim (postgres).")
+    claim: str = Field(description="Template of the SQL that claims one item and returns it (for "
+                       "example `UPDATE ... WHERE id IN (SELECT ... FOR UPDATE SKIP LOCKED LIMIT "
+                       "1) RETURNING ...`); no row means nothing is left.")
+    auth: Template | None = Field(None, description="Credential name, as in the kind's tasks.")
+    connection: Template | None = Field(None, description="Inline connection, as in the kind's "
+                                        "tasks.")
+    options: dict[str, Any] = Field(default_factory=dict, description="`options` as written "
+                                    "(NoETL driver tuning); not read by this build.")
+    line: int | None = None
+
+
 class LoopSpec(_Frozen):
-    collection: Template = Field(description="Template or literal list to iterate over.")
+    collection: Template = Field(None, description="Template or literal list to iterate over; "
+                                 "None for a cursor loop.")
     iterator: str = Field(description="Name of the current element in `iter`.")
-    mode: Literal["sequential", "parallel"] = "sequential"
-    max_in_flight: int | None = Field(None, ge=1)
+    mode: Literal["sequential", "parallel", "cursor"] = "sequential"
+    max_in_flight: int | str | None = Field(
+        None, description="Iterations (cursor: claiming slots) in flight at once: a positive "
+        "whole number, or a template rendered when the loop starts.")
+    cursor: CursorSpec | None = Field(
+        None, description="`loop.cursor` (mode cursor): iterations claim their items from a "
+        "database until a claim returns none, instead of iterating `in`.")
     spec: dict[str, Any] = Field(
         default_factory=dict, description="`loop.spec` as written; its knobs other than `policy`, "
         "`mode`, `max_in_flight` and `exec` reach the step's tasks (spec 002 §3).")

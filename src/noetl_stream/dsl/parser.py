@@ -23,11 +23,11 @@ from noetl_stream.dsl.dialects.sink import append_sinks, step_sinks
 from noetl_stream.dsl.dialects.v2_spec001 import compile_spec001, structural_next, uses_spec001
 from noetl_stream.dsl.keychain import parse_keychain
 from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS
+from noetl_stream.dsl.loops import parse_loop
 from noetl_stream.dsl.models import (
     AdmitRule,
     Arc,
     CaseSpec,
-    LoopSpec,
     NextSpec,
     Playbook,
     PollSpec,
@@ -47,7 +47,6 @@ STEP_KEYS = frozenset({"step", "desc", "description", "tool", "next", "loop", "s
                        "next_policy", "sink"})
 # Keys of the source documents that a later build compiles; rejecting them beats ignoring them.
 NOT_YET_STEP_KEYS: frozenset[str] = frozenset()
-LOOP_KEYS = frozenset({"in", "collection", "iterator", "element", "spec", "mode", "max_in_flight"})
 RULE_THEN_KEYS = frozenset({"do", "attempts", "max_attempts", "backoff", "delay", "max_delay", "to",
                             "set_ctx", "set_iter", "set"})
 ARC_KEYS = frozenset({"step", "when", "args", "set", "input", "desc"})
@@ -89,6 +88,10 @@ class _Parser:
                 self.issues.append(Issue(self.file, line_of(node, key),
                                          f'unknown key "{key}"{suggest(str(key), known)}', step,
                                          f"{prefix}{key}", severity))
+
+    def warning(self, line: int | None, message: str, step: str | None = None,
+                field: str | None = None) -> None:
+        self.issues.append(Issue(self.file, line, message, step, field, "warning"))
 
     def not_supported(self, line: int | None, message: str, step: str | None, fld: str) -> None:
         """A field that would have no effect: a warning, or an error under --strict."""
@@ -204,7 +207,8 @@ class _Parser:
         args.update(self.mapping(raw, "args", name, "args"))
         spec = raw.get("spec") or {}
         admit = self.parse_admit(spec, raw, name)
-        loop = self.parse_loop(raw.get("loop"), name) if raw.get("loop") is not None else None
+        loop = parse_loop(raw["loop"], name, self, self.kinds) if raw.get("loop") is not None \
+            else None
         tasks = self.parse_tools(raw.get("tool"), raw, name, workbook)
         tasks = self.parse_step_retry(raw, name, tasks)
         set_ctx, set_vars = self.parse_step_set(raw, name)
@@ -354,39 +358,6 @@ class _Parser:
         if when is not None:
             self.check_templates(str(when), line, step, f"{fld}.rules[{index}].when")
         return (None if when is None else str(when)), then, line
-
-    def parse_loop(self, raw: Any, step: str) -> LoopSpec | None:
-        if not isinstance(raw, dict):
-            self.error(None, "loop must be a mapping with `in` and `iterator`", step, "loop")
-            return None
-        self.unknown_keys(raw, LOOP_KEYS, step, "loop.")
-        collection = raw.get("in", raw.get("collection"))
-        iterator = raw.get("iterator", raw.get("element"))
-        line = line_of(raw)
-        if collection is None:
-            self.error(line, "loop needs `in:` (or `collection:`)", step, "loop.in")
-        if not iterator:
-            self.error(line, "loop needs `iterator:` (or `element:`)", step, "loop.iterator")
-        elif iterator == "parent":
-            self.error(line, 'iterator "parent" is reserved: `iter.parent` is the outer '
-                       "iteration (spec 002 §6.4); choose another name", step, "loop.iterator")
-        spec = raw.get("spec") or {}
-        mode = spec.get("mode", raw.get("mode", "sequential")) if isinstance(spec, dict) else "sequential"
-        mif = spec.get("max_in_flight", raw.get("max_in_flight")) if isinstance(spec, dict) else None
-        if mode not in ("sequential", "parallel"):
-            self.error(line, f'loop mode "{mode}" is not sequential or parallel', step, "loop.spec.mode")
-            mode = "sequential"
-        self.check_templates(collection, line, step, "loop.in")
-        if collection is None or not iterator:
-            return None
-        try:
-            return LoopSpec(collection=plain(collection), iterator=str(iterator), mode=mode,
-                            max_in_flight=int(mif) if mif is not None else None,
-                            spec=plain(spec) if isinstance(spec, dict) else {}, line=line)
-        except (ValidationError, ValueError, TypeError):
-            self.error(line, "max_in_flight must be a positive whole number", step,
-                       "loop.spec.max_in_flight")
-            return None
 
     def parse_step_set(self, raw: dict[str, Any], step: str) -> tuple[dict[str, Any], dict[str, Any]]:
         ctx: dict[str, Any] = {}

@@ -7,15 +7,18 @@ the same value, so the router may use it.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
 import orjson
-from jinja2 import ChainableUndefined, TemplateSyntaxError, Undefined, nodes
+from jinja2 import TemplateSyntaxError, Undefined, nodes
 from jinja2.exceptions import TemplateError as JinjaTemplateError
+from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
+from jinja2.utils import missing
 
 from noetl_stream.dsl.values import LoopResults
 from noetl_stream.errors import TemplateError
@@ -31,10 +34,64 @@ def _from_json(value: Any) -> Any:
     return orjson.loads(value) if isinstance(value, (str, bytes)) else value
 
 
+class ReadOfUndefined(UndefinedError):
+    """A template read a field of a value that is undefined. Carries what the message needs;
+    `render_string` adds the did-you-mean, which needs the context.
+    """
+
+    def __init__(self, missing: Undefined, field: str) -> None:
+        self.missing_name = str(missing._undefined_name or "")
+        self.container = missing._undefined_obj
+        self.field = field
+        super().__init__(f"`{self.missing_name}` is undefined (reading `.{field}` of it)")
+
+
+class _BrokenRead(Undefined):
+    """The value of `a.b` when `a` is undefined. `default(...)` and `is defined` still see an
+    undefined value (they test its type); any other use (printing, comparing, iterating, truth,
+    arithmetic) raises, so a misspelt path can never turn into a silent `null` or `false`.
+    """
+
+    __slots__ = ("_error",)
+
+    def __init__(self, error: ReadOfUndefined) -> None:
+        super().__init__(name=error.missing_name)
+        self._error = error
+
+    def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._error
+
+    __str__ = __iter__ = __len__ = __bool__ = __eq__ = __ne__ = __hash__ = _fail_with_undefined_error
+    __lt__ = __le__ = __gt__ = __ge__ = __contains__ = __int__ = __float__ = _fail_with_undefined_error
+
+    def __getattr__(self, name: str) -> Any:
+        if name[:2] == "__":
+            raise AttributeError(name)
+        return self
+
+    def __getitem__(self, name: Any) -> Any:
+        return self
+
+
+def _read_of_undefined(obj: Undefined, field: str) -> Undefined:
+    if isinstance(obj, _BrokenRead):
+        return obj
+    if obj._undefined_hint:  # the sandbox refused an unsafe attribute: say so, at once
+        obj._fail_with_undefined_error()
+    return _BrokenRead(ReadOfUndefined(obj, field))
+
+
 class _Environment(SandboxedEnvironment):
-    """Playbook data is JSON: `x.items` must read the key "items", not the dict method."""
+    """Playbook data is JSON: `x.items` must read the key "items", not the dict method.
+
+    Undefined values read leniently one level deep (a missing name or key is `null`, as in
+    NoETL's runtimes), but a field of an undefined value is a `_BrokenRead` (docs/dialects.md
+    "Templates").
+    """
 
     def getattr(self, obj: Any, attribute: str) -> Any:
+        if isinstance(obj, Undefined):
+            return _read_of_undefined(obj, attribute)
         if isinstance(obj, LoopResults) and attribute in ("results", "count"):
             return obj.get(attribute)
         if isinstance(obj, Mapping):
@@ -44,8 +101,13 @@ class _Environment(SandboxedEnvironment):
                 pass
         return super().getattr(obj, attribute)
 
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if isinstance(obj, Undefined):
+            return _read_of_undefined(obj, str(argument))
+        return super().getitem(obj, argument)
 
-_ENV = _Environment(undefined=ChainableUndefined, autoescape=False, keep_trailing_newline=True)
+
+_ENV = _Environment(undefined=Undefined, autoescape=False, keep_trailing_newline=True)
 _ENV.filters["tojson"] = _to_json
 _ENV.filters["to_json"] = _to_json
 _ENV.filters["fromjson"] = _from_json
@@ -90,9 +152,31 @@ def syntax_problem(text: str) -> str | None:
 
 
 def _native(value: Any) -> Any:
+    if isinstance(value, _BrokenRead):
+        raise value._error
     if isinstance(value, Undefined):
         return None
     return value
+
+
+def _undefined_message(error: ReadOfUndefined, context: Mapping[str, Any]) -> str:
+    """`traget` is undefined; did you mean `target`? - suggestions from the mapping the name was
+    looked up in, or from the names in scope for a bare name.
+    """
+    container = error.container
+    message = f"`{error.missing_name}` is undefined"
+    if container is missing:  # a bare name: suggest from the names in scope
+        scope = [str(k) for k in context if not str(k).startswith("_")]
+    elif isinstance(container, Mapping):
+        scope = [str(k) for k in container]
+    else:
+        scope = []
+        message += " on a null value" if container is None else \
+            f" on a value of type {type(container).__name__}"
+    close = difflib.get_close_matches(error.missing_name, scope, n=1, cutoff=0.6)
+    if close:
+        message += f"; did you mean `{close[0]}`?"
+    return f"{message} (the template reads `.{error.field}` of it)"
 
 
 def render_string(text: str, context: Mapping[str, Any], *, step: str | None = None,
@@ -104,6 +188,9 @@ def render_string(text: str, context: Mapping[str, Any], *, step: str | None = N
         if expr is not None:
             return _native(_compiled_expression(expr)(**context))
         return _compiled_template(text).render(**context)
+    except ReadOfUndefined as exc:
+        raise TemplateError(_undefined_message(exc, context), expression=text, step=step,
+                            field=field) from None
     except JinjaTemplateError as exc:
         raise TemplateError(exc.message or str(exc), expression=text, step=step, field=field) from None
     except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, IndexError) as exc:
@@ -156,11 +243,19 @@ def template_strings(value: Any) -> Iterator[str]:
 
 
 @lru_cache(maxsize=4096)
+def parse_template(text: str) -> nodes.Template:
+    """The Jinja AST of a template string; text without `{{`/`{%` is read as one expression
+    (how guards written without braces are evaluated). Raises TemplateSyntaxError.
+    """
+    expr = _single_expression(text) if has_template(text) else text
+    source = "{{" + expr + "}}" if expr is not None else text
+    return _ENV.parse(source)
+
+
+@lru_cache(maxsize=4096)
 def _names_in(text: str) -> frozenset[str]:
     try:
-        expr = _single_expression(text)
-        source = "{{" + expr + "}}" if expr is not None else text
-        ast = _ENV.parse(source)
+        ast = parse_template(text)
     except TemplateSyntaxError:
         return frozenset()
     return frozenset(n.name for n in ast.find_all(nodes.Name) if n.ctx == "load")

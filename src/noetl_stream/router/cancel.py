@@ -4,11 +4,11 @@ The server turns a cancel request into the execution's `execution.cancel.request
 cancellation is ordered in the event log with everything else and replays the same. Applying it
 stops all scheduling: every running run is cut short (`step.cancelled`, naming the loop
 iterations still in flight), delayed tokens and waiting joins are dropped, and the execution
-ends `cancelled` (the router then publishes `execution.cancelled` with the summary). The child
-executions the cut runs wait on are cancelled by the router itself (router/children.py), so they
-stop even when no worker is left to hear about it. Workers hear `execution.cancelled` and stop
-the commands they still run. Outcomes that arrive later are ignored like any event of a finished
-execution.
+ends `cancelled` with no result (the router then publishes `execution.cancelled` with the
+summary). The child executions the cut runs wait on are cancelled by the router itself
+(router/children.py), so they stop even when no worker is left to hear about it. Workers hear
+`execution.cancelled` and stop the commands they still run. Outcomes that arrive later are ignored
+like any event of a finished execution.
 """
 
 from __future__ import annotations
@@ -43,5 +43,8 @@ def apply_cancel(router: _Router, event: dict[str, Any]) -> None:
     state.delayed.clear()
     state.joins.clear()
     state.status = "cancelled"
+    # No result: the last step that happened to finish did not produce the execution's outcome.
+    # Each finished step keeps its own result.
+    state.result = None
     state.error = {"message": f"execution cancelled: {reason}", "kind": "cancelled",
                    "reason": reason, "requested_by": requested_by}

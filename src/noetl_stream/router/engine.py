@@ -11,15 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from noetl_stream import ids, refs
-from noetl_stream.dsl import keychain, pycode, templating
+from noetl_stream.dsl import guards, keychain, pycode, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
-from noetl_stream.router import cancel, case_events, children, listeners, watchdog
+from noetl_stream.router import cancel, case_events, children, listeners, loops, watchdog
 from noetl_stream.router.context import build_context, pick_steps
 from noetl_stream.router.graph import graph_of
-from noetl_stream.router.state import Delayed, ExecutionState, Join, LoopState, Outgoing, Run
+from noetl_stream.router.state import Delayed, ExecutionState, Join, Outgoing, Run
 
-DEFAULT_MAX_IN_FLIGHT = 10
 DEFAULT_POOL = "default"
 PROGRESS_EVENTS = frozenset({"step.started", "step.skipped", "loop.started", "loop.progress",
                              *case_events.EVENTS})
@@ -133,28 +132,7 @@ class _Router:
         if step.loop is None:
             self.command(step, run, None, None)
             return
-        try:
-            items = templating.render(step.loop.collection, self.context(args=args), step=name,
-                                      field="loop.in")
-        except TemplateError as exc:
-            self.finish_run(run, ok=False, result=None, error={"message": str(exc), "kind": "template"})
-            return
-        if items is None:
-            items = []
-        if isinstance(items, dict):
-            items = list(items.items())
-        if not isinstance(items, list):
-            self.finish_run(run, ok=False, result=None, error={
-                "message": f"loop.in must give a list, got {type(items).__name__}", "kind": "loop"})
-            return
-        limit = 1 if step.loop.mode == "sequential" else (step.loop.max_in_flight or DEFAULT_MAX_IN_FLIGHT)
-        run.loop = LoopState(items=items, mode=step.loop.mode, max_in_flight=limit)
-        self.emit("loop.started", ids.event_msg_id(self.s.execution_id, "loop.started", run_id),
-                  step=name, step_run_id=run_id, total=len(items))
-        if not items:
-            self.finish_run(run, ok=True, result=[], error=None)
-            return
-        self.schedule_iterations(step, run)
+        loops.start(self, step, run)
 
     def admitted(self, step: Step, args: dict[str, Any]) -> bool:
         # Admission happens as the step is entered: a case `skip` on step.enter is a rule here.
@@ -168,26 +146,16 @@ class _Router:
                 return False
         return True
 
-    def schedule_iterations(self, step: Step, run: Run) -> None:
-        loop = run.loop
-        assert loop is not None
-        while (loop.error is None and loop.route is None and loop.next_index < len(loop.items)
-               and len(loop.in_flight) < loop.max_in_flight):
-            index = loop.next_index
-            loop.next_index += 1
-            loop.in_flight.append(index)
-            self.command(step, run, index, loop.items[index])
-
     def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
         names = step_reads(step) | keychain.reads(self.pb.keychain)
         if reads_context(step):  # python code reading `context` may read any of it
             names |= {"workload", "ctx", *self.s.steps}
         iter_vars = self.inherited_iter()
         if index is not None and step.loop is not None:
-            iter_vars = {**iter_vars, step.loop.iterator: item, "_index": index}
+            iter_vars = {**iter_vars, **loops.iteration_vars(step.loop, index, item)}
         steps = pick_steps(names, self.s.steps)
         http = {n: self.s.steps[n].http for n in steps if self.s.steps[n].http}
-        loops = [n for n in steps if self.s.steps[n].loop]
+        loop_steps = [n for n in steps if self.s.steps[n].loop]
         body = {
             "execution_id": self.s.execution_id,
             "step": step.name,
@@ -205,12 +173,13 @@ class _Router:
                 "vars": self.s.vars,
                 "steps": {n: self.s.steps[n].result for n in steps},
                 "steps_http": http,
-                "steps_loop": loops,
+                "steps_loop": loop_steps,
             },
             "keychain": keychain.for_command(
                 self.pb.keychain, names,
                 first=run.run_no == 1 and step.name == self.pb.start_step.name),
             "max_payload_bytes": refs.max_payload_bytes(self.pb.executor),
+            **loops.command_fields(step),
         }
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.s.outbox.append(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
@@ -241,33 +210,8 @@ class _Router:
             self.finish_run(run, ok=ok, result=event.get("result"), error=error,
                             route=_route_of(event) if ok else None)
             return
-        loop = run.loop
-        if index is None or index not in loop.in_flight:
-            return
-        self.patch_ctx(ok, event)  # only now: a duplicate iteration event must not patch twice
-        loop.in_flight.remove(index)
-        children.forget(run, index)
-        loop.issued_at.pop(str(index), None)
-        loop.deadlines.pop(str(index), None)
-        loop.done += 1
-        if ok:
-            loop.results[str(index)] = event.get("result")
-            # A case `next` on an iteration's call ends the loop early (spec 000 §1.2).
-            loop.route = loop.route or _route_of(event)
-        elif loop.error is None:
-            loop.error = {**(error or {}), "iteration": index}
-        self.emit("loop.progress", ids.event_msg_id(self.s.execution_id, "loop.progress", run.run_id,
-                                                    index), step=run.step, step_run_id=run.run_id,
-                  done=loop.done, total=len(loop.items), iteration=index, ok=ok)
-        step = self.pb.step(run.step)
-        self.schedule_iterations(step, run)
-        if loop.in_flight:
-            return
-        if loop.error is not None:
-            self.finish_run(run, ok=False, result=None, error=loop.error)
-        elif loop.next_index >= len(loop.items) or loop.route is not None:
-            ordered = [loop.results.get(str(i)) for i in range(loop.next_index)]
-            self.finish_run(run, ok=True, result=ordered, error=None, route=loop.route)
+        if index is not None and index in run.loop.in_flight:
+            loops.on_outcome(self, run, index, ok, event, error)
 
     def patch_ctx(self, ok: bool, event: dict[str, Any]) -> None:
         patch = event.get("ctx_patch")
@@ -374,6 +318,10 @@ class _Router:
         # A route chosen by a case rule fires all of its arcs; otherwise the arcs without one
         # (the structural `next`) are evaluated as usual.
         candidates = [arc for arc in step.next.arcs if arc.route == route]
+        if not ok:
+            # A failure is handed on only by guards written for failures (dsl/guards.py);
+            # an arc that is true for another reason must not carry a failed step onwards.
+            candidates = [arc for arc in candidates if guards.reads_failure(arc.when)]
         exclusive = step.next.mode == "exclusive" and route is None
         for arc in candidates:
             if exclusive and selected:
@@ -466,7 +414,7 @@ class _Router:
 
 def step_reads(step: Step) -> set[str]:
     """Names this step's worker-side templates read, to ship only those step results."""
-    names: set[str] = templating.referenced_names(step.args)
+    names: set[str] = templating.referenced_names(step.args) | loops.template_names(step)
     sinks = [sink for task in step.tasks for rule in task.rules for sink in rule.sink]
     for task in (*step.tasks, *sinks):
         names |= templating.referenced_names(task.config)

@@ -64,9 +64,14 @@ def _run(run: Run, playbook: Playbook | None, now: float) -> dict[str, Any]:
     loop = run.loop
     entry["waits_for"] = "loop iterations"
     entry["iterations"] = {
-        "total": len(loop.items), "done": loop.done, "next": loop.next_index,
+        "total": None if loop.mode == "cursor" else len(loop.items), "done": loop.done,
+        "next": loop.next_index,
         "in_flight": [{"index": i, "since": loop.issued_at.get(str(i)),
                        "deadline": loop.deadlines.get(str(i))} for i in loop.in_flight]}
+    if loop.mode == "cursor":
+        # Claiming slots: the loop ends once every one has found nothing left to claim.
+        entry["iterations"]["slots"] = loop.max_in_flight
+        entry["iterations"]["exhausted"] = loop.exhausted
     return entry
 
 

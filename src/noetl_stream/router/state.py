@@ -32,9 +32,11 @@ class Outgoing:
 
 @dataclass
 class LoopState:
+    """A loop step's iterations (router/loops.py); a cursor loop has no items, only slots."""
+
     items: list[Any]
-    mode: str
-    max_in_flight: int
+    mode: str  # sequential | parallel | cursor
+    max_in_flight: int  # rendered when the loop started; a cursor loop's claiming slots
     next_index: int = 0
     in_flight: list[int] = field(default_factory=list)
     results: dict[str, Any] = field(default_factory=dict)  # str(index) -> result
@@ -43,6 +45,7 @@ class LoopState:
     route: str | None = None  # a case `next` chosen by an iteration: no further iterations start
     issued_at: dict[str, float] = field(default_factory=dict)  # str(index) -> command issued
     deadlines: dict[str, float] = field(default_factory=dict)  # str(index) -> watchdog deadline
+    exhausted: int = 0  # cursor slots whose claim found nothing: they are not refilled
 
 
 @dataclass

@@ -18,11 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from noetl_stream.dsl import layering, templating
+from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.dsl.parser import verbatim
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
 from noetl_stream.router.context import build_context, step_view
+from noetl_stream.runtime import cursor
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.redact import secret_values
 from noetl_stream.runtime.retrying import (
@@ -48,6 +49,16 @@ class PipelineResult:
     tasks_run: int = 0
     route: str | None = None  # set by a case rule with `next`: only the step's arcs with it fire
     case_matched: list[Any] | None = None  # spec 001 case: the branches found true
+    cursor: dict[str, Any] | None = None  # a cursor loop iteration's claim: exhausted, replayed
+
+
+def _handles_failures(rule: Rule) -> bool:
+    """May this rule decide what happens to a failed call? Only an `else`, a `call.error` rule,
+    a retry clause (its own guards are about failures) or a guard that reads the failure
+    (dsl/guards.py); `{{ event.name == 'call.done' }}` alone never swallows an error.
+    """
+    return (rule.when is None or rule.event == "call.error" or rule.scope is not None
+            or guards.reads_failure(rule.when))
 
 
 def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
@@ -152,19 +163,29 @@ class Pipeline:
                              extra={**self.locals, **(extra or {}), "keychain": self.keychain})
 
     async def run(self) -> PipelineResult:
+        claim: cursor.ClaimResult | None = None
         try:
             await self._resolve_keychain()
+            if self.cmd.get("cursor"):  # a cursor loop iteration: claim its item first
+                claim = await cursor.claim_item(self.cmd, self.tools, self.context())
+                if claim.row is None:  # nothing left to claim, or the claim failed
+                    return PipelineResult(claim.error is None, error=claim.error,
+                                          cursor=claim.report)
+                self.iter[str(self.cmd["cursor"]["iterator"])] = claim.row
             step_args = self.cmd.get("step_args") or {}
             if step_args:
                 rendered = templating.render(step_args, self.context(), step=self.step, field="input")
                 self.args = {**self.token_args, **rendered}
-            return await self._run_tasks()
+            result = await self._run_tasks()
         except TemplateError as exc:
-            return PipelineResult(False, error={"message": str(exc), "kind": "template"},
-                                  ctx_patch=self.ctx_patch)
+            result = PipelineResult(False, error={"message": str(exc), "kind": "template"},
+                                    ctx_patch=self.ctx_patch)
         except KeychainError as exc:
-            return PipelineResult(False, error={"message": str(exc), "kind": "keychain",
-                                                "entry": exc.entry})
+            result = PipelineResult(False, error={"message": str(exc), "kind": "keychain",
+                                                  "entry": exc.entry})
+        if claim is not None:
+            result.cursor = claim.report
+        return result
 
     async def _resolve_keychain(self) -> None:
         declarations = self.cmd.get("keychain") or []
@@ -389,6 +410,8 @@ class Pipeline:
             rules = rules[next(i for i, r in enumerate(rules) if r is after) + 1:]
         for rule in rules:
             if rule.event == "call.error" and ok:
+                continue
+            if not ok and not _handles_failures(rule):
                 continue
             guard_context = context
             field = f"tool.{task.name}.spec.policy.when"

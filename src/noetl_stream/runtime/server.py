@@ -33,6 +33,7 @@ from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.fetching import fetch_batch
 from noetl_stream.runtime.publish import publish_event, publish_outbox
 from noetl_stream.runtime.signals import decode_event
@@ -175,7 +176,7 @@ class Server:
             execution_id, reply_to = _reply_address(raw)
             await self._reject(msg, execution_id, reply_to, [f"bad execution request: {_short(exc)}"])
             return
-        execution_id = request.execution_id or ids.new_execution_id()
+        execution_id = request.execution_id or new_execution_id()
         assert self._catalog is not None and self._executions is not None
         # The same text is parsed and stored once per server: parsing is the costliest part of a
         # request, and 50 requests for one playbook are the common case.

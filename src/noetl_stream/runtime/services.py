@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from noetl_stream import config, ids
+from noetl_stream import config
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.dead_letters import DeadLetters
+from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
 from noetl_stream.runtime.provision import provision_patiently
@@ -112,7 +113,7 @@ async def submit_and_watch(bus: Bus, *, playbook_text: str, playbook_file: str,
                            on_started: Callable[[str], None] | None = None,
                            timeout_s: float | None = None) -> dict[str, Any]:
     """Publish an execution request and follow its events to the end; return the final event."""
-    execution_id = execution_id or ids.new_execution_id()
+    execution_id = execution_id or new_execution_id()
     watch = ExecutionWatch(bus, execution_id, on_event)
     await watch.start()
     try:

@@ -14,6 +14,7 @@ from typing import Any
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.timers import SCHEDULE_PREFIX, TIMER_FIRED, TIMER_SCHEDULED
 from noetl_stream.subjects import Topology
 
 SIGNAL_PREFIX = "signal."
@@ -45,7 +46,10 @@ def decode_event(topology: Topology, subject: str, data: bytes,
             raise ValueError("event body is not an object")
         event.setdefault("event_type", event_type)
         event.setdefault("execution_id", execution_id)
-    if seq is not None and (event_type.startswith(SIGNAL_PREFIX) or event_type == "timer.fired"):
+        if event_type.startswith(SCHEDULE_PREFIX):
+            # The body is the `timer.fired` the stream delivers at `fire_at`; this is the schedule.
+            event["event_type"] = TIMER_SCHEDULED
+    if seq is not None and (event_type.startswith(SIGNAL_PREFIX) or event_type == TIMER_FIRED):
         event["seq"] = seq  # lets a listener skip a redelivered signal or timer
     return event
 

@@ -7,6 +7,10 @@ The router asks for a timer with an outbox message of kind `timer` whose body is
 holds the body on the target subject and the router consumes it like any other event. A second
 schedule on the same subject replaces the first, so setting a timer again resets it. The events
 stream must allow message schedules (`allow_msg_schedules` in subjects/topology.yaml).
+
+Anyone following the execution's subjects also sees the schedule message itself when it is set.
+Its body is the `timer.fired` still to come, so it is read as `timer.scheduled` (with its
+`fire_at`): only the message the stream publishes when the timer is due reads as fired.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ from datetime import UTC, datetime
 from noetl_stream import jsonutil
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
+
+TIMER_FIRED = "timer.fired"
+TIMER_SCHEDULED = "timer.scheduled"
+SCHEDULE_PREFIX = "timer.schedule."  # event type of a schedule message's subject, name follows
 
 
 def schedule_time(fire_at_s: float) -> str:
@@ -29,7 +37,7 @@ def schedule_headers(bus: Bus, timer: Outgoing) -> dict[str, str]:
     return {
         "Nats-Msg-Id": timer.msg_id,
         "Nats-Schedule": f"@at {schedule_time(float(timer.body['fire_at']))}",
-        "Nats-Schedule-Target": bus.topology.event_subject(execution_id, "timer.fired"),
+        "Nats-Schedule-Target": bus.topology.event_subject(execution_id, TIMER_FIRED),
     }
 
 

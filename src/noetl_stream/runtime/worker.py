@@ -229,6 +229,8 @@ class Worker:
             "route": outcome.route, "case_matched": outcome.case_matched,
             "duration_ms": round((time.time() - started) * 1000, 3),
         }
+        if outcome.cursor is not None:
+            body["cursor"] = outcome.cursor  # a cursor loop's claim: `exhausted` retires the slot
         body = scrub(body, secrets)
         body = await self.results.externalize_outcome(body, command.get("max_payload_bytes"))
         await publish_event(self.bus, execution_id, etype,

@@ -11,8 +11,10 @@ from typing import Any
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
+from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
+from noetl_stream.state.kv_keys import bucket_keys
 
 
 async def stored_messages(js: JetStreamContext, subject: str, *, stream: str = "NOETL_EVENTS",
@@ -48,3 +50,18 @@ async def stored_events(js: JetStreamContext, execution_id: str, *,
             event.setdefault("event_type", msg_subject.split(".", 3)[-1])
             events.append(event)
     return events
+
+
+async def child_states(js: JetStreamContext, parent_execution_id: str) -> list[dict[str, Any]]:
+    """The committed states of every execution whose parent is `parent_execution_id`."""
+    kv = await js.key_value("noetl_executions")
+    states: list[dict[str, Any]] = []
+    for key in await bucket_keys(js, "noetl_executions"):
+        try:
+            entry = await kv.get(key)
+        except KeyNotFoundError:
+            continue  # deleted since it was listed
+        state = jsonutil.loads_object(entry.value or b"")
+        if state is not None and state.get("parent_execution_id") == parent_execution_id:
+            states.append(state)
+    return states

@@ -32,6 +32,7 @@ class Reply:
     error: dict[str, Any] | None = None
     ctx_patch: dict[str, Any] = field(default_factory=dict)
     http: dict[str, Any] | None = None
+    exhausted: bool = False  # a cursor loop's claim found nothing: the iteration ran no tasks
 
 
 Responder = Callable[[Command], Reply | None]
@@ -49,7 +50,9 @@ def outcome_event(command: Command, reply: Reply | None = None) -> Event:
     error = reply.error
     if not reply.ok and error is None:
         error = {"message": "task failed"}
+    cursor = {"cursor": {"exhausted": reply.exhausted}} if command.get("cursor") else {}
     return {
+        **cursor,
         "event_type": event_type,
         "execution_id": command.get("execution_id"),
         "step": command.get("step"),

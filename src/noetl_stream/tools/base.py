@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -114,3 +114,16 @@ class Tool(Protocol):
     async def run(self, call: TaskCall) -> Outcome: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Claimer(Protocol):
+    """A tool kind that can claim the items of a cursor loop (`loop.cursor`).
+
+    `claim` runs the rendered claim SQL in `call.config` (`command`, with `auth` or `connection`)
+    and returns `{"row": <the claimed row> or None, "replayed": bool}`. It claims at most once per
+    `claim_key`: asked again with the same key it returns the same row (or None) without
+    claiming, so a redelivered command finishes the item it had claimed.
+    """
+
+    async def claim(self, call: TaskCall, claim_key: str) -> Outcome: ...

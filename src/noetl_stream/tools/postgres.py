@@ -34,6 +34,7 @@ import orjson
 
 from noetl_stream.dsl.layering import kind_default
 from noetl_stream.errors import NoetlStreamError
+from noetl_stream.tools import claims
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 from noetl_stream.tools.sql import bind_named, flag, rows_payload, script_of, split_statements
 
@@ -195,6 +196,7 @@ class PostgresTool:
         self._pools: dict[str, tuple[str, Any]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._retired: set[asyncio.Task[None]] = set()
+        self._ledgers: set[str] = set()  # pool fingerprints whose claim ledger is ready
 
     async def run(self, call: TaskCall) -> Outcome:
         cfg = call.config
@@ -223,6 +225,36 @@ class PostgresTool:
                                           transaction=flag(call.spec.get("transaction"), False))
         finally:
             await pool.release(conn)
+
+    async def claim(self, call: TaskCall, claim_key: str) -> Outcome:
+        """Claim one item of a cursor loop with the SQL in `command`, at most once per
+        `claim_key` (tools/claims.py): `{"row": row or None, "replayed": bool}`.
+        """
+        sql = script_of(call.config)
+        statements = split_statements(sql) if sql is not None else []
+        if not statements:
+            return Outcome.failure("loop.cursor.claim holds no SQL statement", "config")
+        target = await self._resolve(call)
+        if isinstance(target, Outcome):
+            return target
+        timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
+        try:
+            pool = await self._pool(target)
+            conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            return _connect_failure(exc, target)
+        try:
+            if target.fingerprint not in self._ledgers:
+                await claims.prepare_ledger(conn)
+                self._ledgers.add(target.fingerprint)
+            claimed = await claims.claim_once(conn, statements, claim_key, timeout_s)
+        except claims.ClaimShapeError as exc:
+            return Outcome.failure(str(exc), "cursor", rows=exc.rows)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            return _statement_failure(exc, len(statements), len(statements), target, timeout_s)
+        finally:
+            await pool.release(conn)
+        return Outcome.success({"row": claimed.row, "replayed": claimed.replayed})
 
     async def _resolve(self, call: TaskCall) -> _Target | Outcome:
         auth = call.config.get("auth")

@@ -1,0 +1,205 @@
+"""Loop steps in the router: starting a loop, keeping its iterations in flight, and folding their
+outcomes into the loop's result. Pure, part of the router.
+
+Iterations come from one of two sources (dsl/loops.py):
+
+- a collection (`loop.in`), rendered when the loop starts: iteration i runs item i; a sequential
+  loop keeps one iteration in flight, a parallel one up to `max_in_flight`;
+- a cursor (`loop.cursor`): `max_in_flight` claiming slots. A slot is one command at a time: the
+  worker claims one item, binds it to the iterator and runs the step's tasks on it. A claim that
+  finds nothing reports its iteration `exhausted` (a `loop.iteration.done` with
+  `cursor.exhausted`), and that slot is not refilled. The loop ends when every slot is exhausted
+  and nothing is in flight, or once an iteration failed or chose a route and the ones in flight
+  are done.
+
+The router numbers iterations in the order it issues them, so the numbers, and the message ids and
+claim keys built from them, are the same on every replay. A loop's result is the results of the
+iterations that ran an item, in iteration order (an exhausted claim has no result).
+`max_in_flight` may be a template: it is rendered here, once, when the loop starts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from noetl_stream import ids
+from noetl_stream.dsl import templating
+from noetl_stream.dsl.loops import positive_int
+from noetl_stream.dsl.models import LoopSpec, Step
+from noetl_stream.errors import TemplateError
+from noetl_stream.router import children
+from noetl_stream.router.state import LoopState, Run
+
+if TYPE_CHECKING:
+    from noetl_stream.router.engine import _Router
+
+DEFAULT_MAX_IN_FLIGHT = 10
+CURSOR = "cursor"
+LIMIT_FIELD = "loop.spec.max_in_flight"
+
+
+def start(router: _Router, step: Step, run: Run) -> None:
+    """The loop step fired: work out its iterations and issue the first ones."""
+    spec = step.loop
+    assert spec is not None
+    limit, problem = _limit(router, step, spec, run.args)
+    if problem is not None:
+        router.finish_run(run, ok=False, result=None, error=problem)
+        return
+    items: list[Any] = []
+    if spec.mode != CURSOR:
+        collected = _collection(router, step, spec, run)
+        if collected is None:
+            return
+        items = collected
+    run.loop = LoopState(items=items, mode=spec.mode, max_in_flight=limit)
+    router.emit("loop.started", ids.event_msg_id(router.s.execution_id, "loop.started", run.run_id),
+                step=step.name, step_run_id=run.run_id, total=_total(run.loop),
+                max_in_flight=limit)
+    if spec.mode != CURSOR and not items:
+        router.finish_run(run, ok=True, result=[], error=None)
+        return
+    schedule(router, step, run)
+
+
+def schedule(router: _Router, step: Step, run: Run) -> None:
+    """Issue iterations until the loop's slots are full or it has nothing more to start."""
+    loop = run.loop
+    assert loop is not None
+    while (loop.error is None and loop.route is None and _more_to_start(loop)
+           and len(loop.in_flight) < loop.max_in_flight - loop.exhausted):
+        index = loop.next_index
+        loop.next_index += 1
+        loop.in_flight.append(index)
+        router.command(step, run, index, None if loop.mode == CURSOR else loop.items[index])
+
+
+def on_outcome(router: _Router, run: Run, index: int, ok: bool, event: dict[str, Any],
+               error: dict[str, Any] | None) -> None:
+    """Fold one outcome of an iteration that is in flight into its loop."""
+    loop = run.loop
+    assert loop is not None and index in loop.in_flight
+    router.patch_ctx(ok, event)  # only now: a duplicate iteration event must not patch twice
+    loop.in_flight.remove(index)
+    children.forget(run, index)
+    loop.issued_at.pop(str(index), None)
+    loop.deadlines.pop(str(index), None)
+    exhausted = ok and loop.mode == CURSOR and _exhausted(event)
+    if exhausted:
+        loop.exhausted += 1  # this slot found nothing to claim: it is not refilled
+    else:
+        loop.done += 1
+        if ok:
+            loop.results[str(index)] = event.get("result")
+            # A case `next` on an iteration's call ends the loop early (spec 000 §1.2).
+            loop.route = loop.route or _route_of(event)
+        elif loop.error is None:
+            loop.error = {**(error or {}), "iteration": index}
+    progress: dict[str, Any] = {"exhausted": True} if exhausted else {}
+    router.emit("loop.progress", ids.event_msg_id(router.s.execution_id, "loop.progress",
+                                                  run.run_id, index),
+                step=run.step, step_run_id=run.run_id, done=loop.done, total=_total(loop),
+                iteration=index, ok=ok, **progress)
+    schedule(router, router.pb.step(run.step), run)
+    if loop.in_flight:
+        return
+    if loop.error is not None:
+        router.finish_run(run, ok=False, result=None, error=loop.error)
+    elif loop.route is not None or not _more_to_start(loop) or loop.exhausted >= loop.max_in_flight:
+        router.finish_run(run, ok=True, result=_ordered_results(loop), error=None, route=loop.route)
+
+
+def iteration_vars(spec: LoopSpec, index: int, item: Any) -> dict[str, Any]:
+    """What an iteration's command carries in `iter`: a cursor's item is bound by the worker
+    once it has claimed one.
+    """
+    if spec.mode == CURSOR:
+        return {"_index": index}
+    return {spec.iterator: item, "_index": index}
+
+
+def command_fields(step: Step) -> dict[str, Any]:
+    """Fields a loop step's commands carry besides the tasks: a cursor loop's claim."""
+    spec = step.loop
+    if spec is None or spec.cursor is None:
+        return {}
+    cursor = spec.cursor
+    return {"cursor": {"kind": cursor.kind, "claim": cursor.claim, "auth": cursor.auth,
+                       "connection": cursor.connection, "iterator": spec.iterator}}
+
+
+def template_names(step: Step) -> set[str]:
+    """Names the worker-side loop templates read (a cursor's claim, auth and connection)."""
+    spec = step.loop
+    if spec is None or spec.cursor is None:
+        return set()
+    cursor = spec.cursor
+    return templating.referenced_names([cursor.claim, cursor.auth, cursor.connection])
+
+
+def _limit(router: _Router, step: Step, spec: LoopSpec,
+           args: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+    """How many iterations may be in flight, or the error that fails the step."""
+    if spec.mode == "sequential":
+        return 1, None
+    value = spec.max_in_flight
+    if value is None:
+        return DEFAULT_MAX_IN_FLIGHT, None
+    if isinstance(value, int):
+        return value, None
+    try:
+        rendered = templating.render(value, router.context(args=args), step=step.name,
+                                     field=LIMIT_FIELD)
+    except TemplateError as exc:
+        return 0, {"message": str(exc), "kind": "template", "field": LIMIT_FIELD}
+    whole = positive_int(rendered)
+    if whole is None:
+        return 0, {"message": f'step "{step.name}" field "{LIMIT_FIELD}": {value!r} gave '
+                   f"{rendered!r}, not a positive whole number", "kind": "loop",
+                   "field": LIMIT_FIELD}
+    return whole, None
+
+
+def _collection(router: _Router, step: Step, spec: LoopSpec, run: Run) -> list[Any] | None:
+    """The items of `loop.in`, or None after failing the run."""
+    try:
+        items = templating.render(spec.collection, router.context(args=run.args), step=step.name,
+                                  field="loop.in")
+    except TemplateError as exc:
+        router.finish_run(run, ok=False, result=None, error={"message": str(exc), "kind": "template"})
+        return None
+    if items is None:
+        return []
+    if isinstance(items, dict):
+        return list(items.items())
+    if not isinstance(items, list):
+        router.finish_run(run, ok=False, result=None, error={
+            "message": f"loop.in must give a list, got {type(items).__name__}", "kind": "loop"})
+        return None
+    return items
+
+
+def _more_to_start(loop: LoopState) -> bool:
+    # A cursor loop has no end of its own: its slots run out as their claims come back empty.
+    return loop.mode == CURSOR or loop.next_index < len(loop.items)
+
+
+def _total(loop: LoopState) -> int | None:
+    """The number of iterations, None for a cursor loop (it is known only at its end)."""
+    return None if loop.mode == CURSOR else len(loop.items)
+
+
+def _ordered_results(loop: LoopState) -> list[Any]:
+    if loop.mode == CURSOR:
+        return [loop.results[key] for key in sorted(loop.results, key=int)]
+    return [loop.results.get(str(i)) for i in range(loop.next_index)]
+
+
+def _exhausted(event: dict[str, Any]) -> bool:
+    cursor = event.get("cursor")
+    return isinstance(cursor, dict) and cursor.get("exhausted") is True
+
+
+def _route_of(event: dict[str, Any]) -> str | None:
+    route = event.get("route")
+    return route if isinstance(route, str) and route else None

@@ -1,0 +1,78 @@
+"""A cursor loop iteration's claim, run by the worker before the step's tasks (router/loops.py).
+
+The command carries `cursor: {kind, claim, auth, connection, iterator}`. The claim's templates
+render with the same context as the tasks' (workload, ctx, vars, the steps the command carries,
+`execution_id`, `iter._index`), plus `__frame_max_rows` = 1 for NoETL claims written as
+`LIMIT {{ __frame_max_rows | default(1) }}`: every iteration claims one row. The tool of
+`cursor.kind` claims it at most once per iteration (tools/claims.py), keyed by the command's
+step run and iteration, so a redelivered command gets back the item it had claimed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from noetl_stream.dsl import templating
+from noetl_stream.errors import NoetlStreamError
+from noetl_stream.tools.base import Claimer, TaskCall
+from noetl_stream.tools.registry import ToolRegistry
+
+FIELD = "loop.cursor.claim"
+FRAME_MAX_ROWS = 1
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    row: dict[str, Any] | None = None  # None with no error: nothing left to claim
+    replayed: bool = False
+    error: dict[str, Any] | None = None
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """What the iteration's outcome event says about its claim (`cursor`)."""
+        return {"exhausted": self.error is None and self.row is None, "replayed": self.replayed}
+
+
+def claim_key(step_run_id: str, iteration: Any) -> str:
+    """One key per iteration of one step run: every delivery of its command shares it."""
+    return f"claim:{step_run_id}:{iteration}"
+
+
+async def claim_item(command: dict[str, Any], tools: ToolRegistry,
+                     context: dict[str, Any]) -> ClaimResult:
+    """Claim the iteration's item; template errors raise TemplateError (the step's failure)."""
+    cursor: dict[str, Any] = command["cursor"]
+    step = str(command["step"])
+    kind = str(cursor.get("kind") or "postgres")
+    scope = {**context, "__frame_max_rows": FRAME_MAX_ROWS}
+    config = {"command": templating.render(cursor.get("claim"), scope, step=step, field=FIELD)}
+    for name in ("auth", "connection"):
+        if cursor.get(name) is not None:
+            config[name] = templating.render(cursor[name], scope, step=step,
+                                             field=f"loop.cursor.{name}")
+    try:
+        tool = tools.get(kind)
+    except NoetlStreamError as exc:
+        return _failed(str(exc), "tool")
+    if not isinstance(tool, Claimer):
+        return _failed(f'tool kind "{kind}" cannot claim items; use kind postgres', "config")
+    key = claim_key(str(command["step_run_id"]), command.get("iteration"))
+    call = TaskCall(execution_id=str(command["execution_id"]), step=step, task="cursor.claim",
+                    kind=kind, config=config, input={}, spec={}, idempotency_key=key,
+                    step_run_id=str(command["step_run_id"]),
+                    command_iteration=command.get("iteration"))
+    outcome = await tool.claim(call, key)
+    if not outcome.ok:
+        error = dict(outcome.error or {})
+        return _failed(str(error.pop("message", "the claim failed")),
+                       str(error.pop("kind", "cursor")), **error)
+    result = outcome.result if isinstance(outcome.result, dict) else {}
+    row = result.get("row")
+    return ClaimResult(row=row if isinstance(row, dict) else None,
+                       replayed=bool(result.get("replayed")))
+
+
+def _failed(message: str, kind: str, **fields: Any) -> ClaimResult:
+    return ClaimResult(error={**fields, "message": f"{FIELD}: {message}", "kind": kind,
+                              "field": FIELD})
