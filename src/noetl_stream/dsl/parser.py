@@ -22,7 +22,7 @@ from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit
 from noetl_stream.dsl.dialects.sink import append_sinks, step_sinks
 from noetl_stream.dsl.dialects.v2_spec001 import compile_spec001, structural_next, uses_spec001
 from noetl_stream.dsl.keychain import parse_keychain
-from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS
+from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS, field_aliases
 from noetl_stream.dsl.loops import parse_loop
 from noetl_stream.dsl.models import (
     AdmitRule,
@@ -412,10 +412,12 @@ class _Parser:
                            f'unknown tool kind "{kind}"{suggest(kind, known)}', step, "tool.kind")
             return None
         fields = KIND_FIELDS.get(kind, frozenset())
-        self.unknown_keys(body, COMMON_TASK_KEYS | fields, step, "tool.")
+        self.unknown_keys(body, COMMON_TASK_KEYS | fields | frozenset(field_aliases(kind)), step,
+                          "tool.")
         # `name` is the task's name, except where the kind reads it as a field (secrets).
-        config = {k: plain(v) for k, v in body.items()
-                  if k not in COMMON_TASK_KEYS or (k == "name" and k in fields)}
+        config = self.resolve_aliases(kind, body, line, step, {
+            k: plain(v) for k, v in body.items()
+            if k not in COMMON_TASK_KEYS or (k == "name" and k in fields)})
         inputs = self.mapping(body, "input", step, "tool.input")
         inputs.update(self.mapping(body, "args", step, "tool.args"))
         spec = body.get("spec") or {}
@@ -451,6 +453,23 @@ class _Parser:
         return Task(name=name, kind=kind, config=config, input=inputs, rules=(*clause, *rules),
                     has_policy=has_policy, set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals,
                     spec=spec_plain, poll=poll, line=line)
+
+    def resolve_aliases(self, kind: str, body: dict[str, Any], line: int | None, step: str,
+                        config: dict[str, Any]) -> dict[str, Any]:
+        """Older spellings (`credential:` for `auth:`) under the field's name; both spellings with
+        different values is an error, since either could be the one the author meant.
+        """
+        for old, new in field_aliases(kind).items():
+            if old not in config:
+                continue
+            value = config.pop(old)
+            if new in config and config[new] != value:
+                self.error(line_of(body, old) or line, f'"{old}" is the older spelling of "{new}" '
+                           f"and both are given with different values; keep one of them", step,
+                           f"tool.{old}")
+                continue
+            config[new] = value
+        return config
 
     def parse_retry_poll(self, node: dict[str, Any], step: str, prefix: str,
                          line: int | None) -> tuple[tuple[Rule, ...], PollSpec | None]:
