@@ -185,7 +185,8 @@ async def test_kill_9_of_a_worker_mid_item_finishes_its_claimed_item_once(
     claims = await sql(dsn, f"SELECT claim_key FROM {LEDGER} WHERE (claimed_row->>'id')::int = {VICTIM}")
     assert claims == [{"claim_key": f"claim:{execution_id}.drain.1:{victim_iteration}"}]
     assert sorted(final["steps"]["drain"]["result"], key=lambda r: r["rows"][0]["id"]) == [
-        {"columns": ["id"], "rows": [{"id": j}], "row_count": 1, "statement_count": 2}
+        {"columns": ["id"], "rows": [{"id": j}], "row_count": 1, "statement_count": 2,
+         "command_0": {"affected_rows": 1}}
         for j in range(1, JOBS + 1)]
 
     stored = await stored_events(nats_bus.js, execution_id)
