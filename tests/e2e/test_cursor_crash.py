@@ -158,8 +158,11 @@ async def test_kill_9_of_a_worker_mid_item_finishes_its_claimed_item_once(
     url = str(nats_bus.nc.connected_url.geturl()) if nats_bus.nc.connected_url else ""
     processes = Processes(url, tmp_path)
     await processes.start("server")
+    # One command per worker: the kill then cuts only the victim's item. With two, the victim's
+    # worker could die between another item's commit and its outcome, and that item would
+    # rightly run again (tools are at-least-once), which this test does not measure.
     for _ in range(3):
-        await processes.start("worker", "--concurrency", "2", "--python-processes", "2")
+        await processes.start("worker", "--concurrency", "1", "--python-processes", "2")
     try:
         await submit(nats_bus, execution_id, {"dsn": dsn, "victim": VICTIM, "marker": str(marker)})
 
