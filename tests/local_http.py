@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,9 @@ class HttpService:
     GET  /items?page=N&size=S  pages over ITEMS_TOTAL items; `next_page` is null on the last page
     ANY  /flaky/{key}?fail=N   503 for the first N calls per key, then 200 {key, calls}
     ANY  /echo                 {method, path, query, json, headers}
+    ANY  /status/{code}/{key}?times=N  `code` (with Retry-After: 1 for 429) for the first N calls per
+                               key (every call without `times`), then 200 {key, calls}
+    ANY  /slow?s=S             answers {"slept": S} after S seconds
     POST /ledger               records {key: Idempotency-Key header, body}; GET /ledger lists them
     """
 
@@ -45,6 +49,22 @@ def http_app(service: HttpService) -> web.Application:
             return web.json_response({"error": "unavailable", "calls": calls}, status=503)
         return web.json_response({"key": key, "calls": calls})
 
+    async def status(request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        service.calls[key] += 1
+        calls = service.calls[key]
+        code = int(request.match_info["code"])
+        times = request.query.get("times")
+        if times is None or calls <= int(times):
+            headers = {"Retry-After": "1"} if code == 429 else None
+            return web.json_response({"error": code, "calls": calls}, status=code, headers=headers)
+        return web.json_response({"key": key, "calls": calls})
+
+    async def slow(request: web.Request) -> web.Response:
+        seconds = float(request.query.get("s", "1"))
+        await asyncio.sleep(seconds)
+        return web.json_response({"slept": seconds})
+
     async def echo(request: web.Request) -> web.Response:
         service.calls["echo"] += 1
         body = await request.json() if request.can_read_body else None
@@ -64,6 +84,8 @@ def http_app(service: HttpService) -> web.Application:
     app.router.add_get("/items", items)
     app.router.add_route("*", "/flaky/{key}", flaky)
     app.router.add_route("*", "/echo", echo)
+    app.router.add_route("*", "/status/{code}/{key}", status)
+    app.router.add_get("/slow", slow)
     app.router.add_post("/ledger", ledger_add)
     app.router.add_get("/ledger", ledger_list)
     return app

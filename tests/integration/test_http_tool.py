@@ -52,7 +52,7 @@ async def test_503_is_a_retryable_error_with_its_status(http_tool: HttpTool,
     assert outcome.error is not None
     assert outcome.error["status"] == 503
     assert outcome.error["retryable"] is True
-    assert outcome.error["kind"] == "http"
+    assert outcome.error["kind"] == "server_error"
     assert outcome.error["body"] == {"error": "unavailable", "calls": 1}
     assert "503" in outcome.error["message"]
 

@@ -98,7 +98,9 @@ async def test_script_runs_every_statement_and_gives_the_last_payload(pg_tool: P
 
     assert outcome.ok, outcome.error
     assert outcome.result == {"columns": ["id", "loud"], "row_count": 2, "statement_count": 4,
-                              "rows": [{"id": 1, "loud": "A;B;"}, {"id": 2, "loud": "IT'S; HERE;"}]}
+                              "rows": [{"id": 1, "loud": "A;B;"}, {"id": 2, "loud": "IT'S; HERE;"}],
+                              "command_0": {"affected_rows": 0}, "command_1": {"affected_rows": 0},
+                              "command_2": {"affected_rows": 2}}
 
 
 async def test_positional_params_bind_to_each_statement(pg_tool: PostgresTool, pg_dsn: str) -> None:
@@ -353,7 +355,8 @@ workflow:
     final = feed.final
     assert final["event_type"] == "execution.completed", final.get("error")
     steps = final["steps"]
-    assert steps["start"]["result"] == {"affected_rows": 5, "statement_count": 2}
+    assert steps["start"]["result"] == {"affected_rows": 5, "statement_count": 2,
+                                        "command_0": {"affected_rows": 0}}
     assert steps["read"]["result"] == {"columns": ["n", "top"], "rows": [{"n": 5, "top": 5}],
                                        "row_count": 1}
     assert steps["per_row"]["result"] == [{"columns": ["name"], "rows": [{"name": "item-5"}],

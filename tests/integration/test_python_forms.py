@@ -227,8 +227,8 @@ async def test_postgres_script_file_runs_with_its_templates_rendered(
 
     feed = await client.run("script-pg-1", text, payload={"dsn": pg_dsn})
 
-    assert completed(feed)["result"] == {"columns": ["n"], "rows": [{"n": 3}], "row_count": 1,
-                                         "statement_count": 3}
+    result = completed(feed)["result"]
+    assert (result["rows"], result["statement_count"]) == ([{"n": 3}], 3)
 
 
 async def test_postgres_script_with_a_failing_statement_fails_the_step(

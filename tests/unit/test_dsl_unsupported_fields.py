@@ -28,6 +28,8 @@ CASES = [
      '"query" is ignored: "command" is given'),
     ("postgres", "auth: pg\n      connection: postgresql://x\n      command: SELECT 1",
      "tool.connection", '"connection" is ignored: "auth" is given'),
+    ("postgres", "credential: pg\n      connection: postgresql://x\n      command: SELECT 1",
+     "tool.connection", '"connection" is ignored: "auth" is given'),
     ("duckdb", "command: SELECT 1\n      query: SELECT 2", "tool.query",
      '"query" is ignored: "command" is given'),
     ("playbook", "playbook_id: pb_1\n      path: ./c.yaml", "tool.playbook_id",
@@ -66,8 +68,8 @@ def test_field_without_effect_is_a_warning_naming_file_line_step_and_field(
     assert text in warning
 
 
-@pytest.mark.parametrize(("kind", "fields", "field", "text"), CASES[:3] + CASES[11:13],
-                         ids=[f"{c[0]}-{c[2]}" for c in CASES[:3] + CASES[11:13]])
+@pytest.mark.parametrize(("kind", "fields", "field", "text"), CASES[:3] + CASES[12:14],
+                         ids=[f"{c[0]}-{c[2]}" for c in CASES[:3] + CASES[12:14]])
 def test_field_without_effect_is_an_error_under_strict(kind: str, fields: str, field: str,
                                                        text: str) -> None:
     with pytest.raises(PlaybookError) as caught:

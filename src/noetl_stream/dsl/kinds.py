@@ -25,6 +25,17 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
                        "auth"}),
 }
 
+# Older spellings of a field that NoETL still accepts: old name -> the field it stands for. The
+# parser rewrites them, so tools only ever see the new name.
+FIELD_ALIASES: dict[str, str] = {"credential": "auth"}
+
+
+def field_aliases(kind: str) -> dict[str, str]:
+    """The older spellings `kind` accepts: those of fields the kind reads."""
+    fields = KIND_FIELDS.get(kind, frozenset())
+    return {old: new for old, new in FIELD_ALIASES.items() if new in fields}
+
+
 # Kinds this build can execute; the others are known words that a later build runs.
 RUNNABLE_KINDS = frozenset({"python", "http", "noop", "workbook", "shell", "nats", "secrets",
                             "postgres", "duckdb", "playbook"})

@@ -22,7 +22,7 @@ from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit
 from noetl_stream.dsl.dialects.sink import append_sinks, step_sinks
 from noetl_stream.dsl.dialects.v2_spec001 import compile_spec001, structural_next, uses_spec001
 from noetl_stream.dsl.keychain import parse_keychain
-from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS
+from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS, field_aliases
 from noetl_stream.dsl.loops import parse_loop
 from noetl_stream.dsl.models import (
     AdmitRule,
@@ -431,12 +431,17 @@ class _Parser:
                            f'unknown tool kind "{kind}"{suggest(kind, known)}', step, "tool.kind")
             return None
         fields = KIND_FIELDS.get(kind, frozenset())
-        self.unknown_keys(body, COMMON_TASK_KEYS | fields, step, "tool.")
-        for key, why in support.ignored_fields(kind, body):
-            self.not_supported(line_of(body, key) or line, why, step, f"tool.{key}")
+        self.unknown_keys(body, COMMON_TASK_KEYS | fields | frozenset(field_aliases(kind)), step,
+                          "tool.")
         # `name` is the task's name, except where the kind reads it as a field (secrets).
-        config = {k: plain(v) for k, v in body.items()
-                  if k not in COMMON_TASK_KEYS or (k == "name" and k in fields)}
+        config = self.resolve_aliases(kind, body, line, step, {
+            k: plain(v) for k, v in body.items()
+            if k not in COMMON_TASK_KEYS or (k == "name" and k in fields)})
+        # Older spellings count under the field's name: `credential` beside `connection` is
+        # shadowed like `auth` is.
+        spelled = {k: v for k, v in body.items() if k not in field_aliases(kind)} | config
+        for key, why in support.ignored_fields(kind, spelled):
+            self.not_supported(line_of(body, key) or line, why, step, f"tool.{key}")
         if "script" in config and kind in scripts.SCRIPT_FIELD:
             config = self.load_script(kind, config, body, line, step)
         if kind == "python" and body.get("libs") is not None:
@@ -508,6 +513,23 @@ class _Parser:
             return config
         self.scripts[ref.uri] = text
         config[scripts.SCRIPT_FIELD[kind]] = text
+        return config
+
+    def resolve_aliases(self, kind: str, body: dict[str, Any], line: int | None, step: str,
+                        config: dict[str, Any]) -> dict[str, Any]:
+        """Older spellings (`credential:` for `auth:`) under the field's name; both spellings with
+        different values is an error, since either could be the one the author meant.
+        """
+        for old, new in field_aliases(kind).items():
+            if old not in config:
+                continue
+            value = config.pop(old)
+            if new in config and config[new] != value:
+                self.error(line_of(body, old) or line, f'"{old}" is the older spelling of "{new}" '
+                           f"and both are given with different values; keep one of them", step,
+                           f"tool.{old}")
+                continue
+            config[new] = value
         return config
 
     def parse_retry_poll(self, node: dict[str, Any], step: str, prefix: str,

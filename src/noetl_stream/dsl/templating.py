@@ -92,7 +92,7 @@ class _Environment(SandboxedEnvironment):
     def getattr(self, obj: Any, attribute: str) -> Any:
         if isinstance(obj, Undefined):
             return _read_of_undefined(obj, attribute)
-        if isinstance(obj, LoopResults) and attribute in ("results", "count"):
+        if isinstance(obj, LoopResults) and attribute in LoopResults.NAMES:
             return obj.get(attribute)
         if isinstance(obj, Mapping):
             try:

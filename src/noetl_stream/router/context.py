@@ -10,30 +10,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from noetl_stream.dsl.values import LOOP_MARK, LoopResults
+from noetl_stream.router.views import http_view, output_view, step_view
 
-__all__ = ["LOOP_MARK", "LoopResults", "build_context", "http_view", "pick_steps", "step_view"]
+__all__ = ["LOOP_MARK", "LoopResults", "build_context", "http_view", "output_view", "pick_steps",
+           "step_view"]
 
 RESERVED = ("workload", "ctx", "args", "input", "iter", "vars", "execution_id", "event", "result",
             "output", "outcome", "response", "error", "_prev", "_task", "_attempt", "keychain")
-
-
-def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool) -> Any:
-    if loop and isinstance(result, list):
-        return LoopResults(result)
-    return http_view(result, http)
-
-
-def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
-    """A step result read as NoETL's http tools shape it: the body, plus `body`, `status_code`,
-    `headers` beside its own keys (NoETL fixtures read `{{ step }}.body` and `{{ step }}.key`).
-    """
-    if not http or not isinstance(result, dict):
-        return result
-    view = dict(result)
-    view.setdefault("body", result)
-    view.setdefault("status_code", http.get("status"))
-    view.setdefault("headers", http.get("headers", {}))
-    return view
 
 
 def build_context(*, workload: Mapping[str, Any], ctx: Mapping[str, Any],

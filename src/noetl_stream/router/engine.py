@@ -15,7 +15,7 @@ from noetl_stream.dsl import guards, keychain, pycode, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import cancel, case_events, children, listeners, loops, watchdog
-from noetl_stream.router.context import build_context, pick_steps
+from noetl_stream.router.context import build_context, output_view, pick_steps
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.state import Delayed, ExecutionState, Join, Outgoing, Run
 
@@ -243,7 +243,8 @@ class _Router:
                           step=run.step, step_run_id=run.run_id, status="ok" if ok else "error",
                           error=error)
         context_extra = {"event": {"name": event_name, "payload": {"result": result, "error": error}},
-                         "result": result, "error": error}
+                         "result": result, "error": error,
+                         "output": output_view(result, error, rec.http, loop=rec.loop)}
         try:
             if ok:
                 self.apply_step_writes(step, run, context_extra)

@@ -22,7 +22,7 @@ from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.dsl.parser import verbatim
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
-from noetl_stream.router.context import build_context, step_view
+from noetl_stream.router.context import build_context, output_view, step_view
 from noetl_stream.runtime import cursor
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.redact import secret_values
@@ -65,10 +65,8 @@ def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
     """`output` (NoETL today) and `outcome` (spec 002/003) as templates read them."""
     # NoETL reads `output` both as the envelope (`output.status`, `output.data`) and as the result
     # itself (`{{ output }}['count']`): the result's keys are there too, the envelope's win.
-    output = dict(outcome.result) if isinstance(outcome.result, dict) else {}
+    output = output_view(outcome.result, outcome.error, outcome.http, status=outcome.status)
     pg = (outcome.error or {}).get("pg")  # postgres errors: {sqlstate, message, ...}
-    output.update({"status": outcome.status, "data": outcome.result, "response": outcome.result,
-                   "error": outcome.error, "http": outcome.http, "pg": pg})
     result = outcome.result
     if task.kind == "http" and outcome.http is not None:
         result = {"status_code": outcome.http["status"], "headers": outcome.http["headers"],

@@ -1,10 +1,13 @@
-"""`http`: one request with aiohttp. Result = parsed body; a non-2xx reply is an error outcome with
-`status` and `retryable` so task policies can decide (ARCHITECTURE §8).
+"""`http`: one request with aiohttp. Result = parsed body; a reply of 400 or above is an error
+outcome whose `kind` is NoETL's class of the status (`server_error`, `rate_limit`, `auth`,
+`not_found`, `client_error`), with the status and `retryable` beside it, so task policies can
+decide (ARCHITECTURE §8). Transport failures are kinds `timeout` and `connection`.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -98,13 +101,14 @@ class HttpTool:
                     return Outcome.success(value, http=http)
                 return Outcome.failure(
                     f"HTTP {resp.status} {resp.reason or ''} from {method} {url}".replace("  ", " "),
-                    "http", retryable=resp.status in RETRYABLE_STATUS, status=resp.status,
-                    body=body_value, http=http)
+                    status_kind(resp.status), retryable=resp.status in RETRYABLE_STATUS,
+                    body=body_value, http=http, **status_fields(resp.status, resp.headers))
         except TimeoutError as exc:
             return Outcome.failure(f"{method} {url} {_timeout_message(exc, limits)}", "timeout",
-                                   retryable=True)
+                                   retryable=True, code="CONN_TIMEOUT")
         except aiohttp.ClientError as exc:
-            return Outcome.failure(f"{method} {url} failed: {exc}", "connection", retryable=True)
+            return Outcome.failure(f"{method} {url} failed: {exc}", "connection", retryable=True,
+                                   code=_connection_code(exc))
         except ValueError as exc:
             return Outcome.failure(f"{method} {url}: bad request: {exc}", "config")
 
@@ -132,6 +136,42 @@ class HttpTool:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+def status_kind(status: int) -> str:
+    """NoETL's error kind for an HTTP status of 400 or above (noetl/core/errors.py)."""
+    if status == 429:
+        return "rate_limit"
+    if status in (401, 403):
+        return "auth"
+    if status == 404:
+        return "not_found"
+    if 400 <= status < 500:
+        return "client_error"
+    if status >= 500:
+        return "server_error"
+    return "http"
+
+
+def status_fields(status: int, headers: Mapping[str, str]) -> dict[str, Any]:
+    """The status under each name NoETL's engines read it by (`status`, `status_code`,
+    `http_status`), its code `HTTP_<status>`, and `retry_after` when the reply says how long.
+    """
+    fields: dict[str, Any] = {"status": status, "status_code": status, "http_status": status,
+                              "code": f"HTTP_{status}"}
+    retry_after = headers.get("Retry-After", "").strip()
+    if retry_after.isdigit():
+        fields["retry_after"] = int(retry_after)
+    return fields
+
+
+def _connection_code(exc: aiohttp.ClientError) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "DNS_ERROR"
+    if isinstance(exc, aiohttp.ClientConnectorError) and isinstance(exc.os_error,
+                                                                    ConnectionRefusedError):
+        return "CONN_REFUSED"
+    return "CONN_ERROR"
 
 
 def _parse_body(raw: bytes, content_type: str) -> Any:

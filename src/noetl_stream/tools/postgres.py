@@ -6,9 +6,10 @@ same mapping). Pools are keyed by credential name (or by the inline settings) an
 credential's material changes.
 
 A script is split into statements (tools/sql.py) and each runs as its own prepared statement, so
-every statement can take parameters and the last one's rows come back; the result is the last
-statement's payload plus `statement_count` when there were several. `params` is a list bound to
-`$1..$n` (each statement takes as many as it declares) or a mapping bound to `:name`. Without
+every statement can take parameters; the result is the last statement's payload, plus
+`statement_count` and the earlier statements' payloads as `command_<i>` when there were several.
+`params` is a list bound to `$1..$n` (each statement takes as many as it declares) or a mapping
+bound to `:name`. Without
 `spec.transaction: true` each statement commits on its own; with it the script runs in one
 transaction that an error rolls back. `spec.timeout` (or the task's `timeout`) is the statement
 timeout. Errors carry `pg: {sqlstate, message, ...}`; no message ever holds a password.
@@ -315,11 +316,12 @@ class PostgresTool:
         try:
             if tx is not None:
                 await tx.start()
-            payload: dict[str, Any] = {}
+            payloads: list[dict[str, Any]] = []
             for statement in statements:
                 index += 1
                 remaining = max(deadline - loop.time(), 0.001)
-                payload = await _run_statement(conn, statement, params, remaining, as_objects)
+                payloads.append(await _run_statement(conn, statement, params, remaining,
+                                                     as_objects))
             if tx is not None:
                 await tx.commit()
         except (asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
@@ -328,9 +330,7 @@ class PostgresTool:
                                          TimeoutError):
                     await tx.rollback()
             return _statement_failure(exc, index, len(statements), target, timeout_s)
-        if len(statements) > 1:
-            payload["statement_count"] = len(statements)
-        return Outcome.success(payload)
+        return Outcome.success(script_payload(payloads))
 
     async def close(self) -> None:
         pools = [pool for _, pool in self._pools.values()]
@@ -342,6 +342,19 @@ class PostgresTool:
                 pool.terminate()
         if self._retired:
             await asyncio.gather(*self._retired, return_exceptions=True)
+
+
+def script_payload(payloads: list[dict[str, Any]]) -> dict[str, Any]:
+    """A script's result: its last statement's payload; after several statements also
+    `statement_count` and the earlier payloads as `command_<i>`, the names NoETL's older engine
+    gave every statement (router/views.py answers `command_<last>` from the payload itself, so
+    the last statement's rows are not stored twice).
+    """
+    payload = dict(payloads[-1])
+    if len(payloads) > 1:
+        payload["statement_count"] = len(payloads)
+        payload.update({f"command_{i}": earlier for i, earlier in enumerate(payloads[:-1])})
+    return payload
 
 
 async def _run_statement(conn: Any, statement: str, params: Any, timeout_s: float,

@@ -55,13 +55,17 @@ LOOP_MARK = "__noetl_loop_results__"
 
 
 class LoopResults(list[Any]):
-    """A loop step's results: a list, that also reads as NoETL's `{results, count}` mapping."""
+    """A loop step's results: a list, that also reads as NoETL's `{results, count, stats}`
+    mapping (the runner imports nothing of noetl_stream, so dsl/values.py is mirrored here).
+    """
 
     def get(self, key: str, default: Any = None) -> Any:
         if key == "results":
             return list(self)
         if key == "count":
             return len(self)
+        if key == "stats":
+            return {"total": len(self), "success": len(self), "failed": 0}
         return default
 
 

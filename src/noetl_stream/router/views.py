@@ -1,0 +1,102 @@
+"""How a stored result reads in templates: the shapes NoETL's engines give it, computed on read.
+
+A result is stored once, in the shape its tool returned (the http body, `{columns, rows,
+row_count}`, a loop's list). Playbooks written for NoETL's Python and Rust engines read the same
+result through envelopes those engines wrapped around it (`fetch.data.data`, `fetch.body`,
+`query.command_0.rows`, `loop.stats.total`); the views here answer those reads. Invariants: a view
+never replaces a key the result has itself, and nothing built here is stored or sent, so the
+extra shapes cost no bytes in router state, commands or events. Pure, shared by router and worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from noetl_stream.dsl.values import LoopResults
+
+_SQL_ROWS = ("columns", "rows", "row_count")
+
+
+def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool) -> Any:
+    """A finished step's result as templates read it."""
+    if loop and isinstance(result, list):
+        return LoopResults(result)
+    if http:
+        return http_view(result, http)
+    return sql_view(result)
+
+
+def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
+    """The body, plus the envelope keys NoETL's http tools put around it: `data` (the Python
+    engine's `{status_code, headers, data}`), `body` (the Rust tool's `{status_code, headers,
+    body}`), `status_code` and `headers`, each only where the body has no key of that name.
+    """
+    if not http or not isinstance(result, dict):
+        return result
+    view = dict(result)
+    view.setdefault("body", result)
+    view.setdefault("data", result)
+    view.setdefault("status_code", http.get("status"))
+    view.setdefault("headers", http.get("headers") or {})
+    return view
+
+
+def is_sql_payload(value: Any) -> bool:
+    """A SQL statement's payload as tools/sql.py shapes it: rows, or a count of affected rows."""
+    return isinstance(value, dict) and (all(k in value for k in _SQL_ROWS)
+                                        or "affected_rows" in value)
+
+
+def sql_view(result: Any) -> Any:
+    """A SQL result that also answers NoETL's older per-statement keys `command_<i>`, each with
+    `status: success` and, for a statement without rows, `row_count` = rows affected.
+
+    The result's own keys are the last statement's payload, so `command_<n-1>` is built from
+    them; the earlier statements' payloads are the `command_<i>` the postgres tool stores beside
+    them. A script result without them (duckdb keeps only the last payload) gets no view.
+    """
+    if not is_sql_payload(result):
+        return result
+    count = result.get("statement_count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1 or (
+            count > 1 and "command_0" not in result):
+        return result
+    view = dict(result)
+    for index in range(count - 1):
+        stored = result.get(f"command_{index}")
+        if isinstance(stored, dict):
+            view[f"command_{index}"] = _statement_view(stored)
+    last = {k: v for k, v in result.items()
+            if k != "statement_count" and not _is_command_key(k)}
+    view.setdefault(f"command_{count - 1}", _statement_view(last))
+    return view
+
+
+def _is_command_key(key: str) -> bool:
+    return key.startswith("command_") and key[len("command_"):].isdigit()
+
+
+def _statement_view(payload: dict[str, Any]) -> dict[str, Any]:
+    view = {"status": "success", **payload}
+    if "row_count" not in view and "affected_rows" in view:
+        view["row_count"] = view["affected_rows"]
+    return view
+
+
+def output_view(result: Any, error: Mapping[str, Any] | None, http: Mapping[str, Any] | None,
+                *, loop: bool = False, status: str | None = None) -> dict[str, Any]:
+    """`output` as templates read it after a call or a step: the result's own keys (and its
+    views'), overlaid with the envelope `status`, `data`, `response`, `error`, `http`, `pg`; for
+    http also `status_code` and `headers` where the result has no key of that name (an error
+    reply has no result, so there they always come from the reply).
+    """
+    data = step_view(result, http, loop)
+    output = dict(data) if isinstance(data, dict) else {}
+    output.update({"status": status or ("error" if error else "ok"), "data": data,
+                   "response": data, "error": error, "http": http,
+                   "pg": error.get("pg") if error else None})
+    if http:
+        output.setdefault("status_code", http.get("status"))
+        output.setdefault("headers", http.get("headers") or {})
+    return output
