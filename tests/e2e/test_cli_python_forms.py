@@ -89,3 +89,33 @@ async def test_validate_rejects_remote_and_missing_scripts_naming_file_line_step
         in out.stderr
     assert (f'{path}:15: step "local" field "tool.script.uri": script file "./missing.sql" '
             f"({tmp_path.resolve() / 'missing.sql'}) does not exist") in out.stderr
+
+
+async def test_base64_code_and_inline_scripts_run_through_the_cli(tmp_path: Path) -> None:
+    import base64
+
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    path = write(tmp_path, f"""
+        workflow:
+          - step: start
+            tool: {{kind: python, input: {{n: 21}}, code_b64: "{b64('result = n * 2')}"}}
+            next: [inline]
+          - step: inline
+            tool:
+              kind: python
+              input: {{m: "{{{{ start }}}}"}}
+              script: {{source: {{type: inline}}, content: "result = m + 1"}}
+            next: [sql]
+          - step: sql
+            tool: {{kind: duckdb, command_b64: "{b64('SELECT 40 + 2 AS answer')}"}}
+    """)
+
+    out = await run_cli("run", str(path), "--json", "--quiet")
+
+    assert out.returncode == 0, out.stderr
+    steps = out.summary["steps"]
+    assert steps["start"]["result"] == 42
+    assert steps["inline"]["result"] == 43
+    assert out.summary["result"]["rows"] == [{"answer": 42}]

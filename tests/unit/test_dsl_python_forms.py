@@ -177,9 +177,10 @@ def test_remote_script_source_is_rejected_naming_file_line_step_and_field(script
 
 
 @pytest.mark.parametrize(("script", "field", "text"), [
-    ("{uri: ./x.py, source: {type: inline}}", "tool.script.source.type",
-     'script source type "inline" is not one of file, gcs, s3, http (inline code goes in the '
-     "task's own field)"),
+    ("{uri: ./x.py, source: {type: inline}}", "tool.script.content",
+     "an inline script needs its text in `content:`"),
+    ("{uri: ./x.py, source: {type: ftp}}", "tool.script.source.type",
+     'script source type "ftp" is not one of file, inline, gcs, s3, http'),
     ("{source: {type: file}}", "tool.script.uri",
      "script needs `uri:` (a path relative to the playbook's file)"),
     ("{uri: '{{ workload.f }}', source: {type: file}}", "tool.script.uri",
@@ -302,3 +303,59 @@ def test_child_playbook_carries_its_own_script_files(tmp_path: Path) -> None:
     assert split_files(parent.text)[1] == {}
     assert split_files(child.text)[1] == {"./work.py": "result = 'child work'\n"}
     assert parent.links == {"./child/child.yaml": child.key}
+
+
+# -- code_b64 / command_b64 and inline scripts ----------------------------------------------------
+
+def _b64(text: str) -> str:
+    import base64
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_code_b64_and_command_b64_are_decoded_into_the_kinds_field() -> None:
+    result = parse_playbook(playbook_text(f"""
+        workflow:
+          - step: start
+            tool: {{kind: python, code_b64: "{_b64('result = 1')}"}}
+            next: q
+          - step: q
+            tool: {{kind: duckdb, command_b64: "{_b64('SELECT 1 AS x')}"}}
+    """), FILE)
+    (py,) = result.playbook.step("start").tasks
+    (sql,) = result.playbook.step("q").tasks
+    assert py.config["code"] == "result = 1" and "code_b64" not in py.config
+    assert sql.config["command"] == "SELECT 1 AS x" and "command_b64" not in sql.config
+
+
+def test_code_b64_that_is_not_base64_is_an_error_naming_the_field() -> None:
+    errors = errors_of(playbook_text("""
+        workflow:
+          - step: start
+            tool: {kind: python, code_b64: "not base64!"}
+    """))
+    assert errors == [f'{FILE}:7: step "start" field "tool.code_b64": code_b64 must be '
+                      "base64-encoded UTF-8 text"]
+
+
+def test_inline_script_takes_its_text_from_content() -> None:
+    result = parse_playbook(playbook_text("""
+        workflow:
+          - step: start
+            tool:
+              kind: python
+              script: {source: {type: inline}, content: "result = 2"}
+    """), FILE)
+    (task,) = result.playbook.step("start").tasks
+    assert task.config["code"] == "result = 2"
+    assert result.scripts == {}  # nothing to carry: the text is in the playbook
+
+
+def test_inline_script_without_content_is_an_error() -> None:
+    errors = errors_of(playbook_text("""
+        workflow:
+          - step: start
+            tool:
+              kind: python
+              script: {source: {type: inline}}
+    """))
+    assert any('field "tool.script.content": an inline script needs its text' in e for e in errors)

@@ -7,7 +7,7 @@ COMMON_TASK_KEYS = frozenset({"name", "kind", "spec", "set", "input", "args", "d
                               "retry", "poll"})
 
 KIND_FIELDS: dict[str, frozenset[str]] = {
-    "python": frozenset({"code", "timeout", "libs", "module", "function", "script"}),
+    "python": frozenset({"code", "code_b64", "timeout", "libs", "module", "function", "script"}),
     "http": frozenset({"method", "url", "endpoint", "params", "headers", "json", "body", "data",
                        "payload", "timeout", "auth", "follow_redirects", "verify_ssl", "verify",
                        "response_type", "form"}),
@@ -15,10 +15,10 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "workbook": frozenset({"name"}),
     "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id",
                            "return_step"}),
-    "postgres": frozenset({"command", "query", "params", "auth", "connection", "as_objects",
-                           "timeout", "script"}),
-    "duckdb": frozenset({"command", "query", "params", "auth", "db_path", "as_objects", "timeout",
-                         "script"}),
+    "postgres": frozenset({"command", "command_b64", "query", "params", "auth", "connection",
+                           "as_objects", "timeout", "script"}),
+    "duckdb": frozenset({"command", "command_b64", "query", "params", "auth", "db_path",
+                         "as_objects", "timeout", "script"}),
     "shell": frozenset({"command", "cwd", "env", "timeout"}),
     "secrets": frozenset({"name", "provider"}),
     "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "stream", "seq",

@@ -444,6 +444,9 @@ class _Parser:
             self.not_supported(line_of(body, key) or line, why, step, f"tool.{key}")
         if "script" in config and kind in scripts.SCRIPT_FIELD:
             config = self.load_script(kind, config, body, line, step)
+        else:
+            config = scripts.decode_b64(kind, config, lambda fld, message: self.error(
+                line_of(body, fld) or line, message, step, f"tool.{fld}"))
         if kind == "python" and body.get("libs") is not None:
             pycode.check_libs(plain(body["libs"]), lambda fld, message: self.error(
                 line_of(body, "libs") or line, message, step, f"tool.{fld}"))
@@ -466,7 +469,8 @@ class _Parser:
         set_ctx, set_iter, set_locals = split_set(plain(body.get("set") or {}))
         set_ctx.update(plain(body.get("set_ctx") or {}))
         set_iter.update(plain(body.get("set_iter") or {}))
-        if kind == "python" and not isinstance(config.get("code"), str) and "script" not in body:
+        if kind == "python" and not isinstance(config.get("code"), str) and "script" not in body \
+                and "code_b64" not in body:
             self.error(line, "python task needs `code:` (or `script:`)", step, "tool.code")
         if kind == "http" and not (body.get("url") or body.get("endpoint")):
             self.error(line, "http task needs `url:`", step, "tool.url")
@@ -511,7 +515,8 @@ class _Parser:
         except ValueError as exc:
             report("script.uri", str(exc))
             return config
-        self.scripts[ref.uri] = text
+        if ref.content is None:  # a file's text travels with the playbook; inline text is in it
+            self.scripts[ref.uri] = text
         config[scripts.SCRIPT_FIELD[kind]] = text
         return config
 

@@ -15,6 +15,8 @@ Remote sources are registration errors until a build fetches them. Pure but for 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,16 +27,18 @@ from noetl_stream.dsl.templating import has_template
 
 FILES_MARKER = "--- # noetl-stream: the files this playbook's script: fields name, as loaded"
 FILES_KEY = "noetl_stream_files"
-SOURCE_TYPES = ("file", "gcs", "s3", "http")
+SOURCE_TYPES = ("file", "inline", "gcs", "s3", "http")
 REMOTE_TYPES = frozenset({"gcs", "s3", "http"})
-SCRIPT_KEYS = frozenset({"uri", "source", "encoding"})
+SCRIPT_KEYS = frozenset({"uri", "source", "encoding", "content"})
 SOURCE_KEYS = frozenset({"type", "auth", "region", "endpoint", "method", "headers", "timeout",
-                         "bucket"})
+                         "bucket", "content"})
 # The config field a script stands in for, per kind that accepts `script:`.
 SCRIPT_FIELD = {"python": "code", "postgres": "command", "duckdb": "command"}
-# What a script replaces: its field and the field's other names (NoETL: script wins over them).
-REPLACED_FIELDS = {"python": ("code",), "postgres": ("command", "query"),
-                   "duckdb": ("command", "query")}
+# What a script replaces: its field and the field's other names (NoETL: script wins over them,
+# and `code_b64` / `command_b64` win over the plain field).
+REPLACED_FIELDS = {"python": ("code", "code_b64"), "postgres": ("command", "query", "command_b64"),
+                   "duckdb": ("command", "query", "command_b64")}
+B64_FIELD = {"python": "code_b64", "postgres": "command_b64", "duckdb": "command_b64"}
 _SCHEMES = (("gs://", "gcs"), ("s3://", "s3"), ("http://", "http"), ("https://", "http"))
 
 Report = Callable[[str, str], None]  # (field under `script`, message)
@@ -42,10 +46,11 @@ Report = Callable[[str, str], None]  # (field under `script`, message)
 
 @dataclass(frozen=True)
 class ScriptRef:
-    """A parsed `script:` descriptor that names a file to read."""
+    """A parsed `script:` descriptor: a file to read, or (`source.type: inline`) its text."""
 
     uri: str
     encoding: str = "utf-8"
+    content: str | None = None
 
 
 def parse_script(raw: Any, report: Report) -> ScriptRef | None:
@@ -63,15 +68,16 @@ def parse_script(raw: Any, report: Report) -> ScriptRef | None:
     for key in source:
         if key not in SOURCE_KEYS:
             report(f"script.source.{key}", f'unknown key "{key}" in script.source')
+    if (source.get("type") or ("inline" if "content" in raw else None)) == "inline":
+        return _inline(raw, source, report)
     uri = raw.get("uri")
     if not isinstance(uri, str) or not uri.strip():
         report("script.uri", "script needs `uri:` (a path relative to the playbook's file)")
         return None
     source_type = source.get("type") or _type_of(uri)
     if source_type not in SOURCE_TYPES:
-        inline = " (inline code goes in the task's own field)" if source_type == "inline" else ""
         report("script.source.type", f'script source type "{source_type}" is not one of '
-               f"{', '.join(SOURCE_TYPES)}{inline}")
+               f"{', '.join(SOURCE_TYPES)}")
         return None
     if source_type in REMOTE_TYPES:
         report("script.source.type", f'script source "{source_type}" ({uri}) is not supported by '
@@ -92,6 +98,37 @@ def parse_script(raw: Any, report: Report) -> ScriptRef | None:
     return ScriptRef(uri=uri.removeprefix("file://"), encoding=encoding)
 
 
+def _inline(raw: Mapping[str, Any], source: Mapping[str, Any], report: Report) -> ScriptRef | None:
+    """`script: {source: {type: inline}, content: TEXT}`: the text is written in the playbook
+    (`content` beside `source`, or inside it). NoETL's script sources are remote or files; this
+    build also takes the text itself, so a task can switch between a file and inline text by
+    changing only `source`.
+    """
+    content = raw.get("content", source.get("content"))
+    if not isinstance(content, str) or not content.strip():
+        report("script.content", "an inline script needs its text in `content:`")
+        return None
+    return ScriptRef(uri=str(raw.get("uri") or "inline"), content=content)
+
+
+def decode_b64(kind: str, config: dict[str, Any], report: Report) -> dict[str, Any]:
+    """NoETL's `code_b64` / `command_b64`: the code or SQL base64-encoded, taking the place of
+    `code` / `command`. A value that is not base64 of UTF-8 text is reported.
+    """
+    field = B64_FIELD.get(kind)
+    if field is None or field not in config:
+        return config
+    config = dict(config)
+    encoded = config.pop(field)
+    try:
+        text = base64.b64decode(str(encoded), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        report(field, f"{field} must be base64-encoded UTF-8 text")
+        return config
+    config[SCRIPT_FIELD[kind]] = text
+    return config
+
+
 def _type_of(uri: str) -> str:
     """The source type a uri's scheme implies (NoETL's worker infers it the same way)."""
     for prefix, source_type in _SCHEMES:
@@ -104,6 +141,8 @@ def read_script(ref: ScriptRef, base_dir: Path | None, attached: Mapping[str, st
     """The script's text: the file beside the playbook when the playbook was read from disk,
     else the copy that travels with the playbook's text. Raises ValueError saying what is wrong.
     """
+    if ref.content is not None:
+        return ref.content
     if base_dir is not None:
         path = Path(ref.uri) if Path(ref.uri).is_absolute() else base_dir / ref.uri
         try:
