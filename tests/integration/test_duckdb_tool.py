@@ -61,6 +61,16 @@ async def test_script_gives_the_last_statements_rows(tool: DuckdbTool) -> None:
                               "statement_count": 2}
 
 
+async def test_timestamp_with_time_zone_values_are_returned_as_iso_text(tool: DuckdbTool) -> None:
+    outcome = await tool.run(call(command="SELECT TIMESTAMPTZ '2026-01-02 03:04:05+00' AS t, "
+                                          "NOW() AS now"))
+
+    assert outcome.ok, outcome.error
+    (row,) = outcome.result["rows"]
+    assert row["t"] == "2026-01-02T03:04:05+00:00"
+    assert isinstance(row["now"], str)
+
+
 async def test_statements_without_rows_give_affected_rows(tool: DuckdbTool) -> None:
     created = await tool.run(call(command="CREATE TABLE t (i INTEGER)"))
     inserted = await tool.run(call(command="INSERT INTO t SELECT * FROM range(4)"))

@@ -48,16 +48,29 @@ def test_libs_mapping_with_aliases_dotted_modules_and_from_form_is_kept_for_the_
     assert result.warnings == []
 
 
-def test_libs_as_a_list_is_an_error_naming_the_field() -> None:
+def test_libs_as_a_list_imports_each_module_under_its_own_name() -> None:
+    result = parse_playbook(playbook_text("""
+        workflow:
+          - step: start
+            tool:
+              kind: python
+              libs: [json, os.path]
+              code: "result = 1"
+    """), FILE)
+    (task,) = result.playbook.step("start").tasks
+    assert task.config["libs"] == {"json": "json", "os.path": "os.path"}
+
+
+def test_libs_that_is_neither_a_mapping_nor_a_list_of_names_is_an_error() -> None:
     assert errors_of(playbook_text("""
         workflow:
           - step: start
             tool:
               kind: python
-              libs: [json, os]
+              libs: json
               code: "result = 1"
     """)) == ['test.yaml:9: step "start" field "tool.libs": libs must be a mapping alias: module '
-              "(e.g. `pd: pandas`), as in NoETL; a list names no alias"]
+              "(e.g. `pd: pandas`) or a list of module names"]
 
 
 @pytest.mark.parametrize(("entry", "message"), [

@@ -182,3 +182,13 @@ def test_router_routes_a_failure_on_output_error_kind() -> None:
 
     assert harness.fired_steps() == ["start", "later"]
     assert harness.state.status == "completed"
+
+
+def test_job_namespace_names_the_execution_unless_a_name_job_is_in_scope() -> None:
+    from noetl_stream.router.context import build_context
+
+    context = build_context(workload={}, ctx={}, execution_id="383521785662206580")
+    assert templating.render_string("{{ job.execution_id }}", context) == "383521785662206580"
+    assert templating.render_string("{{ job.uuid }}", context) == "383521785662206580"
+    hidden = build_context(workload={"job": {"execution_id": "mine"}}, ctx={}, execution_id="1")
+    assert templating.render_string("{{ job.execution_id }}", hidden) == "mine"

@@ -448,7 +448,8 @@ class _Parser:
             config = scripts.decode_b64(kind, config, lambda fld, message: self.error(
                 line_of(body, fld) or line, message, step, f"tool.{fld}"))
         if kind == "python" and body.get("libs") is not None:
-            pycode.check_libs(plain(body["libs"]), lambda fld, message: self.error(
+            config["libs"] = pycode.normalize_libs(config.get("libs"))
+            pycode.check_libs(config["libs"], lambda fld, message: self.error(
                 line_of(body, "libs") or line, message, step, f"tool.{fld}"))
         inputs = self.mapping(body, "input", step, "tool.input")
         inputs.update(self.mapping(body, "args", step, "tool.args"))

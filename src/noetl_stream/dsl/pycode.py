@@ -32,11 +32,20 @@ def _module_name(value: Any) -> bool:
     return isinstance(value, str) and (has_template(value) or _DOTTED.fullmatch(value) is not None)
 
 
+def normalize_libs(raw: Any) -> Any:
+    """`libs: [json, os.path]` (a list of module names, which NoETL's playbooks also write) as
+    the mapping form: each module under its own name. Anything else is returned as it is.
+    """
+    if isinstance(raw, list) and all(isinstance(m, str) for m in raw):
+        return {m: m for m in raw}
+    return raw
+
+
 def check_libs(raw: Any, report: Report) -> None:
     """Report every `libs:` entry that is not `alias: module` or `alias: {from, import}`."""
     if not isinstance(raw, Mapping):
-        report("libs", "libs must be a mapping alias: module (e.g. `pd: pandas`), as in NoETL; a "
-               "list names no alias")
+        report("libs", "libs must be a mapping alias: module (e.g. `pd: pandas`) or a list of "
+               "module names")
         return
     for alias, target in raw.items():
         fld = f"libs.{alias}"

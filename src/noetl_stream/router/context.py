@@ -12,11 +12,18 @@ from typing import Any
 from noetl_stream.dsl.values import LOOP_MARK, LoopResults
 from noetl_stream.router.views import http_view, output_view, step_view
 
-__all__ = ["LOOP_MARK", "LoopResults", "build_context", "http_view", "output_view", "pick_steps",
-           "step_view"]
+__all__ = ["LOOP_MARK", "LoopResults", "build_context", "http_view", "job_view", "output_view",
+           "pick_steps", "step_view"]
 
 RESERVED = ("workload", "ctx", "args", "input", "iter", "vars", "execution_id", "event", "result",
             "output", "outcome", "response", "error", "_prev", "_task", "_attempt", "keychain")
+
+
+def job_view(execution_id: str) -> dict[str, str]:
+    """NoETL's `job` namespace: the execution's identity under the names its playbooks read
+    (`{{ job.execution_id }}`, `{{ job.uuid }}`, `{{ job.id }}`).
+    """
+    return {"execution_id": execution_id, "uuid": execution_id, "id": execution_id}
 
 
 def build_context(*, workload: Mapping[str, Any], ctx: Mapping[str, Any],
@@ -25,7 +32,8 @@ def build_context(*, workload: Mapping[str, Any], ctx: Mapping[str, Any],
                   execution_id: str = "", extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     args = args or {}
     iter_vars = iter_vars or {}
-    context: dict[str, Any] = {}
+    # `job` comes first: a workload key, step, iterator or ctx name `job` hides it.
+    context: dict[str, Any] = {"job": job_view(execution_id)}
     context.update(workload)
     if steps:
         context.update(steps)

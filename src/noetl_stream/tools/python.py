@@ -18,7 +18,7 @@ from typing import Any
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.layering import kind_default
-from noetl_stream.router.context import LOOP_MARK, LoopResults
+from noetl_stream.router.context import LOOP_MARK, LoopResults, job_view
 from noetl_stream.tools.base import Outcome, TaskCall
 
 RUNNER = Path(__file__).with_name("python_runner.py")
@@ -40,8 +40,7 @@ def python_context(call: TaskCall) -> dict[str, Any]:
     context.update({
         "execution_id": call.execution_id,
         "step": call.step,
-        "job": {"uuid": call.execution_id, "execution_id": call.execution_id,
-                "id": call.execution_id},
+        "job": job_view(call.execution_id),
         "args": call.input,
         "input": call.input,
     })
