@@ -452,3 +452,48 @@ def test_router_join_after_a_back_edge_loop_waits_for_the_loop_to_exit(cycle: st
     harness.run()
     assert harness.fired_steps().count("join") == 1
     assert harness.state.status == "completed"
+
+
+# -- implicit end ---------------------------------------------------------------------------------
+
+def test_router_step_without_next_routes_to_the_step_named_end() -> None:
+    harness = RouterHarness(parse("""
+        workflow:
+          - step: start
+            next: step1
+          - step: step1
+          - step: end
+    """))
+    harness.run()
+    assert harness.fired_steps() == ["start", "step1", "end"]
+    assert harness.state.status == "completed"
+
+
+def test_router_end_waits_for_every_leaf_and_skipped_branches_do_not_block_it() -> None:
+    harness = RouterHarness(parse("""
+        workflow:
+          - step: start
+            next:
+              - step: a
+              - step: b
+                when: "{{ false }}"
+          - step: a
+          - step: b
+          - step: end
+    """))
+    harness.run()
+    assert harness.fired_steps() == ["start", "a", "end"]
+    assert statuses(harness)["b"] == "skipped"
+    assert harness.state.steps["end"].runs == 1
+
+
+def test_router_without_an_end_step_a_step_without_next_ends_its_branch() -> None:
+    harness = RouterHarness(parse("""
+        workflow:
+          - step: start
+            next: finish
+          - step: finish
+          - step: unrelated
+    """))
+    harness.run()
+    assert harness.fired_steps() == ["start", "finish"]

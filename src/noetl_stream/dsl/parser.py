@@ -21,6 +21,7 @@ from noetl_stream.dsl.dialects.listeners import compile_listeners, eval_mode_of
 from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
 from noetl_stream.dsl.dialects.sink import append_sinks, step_sinks
 from noetl_stream.dsl.dialects.v2_spec001 import compile_spec001, structural_next, uses_spec001
+from noetl_stream.dsl.implicit_end import route_leaves_to_end
 from noetl_stream.dsl.keychain import parse_keychain
 from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS, field_aliases
 from noetl_stream.dsl.loops import parse_loop
@@ -151,6 +152,8 @@ class _Parser:
                 self.error(step.line, "step name is used twice", step.name, "step")
             seen.add(step.name)
             steps.append(step)
+        steps = route_leaves_to_end(steps, [str(raw.get("step")) for raw in raw_steps
+                                            if isinstance(raw, dict) and "next" not in raw])
         self.check_graph(steps)
         if any(i.severity == "error" for i in self.issues):
             return None
