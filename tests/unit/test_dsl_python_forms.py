@@ -197,8 +197,8 @@ def test_remote_script_source_is_rejected_naming_file_line_step_and_field(script
     ("{source: {type: file}}", "tool.script.uri",
      "script needs `uri:` (a path relative to the playbook's file)"),
     ("{uri: '{{ workload.f }}', source: {type: file}}", "tool.script.uri",
-     "a file script's uri must be a plain path: the file is read when the playbook is loaded, "
-     "before any template can render"),
+     "a file script's uri may read only the playbook's own workload (the file is read when the "
+     "playbook is loaded); '{{ workload.f }}' gave None"),
     ("{uri: ./x.py, source: {type: file}, sha: 1}", "tool.script.sha",
      'unknown key "sha" in script; it takes uri, source, encoding'),
     ("./x.py", "tool.script", "script must be a mapping {uri, source: {type}}"),
@@ -372,3 +372,21 @@ def test_inline_script_without_content_is_an_error() -> None:
               script: {source: {type: inline}}
     """))
     assert any('field "tool.script.content": an inline script needs its text' in e for e in errors)
+
+
+def test_script_uri_may_read_the_playbooks_workload(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "a.py").write_text("result = 7\n")
+    path = tmp_path / "pb.yaml"
+    path.write_text(playbook_text("""
+        workload:
+          script_path: ./scripts/a.py
+        workflow:
+          - step: start
+            tool:
+              kind: python
+              script: {uri: "{{ script_path }}", source: {type: file}}
+    """))
+    result = load_playbook(path)
+    (task,) = result.playbook.step("start").tasks
+    assert task.config["code"] == "result = 7\n"

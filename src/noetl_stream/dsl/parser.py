@@ -70,6 +70,7 @@ class _Parser:
         self.kinds = kinds
         self.strict = strict
         self.base_dir = base_dir
+        self.workload: dict[str, Any] = {}  # a script's uri may read it (scripts.parse_script)
         self.attached = attached or {}
         self.scripts: dict[str, str] = {}
         self.issues: list[Issue] = []
@@ -130,6 +131,7 @@ class _Parser:
         if not isinstance(workload, dict):
             self.error(line_of(doc, "workload"), "workload must be a mapping", None, "workload")
             workload = {}
+        self.workload = plain(workload)
         keychain = parse_keychain(doc.get("keychain"), doc, self)
         executor = doc.get("executor") or {}
         limit_problem = refs.limit_problem(executor) if isinstance(executor, dict) else None
@@ -509,7 +511,7 @@ class _Parser:
         def report(fld: str, message: str) -> None:
             self.error(at, message, step, f"tool.{fld}")
 
-        ref = scripts.parse_script(config["script"], report)
+        ref = scripts.parse_script(config["script"], report, self.workload)
         config = {k: v for k, v in config.items() if k not in scripts.REPLACED_FIELDS[kind]}
         config["script"] = {"uri": ref.uri} if ref is not None else {}
         if ref is None:

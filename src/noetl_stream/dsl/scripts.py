@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from noetl_stream.dsl.templating import has_template
+from noetl_stream.dsl.templating import has_template, render_string
+from noetl_stream.errors import TemplateError
 
 FILES_MARKER = "--- # noetl-stream: the files this playbook's script: fields name, as loaded"
 FILES_KEY = "noetl_stream_files"
@@ -53,8 +54,12 @@ class ScriptRef:
     content: str | None = None
 
 
-def parse_script(raw: Any, report: Report) -> ScriptRef | None:
-    """Check a `script:` descriptor; a file script comes back, anything else is reported."""
+def parse_script(raw: Any, report: Report,
+                 workload: Mapping[str, Any] | None = None) -> ScriptRef | None:
+    """Check a `script:` descriptor; a file script comes back, anything else is reported. A
+    templated `uri` is rendered with the playbook's `workload` as written (NoETL playbooks keep
+    the path in the workload: `uri: "{{ script_path }}"`).
+    """
     if not isinstance(raw, Mapping):
         report("script", "script must be a mapping {uri, source: {type}}")
         return None
@@ -85,9 +90,17 @@ def parse_script(raw: Any, report: Report) -> ScriptRef | None:
                "`source: {type: file}`")
         return None
     if has_template(uri):
-        report("script.uri", "a file script's uri must be a plain path: the file is read when "
-               "the playbook is loaded, before any template can render")
-        return None
+        why = "a file script's uri may read only the playbook's own workload (the file is read " \
+              "when the playbook is loaded)"
+        try:
+            rendered = render_string(uri, {"workload": dict(workload or {}), **(workload or {})})
+        except TemplateError as exc:
+            report("script.uri", f"{why}: {exc}")
+            return None
+        if not isinstance(rendered, str) or not rendered.strip():
+            report("script.uri", f"{why}; {uri!r} gave {rendered!r}")
+            return None
+        uri = rendered
     if _type_of(uri) != "file":
         report("script.uri", f'uri "{uri}" is not a file path, but script.source.type is "file"')
         return None
@@ -145,6 +158,10 @@ def read_script(ref: ScriptRef, base_dir: Path | None, attached: Mapping[str, st
         return ref.content
     if base_dir is not None:
         path = Path(ref.uri) if Path(ref.uri).is_absolute() else base_dir / ref.uri
+        if not path.exists() and Path(ref.uri).exists():
+            # NoETL resolves script paths against the worker's working directory; here that is
+            # the directory `run` / `register` was started in, tried after the playbook's own.
+            path = Path(ref.uri)
         try:
             return path.read_bytes().decode(ref.encoding)
         except FileNotFoundError:
