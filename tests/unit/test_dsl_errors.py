@@ -84,6 +84,17 @@ def test_known_kind_this_installation_cannot_run_says_so() -> None:
         "this version of noetl-stream yet"]
 
 
+@pytest.mark.parametrize("kind", ["snowflake", "container", "agent"])
+def test_noetl_kind_this_build_does_not_run_says_so_rather_than_suggesting_a_typo(kind: str) -> None:
+    message = only_issue(f"""
+        workflow:
+          - step: start
+            tool: {{kind: {kind}, command: "select 1"}}
+    """)
+    assert message == (f'test.yaml:7: step "start" field "tool.kind": tool kind "{kind}" is not '
+                       "available in this version of noetl-stream yet")
+
+
 def test_playbook_task_without_path_names_the_field() -> None:
     message = only_issue("""
         workflow:

@@ -36,6 +36,12 @@ def field_aliases(kind: str) -> dict[str, str]:
     return {old: new for old, new in FIELD_ALIASES.items() if new in fields}
 
 
+# NoETL's tool kinds that this build does not run: a playbook naming one is refused at
+# validation with that said, rather than as a misspelling.
+NOETL_KINDS_NOT_BUILT = frozenset({"snowflake", "gcs", "s3", "container", "agent", "mcp",
+                                   "subscription", "ducklake", "artifact", "rhai", "script",
+                                   "transfer", "kafka", "pubsub", "sink", "iterator"})
+
 # Kinds this build can execute; the others are known words that a later build runs.
 RUNNABLE_KINDS = frozenset({"python", "http", "noop", "workbook", "shell", "nats", "secrets",
                             "postgres", "duckdb", "playbook"})

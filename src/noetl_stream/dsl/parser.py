@@ -23,7 +23,13 @@ from noetl_stream.dsl.dialects.sink import append_sinks, step_sinks
 from noetl_stream.dsl.dialects.v2_spec001 import compile_spec001, structural_next, uses_spec001
 from noetl_stream.dsl.implicit_end import route_leaves_to_end
 from noetl_stream.dsl.keychain import parse_keychain
-from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, RUNNABLE_KINDS, field_aliases
+from noetl_stream.dsl.kinds import (
+    COMMON_TASK_KEYS,
+    KIND_FIELDS,
+    NOETL_KINDS_NOT_BUILT,
+    RUNNABLE_KINDS,
+    field_aliases,
+)
 from noetl_stream.dsl.loops import parse_loop
 from noetl_stream.dsl.models import (
     AdmitRule,
@@ -428,7 +434,7 @@ class _Parser:
             return self.inline_workbook(name, body, line, step, workbook, depth)
         if kind not in self.kinds:
             known = sorted(set(self.kinds) | set(KIND_FIELDS))
-            if kind in KIND_FIELDS:
+            if kind in KIND_FIELDS or kind in NOETL_KINDS_NOT_BUILT:
                 self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not available in '
                            "this version of noetl-stream yet", step, "tool.kind")
             else:
