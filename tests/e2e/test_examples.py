@@ -53,3 +53,22 @@ async def test_scripts_and_context_example_reads_its_script_files() -> None:
     assert summary["result"] == {"title": "first 5", "mean": 3, "total": 15,
                                  "check": "{sum} == 15",
                                  "execution_id": summary["execution_id"]}
+
+
+@pytest.mark.parametrize(("sets", "status", "ran"), [
+    ((), "completed", "report"),
+    (("--set", "fail=true"), "completed", "cleanup"),
+    (("--set", "fail=true", "--set", "cleanup_on_error=false"), "failed", None),
+])
+async def test_failure_routing_example_hands_a_failure_on_only_where_written_for_it(
+        sets: tuple[str, ...], status: str, ran: str | None) -> None:
+    result = await run_cli("run", str(EXAMPLES / "failure_routing.yaml"), "--json", "-q", *sets)
+
+    summary = result.summary
+    assert summary["status"] == status, result.stderr
+    completed = {name for name, step in summary["steps"].items() if step["status"] == "completed"}
+    assert completed - {"start", "load"} == ({ran} if ran else set())
+    if status == "failed":
+        assert result.returncode == 1
+        assert summary["error"]["step"] == "load"
+        assert "the warehouse refused the batch" in summary["error"]["message"]
