@@ -17,6 +17,7 @@ class HttpService:
     """A local HTTP server with the behaviours playbooks meet in the wild.
 
     GET  /items?page=N&size=S  pages over ITEMS_TOTAL items; `next_page` is null on the last page
+    GET  /posts?n=N            a JSON list of N posts {id, userId, title, body, meta: {lang}}
     ANY  /flaky/{key}?fail=N   503 for the first N calls per key, then 200 {key, calls}
     ANY  /echo                 {method, path, query, json, headers}
     ANY  /status/{code}/{key}?times=N  `code` (with Retry-After: 1 for 429) for the first N calls per
@@ -40,6 +41,13 @@ def http_app(service: HttpService) -> web.Application:
         more = start + size < ITEMS_TOTAL
         return web.json_response({"page": page, "items": chunk,
                                   "next_page": page + 1 if more else None})
+
+    async def posts(request: web.Request) -> web.Response:
+        service.calls["posts"] += 1
+        count = int(request.query.get("n", "5"))
+        return web.json_response([{"id": i, "userId": (i + 1) // 2, "title": f"post {i}",
+                                   "body": f"text of post {i}", "meta": {"lang": "en"}}
+                                  for i in range(1, count + 1)])
 
     async def flaky(request: web.Request) -> web.Response:
         key = request.match_info["key"]
@@ -82,6 +90,7 @@ def http_app(service: HttpService) -> web.Application:
 
     app = web.Application()
     app.router.add_get("/items", items)
+    app.router.add_get("/posts", posts)
     app.router.add_route("*", "/flaky/{key}", flaky)
     app.router.add_route("*", "/echo", echo)
     app.router.add_route("*", "/status/{code}/{key}", status)

@@ -23,6 +23,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "secrets": frozenset({"name", "provider"}),
     "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "stream", "seq",
                        "auth"}),
+    "transfer": frozenset({"source", "target", "mode", "chunk_size", "timeout"}),
 }
 
 # Older spellings of a field that NoETL still accepts: old name -> the field it stands for. The
@@ -40,8 +41,8 @@ def field_aliases(kind: str) -> dict[str, str]:
 # validation with that said, rather than as a misspelling.
 NOETL_KINDS_NOT_BUILT = frozenset({"snowflake", "gcs", "s3", "container", "agent", "mcp",
                                    "subscription", "ducklake", "artifact", "rhai", "script",
-                                   "transfer", "kafka", "pubsub", "sink", "iterator"})
+                                   "kafka", "pubsub", "sink", "iterator"})
 
 # Kinds this build can execute; the others are known words that a later build runs.
 RUNNABLE_KINDS = frozenset({"python", "http", "noop", "workbook", "shell", "nats", "secrets",
-                            "postgres", "duckdb", "playbook"})
+                            "postgres", "duckdb", "playbook", "transfer"})

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from noetl_stream import refs
-from noetl_stream.dsl import layering, pycode, scripts, support, templating
+from noetl_stream.dsl import layering, pycode, scripts, support, templating, transfer
 from noetl_stream.dsl.dialects.case import CaseIR, compile_case
 from noetl_stream.dsl.dialects.listeners import compile_listeners, eval_mode_of
 from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
@@ -486,6 +486,8 @@ class _Parser:
             self.error(line, "python task needs `code:` (or `script:`)", step, "tool.code")
         if kind == "http" and not (body.get("url") or body.get("endpoint")):
             self.error(line, "http task needs `url:`", step, "tool.url")
+        if kind == "transfer":
+            self.check_transfer(body, line, step)
         if kind == "playbook" and not body.get("path"):
             self.error(line, "playbook task needs `path:` (a catalog path or ./file.yaml)", step,
                        "tool.path")
@@ -503,6 +505,16 @@ class _Parser:
         return Task(name=name, kind=kind, config=config, input=inputs, rules=(*clause, *rules),
                     has_policy=has_policy, set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals,
                     spec=spec_plain, poll=poll, line=line)
+
+    def check_transfer(self, body: dict[str, Any], line: int | None, step: str) -> None:
+        """A transfer's source and target types and required fields, where no template decides them."""
+        for problem in transfer.problems(plain(body), rendered=False):
+            node: Any = body
+            at = line
+            for key in problem.path:
+                at = line_of(node, key) or at
+                node = node.get(key) if isinstance(node, dict) else None
+            self.error(at, problem.message, step, "tool." + ".".join(problem.path))
 
     def load_script(self, kind: str, config: dict[str, Any], body: dict[str, Any],
                     line: int | None, step: str) -> dict[str, Any]:

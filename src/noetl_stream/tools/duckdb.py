@@ -18,14 +18,15 @@ The password goes into a temporary DuckDB secret, never into the ATTACH string, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import re
 import tempfile
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import duckdb
@@ -312,6 +313,76 @@ class _Job:
         return rows_payload(columns, rows, as_objects=self.as_objects)
 
 
+class _BatchJob:
+    """Rows written with one statement in one transaction, in a thread; `interrupt` stops it."""
+
+    def __init__(self, path: str, setup: Sequence[str], statement: str,
+                 rows: Sequence[Sequence[Any]], chunk_size: int) -> None:
+        self.path = path
+        self.setup = setup
+        self.statement = statement
+        self.rows = rows
+        self.chunk_size = chunk_size
+        self._lock = threading.Lock()
+        self._con: duckdb.DuckDBPyConnection | None = None
+
+    def interrupt(self) -> None:
+        with self._lock:
+            if self._con is not None:
+                self._con.interrupt()
+
+    def run(self) -> Outcome:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            con = duckdb.connect(self.path)
+        except duckdb.Error as exc:
+            return Outcome.failure(f"duckdb: cannot open {self.path}: {exc}", "duckdb",
+                                   retryable="lock" in str(exc).lower(),
+                                   exception_type=type(exc).__name__)
+        with self._lock:
+            self._con = con
+        try:
+            return self._write(con)
+        finally:
+            with self._lock:
+                self._con = None
+            con.close()
+
+    def _write(self, con: duckdb.DuckDBPyConnection) -> Outcome:
+        total = -(-len(self.rows) // self.chunk_size)
+        chunks = 0
+        writing = False
+        try:
+            con.execute("BEGIN TRANSACTION")
+            for sql in self.setup:
+                con.execute(sql)
+            writing = True
+            for start in range(0, len(self.rows), self.chunk_size):
+                chunk = [[_batch_value(v) for v in row]
+                         for row in self.rows[start:start + self.chunk_size]]
+                con.executemany(self.statement, chunk)
+                chunks += 1
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            with contextlib.suppress(duckdb.Error):
+                con.execute("ROLLBACK")
+            where = f"writing chunk {chunks + 1} of {total}" if writing else "before the first row"
+            return Outcome.failure(f"duckdb: {_first_line(exc)} ({where}; the transaction was "
+                                   "rolled back, no row was kept)", "duckdb",
+                                   exception_type=type(exc).__name__, chunk=chunks + 1)
+        return Outcome.success({"rows": len(self.rows), "chunks": chunks})
+
+
+def _batch_value(value: Any) -> Any:
+    """A row value as DuckDB takes it: objects and lists go as JSON text, which DuckDB casts to a
+    JSON, STRUCT or LIST column, rather than as Python containers it would guess a type for.
+    """
+    if isinstance(value, (dict, list)):
+        return orjson.dumps(value).decode()
+    return value
+
+
 def _parse_json(value: Any) -> Any:
     if not isinstance(value, str):
         return json_safe(value)
@@ -349,19 +420,19 @@ class DuckdbTool:
         attach = await self._credentials(call)
         if isinstance(attach, Outcome):
             return attach
-        timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
         job = _Job(self.db_path(call), script, params, attach, flag(cfg.get("as_objects"), True))
-        work = asyncio.ensure_future(asyncio.to_thread(job.run))
-        try:
-            return await asyncio.wait_for(asyncio.shield(work), timeout_s)
-        except TimeoutError:
-            job.interrupt()
-            await work  # the thread stops at the interrupt; its connection is closed before we go on
-            return Outcome.failure(f"duckdb statement ran longer than its timeout of {timeout_s:g}s",
-                                   "timeout", retryable=True)
-        except asyncio.CancelledError:
-            job.interrupt()
-            raise
+        return await _run_job(job, call.timeout(DEFAULT_TIMEOUT_S))
+
+    async def run_batches(self, call: TaskCall, setup: Sequence[str], statement: str,
+                          rows: Sequence[Sequence[Any]], chunk_size: int) -> Outcome:
+        """Run the `setup` statements, then `statement` once per row of arguments, `chunk_size`
+        rows at a time, in one transaction on the call's database (`db_path`, as for `run`): an
+        error anywhere rolls back every row and the setup.
+
+        Success is `{"rows": <rows written>, "chunks": <chunks>}`.
+        """
+        job = _BatchJob(self.db_path(call), setup, statement, rows, max(1, chunk_size))
+        return await _run_job(job, call.timeout(DEFAULT_TIMEOUT_S))
 
     async def _credentials(self, call: TaskCall) -> list[tuple[str, Credential]] | Outcome:
         auth = call.config.get("auth")
@@ -391,3 +462,24 @@ class DuckdbTool:
 
     async def close(self) -> None:
         return None
+
+
+class _Interruptible(Protocol):
+    def run(self) -> Outcome: ...
+
+    def interrupt(self) -> None: ...
+
+
+async def _run_job(job: _Interruptible, timeout_s: float) -> Outcome:
+    """Run `job` in a worker thread, interrupting it past `timeout_s` or when the task is cancelled."""
+    work = asyncio.ensure_future(asyncio.to_thread(job.run))
+    try:
+        return await asyncio.wait_for(asyncio.shield(work), timeout_s)
+    except TimeoutError:
+        job.interrupt()
+        await work  # the thread stops at the interrupt; its connection is closed before we go on
+        return Outcome.failure(f"duckdb statement ran longer than its timeout of {timeout_s:g}s",
+                               "timeout", retryable=True)
+    except asyncio.CancelledError:
+        job.interrupt()
+        raise

@@ -25,7 +25,7 @@ import decimal
 import hashlib
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -257,6 +257,30 @@ class PostgresTool:
             await pool.release(conn)
         return Outcome.success({"row": claimed.row, "replayed": claimed.replayed})
 
+    async def run_batches(self, call: TaskCall, setup: Sequence[str], statement: str,
+                          rows: Sequence[Sequence[Any]], chunk_size: int) -> Outcome:
+        """Run the `setup` statements, then `statement` once per row of arguments, `chunk_size`
+        rows per round trip, all in one transaction: an error anywhere rolls back every row and
+        the setup. The target is the call's `auth:` or `connection:`, as for `run`.
+
+        Success is `{"rows": <rows written>, "chunks": <round trips>}`; a failure says which
+        chunk failed and that nothing was kept.
+        """
+        target = await self._resolve(call)
+        if isinstance(target, Outcome):
+            return target
+        timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
+        try:
+            pool = await self._pool(target)
+            conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            return _connect_failure(exc, target)
+        try:
+            return await _write_batches(conn, setup, statement, rows, max(1, chunk_size), target,
+                                        timeout_s)
+        finally:
+            await pool.release(conn)
+
     async def _resolve(self, call: TaskCall) -> _Target | Outcome:
         auth = call.config.get("auth")
         connection = call.config.get("connection")
@@ -374,6 +398,56 @@ async def _run_statement(conn: Any, statement: str, params: Any, timeout_s: floa
         return rows_payload([a.name for a in attributes], [tuple(r) for r in rows],
                             as_objects=as_objects)
     return {"affected_rows": _affected_rows(prepared.get_statusmsg())}
+
+
+async def _write_batches(conn: Any, setup: Sequence[str], statement: str,
+                         rows: Sequence[Sequence[Any]], chunk_size: int, target: _Target,
+                         timeout_s: float) -> Outcome:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    total = -(-len(rows) // chunk_size)
+    chunks = 0
+    writing = False
+    await conn.execute(f"SET statement_timeout = {max(1, round(timeout_s * 1000))}")
+    tx = conn.transaction()
+    try:
+        await tx.start()
+        for sql in setup:
+            await conn.execute(sql, timeout=max(deadline - loop.time(), 0.001))
+        # No rows, nothing to prepare: the statement may not even have columns to name.
+        prepared = await conn.prepare(statement, timeout=max(deadline - loop.time(), 0.001)) \
+            if rows else None
+        types = [p.name for p in prepared.get_parameters()] if prepared is not None else []
+        writing = True
+        for start in range(0, len(rows), chunk_size):
+            assert prepared is not None
+            args = [[_batch_value(v, t) for v, t in zip(row, types, strict=False)]
+                    for row in rows[start:start + chunk_size]]
+            await prepared.executemany(args, timeout=max(deadline - loop.time(), 0.001))
+            chunks += 1
+        await tx.commit()
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError,
+                                 TimeoutError):
+            await tx.rollback()
+        outcome = _statement_failure(exc, 1, 1, target, timeout_s)
+        assert outcome.error is not None
+        where = f"writing chunk {chunks + 1} of {total}" if writing else "before the first row"
+        outcome.error["message"] += f" ({where}; the transaction was rolled back, no row was kept)"
+        outcome.error["chunk"] = chunks + 1
+        return outcome
+    return Outcome.success({"rows": len(rows), "chunks": chunks})
+
+
+def _batch_value(value: Any, type_name: str) -> Any:
+    """A row value for a parameter of `type_name`: as `_coerce` makes it, with objects and lists
+    sent as JSON text where the column is neither JSON nor an array (`_` starts array types).
+    """
+    value = _coerce(value, type_name)
+    if isinstance(value, (dict, list)) and type_name not in ("json", "jsonb") \
+            and not type_name.startswith("_"):
+        return orjson.dumps(value).decode()
+    return value
 
 
 def _pg_fields(exc: asyncpg.PostgresError, target: _Target) -> dict[str, Any]:

@@ -27,6 +27,7 @@ BUILTIN_TOOLS: dict[str, str] = {
     "shell": "noetl_stream.tools.shell:ShellTool",
     "nats": "noetl_stream.tools.nats:NatsTool",
     "playbook": "noetl_stream.tools.playbook:PlaybookTool",
+    "transfer": "noetl_stream.tools.transfer:TransferTool",
 }
 
 
