@@ -9,7 +9,8 @@ import pytest
 from unit_helpers import parse
 
 from noetl_stream.dsl import templating
-from noetl_stream.dsl.values import LoopResults
+from noetl_stream.dsl.values import ListView, LoopResults
+from noetl_stream.errors import TemplateError
 from noetl_stream.router.views import http_view, output_view, sql_view, step_view
 from noetl_stream.testing import Reply, RouterHarness
 from noetl_stream.tools.http import status_fields, status_kind
@@ -34,15 +35,31 @@ def test_http_result_reads_as_the_python_engines_data_and_the_rust_tools_body() 
     assert read("fetch.headers['Content-Type']", fetch=view) == "application/json"
 
 
-def test_a_body_with_its_own_data_key_keeps_it() -> None:
+def test_a_body_with_its_own_data_key_keeps_it_on_the_step_read() -> None:
     body = {"data": [{"id": 1}], "paging": {"next": None}}
 
     view = http_view(body, HTTP)
-    output = output_view(body, None, HTTP)
 
     assert view["data"] == [{"id": 1}]
-    assert read("output.data.data", output=output) == [{"id": 1}]
-    assert read("output.data.paging", output=output) == {"next": None}
+    assert read("fetch.data", fetch=view) == [{"id": 1}]
+    assert read("fetch.body.data", fetch=view) == [{"id": 1}]
+    assert read("fetch.status_code", fetch=view) == 200
+
+
+def test_output_data_data_is_the_body_even_when_the_body_has_its_own_data_key() -> None:
+    body = {"data": [{"id": 1}], "paging": {"next": 2}, "meta": {"page": 1}}
+
+    output = output_view(body, None, HTTP)
+
+    assert read("output.data.data", output=output) == body
+    assert read("output.data.data.paging.next", output=output) == 2
+    assert read("output.data.data.data", output=output) == [{"id": 1}]
+    assert read("output.data.meta", output=output) == {"page": 1}
+    assert read("output.data.paging", output=output) == {"next": 2}
+    assert read("output.data.status_code", output=output) == 200
+    assert read("output.data.body", output=output) == body
+    assert read("output.data.headers['Content-Type']", output=output) == "application/json"
+    assert read("output.paging.next", output=output) == 2
 
 
 def test_output_reads_the_body_as_output_data_data_with_status_code_and_headers() -> None:
@@ -67,11 +84,46 @@ def test_output_of_an_error_reply_has_its_status_code_and_kind() -> None:
     assert read("output.error.kind == 'server_error'", output=output) is True
 
 
-def test_an_own_status_code_key_of_the_result_wins_in_output() -> None:
+def test_an_own_status_code_key_wins_in_output_but_not_in_its_envelope() -> None:
     output = output_view({"status_code": "from-body"}, None, HTTP)
 
     assert output["status_code"] == "from-body"
-    assert output["data"]["status_code"] == "from-body"
+    assert output["data"]["status_code"] == 200
+    assert output["data"]["data"]["status_code"] == "from-body"
+
+
+def test_a_list_body_reads_as_the_list_and_answers_the_envelope_names() -> None:
+    body = [{"id": 1}, {"id": 2}]
+
+    view = http_view(body, HTTP)
+    output = output_view(body, None, HTTP)
+
+    assert isinstance(view, ListView)
+    assert view == body
+    assert [item["id"] for item in view] == [1, 2]
+    assert view["data"] == body
+    assert view["status_code"] == 200
+    assert view.get("headers") == HTTP["headers"]
+    assert view.get("missing", "d") == "d"
+    assert view[1] == {"id": 2}
+    with pytest.raises(KeyError):
+        view["missing"]
+    assert read("fetch.data | length", fetch=view) == 2
+    assert read("fetch.body[0].id", fetch=view) == 1
+    assert read("fetch.status_code", fetch=view) == 200
+    assert read("fetch['status_code']", fetch=view) == 200
+    assert read("fetch | length", fetch=view) == 2
+    assert read("fetch | tojson", fetch=view) == '[{"id":1},{"id":2}]'
+    assert read("output.data.data[1].id", output=output) == 2
+    assert read("output.data.status_code", output=output) == 200
+
+
+def test_a_list_views_own_attributes_stay_hidden_from_templates() -> None:
+    view = http_view([1], HTTP)
+
+    assert read("fetch._names", fetch=view) is None  # the sandbox hides underscored attributes
+    with pytest.raises(TemplateError):
+        read("fetch._names.status_code", fetch=view)
 
 
 @pytest.mark.parametrize(("status", "kind"), [
@@ -133,6 +185,13 @@ def test_loop_results_answer_stats_beside_results_and_count() -> None:
     assert read("l.stats", l=loop) == {"total": 3, "success": 3, "failed": 0}
     assert read("l.count", l=loop) == 3
     assert loop.get("stats") == {"total": 3, "success": 3, "failed": 0}
+    assert loop["stats"]["total"] == 3
+    assert loop["results"] == [{"a": 1}, {"a": 2}, None]
+    assert loop["count"] == 3
+    assert loop.encoded() == {"__noetl_list_view__": [{"a": 1}, {"a": 2}, None],
+                              "names": {"count": 3, "stats": {"total": 3, "success": 3,
+                                                              "failed": 0}},
+                              "itself": ["results"]}
     assert read("output.data.stats.total", output=output_view([1, 2], None, None, loop=True)) == 2
 
 

@@ -20,7 +20,7 @@ from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import missing
 
-from noetl_stream.dsl.values import LoopResults
+from noetl_stream.dsl.values import ListView
 from noetl_stream.errors import TemplateError
 
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
@@ -92,8 +92,8 @@ class _Environment(SandboxedEnvironment):
     def getattr(self, obj: Any, attribute: str) -> Any:
         if isinstance(obj, Undefined):
             return _read_of_undefined(obj, attribute)
-        if isinstance(obj, LoopResults) and attribute in LoopResults.NAMES:
-            return obj.get(attribute)
+        if isinstance(obj, ListView) and obj.has_name(attribute):
+            return obj.named(attribute)
         if isinstance(obj, Mapping):
             try:
                 return obj[attribute]

@@ -2,12 +2,61 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, SupportsIndex, overload
 
-LOOP_MARK = "__noetl_loop_results__"
+# How a ListView crosses to the python tool's child process, which rebuilds it
+# (tools/python.py encode_inputs, tools/python_runner.py): `{LIST_MARK: items, "names": {...},
+# "itself": [...]}`.
+LIST_MARK = "__noetl_list_view__"
 
 
-class LoopResults(list[Any]):
+class ListView(list[Any]):
+    """A list result that also answers named reads, the envelope NoETL's engines put around it.
+
+    `names` maps a name to its value; a name in `itself` reads as the plain list. It iterates,
+    indexes, compares and serialises as the list (JSON never sees the names), while `view["n"]`,
+    `view.get("n")` and, in templates, `view.n` read the names (kept in underscored attributes,
+    which the template sandbox never shows).
+    """
+
+    def __init__(self, items: Iterable[Any] = (), names: Mapping[str, Any] | None = None,
+                 itself: Iterable[str] = ()) -> None:
+        super().__init__(items)
+        self._names: dict[str, Any] = dict(names or {})
+        self._itself: frozenset[str] = frozenset(itself)
+
+    def has_name(self, key: Any) -> bool:
+        return isinstance(key, str) and (key in self._itself or key in self._names)
+
+    def named(self, key: str) -> Any:
+        return list(self) if key in self._itself else self._names[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.named(key) if self.has_name(key) else default
+
+    @overload
+    def __getitem__(self, key: SupportsIndex) -> Any: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> list[Any]: ...
+
+    @overload
+    def __getitem__(self, key: str) -> Any: ...
+
+    def __getitem__(self, key: SupportsIndex | slice | str) -> Any:
+        if isinstance(key, str):
+            if not self.has_name(key):
+                raise KeyError(key)
+            return self.named(key)
+        return super().__getitem__(key)
+
+    def encoded(self) -> dict[str, Any]:
+        """The marked mapping the python child rebuilds this view from."""
+        return {LIST_MARK: list(self), "names": self._names, "itself": sorted(self._itself)}
+
+
+class LoopResults(ListView):
     """A loop step's results in iteration order; also reads as NoETL's `{results, count, stats}`.
 
     `stats` is NoETL's loop aggregation `{total, success, failed}`. A failed iteration fails the
@@ -16,11 +65,7 @@ class LoopResults(list[Any]):
 
     NAMES = frozenset({"results", "count", "stats"})
 
-    def get(self, key: str, default: Any = None) -> Any:
-        if key == "results":
-            return list(self)
-        if key == "count":
-            return len(self)
-        if key == "stats":
-            return {"total": len(self), "success": len(self), "failed": 0}
-        return default
+    def __init__(self, items: Iterable[Any] = ()) -> None:
+        super().__init__(items, itself=("results",))
+        total = len(self)
+        self._names = {"count": total, "stats": {"total": total, "success": total, "failed": 0}}

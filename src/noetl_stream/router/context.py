@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from noetl_stream.dsl.values import LOOP_MARK, LoopResults
+from noetl_stream.dsl.values import LIST_MARK, ListView, LoopResults
 from noetl_stream.router.views import http_view, output_view, step_view
 
-__all__ = ["LOOP_MARK", "LoopResults", "build_context", "http_view", "job_view", "output_view",
-           "pick_steps", "step_view"]
+__all__ = ["LIST_MARK", "ListView", "LoopResults", "build_context", "http_view", "job_view",
+           "output_view", "pick_steps", "step_view"]
 
 RESERVED = ("workload", "ctx", "args", "input", "iter", "vars", "execution_id", "event", "result",
             "output", "outcome", "response", "error", "_prev", "_task", "_attempt", "keychain")

@@ -4,7 +4,8 @@ A result is stored once, in the shape its tool returned (the http body, `{column
 row_count}`, a loop's list). Playbooks written for NoETL's Python and Rust engines read the same
 result through envelopes those engines wrapped around it (`fetch.data.data`, `fetch.body`,
 `query.command_0.rows`, `loop.stats.total`); the views here answer those reads. Invariants: a view
-never replaces a key the result has itself, and nothing built here is stored or sent, so the
+read by name never replaces a key the result has itself (only `output.data` of an http call is
+NoETL's envelope, whose keys win), and nothing built here is stored or sent, so the
 extra shapes cost no bytes in router state, commands or events. Pure, shared by router and worker.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from noetl_stream.dsl.values import LoopResults
+from noetl_stream.dsl.values import ListView, LoopResults
 
 _SQL_ROWS = ("columns", "rows", "row_count")
 
@@ -28,18 +29,45 @@ def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool) -> Any:
 
 
 def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
-    """The body, plus the envelope keys NoETL's http tools put around it: `data` (the Python
-    engine's `{status_code, headers, data}`), `body` (the Rust tool's `{status_code, headers,
-    body}`), `status_code` and `headers`, each only where the body has no key of that name.
+    """An http result read by name (`fetch.data`, `{{ fetch }}`): the body, plus the envelope keys
+    NoETL's http tools put around it - `data` (the Python engine's `{status_code, headers,
+    data}`), `body` (the Rust tool's `{status_code, headers, body}`), `status_code` and
+    `headers` - each only where the body has no key of that name. A list body stays a list that
+    also answers those four names.
     """
-    if not http or not isinstance(result, dict):
+    if not http:
+        return result
+    if isinstance(result, list):
+        return _http_list_view(result, http)
+    if not isinstance(result, dict):
         return result
     view = dict(result)
-    view.setdefault("body", result)
-    view.setdefault("data", result)
-    view.setdefault("status_code", http.get("status"))
-    view.setdefault("headers", http.get("headers") or {})
+    for key, value in _http_envelope(result, http).items():
+        view.setdefault(key, value)
     return view
+
+
+def http_output_data(result: Any, http: Mapping[str, Any]) -> Any:
+    """`output.data` of an http call: NoETL's Python envelope `{status_code, headers, data:
+    <body>}`, so `output.data.data` is the body even when the body has its own `data` key. The
+    body's own keys are kept beside it (`output.data.meta`), under the envelope, which wins here.
+    """
+    if isinstance(result, list):
+        return _http_list_view(result, http)
+    if not isinstance(result, dict):
+        return result
+    return {**result, **_http_envelope(result, http)}
+
+
+def _http_envelope(body: Any, http: Mapping[str, Any]) -> dict[str, Any]:
+    return {"status_code": http.get("status"), "headers": http.get("headers") or {},
+            "body": body, "data": body}
+
+
+def _http_list_view(body: list[Any], http: Mapping[str, Any]) -> ListView:
+    return ListView(body, names={"status_code": http.get("status"),
+                                 "headers": http.get("headers") or {}},
+                    itself=("data", "body"))
 
 
 def is_sql_payload(value: Any) -> bool:
@@ -89,10 +117,12 @@ def output_view(result: Any, error: Mapping[str, Any] | None, http: Mapping[str,
     """`output` as templates read it after a call or a step: the result's own keys (and its
     views'), overlaid with the envelope `status`, `data`, `response`, `error`, `http`, `pg`; for
     http also `status_code` and `headers` where the result has no key of that name (an error
-    reply has no result, so there they always come from the reply).
+    reply has no result, so there they always come from the reply). For an http call `data` is
+    NoETL's Python envelope (`http_output_data`), not the step read.
     """
-    data = step_view(result, http, loop)
-    output = dict(data) if isinstance(data, dict) else {}
+    view = step_view(result, http, loop)
+    output = dict(view) if isinstance(view, dict) else {}
+    data = http_output_data(result, http) if http and not loop else view
     output.update({"status": status or ("error" if error else "ok"), "data": data,
                    "response": data, "error": error, "http": http,
                    "pg": error.get("pg") if error else None})

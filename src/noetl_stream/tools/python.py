@@ -18,7 +18,7 @@ from typing import Any
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.layering import kind_default
-from noetl_stream.router.context import LOOP_MARK, LoopResults, job_view
+from noetl_stream.router.context import ListView, job_view
 from noetl_stream.tools.base import Outcome, TaskCall
 
 RUNNER = Path(__file__).with_name("python_runner.py")
@@ -26,8 +26,10 @@ DEFAULT_TIMEOUT_S = float(kind_default("python", "timeout"))  # dsl/layering.py:
 
 
 def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Mark loop results so the child rebuilds them as lists that also answer `.get("results")`."""
-    return {k: {LOOP_MARK: list(v)} if isinstance(v, LoopResults) else v for k, v in inputs.items()}
+    """Mark list views (loop results, an http list body) so the child rebuilds them as lists
+    that also answer their names: `loop["stats"]`, `resp["status_code"]`, `resp.get("data")`.
+    """
+    return {k: v.encoded() if isinstance(v, ListView) else v for k, v in inputs.items()}
 
 
 def python_context(call: TaskCall) -> dict[str, Any]:

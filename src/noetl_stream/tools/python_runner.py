@@ -51,27 +51,42 @@ def _fallback(value: Any) -> Any:
 
 
 _BODY = "__noetl_body__"
-LOOP_MARK = "__noetl_loop_results__"
+LIST_MARK = "__noetl_list_view__"
 
 
-class LoopResults(list[Any]):
-    """A loop step's results: a list, that also reads as NoETL's `{results, count, stats}`
-    mapping (the runner imports nothing of noetl_stream, so dsl/values.py is mirrored here).
+class ListView(list[Any]):
+    """A list result that also answers named reads (a loop's `results`, `count`, `stats`; an http
+    list body's `data`, `body`, `status_code`, `headers`): `view["stats"]`, `view.get("data")`.
+    The runner imports nothing of noetl_stream, so dsl/values.py's ListView is mirrored here.
     """
 
+    def __init__(self, items: list[Any], names: dict[str, Any], itself: list[str]) -> None:
+        super().__init__(items)
+        self._names = names
+        self._itself = frozenset(itself)
+
+    def _has(self, key: Any) -> bool:
+        return isinstance(key, str) and (key in self._itself or key in self._names)
+
     def get(self, key: str, default: Any = None) -> Any:
-        if key == "results":
-            return list(self)
-        if key == "count":
-            return len(self)
-        if key == "stats":
-            return {"total": len(self), "success": len(self), "failed": 0}
-        return default
+        return self[key] if self._has(key) else default
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            if not self._has(key):
+                raise KeyError(key)
+            return list(self) if key in self._itself else self._names[key]
+        return super().__getitem__(key)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict) and LIST_MARK in value:
+        return ListView(value[LIST_MARK], value.get("names") or {}, value.get("itself") or [])
+    return value
 
 
 def _decode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    return {k: LoopResults(v[LOOP_MARK]) if isinstance(v, dict) and list(v) == [LOOP_MARK] else v
-            for k, v in inputs.items()}
+    return {k: _decode(v) for k, v in inputs.items()}
 
 
 class LibraryError(Exception):
