@@ -18,6 +18,8 @@ class HttpService:
 
     GET  /items?page=N&size=S  pages over ITEMS_TOTAL items; `next_page` is null on the last page
     GET  /posts?n=N            a JSON list of N posts {id, userId, title, body, meta: {lang}}
+    GET  /records?page=N&size=S  the items as a body with its own `data` key: {data: [{id}],
+                               paging: {page, next_page}, meta: {total}}
     ANY  /flaky/{key}?fail=N   503 for the first N calls per key, then 200 {key, calls}
     ANY  /echo                 {method, path, query, json, headers}
     ANY  /status/{code}/{key}?times=N  `code` (with Retry-After: 1 for 429) for the first N calls per
@@ -41,6 +43,16 @@ def http_app(service: HttpService) -> web.Application:
         more = start + size < ITEMS_TOTAL
         return web.json_response({"page": page, "items": chunk,
                                   "next_page": page + 1 if more else None})
+
+    async def records(request: web.Request) -> web.Response:
+        service.calls["records"] += 1
+        page = int(request.query.get("page", "1"))
+        size = int(request.query.get("size", "4"))
+        start = (page - 1) * size
+        chunk = [{"id": i} for i in range(start + 1, min(start + size, ITEMS_TOTAL) + 1)]
+        more = start + size < ITEMS_TOTAL
+        return web.json_response({"data": chunk, "meta": {"total": ITEMS_TOTAL},
+                                  "paging": {"page": page, "next_page": page + 1 if more else None}})
 
     async def posts(request: web.Request) -> web.Response:
         service.calls["posts"] += 1
@@ -91,6 +103,7 @@ def http_app(service: HttpService) -> web.Application:
     app = web.Application()
     app.router.add_get("/items", items)
     app.router.add_get("/posts", posts)
+    app.router.add_get("/records", records)
     app.router.add_route("*", "/flaky/{key}", flaky)
     app.router.add_route("*", "/echo", echo)
     app.router.add_route("*", "/status/{code}/{key}", status)

@@ -153,6 +153,17 @@ class Pipeline:
         self.sink_runs: dict[str, int] = {}  # sink task -> calls so far, for keys and msg ids
         self.secrets: set[str] = set()  # values tools marked secret; the worker masks them
         self.step = command["step"]
+        self.own_task = self._own_task()
+
+    def _own_task(self) -> str | None:
+        """The task whose result a single-tool step's templates also read by the step's name.
+
+        NoETL names a single tool's task after its step, so its policy reads the call's result
+        as `{{ <step>.x }}`; here that task is `<step>_task`. Only for a step with one task
+        besides its sinks, and never when a task of the step is itself named like the step.
+        """
+        calls = [t.name for t in self.tasks if t.sink is None]
+        return calls[0] if len(calls) == 1 and self.step not in self.index else None
 
     def context(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         return build_context(workload=self.workload, ctx=self.ctx, args=self.args,
@@ -226,6 +237,8 @@ class Pipeline:
             extra = {**views, **case_views(outcome), "_prev": prev, "_task": task.name,
                      "_attempt": attempt, "result": outcome.result, "error": outcome.error,
                      "_chain_attempt": self.chain, "_retry": retry_names(outcome, attempt)}
+            if task.name == self.own_task:
+                extra.setdefault(self.step, step_view(outcome.result, outcome.http, False))
             default = "continue" if outcome.ok else "fail"
             rule = self._match(task, extra, outcome.ok)
             do = rule.do if rule is not None else default
@@ -265,7 +278,7 @@ class Pipeline:
             value = outcome.result
             if rule is not None:
                 value = self._apply_case(task, rule, extra, value)
-            self.locals[task.name] = value
+            self._bind(task, value, outcome)
             if task.sink is not None:
                 value = prev  # a sink stores the result; it does not replace it
             prev = value
@@ -281,6 +294,15 @@ class Pipeline:
         await self._close_chain("ok")
         return PipelineResult(True, result=prev, ctx_patch=self.ctx_patch, http=last.http,
                               tasks_run=executed, route=self.route, case_matched=self.case_matched)
+
+    def _bind(self, task: Task, value: Any, outcome: Outcome) -> None:
+        """Name a task's result for the templates after it: `{{ fetch.status_code }}` reads a
+        task's own result through the same views as a finished step's (router/views.py).
+        """
+        view = step_view(value, outcome.http, False) if value is outcome.result else value
+        self.locals[task.name] = view
+        if task.name == self.own_task:
+            self.locals[self.step] = view
 
     # -- retry clause and poll (runtime/retrying.py) ----------------------------------------
     def _key(self, task: Task, attempt: int) -> str:
@@ -488,7 +510,7 @@ class Pipeline:
                 continue
             outcome = await self._call(sink, 1, view["result"], view)
             await self._sink_processed(sink, 1, outcome)
-            self.locals[sink.name] = outcome.result
+            self._bind(sink, outcome.result, outcome)
             if not outcome.ok:
                 return self._failed(self._error_message(sink, outcome), "sink", outcome, sink)
         return None
