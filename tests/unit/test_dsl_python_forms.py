@@ -390,3 +390,20 @@ def test_script_uri_may_read_the_playbooks_workload(tmp_path: Path) -> None:
     result = load_playbook(path)
     (task,) = result.playbook.step("start").tasks
     assert task.config["code"] == "result = 7\n"
+
+
+def test_libs_list_entry_that_names_a_package_is_a_warning_and_imports_nothing() -> None:
+    result = parse_playbook(playbook_text("""
+        workflow:
+          - step: start
+            tool:
+              kind: python
+              libs: [json, psycopg2-binary]
+              code: "result = 1"
+    """), FILE)
+    (task,) = result.playbook.step("start").tasks
+    assert task.config["libs"] == {"json": "json"}
+    assert [str(w) for w in result.warnings] == [
+        'test.yaml:9: step "start" field "tool.libs": warning: libs entry "psycopg2-binary" is not '
+        "a module name (a package to install?); nothing is imported for it: install packages on "
+        "the workers"]

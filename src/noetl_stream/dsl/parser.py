@@ -459,7 +459,12 @@ class _Parser:
             config = scripts.decode_b64(kind, config, lambda fld, message: self.error(
                 line_of(body, fld) or line, message, step, f"tool.{fld}"))
         if kind == "python" and body.get("libs") is not None:
-            config["libs"] = pycode.normalize_libs(config.get("libs"))
+            config["libs"], packages = pycode.normalize_libs(config.get("libs"))
+            for package in packages:
+                self.not_supported(line_of(body, "libs") or line, f'libs entry "{package}" is '
+                                   "not a module name (a package to install?); nothing is "
+                                   "imported for it: install packages on the workers", step,
+                                   "tool.libs")
             pycode.check_libs(config["libs"], lambda fld, message: self.error(
                 line_of(body, "libs") or line, message, step, f"tool.{fld}"))
         inputs = self.mapping(body, "input", step, "tool.input")

@@ -32,13 +32,15 @@ def _module_name(value: Any) -> bool:
     return isinstance(value, str) and (has_template(value) or _DOTTED.fullmatch(value) is not None)
 
 
-def normalize_libs(raw: Any) -> Any:
-    """`libs: [json, os.path]` (a list of module names, which NoETL's playbooks also write) as
-    the mapping form: each module under its own name. Anything else is returned as it is.
+def normalize_libs(raw: Any) -> tuple[Any, list[str]]:
+    """`libs: [json, os.path]` as the mapping form, each module under its own name, and the list
+    entries that are not module names (NoETL's list form also names pip packages such as
+    `psycopg2-binary`, which its engines do not act on): those are left out and returned so the
+    parser can say so. Anything but a list of texts is returned as it is.
     """
     if isinstance(raw, list) and all(isinstance(m, str) for m in raw):
-        return {m: m for m in raw}
-    return raw
+        return {m: m for m in raw if _module_name(m)}, [m for m in raw if not _module_name(m)]
+    return raw, []
 
 
 def check_libs(raw: Any, report: Report) -> None:
