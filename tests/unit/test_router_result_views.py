@@ -251,3 +251,13 @@ def test_job_namespace_names_the_execution_unless_a_name_job_is_in_scope() -> No
     assert templating.render_string("{{ job.uuid }}", context) == "383521785662206580"
     hidden = build_context(workload={"job": {"execution_id": "mine"}}, ctx={}, execution_id="1")
     assert templating.render_string("{{ job.execution_id }}", hidden) == "mine"
+
+
+def test_a_mapping_step_result_answers_data_with_itself_only_in_templates() -> None:
+    view = step_view({"total": 3}, None, False)
+    context = {"run": view}
+    assert templating.render_string("{{ run.data.total }}", context) == 3
+    assert templating.render_string("{{ run }}", context) == {"total": 3}
+    assert templating.render_string("{{ run | tojson }}", context) == '{"total":3}'
+    own = step_view({"data": [1, 2]}, None, False)
+    assert templating.render_string("{{ run.data }}", {"run": own}) == [1, 2]

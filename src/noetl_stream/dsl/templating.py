@@ -20,7 +20,7 @@ from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import missing
 
-from noetl_stream.dsl.values import ListView
+from noetl_stream.dsl.values import ListView, StepResult
 from noetl_stream.errors import TemplateError
 
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
@@ -98,7 +98,8 @@ class _Environment(SandboxedEnvironment):
             try:
                 return obj[attribute]
             except (KeyError, TypeError):
-                pass
+                if attribute == "data" and isinstance(obj, StepResult):
+                    return obj
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:

@@ -69,3 +69,12 @@ class LoopResults(ListView):
         super().__init__(items, itself=("results",))
         total = len(self)
         self._names = {"count": total, "stats": {"total": total, "success": total, "failed": 0}}
+
+
+class StepResult(dict[str, Any]):
+    """A step's mapping result read by name. Besides its own keys it answers `data` with itself
+    when it has no `data` key, as NoETL's engines wrap a tool's result in `{status, data}`
+    (`{{ run_script.data.total }}`). The extra read is answered in templates only
+    (dsl/templating.py): the mapping itself, as rendered into JSON or python inputs, is unchanged.
+    """
+

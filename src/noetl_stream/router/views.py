@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from noetl_stream.dsl.values import ListView, LoopResults
+from noetl_stream.dsl.values import ListView, LoopResults, StepResult
 
 _SQL_ROWS = ("columns", "rows", "row_count")
 
@@ -25,7 +25,8 @@ def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool) -> Any:
         return LoopResults(result)
     if http:
         return http_view(result, http)
-    return sql_view(result)
+    view = sql_view(result)
+    return StepResult(view) if isinstance(view, dict) and "data" not in view else view
 
 
 def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
