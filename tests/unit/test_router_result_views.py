@@ -261,3 +261,16 @@ def test_a_mapping_step_result_answers_data_with_itself_only_in_templates() -> N
     assert templating.render_string("{{ run | tojson }}", context) == '{"total":3}'
     own = step_view({"data": [1, 2]}, None, False)
     assert templating.render_string("{{ run.data }}", {"run": own}) == [1, 2]
+
+
+def test_http_output_data_reads_as_the_envelope_in_templates_and_keeps_the_bodys_data_key() -> None:
+    body = {"data": [{"id": 1}], "paging": {"hasMore": True}}
+    output = output_view(body, None, {"status": 200, "headers": {}})
+    context = {"output": output}
+    # A template written for NoETL's Python envelope: `.data.data` is the whole body.
+    assert templating.render_string("{{ output.data.data.paging.hasMore }}", context) is True
+    # Code bound to `{{ output }}` reads `["data"]["data"]` as the body's own `data`.
+    rendered = templating.render_string("{{ output }}", context)
+    assert rendered["data"]["data"] == [{"id": 1}]
+    assert rendered["data"]["status_code"] == 200
+    assert templating.render_string("{{ output.data.paging.hasMore }}", context) is True

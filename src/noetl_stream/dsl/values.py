@@ -78,3 +78,18 @@ class StepResult(dict[str, Any]):
     (dsl/templating.py): the mapping itself, as rendered into JSON or python inputs, is unchanged.
     """
 
+
+class HttpOutputData(dict[str, Any]):
+    """`output.data` of an http call (router/views.py `http_output_data`): a mapping whose
+    `data` key, when the body has one, is the body's own `data`, while a template's `.data`
+    attribute read gives the whole body, NoETL's Python envelope.
+    """
+
+    def __init__(self, items: Mapping[str, Any], *, body: Any) -> None:
+        super().__init__(items)
+        self._body = body
+
+    @property
+    def envelope_data(self) -> Any:
+        return self._body
+

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from noetl_stream.dsl.values import ListView, LoopResults, StepResult
+from noetl_stream.dsl.values import HttpOutputData, ListView, LoopResults, StepResult
 
 _SQL_ROWS = ("columns", "rows", "row_count")
 
@@ -49,15 +49,22 @@ def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
 
 
 def http_output_data(result: Any, http: Mapping[str, Any]) -> Any:
-    """`output.data` of an http call: NoETL's Python envelope `{status_code, headers, data:
-    <body>}`, so `output.data.data` is the body even when the body has its own `data` key. The
-    body's own keys are kept beside it (`output.data.meta`), under the envelope, which wins here.
+    """`output.data` of an http call. NoETL's fixtures read it two ways that disagree when the
+    body has its own `data` key: templates written for the Python engine's envelope read
+    `{{ output.data.data }}` as the whole body, while code written for the Rust worker binds
+    `{{ output }}` into python and reads `output["data"]["data"]` as the body's own `data`.
+    So the value is the body's keys with `status_code`, `headers` and `body` beside them (the
+    body's own `data` kept, for code), and a template's `.data` on it is the whole body
+    (`HttpOutputData`, dsl/templating.py).
     """
     if isinstance(result, list):
         return _http_list_view(result, http)
     if not isinstance(result, dict):
         return result
-    return {**result, **_http_envelope(result, http)}
+    envelope = _http_envelope(result, http)
+    if "data" in result:
+        envelope.pop("data")
+    return HttpOutputData({**result, **envelope}, body=result)
 
 
 def _http_envelope(body: Any, http: Mapping[str, Any]) -> dict[str, Any]:
