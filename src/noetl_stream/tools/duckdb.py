@@ -172,17 +172,11 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-class _Job:
-    """One task's work, done in a thread; `interrupt` stops it from the event loop."""
+class _OnConnection:
+    """Work on one DuckDB connection, done in a thread; `interrupt` stops it from the event loop."""
 
-    def __init__(self, path: str, script: str, params: Any, attach: list[tuple[str, Credential]],
-                 as_objects: bool) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.script = script
-        self.params = params
-        self.attach = attach
-        self.as_objects = as_objects
-        self.secrets: list[str] = []
         self._lock = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = None
         self._stopped = False
@@ -192,14 +186,6 @@ class _Job:
             self._stopped = True
             if self._con is not None:
                 self._con.interrupt()
-
-    def scrub(self, text: str) -> str:
-        for secret in sorted(set(self.secrets), key=len, reverse=True):
-            if len(secret) >= 4:
-                text = text.replace(secret, "***")
-            else:  # a short secret is masked only where it stands alone
-                text = re.sub(rf"(?<![\w]){re.escape(secret)}(?![\w])", "***", text)
-        return text
 
     def run(self) -> Outcome:
         if self.path != ":memory:":
@@ -213,14 +199,41 @@ class _Job:
         with self._lock:
             self._con = con
         try:
-            failure = self._attach(con)
-            if failure is not None:
-                return failure
-            return self._run_statements(con)
+            return self._work(con)
         finally:
             with self._lock:
                 self._con = None
             con.close()
+
+    def _work(self, con: duckdb.DuckDBPyConnection) -> Outcome:
+        raise NotImplementedError
+
+
+class _Job(_OnConnection):
+    """One task's work, done in a thread; `interrupt` stops it from the event loop."""
+
+    def __init__(self, path: str, script: str, params: Any, attach: list[tuple[str, Credential]],
+                 as_objects: bool) -> None:
+        super().__init__(path)
+        self.script = script
+        self.params = params
+        self.attach = attach
+        self.as_objects = as_objects
+        self.secrets: list[str] = []
+
+    def scrub(self, text: str) -> str:
+        for secret in sorted(set(self.secrets), key=len, reverse=True):
+            if len(secret) >= 4:
+                text = text.replace(secret, "***")
+            else:  # a short secret is masked only where it stands alone
+                text = re.sub(rf"(?<![\w]){re.escape(secret)}(?![\w])", "***", text)
+        return text
+
+    def _work(self, con: duckdb.DuckDBPyConnection) -> Outcome:
+        failure = self._attach(con)
+        if failure is not None:
+            return failure
+        return self._run_statements(con)
 
     def _attach(self, con: duckdb.DuckDBPyConnection) -> Outcome | None:
         if not self.attach:
@@ -313,41 +326,19 @@ class _Job:
         return rows_payload(columns, rows, as_objects=self.as_objects)
 
 
-class _BatchJob:
+class _BatchJob(_OnConnection):
     """Rows written with one statement in one transaction, in a thread; `interrupt` stops it."""
 
     def __init__(self, path: str, setup: Sequence[str], statement: str,
                  rows: Sequence[Sequence[Any]], chunk_size: int) -> None:
-        self.path = path
+        super().__init__(path)
         self.setup = setup
         self.statement = statement
         self.rows = rows
         self.chunk_size = chunk_size
-        self._lock = threading.Lock()
-        self._con: duckdb.DuckDBPyConnection | None = None
 
-    def interrupt(self) -> None:
-        with self._lock:
-            if self._con is not None:
-                self._con.interrupt()
-
-    def run(self) -> Outcome:
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            con = duckdb.connect(self.path)
-        except duckdb.Error as exc:
-            return Outcome.failure(f"duckdb: cannot open {self.path}: {exc}", "duckdb",
-                                   retryable="lock" in str(exc).lower(),
-                                   exception_type=type(exc).__name__)
-        with self._lock:
-            self._con = con
-        try:
-            return self._write(con)
-        finally:
-            with self._lock:
-                self._con = None
-            con.close()
+    def _work(self, con: duckdb.DuckDBPyConnection) -> Outcome:
+        return self._write(con)
 
     def _write(self, con: duckdb.DuckDBPyConnection) -> Outcome:
         total = -(-len(self.rows) // self.chunk_size)

@@ -211,15 +211,11 @@ class PostgresTool:
         if params is not None and not isinstance(params, (list, tuple, Mapping)):
             return Outcome.failure("postgres `params` must be a list (for $1, $2, ...) or a mapping "
                                    "(for :name)", "config")
-        target = await self._resolve(call)
-        if isinstance(target, Outcome):
-            return target
+        checkout = await self._checkout(call)
+        if isinstance(checkout, Outcome):
+            return checkout
+        pool, conn, target = checkout
         timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
-        try:
-            pool = await self._pool(target)
-            conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-            return _connect_failure(exc, target)
         try:
             return await self._run_script(conn, statements, params, target, timeout_s,
                                           as_objects=flag(cfg.get("as_objects"), True),
@@ -235,15 +231,11 @@ class PostgresTool:
         statements = split_statements(sql) if sql is not None else []
         if not statements:
             return Outcome.failure("loop.cursor.claim holds no SQL statement", "config")
-        target = await self._resolve(call)
-        if isinstance(target, Outcome):
-            return target
+        checkout = await self._checkout(call)
+        if isinstance(checkout, Outcome):
+            return checkout
+        pool, conn, target = checkout
         timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
-        try:
-            pool = await self._pool(target)
-            conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-            return _connect_failure(exc, target)
         try:
             if target.fingerprint not in self._ledgers:
                 await claims.prepare_ledger(conn)
@@ -266,20 +258,30 @@ class PostgresTool:
         Success is `{"rows": <rows written>, "chunks": <round trips>}`; a failure says which
         chunk failed and that nothing was kept.
         """
-        target = await self._resolve(call)
-        if isinstance(target, Outcome):
-            return target
+        checkout = await self._checkout(call)
+        if isinstance(checkout, Outcome):
+            return checkout
+        pool, conn, target = checkout
         timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
-        try:
-            pool = await self._pool(target)
-            conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-            return _connect_failure(exc, target)
         try:
             return await _write_batches(conn, setup, statement, rows, max(1, chunk_size), target,
                                         timeout_s)
         finally:
             await pool.release(conn)
+
+    async def _checkout(self, call: TaskCall) -> tuple[Any, Any, _Target] | Outcome:
+        """The task's database and a connection from its pool (the caller releases it), or the
+        failure to say why there is none.
+        """
+        target = await self._resolve(call)
+        if isinstance(target, Outcome):
+            return target
+        try:
+            pool = await self._pool(target)
+            conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            return _connect_failure(exc, target)
+        return pool, conn, target
 
     async def _resolve(self, call: TaskCall) -> _Target | Outcome:
         auth = call.config.get("auth")
