@@ -37,8 +37,8 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from noetl_stream import ids
 from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.nats_server import NatsServer, binary_version, start_nats_server
 from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.services import run_services, submit_and_watch
@@ -276,7 +276,7 @@ async def execute(bus: Bus, text: str, name: str, payload: dict[str, Any] | None
     t0 = time.perf_counter()
     final = await submit_and_watch(bus, playbook_text=text, playbook_file=f"bench/{name}.yaml",
                                    payload=payload or {}, on_event=lambda _e: None,
-                                   execution_id=ids.new_execution_id(), timeout_s=timeout_s)
+                                   execution_id=new_execution_id(), timeout_s=timeout_s)
     return time.perf_counter() - t0, final
 
 
