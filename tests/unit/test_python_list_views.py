@@ -10,7 +10,7 @@ import pytest
 
 from noetl_stream.router.views import http_view, step_view
 from noetl_stream.tools.python import encode_inputs
-from noetl_stream.tools.python_runner import ListView, _decode_inputs, run_code
+from noetl_stream.tools.python_runner import ListView, _decode_inputs, _dumps, run_code
 
 HTTP = {"status": 200, "headers": {"X-Page": "1"}}
 
@@ -49,8 +49,19 @@ def test_an_unknown_name_is_a_key_error_and_the_result_stays_a_plain_list() -> N
 
     with pytest.raises(KeyError):
         resp["nope"]
-    assert orjson.loads(orjson.dumps(resp)) == [1, 2]
+    back = run_code("result = {'back': resp, 'nested': [resp]}", {"resp": resp})
+    assert orjson.loads(_dumps(back)) == {"back": [1, 2], "nested": [[1, 2]]}
     assert resp[0:1] == [1]
+
+
+def test_list_results_are_mappings_as_noetl_hands_them_to_code() -> None:
+    inputs = crossed({"loop": step_view([{"n": 1}], None, True),
+                      "resp": http_view([{"id": 7}], HTTP)})
+
+    code = ('result = {"loop": isinstance(loop, dict) and loop.get("stats", {}).get("total"),\n'
+            '          "resp": isinstance(resp, dict) and "data" in resp and resp["data"][0]["id"],\n'
+            '          "sum": sum(r["n"] for r in loop), "len": len(resp)}\n')
+    assert run_code(code, inputs) == {"loop": 1, "resp": 7, "sum": 1, "len": 1}
 
 
 def test_a_dict_body_crosses_as_its_step_read() -> None:

@@ -36,15 +36,27 @@ import orjson
 
 
 def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value, default=_fallback, option=orjson.OPT_NON_STR_KEYS)
+    # Subclasses pass through to _fallback, so a ListView the code hands back is its list again.
+    return orjson.dumps(value, default=_fallback,
+                        option=orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
 _loads: Callable[[bytes], Any] = orjson.loads
 
 
 def _fallback(value: Any) -> Any:
-    if isinstance(value, (set, frozenset, tuple)):
+    if isinstance(value, ListView):
+        return value.items_list()
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, (set, frozenset, tuple, list)):
         return list(value)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value)
@@ -54,29 +66,49 @@ _BODY = "__noetl_body__"
 LIST_MARK = "__noetl_list_view__"
 
 
-class ListView(list[Any]):
-    """A list result that also answers named reads (a loop's `results`, `count`, `stats`; an http
-    list body's `data`, `body`, `status_code`, `headers`): `view["stats"]`, `view.get("data")`.
-    The runner imports nothing of noetl_stream, so dsl/values.py's ListView is mirrored here.
+class ListView(dict[str, Any]):
+    """A list result that NoETL hands to python code as a mapping: a loop's `{results, count,
+    stats}`, an http list body's `{data, body, status_code, headers}` (playbooks test
+    `isinstance(x, dict)` and read `x["stats"]`, `x.get("data")`). Code written for a list still
+    works: it iterates, counts, indexes and slices the items, and compares equal to their list;
+    a result that contains it carries the list. The runner imports nothing of noetl_stream, so
+    dsl/values.py's ListView (a list with names) is mirrored here by its mapping twin.
     """
 
     def __init__(self, items: list[Any], names: dict[str, Any], itself: list[str]) -> None:
-        super().__init__(items)
-        self._names = names
-        self._itself = frozenset(itself)
+        super().__init__({**names, **{name: list(items) for name in itself}})
+        self._items = list(items)
 
-    def _has(self, key: Any) -> bool:
-        return isinstance(key, str) and (key in self._itself or key in self._names)
+    def items_list(self) -> list[Any]:
+        return list(self._items)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if self._has(key) else default
+    def __iter__(self) -> Iterator[Any]:
+        items: list[Any] = self._items
+        return iter(items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __reversed__(self) -> Iterator[Any]:
+        return iter(self._items[::-1])
 
     def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, str):
-            if not self._has(key):
-                raise KeyError(key)
-            return list(self) if key in self._itself else self._names[key]
+        if isinstance(key, (int, slice)):
+            return self._items[key]
         return super().__getitem__(key)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return self._items == other
+        return super().__eq__(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(self._items)
+
+    def index(self, value: Any, *args: Any) -> int:
+        return self._items.index(value, *args)
 
 
 def _decode(value: Any) -> Any:
