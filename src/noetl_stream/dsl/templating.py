@@ -20,7 +20,7 @@ from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import missing
 
-from noetl_stream.dsl.values import HttpOutputData, ListView, StepResult
+from noetl_stream.dsl.values import DataEnvelope, ListView
 from noetl_stream.errors import TemplateError
 
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
@@ -94,14 +94,13 @@ class _Environment(SandboxedEnvironment):
             return _read_of_undefined(obj, attribute)
         if isinstance(obj, ListView) and obj.has_name(attribute):
             return obj.named(attribute)
-        if isinstance(obj, HttpOutputData) and attribute == "data":
+        if isinstance(obj, DataEnvelope) and attribute == "data":
             return obj.envelope_data
         if isinstance(obj, Mapping):
             try:
                 return obj[attribute]
             except (KeyError, TypeError):
-                if attribute == "data" and isinstance(obj, StepResult):
-                    return obj
+                pass
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:

@@ -63,33 +63,28 @@ class LoopResults(ListView):
     loop step, so a loop whose results can be read had no failed iteration: `failed` is 0.
     """
 
-    NAMES = frozenset({"results", "count", "stats"})
-
     def __init__(self, items: Iterable[Any] = ()) -> None:
         super().__init__(items, itself=("results",))
         total = len(self)
         self._names = {"count": total, "stats": {"total": total, "success": total, "failed": 0}}
 
 
-class StepResult(dict[str, Any]):
-    """A step's mapping result read by name. Besides its own keys it answers `data` with itself
-    when it has no `data` key, as NoETL's engines wrap a tool's result in `{status, data}`
-    (`{{ run_script.data.total }}`). The extra read is answered in templates only
-    (dsl/templating.py): the mapping itself, as rendered into JSON or python inputs, is unchanged.
+class DataEnvelope(dict[str, Any]):
+    """A mapping whose `.data` read in a template is NoETL's envelope `data`.
+
+    The read is answered in dsl/templating.py, ahead of the mapping's own `data` key; as JSON, or
+    rendered into a python input, it is just the mapping. router/views.py makes two kinds:
+
+    - a step's mapping result without a `data` key, read by name: `.data` is the result itself,
+      as NoETL wraps a tool's result in `{status, data}` (`{{ run_script.data.total }}`);
+    - `output.data` of an http call: `.data` is the whole body even when the body has its own
+      `data` key, which the mapping keeps for code (`http_output_data`).
     """
 
-
-class HttpOutputData(dict[str, Any]):
-    """`output.data` of an http call (router/views.py `http_output_data`): a mapping whose
-    `data` key, when the body has one, is the body's own `data`, while a template's `.data`
-    attribute read gives the whole body, NoETL's Python envelope.
-    """
-
-    def __init__(self, items: Mapping[str, Any], *, body: Any) -> None:
+    def __init__(self, items: Mapping[str, Any], *, data: Any) -> None:
         super().__init__(items)
-        self._body = body
+        self._data = data
 
     @property
     def envelope_data(self) -> Any:
-        return self._body
-
+        return self._data

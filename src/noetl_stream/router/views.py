@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from noetl_stream.dsl.values import HttpOutputData, ListView, LoopResults, StepResult
+from noetl_stream.dsl.values import DataEnvelope, ListView, LoopResults
 
 _SQL_ROWS = ("columns", "rows", "row_count")
 
@@ -26,7 +26,7 @@ def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool) -> Any:
     if http:
         return http_view(result, http)
     view = sql_view(result)
-    return StepResult(view) if isinstance(view, dict) and "data" not in view else view
+    return DataEnvelope(view, data=view) if isinstance(view, dict) and "data" not in view else view
 
 
 def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
@@ -55,7 +55,7 @@ def http_output_data(result: Any, http: Mapping[str, Any]) -> Any:
     `{{ output }}` into python and reads `output["data"]["data"]` as the body's own `data`.
     So the value is the body's keys with `status_code`, `headers` and `body` beside them (the
     body's own `data` kept, for code), and a template's `.data` on it is the whole body
-    (`HttpOutputData`, dsl/templating.py).
+    (`DataEnvelope`, dsl/templating.py).
     """
     if isinstance(result, list):
         return _http_list_view(result, http)
@@ -64,7 +64,7 @@ def http_output_data(result: Any, http: Mapping[str, Any]) -> Any:
     envelope = _http_envelope(result, http)
     if "data" in result:
         envelope.pop("data")
-    return HttpOutputData({**result, **envelope}, body=result)
+    return DataEnvelope({**result, **envelope}, data=result)
 
 
 def _http_envelope(body: Any, http: Mapping[str, Any]) -> dict[str, Any]:
