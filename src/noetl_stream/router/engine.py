@@ -12,7 +12,7 @@ from typing import Any
 
 from noetl_stream import ids, refs
 from noetl_stream.dsl import guards, keychain, pycode, templating
-from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
+from noetl_stream.dsl.models import Arc, Playbook, Rule, Step, Task
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import cancel, case_events, children, listeners, loops, watchdog
 from noetl_stream.router.context import build_context, output_view, pick_steps
@@ -416,8 +416,7 @@ class _Router:
 def step_reads(step: Step) -> set[str]:
     """Names this step's worker-side templates read, to ship only those step results."""
     names: set[str] = templating.referenced_names(step.args) | loops.template_names(step)
-    sinks = [sink for task in step.tasks for rule in task.rules for sink in rule.sink]
-    for task in (*step.tasks, *sinks):
+    for task in _tasks_and_rule_sinks(step):
         names |= templating.referenced_names(task.config)
         names |= templating.referenced_names(task.input)
         names |= templating.referenced_names([task.set_ctx, task.set_iter, task.set_locals])
@@ -430,9 +429,13 @@ def step_reads(step: Step) -> set[str]:
 
 def reads_context(step: Step) -> bool:
     """Whether a python task of the step reads `context`, which holds every finished step."""
-    sinks = [sink for task in step.tasks for rule in task.rules for sink in rule.sink]
     return any(t.kind == "python" and isinstance(t.config.get("code"), str)
-               and pycode.reads_context(t.config["code"]) for t in (*step.tasks, *sinks))
+               and pycode.reads_context(t.config["code"]) for t in _tasks_and_rule_sinks(step))
+
+
+def _tasks_and_rule_sinks(step: Step) -> tuple[Task, ...]:
+    """Every task a command of the step may run: its pipeline and the sinks its rules start."""
+    return (*step.tasks, *(sink for task in step.tasks for rule in task.rules for sink in rule.sink))
 
 
 def _delay_timer(event: dict[str, Any]) -> str:

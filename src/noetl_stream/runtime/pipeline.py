@@ -66,14 +66,13 @@ def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
     # NoETL reads `output` both as the envelope (`output.status`, `output.data`) and as the result
     # itself (`{{ output }}['count']`): the result's keys are there too, the envelope's win.
     output = output_view(outcome.result, outcome.error, outcome.http, status=outcome.status)
-    pg = (outcome.error or {}).get("pg")  # postgres errors: {sqlstate, message, ...}
     result = outcome.result
     if task.kind == "http" and outcome.http is not None:
         result = {"status_code": outcome.http["status"], "headers": outcome.http["headers"],
                   "data": outcome.result}
     return {"output": output,
             "outcome": {"status": outcome.status, "result": result, "error": outcome.error,
-                        "http": outcome.http, "pg": pg, "meta": outcome.meta}}
+                        "http": outcome.http, "pg": output["pg"], "meta": outcome.meta}}
 
 
 def case_views(outcome: Outcome) -> dict[str, Any]:
@@ -237,8 +236,9 @@ class Pipeline:
             extra = {**views, **case_views(outcome), "_prev": prev, "_task": task.name,
                      "_attempt": attempt, "result": outcome.result, "error": outcome.error,
                      "_chain_attempt": self.chain, "_retry": retry_names(outcome, attempt)}
+            read = step_view(outcome.result, outcome.http, False)  # the result read by name
             if task.name == self.own_task:
-                extra.setdefault(self.step, step_view(outcome.result, outcome.http, False))
+                extra.setdefault(self.step, read)
             default = "continue" if outcome.ok else "fail"
             rule = self._match(task, extra, outcome.ok)
             do = rule.do if rule is not None else default
@@ -278,7 +278,7 @@ class Pipeline:
             value = outcome.result
             if rule is not None:
                 value = self._apply_case(task, rule, extra, value)
-            self._bind(task, value, outcome)
+            self._bind(task, read if value is outcome.result else value)
             if task.sink is not None:
                 value = prev  # a sink stores the result; it does not replace it
             prev = value
@@ -295,11 +295,11 @@ class Pipeline:
         return PipelineResult(True, result=prev, ctx_patch=self.ctx_patch, http=last.http,
                               tasks_run=executed, route=self.route, case_matched=self.case_matched)
 
-    def _bind(self, task: Task, value: Any, outcome: Outcome) -> None:
+    def _bind(self, task: Task, view: Any) -> None:
         """Name a task's result for the templates after it: `{{ fetch.status_code }}` reads a
-        task's own result through the same views as a finished step's (router/views.py).
+        task's own result through the same views as a finished step's (router/views.py); a
+        result a case rule replaced is bound as written.
         """
-        view = step_view(value, outcome.http, False) if value is outcome.result else value
         self.locals[task.name] = view
         if task.name == self.own_task:
             self.locals[self.step] = view
@@ -510,7 +510,7 @@ class Pipeline:
                 continue
             outcome = await self._call(sink, 1, view["result"], view)
             await self._sink_processed(sink, 1, outcome)
-            self._bind(sink, outcome.result, outcome)
+            self._bind(sink, step_view(outcome.result, outcome.http, False))
             if not outcome.ok:
                 return self._failed(self._error_message(sink, outcome), "sink", outcome, sink)
         return None
