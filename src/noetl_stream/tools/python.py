@@ -26,8 +26,9 @@ DEFAULT_TIMEOUT_S = float(kind_default("python", "timeout"))  # dsl/layering.py:
 
 
 def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
-    """Mark list views (loop results, an http list body) so the child rebuilds them as lists
-    that also answer their names: `loop["stats"]`, `resp["status_code"]`, `resp.get("data")`.
+    """Mark list views (loop results, an http list body) so the child rebuilds them as the
+    mappings NoETL hands to code (`loop["stats"]`, `resp["status_code"]`, `resp.get("data")`),
+    which iterate, count and index as their list (tools/python_runner.py ListView).
     """
     return {k: v.encoded() if isinstance(v, ListView) else v for k, v in inputs.items()}
 
