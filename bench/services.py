@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -234,7 +235,7 @@ async def timed_execution(bus: Bus, text: str, name: str,
     finally:
         await sub.unsubscribe()
     stamps = [t0, *arrivals]
-    gap = max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0.0)
+    gap = max((b - a for a, b in itertools.pairwise(stamps)), default=0.0)
     return Timing(status, end - t0, gap, len(arrivals))
 
 
@@ -332,7 +333,7 @@ async def workloads(bus: Bus, plan: Plan, want: Callable[[str], bool]) -> list[R
         async def one_w1(text: str = w1) -> list[Timing]:
             return [await timed_execution(bus, text, "w1")]
 
-        async def one_w2(text: str = w2) -> list[Timing]:
+        async def one_w2(text: str = w2, items: dict[str, Any] = items) -> list[Timing]:
             return [await timed_execution(bus, text, "w2", items)]
 
         async def one_w3(text: str = w3) -> list[Timing]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -32,6 +33,8 @@ class Bus:
     nc: Client
     js: JetStreamContext
     topology: Topology
+    # Called after every reconnect (pull consumers ask again for what they were waiting for).
+    reconnect_listeners: list[Callable[[], None]] = field(default_factory=list)
 
     async def close(self) -> None:
         if not self.nc.is_closed:
@@ -80,6 +83,13 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
             refused.append(exc)
         await _log_error(exc)
 
+    listeners: list[Callable[[], None]] = []
+
+    async def on_reconnected() -> None:
+        log.info("nats: reconnected")
+        for listener in list(listeners):
+            listener()
+
     try:
         # A few attempts for the first connection (with -1, nats-py would retry it forever, so a
         # wrong URL would hang instead of failing); once connected, reconnect without limit.
@@ -87,6 +97,7 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
                                 max_reconnect_attempts=INITIAL_CONNECT_ATTEMPTS,
                                 reconnect_time_wait=0.5, allow_reconnect=True,
                                 max_outstanding_pings=4, error_cb=on_error,
+                                reconnected_cb=on_reconnected,
                                 **_auth_options(servers))
     except (AuthorizationError, NoServersError, OSError, TimeoutError) as exc:
         if refused or isinstance(exc, AuthorizationError):
@@ -97,4 +108,4 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
         raise InfrastructureError(f"cannot reach NATS at {redact_url(url)}: "
                                   f"{exc or type(exc).__name__}") from None
     nc.options["max_reconnect_attempts"] = -1
-    return Bus(nc, nc.jetstream(timeout=10), load_topology(prefix))
+    return Bus(nc, nc.jetstream(timeout=10), load_topology(prefix), listeners)

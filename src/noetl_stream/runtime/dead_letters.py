@@ -33,14 +33,15 @@ from nats.js.errors import NotFoundError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.fetching import fetch_batch
 from noetl_stream.runtime.publish import publish_event
+from noetl_stream.runtime.pull import PullConsumer, open_pull
 
 log = logging.getLogger("noetl_stream.dead_letters")
 
 DLQ_STREAM = "NOETL_DLQ"
 CONSUMER = "noetl-server-dead-letters"
 REASON_MAX_DELIVERIES = "max_deliveries"
+ADVISORY_BATCH = 16
 REASON_UNREADABLE = "unreadable"
 
 H_SUBJECT = "Noetl-Dlq-Subject"
@@ -143,13 +144,13 @@ class DeadLetters:
         self.bus = bus
         self.clock = clock
         self._task: asyncio.Task[None] | None = None
-        self._sub: Any = None
+        self._consumer: PullConsumer | None = None
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
         decl = self.bus.topology.consumer(CONSUMER)
-        self._sub = await self.bus.js.pull_subscribe_bind(decl.durable, stream=decl.stream)
-        self._task = asyncio.create_task(self._loop(self._sub), name="dead-letters")
+        self._consumer = await open_pull(self.bus, decl.stream, decl.durable, credit=ADVISORY_BATCH)
+        self._task = asyncio.create_task(self._loop(self._consumer), name="dead-letters")
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -157,16 +158,14 @@ class DeadLetters:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        if self._sub is not None:
-            # An advisory delivered after the last fetch gave up would hold up draining the
-            # connection; unacknowledged, it comes back to this or another server.
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-            self._sub = None
+        if self._consumer is not None:
+            # Advisories that arrived and were not handled go back to this or another server.
+            await self._consumer.stop()
+            self._consumer = None
 
-    async def _loop(self, sub: Any) -> None:
+    async def _loop(self, consumer: PullConsumer) -> None:
         while not self._stopping.is_set():
-            msgs = await fetch_batch(sub, 16, log)
+            msgs = await consumer.next_batch(ADVISORY_BATCH)
             for m in msgs:
                 try:
                     await self.handle_advisory(m)
@@ -177,6 +176,7 @@ class DeadLetters:
                     # advisory stays unacknowledged and comes back after the consumer's AckWait.
                     log.exception("dead letters: advisory on %s not handled; it will come back",
                                   m.subject)
+            await consumer.grant(len(msgs))
 
     async def handle_advisory(self, msg: Msg) -> None:
         try:

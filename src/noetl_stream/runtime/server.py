@@ -34,15 +34,18 @@ from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.fetching import fetch_batch
 from noetl_stream.runtime.publish import publish_event, publish_outbox
+from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.tools.registry import installed_kinds
 
 log = logging.getLogger("noetl_stream.server")
 
-FETCH_BATCH = 256
+FETCH_BATCH = 256  # events the router applies and commits as one batch at most
+# Messages asked for ahead: the next batch arrives while this one is applied and committed.
+ROUTER_CREDIT = 2 * FETCH_BATCH
+REQUEST_BATCH = 64
 COMMIT_RETRIES = 20
 STATE_CACHE_SIZE = 10_000  # execution states kept in memory between their events
 PLAYBOOK_CACHE_SIZE = 1_000  # parsed playbooks
@@ -62,7 +65,7 @@ class Server:
         self._cache: dict[str, _Cached] = {}
         self._playbooks: dict[str, Playbook] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        self._subs: list[Any] = []
+        self._consumers: list[PullConsumer] = []
         self._stopping = asyncio.Event()
         self._executions: KeyValue | None = None
         self._catalog: KeyValue | None = None
@@ -76,11 +79,14 @@ class Server:
         topo = self.bus.topology
         req = topo.consumer("noetl-server-requests")
         ev = topo.consumer("noetl-server-router")
-        req_sub = await self.bus.js.pull_subscribe_bind(req.durable, stream=req.stream)
-        ev_sub = await self.bus.js.pull_subscribe_bind(ev.durable, stream=ev.stream)
-        self._subs = [req_sub, ev_sub]
-        self._tasks = [asyncio.create_task(self._loop(req_sub, self._handle_requests), name="requests"),
-                       asyncio.create_task(self._loop(ev_sub, self._handle_events), name="router")]
+        requests = await open_pull(self.bus, req.stream, req.durable, credit=REQUEST_BATCH)
+        events = await open_pull(self.bus, ev.stream, ev.durable, credit=ROUTER_CREDIT)
+        self._consumers = [requests, events]
+        self._tasks = [
+            asyncio.create_task(self._loop(requests, REQUEST_BATCH, self._handle_requests),
+                                name="requests"),
+            asyncio.create_task(self._loop(events, FETCH_BATCH, self._handle_events),
+                                name="router")]
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -89,12 +95,15 @@ class Server:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        await _release(self._subs)
+        for consumer in self._consumers:
+            await consumer.stop()
+        self._consumers = []
 
-    async def _loop(self, sub: Any, handler: Callable[[list[Msg]], Any]) -> None:
-        # One fetch loop per consumer (several loops on one durable stall, ARCHITECTURE §10).
+    async def _loop(self, consumer: PullConsumer, batch: int,
+                    handler: Callable[[list[Msg]], Any]) -> None:
+        # One loop per consumer (several loops on one durable stall, ARCHITECTURE §10).
         while not self._stopping.is_set():
-            msgs = await fetch_batch(sub, FETCH_BATCH, log)
+            msgs = await consumer.next_batch(batch)
             if not msgs:
                 continue
             try:
@@ -106,6 +115,8 @@ class Server:
                 # are redelivered after AckWait and retried; poison ones hit max_deliver.
                 log.exception("server: batch failed; its messages will be redelivered")
                 await asyncio.sleep(0.2)
+            finally:
+                await consumer.grant(len(msgs))
 
     # -- requests --------------------------------------------------------------------------
     async def _handle_requests(self, msgs: list[Msg]) -> None:
@@ -356,18 +367,6 @@ class Server:
             pb = parse_playbook(bytes(entry.value or b"").decode(), key, kinds=self._kinds).playbook
             _bounded_put(self._playbooks, key, pb, PLAYBOOK_CACHE_SIZE)
         return pb
-
-
-async def _release(subs: list[Any]) -> None:
-    """Drop pull subscriptions whose fetch loops have stopped.
-
-    A message that reached one after its last fetch gave up is never marked done, so draining the
-    connection would wait for it until the drain timeout; unacknowledged, it is redelivered.
-    """
-    for sub in subs:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
-    subs.clear()
 
 
 def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> None:

@@ -27,11 +27,11 @@ from noetl_stream import ids, jsonutil
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_unreadable
-from noetl_stream.runtime.fetching import fetch_batch
 from noetl_stream.runtime.heartbeats import Heartbeat
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
+from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.redact import scrub
 from noetl_stream.state.results import ResultStore, holds_ref
 from noetl_stream.subjects import DEFAULT_POOL
@@ -52,13 +52,12 @@ class Worker:
         self.results = ResultStore(bus.js)
         self.pool = pool
         self.concurrency = concurrency
-        self._slots = asyncio.Semaphore(concurrency)
         self._running: set[asyncio.Task[None]] = set()
         self.heartbeat = Heartbeat(bus, role="worker", pool=pool,
                                    load=lambda: {"running": len(self._running),
                                                  "concurrency": self.concurrency})
         self._loop_task: asyncio.Task[None] | None = None
-        self._sub: Any = None
+        self._consumer: PullConsumer | None = None
         self._stopping = asyncio.Event()
         self._ack_wait_s = bus.topology.pool_consumer(pool).ack_wait_s
         # task -> (execution id, command key) of the command it runs, to withdraw it by either
@@ -69,14 +68,16 @@ class Worker:
 
     async def start(self) -> None:
         decl = self.bus.topology.pool_consumer(self.pool)
-        sub = await self.bus.js.pull_subscribe_bind(decl.durable, stream=decl.stream)
-        self._sub = sub
         topo = self.bus.topology
         # Subscribed before the first fetch, so no withdrawal of a command we take is missed.
         self._withdraw_subs = [
             await self.bus.nc.subscribe(topo.event_subject("*", etype), cb=self._on_withdrawal)
             for etype in ("execution.cancelled", "step.timeout")]
-        self._loop_task = asyncio.create_task(self._fetch_loop(sub), name=f"worker-{self.pool}")
+        # As many commands asked for as can run at once; each one finished asks for another.
+        self._consumer = await open_pull(self.bus, decl.stream, decl.durable,
+                                         credit=self.concurrency)
+        self._loop_task = asyncio.create_task(self._take_loop(self._consumer),
+                                              name=f"worker-{self.pool}")
         await self.heartbeat.start()
 
     async def stop(self) -> None:
@@ -95,36 +96,33 @@ class Worker:
         for t in list(self._running):
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        if self._sub is not None:
-            # Commands delivered after the last fetch gave up would hold up draining the
-            # connection until its timeout; unacknowledged, they are redelivered to another worker.
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-            self._sub = None
+        if self._consumer is not None:
+            # Commands that arrived and were not started go back to the pool at once.
+            await self._consumer.stop()
+            self._consumer = None
 
-    async def _fetch_loop(self, sub: Any) -> None:
+    async def _take_loop(self, consumer: PullConsumer) -> None:
         while not self._stopping.is_set():
-            await self._slots.acquire()
-            free = 1
-            # Take as many commands as there are free slots, never more (the rest stay for others).
-            while free < 64 and not self._slots.locked():
-                await self._slots.acquire()
-                free += 1
-            msgs = await fetch_batch(sub, free, log)
-            for _ in range(free - len(msgs)):
-                self._slots.release()
-            for m in msgs:
+            for m in await consumer.next_batch(self.concurrency):
                 task = asyncio.create_task(self._handle(m))
                 self._running.add(task)
                 task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
-        self._slots.release()
         if not task.cancelled() and task.exception() is not None:
             log.error("worker: command handler crashed", exc_info=task.exception())
 
     async def _handle(self, msg: Msg) -> None:
+        try:
+            await self._handle_command(msg)
+        finally:
+            if self._consumer is not None:
+                # Its slot is free: one more command may come (asked for at once or with the
+                # consumer's next request, runtime/pull.py).
+                await self._consumer.grant(1)
+
+    async def _handle_command(self, msg: Msg) -> None:
         try:
             command = jsonutil.loads(msg.data)
             execution_id = str(command["execution_id"])
