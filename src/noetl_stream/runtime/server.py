@@ -64,6 +64,7 @@ class Server:
         self.clock = clock
         self._cache: dict[str, _Cached] = {}
         self._playbooks: dict[str, Playbook] = {}
+        self._storing = asyncio.Lock()  # parsing and storing a playbook not seen before
         self._tasks: list[asyncio.Task[None]] = []
         self._consumers: list[PullConsumer] = []
         self._stopping = asyncio.Event()
@@ -190,19 +191,23 @@ class Server:
         execution_id = request.execution_id or new_execution_id()
         assert self._catalog is not None and self._executions is not None
         # The same text is parsed and stored once per server: parsing is the costliest part of a
-        # request, and 50 requests for one playbook are the common case.
+        # request, and 50 requests for one playbook are the common case. The lock keeps a burst
+        # of them from all parsing it before the first one has stored it.
         key = "pb_" + hashlib.sha256(request.playbook.encode()).hexdigest()[:32]
         playbook = self._playbooks.get(key)
         if playbook is None:
-            try:
-                playbook = parse_playbook(request.playbook, request.playbook_file,
-                                          kinds=self._kinds).playbook
-            except PlaybookError as exc:
-                await self._reject(msg, execution_id, request.reply_to,
-                                   [str(i) for i in exc.issues if i.severity == "error"])
-                return
-            await self._catalog.put(key, request.playbook.encode())
-            _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
+            async with self._storing:
+                playbook = self._playbooks.get(key)
+                if playbook is None:
+                    try:
+                        playbook = parse_playbook(request.playbook, request.playbook_file,
+                                                  kinds=self._kinds).playbook
+                    except PlaybookError as exc:
+                        await self._reject(msg, execution_id, request.reply_to,
+                                           [str(i) for i in exc.issues if i.severity == "error"])
+                        return
+                    await self._catalog.put(key, request.playbook.encode())
+                    _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
         state = router.start(playbook, execution_id=execution_id, playbook_key=key,
                              workload=workload, now=self.clock(),
