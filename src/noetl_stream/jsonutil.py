@@ -44,3 +44,29 @@ def loads_object(data: bytes | str) -> dict[str, Any] | None:
 def to_plain(value: Any) -> Any:
     """Round-trip through JSON so a value holds only JSON types."""
     return loads(dumps(value))
+
+
+# orjson refuses values nested deeper than this many containers; a value a step produces may use
+# MAX_DEPTH of them, the rest is left for what holds it (an event, the execution's state).
+_ENCODER_DEPTH = 254
+MAX_DEPTH = 200
+
+
+def storable_problem(value: Any) -> str | None:
+    """Why `value` cannot travel in an event or be stored in an execution's state, or None: an
+    integer beyond 64 bits, or more than MAX_DEPTH levels of nesting.
+    """
+    wrapped = value
+    for _ in range(_ENCODER_DEPTH - MAX_DEPTH):
+        wrapped = [wrapped]
+    try:
+        dumps(wrapped)
+    except TypeError as exc:
+        text = str(exc)
+        if "64-bit" in text:
+            return "it holds an integer beyond 64 bits (JSON here holds 64-bit integers; " \
+                   "pass a larger number as a string)"
+        if "ecursion" in text:
+            return f"it is nested more than {MAX_DEPTH} levels deep"
+        return f"it cannot be encoded as JSON: {text}"
+    return None

@@ -2,14 +2,23 @@
 
 A string that is exactly one `{{ expr }}` renders to the expression's value (a list stays a list,
 an int an int); any other string renders to text. Pure: the same template and context always give
-the same value, so the router may use it.
+the same value, so the router may use it. So there is no `random` filter and no `lipsum`, and
+templates read their context without changing it (`ctx.update(...)`, `list.append(...)` are
+refused: ImmutableSandboxedEnvironment).
+
+Bounded: one render goes through at most MAX_STEPS loop iterations and range items, a `range()`
+has at most MAX_RANGE items, text output and values made by `*` hold at most MAX_OUTPUT
+characters or items, and `**` at most MAX_POWER_BITS bits. Past a bound the render fails with a
+template error naming step and field, instead of holding the server's event loop.
 """
 
 from __future__ import annotations
 
+import contextvars
 import difflib
+import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -17,11 +26,77 @@ import orjson
 from jinja2 import TemplateSyntaxError, Undefined, nodes
 from jinja2.exceptions import TemplateError as JinjaTemplateError
 from jinja2.exceptions import UndefinedError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing
 
 from noetl_stream.dsl.values import DataEnvelope, ListView
 from noetl_stream.errors import TemplateError
+
+MAX_RANGE = 100_000  # items of one range()
+MAX_STEPS = 1_000_000  # loop iterations and range items of one render, all loops together
+MAX_OUTPUT = 4_000_000  # characters of a rendered text; items or characters a `*` may make
+MAX_POWER_BITS = 4096  # bits of an integer `**` may make
+
+# The work left to the render in progress (None outside a render: only per-call bounds apply).
+_BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("template_budget",
+                                                                            default=None)
+
+
+class TemplateBound(Exception):
+    """A render went past one of this module's bounds."""
+
+
+def _spend(steps: int) -> None:
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    budget[0] -= steps
+    if budget[0] < 0:
+        raise TemplateBound(f"the template does more than {MAX_STEPS} loop iterations and "
+                            "range items; templates are bounded so one cannot stall the server")
+
+
+def _bounded_range(*args: int) -> range:
+    items = range(*args)
+    if len(items) > MAX_RANGE:
+        raise TemplateBound(f"range() of {len(items)} items; at most {MAX_RANGE} are allowed")
+    _spend(len(items))
+    return items
+
+
+def _bounded_iteration(iterable: Iterable[Any]) -> Iterator[Any]:
+    """What a `{% for %}` walks: its items, each one spent from the render's budget."""
+    for item in iterable:
+        _spend(1)
+        yield item
+
+
+def _power_bits(base: Any, exponent: Any) -> float:
+    if isinstance(base, bool) or isinstance(exponent, bool) or not isinstance(base, int) \
+            or not isinstance(exponent, int) or exponent <= 0 or abs(base) < 2:
+        return 0.0
+    return exponent * math.log2(abs(base))
+
+
+def _repeat_size(left: Any, right: Any) -> int:
+    for seq, times in ((left, right), (right, left)):
+        if isinstance(seq, (str, list, tuple)) and isinstance(times, int):
+            return len(seq) * max(times, 0)
+    return 0
+
+
+class _ForBounds:
+    """Wraps the iterable of every `{% for %}` in `_bounded_iteration` (an AST rewrite before
+    code generation; the sandbox offers no hook on loops).
+    """
+
+    @staticmethod
+    def rewrite(tree: nodes.Template) -> nodes.Template:
+        for loop in tree.find_all(nodes.For):
+            loop.iter = nodes.Call(nodes.EnvironmentAttribute("bounded_iteration"), [loop.iter],
+                                   [], None, None, lineno=loop.lineno)
+        return tree
+
 
 _SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
 
@@ -81,7 +156,7 @@ def _read_of_undefined(obj: Undefined, field: str) -> Undefined:
     return _BrokenRead(ReadOfUndefined(obj, field))
 
 
-class _Environment(SandboxedEnvironment):
+class _Environment(ImmutableSandboxedEnvironment):
     """Playbook data is JSON: `x.items` must read the key "items", not the dict method.
 
     Undefined values read leniently one level deep (a missing name or key is `null`, as in
@@ -108,8 +183,31 @@ class _Environment(SandboxedEnvironment):
             return _read_of_undefined(obj, str(argument))
         return super().getitem(obj, argument)
 
+    # `*` and `**` are checked before they run: `'x' * 10**10` or `10**10**10` would otherwise
+    # take the memory or the CPU of the process rendering it (intercepting also keeps Jinja
+    # from folding them while it compiles).
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and _power_bits(left, right) > MAX_POWER_BITS:
+            raise TemplateBound(f"{left} ** {right} has more than {MAX_POWER_BITS} bits")
+        if operator == "*" and _repeat_size(left, right) > MAX_OUTPUT:
+            raise TemplateBound(f"repeating a value makes more than {MAX_OUTPUT} items")
+        return super().call_binop(context, operator, left, right)
+
+    bounded_iteration = staticmethod(_bounded_iteration)
+
+    def _generate(self, source: nodes.Template, name: str | None, filename: str | None,
+                  defer_init: bool = False) -> str:
+        return super()._generate(_ForBounds.rewrite(source), name, filename,
+                                 defer_init=defer_init)
+
 
 _ENV = _Environment(undefined=Undefined, autoescape=False, keep_trailing_newline=True)
+# Deterministic: the router renders templates, and a redelivered command renders them again.
+del _ENV.filters["random"]
+del _ENV.globals["lipsum"]
+_ENV.globals["range"] = _bounded_range
 _ENV.filters["tojson"] = _to_json
 _ENV.filters["to_json"] = _to_json
 _ENV.filters["fromjson"] = _from_json
@@ -185,19 +283,39 @@ def render_string(text: str, context: Mapping[str, Any], *, step: str | None = N
                   field: str | None = None) -> Any:
     if not has_template(text):
         return text
+    token = _BUDGET.set([MAX_STEPS])
     try:
         expr = _single_expression(text)
         if expr is not None:
             return _native(_compiled_expression(expr)(**context))
-        return _compiled_template(text).render(**context)
+        return _bounded_text(_compiled_template(text), context)
     except ReadOfUndefined as exc:
         raise TemplateError(_undefined_message(exc, context), expression=text, step=step,
                             field=field) from None
     except JinjaTemplateError as exc:
         raise TemplateError(exc.message or str(exc), expression=text, step=step, field=field) from None
-    except (TypeError, ValueError, KeyError, AttributeError, ZeroDivisionError, IndexError) as exc:
+    except TemplateError:
+        raise
+    except TemplateBound as exc:
+        raise TemplateError(str(exc), expression=text, step=step, field=field) from None
+    except Exception as exc:
+        # Whatever a template raises (OverflowError, MemoryError, RecursionError, a bound) is an
+        # error of that template, never of the process rendering it.
         raise TemplateError(f"{type(exc).__name__}: {exc}", expression=text, step=step,
                             field=field) from None
+    finally:
+        _BUDGET.reset(token)
+
+
+def _bounded_text(template: Any, context: Mapping[str, Any]) -> str:
+    chunks: list[str] = []
+    size = 0
+    for chunk in template.generate(**context):
+        size += len(chunk)
+        if size > MAX_OUTPUT:
+            raise TemplateBound(f"the template renders more than {MAX_OUTPUT} characters")
+        chunks.append(chunk)
+    return "".join(chunks)
 
 
 def render(value: Any, context: Mapping[str, Any], *, step: str | None = None,

@@ -4,7 +4,7 @@
 implies (the outbox); the runtime shell commits the state, then publishes the outbox.
 """
 
-from noetl_stream.router.engine import apply, start
+from noetl_stream.router.engine import abort, apply, cause_of, start
 from noetl_stream.router.state import ExecutionState, Outgoing
 
-__all__ = ["ExecutionState", "Outgoing", "apply", "start"]
+__all__ = ["ExecutionState", "Outgoing", "abort", "apply", "cause_of", "start"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl_stream import ids, refs
+from noetl_stream import ids, jsonutil, refs
 from noetl_stream.dsl import guards, keychain, pycode, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step, Task
 from noetl_stream.errors import TemplateError
@@ -257,6 +257,12 @@ class _Router:
         if step.set_ctx:
             context = self.context(args=run.args, extra=extra)
             values = templating.render(step.set_ctx, context, step=step.name, field="set")
+            for key in sorted(values):
+                problem = jsonutil.storable_problem(values[key])
+                if problem is not None:
+                    raise TemplateError(f"the value cannot be stored: {problem}",
+                                        expression=str(step.set_ctx.get(key)), step=step.name,
+                                        field=f"set.{key}")
             self.s.ctx.update(values)
         if step.vars:
             context = self.context(args=run.args, extra=extra)
@@ -479,6 +485,29 @@ def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload:
     router.deliver(None, playbook.start_step.name, {})
     router.check_quiescence()
     return state
+
+
+def abort(playbook: Playbook, state: ExecutionState, cause: str, error: dict[str, Any],
+          now: float) -> ExecutionState:
+    """End a running execution as failed because `cause` (an event, or its start) could not be
+    applied or its effects could not be stored; `error` says why (`message`, `kind`, and where
+    known `event` and `step`). The outbox holds only what the failure implies: `execution.failed`,
+    and cancels of the children its runs still waited on.
+    """
+    state.outbox = []
+    if state.status != "running":
+        return state
+    state.status = "failed"
+    state.error = {**error, "message": f"{cause} could not be applied: {error.get('message')}"}
+    _Router(playbook, state, now).check_quiescence()
+    return state
+
+
+def cause_of(event: dict[str, Any]) -> str:
+    """How an event is named in an error: its type, and the step it reports on."""
+    cause = str(event.get("event_type") or "an event")
+    step = event.get("step")
+    return cause + (f' of step "{step}"' if isinstance(step, str) and step else "")
 
 
 def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],

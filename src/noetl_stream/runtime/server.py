@@ -27,13 +27,14 @@ from noetl_stream import ids, jsonutil, router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
-from noetl_stream.errors import PlaybookError
+from noetl_stream.errors import PlaybookError, TemplateError
 from noetl_stream.messages import CancelRequest, ExecutionRequest, RequestReply
 from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.execution_ids import new_execution_id
+from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.publish import publish_event, publish_outbox
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.signals import decode_event
@@ -49,6 +50,15 @@ REQUEST_BATCH = 64
 COMMIT_RETRIES = 20
 STATE_CACHE_SIZE = 10_000  # execution states kept in memory between their events
 PLAYBOOK_CACHE_SIZE = 1_000  # parsed playbooks
+STATE_HEADROOM = 64 * 1024  # bytes of a NATS message kept for headers beside a committed state
+
+
+class Unstorable(Exception):
+    """A state JSON cannot hold, or one larger than a NATS message; `kind` is the error kind."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 @dataclass
@@ -73,6 +83,7 @@ class Server:
         # Plugin kinds installed here are valid words too; read once, without loading plugin code.
         self._kinds = installed_kinds()
         self._vars = VarsStore(bus.js)
+        self._pools = KnownPools(bus)
 
     async def start(self) -> None:
         self._executions = await self.bus.js.key_value("noetl_executions")
@@ -209,12 +220,11 @@ class Server:
                     await self._catalog.put(key, request.playbook.encode())
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
-        state = router.start(playbook, execution_id=execution_id, playbook_key=key,
-                             workload=workload, now=self.clock(),
-                             parent_execution_id=request.parent_execution_id,
-                             parent_iter=request.parent_iter)
+        state, data = self._started(playbook, request, execution_id, key, workload)
+        if await self._refuse_unserved(state, self.clock()):
+            data = self._encode(state)
         try:
-            revision = await self._executions.create(execution_id, jsonutil.dumps(state))
+            revision = await self._executions.create(execution_id, data)
         except KeyWrongLastSequenceError:
             # Already started (a redelivered or repeated request): re-publish what it committed.
             entry = await self._executions.get(execution_id)
@@ -227,6 +237,34 @@ class Server:
         await publish_outbox(self.bus, state.outbox)
         await self._reply(request.reply_to, execution_id, [])
         await msg.ack_sync()
+
+    def _started(self, playbook: Playbook, request: ExecutionRequest, execution_id: str,
+                 key: str, workload: dict[str, Any]) -> tuple[ExecutionState, bytes]:
+        """The new execution's state and its encoded commit; a start that raises, or leaves a
+        state that cannot be stored, is an execution that failed at once, with the reason.
+        """
+        def fresh() -> ExecutionState:
+            return router.start(playbook, execution_id=execution_id, playbook_key=key,
+                                workload=workload, now=self.clock(),
+                                parent_execution_id=request.parent_execution_id,
+                                parent_iter=request.parent_iter)
+        try:
+            state = fresh()
+            return state, self._encode(state)
+        except Exception as exc:
+            error = _fault(exc)
+        log.warning("execution %s fails at its start: %s", execution_id, error["message"])
+        # The playbook's start step is never reached: the state holds the failure alone.
+        state = ExecutionState(execution_id=execution_id, playbook_key=key, workload=workload,
+                               playbook_path=playbook.path, playbook_name=playbook.name,
+                               parent_execution_id=request.parent_execution_id,
+                               parent_iter=request.parent_iter, started_at=self.clock())
+        try:
+            self._encode(state)
+        except Unstorable:
+            state.workload = {}  # the payload itself cannot be stored; the error says why
+        router.abort(playbook, state, "the start of the execution", error, self.clock())
+        return state, self._encode(state)
 
     async def _publish_child_started(self, request: ExecutionRequest,
                                      state: ExecutionState) -> None:
@@ -290,30 +328,25 @@ class Server:
             if cached is None:
                 log.warning("events for unknown execution %s acknowledged and dropped", execution_id)
                 break
-            state = cached.state
-            vars_before = dict(state.vars)
-            outbox = []
+            vars_before = dict(cached.state.vars)
             now = self.clock()
-            poison: tuple[Msg, dict[str, Any]] | None = None
-            for item in items:
-                try:
-                    router.apply(cached.playbook, state, item[1], now)
-                except Exception:
-                    # An event the router cannot apply is poison: the state it touched is
-                    # dropped, the event terminated, and the rest of the group applied again.
-                    log.exception("poison event on %s terminated", item[0].subject)
-                    poison = item
-                    break
-                outbox.extend(state.outbox)
-            if poison is not None:
+            data = self._apply_all(cached, items, now)
+            if data is None:
+                # Some event could not be applied, or left a state that cannot be stored: apply
+                # the group again from the committed state, one event at a time, and fail the
+                # execution at the event that did it (never drop the event and leave it running).
                 self._cache.pop(execution_id, None)
-                items = [i for i in items if i is not poison]
-                await poison[0].term()
-                continue
-            state.outbox = outbox
+                cached = await self._load(execution_id)
+                if cached is None:
+                    break
+                vars_before = dict(cached.state.vars)
+                data = self._apply_until_fault(cached, items, now)
+            state = cached.state
+            if await self._refuse_unserved(state, now):
+                data = self._encode(state)
             try:
-                cached.revision = await self._executions.update(
-                    execution_id, jsonutil.dumps(state), last=cached.revision)
+                cached.revision = await self._executions.update(execution_id, data,
+                                                                last=cached.revision)
             except KeyWrongLastSequenceError:
                 self._cache.pop(execution_id, None)  # someone else moved it: reload and re-apply
                 log.debug("revision conflict on %s; reloading", execution_id)
@@ -322,7 +355,7 @@ class Server:
                       cached.revision)
             # Vars go to KV before the outbox: whoever sees `execution.completed` can read them.
             await self._vars.commit_vars(execution_id, vars_before, state.vars)
-            await publish_outbox(self.bus, outbox)
+            await publish_outbox(self.bus, state.outbox)
             if state.status != "running":
                 self._cache.pop(execution_id, None)
             break
@@ -339,6 +372,87 @@ class Server:
         # every ack would only cost throughput.
         for m, _ in items:
             await m.ack()
+
+    def _apply_all(self, cached: _Cached, items: list[tuple[Msg, dict[str, Any]]],
+                   now: float) -> bytes | None:
+        """Apply the group to the cached state and encode it for the commit; None when an event
+        fails to apply or the state cannot be stored (the cached state is then half-applied).
+        """
+        state, outbox = cached.state, []
+        for _, event in items:
+            try:
+                router.apply(cached.playbook, state, event, now)
+            except Exception:
+                log.exception("applying %s to %s failed", event.get("event_type"),
+                              state.execution_id)
+                return None
+            outbox.extend(state.outbox)
+        state.outbox = outbox
+        try:
+            return self._encode(state)
+        except Unstorable as exc:
+            log.warning("state of %s cannot be stored: %s", state.execution_id, exc)
+            return None
+
+    def _apply_until_fault(self, cached: _Cached, items: list[tuple[Msg, dict[str, Any]]],
+                           now: float) -> bytes:
+        """Apply the group event by event; the first event that raises, or leaves a state that
+        cannot be stored, fails the execution instead, with its reason. Returns the encoded state.
+        """
+        state, outbox = cached.state, []
+        for _, event in items:
+            before = jsonutil.dumps(state)  # storable: it was committed, or checked just now
+            try:
+                router.apply(cached.playbook, state, event, now)
+                self._encode(state)
+            except Exception as exc:
+                error = _fault(exc)
+                log.warning("%s of %s fails the execution: %s", router.cause_of(event),
+                            state.execution_id, error["message"])
+                state = ExecutionState.from_dict(jsonutil.loads(before))
+                step = event.get("step")
+                router.abort(cached.playbook, state, router.cause_of(event),
+                             {**error, "event": event.get("event_type"),
+                              **({"step": step} if isinstance(step, str) else {})}, now)
+            outbox.extend(state.outbox)
+        state.outbox = outbox
+        cached.state = state
+        return self._encode(state)
+
+    def _encode(self, state: ExecutionState) -> bytes:
+        """The state as the bytes of its commit; raises Unstorable when JSON has no word for a
+        value in it or it is larger than a NATS message. Its outbox is inside it, so every
+        message it publishes fits too.
+        """
+        try:
+            data = jsonutil.dumps(state)
+        except (TypeError, ValueError) as exc:
+            raise Unstorable(_encoding_problem(exc), "value") from None
+        limit = self._state_limit()
+        if len(data) > limit:
+            raise Unstorable(f"the execution's state would be {len(data)} bytes, more than the "
+                             f"{limit} a NATS message may hold", "too_large")
+        return data
+
+    async def _refuse_unserved(self, state: ExecutionState, now: float) -> bool:
+        """Replace the outbox's commands for pools no worker serves with their steps' failures
+        (runtime/pools.py); whether there were any.
+        """
+        pools = {m.pool for m in state.outbox if m.kind == "command"}
+        if not pools:
+            return False
+        unknown = await self._pools.unknown(pools)
+        if not unknown:
+            return False
+        log.warning("execution %s addresses pools no worker serves: %s", state.execution_id,
+                    ", ".join(sorted(unknown)))
+        state.outbox = refuse_commands(state.outbox, unknown, self._pools.known, now)
+        return True
+
+    def _state_limit(self) -> int:
+        # The server's max_payload less room for headers; 1 MiB (NATS' default) when unknown.
+        max_payload = getattr(self.bus.nc, "max_payload", 0) or 1024 * 1024
+        return int(max_payload) - STATE_HEADROOM
 
     async def _load(self, execution_id: str) -> _Cached | None:
         cached = self._cache.get(execution_id)
@@ -397,6 +511,25 @@ def _stream_seq(msg: Msg) -> int | None:
         return int(msg.metadata.sequence.stream)
     except (AttributeError, TypeError, ValueError):  # not a JetStream message
         return None
+
+
+def _encoding_problem(exc: Exception) -> str:
+    """Why orjson refused a value, in the playbook author's words."""
+    text = str(exc)
+    if "64-bit" in text:
+        return f"{text}: an integer beyond 64 bits cannot be stored (store it as a string)"
+    if "ecursion" in text:
+        return f"{text}: a value nested more than 250 levels deep cannot be stored"
+    return f"a value cannot be stored as JSON: {text}"
+
+
+def _fault(exc: Exception) -> dict[str, Any]:
+    """The error an execution fails with when applying an event raised `exc`."""
+    if isinstance(exc, Unstorable):
+        return {"message": str(exc), "kind": exc.kind}
+    if isinstance(exc, TemplateError):
+        return {"message": str(exc), "kind": "template"}
+    return {"message": f"{type(exc).__name__}: {exc}", "kind": "internal"}
 
 
 def _short(exc: Exception) -> str:

@@ -128,6 +128,10 @@ class Worker:
             execution_id = str(command["execution_id"])
             step_run_id = str(command["step_run_id"])
             step = str(command["step"])
+            if not isinstance(command.get("context") or {}, dict):
+                # No redelivery can make it readable: every delivery would crash the same way.
+                raise TypeError("its context is a "
+                                f"{type(command['context']).__name__}, not a mapping")
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("poison command on %s dead-lettered: %s", msg.subject, exc)
             # Kept first: terminating removes it from the work queue.
@@ -212,8 +216,15 @@ class Worker:
             # A command we cannot read still belongs to a step: fail that step with the reason.
             outcome = PipelineResult(False, error={"message": f"malformed command: {exc}",
                                                    "kind": "command"})
+        except Exception as exc:
+            # Any other error fails the step with its reason: a handler that crashed would only
+            # see the command again after AckWait, and crash again.
+            log.exception("command %s of %s failed", step_run_id, execution_id)
+            outcome = PipelineResult(False, error={"message": f"{type(exc).__name__}: {exc}",
+                                                   "kind": "internal"})
         finally:
             heartbeat.cancel()
+        outcome = _storable(outcome)
         if iteration is None:
             etype = "step.done" if outcome.ok else "step.failed"
         else:
@@ -240,6 +251,20 @@ class Worker:
             await asyncio.sleep(self._ack_wait_s / 3)
             with contextlib.suppress(Exception):
                 await msg.in_progress()
+
+
+def _storable(outcome: PipelineResult) -> PipelineResult:
+    """The outcome, or a failure of its step when its result or ctx patch cannot be stored
+    (refused here, where it is produced, so the router never holds a value it cannot commit).
+    """
+    if not outcome.ok:
+        return outcome
+    for what, value in (("result", outcome.result), ("ctx patch", outcome.ctx_patch)):
+        problem = jsonutil.storable_problem(value)
+        if problem is not None:
+            return PipelineResult(False, error={"message": f"the step's {what} cannot be stored: "
+                                                           f"{problem}", "kind": "result"})
+    return outcome
 
 
 def _command_key(step_run_id: str, iteration: Any) -> str:
