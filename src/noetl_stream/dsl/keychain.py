@@ -95,6 +95,10 @@ def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> K
         ok = False
     kind = item.get("kind")
     label = f'keychain entry "{name}"' if isinstance(name, str) else "keychain entry"
+    if kind is not None and not isinstance(kind, str):
+        report.error(line_of(item, "kind") or line, f"{label} kind must be a word "
+                     f"({', '.join(KINDS)})", None, f"{where}.kind")
+        return None
     kind = ALIASES.get(str(kind), kind)
     if kind is None:
         report.error(line, f"{label} needs a kind ({', '.join(KINDS)})", None, f"{where}.kind")

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from noetl_stream import refs
+from noetl_stream import ids, refs
 from noetl_stream.dsl import layering, pycode, scripts, support, templating, transfer
 from noetl_stream.dsl.dialects.case import CaseIR, compile_case
 from noetl_stream.dsl.dialects.listeners import compile_listeners, eval_mode_of
@@ -200,6 +200,17 @@ class _Parser:
     # -- steps -----------------------------------------------------------------------------
     def parse_step(self, raw: Any, line: int | None,
                    workbook: dict[str, tuple[Any, int | None]]) -> Step | None:
+        try:
+            return self.parse_step_fields(raw, line, workbook)
+        except Exception as exc:
+            # A shape no check above foresaw is still an error of this step, never a traceback.
+            name = str(raw.get("step")) if isinstance(raw, dict) else None
+            self.error(line_of(raw) or line, f"this step cannot be read ({type(exc).__name__}: "
+                       f"{_one_line(str(exc))})", name)
+            return None
+
+    def parse_step_fields(self, raw: Any, line: int | None,
+                          workbook: dict[str, tuple[Any, int | None]]) -> Step | None:
         if not isinstance(raw, dict) or "step" not in raw:
             self.error(line, "each workflow entry needs a `step:` name", None, "step")
             return None
@@ -244,6 +255,11 @@ class _Parser:
         for fld in ("input", "args", "set", "vars"):
             self.check_templates(raw.get(fld), line_of(raw, fld), name, fld)
         pool = raw.get("pool")
+        if pool is not None and not (isinstance(pool, str) and ids.is_subject_token(pool)):
+            # The pool is a token of the command subject `<prefix>.commands.<pool>.<kind>`.
+            self.error(line_of(raw, "pool") or line, f"pool {pool!r} is not a pool name: a word "
+                       "without dots, spaces, `*` or `>`", name, "pool")
+            pool = None
         try:
             return Step(name=name, desc=_opt_str(raw.get("desc") or raw.get("description")),
                         line=line, args=args, admit=admit, loop=loop, tasks=tuple(tasks),
@@ -483,9 +499,10 @@ class _Parser:
                 rule = self.parse_rule(entry, raw_rules, index, step)
                 if rule is not None:
                     rules.append(rule)
-        set_ctx, set_iter, set_locals = split_set(plain(body.get("set") or {}))
-        set_ctx.update(plain(body.get("set_ctx") or {}))
-        set_iter.update(plain(body.get("set_iter") or {}))
+        set_ctx, set_iter, set_locals = split_set(self.mapping(body, "set", step,
+                                                               f"tool.{name}.set"))
+        set_ctx.update(self.mapping(body, "set_ctx", step, f"tool.{name}.set_ctx"))
+        set_iter.update(self.mapping(body, "set_iter", step, f"tool.{name}.set_iter"))
         if kind == "python" and not isinstance(config.get("code"), str) and "script" not in body \
                 and "code_b64" not in body:
             self.error(line, "python task needs `code:` (or `script:`)", step, "tool.code")
@@ -625,9 +642,10 @@ class _Parser:
         if then is None:
             return None
         self.unknown_keys(then, RULE_THEN_KEYS, step, "tool.spec.policy.then.")
-        set_ctx, set_iter, set_locals = split_set(plain(then.get("set") or {}))
-        set_ctx.update(plain(then.get("set_ctx") or {}))
-        set_iter.update(plain(then.get("set_iter") or {}))
+        fld = f"tool.spec.policy.rules[{index}].then"
+        set_ctx, set_iter, set_locals = split_set(self.mapping(then, "set", step, f"{fld}.set"))
+        set_ctx.update(self.mapping(then, "set_ctx", step, f"{fld}.set_ctx"))
+        set_iter.update(self.mapping(then, "set_iter", step, f"{fld}.set_iter"))
         attempts = then.get("attempts", then.get("max_attempts", 3))
         try:
             return Rule(when=when, do=then.get("do", "continue"), attempts=int(attempts),
@@ -677,9 +695,10 @@ class _Parser:
             self.error(line, "an arc needs `step:`", step, f"next.arcs[{index}]")
             return None
         self.unknown_keys(item, ARC_KEYS, step, "next.arcs.")
-        args = plain(item.get("args") or {})
-        args.update(plain(item.get("input") or {}))
-        set_ctx, _, set_locals = split_set(plain(item.get("set") or {}))
+        fld = f"next.arcs[{index}]"
+        args = self.mapping(item, "args", step, f"{fld}.args")
+        args.update(self.mapping(item, "input", step, f"{fld}.input"))
+        set_ctx, _, set_locals = split_set(self.mapping(item, "set", step, f"{fld}.set"))
         set_ctx.update(set_locals)  # an arc writes only ctx; unscoped keys are ctx keys
         when = item.get("when")
         self.check_templates([when, args, set_ctx], line, step, f"next.arcs[{index}]")
@@ -742,7 +761,13 @@ def parse_playbook(text: str, file: str = "<string>", *, kinds: Collection[str] 
         doc = load_yaml(own_text)
     except YamlSyntaxError as exc:
         raise PlaybookError([Issue(file, exc.line, str(exc))]) from None
-    playbook = parser.parse(doc)
+    try:
+        playbook = parser.parse(doc)
+    except Exception as exc:
+        # Outside any step (metadata, keychain, workbook, ...): still one error, never a traceback.
+        parser.error(1, f"the playbook cannot be read ({type(exc).__name__}: "
+                        f"{_one_line(str(exc))})")
+        playbook = None
     errors = [i for i in parser.issues if i.severity == "error"]
     if playbook is None or errors:
         raise PlaybookError(parser.issues)
@@ -754,7 +779,17 @@ def load_playbook(path: str | Path, *, kinds: Collection[str] = RUNNABLE_KINDS,
                   strict: bool = False) -> ParseResult:
     p = Path(path)
     try:
-        text = p.read_text()
+        data = p.read_bytes()
     except OSError as exc:
         raise PlaybookError([Issue(str(p), None, f"cannot read the file: {exc.strerror}")]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise PlaybookError([Issue(str(p), line, f"the file is not UTF-8 text (byte "
+                                                 f"0x{data[exc.start]:02x} cannot be read)")]) from None
     return parse_playbook(text, str(p), kinds=kinds, strict=strict, base_dir=p.parent)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300]

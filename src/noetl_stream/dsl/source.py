@@ -17,15 +17,80 @@ class YamlSyntaxError(ValueError):
         self.line = line
 
 
+MAX_NESTING = 100  # levels of mappings and lists a playbook may nest (aliases included)
+MAX_VALUES = 1_000_000  # values a playbook may hold once its aliases are expanded
+
+
 def load_yaml(text: str) -> Any:
+    """The document, with line numbers. Bounded: nesting deeper than MAX_NESTING or aliases that
+    expand to more than MAX_VALUES values ("billion laughs") are syntax errors, so nothing that
+    walks the document afterwards can recurse or loop without end.
+    """
     yaml = YAML(typ="rt")
     try:
-        return yaml.load(text)
+        doc = yaml.load(text)
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise YamlSyntaxError(f"YAML syntax error: {problem}", line) from exc
+    except RecursionError:
+        raise YamlSyntaxError(f"the document nests more than {MAX_NESTING} levels deep",
+                              _deep_line(text)) from None
+    except Exception as exc:  # ruamel's constructors raise plain errors on odd scalars
+        raise YamlSyntaxError(f"YAML cannot be read: {type(exc).__name__}: {exc}", None) from None
+    _check_bounds(doc)
+    return doc
+
+
+def _deep_line(text: str) -> int | None:
+    """The line where nesting first passes MAX_NESTING (ruamel's event parser does not recurse)."""
+    depth = 0
+    try:
+        for event in YAML(typ="rt").parse(text):
+            name = type(event).__name__
+            if name in ("MappingStartEvent", "SequenceStartEvent"):
+                depth += 1
+                if depth > MAX_NESTING:
+                    return int(event.start_mark.line) + 1
+            elif name in ("MappingEndEvent", "SequenceEndEvent"):
+                depth -= 1
+    except Exception:
+        return None
+    return None
+
+
+def _check_bounds(doc: Any) -> None:
+    """Nesting depth and expanded size, computed once per distinct node (an alias shares its
+    anchor's node), so measuring a billion laughs costs as little as reading it.
+    """
+    sizes: dict[int, tuple[int, int]] = {}  # id -> (values once expanded, nesting depth)
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(doc, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if not isinstance(node, (dict, list)) or (id(node) in sizes and not children_done):
+            continue
+        children = list(node.values()) if isinstance(node, dict) else list(node)
+        containers = [c for c in children if isinstance(c, (dict, list))]
+        if not children_done:
+            if id(node) in on_path:
+                raise YamlSyntaxError("an alias refers to a value that contains it", line_of(node))
+            on_path.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in containers)
+            continue
+        on_path.discard(id(node))
+        inner = [sizes[id(c)] for c in containers]
+        size = 1 + len(children) - len(containers) + sum(s for s, _ in inner)
+        depth = 1 + max((d for _, d in inner), default=0)
+        if depth > MAX_NESTING:
+            raise YamlSyntaxError(f"the document nests more than {MAX_NESTING} levels deep",
+                                  line_of(node))
+        if size > MAX_VALUES:
+            raise YamlSyntaxError(f"the document expands to more than {MAX_VALUES} values "
+                                  "(through YAML aliases?)", line_of(node))
+        sizes[id(node)] = (size, depth)
 
 
 def line_of(node: Any, key: Any = None) -> int | None:
