@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from noetl_stream.dsl import templating
+from noetl_stream.dsl.templating import render_string
 from noetl_stream.errors import TemplateError
 
 CONTEXT = {
@@ -139,3 +142,42 @@ def test_referenced_names_ignores_attributes_filters_and_literals() -> None:
 def test_template_strings_finds_nested_templates() -> None:
     value = {"a": ["x", "{{ y }}"], "b": {"c": "{% if z %}1{% endif %}"}}
     assert list(templating.template_strings(value)) == ["{{ y }}", "{% if z %}1{% endif %}"]
+
+
+# -- bounded work: a template cannot stall the process that renders it ----------------------
+
+@pytest.mark.parametrize(("template", "says"), [
+    ("{% for i in range(100000) %}{% for j in range(20000) %}x{% endfor %}{% endfor %}",
+     "loop iterations"),
+    ("{% set xs = range(100000)|list %}{% for a in xs %}{% for b in xs %}{% endfor %}{% endfor %}",
+     "loop iterations"),
+    ("{{ range(10**9)|list }}", "range() of 1000000000 items"),
+    ("{{ 'x' * 10**10 }}", "repeating"),
+    ("{{ [0] * 10**9 }}", "repeating"),
+    ("{{ 7 ** 100000 }}", "bits"),
+    ("{% for i in range(90000) %}{{ 'abcdefghij' * 5 }}{% endfor %}", "characters"),
+])
+def test_unbounded_work_is_a_template_error_naming_step_and_field(template: str, says: str) -> None:
+    started = time.perf_counter()
+    with pytest.raises(TemplateError) as caught:
+        render_string(template, {}, step="build", field="input.rows")
+    assert time.perf_counter() - started < 5
+    text = str(caught.value)
+    assert says in text and 'step "build"' in text and 'field "input.rows"' in text
+
+
+def test_work_within_the_bounds_renders() -> None:
+    assert render_string("{{ range(100000)|list|length }}", {}) == 100000
+    assert render_string("{{ 2 ** 64 }}", {}) == 2 ** 64
+    assert render_string("{% for i in range(3) %}{{ loop.index }}{% endfor %}", {}) == "123"
+
+
+def test_each_render_has_its_own_budget() -> None:
+    template = "{% for i in range(100000) %}{% for j in range(5) %}{% endfor %}{% endfor %}"
+    for _ in range(3):
+        assert render_string(template, {}) == ""
+
+
+def test_renders_are_deterministic() -> None:
+    values = {render_string("{{ range(100) | list | sum }}", {}) for _ in range(5)}
+    assert values == {4950}

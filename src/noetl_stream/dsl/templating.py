@@ -65,7 +65,12 @@ def _bounded_range(*args: int) -> range:
 
 
 def _bounded_iteration(iterable: Iterable[Any]) -> Iterator[Any]:
-    """What a `{% for %}` walks: its items, each one spent from the render's budget."""
+    """What a `{% for %}` walks: its items, each one spent from the render's budget (a range's
+    items were spent when it was made).
+    """
+    if isinstance(iterable, range):
+        yield from iterable
+        return
     for item in iterable:
         _spend(1)
         yield item

@@ -59,7 +59,8 @@ def build_context(*, workload: Mapping[str, Any], ctx: Mapping[str, Any],
 def pick_steps(names: Iterable[str], records: Mapping[str, Any]) -> dict[str, Any]:
     """The finished steps' results among `names` (the names a step's templates read)."""
     out: dict[str, Any] = {}
-    for name in names:
+    # Sorted: a set's order follows PYTHONHASHSEED, and this order reaches the command's bytes.
+    for name in sorted(names):
         rec = records.get(name)
         if rec is not None and rec.status in ("completed", "failed") and rec.runs:
             out[name] = step_view(rec.result, rec.http, rec.loop)

@@ -72,7 +72,7 @@ def _build(playbook: Playbook) -> NetGraph:
             else:
                 state[node] = 2
                 stack.pop()
-    preds: dict[str, list[str]] = {n: [] for n in names}
+    preds: dict[str, list[str]] = {n: [] for n in sorted(names)}
     for src, targets in succ.items():
         for dst in targets:
             if (src, dst) not in back and src not in preds[dst]:
