@@ -196,3 +196,18 @@ async def test_unreadable_command_is_dead_lettered_and_the_worker_keeps_serving(
     assert letter.execution_id is None
     assert "JSONDecodeError" in letter.detail
     await commands_left(bus)
+
+
+@pytest.mark.parametrize("context", [[1, 2], "ctx", 7])
+async def test_command_whose_context_is_not_a_mapping_is_dead_lettered_at_once(
+        bus: Bus, context: Any) -> None:
+    command = {"execution_id": "1", "step": "start", "step_run_id": "1.start.1",
+               "iteration": None, "tasks": [], "context": context}
+    async with run_services(bus, server=False, python_children=1):
+        await bus.js.publish("noetl.commands.default.python", json.dumps(command).encode(),
+                             headers={"Nats-Msg-Id": f"ctx-{type(context).__name__}"})
+        letter = await assert_eventually(lambda: one_dead_letter(bus), timeout_s=20)
+
+    assert (letter.reason, letter.deliveries) == (REASON_UNREADABLE, 1)
+    assert "not a mapping" in letter.detail and letter.execution_id == "1"
+    await commands_left(bus)
