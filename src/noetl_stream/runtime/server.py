@@ -38,7 +38,9 @@ from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.publish import publish_event, publish_outbox
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.signals import decode_event
+from noetl_stream.runtime.state_size import shrink
 from noetl_stream.runtime.vars_store import VarsStore
+from noetl_stream.state.results import ResultStore
 from noetl_stream.tools.registry import installed_kinds
 
 log = logging.getLogger("noetl_stream.server")
@@ -56,9 +58,10 @@ STATE_HEADROOM = 64 * 1024  # bytes of a NATS message kept for headers beside a 
 class Unstorable(Exception):
     """A state JSON cannot hold, or one larger than a NATS message; `kind` is the error kind."""
 
-    def __init__(self, message: str, kind: str) -> None:
+    def __init__(self, message: str, kind: str, size: int = 0) -> None:
         super().__init__(message)
         self.kind = kind
+        self.size = size  # bytes of the encoded state, for "too_large"
 
 
 @dataclass
@@ -84,6 +87,7 @@ class Server:
         self._kinds = installed_kinds()
         self._vars = VarsStore(bus.js)
         self._pools = KnownPools(bus)
+        self._results = ResultStore(bus.js)
 
     async def start(self) -> None:
         self._executions = await self.bus.js.key_value("noetl_executions")
@@ -330,7 +334,8 @@ class Server:
                 break
             vars_before = dict(cached.state.vars)
             now = self.clock()
-            data = self._apply_all(cached, items, now)
+            data = await self._encoded(cached.state) if self._apply_all(cached, items, now) \
+                else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
                 # the group again from the committed state, one event at a time, and fail the
@@ -340,7 +345,7 @@ class Server:
                 if cached is None:
                     break
                 vars_before = dict(cached.state.vars)
-                data = self._apply_until_fault(cached, items, now)
+                data = await self._apply_until_fault(cached, items, now)
             state = cached.state
             if await self._refuse_unserved(state, now):
                 data = self._encode(state)
@@ -374,9 +379,9 @@ class Server:
             await m.ack()
 
     def _apply_all(self, cached: _Cached, items: list[tuple[Msg, dict[str, Any]]],
-                   now: float) -> bytes | None:
-        """Apply the group to the cached state and encode it for the commit; None when an event
-        fails to apply or the state cannot be stored (the cached state is then half-applied).
+                   now: float) -> bool:
+        """Apply the group to the cached state; False when an event raised (the cached state is
+        then half-applied).
         """
         state, outbox = cached.state, []
         for _, event in items:
@@ -385,17 +390,36 @@ class Server:
             except Exception:
                 log.exception("applying %s to %s failed", event.get("event_type"),
                               state.execution_id)
-                return None
+                return False
             outbox.extend(state.outbox)
         state.outbox = outbox
+        return True
+
+    async def _encoded(self, state: ExecutionState) -> bytes | None:
+        """The state's commit, its largest values moved to the object store if it is too large
+        (runtime/state_size.py); None when it cannot be stored even so.
+        """
         try:
-            return self._encode(state)
+            return await self._encode_fitting(state)
         except Unstorable as exc:
             log.warning("state of %s cannot be stored: %s", state.execution_id, exc)
             return None
 
-    def _apply_until_fault(self, cached: _Cached, items: list[tuple[Msg, dict[str, Any]]],
-                           now: float) -> bytes:
+    async def _encode_fitting(self, state: ExecutionState) -> bytes:
+        try:
+            return self._encode(state)
+        except Unstorable as exc:
+            if exc.kind != "too_large":
+                raise
+            size = exc.size
+        limit = self._state_limit()
+        if not await shrink(state, self._results, size, limit // 2):
+            raise Unstorable(f"the execution's state would be {size} bytes, more than the "
+                             f"{limit} a NATS message may hold", "too_large", size)
+        return self._encode(state)
+
+    async def _apply_until_fault(self, cached: _Cached, items: list[tuple[Msg, dict[str, Any]]],
+                                 now: float) -> bytes:
         """Apply the group event by event; the first event that raises, or leaves a state that
         cannot be stored, fails the execution instead, with its reason. Returns the encoded state.
         """
@@ -404,7 +428,7 @@ class Server:
             before = jsonutil.dumps(state)  # storable: it was committed, or checked just now
             try:
                 router.apply(cached.playbook, state, event, now)
-                self._encode(state)
+                await self._encode_fitting(state)
             except Exception as exc:
                 error = _fault(exc)
                 log.warning("%s of %s fails the execution: %s", router.cause_of(event),
@@ -417,7 +441,7 @@ class Server:
             outbox.extend(state.outbox)
         state.outbox = outbox
         cached.state = state
-        return self._encode(state)
+        return await self._encode_fitting(state)
 
     def _encode(self, state: ExecutionState) -> bytes:
         """The state as the bytes of its commit; raises Unstorable when JSON has no word for a
@@ -431,7 +455,7 @@ class Server:
         limit = self._state_limit()
         if len(data) > limit:
             raise Unstorable(f"the execution's state would be {len(data)} bytes, more than the "
-                             f"{limit} a NATS message may hold", "too_large")
+                             f"{limit} a NATS message may hold", "too_large", len(data))
         return data
 
     async def _refuse_unserved(self, state: ExecutionState, now: float) -> bool:

@@ -100,7 +100,11 @@ class ResultStore:
         """`value` with every JSON reference inside it replaced by the value it points at."""
         if isinstance(value, dict):
             if refs.is_json_ref(value):
-                return jsonutil.loads(await self.fetch(value[refs.REF_KEY]))
+                data = await self.fetch(value[refs.REF_KEY])
+                # A stored value may hold references itself (a loop's results, moved out of a
+                # state that grew too large, runtime/state_size.py).
+                loaded = jsonutil.loads(data)
+                return await self.resolve(loaded) if holds_ref(data) else loaded
             if refs.ref_of(value) is not None:
                 return value  # binary: stays a reference
             return {k: await self.resolve(v) for k, v in value.items()}
