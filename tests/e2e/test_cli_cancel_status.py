@@ -71,7 +71,7 @@ async def test_status_explains_the_wait_and_cancel_stops_the_execution(
 
         human = await run_cli("status", "cli1", *url)
         assert "execution cli1: running" in human.stdout
-        assert "step slow (run 1): waits for the outcome of its command" in human.stdout
+        assert 'step slow (run 1): waits for the outcome of its command in pool "default"' in human.stdout
         assert "deadline" in human.stdout
 
         cancelled = await run_cli("cancel", "cli1", "--reason", "no longer needed", "--wait",

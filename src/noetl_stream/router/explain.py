@@ -56,13 +56,15 @@ def _run(run: Run, playbook: Playbook | None, now: float) -> dict[str, Any]:
         entry["waits_for"] = "an event a listen rule accepts (signal or timer)"
         entry["listen"] = [rule.when for rule in step.listen if rule.when]
         return entry
+    # The pool its commands went to: a pool no worker serves is where a step would wait.
+    entry["pool"] = (step.pool if step is not None else None) or "default"
     if run.loop is None:
-        entry["waits_for"] = "the outcome of its command"
+        entry["waits_for"] = f'the outcome of its command in pool "{entry["pool"]}"'
         entry["deadline"] = run.deadline
         entry["overdue"] = run.deadline is not None and now > run.deadline
         return entry
     loop = run.loop
-    entry["waits_for"] = "loop iterations"
+    entry["waits_for"] = f'loop iterations in pool "{entry["pool"]}"'
     entry["iterations"] = {
         "total": None if loop.mode == "cursor" else len(loop.items), "done": loop.done,
         "next": loop.next_index,
