@@ -30,7 +30,7 @@ class _Router:
         self.s = state
         self.now = now
         self.graph = graph_of(playbook)
-        self.names = {st.name for st in playbook.steps}
+        self.names = playbook.step_index  # membership only: steps by name, built once
         self.case_matched: list[str] = []  # spec 001: branches the current outcome found true
 
     # -- messages --------------------------------------------------------------------------
