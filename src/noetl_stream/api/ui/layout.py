@@ -18,7 +18,7 @@ from itertools import pairwise
 
 NODE_W = 168.0
 NODE_H = 56.0
-LAYER_GAP = 96.0  # horizontal space between columns, where arcs and their labels go
+LAYER_GAP = 150.0  # horizontal space between columns, where arcs and their guards go
 ROW_GAP = 36.0
 MARGIN = 24.0
 SWEEPS = 8

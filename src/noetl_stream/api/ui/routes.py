@@ -36,7 +36,7 @@ def _static(name: str) -> str:
 
 
 @cache
-def _asset_names() -> frozenset[str]:
+def asset_names() -> frozenset[str]:
     folder = resources.files("noetl_stream.api.ui") / "static"
     return frozenset(p.name for p in folder.iterdir() if p.name.endswith(tuple(ASSET_TYPES)))
 
@@ -70,7 +70,7 @@ async def login_page(request: web.Request) -> web.StreamResponse:
 
 async def asset(request: web.Request) -> web.StreamResponse:
     name = request.match_info["name"]
-    if name not in _asset_names():
+    if name not in asset_names():
         raise not_found(f'UI asset "{name}"')
     kind = ASSET_TYPES["." + name.rsplit(".", 1)[-1]]
     return web.Response(text=_static(name), content_type=kind, charset="utf-8",

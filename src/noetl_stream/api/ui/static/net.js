@@ -4,7 +4,7 @@
 
 const NET = (() => {
   const SVG = "http://www.w3.org/2000/svg";
-  const GUARD_LIMIT = 40;
+  const GUARD_LIMIT = 26; // characters of a guard drawn on its arc; the whole guard is its tooltip
 
   function svg(tag, attrs, ...children) {
     const node = document.createElementNS(SVG, tag);
