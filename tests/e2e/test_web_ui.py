@@ -29,6 +29,7 @@ pytestmark = pytest.mark.e2e
 CLI = str(Path(sys.executable).parent / "noetl-stream")
 CHROMIUM = Path("/usr/bin/chromium")
 PLAYBOOKS = Path(__file__).with_name("playbooks") / "ui"
+APPROVAL = Path(__file__).resolve().parents[2] / "playbooks" / "examples" / "approval.yaml"
 PASSWORD = "a-long-password"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -98,8 +99,8 @@ async def stack(nats_server: NatsServer) -> AsyncIterator[Stack]:
                     raise AssertionError("not listening yet") from exc
 
             token = await assert_eventually(login, timeout_s=30, interval_s=0.1)
-            for name in ("steps", "fails", "waits"):
-                text = (PLAYBOOKS / f"{name}.yaml").read_text()
+            for file in [PLAYBOOKS / f"{n}.yaml" for n in ("steps", "fails", "waits")] + [APPROVAL]:
+                text = file.read_text()
                 async with http.post(base + "/api/catalog", json={"content": text},
                                      headers={"Authorization": f"Bearer {token}"}) as resp:
                     assert resp.status == 201, await resp.text()
@@ -205,10 +206,27 @@ async def test_the_ui_shows_executions_live_and_acts_on_them(stack: Stack, brows
     await expect(page.locator("#outcome")).to_contain_text("cancelled in the web UI by ada")
     await expect(viewer.locator("#exec-status")).to_have_text("cancelled")  # live there too
 
-    # The list: all three with their statuses, and a filter that keeps only the failed one.
+    # A listener waits for a signal; the signal form sends it and the execution goes on.
+    await page.goto(f"{stack.base}/catalog?path=examples/approval")
+    await expect(page.locator('#net g.node[data-step="wait_for_approval"]')).to_have_count(1)
+    await page.click("#run-submit")
+    await expect(page).to_have_url(re.compile(r"/executions/\d+$"))
+    approval_id = page.url.rsplit("/", 1)[1]
+    await page.wait_for_selector(node(page, "wait_for_approval", "running"))
+    await expect(page.locator("#waiting")).to_contain_text("signal.approve")
+    await page.fill("#signal-name", "approve")
+    await page.fill("#signal-data", '{"user": "ada"}')
+    await page.click('#signal-form button[type="submit"]')
+    await expect(page.locator("#exec-message")).to_contain_text("signal approve sent")
+    await page.wait_for_selector(node(page, "ship", "completed"))
+    await expect(page.locator("#exec-status")).to_have_text("completed")
+    await expect(page.locator('#timeline tr[data-type="signal.approve"]')).to_have_count(1)
+
+    # The list: all four with their statuses, and a filter that keeps only the failed one.
     await page.goto(stack.base + "/")
     rows = page.locator("#executions tbody tr")
-    await expect(rows).to_have_count(3)
+    await expect(rows).to_have_count(4)
+    await expect(page.locator(f'tr[data-id="{approval_id}"] .status')).to_have_text("completed")
     await expect(page.locator(f'tr[data-id="{failed_id}"] .status')).to_have_text("failed")
     await expect(page.locator(f'tr[data-id="{waiting_id}"] .status')).to_have_text("cancelled")
     await page.select_option("#filter-status", "failed")

@@ -112,3 +112,15 @@ async def test_net_and_explain_answer_from_the_execution(api: Api) -> None:
         status, body = await api.call("GET", f"/api/executions/{execution_id}/{route}", token="nsk_x")
         assert status == 401
 
+
+
+async def test_a_registered_playbook_is_drawn_before_it_runs(api: Api) -> None:
+    status, registered = await api.call("POST", "/api/catalog", json={"content": BRANCHES})
+    assert status == 201, registered
+    status, net = await api.call("GET", f"/api/playbooks/{registered['playbook_id']}/net")
+    assert status == 200, net
+    assert net["path"] == "tests/ui/branches"
+    assert [n["name"] for n in net["nodes"]] == ["start", "left", "right", "both"]
+    for missing in ("pb_" + "0" * 32, "not-a-key"):
+        status, body = await api.call("GET", f"/api/playbooks/{missing}/net")
+        assert status == 404, body

@@ -1,7 +1,8 @@
-"""What an execution's playbook looks like as a net, and what the execution waits for now.
+"""What a playbook looks like as a net (a running execution's, or a registered one before it
+runs), and what an execution waits for now.
 
-Both read the committed router state and the playbook text it names; the UI draws the first and
-shows the second beside the live marking.
+An execution's routes read its committed router state and the playbook text it names; the UI
+draws the net and shows the report beside the live marking.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from aiohttp import web
 
 from noetl_stream.api.context import api_context
 from noetl_stream.api.endpoints import Endpoint, json_response
+from noetl_stream.api.errors import not_found
 from noetl_stream.api.playbook_lookup import state_and_playbook
+from noetl_stream.api.routes_catalog import PLAYBOOK_ID, parse, read_text
 from noetl_stream.api.ui.net import NetView, net_of
 from noetl_stream.router.explain import explain
 
@@ -21,6 +24,15 @@ from noetl_stream.router.explain import explain
 async def execution_net(request: web.Request) -> web.StreamResponse:
     _, playbook = await state_and_playbook(api_context(request), request.match_info["execution_id"])
     return json_response(net_of(playbook))
+
+
+async def playbook_net(request: web.Request) -> web.StreamResponse:
+    ctx = api_context(request)
+    playbook_id = request.match_info["playbook_id"]
+    text = await read_text(ctx, playbook_id) if PLAYBOOK_ID.fullmatch(playbook_id) else None
+    if text is None:
+        raise not_found(f'playbook_id "{playbook_id}"')
+    return json_response(net_of(parse(ctx, text)[0]))
 
 
 async def explain_execution(request: web.Request) -> web.StreamResponse:
@@ -34,6 +46,9 @@ ENDPOINTS = [
     Endpoint("GET", "/api/executions/{execution_id}/net", execution_net, "The execution's "
              "playbook as a net: steps, arcs with guards, joins, and a layered layout to draw",
              "read", "executions", response=NetView, errors=(404, 409, 422)),
+    Endpoint("GET", "/api/playbooks/{playbook_id}/net", playbook_net, "A registered playbook "
+             "(by its content key, the catalog's playbook_id) as a net, laid out to draw", "read",
+             "catalog", response=NetView, errors=(404, 422)),
     Endpoint("GET", "/api/executions/{execution_id}/explain", explain_execution, "What the "
              "execution waits for (the report of `noetl-stream status --json`)", "read",
              "executions", errors=(404, 409, 422)),

@@ -14,6 +14,7 @@
       $("playbook-title").textContent = playbook.path;
       $("playbook-facts").textContent = `${playbook.name} · version ${playbook.version || "–"} · ${playbook.playbook_id}`;
       $("playbook-source").textContent = playbook.content;
+      NET.draw($("net"), await api("GET", `/api/playbooks/${playbook.playbook_id}/net`), () => {});
       for (const li of document.querySelectorAll("#catalog-paths li")) {
         li.classList.toggle("here", li.dataset.path === path);
       }

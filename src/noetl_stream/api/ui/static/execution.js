@@ -22,6 +22,9 @@
   let selected = null;
   let firstTs = null;
   let refreshTimer = null;
+  let shownStep = null;
+  let shownOutcome = null;
+  const TIMELINE_ROWS = 1000; // the newest rows kept on the page; the step panel lists the rest
   const events = [];
   const eventStatus = new Map();
   const loopProgress = new Map();
@@ -139,6 +142,12 @@
 
   function renderStep() {
     const box = $("step-detail");
+    // Redraw only when something shown changed, so an error the user opened stays open.
+    const mineCount = selected ? events.filter((e) => e.event.step === selected).length : 0;
+    const shown = JSON.stringify([selected, selected && (detail.steps || {})[selected],
+      stepStatus(selected), loopProgress.get(selected), mineCount]);
+    if (shown === shownStep) return;
+    shownStep = shown;
     $("step-name").textContent = selected || "";
     box.textContent = "";
     if (!selected) {
@@ -160,7 +169,9 @@
     const captured = mine.filter((e) => OUTCOMES.has(e.type)).flatMap((e) => capturedOutput(e.event));
     if (captured.length) box.append(el("h3", {}, "Output"), captured);
     if (mine.length) {
-      box.append(el("h3", {}, "Events"), el("ul", { class: "step-events" }, mine.map((e) =>
+      const recent = mine.slice(-200);
+      box.append(el("h3", {}, mine.length > recent.length ? `Events (the last ${recent.length} of ${mine.length})` : "Events"),
+        el("ul", { class: "step-events" }, recent.map((e) =>
         el("li", {}, `+${offset(e.event)} ${e.type}`,
           e.event.iteration !== null && e.event.iteration !== undefined ? ` #${e.event.iteration}` : "",
           e.event.duration_ms !== undefined ? ` (${duration(e.event.duration_ms)})` : ""))));
@@ -170,6 +181,8 @@
   function renderOutcome() {
     const card = $("outcome-card");
     if (!terminal() || detail.status === "rejected") { card.hidden = true; return; }
+    if (shownOutcome === detail.status) return;
+    shownOutcome = detail.status;
     card.hidden = false;
     const box = $("outcome");
     box.textContent = "";
@@ -219,8 +232,11 @@
       el("td", { class: "num" }, offset(e)), el("td", {}, frame.type),
       el("td", {}, e.step ? el("a", { href: "#", onclick: (ev) => { ev.preventDefault(); select(e.step); } }, e.step) : ""),
       el("td", {}, describe(frame.type, e)));
-    $("timeline").tBodies[0].append(row);
-    $("event-count").textContent = `(${events.length})`;
+    const body = $("timeline").tBodies[0];
+    body.append(row);
+    if (body.rows.length > TIMELINE_ROWS) body.rows[0].remove();
+    $("event-count").textContent = events.length > TIMELINE_ROWS
+      ? `(${events.length}, the last ${TIMELINE_ROWS} shown)` : `(${events.length})`;
     renderMarking();
     scheduleRefresh();
   }
