@@ -136,6 +136,8 @@ async def log_in(browser: Browser, base: str, user: str, then: str = "/") -> Pag
     await page.click("#login-submit")
     await expect(page).to_have_url(base + then, timeout=WAIT_MS)
     await expect(page.locator("#who")).to_contain_text(user)
+    # From here on nothing may fail: no script error, no refused request, no blocked resource.
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     page.set_default_timeout(WAIT_MS)
     setattr(page, "script_errors", errors)  # noqa: B010 - read back by the test
     return page

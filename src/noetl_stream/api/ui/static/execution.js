@@ -273,8 +273,12 @@
       const feed = NS.followEvents(id, onEvent);
       window.addEventListener("beforeunload", () => feed.stop(), { once: true });
       await feed.finished;
-      await refresh();
-      if (terminal()) return;
+      try {
+        await refresh();
+        if (terminal()) return;
+      } catch (err) {
+        message(err); // the server is away; try again in a moment
+      }
       await new Promise((r) => setTimeout(r, 1000));
       events.length = 0;
       eventStatus.clear();
