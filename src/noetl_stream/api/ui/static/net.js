@@ -4,6 +4,7 @@
 
 const NET = (() => {
   const SVG = "http://www.w3.org/2000/svg";
+  const MIN_SCALE = 0.6;
   const GUARD_LIMIT = 26; // characters of a guard drawn on its arc; the whole guard is its tooltip
 
   function svg(tag, attrs, ...children) {
@@ -70,8 +71,11 @@ const NET = (() => {
     const depth = 56;
     const height = net.height + (backs ? depth + 24 : 0) + 30;
     root.setAttribute("viewBox", `0 -30 ${net.width} ${height}`);
-    root.setAttribute("width", net.width);
-    root.setAttribute("height", height);
+    // Shrink a wide net to fit its box while its text stays readable; past that, it scrolls.
+    const room = root.parentElement ? root.parentElement.clientWidth : 0;
+    const scale = room > 0 && net.width > room ? Math.max(room / net.width, MIN_SCALE) : 1;
+    root.setAttribute("width", Math.floor(net.width * scale));
+    root.setAttribute("height", Math.floor(height * scale));
     root.append(svg("defs", {},
       svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7,
         markerHeight: 7, orient: "auto-start-reverse" }, svg("path", { d: "M 0 0 L 10 5 L 0 10 z" }))));
