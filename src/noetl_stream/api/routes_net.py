@@ -15,8 +15,8 @@ from aiohttp import web
 from noetl_stream.api.context import api_context
 from noetl_stream.api.endpoints import Endpoint, json_response
 from noetl_stream.api.errors import not_found
-from noetl_stream.api.playbook_lookup import state_and_playbook
-from noetl_stream.api.routes_catalog import PLAYBOOK_ID, parse, read_text
+from noetl_stream.api.playbook_lookup import playbook_by_key, state_and_playbook
+from noetl_stream.api.routes_catalog import PLAYBOOK_ID
 from noetl_stream.api.ui.net import NetView, net_of
 from noetl_stream.router.explain import explain
 
@@ -29,10 +29,11 @@ async def execution_net(request: web.Request) -> web.StreamResponse:
 async def playbook_net(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
     playbook_id = request.match_info["playbook_id"]
-    text = await read_text(ctx, playbook_id) if PLAYBOOK_ID.fullmatch(playbook_id) else None
-    if text is None:
+    # A text the installed kinds do not read raises PlaybookError: a 422 with every issue.
+    playbook = await playbook_by_key(ctx, playbook_id) if PLAYBOOK_ID.fullmatch(playbook_id) else None
+    if playbook is None:
         raise not_found(f'playbook_id "{playbook_id}"')
-    return json_response(net_of(parse(ctx, text)[0]))
+    return json_response(net_of(playbook))
 
 
 async def explain_execution(request: web.Request) -> web.StreamResponse:
