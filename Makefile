@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: install demo test test-unit lint format bench chaos schemas conformance clean
+.PHONY: install browser demo test test-unit lint format bench chaos schemas conformance clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +18,18 @@ install: $(STAMP)
 demo: $(STAMP)  ## run the example playbook on the embedded NATS, with live progress
 	$(BIN)/noetl-stream run playbooks/examples/hello.yaml --set name=NATS
 
-test: $(STAMP)  ## the whole suite: unit, integration (real nats-server), e2e (the CLI)
+test: $(STAMP) browser  ## the whole suite: unit, integration (real nats-server), e2e (the CLI, the web UI)
 	$(BIN)/pytest -q
+
+browser:  ## Debian's chromium for the web UI test (installed with apt-get when missing and root)
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's chromium for the web UI test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "the web UI test needs $(CHROMIUM): run 'sudo apt-get install -y chromium'" >&2; exit 1; \
+	  fi; \
+	fi
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

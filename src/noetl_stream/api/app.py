@@ -22,6 +22,7 @@ from noetl_stream.api.context import CONTEXT, ApiContext
 from noetl_stream.api.errors import error_middleware
 from noetl_stream.api.metrics import Metrics
 from noetl_stream.api.routes import all_endpoints
+from noetl_stream.api.ui.routes import ui_endpoints
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import CredentialStore
@@ -95,7 +96,7 @@ async def create_app(bus: Bus, *, auth: Authenticator | None, cors_origin: str |
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[CONTEXT] = ctx
     table: dict[object, Any] = {}
-    for ep in all_endpoints():
+    for ep in [*all_endpoints(), *ui_endpoints()]:
         route = app.router.add_route(ep.method, ep.route_path or ep.path, ep.handler)
         table[route] = ep
     app[ENDPOINTS] = table

@@ -117,6 +117,8 @@ class ExecutionItem(_Out):
     playbook_name: str | None
     started_at: datetime | None
     parent_execution_id: str | None
+    ended_at: datetime | None = Field(None, description="When it completed, failed or was "
+                                      "cancelled; none while it runs")
 
 
 class ExecutionList(_Out):

@@ -148,15 +148,23 @@ def _load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
               help="Treat unknown keys and fields without effect as errors.")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Give up waiting after SECONDS.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
+@click.option("--ui", "ui", is_flag=True, help="Serve the web UI and API on a local port and print "
+              "the execution page's URL; after the end the page stays up until Ctrl-C.")
+@click.option("--ui-address", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
+              help="Where --ui listens (port 0: any free port).")
 def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | None, token: str | None,
         payload: str | None, sets: tuple[str, ...], as_json: bool, strict: bool,
-        timeout_s: float | None, quiet: bool) -> None:
+        timeout_s: float | None, quiet: bool, ui: bool, ui_address: str) -> None:
     """Run PLAYBOOK and wait for its result, showing live progress on stderr.
 
     Without --nats-url this starts an embedded nats-server, a server and a worker in this process:
     the same code path as the distributed deployment. With --server it runs on that server,
     sent and followed over its HTTP API.
     """
+    if ui and server_url is not None:
+        fail(EXIT_REJECTED, "--ui serves a local run; a server started with --http serves the UI "
+                            f"itself at {server_url.rstrip('/')}/")
+    ui_at = _http_address(ui_address) if ui else None
     from noetl_stream.cli.progress import ProgressPrinter
     from noetl_stream.cli.remote import RemoteError
     from noetl_stream.cli.remote_cmds import refuse_file_children, run_remote
@@ -182,12 +190,23 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
         announce = None if quiet else _announce
         async with open_stack(nats_url, prefix=prefix, on_embedded=announce) as stack:
             services = run_services(stack.bus) if embedded else contextlib.nullcontext()
-            async with services:
+            async with services, _run_ui(stack.bus, ui_at, embedded=embedded) as ui_url:
                 if any(f.links for f in files):  # children named by file travel via the catalog
                     await register_files(stack.bus.js, files)
+
+                def started(execution_id: str) -> None:
+                    if ui_url is not None:
+                        click.echo(f"execution page: {ui_url}/executions/{execution_id}", err=True)
+
                 final = await submit_and_watch(stack.bus, playbook_text=text,
                                                playbook_file=str(playbook), payload=data,
-                                               on_event=on_event, timeout_s=timeout_s)
+                                               on_event=on_event, on_started=started,
+                                               timeout_s=timeout_s)
+                if ui_url is not None:
+                    click.echo(f"execution {final.get('execution_id')} "
+                               f"{final.get('status') or final.get('event_type')}; the UI stays "
+                               f"at {ui_url}/ until Ctrl-C", err=True)
+                    await _serve_forever(asyncio.Event())
                 # Large results arrive as references to the object store; show their values.
                 resolved: dict[str, Any] = await ResultStore(stack.bus.js).resolve(final)
                 return resolved
@@ -214,6 +233,22 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
         # or cancelled execution has no result to pipe: stdout stays empty, the exit code says.
         _write_stdout(orjson.dumps(summary.get("result"), option=orjson.OPT_INDENT_2, default=str))
     sys.exit(EXIT_OK if completed else EXIT_FAILED)
+
+
+@contextlib.asynccontextmanager
+async def _run_ui(bus: Any, address: tuple[str, int] | None, *,
+                  embedded: bool) -> AsyncIterator[str | None]:
+    """The API and UI of `run --ui`, or nothing. On the embedded stack nobody else shares the
+    bus and its nats-server already answers anyone on this machine without a password, so the
+    API asks for none either; on a shared bus (--nats-url) users log in as on `server --http`.
+    """
+    if address is None:
+        yield None
+        return
+    from noetl_stream.api import serve
+
+    async with serve(bus, host=address[0], port=address[1], auth=not embedded) as url:
+        yield url
 
 
 @main.command()

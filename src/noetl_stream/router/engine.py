@@ -401,6 +401,8 @@ class _Router:
                 return
             if self.s.status == "running":
                 self.s.status = "completed"
+        if self.s.ended_at is None:
+            self.s.ended_at = self.now
         etype = f"execution.{self.s.status}"
         self.emit(etype, ids.event_msg_id(self.s.execution_id, etype), **self.s.summary())
         # A failure elsewhere ends the execution while these runs still wait on children that
