@@ -204,6 +204,9 @@ class Server:
             entry = await self._executions.get(execution_id)
             state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
             revision = int(entry.revision or 0)
+            if not _same_request(state, key, workload, request):
+                await self._refuse_conflict(msg, execution_id, request.reply_to)
+                return
         self._remember(execution_id, _Cached(state, revision, playbook))
         # Before the child's first command: its end can then never reach the parent's log
         # ahead of its start, so the parent's router hears of it while its step still waits.
@@ -211,6 +214,18 @@ class Server:
         await publish_outbox(self.bus, state.outbox)
         await self._reply(request.reply_to, execution_id, [])
         await msg.ack_sync()
+
+    async def _refuse_conflict(self, msg: Msg, execution_id: str, reply_to: str | None) -> None:
+        """The id belongs to an execution started by another request: answer so, leave that
+        execution alone (no event in its log), and drop the request.
+        """
+        log.warning("execution request for %s conflicts with the one that started it", execution_id)
+        if reply_to:
+            reply = RequestReply(accepted=False, execution_id=execution_id, conflict=True, errors=[
+                f"execution {execution_id} exists, started by another request (a different "
+                "playbook or payload); nothing was started"])
+            await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
+        await msg.term()
 
     async def _publish_child_started(self, request: ExecutionRequest,
                                      state: ExecutionState) -> None:
@@ -386,6 +401,16 @@ def _reply_address(raw: Any) -> tuple[str | None, str | None]:
     usable_id = execution_id if isinstance(execution_id, str) and ids.is_subject_token(execution_id) \
         else None
     return usable_id, reply_to if isinstance(reply_to, str) and reply_to else None
+
+
+def _same_request(state: ExecutionState, playbook_key: str, workload: dict[str, Any],
+                  request: ExecutionRequest) -> bool:
+    """Whether `request` is the one that started `state` again: same playbook text, same
+    workload after the payload merge, same parent. Compared as JSON, as the state stores them.
+    """
+    return (state.playbook_key == playbook_key
+            and state.workload == jsonutil.loads(jsonutil.dumps(workload))
+            and state.parent_execution_id == request.parent_execution_id)
 
 
 def _stream_seq(msg: Msg) -> int | None:
