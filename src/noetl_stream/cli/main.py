@@ -36,6 +36,7 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.cli.credential import credential
 from noetl_stream.cli.dlq_cmd import dlq
+from noetl_stream.cli.executions_cmd import executions
 from noetl_stream.cli.loading import load_reporting
 from noetl_stream.cli.signal_cmd import send_signal
 from noetl_stream.cli.status_cmd import status
@@ -532,3 +533,4 @@ main.add_command(apikey)
 main.add_command(cancel)
 main.add_command(status)
 main.add_command(dlq)
+main.add_command(executions)

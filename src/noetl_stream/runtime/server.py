@@ -23,7 +23,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
-from noetl_stream import ids, jsonutil, router
+from noetl_stream import config, ids, jsonutil, router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
@@ -36,6 +36,7 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.fetching import fetch_batch
 from noetl_stream.runtime.publish import publish_event, publish_outbox
+from noetl_stream.runtime.retention import state_ttl_supported, write_finished_state
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.tools.registry import installed_kinds
@@ -69,10 +70,14 @@ class Server:
         # Plugin kinds installed here are valid words too; read once, without loading plugin code.
         self._kinds = installed_kinds()
         self._vars = VarsStore(bus.js)
+        # A finished state is written with this per-key TTL (runtime/retention.py).
+        self._retention_s = config.retention_s()
+        self._state_ttl = False
 
     async def start(self) -> None:
         self._executions = await self.bus.js.key_value("noetl_executions")
         self._catalog = await self.bus.js.key_value("noetl_catalog")
+        self._state_ttl = await state_ttl_supported(self.bus)
         topo = self.bus.topology
         req = topo.consumer("noetl-server-requests")
         ev = topo.consumer("noetl-server-router")
@@ -311,8 +316,7 @@ class Server:
                 continue
             state.outbox = outbox
             try:
-                cached.revision = await self._executions.update(
-                    execution_id, jsonutil.dumps(state), last=cached.revision)
+                cached.revision = await self._commit(execution_id, state, cached.revision)
             except KeyWrongLastSequenceError:
                 self._cache.pop(execution_id, None)  # someone else moved it: reload and re-apply
                 log.debug("revision conflict on %s; reloading", execution_id)
@@ -338,6 +342,16 @@ class Server:
         # every ack would only cost throughput.
         for m, _ in items:
             await m.ack()
+
+    async def _commit(self, execution_id: str, state: ExecutionState, last: int) -> int:
+        """Revision-checked write of the state; a finished one carries the retention as its TTL."""
+        assert self._executions is not None
+        data = jsonutil.dumps(state)
+        if state.status != "running" and self._state_ttl:
+            return await write_finished_state(self.bus, execution_id, data, last=last,
+                                              ttl_s=self._retention_s)
+        revision: int = await self._executions.update(execution_id, data, last=last)
+        return revision
 
     async def _load(self, execution_id: str) -> _Cached | None:
         cached = self._cache.get(execution_id)

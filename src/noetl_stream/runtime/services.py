@@ -16,6 +16,7 @@ from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
 from noetl_stream.runtime.provision import provision_patiently
 from noetl_stream.runtime.request_rpc import RequestResponder
+from noetl_stream.runtime.retention import RetentionSweeper
 from noetl_stream.runtime.server import Server
 from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.runtime.worker import Worker
@@ -78,6 +79,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     """Run a server and/or a worker on `bus` for the duration of the block."""
     srv = Server(bus) if server else None
     responder = RequestResponder(bus) if server else None
+    sweeper = RetentionSweeper(bus) if server else None
     dead_letters = DeadLetters(bus) if server else None
     home = config.home_dir()
     box = SecretBox.from_env(home)
@@ -96,12 +98,16 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
             await dead_letters.start()
         if responder is not None:
             await responder.start()
+        if sweeper is not None:
+            await sweeper.start()
         if wrk is not None:
             await wrk.start()
         yield
     finally:
         if wrk is not None:
             await wrk.stop()
+        if sweeper is not None:
+            await sweeper.stop()
         if responder is not None:
             await responder.stop()
         if dead_letters is not None:
