@@ -21,6 +21,7 @@ import click
 import orjson
 
 from noetl_stream import __version__, config, jsonutil
+from noetl_stream.cli.backup_cmd import backup, restore
 from noetl_stream.cli.cancel_cmd import cancel
 from noetl_stream.cli.catalog_cmd import register
 from noetl_stream.cli.common import (
@@ -534,3 +535,5 @@ main.add_command(cancel)
 main.add_command(status)
 main.add_command(dlq)
 main.add_command(executions)
+main.add_command(backup)
+main.add_command(restore)
