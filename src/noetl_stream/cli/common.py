@@ -11,7 +11,8 @@ import click
 
 from noetl_stream import config
 
-# 0 completed, 1 failed or cancelled, 2 rejected input (nothing runs), 3 infrastructure error.
+# 0 completed, 1 failed or cancelled, 2 rejected input or usage error (nothing runs),
+# 3 infrastructure error; `run` interrupted with Ctrl-C exits 130 (cli/main.py).
 EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
 
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """`noetl-stream`: click commands with no logic of their own; they call runtime/ and dsl/.
 
-Exit codes (the conformance contract): 0 completed, 1 failed or cancelled, 2 rejected input,
-3 infrastructure error.
+Exit codes (the conformance contract): 0 completed, 1 failed or cancelled, 2 rejected input or
+usage error, 3 infrastructure error; 130 when Ctrl-C stops `run` waiting (the execution goes on).
 """
 
 from __future__ import annotations
