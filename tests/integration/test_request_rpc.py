@@ -85,3 +85,30 @@ async def test_a_conflicting_request_on_the_stream_is_answered_on_reply_to(
         await nc.close()
     assert [(a["accepted"], a["conflict"]) for a in answers] == [(True, False), (True, False),
                                                                  (False, True)]
+
+
+WAITS = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: waits-rpc}
+workflow:
+  - step: start
+    eval_mode: on_event
+    case:
+      - when: "{{ event.name == 'signal.go' }}"
+        then: {next: [end]}
+"""
+
+
+async def test_rpc_cancel_answers_with_the_servers_verdict(nats_server: NatsServer) -> None:
+    nc = await nats.connect(nats_server.url)
+    try:
+        started = await ask(nc, "noetl.rpc.execute", {"execution_id": "rpc2", "playbook": WAITS})
+        assert started["accepted"] is True
+        cancelled = await ask(nc, "noetl.rpc.cancel", {"execution_id": "rpc2", "reason": "test"})
+        assert cancelled == {"accepted": True, "execution_id": "rpc2", "errors": [],
+                             "conflict": False}
+        unknown = await ask(nc, "noetl.rpc.cancel", {"execution_id": "nosuch"})
+        assert unknown["accepted"] is False and "no execution nosuch" in unknown["errors"][0]
+    finally:
+        await nc.close()
