@@ -1,7 +1,7 @@
 """`noetl-stream`: click commands with no logic of their own; they call runtime/ and dsl/.
 
-Exit codes (the conformance contract): 0 completed, 1 failed or cancelled, 2 rejected input,
-3 infrastructure error.
+Exit codes (the conformance contract): 0 completed, 1 failed or cancelled, 2 rejected input or
+usage error, 3 infrastructure error; 130 when Ctrl-C stops `run` waiting (the execution goes on).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import click
 import orjson
 
 from noetl_stream import __version__, config, jsonutil
+from noetl_stream.cli.backup_cmd import backup, restore
 from noetl_stream.cli.cancel_cmd import cancel
 from noetl_stream.cli.catalog_cmd import register
 from noetl_stream.cli.common import (
@@ -36,6 +37,7 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.cli.credential import credential
 from noetl_stream.cli.dlq_cmd import dlq
+from noetl_stream.cli.executions_cmd import executions
 from noetl_stream.cli.loading import load_reporting
 from noetl_stream.cli.signal_cmd import send_signal
 from noetl_stream.cli.status_cmd import status
@@ -76,10 +78,36 @@ def _setup_logging(verbose: int) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a Ctrl-C
+
+
+def _verbosity(token: str) -> int:
+    """How many -v a token means (`-v` 1, `-vv` 2, `--verbose` 1); 0 for any other token."""
+    if token == "--verbose":
+        return 1
+    if len(token) > 1 and token[0] == "-" and set(token[1:]) == {"v"}:
+        return len(token) - 1
+    return 0
+
+
+class _Cli(click.Group):
+    """The command group, taking `-v` anywhere on the line (`noetl-stream run x.yaml -v` too):
+    people add it at the end when a command misbehaves, and every subcommand logs the same way.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        ctx.meta["verbose"] = sum(_verbosity(a) for a in args[:end])
+        kept = [a for a in args[:end] if not _verbosity(a)] + args[end:]
+        return super().parse_args(ctx, kept)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="noetl-stream")
-@click.option("-v", "--verbose", count=True, help="More logging on stderr (-v info, -vv debug).")
-def main(verbose: int) -> None:
+@click.option("-v", "--verbose", count=True,
+              help="More logging on stderr (-v info, -vv debug); anywhere on the line.")
+@click.pass_context
+def main(ctx: click.Context, verbose: int) -> None:
     """Run NoETL playbooks on NATS JetStream.
 
     \b
@@ -92,7 +120,7 @@ def main(verbose: int) -> None:
       noetl-stream worker --nats-url nats://127.0.0.1:4222 --pool default
       noetl-stream run playbook.yaml --nats-url nats://127.0.0.1:4222
     """
-    _setup_logging(verbose)
+    _setup_logging(verbose + int(ctx.meta.get("verbose", 0)))
 
 
 def _parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
@@ -177,8 +205,10 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
         refuse_file_children(playbook, files)
     data = _parse_payload(payload, sets)
     printer = ProgressPrinter()
+    seen: dict[str, str] = {}
 
     def on_event(event: dict[str, Any]) -> None:
+        seen.setdefault("execution_id", str(event.get("execution_id")))
         if not quiet:
             printer(event)
 
@@ -213,6 +243,8 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
 
     try:
         final = run_async(go())
+    except KeyboardInterrupt:
+        _interrupted(seen.get("execution_id"), nats_url=nats_url, server_url=server_url)
     except RemoteError as exc:
         fail(exc.exit_code, str(exc))
     except InfrastructureError as exc:
@@ -249,6 +281,22 @@ async def _run_ui(bus: Any, address: tuple[str, int] | None, *,
 
     async with serve(bus, host=address[0], port=address[1], auth=not embedded) as url:
         yield url
+
+
+def _interrupted(execution_id: str | None, *, nats_url: str | None,
+                 server_url: str | None) -> None:
+    """Ctrl-C stops waiting, not the execution: say so, and how to follow or stop it."""
+    if execution_id is None:
+        fail(EXIT_INTERRUPTED, "interrupted before the execution was started")
+    where = f" --server {server_url}" if server_url else f" --nats-url {nats_url}" if nats_url else ""
+    lines = [f"interrupted: execution {execution_id} was not cancelled and keeps running"]
+    if server_url is None and nats_url is None:
+        lines.append("  (on the embedded nats-server: it goes on when a server and a worker run "
+                     "there, e.g. `noetl-stream nats` and `noetl-stream server/worker --nats-url URL`)")
+    lines.append(f"  follow it: noetl-stream watch {execution_id}{where}")
+    lines.append(f"  stop it:   noetl-stream cancel {execution_id}{where}")
+    click.echo("noetl-stream: " + "\n".join(lines), err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 @main.command()
@@ -333,10 +381,20 @@ async def _http_api(bus: Any, address: tuple[str, int] | None, *, auth: bool,
     if not auth:
         click.echo("WARNING: the HTTP API runs WITHOUT AUTHENTICATION (--no-auth): anyone who "
                    "reaches it is an admin and can read credentials", err=True)
-    async with serve(bus, host=address[0], port=address[1], auth=auth,
-                     cors_origin=cors_origin) as url:
+    api = serve(bus, host=address[0], port=address[1], auth=auth, cors_origin=cors_origin)
+    try:
+        url = await api.__aenter__()
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        raise InfrastructureError(f"cannot serve the HTTP API on {address[0]}:{address[1]}: "
+                                  f"{exc.strerror or exc}") from None
+    try:
         click.echo(f"HTTP API at {url} (docs/api.md)", err=True)
         yield
+    except BaseException as exc:
+        if not await api.__aexit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        await api.__aexit__(None, None, None)
 
 
 @main.command()
@@ -458,12 +516,17 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
 
 
 @main.command("nats")
-def nats_cmd() -> None:
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Client port (default: a free one, recorded in the store folder).")
+@click.option("--store", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder of the server's config, log and JetStream store "
+                   "[default: $NOETL_STREAM_HOME/nats].")
+def nats_cmd(port: int | None, store: Path | None) -> None:
     """Run the embedded nats-server in the foreground (store under NOETL_STREAM_HOME)."""
     from noetl_stream.runtime.nats_server import binary_version, start_nats_server
 
     async def go() -> None:
-        srv = await start_nats_server(config.home_dir() / "nats")
+        srv = await start_nats_server(store or config.home_dir() / "nats", port=port)
         if not srv.owned:
             click.echo(f"a nats-server for this home is already running at {srv.url}", err=True)
             return
@@ -480,6 +543,23 @@ def nats_cmd() -> None:
         fail(EXIT_INFRA, str(exc))
 
 
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the completion script for SHELL.
+
+    \b
+    bash: eval "$(noetl-stream completion bash)"     (in ~/.bashrc)
+    zsh:  eval "$(noetl-stream completion zsh)"      (in ~/.zshrc)
+    fish: noetl-stream completion fish > ~/.config/fish/completions/noetl-stream.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    completion_class = get_completion_class(shell)
+    assert completion_class is not None  # the three choices are click's own
+    click.echo(completion_class(main, {}, "noetl-stream", "_NOETL_STREAM_COMPLETE").source())
+
+
 main.add_command(tools)
 main.add_command(credential)
 main.add_command(register)
@@ -489,3 +569,6 @@ main.add_command(apikey)
 main.add_command(cancel)
 main.add_command(status)
 main.add_command(dlq)
+main.add_command(executions)
+main.add_command(backup)
+main.add_command(restore)

@@ -28,7 +28,9 @@ class ProgressPrinter:
     def __init__(self, stream: TextIO = sys.stderr, *, color: bool | None = None) -> None:
         self.out = stream
         self.t0 = time.monotonic()
-        self.color = stream.isatty() if color is None else color
+        # NO_COLOR (https://no-color.org): set to anything non-empty, no escape codes at all.
+        self.color = color if color is not None else \
+            stream.isatty() and not os.environ.get("NO_COLOR")
         self.started: dict[str, float] = {}
 
     def _c(self, code: str, text: str) -> str:

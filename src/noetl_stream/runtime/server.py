@@ -23,7 +23,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
-from noetl_stream import ids, jsonutil, router
+from noetl_stream import config, ids, jsonutil, router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
@@ -36,6 +36,7 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.publish import publish_event, publish_outbox
 from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.runtime.retention import state_ttl_supported, write_finished_state
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.tools.registry import installed_kinds
@@ -73,10 +74,14 @@ class Server:
         # Plugin kinds installed here are valid words too; read once, without loading plugin code.
         self._kinds = installed_kinds()
         self._vars = VarsStore(bus.js)
+        # A finished state is written with this per-key TTL (runtime/retention.py).
+        self._retention_s = config.retention_s()
+        self._state_ttl = False
 
     async def start(self) -> None:
         self._executions = await self.bus.js.key_value("noetl_executions")
         self._catalog = await self.bus.js.key_value("noetl_catalog")
+        self._state_ttl = await state_ttl_supported(self.bus)
         topo = self.bus.topology
         req = topo.consumer("noetl-server-requests")
         ev = topo.consumer("noetl-server-router")
@@ -220,6 +225,9 @@ class Server:
             entry = await self._executions.get(execution_id)
             state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
             revision = int(entry.revision or 0)
+            if not _same_request(state, key, workload, request):
+                await self._refuse_conflict(msg, execution_id, request.reply_to)
+                return
         self._remember(execution_id, _Cached(state, revision, playbook))
         # Before the child's first command: its end can then never reach the parent's log
         # ahead of its start, so the parent's router hears of it while its step still waits.
@@ -227,6 +235,18 @@ class Server:
         await publish_outbox(self.bus, state.outbox)
         await self._reply(request.reply_to, execution_id, [])
         await msg.ack_sync()
+
+    async def _refuse_conflict(self, msg: Msg, execution_id: str, reply_to: str | None) -> None:
+        """The id belongs to an execution started by another request: answer so, leave that
+        execution alone (no event in its log), and drop the request.
+        """
+        log.warning("execution request for %s conflicts with the one that started it", execution_id)
+        if reply_to:
+            reply = RequestReply(accepted=False, execution_id=execution_id, conflict=True, errors=[
+                f"execution {execution_id} exists, started by another request (a different "
+                "playbook or payload); nothing was started"])
+            await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
+        await msg.term()
 
     async def _publish_child_started(self, request: ExecutionRequest,
                                      state: ExecutionState) -> None:
@@ -312,8 +332,7 @@ class Server:
                 continue
             state.outbox = outbox
             try:
-                cached.revision = await self._executions.update(
-                    execution_id, jsonutil.dumps(state), last=cached.revision)
+                cached.revision = await self._commit(execution_id, state, cached.revision)
             except KeyWrongLastSequenceError:
                 self._cache.pop(execution_id, None)  # someone else moved it: reload and re-apply
                 log.debug("revision conflict on %s; reloading", execution_id)
@@ -339,6 +358,16 @@ class Server:
         # every ack would only cost throughput.
         for m, _ in items:
             await m.ack()
+
+    async def _commit(self, execution_id: str, state: ExecutionState, last: int) -> int:
+        """Revision-checked write of the state; a finished one carries the retention as its TTL."""
+        assert self._executions is not None
+        data = jsonutil.dumps(state)
+        if state.status != "running" and self._state_ttl:
+            return await write_finished_state(self.bus, execution_id, data, last=last,
+                                              ttl_s=self._retention_s)
+        revision: int = await self._executions.update(execution_id, data, last=last)
+        return revision
 
     async def _load(self, execution_id: str) -> _Cached | None:
         cached = self._cache.get(execution_id)
@@ -390,6 +419,16 @@ def _reply_address(raw: Any) -> tuple[str | None, str | None]:
     usable_id = execution_id if isinstance(execution_id, str) and ids.is_subject_token(execution_id) \
         else None
     return usable_id, reply_to if isinstance(reply_to, str) and reply_to else None
+
+
+def _same_request(state: ExecutionState, playbook_key: str, workload: dict[str, Any],
+                  request: ExecutionRequest) -> bool:
+    """Whether `request` is the one that started `state` again: same playbook text, same
+    workload after the payload merge, same parent. Compared as JSON, as the state stores them.
+    """
+    return (state.playbook_key == playbook_key
+            and state.workload == jsonutil.loads(jsonutil.dumps(workload))
+            and state.parent_execution_id == request.parent_execution_id)
 
 
 def _stream_seq(msg: Msg) -> int | None:
