@@ -95,6 +95,11 @@ def main(verbose: int) -> None:
     _setup_logging(verbose)
 
 
+def _verbosity() -> int:
+    """How many -v the group was given."""
+    return int(click.get_current_context().find_root().params.get("verbose") or 0)
+
+
 def _parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
     data: dict[str, Any] = {}
     if payload:
@@ -168,7 +173,8 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
     if server_url is not None:
         refuse_file_children(playbook, files)
     data = _parse_payload(payload, sets)
-    printer = ProgressPrinter()
+    # -v also shows what each task printed (the `output` of outcome events).
+    printer = ProgressPrinter(show_output=_verbosity() > 0)
 
     def on_event(event: dict[str, Any]) -> None:
         if not quiet:

@@ -402,7 +402,8 @@ class _Router:
             if self.s.status == "running":
                 self.s.status = "completed"
         etype = f"execution.{self.s.status}"
-        self.emit(etype, ids.event_msg_id(self.s.execution_id, etype), **self.s.summary())
+        self.emit(etype, ids.event_msg_id(self.s.execution_id, etype), **self.s.summary(),
+                  duration_ms=round((self.now - self.s.started_at) * 1000, 3))
         # A failure elsewhere ends the execution while these runs still wait on children that
         # nobody will read any more.
         for run in self.s.active_runs:

@@ -227,6 +227,8 @@ class Worker:
             "route": outcome.route, "case_matched": outcome.case_matched,
             "duration_ms": round((time.time() - started) * 1000, 3),
         }
+        if outcome.output:
+            body["output"] = outcome.output  # what python tasks printed (events.py TaskOutput)
         if outcome.cursor is not None:
             body["cursor"] = outcome.cursor  # a cursor loop's claim: `exhausted` retires the slot
         body = scrub(body, secrets)
