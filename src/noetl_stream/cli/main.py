@@ -36,7 +36,9 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.cli.credential import credential
 from noetl_stream.cli.dlq_cmd import dlq
+from noetl_stream.cli.executions_cmd import executions
 from noetl_stream.cli.loading import load_reporting
+from noetl_stream.cli.logs_cmd import logs
 from noetl_stream.cli.signal_cmd import send_signal
 from noetl_stream.cli.status_cmd import status
 from noetl_stream.cli.tools_cmd import tools
@@ -382,7 +384,12 @@ def init(nats_url: str | None, prefix: str, pools: tuple[str, ...], replicas: in
 @click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON line.")
 def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str | None,
           token: str | None, as_json: bool) -> None:
-    """Follow an execution's events live until it ends (like nats sub 'noetl.events.<id>.>')."""
+    """Follow an execution's events live until it ends (like nats sub 'noetl.events.<id>.>').
+
+    An execution that has ended is shown from its first event to its last, with the durations
+    it had. An id nothing was recorded for exits 2.
+    """
+    from noetl_stream.cli.execution_log import is_known
     from noetl_stream.cli.progress import ProgressPrinter
     from noetl_stream.runtime.connection import connect
     from noetl_stream.runtime.watcher import END_EVENTS, ExecutionWatch
@@ -390,7 +397,7 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
 
     if nats_url is None and server_url is None:
         fail(EXIT_REJECTED, "watch needs --nats-url (or NOETL_STREAM_NATS_URL) or --server")
-    printer = ProgressPrinter(sys.stdout)
+    printer = ProgressPrinter(sys.stdout, show_output=_verbosity() > 0)
 
     def on_event(event: dict[str, Any]) -> None:
         if as_json:
@@ -404,12 +411,14 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
         final = call(watch_remote(server_url, token, execution_id, on_event))
         sys.exit(EXIT_OK if final.get("status") == "completed" else EXIT_FAILED)
 
-    async def go() -> dict[str, Any]:
+    async def go() -> dict[str, Any] | None:
         bus = await connect(str(nats_url), prefix=prefix)
         results = ResultStore(bus.js)
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         w = ExecutionWatch(bus, execution_id, events.put_nowait)
         try:
+            if not await is_known(bus, execution_id):
+                return None  # waiting would wait forever for an id nobody started
             await w.start()
             while True:
                 event = await events.get()
@@ -422,10 +431,12 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
             await bus.close()
 
     try:
-        final = run_async(go())
+        watched = run_async(go())
     except InfrastructureError as exc:
         fail(EXIT_INFRA, str(exc))
-    sys.exit(EXIT_OK if final.get("status") == "completed" else EXIT_FAILED)
+    if watched is None:
+        fail(EXIT_REJECTED, f"no execution {execution_id} is known")
+    sys.exit(EXIT_OK if watched.get("status") == "completed" else EXIT_FAILED)
 
 
 @main.command("nats")
@@ -460,3 +471,5 @@ main.add_command(apikey)
 main.add_command(cancel)
 main.add_command(status)
 main.add_command(dlq)
+main.add_command(executions)
+main.add_command(logs)

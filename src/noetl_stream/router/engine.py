@@ -402,8 +402,10 @@ class _Router:
             if self.s.status == "running":
                 self.s.status = "completed"
         etype = f"execution.{self.s.status}"
+        if self.s.ended_at is None:
+            self.s.ended_at = self.now
         self.emit(etype, ids.event_msg_id(self.s.execution_id, etype), **self.s.summary(),
-                  duration_ms=round((self.now - self.s.started_at) * 1000, 3))
+                  duration_ms=round((self.s.ended_at - self.s.started_at) * 1000, 3))
         # A failure elsewhere ends the execution while these runs still wait on children that
         # nobody will read any more.
         for run in self.s.active_runs:

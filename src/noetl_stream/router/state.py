@@ -118,6 +118,7 @@ class ExecutionState:
     parent_execution_id: str | None = None
     parent_iter: dict[str, Any] | None = None  # the parent's iteration, read as `iter.parent`
     started_at: float = 0.0
+    ended_at: float | None = None  # when the execution.* end event was emitted
     outbox: list[Outgoing] = field(default_factory=list)
     applied: int = 0  # events applied, for progress and diagnostics
 
@@ -179,6 +180,7 @@ class ExecutionState:
             parent_execution_id=data.get("parent_execution_id"),
             parent_iter=data.get("parent_iter"),
             started_at=data.get("started_at", 0.0),
+            ended_at=data.get("ended_at"),
             outbox=[Outgoing(**o) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),
         )
