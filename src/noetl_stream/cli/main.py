@@ -72,10 +72,23 @@ def _write_stdout(data: bytes) -> None:
         view = view[written:]
 
 
-def _setup_logging(verbose: int) -> None:
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _level(verbose: int) -> int:
+    return logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+
+
+def _setup_logging(verbose: int, fmt: str = "text") -> None:
+    from noetl_stream.observe.logfmt import configure
+
+    configure(_level(verbose), fmt)
+
+
+metrics_option = click.option(
+    "--metrics", default=None, metavar="HOST:PORT",
+    help="Serve Prometheus /metrics there, without authentication (a server adds /health).")
+log_format_option = click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    envvar="NOETL_STREAM_LOG_FORMAT",
+    help="Log lines on stderr as text or as one JSON object per line (env NOETL_STREAM_LOG_FORMAT).")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -164,6 +177,7 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
     the same code path as the distributed deployment. With --server it runs on that server,
     sent and followed over its HTTP API.
     """
+    from noetl_stream.cli.pickup import PickupWatch
     from noetl_stream.cli.progress import ProgressPrinter
     from noetl_stream.cli.remote import RemoteError
     from noetl_stream.cli.remote_cmds import refuse_file_children, run_remote
@@ -174,11 +188,19 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
     text, files = _load_or_exit(playbook, strict)
     if server_url is not None:
         refuse_file_children(playbook, files)
+    if nats_url is None and server_url is None:  # the embedded server and worker run here
+        from noetl_stream.observe import tracing
+
+        tracing.setup("noetl-stream")
     data = _parse_payload(payload, sets)
     # -v also shows what each task printed (the `output` of outcome events).
     printer = ProgressPrinter(show_output=_verbosity() > 0)
 
+    pickup = PickupWatch()
+    started: list[str] = []
+
     def on_event(event: dict[str, Any]) -> None:
+        pickup(event)
         if not quiet:
             printer(event)
 
@@ -193,9 +215,17 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
             async with services:
                 if any(f.links for f in files):  # children named by file travel via the catalog
                     await register_files(stack.bus.js, files)
-                final = await submit_and_watch(stack.bus, playbook_text=text,
-                                               playbook_file=str(playbook), payload=data,
-                                               on_event=on_event, timeout_s=timeout_s)
+                # Said even with --quiet (on stderr): a run nobody serves must not look hung.
+                warner = asyncio.create_task(pickup.warn_later(
+                    stack.bus, lambda: started[0] if started else None,
+                    lambda text: click.echo(f"noetl-stream: {text}", err=True)))
+                try:
+                    final = await submit_and_watch(stack.bus, playbook_text=text,
+                                                   playbook_file=str(playbook), payload=data,
+                                                   on_event=on_event, on_started=started.append,
+                                                   timeout_s=timeout_s)
+                finally:
+                    warner.cancel()
                 # Large results arrive as references to the object store; show their values.
                 resolved: dict[str, Any] = await ResultStore(stack.bus.js).resolve(final)
                 return resolved
@@ -267,17 +297,22 @@ def _announce(nats: Any) -> None:
               "an admin. Only for a machine nobody else can reach.")
 @click.option("--cors-origin", default=None, metavar="ORIGIN",
               help="Send CORS headers allowing this origin (none by default).")
+@metrics_option
+@log_format_option
 def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
-           cors_origin: str | None) -> None:
+           cors_origin: str | None, metrics: str | None, log_format: str) -> None:
     """Run the server: consume execution requests and outcome events, route, publish commands."""
     from noetl_stream.runtime.services import open_stack, run_services
 
+    _service_setup("noetl-stream-server", log_format)
     address = _http_address(http) if http else None
+    metrics_address = _http_address(metrics, "--metrics") if metrics else None
 
     async def go() -> None:
         async with open_stack(nats_url, prefix=prefix, name="noetl-stream-server",
                               on_embedded=_announce) as stack, \
                 run_services(stack.bus, server=True, worker=False), \
+                _metrics_endpoint(stack.bus, metrics_address, cluster=True), \
                 _http_api(stack.bus, address, auth=not no_auth, cors_origin=cors_origin):
             click.echo("server running; Ctrl-C stops it", err=True)
             await _serve_forever(asyncio.Event())
@@ -288,11 +323,32 @@ def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
         fail(EXIT_INFRA, str(exc))
 
 
-def _http_address(text: str) -> tuple[str, int]:
+def _http_address(text: str, option: str = "--http") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
-        fail(EXIT_REJECTED, f"--http expects HOST:PORT, got {text!r}")
+        fail(EXIT_REJECTED, f"{option} expects HOST:PORT, got {text!r}")
     return host or "127.0.0.1", int(port)
+
+
+def _service_setup(service: str, log_format: str) -> None:
+    """Logging in the chosen format, and tracing when OTEL_* (or the test exporter) asks for it."""
+    from noetl_stream.observe import tracing
+
+    _setup_logging(_verbosity(), log_format)
+    tracing.setup(service)
+
+
+@contextlib.asynccontextmanager
+async def _metrics_endpoint(bus: Any, address: tuple[str, int] | None, *,
+                            cluster: bool) -> AsyncIterator[None]:
+    if address is None:
+        yield
+        return
+    from noetl_stream.observe.endpoint import serve_metrics
+
+    async with serve_metrics(address[0], address[1], bus=bus, cluster=cluster) as url:
+        click.echo(f"metrics at {url}/metrics (no authentication)", err=True)
+        yield
 
 
 @contextlib.asynccontextmanager
@@ -318,15 +374,22 @@ async def _http_api(bus: Any, address: tuple[str, int] | None, *, auth: bool,
 @click.option("--pool", default="default", show_default=True, help="Worker pool to take commands from.")
 @click.option("--concurrency", default=64, show_default=True, help="Commands run at once.")
 @click.option("--python-processes", default=8, show_default=True, help="Warm python interpreters.")
-def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, python_processes: int) -> None:
+@metrics_option
+@log_format_option
+def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, python_processes: int,
+           metrics: str | None, log_format: str) -> None:
     """Run a worker: pull commands of POOL, run their task pipelines, publish outcomes."""
     from noetl_stream.runtime.services import open_stack, run_services
+
+    _service_setup(f"noetl-stream-worker-{pool}", log_format)
+    metrics_address = _http_address(metrics, "--metrics") if metrics else None
 
     async def go() -> None:
         async with open_stack(nats_url, prefix=prefix, pools=(pool,), name=f"noetl-stream-worker-{pool}",
                               on_embedded=_announce) as stack, \
                 run_services(stack.bus, server=False, worker=True, pool=pool,
-                             concurrency=concurrency, python_children=python_processes):
+                             concurrency=concurrency, python_children=python_processes), \
+                _metrics_endpoint(stack.bus, metrics_address, cluster=False):
             click.echo(f"worker running on pool {pool!r}; Ctrl-C stops it", err=True)
             await _serve_forever(asyncio.Event())
 

@@ -158,6 +158,7 @@ class _Router:
         loop_steps = [n for n in steps if self.s.steps[n].loop]
         body = {
             "execution_id": self.s.execution_id,
+            "playbook": self.pb.path or self.pb.name,  # for metrics and traces
             "step": step.name,
             "step_run_id": run.run_id,
             "parent_execution_id": self.s.parent_execution_id,

@@ -22,6 +22,7 @@ from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.dsl.parser import verbatim
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
+from noetl_stream.observe import tracing
 from noetl_stream.router.context import build_context, output_view, step_view
 from noetl_stream.runtime import cursor
 from noetl_stream.runtime.keychain import KeychainResolver
@@ -426,10 +427,12 @@ class Pipeline:
             timeout_s=layering.timeout_s(task.spec), iteration=self._iteration(),
             step_run_id=self.cmd.get("step_run_id"), command_iteration=self.cmd.get("iteration"),
             context=context if task.kind == "python" else None)
-        try:
-            outcome = await self.tools.get(task.kind).run(call)
-        except NoetlStreamError as exc:
-            return Outcome.failure(str(exc), "tool")
+        with tracing.task_span(task.name, task.kind, attempt) as span:
+            try:
+                outcome = await self.tools.get(task.kind).run(call)
+            except NoetlStreamError as exc:
+                outcome = Outcome.failure(str(exc), "tool")
+            tracing.finish(span, outcome.ok, outcome.error)
         printed = outcome.meta.get("output")
         if isinstance(printed, dict) and (printed.get("stdout_bytes") or printed.get("stderr_bytes")):
             self.captured[task.name] = {**printed, "attempt": attempt}

@@ -36,8 +36,11 @@ def subject_of(bus: Bus, message: Outgoing) -> str:
     return bus.topology.event_subject(str(message.body["execution_id"]), message.event_type)
 
 
-async def publish_outbox(bus: Bus, outbox: list[Outgoing]) -> None:
-    """Publish every message and wait for JetStream to store each (duplicates are dropped)."""
+async def publish_outbox(bus: Bus, outbox: list[Outgoing],
+                         trace_headers: dict[str, str] | None = None) -> None:
+    """Publish every message and wait for JetStream to store each (duplicates are dropped).
+    Commands also carry `trace_headers` (the execution's `traceparent`), when given.
+    """
     if not outbox:
         return
     # Coroutines are started in outbox order and each writes its message first, so watchers see
@@ -49,6 +52,8 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing]) -> None:
             continue
         data = jsonutil.dumps(stamp(m.body, m.msg_id) if m.kind == "event" else m.body)
         headers = {"Nats-Msg-Id": m.msg_id}
+        if trace_headers and m.kind == "command":
+            headers.update(trace_headers)
         if m.progress:
             sends.append(bus.nc.publish(subject_of(bus, m), data, headers=headers))
         else:
