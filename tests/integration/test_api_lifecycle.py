@@ -5,7 +5,6 @@ page through events, resume a stream, run idempotently, cancel a long run, log o
 from __future__ import annotations
 
 import re
-
 from collections.abc import AsyncIterator
 from typing import Any
 

@@ -16,7 +16,7 @@ from noetl_stream.observe.metrics import process_families
 from noetl_stream.runtime.pipeline import bounded_output
 
 sys.path.insert(0, str(Path(tracing.__file__).parents[1] / "tools"))
-from python_runner import TailBuffer, captured_output  # noqa: E402  (a script, not a module)
+from python_runner import TailBuffer, captured_output
 
 
 def test_tail_buffer_keeps_the_last_bytes_and_counts_all() -> None:
