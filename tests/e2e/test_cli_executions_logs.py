@@ -99,3 +99,29 @@ async def test_list_logs_and_watch_read_finished_executions(bus: Bus, nats_serve
         unknown = await run_cli(command, "4242424242", *url, timeout_s=20)
         assert unknown.returncode == 2, (command, unknown.stderr)
         assert "no execution 4242424242 is known" in unknown.stderr
+
+
+async def test_logs_follow_prints_new_events_until_the_end(bus: Bus, nats_server: NatsServer) -> None:
+    import asyncio
+
+    from noetl_stream.runtime.signals import publish_signal
+
+    approval = (Path(__file__).parents[2] / "playbooks" / "examples" / "approval.yaml").read_text()
+    url = ["--nats-url", nats_server.url]
+    async with run_services(bus, python_children=1):
+        seen: list[str] = []
+        run = asyncio.create_task(submit_and_watch(
+            bus, playbook_text=approval, playbook_file="approval.yaml", payload={},
+            execution_id="4711", on_event=lambda e: seen.append(e["event_type"]), timeout_s=60))
+        while "timer.scheduled" not in seen:
+            await asyncio.sleep(0.05)
+        follower = asyncio.create_task(run_cli("logs", "4711", "--follow", *url, timeout_s=60))
+        await asyncio.sleep(1.5)  # it has printed what was there and waits for more
+        assert not follower.done()
+        await publish_signal(bus, "4711", "approve", {"user": "ada"})
+        followed = await follower
+        assert (await run)["status"] == "completed"
+    assert followed.returncode == 0, followed.stderr
+    types = [line.split()[1] for line in followed.stdout.splitlines() if not line.startswith(" ")]
+    assert types[0] == "execution.started" and types[-1] == "execution.completed"
+    assert "signal.approve" in types and types.index("timer.scheduled") < types.index("signal.approve")
