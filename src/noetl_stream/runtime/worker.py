@@ -209,7 +209,9 @@ class Worker:
                 # retry.* / poll.* events; `secrets` is the pipeline's set by the time they run
                 await publish_event(self.bus, execution_id, etype, msg_id, scrub(body, secrets))
 
-            pipeline = Pipeline(command, self.tools, idempotency_prefix=f"{step_run_id}:{iteration}",
+            # `-` outside loops, as in message ids: a key (a js_publish msg id) never spells None.
+            pipeline = Pipeline(command, self.tools,
+                                idempotency_prefix=_command_key(step_run_id, iteration),
                                 keychain=self.keychain, on_event=publish_action)
             secrets = pipeline.secrets
             outcome = await pipeline.run()
