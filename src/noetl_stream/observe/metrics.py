@@ -69,10 +69,16 @@ def command_kind(command: dict[str, Any]) -> str:
     return "pipeline"
 
 
+_step_series: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+
+
 def observe_step(command: dict[str, Any], pool: str, ok: bool, seconds: float) -> None:
     labels = (label(command.get("playbook")), command_kind(command), pool, "ok" if ok else "error")
-    STEPS.labels(*labels).inc()
-    STEP_SECONDS.labels(*labels).observe(seconds)
+    series = _step_series.get(labels)
+    if series is None:  # `labels()` takes a lock and builds a key: done once per label set
+        series = _step_series[labels] = (STEPS.labels(*labels), STEP_SECONDS.labels(*labels))
+    series[0].inc()
+    series[1].observe(seconds)
 
 
 def observe_outbox(events: Iterable[tuple[str, dict[str, Any]]], playbook: str | None) -> None:
