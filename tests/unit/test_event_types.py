@@ -1,17 +1,15 @@
-"""The event-type catalogue (noetl_stream/event_types.py) is complete and the README shows it:
-every event-type literal the router, runtime and tools publish is in it, and the README's table
-between its markers is the catalogue's, line for line."""
+"""The event catalog (noetl_stream/events.py) is complete: every event-type literal the router,
+runtime and tools name is in it (test_event_catalog.py checks the README's table)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from noetl_stream.event_types import EVENT_TYPES, readme_lines
+from noetl_stream.events import EVENT_TYPES
 
 ROOT = Path(__file__).parents[2]
 SRC = ROOT / "src" / "noetl_stream"
-BEGIN, END = "<!-- event-types:begin -->", "<!-- event-types:end -->"
 
 # A published event's name as a literal: the first argument of emit / publish_event / _event.
 PUBLISHED = re.compile(r'(?:\b(?:emit|_event)\(\s*|\bpublish_event\([^"()]*)"([a-z_]+\.[a-z_.]+)"')
@@ -34,7 +32,7 @@ def literals() -> set[str]:
 
 def test_every_event_name_in_the_code_is_catalogued() -> None:
     missing = literals() - set(EVENT_TYPES)
-    assert not missing, f"add these to noetl_stream/event_types.py: {sorted(missing)}"
+    assert not missing, f"add these to noetl_stream/events.py: {sorted(missing)}"
 
 
 def test_published_literals_are_found_by_the_scan() -> None:
@@ -44,8 +42,3 @@ def test_published_literals_are_found_by_the_scan() -> None:
     assert {"step.started", "task.started", "retry.started"} <= published
     assert published <= set(EVENT_TYPES)
 
-
-def test_the_readme_table_is_the_catalogue() -> None:
-    text = (ROOT / "README.md").read_text()
-    table = text.split(BEGIN, 1)[1].split(END, 1)[0].strip().splitlines()
-    assert table == readme_lines(), "regenerate: python -m noetl_stream.event_types"

@@ -119,6 +119,7 @@ class ExecutionState:
     parent_iter: dict[str, Any] | None = None  # the parent's iteration, read as `iter.parent`
     started_at: float = 0.0
     ended_at: float | None = None  # the time of the event that ended it
+    trace: dict[str, str] | None = None  # root span ids when traced (observe/tracing.py)
     outbox: list[Outgoing] = field(default_factory=list)
     applied: int = 0  # events applied, for progress and diagnostics
 
@@ -186,6 +187,7 @@ class ExecutionState:
             parent_iter=data.get("parent_iter"),
             started_at=data.get("started_at", 0.0),
             ended_at=data.get("ended_at"),
+            trace=data.get("trace"),
             outbox=[Outgoing(**_known(Outgoing, o)) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),
         )

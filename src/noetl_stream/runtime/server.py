@@ -29,6 +29,8 @@ from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
 from noetl_stream.messages import CancelRequest, ExecutionRequest, RequestReply
+from noetl_stream.observe import tracing
+from noetl_stream.observe.metrics import observe_outbox
 from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
@@ -218,6 +220,8 @@ class Server:
                              workload=workload, now=self.clock(),
                              parent_execution_id=request.parent_execution_id,
                              parent_iter=request.parent_iter)
+        state.trace = tracing.execution_trace(execution_id, msg.headers)
+        created = True
         try:
             revision = await self._executions.create(execution_id, jsonutil.dumps(state))
         except KeyWrongLastSequenceError:
@@ -225,6 +229,7 @@ class Server:
             entry = await self._executions.get(execution_id)
             state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
             revision = int(entry.revision or 0)
+            created = False
             if not _same_request(state, key, workload, request):
                 await self._refuse_conflict(msg, execution_id, request.reply_to)
                 return
@@ -232,7 +237,9 @@ class Server:
         # Before the child's first command: its end can then never reach the parent's log
         # ahead of its start, so the parent's router hears of it while its step still waits.
         await self._publish_child_started(request, state)
-        await publish_outbox(self.bus, state.outbox)
+        await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))
+        if created:
+            _count(state, state.outbox, playbook)
         await self._reply(request.reply_to, execution_id, [])
         await msg.ack_sync()
 
@@ -341,7 +348,8 @@ class Server:
                       cached.revision)
             # Vars go to KV before the outbox: whoever sees `execution.completed` can read them.
             await self._vars.commit_vars(execution_id, vars_before, state.vars)
-            await publish_outbox(self.bus, outbox)
+            await publish_outbox(self.bus, outbox, tracing.command_headers(state.trace))
+            _count(state, outbox, cached.playbook)
             if state.status != "running":
                 self._cache.pop(execution_id, None)
             break
@@ -383,7 +391,7 @@ class Server:
         state = ExecutionState.from_dict(jsonutil.loads(entry.value))
         playbook = await self._playbook(state.playbook_key)
         # Whatever the last committer had not yet published goes out again; duplicates drop.
-        await publish_outbox(self.bus, state.outbox)
+        await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))
         cached = _Cached(state, int(entry.revision or 0), playbook)
         self._remember(execution_id, cached)
         return cached
@@ -401,6 +409,20 @@ class Server:
             pb = parse_playbook(bytes(entry.value or b"").decode(), key, kinds=self._kinds).playbook
             _bounded_put(self._playbooks, key, pb, PLAYBOOK_CACHE_SIZE)
         return pb
+
+
+def _count(state: ExecutionState, outbox: list[Any], playbook: Playbook) -> None:
+    """Executions started and ended, for /metrics (commands are counted by workers) and the
+    execution's root span once it has ended.
+    """
+    name = playbook.path or playbook.name
+    observe_outbox(((m.event_type, m.body) for m in outbox
+                    if m.kind == "event" and m.event_type.startswith("execution.")), name)
+    if state.trace and state.status != "running" and state.ended_at is not None and any(
+            m.event_type == f"execution.{state.status}" for m in outbox):
+        tracing.record_execution(state.trace, execution_id=state.execution_id, playbook=name,
+                                 status=state.status, started_at=state.started_at,
+                                 ended_at=state.ended_at)
 
 
 def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> None:
