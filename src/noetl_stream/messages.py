@@ -53,6 +53,8 @@ class RequestReply(BaseModel):
     accepted: bool
     execution_id: str | None = None
     errors: list[str] = Field(default_factory=list)
+    conflict: bool = Field(False, description="The execution id exists, started by another "
+                           "request (a different playbook or payload); nothing was started.")
 
 
 class CancelRequest(BaseModel):

@@ -65,9 +65,10 @@ class Run:
         await assert_eventually(started)
 
 
-async def cli_signal(nats_url: str, execution_id: str, name: str, data: Any) -> str:
+async def cli_signal(nats_url: str, execution_id: str, name: str, data: Any, *extra: str) -> str:
     proc = await asyncio.create_subprocess_exec(
         str(CLI), "signal", execution_id, name, "--data", json.dumps(data), "--nats-url", nats_url,
+        *extra,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     assert proc.returncode == 0, err.decode()
@@ -131,7 +132,8 @@ async def test_a_signal_for_an_ended_execution_is_recorded_and_ignored(
     await cli_signal(nats_server.url, run.execution_id, "approve", {"user": "ada"})
     assert (await run.task)["status"] == "completed"
 
-    await cli_signal(nats_server.url, run.execution_id, "approve", {"user": "eve"})
+    # The CLI refuses a signal to an ended execution; --force sends it to show what the router does.
+    await cli_signal(nats_server.url, run.execution_id, "approve", {"user": "eve"}, "--force")
     router = bus.topology.consumer("noetl-server-router")
 
     async def drained() -> None:

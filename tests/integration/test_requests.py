@@ -68,7 +68,8 @@ async def test_request_with_reply_to_is_answered_accepted(client: PlainClient) -
     await client.run("replied1", TWO_STEPS, reply_to=inbox)
 
     reply = await asyncio.wait_for(replies.get(), 10)
-    assert reply == {"accepted": True, "execution_id": "replied1", "errors": []}
+    assert reply == {"accepted": True, "execution_id": "replied1", "errors": [],
+                     "conflict": False}
 
 
 async def test_malformed_requests_are_rejected_and_the_server_keeps_serving(

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from noetl_stream.api.auth import ROLE_PERMISSIONS, Principal
-from noetl_stream.api.metrics import Histogram, sample
 from noetl_stream.api.routes import all_endpoints, api_document
 from noetl_stream.dsl import schema
 from noetl_stream.state.users import check_password, hash_password
@@ -54,17 +53,3 @@ def test_password_hash_checks_the_password_and_salts_every_hash() -> None:
     assert first.salt != second.salt and first.hash != second.hash
     assert check_password("pw-one", first) and not check_password("pw-two", first)
     assert "pw-one" not in first.model_dump_json()
-
-
-def test_histogram_renders_cumulative_prometheus_buckets() -> None:
-    h = Histogram((0.1, 1.0))
-    for value in (0.05, 0.5, 0.7, 3.0):
-        h.observe(value)
-    assert h.lines("d", {"outcome": "done"}) == [
-        'd_bucket{outcome="done",le="0.1"} 1',
-        'd_bucket{outcome="done",le="1"} 3',
-        'd_bucket{outcome="done",le="+Inf"} 4',
-        'd_sum{outcome="done"} 4.25',
-        'd_count{outcome="done"} 4',
-    ]
-    assert sample("m", {"x": 'a"b\n'}, 2) == 'm{x="a\\"b\\n"} 2'

@@ -43,7 +43,24 @@ def test_schema_main_writes_sorted_indented_files_to_the_given_dir(tmp_path: Pat
     assert text.startswith('{\n  "$id": "request-reply.schema.json",\n')
     data = json.loads(text)
     assert list(data) == sorted(data)
-    assert {p.name for p in out.iterdir()} == set(schema.MODELS) | {schema.OPENAPI_FILE}
+    assert {p.name for p in out.iterdir()} == set(schema.MODELS) | {schema.OPENAPI_FILE,
+                                                                     schema.EVENTS_DIR}
+    assert {p.name for p in (out / schema.EVENTS_DIR).iterdir()} == set(
+        schema.export_event_schemas())
+
+
+@pytest.mark.parametrize("name", sorted(schema.export_event_schemas()))
+def test_event_schema_file_matches_the_catalog(name: str) -> None:
+    path = SCHEMA_DIR / schema.EVENTS_DIR / name
+    assert path.exists(), f"{path} is missing; {FIX}"
+    assert path.read_text(encoding="utf-8") == schema.render_schema(
+        schema.export_event_schemas()[name]), FIX
+
+
+def test_event_schema_dir_holds_no_stale_files() -> None:
+    stale = ({p.name for p in (SCHEMA_DIR / schema.EVENTS_DIR).glob("*.schema.json")}
+             - set(schema.export_event_schemas()))
+    assert not stale, f"{sorted(stale)} no longer come from the event catalog; {FIX}"
 
 
 def test_schema_default_dir_is_the_repository_schemas_folder() -> None:

@@ -14,14 +14,13 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
-from nats.aio.msg import Msg
 
-from noetl_stream import config, jsonutil
+from noetl_stream import config
 from noetl_stream.api.auth import ENDPOINTS, Authenticator, auth_middleware
 from noetl_stream.api.context import CONTEXT, ApiContext
 from noetl_stream.api.errors import error_middleware
-from noetl_stream.api.metrics import Metrics
 from noetl_stream.api.routes import all_endpoints
+from noetl_stream.api.ui.routes import ui_endpoints
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import CredentialStore
@@ -57,27 +56,6 @@ def _cors(origin: str) -> Middleware:
     return middleware
 
 
-def _step_observer(bus: Bus, metrics: Metrics) -> Any:
-    """A cleanup context that feeds step durations from live events into `metrics`."""
-
-    async def on_msg(msg: Msg) -> None:
-        event = jsonutil.loads_object(msg.data)
-        duration = event.get("duration_ms") if event is not None else None
-        if isinstance(duration, int | float):
-            metrics.observe_step(msg.subject.rsplit(".", 1)[-1], float(duration))
-
-    async def observe(app: web.Application) -> AsyncIterator[None]:
-        prefix = bus.topology.prefix
-        subs = [await bus.nc.subscribe(f"{prefix}.events.*.step.{outcome}", cb=on_msg)
-                for outcome in ("done", "failed")]
-        yield
-        for sub in subs:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
-
-    return observe
-
-
 async def create_app(bus: Bus, *, auth: Authenticator | None, cors_origin: str | None = None,
                      box: SecretBox | None = None,
                      accept_timeout: timedelta = timedelta(seconds=10)) -> web.Application:
@@ -95,11 +73,10 @@ async def create_app(bus: Bus, *, auth: Authenticator | None, cors_origin: str |
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[CONTEXT] = ctx
     table: dict[object, Any] = {}
-    for ep in all_endpoints():
+    for ep in [*all_endpoints(), *ui_endpoints()]:
         route = app.router.add_route(ep.method, ep.route_path or ep.path, ep.handler)
         table[route] = ep
     app[ENDPOINTS] = table
-    app.cleanup_ctx.append(_step_observer(bus, ctx.metrics))
     return app
 
 

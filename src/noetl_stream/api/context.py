@@ -1,4 +1,4 @@
-"""What handlers share: the bus, the stores they read and write, the authenticator, metrics.
+"""What handlers share: the bus, the stores they read and write, the authenticator.
 
 Stores are opened once at app start-up (buckets are provisioned before the API starts), so a
 handler never pays for opening a bucket.
@@ -13,7 +13,6 @@ from aiohttp import web
 from nats.js.kv import KeyValue
 
 from noetl_stream.api.auth import Authenticator
-from noetl_stream.api.metrics import Metrics
 from noetl_stream.api.throttle import LoginThrottle
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache
@@ -30,7 +29,6 @@ class ApiContext:
     catalog: KeyValue
     vars: KeyValue
     kinds: frozenset[str]  # tool kinds installed here: what a playbook may name
-    metrics: Metrics = field(default_factory=Metrics)
     login_throttle: LoginThrottle = field(default_factory=LoginThrottle)
     # How long POST /api/executions waits for the server to accept a request before answering
     # 202 "submitted" (the request is stored in the stream either way).

@@ -54,7 +54,9 @@ def _started(state: ExecutionState) -> datetime | None:
 def item_of(state: ExecutionState) -> ExecutionItem:
     return ExecutionItem(execution_id=state.execution_id, status=state.status,
                          playbook_path=state.playbook_path, playbook_name=state.playbook_name,
-                         started_at=_started(state), parent_execution_id=state.parent_execution_id)
+                         started_at=_started(state), parent_execution_id=state.parent_execution_id,
+                         ended_at=datetime.fromtimestamp(state.ended_at, UTC)
+                         if state.ended_at is not None else None)
 
 
 async def detail(ctx: ApiContext, execution_id: str) -> ExecutionDetail:

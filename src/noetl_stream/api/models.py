@@ -117,6 +117,8 @@ class ExecutionItem(_Out):
     playbook_name: str | None
     started_at: datetime | None
     parent_execution_id: str | None
+    ended_at: datetime | None = Field(None, description="When it completed, failed or was "
+                                      "cancelled; none while it runs")
 
 
 class ExecutionList(_Out):
@@ -251,9 +253,18 @@ class ConsumerHealth(_Out):
     num_redelivered: int
 
 
+class PoolHealth(_Out):
+    pool: str
+    pending_commands: int = Field(description="Commands no worker has taken yet")
+    live_workers: int = Field(description="Workers of the pool with a heartbeat in KV noetl_runtime")
+
+
 class Health(_Out):
     status: Literal["ok", "degraded"]
     nats: bool
     jetstream: bool
     consumers: list[ConsumerHealth]
-    problems: list[str] = Field(default_factory=list)
+    pools: list[PoolHealth] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list, description="Why it is degraded: NATS or "
+                                "JetStream unreachable, a pool with pending commands and no live "
+                                "worker, the router consumer lagging past its threshold")

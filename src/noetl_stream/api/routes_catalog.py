@@ -7,6 +7,8 @@ running execution never loses its playbook.
 
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
 from nats.js.errors import KeyNotFoundError
 
@@ -30,6 +32,7 @@ from noetl_stream.errors import Issue, PlaybookError
 from noetl_stream.state.catalog import CATALOG_BUCKET, path_key, register_files, register_path
 from noetl_stream.state.kv_keys import bucket_keys
 
+PLAYBOOK_ID = re.compile(r"pb_[0-9a-f]{32}")  # a content key (ids.playbook_key)
 YAML_TYPES = ("text/yaml", "application/yaml", "application/x-yaml", "text/plain")
 REQUEST_FILE = "<request>"
 

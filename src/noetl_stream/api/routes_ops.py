@@ -1,40 +1,38 @@
 """GET /health (no authentication) and GET /metrics (Prometheus text format).
 
-Health answers 200 when NATS and JetStream answer, 503 otherwise, and shows the lag of the
-server's consumers and of every worker pool's. Metrics are read from JetStream at scrape time,
-except the step latency histogram (see `metrics.py`).
+Health answers 200 when all is well and 503 `degraded` with the reasons in `problems` when NATS
+or JetStream do not answer, when a pool has commands waiting and no live worker (heartbeats,
+runtime/heartbeats.py), or when the router's consumer lags more than ROUTER_LAG_THRESHOLD events
+behind. Metrics: observe/metrics.py and observe/cluster.py.
 """
 
 from __future__ import annotations
 
-import time
-from collections import Counter
-from typing import Any
+import os
 
 from aiohttp import web
 from nats.errors import Error as NatsError
 from nats.js.api import ConsumerInfo
 
-from noetl_stream.api.context import ApiContext, api_context
+from noetl_stream.api.context import api_context
 from noetl_stream.api.endpoints import Endpoint, json_response
-from noetl_stream.api.execution_lookup import load_state
-from noetl_stream.api.metrics import family, sample
-from noetl_stream.api.models import ConsumerHealth, Health
+from noetl_stream.api.models import ConsumerHealth, Health, PoolHealth
+from noetl_stream.observe.cluster import consumers as read_consumers
+from noetl_stream.observe.cluster import metrics_text
+from noetl_stream.observe.metrics import CONTENT_TYPE, pool_of_consumer
+from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.heartbeats import live_processes
-from noetl_stream.state.kv_keys import bucket_keys
 
-WORKER_CONSUMER_PREFIX = "noetl-workers-"
+ROUTER_CONSUMER = "noetl-server-router"
+ENV_ROUTER_LAG = "NOETL_STREAM_HEALTH_ROUTER_LAG"
+ROUTER_LAG_THRESHOLD = 10_000  # events not yet delivered to the router
 
 
-async def _consumers(ctx: ApiContext) -> list[ConsumerInfo]:
-    """The server's consumers and every worker pool's."""
-    topo = ctx.bus.topology
-    out = [await ctx.bus.js.consumer_info(c.stream, c.durable) for c in topo.fixed_consumers()]
-    pools = {c.stream for c in topo.consumers if c.per_pool}
-    for stream in sorted(pools):
-        out += [c for c in await ctx.bus.js.consumers_info(stream)
-                if c.name.startswith(WORKER_CONSUMER_PREFIX)]
-    return out
+def router_lag_threshold() -> int:
+    try:
+        return int(os.environ.get(ENV_ROUTER_LAG, ROUTER_LAG_THRESHOLD))
+    except ValueError:
+        return ROUTER_LAG_THRESHOLD
 
 
 def _health_of(info: ConsumerInfo) -> ConsumerHealth:
@@ -44,88 +42,67 @@ def _health_of(info: ConsumerInfo) -> ConsumerHealth:
                           num_redelivered=int(info.num_redelivered or 0))
 
 
-async def health(request: web.Request) -> web.StreamResponse:
-    ctx = api_context(request)
+async def health_report(bus: Bus) -> Health:
+    """What /health answers; `status` is `degraded` whenever `problems` is not empty."""
     problems: list[str] = []
-    nats_ok = ctx.bus.nc.is_connected
+    nats_ok = bus.nc.is_connected
     if not nats_ok:
         problems.append("not connected to NATS")
-    consumers: list[ConsumerHealth] = []
+    infos: list[ConsumerInfo] = []
+    pools: list[PoolHealth] = []
     jetstream_ok = False
     if nats_ok:
         try:
-            await ctx.bus.js.account_info()
+            await bus.js.account_info()
             jetstream_ok = True
-            consumers = [_health_of(c) for c in await _consumers(ctx)]
+            infos = await read_consumers(bus)
+            pools = await pool_health(bus, infos)
         except (NatsError, TimeoutError, OSError) as exc:
             # Health must answer whatever is broken; what broke is the answer.
             problems.append(f"JetStream: {type(exc).__name__}: {exc}")
-    ok = nats_ok and jetstream_ok
-    body = Health(status="ok" if ok else "degraded", nats=nats_ok, jetstream=jetstream_ok,
-                  consumers=consumers, problems=problems)
-    return json_response(body, 200 if ok else 503)
+    for pool in pools:
+        if pool.pending_commands and not pool.live_workers:
+            problems.append(f"pool {pool.pool!r} has {pool.pending_commands} pending command(s) "
+                            "and no live worker")
+    threshold = router_lag_threshold()
+    for info in infos:
+        if info.name == ROUTER_CONSUMER and int(info.num_pending or 0) > threshold:
+            problems.append(f"the router consumer lags {info.num_pending} events behind "
+                            f"(threshold {threshold}, {ENV_ROUTER_LAG})")
+    return Health(status="degraded" if problems else "ok", nats=nats_ok, jetstream=jetstream_ok,
+                  consumers=[_health_of(c) for c in infos], pools=pools, problems=problems)
+
+
+async def pool_health(bus: Bus, infos: list[ConsumerInfo]) -> list[PoolHealth]:
+    """Each worker pool's waiting commands and live workers (heartbeats)."""
+    live: dict[str, int] = {}
+    for process in await live_processes(bus):
+        if process.get("role") == "worker":
+            live[str(process.get("pool"))] = live.get(str(process.get("pool")), 0) + 1
+    out = []
+    for info in infos:
+        pool = pool_of_consumer(info.name)
+        if pool is not None:
+            out.append(PoolHealth(pool=pool, pending_commands=int(info.num_pending or 0),
+                                  live_workers=live.get(pool, 0)))
+    return out
+
+
+async def health(request: web.Request) -> web.StreamResponse:
+    body = await health_report(api_context(request).bus)
+    return json_response(body, 200 if body.status == "ok" else 503)
 
 
 async def metrics(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
-    lines: list[str] = []
-    statuses: Counter[str] = Counter()
-    for execution_id in await bucket_keys(ctx.bus.js, "noetl_executions"):
-        state = await load_state(ctx, execution_id)
-        if state is not None:
-            statuses[state.status] += 1
-    lines += family("noetl_executions", "gauge", "Executions in KV noetl_executions by status.",
-                    [sample("noetl_executions", {"status": s}, n) for s, n in sorted(statuses.items())])
-    consumers = await _consumers(ctx)
-    for name, field, text in (
-            ("noetl_consumer_pending_messages", "num_pending", "Messages not yet delivered (lag)."),
-            ("noetl_consumer_ack_pending_messages", "num_ack_pending", "Delivered, not yet acked."),
-            ("noetl_consumer_redelivered_messages", "num_redelivered", "Messages delivered more "
-             "than once.")):
-        lines += family(name, "gauge", text, [
-            sample(name, {"stream": c.stream_name, "consumer": c.name}, int(getattr(c, field) or 0))
-            for c in consumers])
-    streams = [await ctx.bus.js.stream_info(s.name) for s in ctx.bus.topology.streams]
-    lines += family("noetl_stream_messages", "gauge", "Messages stored per stream.",
-                    [sample("noetl_stream_messages", {"stream": s.config.name or ""},
-                            int(s.state.messages)) for s in streams])
-    lines += _process_lines(await live_processes(ctx.bus))
-    hist_lines: list[str] = []
-    for outcome, histogram in sorted(ctx.metrics.step_seconds.items()):
-        hist_lines += histogram.lines("noetl_step_duration_seconds", {"outcome": outcome})
-    lines += family("noetl_step_duration_seconds", "histogram", "Step durations seen by this API "
-                    "process since it started (step.done / step.failed duration_ms).", hist_lines)
-    return web.Response(body=("\n".join(lines) + "\n").encode(),
-                        headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+    return web.Response(body=await metrics_text(ctx.bus), headers={"Content-Type": CONTENT_TYPE})
 
 
 ENDPOINTS = [
-    Endpoint("GET", "/health", health, "NATS and JetStream reachability and consumer lag "
-             "(no authentication)", None, "ops", response=Health, errors=(503,)),
+    Endpoint("GET", "/health", health, "NATS and JetStream reachability, consumer lag, pools "
+             "with waiting commands and no live worker (no authentication)", None, "ops",
+             response=Health, errors=(503,)),
     Endpoint("GET", "/metrics", metrics, "Prometheus metrics (text format 0.0.4)", "read", "ops",
              produces="text/plain"),
 ]
 
-
-def _process_lines(processes: list[dict[str, Any]]) -> list[str]:
-    """Live processes by role and pool, and each worker's heartbeat age and running commands."""
-    now = time.time()
-    counts: Counter[tuple[str, str]] = Counter(
-        (str(p.get("role", "")), str(p.get("pool", ""))) for p in processes)
-    workers = [p for p in processes if p.get("role") == "worker"]
-    out = family("noetl_processes", "gauge", "Live processes (heartbeat entries in KV "
-                 "noetl_runtime) by role and pool.",
-                 [sample("noetl_processes", {"role": r, "pool": pool}, n)
-                  for (r, pool), n in sorted(counts.items())])
-    out += family("noetl_worker_heartbeat_age_seconds", "gauge", "Seconds since each worker's "
-                  "last heartbeat (written every 10 s; the entry expires after 60 s).",
-                  [sample("noetl_worker_heartbeat_age_seconds",
-                          {"pool": str(w.get("pool")), "worker": str(w.get("instance"))},
-                          round(max(0.0, now - float(w.get("heartbeat_at") or now)), 3))
-                   for w in workers])
-    out += family("noetl_worker_running_commands", "gauge", "Commands each worker is running.",
-                  [sample("noetl_worker_running_commands",
-                          {"pool": str(w.get("pool")), "worker": str(w.get("instance"))},
-                          int(w.get("running") or 0))
-                   for w in workers])
-    return out

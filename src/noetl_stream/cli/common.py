@@ -11,14 +11,30 @@ import click
 
 from noetl_stream import config
 
-# 0 completed, 1 failed or cancelled, 2 rejected input (nothing runs), 3 infrastructure error.
+# 0 completed, 1 failed or cancelled, 2 rejected input or usage error (nothing runs),
+# 3 infrastructure error; `run` interrupted with Ctrl-C exits 130 (cli/main.py).
 EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
+
+
+def _checked_nats_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A malformed URL is a usage error said in one line, before anything connects."""
+    from noetl_stream.runtime.connection import check_nats_url
+
+    if value is None:
+        return None
+    try:
+        return check_nats_url(value)
+    except ValueError as exc:
+        fail(EXIT_REJECTED, str(exc))
+
+
 nats_url_option = click.option(
     "--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
+    callback=_checked_nats_url,
     help="NATS server with JetStream (env NOETL_STREAM_NATS_URL). Without it, the embedded "
          "nats-server of NOETL_STREAM_HOME is started (or reused when it already runs).")
 prefix_option = click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,

@@ -123,6 +123,10 @@ def list_cmd(as_json: bool, nats_url: str | None, prefix: str) -> None:
     if as_json:
         click.echo(jsonutil.dumps_str(rows))
         return
+    if not rows:
+        click.echo("no credentials")
+        return
+    click.echo(f"{'NAME':<24} {'KIND':<9} {'UPDATED':<32} {'TAGS':<16} DESCRIPTION")
     for row in rows:
         tags = ",".join(row["tags"]) or "-"
         click.echo(f"{row['name']:<24} {row['kind']:<9} {row['updated_at']:<32} {tags:<16} "

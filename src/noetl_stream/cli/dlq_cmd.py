@@ -1,7 +1,7 @@
 """`noetl-stream dlq list|show|purge`: look at and clear the commands kept in `NOETL_DLQ`
 (runtime/dead_letters.py says how they get there).
 
-Exit codes: 0 done, 1 no such dead letter, 2 bad input, 3 NATS unreachable or no DLQ stream.
+Exit codes: 0 done, 2 bad input or no such dead letter, 3 NATS unreachable or no DLQ stream.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from nats.errors import Error as NatsError
 
 from noetl_stream import jsonutil
 from noetl_stream.cli.common import (
-    EXIT_FAILED,
     EXIT_INFRA,
     EXIT_REJECTED,
     fail,
@@ -83,7 +82,7 @@ def show(seq: int, nats_url: str | None, prefix: str) -> None:
 
     letter = _on_bus(nats_url, prefix, lambda bus: read_dead_letter(bus, seq))
     if letter is None:
-        fail(EXIT_FAILED, f"no dead letter {seq}")
+        fail(EXIT_REJECTED, f"no dead letter {seq}")
     try:
         command: Any = jsonutil.loads(letter.data)
     except ValueError:
@@ -105,5 +104,5 @@ def purge(seq: int | None, purge_all: bool, nats_url: str | None, prefix: str) -
         fail(EXIT_REJECTED, "give a dead letter's SEQ or --all, not both")
     removed = _on_bus(nats_url, prefix, lambda bus: purge_dead_letters(bus, seq))
     if seq is not None and removed == 0:
-        fail(EXIT_FAILED, f"no dead letter {seq}")
+        fail(EXIT_REJECTED, f"no dead letter {seq}")
     click.echo(f"removed {removed} dead letter{'s' if removed != 1 else ''}")

@@ -1,7 +1,7 @@
 """`noetl-stream`: click commands with no logic of their own; they call runtime/ and dsl/.
 
-Exit codes (the conformance contract): 0 completed, 1 failed or cancelled, 2 rejected input,
-3 infrastructure error.
+Exit codes (the conformance contract): 0 completed, 1 failed or cancelled, 2 rejected input or
+usage error, 3 infrastructure error; 130 when Ctrl-C stops `run` waiting (the execution goes on).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import click
 import orjson
 
 from noetl_stream import __version__, config, jsonutil
+from noetl_stream.cli.backup_cmd import backup, restore
 from noetl_stream.cli.cancel_cmd import cancel
 from noetl_stream.cli.catalog_cmd import register
 from noetl_stream.cli.common import (
@@ -36,7 +37,9 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.cli.credential import credential
 from noetl_stream.cli.dlq_cmd import dlq
+from noetl_stream.cli.executions_cmd import executions
 from noetl_stream.cli.loading import load_reporting
+from noetl_stream.cli.logs_cmd import logs
 from noetl_stream.cli.signal_cmd import send_signal
 from noetl_stream.cli.status_cmd import status
 from noetl_stream.cli.tools_cmd import tools
@@ -70,16 +73,55 @@ def _write_stdout(data: bytes) -> None:
         view = view[written:]
 
 
-def _setup_logging(verbose: int) -> None:
-    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _level(verbose: int) -> int:
+    return logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _setup_logging(verbose: int, fmt: str = "text") -> None:
+    from noetl_stream.observe.logfmt import configure
+
+    configure(_level(verbose), fmt)
+
+
+metrics_option = click.option(
+    "--metrics", default=None, metavar="HOST:PORT",
+    help="Serve Prometheus /metrics there, without authentication (a server adds /health).")
+log_format_option = click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    envvar="NOETL_STREAM_LOG_FORMAT",
+    help="Log lines on stderr as text or as one JSON object per line (env NOETL_STREAM_LOG_FORMAT).")
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a Ctrl-C
+
+
+def _v_flags(token: str) -> int:
+    """How many -v a token means (`-v` 1, `-vv` 2, `--verbose` 1); 0 for any other token."""
+    if token == "--verbose":
+        return 1
+    if len(token) > 1 and token[0] == "-" and set(token[1:]) == {"v"}:
+        return len(token) - 1
+    return 0
+
+
+class _Cli(click.Group):
+    """The command group, taking `-v` anywhere on the line (`noetl-stream run x.yaml -v` too):
+    people add it at the end when a command misbehaves, and every subcommand logs the same way.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        ctx.meta["verbose"] = sum(_v_flags(a) for a in args[:end])
+        kept = [a for a in args[:end] if not _v_flags(a)] + args[end:]
+        return super().parse_args(ctx, kept)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="noetl-stream")
-@click.option("-v", "--verbose", count=True, help="More logging on stderr (-v info, -vv debug).")
-def main(verbose: int) -> None:
+@click.option("-v", "--verbose", count=True,
+              help="More logging on stderr (-v info, -vv debug); anywhere on the line.")
+@click.pass_context
+def main(ctx: click.Context, verbose: int) -> None:
     """Run NoETL playbooks on NATS JetStream.
 
     \b
@@ -92,7 +134,13 @@ def main(verbose: int) -> None:
       noetl-stream worker --nats-url nats://127.0.0.1:4222 --pool default
       noetl-stream run playbook.yaml --nats-url nats://127.0.0.1:4222
     """
-    _setup_logging(verbose)
+    _setup_logging(_verbosity())
+
+
+def _verbosity() -> int:
+    """How many -v the line holds, wherever they stand (the group counts them, `_Cli`)."""
+    root = click.get_current_context().find_root()
+    return int(root.params.get("verbose") or 0) + int(root.meta.get("verbose", 0))
 
 
 def _parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
@@ -148,15 +196,24 @@ def _load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
               help="Treat unknown keys and fields without effect as errors.")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Give up waiting after SECONDS.")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
+@click.option("--ui", "ui", is_flag=True, help="Serve the web UI and API on a local port and print "
+              "the execution page's URL; after the end the page stays up until Ctrl-C.")
+@click.option("--ui-address", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
+              help="Where --ui listens (port 0: any free port).")
 def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | None, token: str | None,
         payload: str | None, sets: tuple[str, ...], as_json: bool, strict: bool,
-        timeout_s: float | None, quiet: bool) -> None:
+        timeout_s: float | None, quiet: bool, ui: bool, ui_address: str) -> None:
     """Run PLAYBOOK and wait for its result, showing live progress on stderr.
 
     Without --nats-url this starts an embedded nats-server, a server and a worker in this process:
     the same code path as the distributed deployment. With --server it runs on that server,
     sent and followed over its HTTP API.
     """
+    if ui and server_url is not None:
+        fail(EXIT_REJECTED, "--ui serves a local run; a server started with --http serves the UI "
+                            f"itself at {server_url.rstrip('/')}/")
+    ui_at = _http_address(ui_address) if ui else None
+    from noetl_stream.cli.pickup import PickupWatch
     from noetl_stream.cli.progress import ProgressPrinter
     from noetl_stream.cli.remote import RemoteError
     from noetl_stream.cli.remote_cmds import refuse_file_children, run_remote
@@ -167,10 +224,20 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
     text, files = _load_or_exit(playbook, strict)
     if server_url is not None:
         refuse_file_children(playbook, files)
+    if nats_url is None and server_url is None:  # the embedded server and worker run here
+        from noetl_stream.observe import tracing
+
+        tracing.setup("noetl-stream")
     data = _parse_payload(payload, sets)
-    printer = ProgressPrinter()
+    # -v also shows what each task printed (the `output` of outcome events).
+    printer = ProgressPrinter(show_output=_verbosity() > 0)
+    seen: dict[str, str] = {}
+    pickup = PickupWatch()
+    started: list[str] = []
 
     def on_event(event: dict[str, Any]) -> None:
+        seen.setdefault("execution_id", str(event.get("execution_id")))
+        pickup(event)
         if not quiet:
             printer(event)
 
@@ -182,18 +249,39 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
         announce = None if quiet else _announce
         async with open_stack(nats_url, prefix=prefix, on_embedded=announce) as stack:
             services = run_services(stack.bus) if embedded else contextlib.nullcontext()
-            async with services:
+            async with services, _run_ui(stack.bus, ui_at, embedded=embedded) as ui_url:
                 if any(f.links for f in files):  # children named by file travel via the catalog
                     await register_files(stack.bus.js, files)
-                final = await submit_and_watch(stack.bus, playbook_text=text,
-                                               playbook_file=str(playbook), payload=data,
-                                               on_event=on_event, timeout_s=timeout_s)
+
+                def on_started(execution_id: str) -> None:
+                    started.append(execution_id)
+                    if ui_url is not None:
+                        click.echo(f"execution page: {ui_url}/executions/{execution_id}", err=True)
+
+                # Said even with --quiet (on stderr): a run nobody serves must not look hung.
+                warner = asyncio.create_task(pickup.warn_later(
+                    stack.bus, lambda: started[0] if started else None,
+                    lambda text: click.echo(f"noetl-stream: {text}", err=True)))
+                try:
+                    final = await submit_and_watch(stack.bus, playbook_text=text,
+                                                   playbook_file=str(playbook), payload=data,
+                                                   on_event=on_event, on_started=on_started,
+                                                   timeout_s=timeout_s)
+                finally:
+                    warner.cancel()
+                if ui_url is not None:
+                    click.echo(f"execution {final.get('execution_id')} "
+                               f"{final.get('status') or final.get('event_type')}; the UI stays "
+                               f"at {ui_url}/ until Ctrl-C", err=True)
+                    await _serve_forever(asyncio.Event())
                 # Large results arrive as references to the object store; show their values.
                 resolved: dict[str, Any] = await ResultStore(stack.bus.js).resolve(final)
                 return resolved
 
     try:
         final = run_async(go())
+    except KeyboardInterrupt:
+        _interrupted(seen.get("execution_id"), nats_url=nats_url, server_url=server_url)
     except RemoteError as exc:
         fail(exc.exit_code, str(exc))
     except InfrastructureError as exc:
@@ -214,6 +302,38 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
         # or cancelled execution has no result to pipe: stdout stays empty, the exit code says.
         _write_stdout(orjson.dumps(summary.get("result"), option=orjson.OPT_INDENT_2, default=str))
     sys.exit(EXIT_OK if completed else EXIT_FAILED)
+
+
+@contextlib.asynccontextmanager
+async def _run_ui(bus: Any, address: tuple[str, int] | None, *,
+                  embedded: bool) -> AsyncIterator[str | None]:
+    """The API and UI of `run --ui`, or nothing. On the embedded stack nobody else shares the
+    bus and its nats-server already answers anyone on this machine without a password, so the
+    API asks for none either; on a shared bus (--nats-url) users log in as on `server --http`.
+    """
+    if address is None:
+        yield None
+        return
+    from noetl_stream.api import serve
+
+    async with serve(bus, host=address[0], port=address[1], auth=not embedded) as url:
+        yield url
+
+
+def _interrupted(execution_id: str | None, *, nats_url: str | None,
+                 server_url: str | None) -> None:
+    """Ctrl-C stops waiting, not the execution: say so, and how to follow or stop it."""
+    if execution_id is None:
+        fail(EXIT_INTERRUPTED, "interrupted before the execution was started")
+    where = f" --server {server_url}" if server_url else f" --nats-url {nats_url}" if nats_url else ""
+    lines = [f"interrupted: execution {execution_id} was not cancelled and keeps running"]
+    if server_url is None and nats_url is None:
+        lines.append("  (on the embedded nats-server: it goes on when a server and a worker run "
+                     "there, e.g. `noetl-stream nats` and `noetl-stream server/worker --nats-url URL`)")
+    lines.append(f"  follow it: noetl-stream watch {execution_id}{where}")
+    lines.append(f"  stop it:   noetl-stream cancel {execution_id}{where}")
+    click.echo("noetl-stream: " + "\n".join(lines), err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
 @main.command()
@@ -259,17 +379,22 @@ def _announce(nats: Any) -> None:
               "an admin. Only for a machine nobody else can reach.")
 @click.option("--cors-origin", default=None, metavar="ORIGIN",
               help="Send CORS headers allowing this origin (none by default).")
+@metrics_option
+@log_format_option
 def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
-           cors_origin: str | None) -> None:
+           cors_origin: str | None, metrics: str | None, log_format: str) -> None:
     """Run the server: consume execution requests and outcome events, route, publish commands."""
     from noetl_stream.runtime.services import open_stack, run_services
 
+    _service_setup("noetl-stream-server", log_format)
     address = _http_address(http) if http else None
+    metrics_address = _http_address(metrics, "--metrics") if metrics else None
 
     async def go() -> None:
         async with open_stack(nats_url, prefix=prefix, name="noetl-stream-server",
                               on_embedded=_announce) as stack, \
                 run_services(stack.bus, server=True, worker=False), \
+                _metrics_endpoint(stack.bus, metrics_address, cluster=True), \
                 _http_api(stack.bus, address, auth=not no_auth, cors_origin=cors_origin):
             click.echo("server running; Ctrl-C stops it", err=True)
             await _serve_forever(asyncio.Event())
@@ -280,11 +405,32 @@ def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
         fail(EXIT_INFRA, str(exc))
 
 
-def _http_address(text: str) -> tuple[str, int]:
+def _http_address(text: str, option: str = "--http") -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
-        fail(EXIT_REJECTED, f"--http expects HOST:PORT, got {text!r}")
+        fail(EXIT_REJECTED, f"{option} expects HOST:PORT, got {text!r}")
     return host or "127.0.0.1", int(port)
+
+
+def _service_setup(service: str, log_format: str) -> None:
+    """Logging in the chosen format, and tracing when OTEL_* (or the test exporter) asks for it."""
+    from noetl_stream.observe import tracing
+
+    _setup_logging(_verbosity(), log_format)
+    tracing.setup(service)
+
+
+@contextlib.asynccontextmanager
+async def _metrics_endpoint(bus: Any, address: tuple[str, int] | None, *,
+                            cluster: bool) -> AsyncIterator[None]:
+    if address is None:
+        yield
+        return
+    from noetl_stream.observe.endpoint import serve_metrics
+
+    async with serve_metrics(address[0], address[1], bus=bus, cluster=cluster) as url:
+        click.echo(f"metrics at {url}/metrics (no authentication)", err=True)
+        yield
 
 
 @contextlib.asynccontextmanager
@@ -298,10 +444,20 @@ async def _http_api(bus: Any, address: tuple[str, int] | None, *, auth: bool,
     if not auth:
         click.echo("WARNING: the HTTP API runs WITHOUT AUTHENTICATION (--no-auth): anyone who "
                    "reaches it is an admin and can read credentials", err=True)
-    async with serve(bus, host=address[0], port=address[1], auth=auth,
-                     cors_origin=cors_origin) as url:
+    api = serve(bus, host=address[0], port=address[1], auth=auth, cors_origin=cors_origin)
+    try:
+        url = await api.__aenter__()
+    except OSError as exc:  # the port is taken, or the address is not this machine's
+        raise InfrastructureError(f"cannot serve the HTTP API on {address[0]}:{address[1]}: "
+                                  f"{exc.strerror or exc}") from None
+    try:
         click.echo(f"HTTP API at {url} (docs/api.md)", err=True)
         yield
+    except BaseException as exc:
+        if not await api.__aexit__(type(exc), exc, exc.__traceback__):
+            raise
+    else:
+        await api.__aexit__(None, None, None)
 
 
 @main.command()
@@ -310,15 +466,22 @@ async def _http_api(bus: Any, address: tuple[str, int] | None, *, auth: bool,
 @click.option("--pool", default="default", show_default=True, help="Worker pool to take commands from.")
 @click.option("--concurrency", default=64, show_default=True, help="Commands run at once.")
 @click.option("--python-processes", default=8, show_default=True, help="Warm python interpreters.")
-def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, python_processes: int) -> None:
+@metrics_option
+@log_format_option
+def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, python_processes: int,
+           metrics: str | None, log_format: str) -> None:
     """Run a worker: pull commands of POOL, run their task pipelines, publish outcomes."""
     from noetl_stream.runtime.services import open_stack, run_services
+
+    _service_setup(f"noetl-stream-worker-{pool}", log_format)
+    metrics_address = _http_address(metrics, "--metrics") if metrics else None
 
     async def go() -> None:
         async with open_stack(nats_url, prefix=prefix, pools=(pool,), name=f"noetl-stream-worker-{pool}",
                               on_embedded=_announce) as stack, \
                 run_services(stack.bus, server=False, worker=True, pool=pool,
-                             concurrency=concurrency, python_children=python_processes):
+                             concurrency=concurrency, python_children=python_processes), \
+                _metrics_endpoint(stack.bus, metrics_address, cluster=False):
             click.echo(f"worker running on pool {pool!r}; Ctrl-C stops it", err=True)
             await _serve_forever(asyncio.Event())
 
@@ -376,7 +539,12 @@ def init(nats_url: str | None, prefix: str, pools: tuple[str, ...], replicas: in
 @click.option("--json", "as_json", is_flag=True, help="Print each event as one JSON line.")
 def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str | None,
           token: str | None, as_json: bool) -> None:
-    """Follow an execution's events live until it ends (like nats sub 'noetl.events.<id>.>')."""
+    """Follow an execution's events live until it ends (like nats sub 'noetl.events.<id>.>').
+
+    An execution that has ended is shown from its first event to its last, with the durations
+    it had. An id nothing was recorded for exits 2.
+    """
+    from noetl_stream.cli.execution_log import is_known
     from noetl_stream.cli.progress import ProgressPrinter
     from noetl_stream.runtime.connection import connect
     from noetl_stream.runtime.watcher import END_EVENTS, ExecutionWatch
@@ -384,7 +552,7 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
 
     if nats_url is None and server_url is None:
         fail(EXIT_REJECTED, "watch needs --nats-url (or NOETL_STREAM_NATS_URL) or --server")
-    printer = ProgressPrinter(sys.stdout)
+    printer = ProgressPrinter(sys.stdout, show_output=_verbosity() > 0)
 
     def on_event(event: dict[str, Any]) -> None:
         if as_json:
@@ -398,12 +566,14 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
         final = call(watch_remote(server_url, token, execution_id, on_event))
         sys.exit(EXIT_OK if final.get("status") == "completed" else EXIT_FAILED)
 
-    async def go() -> dict[str, Any]:
+    async def go() -> dict[str, Any] | None:
         bus = await connect(str(nats_url), prefix=prefix)
         results = ResultStore(bus.js)
         events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         w = ExecutionWatch(bus, execution_id, events.put_nowait)
         try:
+            if not await is_known(bus, execution_id):
+                return None  # waiting would wait forever for an id nobody started
             await w.start()
             while True:
                 event = await events.get()
@@ -416,19 +586,26 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
             await bus.close()
 
     try:
-        final = run_async(go())
+        watched = run_async(go())
     except InfrastructureError as exc:
         fail(EXIT_INFRA, str(exc))
-    sys.exit(EXIT_OK if final.get("status") == "completed" else EXIT_FAILED)
+    if watched is None:
+        fail(EXIT_REJECTED, f"no execution {execution_id} is known")
+    sys.exit(EXIT_OK if watched.get("status") == "completed" else EXIT_FAILED)
 
 
 @main.command("nats")
-def nats_cmd() -> None:
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Client port (default: a free one, recorded in the store folder).")
+@click.option("--store", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder of the server's config, log and JetStream store "
+                   "[default: $NOETL_STREAM_HOME/nats].")
+def nats_cmd(port: int | None, store: Path | None) -> None:
     """Run the embedded nats-server in the foreground (store under NOETL_STREAM_HOME)."""
     from noetl_stream.runtime.nats_server import binary_version, start_nats_server
 
     async def go() -> None:
-        srv = await start_nats_server(config.home_dir() / "nats")
+        srv = await start_nats_server(store or config.home_dir() / "nats", port=port)
         if not srv.owned:
             click.echo(f"a nats-server for this home is already running at {srv.url}", err=True)
             return
@@ -445,6 +622,23 @@ def nats_cmd() -> None:
         fail(EXIT_INFRA, str(exc))
 
 
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the completion script for SHELL.
+
+    \b
+    bash: eval "$(noetl-stream completion bash)"     (in ~/.bashrc)
+    zsh:  eval "$(noetl-stream completion zsh)"      (in ~/.zshrc)
+    fish: noetl-stream completion fish > ~/.config/fish/completions/noetl-stream.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    completion_class = get_completion_class(shell)
+    assert completion_class is not None  # the three choices are click's own
+    click.echo(completion_class(main, {}, "noetl-stream", "_NOETL_STREAM_COMPLETE").source())
+
+
 main.add_command(tools)
 main.add_command(credential)
 main.add_command(register)
@@ -454,3 +648,7 @@ main.add_command(apikey)
 main.add_command(cancel)
 main.add_command(status)
 main.add_command(dlq)
+main.add_command(executions)
+main.add_command(backup)
+main.add_command(restore)
+main.add_command(logs)

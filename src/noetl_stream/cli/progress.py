@@ -1,4 +1,8 @@
-"""Human-readable live progress on stderr: steps as they start and finish, loops as done/total."""
+"""Human-readable live progress on stderr: steps as they start and finish, loops as done/total.
+
+Times come from the events themselves (their `timestamp`), not from when this process reads
+them, so following a finished execution shows the durations it really had.
+"""
 
 from __future__ import annotations
 
@@ -24,18 +28,48 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def output_lines(event: dict[str, Any]) -> list[str]:
+    """What the event's tasks printed (`output`, events.py), as `[task stdout] line` lines."""
+    lines: list[str] = []
+    output = event.get("output")
+    if not isinstance(output, dict):
+        return lines
+    iteration = event.get("iteration")
+    for name, captured in output.items():
+        task = name if iteration is None else f"{name} #{iteration}"
+        if not isinstance(captured, dict):
+            continue
+        for stream in ("stdout", "stderr"):
+            text = str(captured.get(stream) or "")
+            size = captured.get(f"{stream}_bytes") or 0
+            if len(text.encode()) < size:
+                lines.append(f"[{task} {stream}] … (last {len(text.encode())} of {size} bytes)")
+            lines += [f"[{task} {stream}] {line}" for line in text.splitlines()]
+    return lines
+
+
+def _timestamp(event: dict[str, Any]) -> float | None:
+    ts = event.get("timestamp")
+    return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
+
+
 class ProgressPrinter:
-    def __init__(self, stream: TextIO = sys.stderr, *, color: bool | None = None) -> None:
+    def __init__(self, stream: TextIO = sys.stderr, *, color: bool | None = None,
+                 show_output: bool = False) -> None:
         self.out = stream
-        self.t0 = time.monotonic()
-        self.color = stream.isatty() if color is None else color
+        self.t0: float | None = None  # the first event's timestamp
+        self.now = 0.0  # the timestamp of the event being shown
+        # NO_COLOR (https://no-color.org): set to anything non-empty, no escape codes at all.
+        self.color = color if color is not None else \
+            stream.isatty() and not os.environ.get("NO_COLOR")
+        self.show_output = show_output
         self.started: dict[str, float] = {}
 
     def _c(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.color else text
 
     def _line(self, text: str) -> None:
-        elapsed = time.monotonic() - self.t0
+        elapsed = self.now - self.t0 if self.t0 is not None else 0.0
         try:
             self.out.write(f"{elapsed:7.2f}s  {text}\n")
             self.out.flush()
@@ -43,13 +77,23 @@ class ProgressPrinter:
             self.out = open(os.devnull, "w")  # noqa: SIM115 - the reader left; stop writing
 
     def __call__(self, event: dict[str, Any]) -> None:
+        ts = _timestamp(event)
+        if ts is not None and event.get("event_type") != "timer.scheduled":  # its ts is the future
+            self.now = max(self.now, ts) if self.t0 is not None else ts
+            self.t0 = ts if self.t0 is None else self.t0
+        self._show(event)
+        if self.show_output:
+            for line in output_lines(event):
+                self._line(self._c("2", f"  {line}"))
+
+    def _show(self, event: dict[str, Any]) -> None:
         etype = event.get("event_type", "")
         step = event.get("step", "")
         if etype == "execution.started":
             self._line(f"execution {event.get('execution_id')} started "
                        f"({event.get('playbook')})")
         elif etype == "step.started":
-            self.started[str(event.get("step_run_id"))] = time.monotonic()
+            self.started[str(event.get("step_run_id"))] = self.now
             run = event.get("run", 1)
             self._line(f"▶ {step}" + (f" (run {run})" if run and run > 1 else ""))
         elif etype == "step.done":
@@ -120,5 +164,5 @@ class ProgressPrinter:
         ms = event.get("duration_ms")
         if ms is None:
             t = self.started.get(str(event.get("step_run_id")))
-            ms = (time.monotonic() - t) * 1000 if t else None
+            ms = (self.now - t) * 1000 if t is not None else None
         return f"{ms:.0f} ms" if ms is not None else ""

@@ -4,8 +4,13 @@ execution (the same message any NATS client may publish, runtime/signals.py).
 With --server the signal goes through that server's HTTP API (POST .../signals/NAME; --id is
 sent as its Idempotency-Key).
 
-Exit codes: 0 stored in the events stream, 2 bad input (over HTTP also: unknown or ended
-execution, not authenticated), 3 NATS or the server unreachable, or no events stream.
+Before sending, the command reads the execution's committed state: an unknown or ended
+execution, or one where no listening step's guards name the signal, is refused (exit 2) unless
+--force. Over HTTP the server checks that the execution exists and runs.
+
+Exit codes: 0 stored in the events stream, 2 bad input, unknown or ended execution, no listener
+for that name (over HTTP also: not authenticated), 3 NATS or the server unreachable, or no events
+stream.
 """
 
 from __future__ import annotations
@@ -36,17 +41,19 @@ from noetl_stream.errors import InfrastructureError
 @click.option("--id", "msg_id", default=None, metavar="ID",
               help="Message id: a second signal with the same id within the stream's duplicate "
                    "window is dropped.")
+@click.option("--force", is_flag=True,
+              help="Send even when the execution is unknown, ended or nothing listens for NAME.")
 @nats_url_option
 @prefix_option
 @remote_options
-def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
+def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None, force: bool,
                 nats_url: str | None, prefix: str, server_url: str | None,
                 token: str | None) -> None:
     """Publish signal NAME to EXECUTION_ID; `eval_mode: on_event` steps see `signal.NAME`."""
     from noetl_stream.cli.remote import RemoteError
     from noetl_stream.cli.remote_cmds import signal_remote
     from noetl_stream.runtime.services import client_bus
-    from noetl_stream.runtime.signals import publish_signal, valid_signal_name
+    from noetl_stream.runtime.signals import publish_signal, valid_signal_name, why_unheard
 
     try:
         data = jsonutil.loads(raw_data)
@@ -59,6 +66,9 @@ def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
         if server_url is not None:
             return await signal_remote(server_url, token, execution_id, name, data, msg_id)
         async with client_bus(nats_url, prefix=prefix, name="noetl-stream-signal") as bus:
+            problem = None if force else await why_unheard(bus, execution_id, name)
+            if problem is not None:
+                raise ValueError(f"{problem}; signal not sent (--force sends it anyway)")
             return await publish_signal(bus, execution_id, name, data, msg_id=msg_id)
 
     try:

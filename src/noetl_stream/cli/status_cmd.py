@@ -89,7 +89,31 @@ async def _report(bus: Any, execution_id: str, now: float) -> dict[str, Any] | N
         playbook = parse_playbook(text.decode(), state.playbook_key, kinds=installed_kinds()).playbook
     except (KeyNotFoundError, PlaybookError):
         pass  # the report still holds what the state says; only step kinds and join preds are lost
-    return explain(state, playbook, now)
+    report = explain(state, playbook, now)
+    await _add_pools(bus, report, playbook)
+    return report
+
+
+async def _add_pools(bus: Any, report: dict[str, Any], playbook: Any) -> None:
+    """Name the pool each running command waits in and how many live workers it has, so a
+    command nobody can take (no worker of its pool alive) is said, not just waited on.
+    """
+    from noetl_stream.runtime.heartbeats import live_processes
+
+    running = [r for r in report.get("running", []) if "listen" not in r]
+    if not running or playbook is None:
+        return
+    live: dict[str, int] = {}
+    for process in await live_processes(bus):
+        if process.get("role") == "worker":
+            live[str(process.get("pool"))] = live.get(str(process.get("pool")), 0) + 1
+    for run in running:
+        try:
+            pool = playbook.step(run["step"]).pool or "default"
+        except KeyError:
+            continue
+        run["pool"] = pool
+        run["live_workers"] = live.get(pool, 0)
 
 
 def _when(ts: float | None) -> str:
@@ -120,6 +144,9 @@ def human_lines(report: dict[str, Any]) -> list[str]:
         if run.get("deadline"):
             head += f", deadline {_when(run['deadline'])}" + (" OVERDUE" if run["overdue"] else "")
         lines.append(head)
+        if run.get("live_workers") == 0:
+            lines.append(f"    pool {run['pool']!r} has no live worker: the command waits until "
+                         f"one starts (noetl-stream worker --pool {run['pool']})")
         for rule in run.get("listen", []):
             lines.append(f"    listens for: {rule}")
         for child in run.get("children", []):

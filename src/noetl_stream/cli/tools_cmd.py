@@ -16,7 +16,8 @@ def tools(as_json: bool) -> None:
     if as_json:
         click.echo(jsonutil.dumps_str(origins))
         return
-    width = max(len(kind) for kind in origins)
+    width = max(len("KIND"), *(len(kind) for kind in origins))
+    click.echo(f"{'KIND':<{width}}  ORIGIN")
     for kind, origin in origins.items():
         click.echo(f"{kind:<{width}}  {origin}")
     if not any(origin.startswith("plugin") for origin in origins.values()):

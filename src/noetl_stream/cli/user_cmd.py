@@ -94,6 +94,10 @@ def user_list(as_json: bool, nats_url: str | None, prefix: str) -> None:
     if as_json:
         click.echo(jsonutil.dumps_str([r.model_dump(mode="json") for r in rows]))
         return
+    if not rows:
+        click.echo("no users")
+        return
+    click.echo(f"{'NAME':<24} {'ROLES':<24} CREATED")
     for row in rows:
         click.echo(f"{row.name:<24} {','.join(row.roles):<24} {row.created_at.isoformat()}")
 
@@ -163,8 +167,13 @@ def apikey_list(user_name: str | None, as_json: bool, nats_url: str | None, pref
     if as_json:
         click.echo(jsonutil.dumps_str([r.model_dump(mode="json") for r in rows]))
         return
+    if not rows:
+        click.echo("no API keys")
+        return
+    width = max(len(row.key_id) for row in rows)
+    click.echo(f"{'ID':<{width}}  {'USER':<16} {'ROLES':<20} DESCRIPTION")
     for row in rows:
-        click.echo(f"{row.key_id}  {row.user:<16} {','.join(row.roles):<20} "
+        click.echo(f"{row.key_id:<{width}}  {row.user:<16} {','.join(row.roles):<20} "
                    f"{row.description or ''}".rstrip())
 
 

@@ -6,6 +6,7 @@ are kept as written and rendered at run time; `line` fields point back at the so
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -274,10 +275,12 @@ class Playbook(_Frozen):
     file: str = "<string>"
 
     def step(self, name: str) -> Step:
-        for s in self.steps:
-            if s.name == name:
-                return s
-        raise KeyError(name)
+        return self.step_index[name]
+
+    @cached_property
+    def step_index(self) -> dict[str, Step]:
+        """Steps by name, built once per playbook: the router looks steps up on every event."""
+        return {s.name: s for s in self.steps}
 
     @property
     def start_step(self) -> Step:

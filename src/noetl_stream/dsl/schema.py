@@ -1,7 +1,8 @@
 """JSON Schemas of the IR and message bodies, generated from the pydantic models (ARCHITECTURE §5).
 
 `schemas/` in the repository holds the output of `python -m noetl_stream.dsl.schema`; a unit test
-regenerates them in memory and fails when the files and the models disagree.
+regenerates them in memory and fails when the files and the models disagree. `schemas/events/`
+holds one schema per event type (noetl_stream/events.py), for anyone reading the events stream.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.events import EVENT_TYPES, schema_file
 from noetl_stream.messages import ExecutionRequest, RequestReply
 
 MODELS: dict[str, type[BaseModel]] = {
@@ -25,6 +27,7 @@ MODELS: dict[str, type[BaseModel]] = {
 
 DEFAULT_DIR = Path(__file__).resolve().parents[3] / "schemas"
 OPENAPI_FILE = "openapi.json"
+EVENTS_DIR = "events"
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
@@ -32,6 +35,19 @@ def export_schemas() -> dict[str, dict[str, Any]]:
     """File name -> JSON Schema, for every exported model."""
     return {name: {"$schema": JSON_SCHEMA_DIALECT, "$id": name, **model.model_json_schema()}
             for name, model in MODELS.items()}
+
+
+def export_event_schemas() -> dict[str, dict[str, Any]]:
+    """File name (under `events/`) -> JSON Schema, one per event type; `event_type` is pinned."""
+    out = {}
+    for event_type, (model, meaning) in EVENT_TYPES.items():
+        schema = model.model_json_schema()
+        schema["properties"]["event_type"] = {**schema["properties"]["event_type"],
+                                              "const": event_type}
+        out[schema_file(event_type)] = {"$schema": JSON_SCHEMA_DIALECT,
+                                        "$id": f"{EVENTS_DIR}/{schema_file(event_type)}",
+                                        **schema, "title": event_type, "description": meaning}
+    return out
 
 
 def render_schema(schema: dict[str, Any]) -> str:
@@ -52,6 +68,16 @@ def write_schemas(out_dir: Path = DEFAULT_DIR) -> list[Path]:
     written = []
     for name, schema in [*export_schemas().items(), (OPENAPI_FILE, export_openapi())]:
         path = out_dir / name
+        path.write_text(render_schema(schema), encoding="utf-8")
+        written.append(path)
+    events_dir = out_dir / EVENTS_DIR
+    events_dir.mkdir(exist_ok=True)
+    exported = export_event_schemas()
+    for stale in events_dir.glob("*.schema.json"):
+        if stale.name not in exported:
+            stale.unlink()
+    for name, schema in exported.items():
+        path = events_dir / name
         path.write_text(render_schema(schema), encoding="utf-8")
         written.append(path)
     return written

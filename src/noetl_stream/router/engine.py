@@ -30,7 +30,7 @@ class _Router:
         self.s = state
         self.now = now
         self.graph = graph_of(playbook)
-        self.names = {st.name for st in playbook.steps}
+        self.names = playbook.step_index  # membership only: steps by name, built once
         self.case_matched: list[str] = []  # spec 001: branches the current outcome found true
 
     # -- messages --------------------------------------------------------------------------
@@ -158,6 +158,7 @@ class _Router:
         loop_steps = [n for n in steps if self.s.steps[n].loop]
         body = {
             "execution_id": self.s.execution_id,
+            "playbook": self.pb.path or self.pb.name,  # for metrics and traces
             "step": step.name,
             "step_run_id": run.run_id,
             "parent_execution_id": self.s.parent_execution_id,
@@ -407,8 +408,11 @@ class _Router:
                 return
             if self.s.status == "running":
                 self.s.status = "completed"
+        if self.s.ended_at is None:
+            self.s.ended_at = self.now
         etype = f"execution.{self.s.status}"
-        self.emit(etype, ids.event_msg_id(self.s.execution_id, etype), **self.s.summary())
+        self.emit(etype, ids.event_msg_id(self.s.execution_id, etype), **self.s.summary(),
+                  duration_ms=round((self.s.ended_at - self.s.started_at) * 1000, 3))
         # A failure elsewhere ends the execution while these runs still wait on children that
         # nobody will read any more.
         for run in self.s.active_runs:

@@ -9,7 +9,7 @@ can cancel them when it cuts the run short; finished runs are dropped with their
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -118,6 +118,8 @@ class ExecutionState:
     parent_execution_id: str | None = None
     parent_iter: dict[str, Any] | None = None  # the parent's iteration, read as `iter.parent`
     started_at: float = 0.0
+    ended_at: float | None = None  # the time of the event that ended it
+    trace: dict[str, str] | None = None  # root span ids when traced (observe/tracing.py)
     outbox: list[Outgoing] = field(default_factory=list)
     applied: int = 0  # events applied, for progress and diagnostics
 
@@ -155,10 +157,15 @@ class ExecutionState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExecutionState:
+        """Read a stored state. Fields this version does not know are ignored, so a state a newer
+        version wrote stays readable during a rolling upgrade (docs/deploy.md, "Upgrading");
+        fields it lacks take their defaults.
+        """
         runs = {}
         for key, raw in data.get("runs", {}).items():
             loop = raw.get("loop")
-            runs[key] = Run(**{**raw, "loop": LoopState(**loop) if loop else None})
+            runs[key] = Run(**{**_known(Run, raw),
+                               "loop": LoopState(**_known(LoopState, loop)) if loop else None})
         return cls(
             execution_id=data["execution_id"],
             playbook_key=data["playbook_key"],
@@ -168,10 +175,10 @@ class ExecutionState:
             status=data.get("status", "running"),
             ctx=data.get("ctx", {}),
             vars=data.get("vars", {}),
-            steps={k: StepRecord(**v) for k, v in data.get("steps", {}).items()},
+            steps={k: StepRecord(**_known(StepRecord, v)) for k, v in data.get("steps", {}).items()},
             runs=runs,
-            joins={k: Join(**v) for k, v in data.get("joins", {}).items()},
-            delayed={k: Delayed(**v) for k, v in data.get("delayed", {}).items()},
+            joins={k: Join(**_known(Join, v)) for k, v in data.get("joins", {}).items()},
+            delayed={k: Delayed(**_known(Delayed, v)) for k, v in data.get("delayed", {}).items()},
             delays_set=data.get("delays_set", 0),
             watchdogs_set=data.get("watchdogs_set", 0),
             result=data.get("result"),
@@ -179,6 +186,19 @@ class ExecutionState:
             parent_execution_id=data.get("parent_execution_id"),
             parent_iter=data.get("parent_iter"),
             started_at=data.get("started_at", 0.0),
-            outbox=[Outgoing(**o) for o in data.get("outbox", [])],
+            ended_at=data.get("ended_at"),
+            trace=data.get("trace"),
+            outbox=[Outgoing(**_known(Outgoing, o)) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),
         )
+
+
+def _known(cls: type, raw: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `raw` that are fields of the dataclass `cls`."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+    return {k: v for k, v in raw.items() if k in names}
+
+
+_FIELD_NAMES: dict[type, frozenset[str]] = {}

@@ -46,6 +46,33 @@ def server_urls(url: str) -> list[str]:
     return [u.strip() for u in url.split(",") if u.strip()]
 
 
+NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def check_nats_url(url: str) -> str:
+    """`url` itself when every comma-separated part is a NATS URL (`nats://host:port`, or
+    `host:port` as nats-py reads it); a ValueError saying what is wrong otherwise, before any
+    connection is tried.
+    """
+    servers = server_urls(url)
+    if not servers:
+        raise ValueError("--nats-url is empty")
+    for server in servers:
+        parts = urlsplit(server if "://" in server else f"nats://{server}")
+        try:
+            port = parts.port
+        except ValueError:
+            raise ValueError(f"NATS URL {redact_url(server)!r}: the port is not a number") from None
+        if parts.scheme not in NATS_SCHEMES:
+            raise ValueError(f"NATS URL {redact_url(server)!r}: scheme must be one of "
+                             f"{', '.join(s + '://' for s in NATS_SCHEMES)}")
+        if not parts.hostname:
+            raise ValueError(f"NATS URL {redact_url(server)!r} names no host")
+        if port is not None and not 0 < port < 65536:
+            raise ValueError(f"NATS URL {redact_url(server)!r}: port {port} is out of range")
+    return url
+
+
 def _auth_options(servers: list[str]) -> dict[str, Any]:
     # Credentials in a URL apply to every node, including those the cluster announces later
     # (nats-py sends a URL's user info only to that URL's server); else the environment's.
@@ -64,8 +91,8 @@ def redact_url(url: str) -> str:
     for server in server_urls(url):
         parts = urlsplit(server)
         if parts.username is not None:
-            parts = parts._replace(netloc=f"***@{parts.hostname}:{parts.port}"
-                                   if parts.port else f"***@{parts.hostname}")
+            # Everything after the last "@" is host and port, even when the port is not a number.
+            parts = parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2])
         shown.append(parts.geturl())
     return ",".join(shown)
 
@@ -74,7 +101,10 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
     """Connect to one node or a comma-separated list of cluster nodes; survives node loss by
     reconnecting to another node of the list (or one the cluster announces).
     """
-    servers = server_urls(url)
+    try:
+        servers = server_urls(check_nats_url(url))
+    except ValueError as exc:
+        raise InfrastructureError(str(exc)) from None
     refused: list[Exception] = []
 
     async def on_error(exc: Exception) -> None:

@@ -22,6 +22,7 @@ from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.dsl.parser import verbatim
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
+from noetl_stream.observe import tracing
 from noetl_stream.router.context import build_context, output_view, step_view
 from noetl_stream.runtime import cursor
 from noetl_stream.runtime.keychain import KeychainResolver
@@ -37,6 +38,7 @@ from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 
 MAX_STEPS_PER_PIPELINE = 100_000  # a jump loop that never ends is a bug; stop it with a reason
+OUTPUT_EVENT_BYTES = 256 * 1024  # captured output one outcome event carries, all tasks together
 
 
 @dataclass
@@ -50,6 +52,25 @@ class PipelineResult:
     route: str | None = None  # set by a case rule with `next`: only the step's arcs with it fire
     case_matched: list[Any] | None = None  # spec 001 case: the branches found true
     cursor: dict[str, Any] | None = None  # a cursor loop iteration's claim: exhausted, replayed
+    output: dict[str, dict[str, Any]] | None = None  # task -> captured stdout/stderr (events.py)
+
+
+def bounded_output(captured: dict[str, dict[str, Any]],
+                   budget: int = OUTPUT_EVENT_BYTES) -> dict[str, dict[str, Any]]:
+    """Captured output within `budget` bytes: the last tasks' text is kept, earlier tasks keep
+    their sizes with the text dropped (`truncated`), so the event stays far below NATS's limit.
+    """
+    kept: dict[str, dict[str, Any]] = {}
+    left = budget
+    for name in reversed(list(captured)):
+        out = dict(captured[name])
+        size = len(str(out.get("stdout", "")).encode()) + len(str(out.get("stderr", "")).encode())
+        if size > left:
+            out.update(stdout="", stderr="", truncated=True)
+        else:
+            left -= size
+        kept[name] = out
+    return {name: kept[name] for name in captured}
 
 
 def _handles_failures(rule: Rule) -> bool:
@@ -130,6 +151,7 @@ class Pipeline:
         self.keychain: dict[str, Any] = {}  # resolved entries, read as `keychain.<name>`
         self.tools = tools
         self.key_prefix = idempotency_prefix
+        self.captured: dict[str, dict[str, Any]] = {}  # task -> its last call's printed output
         ctx_in = command["context"]
         self.tasks = [Task.model_validate(t) for t in command["tasks"]]
         self.index = {t.name: i for i, t in enumerate(self.tasks)}
@@ -193,6 +215,8 @@ class Pipeline:
                                                   "entry": exc.entry})
         if claim is not None:
             result.cursor = claim.report
+        if self.captured:
+            result.output = bounded_output(self.captured)
         return result
 
     async def _resolve_keychain(self) -> None:
@@ -403,10 +427,15 @@ class Pipeline:
             timeout_s=layering.timeout_s(task.spec), iteration=self._iteration(),
             step_run_id=self.cmd.get("step_run_id"), command_iteration=self.cmd.get("iteration"),
             context=context if task.kind == "python" else None)
-        try:
-            outcome = await self.tools.get(task.kind).run(call)
-        except NoetlStreamError as exc:
-            return Outcome.failure(str(exc), "tool")
+        with tracing.task_span(task.name, task.kind, attempt) as span:
+            try:
+                outcome = await self.tools.get(task.kind).run(call)
+            except NoetlStreamError as exc:
+                outcome = Outcome.failure(str(exc), "tool")
+            tracing.finish(span, outcome.ok, outcome.error)
+        printed = outcome.meta.get("output")
+        if isinstance(printed, dict) and (printed.get("stdout_bytes") or printed.get("stderr_bytes")):
+            self.captured[task.name] = {**printed, "attempt": attempt}
         self.secrets.update(secret_values(outcome))
         return outcome
 

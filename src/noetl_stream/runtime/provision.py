@@ -165,6 +165,7 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",),
             want.num_replicas = have.num_replicas  # not asked for: keep what the stream has
         if sorted(have.subjects or []) != sorted(s.subjects) or \
                 have.duplicate_window != s.duplicate_window_s or \
+                abs((have.max_age or 0) - s.max_age_s) > 1 or \
                 (replicas is not None and (have.num_replicas or 1) != replicas) or \
                 (s.allow_msg_schedules and not have.allow_msg_schedules):
             try:

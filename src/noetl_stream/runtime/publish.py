@@ -1,4 +1,8 @@
-"""Publishing with deterministic `Nats-Msg-Id` headers: outbox messages, worker events."""
+"""Publishing with deterministic `Nats-Msg-Id` headers: outbox messages, worker events.
+
+Every event leaves through here, so this is where each gets the envelope fields any reader may
+count on (noetl_stream/events.py): `event_id` (its msg id) and `time` (ISO-8601 UTC).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,21 @@ from collections.abc import Awaitable
 from typing import Any
 
 from noetl_stream import jsonutil
+from noetl_stream.events import iso_time
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.timers import publish_timer
+
+
+def stamp(body: dict[str, Any], msg_id: str) -> dict[str, Any]:
+    """`body` with `event_id` and `time` set where its producer left them out (in place: the
+    fields follow from the body and its id, so stamping a body again changes nothing).
+    """
+    body.setdefault("event_id", msg_id)
+    timestamp = body.get("timestamp")
+    if isinstance(timestamp, (int, float)) and "time" not in body:
+        body["time"] = iso_time(float(timestamp))
+    return body
 
 
 def subject_of(bus: Bus, message: Outgoing) -> str:
@@ -20,8 +36,11 @@ def subject_of(bus: Bus, message: Outgoing) -> str:
     return bus.topology.event_subject(str(message.body["execution_id"]), message.event_type)
 
 
-async def publish_outbox(bus: Bus, outbox: list[Outgoing]) -> None:
-    """Publish every message and wait for JetStream to store each (duplicates are dropped)."""
+async def publish_outbox(bus: Bus, outbox: list[Outgoing],
+                         trace_headers: dict[str, str] | None = None) -> None:
+    """Publish every message and wait for JetStream to store each (duplicates are dropped).
+    Commands also carry `trace_headers` (the execution's `traceparent`), when given.
+    """
     if not outbox:
         return
     # Coroutines are started in outbox order and each writes its message first, so watchers see
@@ -31,8 +50,10 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing]) -> None:
         if m.kind == "timer":
             sends.append(publish_timer(bus, m))
             continue
-        data = jsonutil.dumps(m.body)
+        data = jsonutil.dumps(stamp(m.body, m.msg_id) if m.kind == "event" else m.body)
         headers = {"Nats-Msg-Id": m.msg_id}
+        if trace_headers and m.kind == "command":
+            headers.update(trace_headers)
         if m.progress:
             sends.append(bus.nc.publish(subject_of(bus, m), data, headers=headers))
         else:
@@ -43,7 +64,7 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing]) -> None:
 async def publish_event(bus: Bus, execution_id: str, event_type: str, msg_id: str,
                         body: dict[str, Any], *, wait: bool = True) -> None:
     subject = bus.topology.event_subject(execution_id, event_type)
-    data = jsonutil.dumps(body)
+    data = jsonutil.dumps(stamp(body, msg_id))
     headers = {"Nats-Msg-Id": msg_id}
     if wait:
         await bus.js.publish(subject, data, headers=headers)

@@ -23,12 +23,14 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
-from noetl_stream import ids, jsonutil, router
+from noetl_stream import config, ids, jsonutil, router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError, TemplateError
 from noetl_stream.messages import CancelRequest, ExecutionRequest, RequestReply
+from noetl_stream.observe import tracing
+from noetl_stream.observe.metrics import observe_outbox
 from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
@@ -37,6 +39,7 @@ from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.publish import publish_event, publish_outbox
 from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.runtime.retention import state_ttl_supported, write_finished_state
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_size import shrink
 from noetl_stream.runtime.vars_store import VarsStore
@@ -92,10 +95,14 @@ class Server:
         self._vars = VarsStore(bus.js)
         self._pools = KnownPools(bus)
         self._results = ResultStore(bus.js)
+        # A finished state is written with this per-key TTL (runtime/retention.py).
+        self._retention_s = config.retention_s()
+        self._state_ttl = False
 
     async def start(self) -> None:
         self._executions = await self.bus.js.key_value("noetl_executions")
         self._catalog = await self.bus.js.key_value("noetl_catalog")
+        self._state_ttl = await state_ttl_supported(self.bus)
         topo = self.bus.topology
         req = topo.consumer("noetl-server-requests")
         ev = topo.consumer("noetl-server-router")
@@ -228,9 +235,11 @@ class Server:
                     await self._catalog.put(key, request.playbook.encode())
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
-        state, data = self._started(playbook, request, execution_id, key, workload)
+        state, data = self._started(playbook, request, execution_id, key, workload,
+                                    tracing.execution_trace(execution_id, msg.headers))
         if await self._refuse_unserved(state, self.clock()):
             data = self._encode(state)
+        created = True
         try:
             revision = await self._executions.create(execution_id, data)
         except KeyWrongLastSequenceError:
@@ -238,16 +247,22 @@ class Server:
             entry = await self._executions.get(execution_id)
             state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
             revision = int(entry.revision or 0)
+            created = False
+            if not _same_request(state, key, workload, request):
+                await self._refuse_conflict(msg, execution_id, request.reply_to)
+                return
         self._remember(execution_id, _Cached(state, revision, playbook))
         # Before the child's first command: its end can then never reach the parent's log
         # ahead of its start, so the parent's router hears of it while its step still waits.
         await self._publish_child_started(request, state)
-        await publish_outbox(self.bus, state.outbox)
+        await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))
+        if created:
+            _count(state, state.outbox, playbook)
         await self._reply(request.reply_to, execution_id, [])
         await msg.ack_sync()
 
     def _started(self, playbook: Playbook, request: ExecutionRequest, execution_id: str,
-                 key: str, workload: dict[str, Any]) -> tuple[ExecutionState, bytes]:
+                 key: str, workload: dict[str, Any], trace: Any) -> tuple[ExecutionState, bytes]:
         """The new execution's state and its encoded commit; a start that raises, or leaves a
         state that cannot be stored, is an execution that failed at once, with the reason.
         """
@@ -258,6 +273,7 @@ class Server:
                                 parent_iter=request.parent_iter)
         try:
             state = fresh()
+            state.trace = trace
             return state, self._encode(state)
         except Exception as exc:
             error = _fault(exc)
@@ -267,12 +283,25 @@ class Server:
                                playbook_path=playbook.path, playbook_name=playbook.name,
                                parent_execution_id=request.parent_execution_id,
                                parent_iter=request.parent_iter, started_at=self.clock())
+        state.trace = trace
         try:
             self._encode(state)
         except Unstorable:
             state.workload = {}  # the payload itself cannot be stored; the error says why
         router.abort(playbook, state, "the start of the execution", error, self.clock())
         return state, self._encode(state)
+
+    async def _refuse_conflict(self, msg: Msg, execution_id: str, reply_to: str | None) -> None:
+        """The id belongs to an execution started by another request: answer so, leave that
+        execution alone (no event in its log), and drop the request.
+        """
+        log.warning("execution request for %s conflicts with the one that started it", execution_id)
+        if reply_to:
+            reply = RequestReply(accepted=False, execution_id=execution_id, conflict=True, errors=[
+                f"execution {execution_id} exists, started by another request (a different "
+                "playbook or payload); nothing was started"])
+            await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
+        await msg.term()
 
     async def _publish_child_started(self, request: ExecutionRequest,
                                      state: ExecutionState) -> None:
@@ -358,8 +387,7 @@ class Server:
             if await self._refuse_unserved(state, now):
                 data = self._encode(state)
             try:
-                cached.revision = await self._executions.update(execution_id, data,
-                                                                last=cached.revision)
+                cached.revision = await self._commit(execution_id, data, state, cached.revision)
             except KeyWrongLastSequenceError:
                 self._cache.pop(execution_id, None)  # someone else moved it: reload and re-apply
                 log.debug("revision conflict on %s; reloading", execution_id)
@@ -368,7 +396,8 @@ class Server:
                       cached.revision)
             # Vars go to KV before the outbox: whoever sees `execution.completed` can read them.
             await self._vars.commit_vars(execution_id, vars_before, state.vars)
-            await publish_outbox(self.bus, state.outbox)
+            await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))
+            _count(state, state.outbox, cached.playbook)
             if state.status != "running":
                 self._cache.pop(execution_id, None)
             break
@@ -486,6 +515,18 @@ class Server:
         max_payload = getattr(self.bus.nc, "max_payload", 0) or 1024 * 1024
         return int(max_payload) - STATE_HEADROOM
 
+    async def _commit(self, execution_id: str, data: bytes, state: ExecutionState,
+                      last: int) -> int:
+        """Revision-checked write of the state (`data`, checked by `_encode`); a finished one
+        carries the retention as its TTL.
+        """
+        assert self._executions is not None
+        if state.status != "running" and self._state_ttl:
+            return await write_finished_state(self.bus, execution_id, data, last=last,
+                                              ttl_s=self._retention_s)
+        revision: int = await self._executions.update(execution_id, data, last=last)
+        return revision
+
     async def _load(self, execution_id: str) -> _Cached | None:
         cached = self._cache.get(execution_id)
         if cached is not None:
@@ -500,7 +541,7 @@ class Server:
         state = ExecutionState.from_dict(jsonutil.loads(entry.value))
         playbook = await self._playbook(state.playbook_key)
         # Whatever the last committer had not yet published goes out again; duplicates drop.
-        await publish_outbox(self.bus, state.outbox)
+        await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))
         cached = _Cached(state, int(entry.revision or 0), playbook)
         self._remember(execution_id, cached)
         return cached
@@ -520,6 +561,20 @@ class Server:
         return pb
 
 
+def _count(state: ExecutionState, outbox: list[Any], playbook: Playbook) -> None:
+    """Executions started and ended, for /metrics (commands are counted by workers) and the
+    execution's root span once it has ended.
+    """
+    name = playbook.path or playbook.name
+    observe_outbox(((m.event_type, m.body) for m in outbox
+                    if m.kind == "event" and m.event_type.startswith("execution.")), name)
+    if state.trace and state.status != "running" and state.ended_at is not None and any(
+            m.event_type == f"execution.{state.status}" for m in outbox):
+        tracing.record_execution(state.trace, execution_id=state.execution_id, playbook=name,
+                                 status=state.status, started_at=state.started_at,
+                                 ended_at=state.ended_at)
+
+
 def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> None:
     """Insert or refresh `key`, dropping the least recently stored entries beyond `limit`."""
     cache.pop(key, None)
@@ -536,6 +591,16 @@ def _reply_address(raw: Any) -> tuple[str | None, str | None]:
     usable_id = execution_id if isinstance(execution_id, str) and ids.is_subject_token(execution_id) \
         else None
     return usable_id, reply_to if isinstance(reply_to, str) and reply_to else None
+
+
+def _same_request(state: ExecutionState, playbook_key: str, workload: dict[str, Any],
+                  request: ExecutionRequest) -> bool:
+    """Whether `request` is the one that started `state` again: same playbook text, same
+    workload after the payload merge, same parent. Compared as JSON, as the state stores them.
+    """
+    return (state.playbook_key == playbook_key
+            and state.workload == jsonutil.loads(jsonutil.dumps(workload))
+            and state.parent_execution_id == request.parent_execution_id)
 
 
 def _stream_seq(msg: Msg) -> int | None:

@@ -15,6 +15,8 @@ from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
 from noetl_stream.runtime.provision import provision_patiently
+from noetl_stream.runtime.request_rpc import RequestResponder
+from noetl_stream.runtime.retention import RetentionSweeper
 from noetl_stream.runtime.server import Server
 from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.runtime.worker import Worker
@@ -76,6 +78,8 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
                        concurrency: int = 64, python_children: int = 8) -> AsyncIterator[None]:
     """Run a server and/or a worker on `bus` for the duration of the block."""
     srv = Server(bus) if server else None
+    responder = RequestResponder(bus) if server else None
+    sweeper = RetentionSweeper(bus) if server else None
     dead_letters = DeadLetters(bus) if server else None
     home = config.home_dir()
     box = SecretBox.from_env(home)
@@ -92,12 +96,20 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
             await srv.start()
         if dead_letters is not None:
             await dead_letters.start()
+        if responder is not None:
+            await responder.start()
+        if sweeper is not None:
+            await sweeper.start()
         if wrk is not None:
             await wrk.start()
         yield
     finally:
         if wrk is not None:
             await wrk.stop()
+        if sweeper is not None:
+            await sweeper.stop()
+        if responder is not None:
+            await responder.stop()
         if dead_letters is not None:
             await dead_letters.stop()
         if srv is not None:

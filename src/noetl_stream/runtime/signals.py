@@ -10,6 +10,7 @@ execution's listeners (`eval_mode: on_event`); one that nobody takes is recorded
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from noetl_stream import ids, jsonutil
@@ -66,3 +67,56 @@ async def publish_signal(bus: Bus, execution_id: str, name: str, data: Any, *,
     ack = await bus.js.publish(bus.topology.signal_subject(execution_id, name),
                                jsonutil.dumps(data), headers=headers)
     return int(ack.seq)
+
+
+# A quoted event name in a listener's guard: `event.name == 'signal.approve'`.
+_QUOTED_EVENT = re.compile(r"""['"]((?:signal|timer|step|loop|call|execution|child)\.[\w.\-]*)['"]""")
+
+
+def awaited_signals(guards: list[str | None]) -> set[str] | None:
+    """The signal names a listener's guards name; None when one guard names no event at all
+    (an `else` rule, or a guard on the data only), since that rule may take any signal.
+    """
+    names: set[str] = set()
+    for guard in guards:
+        quoted = _QUOTED_EVENT.findall(guard or "")
+        if not quoted:
+            return None
+        names.update(q[len(SIGNAL_PREFIX):] for q in quoted if q.startswith(SIGNAL_PREFIX))
+    return names
+
+
+async def why_unheard(bus: Bus, execution_id: str, name: str) -> str | None:
+    """Why signal `name` would change nothing in `execution_id` now, read from its committed
+    state: unknown, ended, or no listener whose guards name it. None when a listener may take it.
+    """
+    from nats.js.errors import KeyNotFoundError
+
+    from noetl_stream.dsl import parse_playbook
+    from noetl_stream.router.state import ExecutionState
+    from noetl_stream.tools.registry import installed_kinds
+
+    try:
+        entry = await (await bus.js.key_value("noetl_executions")).get(execution_id)
+    except KeyNotFoundError:
+        entry = None
+    if entry is None or not entry.value:
+        return f"no execution {execution_id} is known"
+    state = ExecutionState.from_dict(jsonutil.loads(entry.value))
+    if state.status != "running":
+        return f"execution {execution_id} already {state.status}; nothing listens any more"
+    text = (await (await bus.js.key_value("noetl_catalog")).get(state.playbook_key)).value or b""
+    playbook = parse_playbook(text.decode(), state.playbook_key, kinds=installed_kinds()).playbook
+    waited: set[str] = set()
+    for run in state.active_runs:
+        step = playbook.step(run.step)
+        if step.eval_mode != "on_event":
+            continue
+        names = awaited_signals([rule.when for rule in step.listen])
+        if names is None or name in names:
+            return None
+        waited |= names
+    if not waited:
+        return f"no step of execution {execution_id} listens for signals now"
+    return (f"no step of execution {execution_id} listens for signal.{name} now (listening for: "
+            f"{', '.join(sorted(waited))})")

@@ -19,6 +19,7 @@ import math
 from datetime import UTC, datetime
 
 from noetl_stream import jsonutil
+from noetl_stream.events import iso_time
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
 
@@ -45,4 +46,7 @@ async def publish_timer(bus: Bus, timer: Outgoing) -> None:
     """Store the schedule message; the stream publishes `timer.fired` when it is due."""
     subject = bus.topology.timer_schedule_subject(str(timer.body["execution_id"]),
                                                   str(timer.body["timer_id"]))
-    await bus.js.publish(subject, jsonutil.dumps(timer.body), headers=schedule_headers(bus, timer))
+    # The event it becomes happens at `fire_at`: that is its timestamp (set_at says when it was set).
+    body = {"event_id": timer.msg_id, "timestamp": timer.body["fire_at"],
+            "time": iso_time(float(timer.body["fire_at"])), **timer.body}
+    await bus.js.publish(subject, jsonutil.dumps(body), headers=schedule_headers(bus, timer))

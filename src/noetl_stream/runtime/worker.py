@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -25,6 +26,7 @@ from pydantic import ValidationError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.observe import metrics, tracing
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_unreadable
 from noetl_stream.runtime.heartbeats import Heartbeat
@@ -65,6 +67,7 @@ class Worker:
         self._withdrawn: OrderedDict[str, None] = OrderedDict()
         self._withdrawing: set[asyncio.Task[Any]] = set()
         self._withdraw_subs: list[Any] = []
+        metrics.RUNNING.labels(pool).set_function(lambda: len(self._running))
 
     async def start(self) -> None:
         decl = self.bus.topology.pool_consumer(self.pool)
@@ -148,7 +151,10 @@ class Worker:
         assert task is not None
         self._commands[task] = (execution_id, key)
         try:
-            await self._execute(msg, command, execution_id, step_run_id, step, iteration)
+            with tracing.command_span(msg.headers, command, self.pool) as span:
+                ok, error = await self._execute(msg, command, execution_id, step_run_id, step,
+                                                iteration)
+                tracing.finish(span, ok, error)
         except asyncio.CancelledError:
             if task not in self._withdrawing:
                 raise  # the worker is stopping: unacked, the command goes to another worker
@@ -177,12 +183,15 @@ class Worker:
                 task.cancel(WITHDRAWN)
 
     async def _execute(self, msg: Msg, command: dict[str, Any], execution_id: str,
-                       step_run_id: str, step: str, iteration: Any) -> None:
+                       step_run_id: str, step: str, iteration: Any
+                       ) -> tuple[bool, dict[str, Any] | None]:
+        """Run the command and publish its outcome; returns whether it succeeded and its error."""
         parent = command.get("parent_execution_id")  # set on a child execution's commands
         started = time.time()
         delivered = _deliveries(msg)
         if delivered > 1:
             # The lease (AckWait) ran out on another worker, or it died: make that visible.
+            metrics.REDELIVERIES.labels(self.pool).inc()
             await publish_event(self.bus, execution_id, "task.redelivered",
                                 ids.event_msg_id(execution_id, "task.redelivered", step_run_id,
                                                  iteration, delivered),
@@ -205,7 +214,9 @@ class Worker:
                 # retry.* / poll.* events; `secrets` is the pipeline's set by the time they run
                 await publish_event(self.bus, execution_id, etype, msg_id, scrub(body, secrets))
 
-            pipeline = Pipeline(command, self.tools, idempotency_prefix=f"{step_run_id}:{iteration}",
+            # `-` outside loops, as in message ids: a key (a js_publish msg id) never spells None.
+            pipeline = Pipeline(command, self.tools,
+                                idempotency_prefix=_command_key(step_run_id, iteration),
                                 keychain=self.keychain, on_event=publish_action)
             secrets = pipeline.secrets
             outcome = await pipeline.run()
@@ -225,6 +236,7 @@ class Worker:
         finally:
             heartbeat.cancel()
         outcome = _storable(outcome)
+        metrics.observe_step(command, self.pool, outcome.ok, time.time() - started)
         if iteration is None:
             etype = "step.done" if outcome.ok else "step.failed"
         else:
@@ -238,6 +250,8 @@ class Worker:
             "route": outcome.route, "case_matched": outcome.case_matched,
             "duration_ms": round((time.time() - started) * 1000, 3),
         }
+        if outcome.output:
+            body["output"] = outcome.output  # what python tasks printed (events.py TaskOutput)
         if outcome.cursor is not None:
             body["cursor"] = outcome.cursor  # a cursor loop's claim: `exhausted` retires the slot
         body = scrub(body, secrets)
@@ -245,6 +259,7 @@ class Worker:
         await publish_event(self.bus, execution_id, etype,
                             ids.event_msg_id(execution_id, etype, step_run_id, iteration), body)
         await msg.ack_sync()
+        return outcome.ok, outcome.error
 
     async def _heartbeat(self, msg: Msg) -> None:
         while True:
@@ -262,8 +277,9 @@ def _storable(outcome: PipelineResult) -> PipelineResult:
     for what, value in (("result", outcome.result), ("ctx patch", outcome.ctx_patch)):
         problem = jsonutil.storable_problem(value)
         if problem is not None:
-            return PipelineResult(False, error={"message": f"the step's {what} cannot be stored: "
-                                                           f"{problem}", "kind": "result"})
+            # What the task printed stays with the failure; the value that cannot travel goes.
+            return dataclasses.replace(outcome, ok=False, result=None, ctx_patch={}, error={
+                "message": f"the step's {what} cannot be stored: {problem}", "kind": "result"})
     return outcome
 
 

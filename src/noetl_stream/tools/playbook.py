@@ -34,6 +34,7 @@ from nats.js.errors import KeyNotFoundError
 from noetl_stream import ids, jsonutil
 from noetl_stream.errors import CatalogError
 from noetl_stream.messages import CancelRequest, ExecutionRequest
+from noetl_stream.observe import tracing
 from noetl_stream.state.catalog import resolve_child
 from noetl_stream.state.event_feed import EventFeed
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
@@ -92,7 +93,8 @@ class PlaybookTool:
                     parent_iteration=call.command_iteration, detached=is_async)
                 await js.publish(f"{self.prefix}.requests.execute",
                                  request.model_dump_json().encode(),
-                                 headers={"Nats-Msg-Id": f"req:{child_id}"})
+                                 headers={"Nats-Msg-Id": f"req:{child_id}",
+                                          **tracing.current_headers()})
             if is_async:
                 return _started(child_id)
             try:

@@ -151,7 +151,9 @@ class PythonTool:
                 self._release(child)
                 raise
             self._release(child)
-        meta = {"stdout": reply.get("stdout", "")}
+        output = reply.get("output") or {}
+        # `meta.stdout` as before; the pipeline lifts `meta.output` into the outcome event.
+        meta = {"stdout": output.get("stdout", ""), "output": output}
         if reply.get("status") == "ok":
             return Outcome.success(reply.get("result"), meta=meta)
         err = reply.get("error") or {}

@@ -2,8 +2,10 @@
 
 Started as a plain script (not through the package) so it boots fast and imports nothing of ours.
 Protocol on a private pipe: 4-byte big-endian length + JSON, request {code, input, context, libs,
-filename}, reply {status, result | error, stdout}. Anything the user code writes to fd 1 goes to
-stderr instead, so it can never corrupt the protocol.
+filename}, reply {status, result | error, output}. What the code prints through `sys.stdout` and
+`sys.stderr` is captured per request (`output`: the last OUTPUT_TAIL_BYTES of each stream, their
+whole sizes, whether anything was cut). Anything written to fd 1 below Python (a C extension, a
+subprocess) goes to the worker's stderr instead, so it can never corrupt the protocol.
 
 The code's globals, later ones winning: the modules NoETL's engines provide without an import
 (`json`, `os`, `sys`, `datetime`, `uuid`), `context`, `variables` (the Rust tool's name for the
@@ -63,6 +65,47 @@ def _fallback(value: Any) -> Any:
 
 
 _BODY = "__noetl_body__"
+OUTPUT_TAIL_BYTES = 64 * 1024  # kept per stream and request; the total size is reported too
+
+
+class TailBuffer(io.TextIOBase):
+    """A text stream that keeps only its last `limit` bytes (UTF-8) and counts all it was given,
+    so a script printing gigabytes costs the worker no more than `limit`.
+    """
+
+    def __init__(self, limit: int = OUTPUT_TAIL_BYTES) -> None:
+        super().__init__()
+        self.limit = limit
+        self.total = 0
+        self._parts: list[bytes] = []
+        self._held = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8", errors="replace")
+        self.total += len(data)
+        self._parts.append(data)
+        self._held += len(data)
+        if self._held > 2 * self.limit:  # trimmed now and then, not on every write
+            self._trim()
+        return len(text)
+
+    def _trim(self) -> None:
+        joined = b"".join(self._parts)[-self.limit:]
+        self._parts, self._held = [joined], len(joined)
+
+    def tail(self) -> str:
+        self._trim()
+        # A cut may fall inside a multi-byte character: drop its remains rather than fail.
+        return b"".join(self._parts).decode("utf-8", errors="ignore")
+
+
+def captured_output(out: TailBuffer, err: TailBuffer) -> dict[str, Any]:
+    return {"stdout": out.tail(), "stderr": err.tail(), "stdout_bytes": out.total,
+            "stderr_bytes": err.total,
+            "truncated": out.total > out.limit or err.total > err.limit}
 LIST_MARK = "__noetl_list_view__"
 
 
@@ -267,9 +310,9 @@ def _serve(proto_in: BinaryIO, proto_out: BinaryIO) -> None:
             return
         (size,) = struct.unpack(">I", head)
         request = _loads(_read_exactly(proto_in, size))
-        captured = io.StringIO()
+        out, err = TailBuffer(), TailBuffer()
         try:
-            with contextlib.redirect_stdout(captured):
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 value = run_code(request["code"], _decode_inputs(request.get("input") or {}),
                                  _decode_inputs(request.get("context") or {}),
                                  request.get("libs"), request.get("filename") or "<playbook code>")
@@ -285,7 +328,7 @@ def _serve(proto_in: BinaryIO, proto_out: BinaryIO) -> None:
             reply = {"status": "error", "error": {"message": f"{type(exc).__name__}: {exc}",
                                                   "type": type(exc).__name__,
                                                   "traceback": "".join(tb[-6:])}}
-        reply["stdout"] = captured.getvalue()[-8192:]
+        reply["output"] = captured_output(out, err)
         try:
             data = _dumps(reply)
         except (TypeError, ValueError) as exc:

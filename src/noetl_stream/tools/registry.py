@@ -13,16 +13,17 @@ from typing import Any
 from noetl_stream.dsl.kinds import RUNNABLE_KINDS
 from noetl_stream.errors import ToolError
 from noetl_stream.tools.base import Tool, ToolServices
+from noetl_stream.tools.extras import DUCKDB_INSTALL, duckdb_installed
 from noetl_stream.tools.python import PythonTool
 
 ENTRY_POINT_GROUP = "noetl_stream.tools"
 
-# kind -> "module:Class"; each class is built as Class(services).
+# kind -> "module:Class"; each class (or factory) is built as Class(services).
 BUILTIN_TOOLS: dict[str, str] = {
     "noop": "noetl_stream.tools.noop:NoopTool",
     "http": "noetl_stream.tools.http:HttpTool",
     "postgres": "noetl_stream.tools.postgres:PostgresTool",
-    "duckdb": "noetl_stream.tools.duckdb:DuckdbTool",
+    "duckdb": "noetl_stream.tools.extras:duckdb_tool",  # DuckDB is the optional extra [duckdb]
     "secrets": "noetl_stream.tools.secrets:SecretsTool",
     "shell": "noetl_stream.tools.shell:ShellTool",
     "nats": "noetl_stream.tools.nats:NatsTool",
@@ -43,6 +44,8 @@ def tool_origins() -> dict[str, str]:
     """
     origins = {"python": "built-in", "workbook": "built-in"}
     origins.update(dict.fromkeys(BUILTIN_TOOLS, "built-in"))
+    if not duckdb_installed():
+        origins["duckdb"] = f"built-in, not installed ({DUCKDB_INSTALL})"
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         origins[ep.name] = f"plugin {ep.value}"
     return dict(sorted(origins.items()))

@@ -17,7 +17,7 @@ from typing import Any
 from noetl_stream.dsl import transfer
 from noetl_stream.dsl.transfer import Endpoint, Plan
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
-from noetl_stream.tools.duckdb import DuckdbTool
+from noetl_stream.tools.extras import duckdb_tool
 from noetl_stream.tools.http import HttpTool
 from noetl_stream.tools.postgres import PostgresTool
 
@@ -39,7 +39,7 @@ class TransferTool:
         self.services = services or ToolServices()
         self.http = HttpTool(self.services)
         self.postgres = PostgresTool(self.services)
-        self.duckdb = DuckdbTool(self.services)
+        self.duckdb = duckdb_tool(self.services)  # a stand-in without the [duckdb] extra
 
     async def run(self, call: TaskCall) -> Outcome:
         found = transfer.problems(call.config, rendered=True)

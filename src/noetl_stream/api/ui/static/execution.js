@@ -1,0 +1,360 @@
+// One execution, live: its net with the current marking, what it waits for, each step's result
+// and error, and its events as they happen.
+"use strict";
+
+(() => {
+  const { api, el, json, short, when, duration, elapsed, badge } = NS;
+  const id = decodeURIComponent(location.pathname.split("/").pop());
+  const path = `/api/executions/${encodeURIComponent(id)}`;
+  const OUTCOMES = new Set(["step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed"]);
+  // Fields every outcome event has; any other field (captured output, ...) is shown as is.
+  const KNOWN = new Set(["event_id", "event_type", "timestamp", "execution_id", "parent_execution_id",
+    "step", "step_run_id", "iteration", "status", "result", "error", "ctx_patch", "http", "route",
+    "case_matched", "duration_ms", "run"]);
+  const STATUS_OF = { "step.started": "running", "step.done": "completed", "step.failed": "failed",
+    "step.skipped": "skipped", "step.cancelled": "cancelled", "step.timeout": "failed",
+    "loop.done": "completed", "loop.failed": "failed" };
+
+  const $ = (x) => document.getElementById(x);
+  let detail = null;
+  let report = null;
+  let drawing = null;
+  let selected = null;
+  let firstTs = null;
+  let refreshTimer = null;
+  let shownStep = null;
+  let shownOutcome = null;
+  const TIMELINE_ROWS = 1000; // the newest rows kept on the page; the step panel lists the rest
+  const events = [];
+  const eventStatus = new Map();
+  const loopProgress = new Map();
+
+  function message(err) { NS.showError($("exec-message"), err); }
+
+  function terminal() { return detail && NS.TERMINAL.has(detail.status); }
+
+  function renderHead() {
+    const status = $("exec-status");
+    status.className = `status ${detail.status}`;
+    status.textContent = detail.status;
+    $("exec-title").textContent = `${detail.playbook_path || detail.playbook_name || "execution"} · ${id}`;
+    const facts = $("exec-facts");
+    facts.textContent = "";
+    if (detail.playbook_path) {
+      facts.append("playbook ", el("a", { href: `/catalog?path=${encodeURIComponent(detail.playbook_path)}` },
+        detail.playbook_path), " · ");
+    }
+    facts.append(`started ${when(detail.started_at)} · `, el("span", { id: "exec-duration" },
+      duration(elapsed(detail))));
+    if (detail.parent_execution_id) {
+      facts.append(" · child of ", el("a", { href: `/executions/${detail.parent_execution_id}` },
+        detail.parent_execution_id));
+    }
+    $("actions").hidden = !(NS.mayControl() && detail.status === "running");
+  }
+
+  function stepStatus(name) {
+    const record = detail && detail.steps ? detail.steps[name] : null;
+    return (record && record.status) || eventStatus.get(name) || "pending";
+  }
+
+  function renderMarking() {
+    if (!drawing) return;
+    const status = new Map();
+    const badges = new Map();
+    const tokens = new Set();
+    for (const name of Object.keys(detail.steps || {})) status.set(name, stepStatus(name));
+    for (const [name, s] of eventStatus) if (!status.has(name)) status.set(name, s);
+    for (const [name, p] of loopProgress) {
+      badges.set(name, p.total === null || p.total === undefined ? `${p.done} done` : `${p.done}/${p.total}`);
+    }
+    if (report && report.status === "running") {
+      for (const run of report.running || []) {
+        tokens.add(run.step);
+        const it = run.iterations;
+        if (it) badges.set(run.step, it.total === null ? `${it.done} done` : `${it.done}/${it.total}`);
+      }
+      for (const join of report.joins || []) {
+        if (join.arrived.length) tokens.add(join.step);
+        const all = join.arrived.length + join.ruled_out.length + join.waiting_for.length;
+        badges.set(join.step, `join ${join.arrived.length}/${all}`);
+      }
+      for (const token of report.delayed || []) tokens.add(token.to);
+    }
+    drawing.mark(status, badges, tokens, selected);
+  }
+
+  function renderWaiting() {
+    const box = $("waiting");
+    box.textContent = "";
+    if (!report) {
+      box.append(el("p", { class: "muted" }, detail.status === "running" ? "…" : "Nothing."));
+      return;
+    }
+    if (report.status !== "running") {
+      box.append(el("p", {}, `Nothing: the execution ${report.status}.`));
+      return;
+    }
+    const items = [];
+    for (const run of report.running || []) {
+      const parts = [el("b", {}, run.step), ` (run ${run.run}) waits for ${run.waits_for}`,
+        ` since ${duration(run.waiting_s * 1000)}`];
+      if (run.deadline) parts.push(run.overdue ? " — OVERDUE" : ` (deadline ${when(run.deadline * 1000)})`);
+      const sub = [];
+      const it = run.iterations;
+      if (it) {
+        sub.push(it.total === null
+          ? `${it.done} done, ${it.in_flight.length} in flight, ${it.exhausted || 0} of ${it.slots} slots found nothing left`
+          : `iterations ${it.done}/${it.total} done, ${it.in_flight.length} in flight`);
+      }
+      for (const rule of run.listen || []) sub.push(`listens for: ${rule}`);
+      for (const child of run.children || []) {
+        sub.push(el("span", {}, "child ", el("a", { href: `/executions/${child}` }, child)));
+      }
+      items.push(el("li", {}, parts, sub.length ? el("ul", {}, sub.map((s) => el("li", {}, s))) : null));
+    }
+    for (const token of report.delayed || []) {
+      items.push(el("li", {}, `token ${token.from} → ${token.to} delayed, fires in ${duration(token.in_s * 1000)}`));
+    }
+    for (const join of report.joins || []) {
+      items.push(el("li", {}, el("b", {}, join.step), ` join waits for ${join.waiting_for.join(", ") || "–"}`,
+        ` (arrived: ${join.arrived.join(", ") || "–"})`));
+    }
+    box.append(items.length ? el("ul", { class: "waits" }, items)
+      : el("p", {}, "Waiting on nothing the state records."));
+  }
+
+  function errorBlock(error, open) {
+    const text = (error && (error.message || error.reason)) || "error";
+    return el("details", { class: "step-error", open: open || null },
+      el("summary", {}, short(text, 200)), el("pre", {}, json(error)));
+  }
+
+  function capturedOutput(event) {
+    const out = [];
+    for (const [key, value] of Object.entries(event)) {
+      if (KNOWN.has(key) || value === null || value === undefined || value === "") continue;
+      out.push(el("div", { class: "captured" }, el("h4", {}, key),
+        el("pre", {}, typeof value === "string" ? value : json(value))));
+    }
+    return out;
+  }
+
+  function renderStep() {
+    const box = $("step-detail");
+    // Redraw only when something shown changed, so an error the user opened stays open.
+    const mineCount = selected ? events.filter((e) => e.event.step === selected).length : 0;
+    const shown = JSON.stringify([selected, selected && (detail.steps || {})[selected],
+      stepStatus(selected), loopProgress.get(selected), mineCount]);
+    if (shown === shownStep) return;
+    shownStep = shown;
+    $("step-name").textContent = selected || "";
+    box.textContent = "";
+    if (!selected) {
+      box.append(el("p", { class: "muted" }, "Click a step in the net."));
+      return;
+    }
+    const record = (detail.steps || {})[selected];
+    const status = stepStatus(selected);
+    box.append(el("p", {}, badge(status), record && record.runs ? ` ${record.runs} run(s)` : ""));
+    const progress = loopProgress.get(selected);
+    if (progress) {
+      box.append(el("p", {}, `loop: ${progress.done}${progress.total === null ? "" : "/" + progress.total} done`));
+    }
+    if (record && record.error) box.append(el("h3", {}, "Error"), errorBlock(record.error, false));
+    if (record && record.result !== null && record.result !== undefined) {
+      box.append(el("h3", {}, "Result"), el("pre", { class: "result" }, json(record.result)));
+    }
+    const mine = events.filter((e) => e.event.step === selected);
+    const captured = mine.filter((e) => OUTCOMES.has(e.type)).flatMap((e) => capturedOutput(e.event));
+    if (captured.length) box.append(el("h3", {}, "Output"), captured);
+    if (mine.length) {
+      const recent = mine.slice(-200);
+      box.append(el("h3", {}, mine.length > recent.length ? `Events (the last ${recent.length} of ${mine.length})` : "Events"),
+        el("ul", { class: "step-events" }, recent.map((e) =>
+        el("li", {}, `+${offset(e.event)} ${e.type}`,
+          e.event.iteration !== null && e.event.iteration !== undefined ? ` #${e.event.iteration}` : "",
+          e.event.duration_ms !== undefined ? ` (${duration(e.event.duration_ms)})` : ""))));
+    }
+  }
+
+  function renderOutcome() {
+    const card = $("outcome-card");
+    if (!terminal() || detail.status === "rejected") { card.hidden = true; return; }
+    if (shownOutcome === detail.status) return;
+    shownOutcome = detail.status;
+    card.hidden = false;
+    const box = $("outcome");
+    box.textContent = "";
+    if (detail.status === "completed") {
+      $("outcome-title").textContent = "Result";
+      box.append(el("pre", { class: "result" }, json(detail.result)));
+    } else {
+      $("outcome-title").textContent = detail.status === "cancelled" ? "Cancelled" : "Error";
+      box.append(errorBlock(detail.error, true));
+    }
+  }
+
+  function offset(event) {
+    if (firstTs === null || typeof event.timestamp !== "number") return "";
+    return (event.timestamp - firstTs).toFixed(2);
+  }
+
+  function describe(type, e) {
+    if (type === "step.failed" || type === "loop.iteration.failed" || type === "loop.failed") {
+      return [e.iteration !== null && e.iteration !== undefined ? `#${e.iteration} ` : "", errorBlock(e.error, false)];
+    }
+    if (type === "step.done" || type === "loop.iteration.done") {
+      const it = e.iteration !== null && e.iteration !== undefined ? `#${e.iteration} ` : "";
+      return `${it}${e.duration_ms !== undefined ? duration(e.duration_ms) + " · " : ""}${short(e.result, 120)}`;
+    }
+    if (type === "loop.started") return e.total === null ? `cursor, ${e.max_in_flight} slots` : `${e.total} items`;
+    if (type === "loop.progress") return `${e.done}/${e.total === null ? "?" : e.total}${e.ok === false ? " (an iteration failed)" : ""}`;
+    if (type === "step.skipped" || type === "step.cancelled" || type === "step.timeout") return e.reason || "";
+    if (type === "execution.completed") return short(e.result, 160);
+    if (type === "execution.failed" || type === "execution.cancelled") return errorBlock(e.error, false);
+    if (type === "execution.started") return e.playbook || "";
+    if (type.startsWith("signal.")) return short(e.data, 160);
+    if (type === "task.started") return e.iteration !== null && e.iteration !== undefined ? `#${e.iteration}` : (e.pool ? `pool ${e.pool}` : "");
+    return "";
+  }
+
+  function onEvent(frame) {
+    const e = frame.event;
+    if (firstTs === null && typeof e.timestamp === "number") firstTs = e.timestamp;
+    events.push(frame);
+    if (e.step && STATUS_OF[frame.type]) eventStatus.set(e.step, STATUS_OF[frame.type]);
+    if (frame.type === "loop.started") loopProgress.set(e.step, { done: 0, total: e.total });
+    if (frame.type === "loop.progress") loopProgress.set(e.step, { done: e.done, total: e.total });
+    const failed = frame.type.endsWith(".failed") || frame.type === "step.timeout";
+    const row = el("tr", { class: failed ? "failed" : frame.type.startsWith("execution.") ? "milestone" : null,
+      "data-type": frame.type },
+      el("td", { class: "num" }, offset(e)), el("td", {}, frame.type),
+      el("td", {}, e.step ? el("a", { href: "#", onclick: (ev) => { ev.preventDefault(); select(e.step); } }, e.step) : ""),
+      el("td", {}, describe(frame.type, e)));
+    const body = $("timeline").tBodies[0];
+    body.append(row);
+    if (body.rows.length > TIMELINE_ROWS) body.rows[0].remove();
+    $("event-count").textContent = events.length > TIMELINE_ROWS
+      ? `(${events.length}, the last ${TIMELINE_ROWS} shown)` : `(${events.length})`;
+    renderMarking();
+    scheduleRefresh();
+  }
+
+  function select(name) {
+    selected = name;
+    renderMarking();
+    renderStep();
+  }
+
+  function scheduleRefresh() {
+    if (refreshTimer) return;
+    refreshTimer = setTimeout(() => { refreshTimer = null; refresh().catch(message); }, 250);
+  }
+
+  async function refresh() {
+    detail = await api("GET", path);
+    try {
+      report = await api("GET", `${path}/explain`);
+    } catch (err) {
+      report = null;
+      if (err.status !== 409) throw err;
+    }
+    renderHead();
+    renderMarking();
+    renderWaiting();
+    renderStep();
+    renderOutcome();
+  }
+
+  async function follow() {
+    // The stream ends with the execution; one that drops earlier is followed again.
+    for (;;) {
+      const feed = NS.followEvents(id, onEvent);
+      window.addEventListener("beforeunload", () => feed.stop(), { once: true });
+      await feed.finished;
+      try {
+        await refresh();
+        if (terminal()) return;
+      } catch (err) {
+        message(err); // the server is away; try again in a moment
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+      events.length = 0;
+      eventStatus.clear();
+      $("timeline").tBodies[0].textContent = "";
+    }
+  }
+
+  function wireActions() {
+    const cancel = $("cancel");
+    let armed = null;
+    cancel.addEventListener("click", async () => {
+      if (!armed) {
+        cancel.textContent = "Really cancel?";
+        armed = setTimeout(() => { armed = null; cancel.textContent = "Cancel"; }, 4000);
+        return;
+      }
+      clearTimeout(armed);
+      armed = null;
+      cancel.disabled = true;
+      try {
+        const who = NS.who();
+        await api("POST", `${path}/cancel`, { reason: `cancelled in the web UI${who ? " by " + who.user : ""}` });
+        cancel.textContent = "Cancel requested";
+        message(null);
+      } catch (err) {
+        cancel.disabled = false;
+        cancel.textContent = "Cancel";
+        message(err);
+      }
+    });
+    $("signal-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      const name = $("signal-name").value.trim();
+      const raw = $("signal-data").value.trim();
+      let data;
+      try {
+        data = raw ? JSON.parse(raw) : undefined;
+      } catch {
+        message(new Error("the signal's data is not valid JSON"));
+        return;
+      }
+      try {
+        const sent = await api("POST", `${path}/signals/${encodeURIComponent(name)}`, data);
+        $("exec-message").textContent = `signal ${sent.signal} sent (event ${sent.seq})`;
+      } catch (err) {
+        message(err);
+      }
+    });
+  }
+
+  async function start() {
+    wireActions();
+    try {
+      detail = await api("GET", path);
+    } catch (err) {
+      message(err);
+      return;
+    }
+    renderHead();
+    if (detail.status === "rejected") {
+      $("waiting").append(el("p", {}, "The server rejected this request:"),
+        el("ul", {}, (detail.errors || []).map((e) => el("li", {}, e))));
+      return;
+    }
+    try {
+      drawing = NET.draw($("net"), await api("GET", `${path}/net`), select);
+    } catch (err) {
+      message(err);
+    }
+    await refresh();
+    setInterval(() => {
+      const shown = $("exec-duration");
+      if (shown && detail && !terminal()) shown.textContent = duration(elapsed(detail));
+    }, 1000);
+    await follow();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => { start().catch(message); });
+})();

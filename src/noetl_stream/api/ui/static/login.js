@@ -1,0 +1,27 @@
+// Log in with a user name and password, or an API key; the session token stays in this browser.
+"use strict";
+
+document.addEventListener("DOMContentLoaded", () => {
+  const form = document.getElementById("login-form");
+  const message = document.getElementById("login-message");
+  const next = new URLSearchParams(location.search).get("next");
+  const target = next && next.startsWith("/") && !next.startsWith("//") ? next : "/";
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const key = document.getElementById("login-key").value.trim();
+    const body = key ? { api_key: key }
+      : { user: document.getElementById("login-user").value.trim(),
+          password: document.getElementById("login-password").value };
+    try {
+      NS.saveLogin(await NS.api("POST", "/api/sessions", body));
+      location.assign(target);
+    } catch (err) {
+      if (err.status === 404) {
+        message.textContent = "Authentication is off on this server: no login is needed.";
+        message.append(" ", NS.el("a", { href: target }, "Go on"));
+        return;
+      }
+      NS.showError(message, err);
+    }
+  });
+});

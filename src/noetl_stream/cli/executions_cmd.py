@@ -1,0 +1,71 @@
+"""`noetl-stream executions ...`: executions as a list. A click group, so more subcommands
+(`purge`, cli/purge_cmd.py) join it with `executions.add_command(...)`.
+
+Exit codes: 0 listed, 2 a bad option, 3 NATS unreachable.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+from nats.errors import Error as NatsError
+
+from noetl_stream import jsonutil
+from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, prefix_option, run_async
+from noetl_stream.cli.purge_cmd import purge
+from noetl_stream.errors import InfrastructureError
+from noetl_stream.router.state import ExecutionState
+
+STATUSES = ("running", "completed", "failed", "cancelled")
+
+
+@click.group("executions")
+def executions() -> None:
+    """Look at executions in bulk: `executions list`, `executions purge`."""
+
+
+@executions.command("list")
+@click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES),
+              help="Only executions in this status. Repeatable.")
+@click.option("--playbook", default=None, metavar="TEXT",
+              help="Only playbooks whose metadata.path or name contains TEXT.")
+@click.option("--since", default=None, metavar="WHEN",
+              help="Only executions started since WHEN: a duration back (30m, 2h, 7d) or an "
+                   "ISO-8601 time.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1),
+              help="At most this many, newest first.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: a list of executions.")
+@nats_url_option
+@prefix_option
+def list_executions(statuses: tuple[str, ...], playbook: str | None, since: str | None,
+                    limit: int, as_json: bool, nats_url: str | None, prefix: str) -> None:
+    """List executions, newest first, from KV noetl_executions (a rejected request has no state
+    and is not listed; `noetl-stream logs ID` shows its reasons).
+    """
+    from noetl_stream.cli.execution_log import all_states, parse_since, select, table
+    from noetl_stream.runtime.services import client_bus
+
+    now = time.time()
+    try:
+        since_s = parse_since(since, now) if since else None
+    except ValueError as exc:
+        fail(EXIT_REJECTED, str(exc))
+
+    async def go() -> list[ExecutionState]:
+        async with client_bus(nats_url, prefix=prefix, name="noetl-stream-executions") as bus:
+            return await all_states(bus)
+
+    try:
+        states = run_async(go())
+    except (InfrastructureError, NatsError, TimeoutError) as exc:
+        fail(EXIT_INFRA, f"could not read executions: {exc or type(exc).__name__}")
+    rows = select(states, statuses=statuses, playbook=playbook, since=since_s, limit=limit)
+    if as_json:
+        click.echo(jsonutil.dumps_str([r.as_json() for r in rows]))
+        return
+    for line in table(rows, now):
+        click.echo(line)
+
+
+executions.add_command(purge)

@@ -1,0 +1,79 @@
+"""`noetl-stream logs ID [--step S] [--follow] [--json]`: an execution's events as readable
+lines, each with what its tasks printed (`output` of outcome events), read from the events stream.
+
+Exit codes: 0 the events were shown, 2 no such execution, 3 NATS unreachable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import click
+from nats.errors import Error as NatsError
+
+from noetl_stream import jsonutil
+from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, prefix_option, run_async
+from noetl_stream.errors import InfrastructureError
+
+
+@click.command("logs")
+@click.argument("execution_id")
+@click.option("--step", "steps", multiple=True, metavar="STEP",
+              help="Only events of this step. Repeatable.")
+@click.option("--follow", "-f", is_flag=True,
+              help="Keep printing new events until the execution ends.")
+@click.option("--json", "as_json", is_flag=True, help="Each event as one JSON line, as stored.")
+@nats_url_option
+@prefix_option
+def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
+         nats_url: str | None, prefix: str) -> None:
+    """Show EXECUTION_ID's events, oldest first, with each task's captured stdout and stderr."""
+    from noetl_stream.api.event_log import follow as follow_events
+    from noetl_stream.cli.execution_log import event_lines, is_known, read_events
+    from noetl_stream.runtime.connection import Bus
+    from noetl_stream.runtime.services import client_bus
+    from noetl_stream.runtime.signals import decode_event
+    from noetl_stream.runtime.watcher import END_EVENTS
+
+    def show(event: dict[str, Any]) -> None:
+        if steps and event.get("step") not in steps:
+            return
+        if as_json:
+            click.echo(jsonutil.dumps_str(event))
+            return
+        for line in event_lines(event):
+            click.echo(line)
+
+    async def tail(bus: Bus, after_seq: int) -> None:
+        async with follow_events(bus, execution_id, after_seq=after_seq) as feed:
+            while True:
+                msg = await feed.get()
+                try:
+                    event = decode_event(bus.topology, msg.subject, msg.data)
+                except ValueError:
+                    continue
+                show(event)
+                if event.get("event_type") in END_EVENTS:
+                    return
+
+    async def go() -> bool:
+        async with client_bus(nats_url, prefix=prefix, name="noetl-stream-logs") as bus:
+            if not await is_known(bus, execution_id):
+                return False
+            events, last = await read_events(bus, execution_id)
+            for event in events:
+                show(event)
+            ended = any(e.get("event_type") in END_EVENTS for e in events)
+            if follow and not ended:
+                await tail(bus, last)
+            return True
+
+    try:
+        found = run_async(go())
+    except (InfrastructureError, NatsError, TimeoutError) as exc:
+        fail(EXIT_INFRA, f"could not read the execution's events: {exc or type(exc).__name__}")
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        return
+    if not found:
+        fail(EXIT_REJECTED, f"no execution {execution_id} is known")

@@ -1,0 +1,248 @@
+"""The events on `<prefix>.events.<execution_id>.<event_type>`: one catalog, one model per type.
+
+Every event published by the router, the server or a worker is a JSON object with the envelope
+fields of `Event` (`event_id`, `event_type`, `execution_id`, `timestamp` as epoch seconds, `time`
+as ISO-8601 UTC, `parent_execution_id`); the publishing layer (runtime/publish.py `stamp`) adds
+`event_id` and `time` where the producer left them out, so every producer gets them. Each type
+adds its own fields. `schemas/events/<type>.schema.json` is generated from these models
+(`python -m noetl_stream.dsl.schema`); a test validates real published events against them, and
+another keeps the README's list of event types equal to `EVENT_TYPES`.
+
+Models allow fields they do not name: a consumer may rely on the fields named here, and new
+fields can be added without breaking it. Signals (`signal.<name>`) are not in the catalog: their
+body is the data a client published, never an envelope (runtime/signals.py).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def iso_time(epoch_s: float) -> str:
+    """Epoch seconds as ISO-8601 UTC with microseconds and a `Z`: `2026-01-02T03:04:05.678901Z`."""
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Event(BaseModel):
+    """The envelope every event carries."""
+
+    model_config = ConfigDict(extra="allow")
+
+    event_id: str = Field(description="Unique id of the event: its `Nats-Msg-Id` (the stream "
+                          "drops a second message with the same id within its duplicate window).")
+    event_type: str = Field(description="The type; also the subject's tokens after the id.")
+    execution_id: str = Field(description="The execution the event belongs to.")
+    timestamp: float = Field(description="When it happened, epoch seconds (UTC).")
+    time: str = Field(description="`timestamp` as ISO-8601 UTC, e.g. 2026-01-02T03:04:05.678901Z.",
+                      pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+    parent_execution_id: str | None = Field(None, description="The parent execution of a child "
+                                            "playbook's events; null otherwise.")
+
+
+class StepEvent(Event):
+    step: str = Field(description="The step's name.")
+    step_run_id: str = Field(description="`<execution_id>.<step>.<run>`: one run of the step.")
+
+
+class IterationEvent(StepEvent):
+    iteration: int | None = Field(None, description="The loop iteration, or null outside loops.")
+
+
+Status = Literal["ok", "error"]
+
+
+class OutcomeEvent(IterationEvent):
+    """What a worker reports when a command ends (or the dead-letter service, for a lost one)."""
+
+    status: Status
+    result: Any = Field(None, description="The step's (or iteration's) result; a large one is a "
+                        "reference to the object store (`{\"$ref\": ...}`).")
+    error: dict[str, Any] | None = Field(None, description="`{message, kind, ...}` on failure.")
+    ctx_patch: dict[str, Any] | None = Field(None, description="ctx keys the step set.")
+    duration_ms: float | None = Field(None, description="How long the worker ran the command.")
+    output: dict[str, TaskOutput] | None = Field(
+        None, description="What each task wrote to stdout / stderr (python tasks), by task name; "
+        "absent when nothing was written.")
+
+
+class TaskOutput(BaseModel):
+    """One task's captured output: the last bytes of each stream, with the whole size."""
+
+    model_config = ConfigDict(extra="allow")
+
+    stdout: str = Field(description="The tail of what the task printed (all of it unless truncated).")
+    stderr: str = Field(description="The tail of what the task wrote to stderr.")
+    stdout_bytes: int = Field(description="Bytes written to stdout in all, kept or not.")
+    stderr_bytes: int = Field(description="Bytes written to stderr in all, kept or not.")
+    truncated: bool = Field(description="True when a stream kept only its last bytes.")
+
+
+class ExecutionEnd(Event):
+    status: Literal["completed", "failed", "cancelled"]
+    result: Any = None
+    error: dict[str, Any] | None = None
+    steps: dict[str, Any] = Field(description="Each step's status, runs and result.")
+    ctx: dict[str, Any] = Field(default_factory=dict)
+    vars: dict[str, Any] = Field(default_factory=dict)
+    duration_ms: float | None = Field(None, description="From execution.started to this event.")
+
+
+class ExecutionStarted(Event):
+    playbook: str | None = Field(None, description="The playbook's metadata.name.")
+    path: str | None = Field(None, description="The playbook's metadata.path.")
+    workload: dict[str, Any] = Field(description="The workload after the request's payload.")
+
+
+class ExecutionRejected(Event):
+    status: Literal["rejected"]
+    errors: list[str]
+
+
+class CancelRequested(Event):
+    reason: str | None = None
+    requested_by: str | None = None
+
+
+class ChildStarted(Event):
+    child_execution_id: str
+    step_run_id: str
+    iteration: int | None = None
+    detached: bool
+
+
+class StepStarted(StepEvent):
+    run: int = Field(description="The run number of the step (1 unless it runs again).")
+
+
+class StepSkipped(Event):
+    step: str
+    reason: str
+
+
+class StepCancelled(StepEvent):
+    reason: str | None = None
+
+
+class StepTimeout(IterationEvent):
+    reason: str
+    timeout_s: float
+    error: dict[str, Any]
+
+
+class LoopStarted(StepEvent):
+    total: int | None = Field(description="Items to run; null for a cursor loop.")
+    max_in_flight: int | None = None
+
+
+class LoopProgress(IterationEvent):
+    done: int
+    total: int | None = None
+    ok: bool
+
+
+class LoopEnd(StepEvent):
+    status: Status
+    error: dict[str, Any] | None = None
+
+
+class TaskStarted(IterationEvent):
+    pool: str = Field(description="The worker pool that took the command.")
+
+
+class TaskRedelivered(TaskStarted):
+    delivery: int = Field(description="How many times the command has been delivered.")
+
+
+class ActionEvent(IterationEvent):
+    """retry.* / poll.* / sink.*: what happened to one task call inside a command."""
+
+    task: str | None = Field(description="The task; null for a retry of the whole pipeline.")
+    action_id: str
+    attempt: int
+    chain_attempt: int
+
+
+class CaseEvaluated(IterationEvent):
+    matched: list[Any]
+
+
+class NextEvaluated(StepEvent):
+    selected: list[dict[str, Any]]
+
+
+class BranchSuppressed(StepEvent):
+    branch: str
+    winner_branch: str | None = None
+
+
+class EventIgnored(Event):
+    ignored: str = Field(description="The type of the event no one took.")
+    reason: str
+
+
+class TimerFired(Event):
+    """A durable timer (its schedule message reads as `timer.scheduled`): `timestamp` is when it
+    is due to fire.
+    """
+
+    timer_id: str
+    fire_at: float
+    set_at: float
+    step: str | None = None
+
+
+OutcomeEvent.model_rebuild()
+
+# event type -> (model, what it means). The README's list is kept equal to these keys by a test.
+EVENT_TYPES: dict[str, tuple[type[Event], str]] = {
+    "execution.started": (ExecutionStarted, "the server accepted a request; the first step follows"),
+    "execution.completed": (ExecutionEnd, "every branch ended well; carries the summary"),
+    "execution.failed": (ExecutionEnd, "a failure nothing handled ended it"),
+    "execution.cancelled": (ExecutionEnd, "it was cancelled"),
+    "execution.rejected": (ExecutionRejected, "the request was refused (invalid playbook)"),
+    "execution.cancel.requested": (CancelRequested, "someone asked to cancel it"),
+    "child.started": (ChildStarted, "a task started a child playbook (in the parent's log)"),
+    "step.started": (StepStarted, "a step run began"),
+    "step.skipped": (StepSkipped, "a step's admission rule said no"),
+    "step.done": (OutcomeEvent, "a step run succeeded"),
+    "step.failed": (OutcomeEvent, "a step run failed"),
+    "step.cancelled": (StepCancelled, "a running step was cut short"),
+    "step.timeout": (StepTimeout, "a step's spec.timeout passed with no outcome"),
+    "task.started": (TaskStarted, "a worker took the command (progress only)"),
+    "task.redelivered": (TaskRedelivered, "a command came back after its worker went quiet"),
+    "loop.started": (LoopStarted, "a loop step began its iterations"),
+    "loop.iteration.done": (OutcomeEvent, "one iteration succeeded"),
+    "loop.iteration.failed": (OutcomeEvent, "one iteration failed"),
+    "loop.progress": (LoopProgress, "the router counted an iteration"),
+    "loop.done": (LoopEnd, "every iteration ended and the loop succeeded"),
+    "loop.failed": (LoopEnd, "the loop failed"),
+    "retry.started": (ActionEvent, "a task (or the chain) is retried after a delay"),
+    "retry.processed": (ActionEvent, "a retried call ended"),
+    "poll.started": (ActionEvent, "a task began polling until its condition holds"),
+    "poll.attempt": (ActionEvent, "one polling round ended"),
+    "poll.done": (ActionEvent, "the polling condition held"),
+    "poll.timeout": (ActionEvent, "polling gave up"),
+    "sink.started": (ActionEvent, "a sink began writing"),
+    "sink.skipped": (ActionEvent, "a sink's condition said no"),
+    "sink.processed": (ActionEvent, "a sink wrote"),
+    "case.evaluated": (CaseEvaluated, "a spec 001 case found its branches"),
+    "next.evaluated": (NextEvaluated, "a step chose the arcs it fires"),
+    "case.branch.suppressed": (BranchSuppressed, "a branch lost to another (exclusive policy)"),
+    "event.ignored": (EventIgnored, "a signal or timer no listener took"),
+    "timer.scheduled": (TimerFired, "a durable timer was set (its message, stored on "
+                        "`timer.schedule.<name>`, becomes `timer.fired` at `fire_at`)"),
+    "timer.fired": (TimerFired, "a durable timer came due"),
+}
+
+
+def schema_file(event_type: str) -> str:
+    return f"{event_type}.schema.json"
+
+
+def event_types_table() -> str:
+    """The Markdown table of event types the README shows (a test keeps them equal)."""
+    rows = [f"| `{name}` | {meaning} |" for name, (_, meaning) in EVENT_TYPES.items()]
+    return "\n".join(["| event type | what happened |", "| --- | --- |", *rows])

@@ -1,0 +1,1 @@
+"""Seeing what runs: JSON logs, Prometheus metrics, OpenTelemetry traces (docs/observability.md)."""

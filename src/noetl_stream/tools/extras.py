@@ -1,0 +1,48 @@
+"""Tool kinds whose libraries are an optional extra of the package (`noetl-stream[duckdb]`).
+
+Without the extra the kind is still known (playbooks validate the same everywhere), and a task
+of that kind fails its step saying which extra to install on the worker, rather than the worker
+failing to start.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from typing import Any
+
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
+
+DUCKDB_INSTALL = 'pip install "noetl-stream[duckdb]"'
+
+
+def duckdb_installed() -> bool:
+    return importlib.util.find_spec("duckdb") is not None
+
+
+class MissingExtraTool:
+    """Stands in for a kind whose extra is not installed; every call fails with the remedy."""
+
+    def __init__(self, kind: str, install: str) -> None:
+        self.kind = kind
+        self.message = (f'tool kind "{kind}" is not installed on this worker: its libraries are an '
+                        f"optional extra ({install})")
+
+    async def run(self, call: TaskCall) -> Outcome:
+        return Outcome.failure(self.message, "missing_extra")
+
+    async def run_batches(self, call: TaskCall, setup: Sequence[str], statement: str,
+                          rows: Sequence[Sequence[Any]], chunk_size: int) -> Outcome:
+        return Outcome.failure(self.message, "missing_extra")
+
+    async def close(self) -> None:
+        return None
+
+
+def duckdb_tool(services: ToolServices | None = None) -> Any:
+    """The duckdb tool, or its stand-in when DuckDB is not installed."""
+    if not duckdb_installed():
+        return MissingExtraTool("duckdb", DUCKDB_INSTALL)
+    from noetl_stream.tools.duckdb import DuckdbTool
+
+    return DuckdbTool(services)

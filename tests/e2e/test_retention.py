@@ -1,0 +1,149 @@
+"""Retention: a finished execution's state expires by its per-key TTL while a running one stays,
+and `executions purge` removes finished executions' events, vars and state now, never a running
+one (which still resumes afterwards)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from cli import run_cli
+
+from noetl_stream import jsonutil
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.runtime.retention import RetentionSweeper
+from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.testing.waiting import assert_eventually
+
+pytestmark = pytest.mark.e2e
+
+ENDS = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: ends}
+workload: {fail: false}
+workflow:
+  - step: start
+    tool: {kind: python, code: 'result = "seen"'}
+    vars: {seen: "{{ result }}"}
+    next: finish
+  - step: finish
+    tool:
+      kind: python
+      input: {fail: "{{ workload.fail }}"}
+      code: |
+        if fail:
+            raise RuntimeError("asked to fail")
+        result = "done"
+"""
+
+WAITS = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: waits}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    next: approval
+  - step: approval
+    eval_mode: on_event
+    case:
+      - when: "{{ event.name == 'signal.approve' }}"
+        then: {next: [done]}
+  - step: done
+    tool: {kind: noop}
+"""
+
+
+async def start(bus: Bus, execution_id: str, playbook: str,
+                payload: dict[str, Any] | None = None) -> asyncio.Task[dict[str, Any]]:
+    return asyncio.create_task(submit_and_watch(
+        bus, playbook_text=playbook, playbook_file=f"{execution_id}.yaml", payload=payload or {},
+        on_event=lambda e: None, execution_id=execution_id, timeout_s=60))
+
+
+async def state_of(bus: Bus, execution_id: str) -> dict[str, Any] | None:
+    keys = await bucket_keys(bus.js, "noetl_executions", execution_id)
+    if not keys:
+        return None
+    value = (await (await bus.js.key_value("noetl_executions")).get(execution_id)).value
+    return dict(jsonutil.loads(value or b"{}"))
+
+
+async def events_of(bus: Bus, execution_id: str) -> int:
+    info = await bus.js.stream_info("NOETL_EVENTS", subjects_filter=f"noetl.events.{execution_id}.>")
+    return sum((info.state.subjects or {}).values())
+
+
+async def waiting(bus: Bus, execution_id: str) -> None:
+    state = await state_of(bus, execution_id)
+    assert state is not None and "approval" in {r["step"] for r in state["runs"].values()
+                                                if r["status"] == "running"}
+
+
+async def test_finished_states_expire_and_running_ones_stay(
+        bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOETL_STREAM_RETENTION", "2s")
+    async with run_services(bus, python_children=1):
+        waits = await start(bus, "keep1", WAITS)
+        done = await (await start(bus, "gone1", ENDS))
+        assert done["status"] == "completed"
+        assert await state_of(bus, "gone1") is not None
+
+        async def expired() -> None:
+            assert await state_of(bus, "gone1") is None
+
+        await assert_eventually(expired, timeout_s=15)
+        await assert_eventually(lambda: waiting(bus, "keep1"), timeout_s=10)
+        await asyncio.sleep(3)  # well past the retention: the running state has no TTL
+        kept = await state_of(bus, "keep1")
+        assert kept is not None and kept["status"] == "running"
+
+        swept = await RetentionSweeper(bus, retention_s=0).sweep()
+        assert "keep1" not in [f.execution_id for f in swept]
+        assert await events_of(bus, "keep1") > 0
+        await publish_signal(bus, "keep1", "approve", None)
+        assert (await asyncio.wait_for(waits, 20))["status"] == "completed"
+
+
+async def test_purge_removes_finished_executions_now_never_running_ones(
+        bus: Bus, nats_server: NatsServer) -> None:
+    url = ["--nats-url", nats_server.url]
+    async with run_services(bus, python_children=1):
+        waits = await start(bus, "run2", WAITS)
+        ok = await (await start(bus, "ok2", ENDS))
+        bad = await (await start(bus, "bad2", ENDS, {"fail": True}))
+        assert (ok["status"], bad["status"]) == ("completed", "failed")
+        await assert_eventually(lambda: waiting(bus, "run2"), timeout_s=10)
+        assert await bucket_keys(bus.js, "noetl_vars", "bad2.>") == ["bad2.seen"]
+
+        failed_only = await run_cli("executions", "purge", "--older-than", "0s", "--status",
+                                    "failed", *url)
+        assert failed_only.returncode == 0, failed_only.stderr
+        assert "removed 1 finished execution" in failed_only.stderr
+        assert failed_only.stdout.splitlines()[0].split() == ["EXECUTION", "STATUS", "FINISHED"]
+        assert await state_of(bus, "bad2") is None
+        assert await events_of(bus, "bad2") == 0
+        assert await bucket_keys(bus.js, "noetl_vars", "bad2.>") == []
+        assert await state_of(bus, "ok2") is not None and await events_of(bus, "ok2") > 0
+
+        too_young = await run_cli("executions", "purge", "--older-than", "7d", *url)
+        assert too_young.returncode == 0 and "removed 0 finished executions" in too_young.stderr
+
+        everything = await run_cli("executions", "purge", "--older-than", "0s", "--json", *url)
+        assert everything.returncode == 0, everything.stderr
+        purged = [jsonutil.loads(line)["execution_id"] for line in everything.stdout.splitlines()]
+        assert purged == ["ok2"]
+        assert await state_of(bus, "ok2") is None and await events_of(bus, "ok2") == 0
+
+        running = await state_of(bus, "run2")
+        assert running is not None and running["status"] == "running"
+        await publish_signal(bus, "run2", "approve", None)
+        assert (await asyncio.wait_for(waits, 20))["status"] == "completed"
+
+    bad_age = await run_cli("executions", "purge", "--older-than", "soon", *url)
+    assert bad_age.returncode == 2 and "not an age" in bad_age.stderr
