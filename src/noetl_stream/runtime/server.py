@@ -58,10 +58,6 @@ PLAYBOOK_CACHE_SIZE = 1_000  # parsed playbooks
 STATE_HEADROOM = 64 * 1024  # bytes of a NATS message kept for headers beside a committed state
 
 
-class UnreadableEvent(Exception):
-    """An event the router acts on arrived with a body that is not an event."""
-
-
 class Unstorable(Exception):
     """A state JSON cannot hold, or one larger than a NATS message; `kind` is the error kind."""
 
@@ -341,13 +337,9 @@ class Server:
                 # Signals carry a client's data, never an envelope (runtime/signals.py).
                 event = decode_event(self.bus.topology, m.subject, m.data, _stream_seq(m))
             except ValueError as exc:
-                unreadable = _unreadable_event(self.bus.topology, m.subject, exc)
-                if unreadable is None:
-                    # Not one the router acts on: losing it leaves nothing waiting.
-                    log.warning("unreadable event on %s terminated: %s", m.subject, exc)
-                    await m.term()
-                    continue
-                event = unreadable  # fails its execution with the reason (_apply_event)
+                log.warning("poison event on %s terminated: %s", m.subject, exc)
+                await m.term()
+                continue
             groups[str(event["execution_id"])].append((m, event))
         await asyncio.gather(*(self._apply_group(eid, items) for eid, items in groups.items()))
 
@@ -423,7 +415,7 @@ class Server:
         state, outbox = cached.state, []
         for _, event in items:
             try:
-                _apply_event(cached.playbook, state, event, now)
+                router.apply(cached.playbook, state, event, now)
             except Exception:
                 log.exception("applying %s to %s failed", event.get("event_type"),
                               state.execution_id)
@@ -464,7 +456,7 @@ class Server:
         for _, event in items:
             before = jsonutil.dumps(state)  # storable: it was committed, or checked just now
             try:
-                _apply_event(cached.playbook, state, event, now)
+                router.apply(cached.playbook, state, event, now)
                 await self._encode_fitting(state)
             except Exception as exc:
                 error = _fault(exc)
@@ -610,33 +602,6 @@ def _stream_seq(msg: Msg) -> int | None:
         return None
 
 
-UNREADABLE = "_unreadable"  # marks an event whose body could not be read: the reason
-# Events the router acts on: one of them lost would leave its execution waiting for good.
-ROUTED_EVENTS = frozenset({"step.done", "step.failed", "loop.iteration.done",
-                           "loop.iteration.failed", "timer.fired", CANCEL_REQUESTED, CHILD_STARTED})
-
-
-def _unreadable_event(topology: Any, subject: str, exc: Exception) -> dict[str, Any] | None:
-    """What stands for an event the router acts on whose body is not an event: it fails the
-    execution its subject names. None for any other event.
-    """
-    parts = subject.split(".", 3)
-    execution_id = parts[2] if len(parts) > 2 else ""
-    event_type = topology.event_type_of(subject)
-    if event_type not in ROUTED_EVENTS or not ids.is_subject_token(execution_id):
-        return None
-    return {"event_type": event_type, "execution_id": execution_id,
-            UNREADABLE: f"its body is not an event ({exc})"}
-
-
-def _apply_event(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
-                 now: float) -> None:
-    reason = event.get(UNREADABLE)
-    if reason is not None:
-        raise UnreadableEvent(str(reason))
-    router.apply(playbook, state, event, now)
-
-
 def _encoding_problem(exc: Exception) -> str:
     """Why orjson refused a value, in the playbook author's words."""
     text = str(exc)
@@ -649,8 +614,6 @@ def _encoding_problem(exc: Exception) -> str:
 
 def _fault(exc: Exception) -> dict[str, Any]:
     """The error an execution fails with when applying an event raised `exc`."""
-    if isinstance(exc, UnreadableEvent):
-        return {"message": str(exc), "kind": "event"}
     if isinstance(exc, Unstorable):
         return {"message": str(exc), "kind": exc.kind}
     if isinstance(exc, TemplateError):
