@@ -40,6 +40,9 @@ RESULTS = HERE / "results"
 
 SHORT_CHAIN = 20  # steps of the chain W1's marginal step cost is measured against
 STEP_VS_RAW = 1.5  # a sequential step costs at most this many bare JetStream round trips
+GROWTH_LIMIT = 1.2  # the last tenth of a long execution costs at most this much its first tenth
+GROW_LOOP_IN_FLIGHT = 50
+GROW_RSS_MB = 300.0
 
 # Targets: (field of the row, comparison, value).
 TARGETS: dict[str, tuple[str, str, float]] = {
@@ -51,9 +54,12 @@ TARGETS: dict[str, tuple[str, str, float]] = {
 
 
 # -- playbooks ---------------------------------------------------------------------------------
-def chain_playbook(name: str, steps: int, kind: str = "noop") -> str:
-    """`steps` sequential steps s1 -> s2 -> ... -> sN, each one task of `kind`."""
-    if kind == "noop":
+def chain_playbook(name: str, steps: int, kind: str = "noop", padded: bool = False) -> str:
+    """`steps` sequential steps s1 -> s2 -> ... -> sN, each one task of `kind` (a noop whose
+    result is the payload's `pad` when `padded`)."""
+    if kind == "noop" and padded:
+        tool = '{kind: noop, input: {pad: "{{ workload.pad }}"}}'  # the payload gives `pad`
+    elif kind == "noop":
         tool = "{kind: noop}"
     elif kind == "python":
         tool = "{kind: python, code: 'result = {\"i\": 1}'}"
@@ -226,12 +232,14 @@ class Plan:
     w3_steps: int
     w4_steps: int
     repeat: int
+    grow_steps: int = 0  # GROW-chain: steps of a long chain with 2 KB results
+    grow_items: int = 0  # GROW-loop: items of a long parallel loop
 
 
 FULL = Plan(raw_n=2000, w1_steps=100, w2_items=500, w2_max_in_flight=50, w3_executions=50,
-            w3_steps=20, w4_steps=100, repeat=3)
+            w3_steps=20, w4_steps=100, repeat=3, grow_steps=2000, grow_items=10_000)
 QUICK = Plan(raw_n=300, w1_steps=100, w2_items=100, w2_max_in_flight=50, w3_executions=10,
-             w3_steps=20, w4_steps=30, repeat=1)
+             w3_steps=20, w4_steps=30, repeat=1, grow_steps=400, grow_items=2000)
 
 
 class Profiler:
@@ -263,7 +271,7 @@ async def bench(plan: Plan, only: set[str], prof: Profiler,
     rows: list[Row] = []
 
     def want(workload: str) -> bool:
-        return not only or workload in only
+        return not only or workload in only or workload.split("-")[0] in only
 
     with tempfile.TemporaryDirectory(prefix="noetl-bench-") as tmp:
         nats: NatsServer = await start_nats_server(Path(tmp) / "nats", record=False)
@@ -403,12 +411,59 @@ async def run_workloads(bus: Bus, plan: Plan, want: Callable[[str], bool], prof:
                    f"1 execution, {plan.w4_steps} sequential python steps (median of "
                    f"{plan.repeat})", walls, status=status)
 
+    async def grow(tag: str, text: str, done_event: str, count: int,
+                   payload: dict[str, Any] | None, desc: str) -> Row:
+        """One long execution; the time its first and its last tenth of `done_event`s took."""
+        arrivals: list[float] = []
+
+        def on_event(event: dict[str, Any]) -> None:
+            if event.get("event_type") == done_event:
+                arrivals.append(time.perf_counter())
+
+        sampler = RssSampler(nats_pid)
+        with sampler:
+            t0 = time.perf_counter()
+            final = await submit_and_watch(
+                bus, playbook_text=text, playbook_file=f"bench/{tag}.yaml",
+                payload=payload or {}, on_event=on_event, execution_id=new_execution_id(),
+                timeout_s=1800)
+            wall = time.perf_counter() - t0
+        row = Row(tag, count, wall, desc, [wall], status=_check_final(final, tag))
+        row.rss_mb = round(sampler.peak, 1)
+        tenth = max(1, count // 10)
+        if len(arrivals) >= 2 * tenth:
+            first = arrivals[tenth - 1] - t0
+            last = arrivals[-1] - arrivals[-tenth - 1]
+            row.extra.update(first_ms=round(first * 1000 / tenth, 4),
+                             last_ms=round(last * 1000 / tenth, 4),
+                             last_vs_first=round(last / first, 3))
+        return row
+
+    async def grow_chain() -> Row:
+        n = plan.grow_steps
+        return await grow("GROW-chain", chain_playbook("bench_grow_chain", n, padded=True),
+                          "step.done", n, {"pad": "x" * 2048},
+                          f"1 execution, {n} sequential noop steps with 2 KB results: ms per "
+                          "step of the last tenth vs the first")
+
+    async def grow_loop() -> Row:
+        n = plan.grow_items
+        return await grow("GROW-loop", loop_playbook("bench_grow_loop", GROW_LOOP_IN_FLIGHT),
+                          "loop.iteration.done", n, {"items": list(range(n))},
+                          f"1 execution, a {n}-item parallel loop (max_in_flight "
+                          f"{GROW_LOOP_IN_FLIGHT}): ms per iteration of the last tenth vs the "
+                          "first; peak RSS of server + worker")
+
     later: list[Row] = []  # rows a workload adds after its own
     await timed("W1", w1)
     rows += later
     await timed("W2", w2)
     await timed("W3", w3)
     await timed("W4", w4)
+    if plan.grow_steps:
+        await timed("GROW-chain", grow_chain)
+    if plan.grow_items:
+        await timed("GROW-loop", grow_loop)
     return rows
 
 
@@ -423,6 +478,13 @@ def judge(rows: list[Row]) -> list[Row]:
             row.target = f"<= {STEP_VS_RAW:g} x RAW ({limit:.2f} ms)"
             row.met = row.ms_per_step <= limit and row.status in ("ok", "completed")
             row.extra["vs_raw"] = round(row.ms_per_step / raw.ms_per_step, 2)
+        if row.workload.startswith("GROW") and "last_vs_first" in row.extra:
+            growth = row.extra["last_vs_first"]
+            row.target = f"last/first <= {GROWTH_LIMIT:g}"
+            row.met = growth <= GROWTH_LIMIT and row.status in ("ok", "completed")
+            if row.workload == "GROW-loop":
+                row.target += f", RSS <= {GROW_RSS_MB:g} MB"
+                row.met = row.met and (row.rss_mb or 0.0) <= GROW_RSS_MB
         out.append(row)
         if row.workload in TARGETS:
             _set_target(row, row.workload)
@@ -454,6 +516,10 @@ def table(rows: list[Row]) -> str:
             cells = (r.workload, str(r.steps), f"{r.wall_s:.3f}", f"{r.steps_per_s:.0f}",
                      f"{r.ms_per_step:.3f}", r.target or "-",
                      _met(r.met) if r.met is not None else "-")
+            if "last_vs_first" in r.extra:
+                cells = (*cells[:-1], f"{cells[-1]} ({r.extra['first_ms']:.2f} -> "
+                         f"{r.extra['last_ms']:.2f} ms, x{r.extra['last_vs_first']:.2f}"
+                         + (f"; {r.rss_mb:.0f} MB)" if r.workload == "GROW-loop" else ")"))
             if r.status not in ("ok", "completed"):
                 cells = (*cells[:-1], f"{cells[-1]} [{r.status}]")
         lines.append(cells)

@@ -21,6 +21,7 @@ from noetl_stream.api.context import CONTEXT, ApiContext
 from noetl_stream.api.errors import error_middleware
 from noetl_stream.api.routes import all_endpoints
 from noetl_stream.api.ui.routes import ui_endpoints
+from noetl_stream.http_site import serve_app
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import CredentialStore
@@ -89,12 +90,6 @@ async def serve(bus: Bus, *, host: str, port: int, auth: bool = True,
         log.warning("AUTHENTICATION IS OFF (--no-auth): anyone who can reach %s:%s is an admin, "
                     "including reading credentials in clear", host, port)
     app = await create_app(bus, auth=authenticator, cors_origin=cors_origin)
-    runner = web.AppRunner(app, access_log=logging.getLogger("noetl_stream.api.access"))
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = runner.addresses[0] if runner.addresses else (host, port)
-        yield f"http://{bound[0]}:{bound[1]}"
-    finally:
-        await runner.cleanup()
+    async with serve_app(app, host, port, what="the HTTP API",
+                         access_log=logging.getLogger("noetl_stream.api.access")) as url:
+        yield url

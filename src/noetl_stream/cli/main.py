@@ -444,20 +444,11 @@ async def _http_api(bus: Any, address: tuple[str, int] | None, *, auth: bool,
     if not auth:
         click.echo("WARNING: the HTTP API runs WITHOUT AUTHENTICATION (--no-auth): anyone who "
                    "reaches it is an admin and can read credentials", err=True)
-    api = serve(bus, host=address[0], port=address[1], auth=auth, cors_origin=cors_origin)
-    try:
-        url = await api.__aenter__()
-    except OSError as exc:  # the port is taken, or the address is not this machine's
-        raise InfrastructureError(f"cannot serve the HTTP API on {address[0]}:{address[1]}: "
-                                  f"{exc.strerror or exc}") from None
-    try:
+    # A port it cannot bind is an InfrastructureError naming the address (http_site.py).
+    async with serve(bus, host=address[0], port=address[1], auth=auth,
+                     cors_origin=cors_origin) as url:
         click.echo(f"HTTP API at {url} (docs/api.md)", err=True)
         yield
-    except BaseException as exc:
-        if not await api.__aexit__(type(exc), exc, exc.__traceback__):
-            raise
-    else:
-        await api.__aexit__(None, None, None)
 
 
 @main.command()

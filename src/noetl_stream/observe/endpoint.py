@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from noetl_stream.http_site import serve_app
 from noetl_stream.observe.metrics import CONTENT_TYPE, process_text
 from noetl_stream.runtime.connection import Bus
 
@@ -46,12 +47,5 @@ async def serve_metrics(host: str, port: int, *, bus: Bus,
     app.router.add_get("/metrics", _server_metrics if cluster else _worker_metrics)
     if cluster:
         app.router.add_get("/health", _health)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        bound = runner.addresses[0] if runner.addresses else (host, port)
-        yield f"http://{bound[0]}:{bound[1]}"
-    finally:
-        await runner.cleanup()
+    async with serve_app(app, host, port, what="metrics") as url:
+        yield url
