@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import difflib
+import itertools
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
@@ -36,6 +37,7 @@ MAX_RANGE = 100_000  # items of one range()
 MAX_STEPS = 1_000_000  # loop iterations and range items of one render, all loops together
 MAX_OUTPUT = 4_000_000  # characters of a rendered text; items or characters a `*` may make
 MAX_POWER_BITS = 4096  # bits of an integer `**` may make
+OUTPUT_BATCH = 32  # text chunks rendered between two checks of the output's size
 
 # The work left to the render in progress (None outside a render: only per-call bounds apply).
 _BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("template_budget",
@@ -64,13 +66,20 @@ def _bounded_range(*args: int) -> range:
     return items
 
 
-def _bounded_iteration(iterable: Iterable[Any]) -> Iterator[Any]:
-    """What a `{% for %}` walks: its items, each one spent from the render's budget (a range's
-    items were spent when it was made).
+def _bounded_iteration(iterable: Any) -> Any:
+    """What a `{% for %}` walks: a sized collection spends its length from the render's budget
+    at once (a loop left early spends it all; the budget is generous), a range was spent when
+    it was made, anything else spends one per item.
     """
     if isinstance(iterable, range):
-        yield from iterable
-        return
+        return iterable
+    if isinstance(iterable, (list, tuple, dict, str)):
+        _spend(len(iterable))
+        return iterable
+    return _counted(iterable)
+
+
+def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
     for item in iterable:
         _spend(1)
         yield item
@@ -313,14 +322,18 @@ def render_string(text: str, context: Mapping[str, Any], *, step: str | None = N
 
 
 def _bounded_text(template: Any, context: Mapping[str, Any]) -> str:
-    chunks: list[str] = []
+    # Checked every OUTPUT_BATCH chunks (C-level slicing and summing): a check per chunk would
+    # cost more than rendering them. The root render function is what `render` joins; errors
+    # reach render_string as they are (it turns every one into a TemplateError).
+    chunks = template.root_render_func(template.new_context(dict(context)))
+    out: list[str] = []
     size = 0
-    for chunk in template.generate(**context):
-        size += len(chunk)
+    while batch := list(itertools.islice(chunks, OUTPUT_BATCH)):
+        size += sum(map(len, batch))
         if size > MAX_OUTPUT:
             raise TemplateBound(f"the template renders more than {MAX_OUTPUT} characters")
-        chunks.append(chunk)
-    return "".join(chunks)
+        out += batch
+    return "".join(out)
 
 
 def render(value: Any, context: Mapping[str, Any], *, step: str | None = None,
