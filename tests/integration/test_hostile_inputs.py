@@ -41,7 +41,8 @@ async def test_set_of_an_integer_beyond_64_bits_fails_the_step(bus: Bus, service
         """)
 
     message = failure(final)
-    assert "start" in message and "64" in message
+    assert "start" in message and "64" in message and "set.x" in message
+    assert final["steps"]["start"]["status"] == "failed"
 
 
 async def test_loop_over_a_billion_items_fails_the_step(bus: Bus, services: None) -> None:

@@ -251,7 +251,10 @@ class _Router:
                 self.apply_step_writes(step, run, context_extra)
             self.route(step, run, ok, error, context_extra, route)
         except TemplateError as exc:
-            self.fail_execution(run.step, {"message": str(exc), "kind": "template"})
+            error = {"message": str(exc), "kind": "template"}
+            if ok:  # its `set:`/`vars:` or arcs failed: the step did not complete after all
+                rec.status, rec.error = "failed", error
+            self.fail_execution(run.step, error)
         self.s.runs.pop(run.run_id, None)
 
     def apply_step_writes(self, step: Step, run: Run, extra: dict[str, Any]) -> None:
