@@ -33,6 +33,7 @@ from noetl_stream.api.models import (
     ExecutionDetail,
     ExecutionList,
     ExecutionListQuery,
+    SignalQuery,
     SignalSent,
 )
 from noetl_stream.api.routes_catalog import parse, read_text
@@ -41,7 +42,7 @@ from noetl_stream.messages import ExecutionRequest, RequestReply
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.cancel import request_cancel
 from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.signals import publish_signal, valid_signal_name
+from noetl_stream.runtime.signals import publish_signal, valid_signal_name, why_unheard
 from noetl_stream.state.catalog import path_key
 from noetl_stream.state.kv_keys import bucket_keys
 
@@ -185,6 +186,11 @@ async def send_signal(request: web.Request) -> web.StreamResponse:
         raise ApiError(422, f'signal name "{name}": letters, digits, - and _, joined by dots')
     data = await read_json(request) if request.body_exists else None
     await require_running(ctx, execution_id)
+    if not read_query(request, SignalQuery).force:
+        # Same check as the CLI's: a signal nothing waits for would be stored and never read.
+        problem = await why_unheard(ctx.bus, execution_id, name)
+        if problem is not None:
+            raise ApiError(409, f"{problem}; signal not sent (force=true sends it anyway)")
     key = request.headers.get(IDEMPOTENCY_HEADER)
     msg_id = (f"sig:{execution_id}:{name}:" + hashlib.sha256(key.encode()).hexdigest()[:32]
               if key else None)
@@ -211,7 +217,8 @@ ENDPOINTS = [
              errors=(404, 409)),
     Endpoint("POST", "/api/executions/{execution_id}/signals/{name}", send_signal, "Send an "
              "external signal (the body is its data, any JSON)", "control", "executions",
-             any_body=True, response=SignalSent, status=202, errors=(404, 409, 422),
+             any_body=True, query=SignalQuery, response=SignalSent, status=202,
+             errors=(404, 409, 422),
              headers=(("Idempotency-Key", "A repeated signal with the same key is stored once"),)),
 ]
 
