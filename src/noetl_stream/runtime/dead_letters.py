@@ -85,12 +85,14 @@ class DeadLetter:
     stream_seq: int | None
     consumer: str | None
     data: bytes
+    failure: str | None = None  # the failure class of a refused message (dispositions.py)
 
     def summary(self) -> dict[str, Any]:
         return {"seq": self.seq, "time": self.time, "execution_id": self.execution_id,
                 "step": self.step, "step_run_id": self.step_run_id, "iteration": self.iteration,
                 "subject": self.subject, "deliveries": self.deliveries, "reason": self.reason,
-                "detail": self.detail, "stream_seq": self.stream_seq, "consumer": self.consumer}
+                "detail": self.detail, "stream_seq": self.stream_seq, "consumer": self.consumer,
+                "failure": self.failure}
 
 
 def command_identity(data: bytes) -> dict[str, Any] | None:
@@ -274,7 +276,7 @@ def _dead_letter(seq: int, subject: str, data: bytes, headers: dict[str, str]) -
         detail=headers.get(H_DETAIL, ""), execution_id=headers.get(H_EXECUTION),
         step=headers.get(H_STEP), step_run_id=headers.get(H_STEP_RUN),
         iteration=_int(headers.get(H_ITERATION)), stream_seq=_int(headers.get(H_STREAM_SEQ)),
-        consumer=headers.get(H_CONSUMER), data=data)
+        consumer=headers.get(H_CONSUMER), data=data, failure=headers.get(H_FAILURE))
 
 
 async def read_dead_letter(bus: Bus, seq: int) -> DeadLetter | None:
