@@ -170,6 +170,12 @@ class Server:
             raise
         except Exception as exc:
             await self._handler_failed([msg], exc)
+            if classify(exc) is Failure.HANDLER_BUG:  # it will not come back: say so
+                execution_id, reply_to = reply_address(jsonutil.loads_object(msg.data))
+                with contextlib.suppress(Exception):
+                    await self._reply(reply_to, execution_id, [
+                        f"the server failed on this request ({type(exc).__name__}); it is kept "
+                        "in the dead-letter stream"])
 
     async def _handler_failed(self, msgs: list[Msg], exc: Exception) -> None:
         failure = classify(exc)
