@@ -216,6 +216,11 @@ class _Parser:
             return None
         name = str(raw["step"])
         line = line_of(raw) or line
+        if not name or len(name) > ids.MAX_STEP_NAME_LENGTH or any(
+                ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
+            # Commands and events carry it (messages.py `StepName`): refused here, not there.
+            self.error(line, f"a step name has 1 to {ids.MAX_STEP_NAME_LENGTH} characters and no "
+                       "control characters", name[:60], "step")
         for key in raw:
             if key in NOT_YET_STEP_KEYS:
                 self.error(line_of(raw, key), f'"{key}" is part of the DSL but not supported by '
@@ -257,8 +262,8 @@ class _Parser:
         pool = raw.get("pool")
         if pool is not None and not (isinstance(pool, str) and ids.is_subject_token(pool)):
             # The pool is a token of the command subject `<prefix>.commands.<pool>.<kind>`.
-            self.error(line_of(raw, "pool") or line, f"pool {pool!r} is not a pool name: a word "
-                       "without dots, spaces, `*` or `>`", name, "pool")
+            self.error(line_of(raw, "pool") or line, f"pool {pool!r} is not a pool name: letters, "
+                       "digits, `-` and `_`, at most 128 characters", name, "pool")
             pool = None
         try:
             return Step(name=name, desc=_opt_str(raw.get("desc") or raw.get("description")),

@@ -17,12 +17,24 @@ from pydantic import BaseModel
 
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.events import EVENT_TYPES, schema_file
-from noetl_stream.messages import ExecutionRequest, RequestReply
+from noetl_stream.messages import (
+    CancelRequest,
+    Command,
+    EventEnvelope,
+    ExecutionRequest,
+    RequestReply,
+    SignalEvent,
+)
 
+# Every message that crosses a process boundary (messages.py), and the IR.
 MODELS: dict[str, type[BaseModel]] = {
     "playbook.schema.json": Playbook,
     "execution-request.schema.json": ExecutionRequest,
     "request-reply.schema.json": RequestReply,
+    "cancel-request.schema.json": CancelRequest,
+    "command.schema.json": Command,
+    "event-envelope.schema.json": EventEnvelope,
+    "signal.schema.json": SignalEvent,
 }
 
 DEFAULT_DIR = Path(__file__).resolve().parents[3] / "schemas"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -35,6 +36,7 @@ class Bus:
     topology: Topology
     # Called after every reconnect (pull consumers ask again for what they were waiting for).
     reconnect_listeners: list[Callable[[], None]] = field(default_factory=list)
+    url: str | None = None  # what `connect` was given: another connection can be opened alike
 
     async def close(self) -> None:
         if not self.nc.is_closed:
@@ -138,4 +140,21 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
         raise InfrastructureError(f"cannot reach NATS at {redact_url(url)}: "
                                   f"{exc or type(exc).__name__}") from None
     nc.options["max_reconnect_attempts"] = -1
-    return Bus(nc, nc.jetstream(timeout=10), load_topology(prefix), listeners)
+    return Bus(nc, nc.jetstream(timeout=10), load_topology(prefix), listeners, url)
+
+
+@contextlib.asynccontextmanager
+async def own_connection(bus: Bus, name: str) -> AsyncIterator[Bus]:
+    """A connection of its own to the NATS `bus` speaks to, for a part of a process whose
+    actions must not cut the rest off (nats-server closes a connection that breaks its
+    protocol: the HTTP API's actions cannot stop the router's consumers). `bus` itself when it
+    was not made by `connect` (it is then not known how to connect again).
+    """
+    if bus.url is None:
+        yield bus
+        return
+    own = await connect(bus.url, prefix=bus.topology.prefix, name=name)
+    try:
+        yield own
+    finally:
+        await own.close()

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from noetl_stream import config
+from noetl_stream import config, ids
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.dead_letters import DeadLetters
@@ -133,7 +133,7 @@ async def submit_and_watch(bus: Bus, *, playbook_text: str, playbook_file: str,
                                    playbook_file=playbook_file, payload=payload)
         await bus.js.publish(bus.topology.execute_request_subject(),
                              request.model_dump_json().encode(),
-                             headers={"Nats-Msg-Id": f"req:{execution_id}"})
+                             headers={"Nats-Msg-Id": ids.request_msg_id(execution_id)})
         if on_started is not None:
             on_started(execution_id)
         return await watch.wait(timeout_s)
