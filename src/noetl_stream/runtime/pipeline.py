@@ -9,6 +9,8 @@ and a clause that has run out hands the outcome to the rules after it. `Task.pol
 task until its guard holds. Waits and retry.* / poll.* events: runtime/retrying.py.
 Sinks (`Task.sink`, `Rule.sink`) store a result without replacing it: they read it as `result`,
 `data` and `this`, and publish `sink.started` / `sink.processed`; a failed sink fails the step.
+Each directive has one handler (`_on_<directive>`); polling and sink runs keep their own state
+(runtime/polling.py, runtime/sinks.py); every wait goes through the `Clock` the pipeline is given.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ from typing import Any
 
 from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
-from noetl_stream.dsl.parser import verbatim
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
 from noetl_stream.observe import tracing
-from noetl_stream.router.context import build_context, output_view, step_view
+from noetl_stream.router.context import build_context, step_view
 from noetl_stream.runtime import cursor
 from noetl_stream.runtime.clock import SYSTEM_CLOCK, Clock
 from noetl_stream.runtime.keychain import KeychainResolver
@@ -36,6 +37,7 @@ from noetl_stream.runtime.retrying import (
     retry_names,
 )
 from noetl_stream.runtime.sinks import SinkRuns
+from noetl_stream.runtime.task_views import case_views, outcome_views, rendered_field, sink_view
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -82,53 +84,6 @@ def _handles_failures(rule: Rule) -> bool:
     """
     return (rule.when is None or rule.event == "call.error" or rule.scope is not None
             or guards.reads_failure(rule.when))
-
-
-def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
-    """`output` (NoETL today) and `outcome` (spec 002/003) as templates read them."""
-    # NoETL reads `output` both as the envelope (`output.status`, `output.data`) and as the result
-    # itself (`{{ output }}['count']`): the result's keys are there too, the envelope's win.
-    output = output_view(outcome.result, outcome.error, outcome.http, status=outcome.status)
-    result = outcome.result
-    if task.kind == "http" and outcome.http is not None:
-        result = {"status_code": outcome.http["status"], "headers": outcome.http["headers"],
-                  "data": outcome.result}
-    return {"output": output,
-            "outcome": {"status": outcome.status, "result": result, "error": outcome.error,
-                        "http": outcome.http, "pg": output["pg"], "meta": outcome.meta}}
-
-
-def case_views(outcome: Outcome) -> dict[str, Any]:
-    """`response` and `this` as case rules read them (ARCHITECTURE §8): `response` is the parsed
-    body (an error reply's too), and `response.status_code` falls back to the HTTP status.
-    """
-    error = outcome.error or {}
-    response = outcome.result if outcome.result is not None else error.get("body")
-    if isinstance(response, dict) and outcome.http is not None:
-        response = {"status_code": outcome.http.get("status"), **response}
-    this = {"status": outcome.status, "data": outcome.result, "result": outcome.result,
-            "error": outcome.error, "meta": outcome.meta}
-    return {"response": response, "this": this}
-
-
-def sink_view(result: Any, outcome: Outcome | None) -> dict[str, Any]:
-    """The names a sink's templates read: the data to store and the call's envelope."""
-    this = case_views(outcome)["this"] if outcome is not None else None
-    return {"result": result, "data": result, "this": this}
-
-
-def rendered_field(task: Task, key: str, value: Any, context: dict[str, Any], step: str) -> Any:
-    """One config field with its templates rendered, as NoETL renders a task's whole config.
-
-    Python code is text whatever its templates give (`{{ workload.n }} * 2`); code read from a
-    script file and the `script` descriptor are taken as written (dsl/parser.py `verbatim`).
-    """
-    if verbatim(task.config, key):
-        return value
-    rendered = templating.render(value, context, step=step, field=f"tool.{key}")
-    if key == "code" and not isinstance(rendered, str):
-        rendered = "" if rendered is None else str(rendered)
-    return rendered
 
 
 @dataclass
