@@ -47,19 +47,7 @@ class _Parser(StepParser):
             self.error(1, "a playbook is a YAML mapping with apiVersion, kind, metadata, workflow")
             return None
         self.unknown_keys(doc, TOP_KEYS, None, "")
-        api = doc.get("apiVersion")
-        if api != API_VERSION:
-            shown = "missing" if api is None else f'"{api}"'
-            self.error(line_of(doc, "apiVersion") or 1,
-                       f'apiVersion is {shown}; this runtime reads "{API_VERSION}"', None, "apiVersion")
-        kind = doc.get("kind", "Playbook")
-        if kind != "Playbook":
-            self.error(line_of(doc, "kind"), f'kind is "{kind}"; expected "Playbook"', None, "kind")
-        meta = doc.get("metadata") or {}
-        if not isinstance(meta, dict) or not meta.get("name"):
-            self.error(line_of(doc, "metadata") or 1, "metadata.name is required", None,
-                       "metadata.name")
-            meta = meta if isinstance(meta, dict) else {}
+        api, kind, meta = self.parse_header(doc)
         workload = doc.get("workload") or {}
         if not isinstance(workload, dict):
             self.error(line_of(doc, "workload"), "workload must be a mapping", None, "workload")
@@ -77,19 +65,7 @@ class _Parser(StepParser):
             self.error(line_of(doc, "workflow") or 1, "workflow must be a non-empty list of steps",
                        None, "workflow")
             return None
-        steps: list[Step] = []
-        seen: set[str] = set()
-        for index, raw in enumerate(raw_steps):
-            step = self.parse_step(raw, line_of(raw_steps, index), workbook)
-            if step is None:
-                continue
-            if step.name in seen:
-                self.error(step.line, "step name is used twice", step.name, "step")
-            seen.add(step.name)
-            steps.append(step)
-        steps = route_leaves_to_end(steps, [str(raw.get("step")) for raw in raw_steps
-                                            if isinstance(raw, dict) and "next" not in raw])
-        self.check_graph(steps)
+        steps = self.parse_steps(raw_steps, workbook)
         if any(i.severity == "error" for i in self.issues):
             return None
         try:
@@ -107,6 +83,40 @@ class _Parser(StepParser):
         for step_name, line, fld, message in layering.problems(playbook):
             self.error(line if step_name else line_of(doc, "executor"), message, step_name, fld)
         return None if any(i.severity == "error" for i in self.issues) else playbook
+
+    def parse_header(self, doc: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+        """`apiVersion`, `kind` and `metadata`, each checked."""
+        api = doc.get("apiVersion")
+        if api != API_VERSION:
+            shown = "missing" if api is None else f'"{api}"'
+            self.error(line_of(doc, "apiVersion") or 1,
+                       f'apiVersion is {shown}; this runtime reads "{API_VERSION}"', None, "apiVersion")
+        kind = doc.get("kind", "Playbook")
+        if kind != "Playbook":
+            self.error(line_of(doc, "kind"), f'kind is "{kind}"; expected "Playbook"', None, "kind")
+        meta = doc.get("metadata") or {}
+        if not isinstance(meta, dict) or not meta.get("name"):
+            self.error(line_of(doc, "metadata") or 1, "metadata.name is required", None,
+                       "metadata.name")
+            meta = meta if isinstance(meta, dict) else {}
+        return api, kind, meta
+
+    def parse_steps(self, raw_steps: list[Any], workbook: Workbook) -> list[Step]:
+        """The workflow's steps, names unique, leaves routed to `end`, every arc's target there."""
+        steps: list[Step] = []
+        seen: set[str] = set()
+        for index, raw in enumerate(raw_steps):
+            step = self.parse_step(raw, line_of(raw_steps, index), workbook)
+            if step is None:
+                continue
+            if step.name in seen:
+                self.error(step.line, "step name is used twice", step.name, "step")
+            seen.add(step.name)
+            steps.append(step)
+        steps = route_leaves_to_end(steps, [str(raw.get("step")) for raw in raw_steps
+                                            if isinstance(raw, dict) and "next" not in raw])
+        self.check_graph(steps)
+        return steps
 
     def parse_workbook(self, raw: Any, doc: Any) -> Workbook:
         book: Workbook = {}

@@ -43,26 +43,9 @@ class TaskParser(ParserBase):
                     workbook: Workbook) -> list[Task]:
         if raw is None:
             return [Task(name=f"{step}_task", kind="noop", line=line_of(step_node))]
-        entries: list[tuple[str, Any, int | None]] = []
-        if isinstance(raw, dict) and "kind" in raw:
-            entries.append((f"{step}_task", raw, line_of(step_node, "tool")))
-        elif isinstance(raw, list):
-            for index, item in enumerate(raw):
-                line = line_of(raw, index)
-                if isinstance(item, dict) and "kind" in item:
-                    entries.append((str(item.get("name") or f"task_{index}"), item, line))
-                elif (isinstance(item, dict) and len(item) == 1
-                      and isinstance(next(iter(item.values())), dict)):
-                    label, body = next(iter(item.items()))
-                    entries.append((str(label), body, line))
-                else:
-                    self.error(line, "a task is `{name, kind, ...}` or `{label: {kind, ...}}`", step,
-                               f"tool[{index}]")
-        else:
-            self.error(line_of(step_node, "tool"), "tool must be a task or a list of tasks", step, "tool")
         tasks: list[Task] = []
         names: set[str] = set()
-        for name, body, line in entries:
+        for name, body, line in self.task_entries(raw, step_node, step):
             task = self.parse_task(name, body, line, step, workbook)
             if task is None:
                 continue
@@ -70,12 +53,37 @@ class TaskParser(ParserBase):
                 self.error(line, f'task name "{task.name}" is used twice', step, "tool.name")
             names.add(task.name)
             tasks.append(task)
+        self.check_jumps(tasks, names, step)
+        return tasks
+
+    def task_entries(self, raw: Any, step_node: dict[str, Any],
+                     step: str) -> list[tuple[str, Any, int | None]]:
+        """(name, body, line) of each task in any of the shapes `tool:` takes."""
+        if isinstance(raw, dict) and "kind" in raw:
+            return [(f"{step}_task", raw, line_of(step_node, "tool"))]
+        if not isinstance(raw, list):
+            self.error(line_of(step_node, "tool"), "tool must be a task or a list of tasks", step, "tool")
+            return []
+        entries: list[tuple[str, Any, int | None]] = []
+        for index, item in enumerate(raw):
+            line = line_of(raw, index)
+            if isinstance(item, dict) and "kind" in item:
+                entries.append((str(item.get("name") or f"task_{index}"), item, line))
+            elif (isinstance(item, dict) and len(item) == 1
+                  and isinstance(next(iter(item.values())), dict)):
+                label, body = next(iter(item.items()))
+                entries.append((str(label), body, line))
+            else:
+                self.error(line, "a task is `{name, kind, ...}` or `{label: {kind, ...}}`", step,
+                           f"tool[{index}]")
+        return entries
+
+    def check_jumps(self, tasks: list[Task], names: set[str], step: str) -> None:
         for task in tasks:
             for rule in task.rules:
                 if rule.do == "jump" and rule.to not in names:
                     self.error(rule.line, f'jump target "{rule.to}" is not a task of this step'
                                f"{suggest(str(rule.to), names)}", step, f"tool.{task.name}.spec.policy")
-        return tasks
 
     def parse_task(self, name: str, body: Any, line: int | None, step: str,
                    workbook: Workbook, depth: int = 0) -> Task | None:
@@ -85,15 +93,42 @@ class TaskParser(ParserBase):
         kind = str(body.get("kind"))
         if kind == "workbook":
             return self.inline_workbook(name, body, line, step, workbook, depth)
-        if kind not in self.kinds:
-            known = sorted(set(self.kinds) | set(KIND_FIELDS))
-            if kind in KIND_FIELDS or kind in NOETL_KINDS_NOT_BUILT:
-                self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not available in '
-                           "this version of noetl-stream yet", step, "tool.kind")
-            else:
-                self.error(line_of(body, "kind") or line,
-                           f'unknown tool kind "{kind}"{suggest(kind, known)}', step, "tool.kind")
+        if not self.check_kind(kind, body, line, step):
             return None
+        config = self.task_config(kind, body, line, step)
+        inputs = self.mapping(body, "input", step, "tool.input")
+        inputs.update(self.mapping(body, "args", step, "tool.args"))
+        spec = body.get("spec") or {}
+        rules, has_policy = self.policy_rules(spec, step)
+        set_ctx, set_iter, set_locals = split_set(self.mapping(body, "set", step,
+                                                               f"tool.{name}.set"))
+        set_ctx.update(self.mapping(body, "set_ctx", step, f"tool.{name}.set_ctx"))
+        set_iter.update(self.mapping(body, "set_iter", step, f"tool.{name}.set_iter"))
+        self.check_required(kind, body, config, line, step)
+        self.check_config_templates(kind, config, body, line, step)
+        self.check_templates(inputs, line, step, "tool.input")
+        spec_plain = {k: v for k, v in plain(spec).items() if k != "policy"} if isinstance(spec, dict) else {}
+        clause, poll = self.parse_retry_poll(body, step, "tool.", line)
+        return Task(name=name, kind=kind, config=config, input=inputs, rules=(*clause, *rules),
+                    has_policy=has_policy, set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals,
+                    spec=spec_plain, poll=poll, line=line)
+
+    def check_kind(self, kind: str, body: dict[str, Any], line: int | None, step: str) -> bool:
+        """Whether this runtime runs `kind`; if not, say whether it is unknown or not built yet."""
+        if kind in self.kinds:
+            return True
+        known = sorted(set(self.kinds) | set(KIND_FIELDS))
+        if kind in KIND_FIELDS or kind in NOETL_KINDS_NOT_BUILT:
+            self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not available in '
+                       "this version of noetl-stream yet", step, "tool.kind")
+        else:
+            self.error(line_of(body, "kind") or line,
+                       f'unknown tool kind "{kind}"{suggest(kind, known)}', step, "tool.kind")
+        return False
+
+    def task_config(self, kind: str, body: dict[str, Any], line: int | None,
+                    step: str) -> dict[str, Any]:
+        """The kind's fields of a task body: aliases resolved, scripts read, base64 decoded."""
         fields = KIND_FIELDS.get(kind, frozenset())
         self.unknown_keys(body, COMMON_TASK_KEYS | fields | frozenset(field_aliases(kind)), step,
                           "tool.")
@@ -112,34 +147,36 @@ class TaskParser(ParserBase):
             config = scripts.decode_b64(kind, config, lambda fld, message: self.error(
                 line_of(body, fld) or line, message, step, f"tool.{fld}"))
         if kind == "python" and body.get("libs") is not None:
-            config["libs"], packages = pycode.normalize_libs(config.get("libs"))
-            for package in packages:
-                self.not_supported(line_of(body, "libs") or line, f'libs entry "{package}" is '
-                                   "not a module name (a package to install?); nothing is "
-                                   "imported for it: install packages on the workers", step,
-                                   "tool.libs")
-            pycode.check_libs(config["libs"], lambda fld, message: self.error(
-                line_of(body, "libs") or line, message, step, f"tool.{fld}"))
-        inputs = self.mapping(body, "input", step, "tool.input")
-        inputs.update(self.mapping(body, "args", step, "tool.args"))
-        spec = body.get("spec") or {}
+            self.python_libs(config, body, line, step)
+        return config
+
+    def python_libs(self, config: dict[str, Any], body: dict[str, Any], line: int | None,
+                    step: str) -> None:
+        config["libs"], packages = pycode.normalize_libs(config.get("libs"))
+        for package in packages:
+            self.not_supported(line_of(body, "libs") or line, f'libs entry "{package}" is '
+                               "not a module name (a package to install?); nothing is "
+                               "imported for it: install packages on the workers", step,
+                               "tool.libs")
+        pycode.check_libs(config["libs"], lambda fld, message: self.error(
+            line_of(body, "libs") or line, message, step, f"tool.{fld}"))
+
+    def policy_rules(self, spec: Any, step: str) -> tuple[list[Rule], bool]:
+        """A task's `spec.policy.rules`, and whether it has a policy with rules at all."""
         policy = spec.get("policy") if isinstance(spec, dict) else None
-        rules: list[Rule] = []
-        has_policy = isinstance(policy, dict) and "rules" in policy
-        if has_policy:
-            assert isinstance(policy, dict)
-            raw_rules = policy["rules"]
-            if not isinstance(raw_rules, list):
-                self.error(line_of(policy, "rules"), "rules must be a list", step, "tool.spec.policy.rules")
-                raw_rules = []
-            for index, entry in enumerate(raw_rules):
-                rule = self.parse_rule(entry, raw_rules, index, step)
-                if rule is not None:
-                    rules.append(rule)
-        set_ctx, set_iter, set_locals = split_set(self.mapping(body, "set", step,
-                                                               f"tool.{name}.set"))
-        set_ctx.update(self.mapping(body, "set_ctx", step, f"tool.{name}.set_ctx"))
-        set_iter.update(self.mapping(body, "set_iter", step, f"tool.{name}.set_iter"))
+        if not (isinstance(policy, dict) and "rules" in policy):
+            return [], False
+        raw_rules = policy["rules"]
+        if not isinstance(raw_rules, list):
+            self.error(line_of(policy, "rules"), "rules must be a list", step, "tool.spec.policy.rules")
+            raw_rules = []
+        rules = [rule for index, entry in enumerate(raw_rules)
+                 if (rule := self.parse_rule(entry, raw_rules, index, step)) is not None]
+        return rules, True
+
+    def check_required(self, kind: str, body: dict[str, Any], config: dict[str, Any],
+                       line: int | None, step: str) -> None:
+        """The fields a kind cannot run without."""
         if kind == "python" and not isinstance(config.get("code"), str) and "script" not in body \
                 and "code_b64" not in body:
             self.error(line, "python task needs `code:` (or `script:`)", step, "tool.code")
@@ -150,6 +187,9 @@ class TaskParser(ParserBase):
         if kind == "playbook" and not body.get("path"):
             self.error(line, "playbook task needs `path:` (a catalog path or ./file.yaml)", step,
                        "tool.path")
+
+    def check_config_templates(self, kind: str, config: dict[str, Any], body: dict[str, Any],
+                               line: int | None, step: str) -> None:
         for key, value in config.items():
             if verbatim(config, key):
                 continue
@@ -158,12 +198,6 @@ class TaskParser(ParserBase):
             hint = CODE_TEMPLATE_HINT if kind == "python" and key == "code" else ""
             self.check_templates(value, line_of(body, "script" if from_script else key) or line,
                                  step, fld, hint)
-        self.check_templates(inputs, line, step, "tool.input")
-        spec_plain = {k: v for k, v in plain(spec).items() if k != "policy"} if isinstance(spec, dict) else {}
-        clause, poll = self.parse_retry_poll(body, step, "tool.", line)
-        return Task(name=name, kind=kind, config=config, input=inputs, rules=(*clause, *rules),
-                    has_policy=has_policy, set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals,
-                    spec=spec_plain, poll=poll, line=line)
 
     def check_transfer(self, body: dict[str, Any], line: int | None, step: str) -> None:
         """A transfer's source and target types and required fields, where no template decides them."""
