@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from noetl_stream.dsl.dialects.sink import ParseTask, rule_sinks
 from noetl_stream.dsl.models import AdmitRule, Arc, Directive, NextSpec, Rule, Task
 from noetl_stream.dsl.source import line_of, plain, suggest
+from noetl_stream.dsl.templating import enclosed_expression
 
 ENTER, DONE, ERROR, EXIT = "step.enter", "call.done", "call.error", "step.exit"
 EVENTS = (ENTER, DONE, ERROR, EXIT)
@@ -48,7 +49,6 @@ ALLOWED = {
     EXIT: frozenset({"collect", "set", "result", "next", "fail"}),
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
 _PARSER = Environment()
 
 Report = Callable[[int | None, str, str], None]
@@ -79,11 +79,11 @@ def events_named(when: str | None) -> frozenset[str] | None:
     """The event names `when` can be true for, or None when that cannot be read from the text."""
     if when is None:
         return None
-    match = _SINGLE.match(when)
-    if match is None:
+    expr = enclosed_expression(when)
+    if expr is None:
         return None
     try:
-        template = _PARSER.parse("{{" + match.group("expr") + "}}")
+        template = _PARSER.parse("{{" + expr + "}}")
     except TemplateSyntaxError:
         return None
     body = template.body
@@ -122,8 +122,8 @@ def _is_event_name(node: nodes.Node) -> bool:
 def _expression(text: Any) -> str:
     """`response.data` or `{{ response.data }}` -> the bare expression."""
     source = str(text).strip()
-    match = _SINGLE.match(source)
-    return match.group("expr").strip() if match else source
+    expr = enclosed_expression(source)
+    return expr.strip() if expr is not None else source
 
 
 class _Compiler:
