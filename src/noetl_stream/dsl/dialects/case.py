@@ -326,6 +326,21 @@ class _Compiler:
             return None
 
 
+def _call_directive(entry: _Entry, ends: Directive, route: str | None) -> Directive:
+    """What a call rule of `entry` does: fail, retry, re-run the task (`call`), end the step for
+    its `next`, or continue.
+    """
+    if ends != "continue":
+        return ends
+    if entry.actions.get("retry") is not None:
+        return "retry"
+    if entry.actions.get("call") is not None:
+        return "jump"
+    if route is not None:
+        return "break"  # a `next` ends the step: the route decides where it goes
+    return ends
+
+
 def compile_case(raw: Any, *, step: str, line: int | None, tasks: tuple[Task, ...],
                  next_spec: NextSpec, report: Report,
                  parse_task: ParseTask | None = None) -> CaseIR:
@@ -350,16 +365,9 @@ def compile_case(raw: Any, *, step: str, line: int | None, tasks: tuple[Task, ..
             elif (rule := compiler.rule(entry, fields, do=ends, event=ENTER, set_iter={},
                                         call={}, result=None, sink=())) is not None:
                 enter.append(rule)
-        for event in (ERROR, DONE):
-            if event in entry.events:
-                do: Directive = ends
-                if ends == "continue" and entry.actions.get("retry") is not None:
-                    do = "retry"
-                elif ends == "continue" and entry.actions.get("call") is not None:
-                    do = "jump"
-                elif ends == "continue" and route is not None:
-                    do = "break"  # a `next` ends the step: the route decides where it goes
-                call_rules.append((entry, {**fields, "do": do, "event": event, "route": route}))
+        do = _call_directive(entry, ends, route)
+        call_rules += [(entry, {**fields, "do": do, "event": event, "route": route})
+                       for event in (ERROR, DONE) if event in entry.events]
         if EXIT in entry.events and (rule := compiler.rule(entry, fields, do=ends, event=EXIT,
                                                            call={}, set_iter={}, route=route,
                                                            sink=())) is not None:

@@ -147,31 +147,15 @@ def target_arcs(raw: Any, *, route: str | None, line: int | None, fld: str,
     arcs: list[Arc] = []
     for index, item in enumerate(raw):
         where = f"{fld}[{index}]"
-        if isinstance(item, str):
-            item = {"step": item}
-        if not isinstance(item, dict) or not item.get("step"):
-            report(line, "a `next.to` target is `{step: name, args: {...}}`", where)
+        target = _target(item, line, where, report)
+        if target is None:
             continue
-        for key in item:
-            if key not in TARGET_KEYS:
-                report(line, f'unknown key "{key}"{suggest(str(key), TARGET_KEYS)}', f"{where}.{key}")
-        args = plain(item.get("args") or item.get("with") or {})
-        if not isinstance(args, dict):
-            report(line, "`args` must be a mapping", f"{where}.args")
-            args = {}
-        name = str(item["step"])
+        name, args = target
         if "{{" not in name and "{%" not in name:
             arcs.append(Arc(step=name, args=args, route=route, delay=delay, line=line))
             continue
         expr = single_expression(name)
-        choices = None
-        if expr is not None:
-            try:
-                body = _PARSER.parse("{{" + expr + "}}").body
-                if len(body) == 1 and isinstance(body[0], nodes.Output) and len(body[0].nodes) == 1:
-                    choices = _choices(body[0].nodes[0])
-            except TemplateSyntaxError:
-                choices = None
+        choices = _expression_choices(expr) if expr is not None else None
         if not choices:
             report(line, "a templated step name must choose among step names written as string "
                    "constants, e.g. \"{{ 'ok' if result.valid else 'failed' }}\"", f"{where}.step")
@@ -183,6 +167,35 @@ def target_arcs(raw: Any, *, route: str | None, line: int | None, fld: str,
             arcs.append(Arc(step=choice, when=when, args=args, route=route, delay=delay,
                             line=line))
     return arcs
+
+
+def _target(item: Any, line: int | None, where: str,
+            report: Report) -> tuple[str, dict[str, Any]] | None:
+    """One `next.to` entry as (step name, args); None after reporting when it cannot be read."""
+    if isinstance(item, str):
+        item = {"step": item}
+    if not isinstance(item, dict) or not item.get("step"):
+        report(line, "a `next.to` target is `{step: name, args: {...}}`", where)
+        return None
+    for key in item:
+        if key not in TARGET_KEYS:
+            report(line, f'unknown key "{key}"{suggest(str(key), TARGET_KEYS)}', f"{where}.{key}")
+    args = plain(item.get("args") or item.get("with") or {})
+    if not isinstance(args, dict):
+        report(line, "`args` must be a mapping", f"{where}.args")
+        args = {}
+    return str(item["step"]), args
+
+
+def _expression_choices(expr: str) -> list[str] | None:
+    """The string constants one expression can give (see `_choices`)."""
+    try:
+        body = _PARSER.parse("{{" + expr + "}}").body
+    except TemplateSyntaxError:
+        return None
+    if len(body) == 1 and isinstance(body[0], nodes.Output) and len(body[0].nodes) == 1:
+        return _choices(body[0].nodes[0])
+    return None
 
 
 def structural_next(raw: dict[str, Any], *, line: int | None, report: Report) -> NextSpec:
