@@ -24,8 +24,8 @@ from noetl_stream.dsl.kinds import RUNNABLE_KINDS
 from noetl_stream.dsl.models import Playbook, Step
 from noetl_stream.dsl.parsing.base import Workbook, one_line, opt_str
 from noetl_stream.dsl.parsing.steps import StepParser
-from noetl_stream.dsl.source import YamlSyntaxError, line_of, load_yaml, plain
-from noetl_stream.errors import Issue, PlaybookError
+from noetl_stream.dsl.source import line_of, load_yaml, plain
+from noetl_stream.errors import Issue, PlaybookError, YamlSyntaxError
 
 API_VERSION = "noetl.io/v2"
 TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "workload", "workflow", "workbook",

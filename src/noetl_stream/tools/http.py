@@ -14,7 +14,7 @@ import aiohttp
 import orjson
 
 from noetl_stream.dsl.layering import kind_default
-from noetl_stream.errors import ToolError
+from noetl_stream.errors import OutcomeErrorKind, ToolError
 from noetl_stream.tools.base import Credential, Outcome, TaskCall, ToolServices
 
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -138,7 +138,7 @@ class HttpTool:
             await self._session.close()
 
 
-def status_kind(status: int) -> str:
+def status_kind(status: int) -> OutcomeErrorKind:
     """NoETL's error kind for an HTTP status of 400 or above (noetl/core/errors.py)."""
     if status == 429:
         return "rate_limit"
