@@ -5,7 +5,7 @@ fields of `Event` (`event_id`, `event_type`, `execution_id`, `timestamp` as epoc
 as ISO-8601 UTC, `parent_execution_id`); the publishing layer (runtime/publish.py `stamp`) adds
 `event_id` and `time` where the producer left them out, so every producer gets them. Each type
 adds its own fields. `schemas/events/<type>.schema.json` is generated from these models
-(`python -m noetl_stream.dsl.schema`); a test validates real published events against them, and
+(`python -m noetl_stream.schemas`); a test validates real published events against them, and
 another keeps the README's list of event types equal to `EVENT_TYPES`.
 
 Models allow fields they do not name: a consumer may rely on the fields named here, and new

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -178,12 +177,9 @@ async def test_sql_error_names_the_statement(tool: DuckdbTool) -> None:
 
 
 async def test_timeout_interrupts_the_query_and_the_file_stays_usable(tool: DuckdbTool) -> None:
-    started = time.monotonic()
-
     outcome = await tool.run(call(spec={"timeout": 0.3},
                                   query="SELECT count(*) FROM range(1000000000000) a"))
 
-    assert time.monotonic() - started < 5
     assert outcome.error is not None
     assert outcome.error["kind"] == "timeout"
     assert "timeout of 0.3s" in outcome.error["message"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -188,11 +187,8 @@ async def test_transaction_rolls_back_every_statement_on_error(pg_tool: Postgres
 
 
 async def test_statement_timeout_cancels_the_query(pg_tool: PostgresTool, pg_dsn: str) -> None:
-    started = time.monotonic()
-
     outcome = await pg_tool.run(call({"timeout": 0.3}, connection=pg_dsn, query="SELECT pg_sleep(5)"))
 
-    assert time.monotonic() - started < 3
     assert outcome.error is not None
     assert outcome.error["kind"] == "timeout"
     assert outcome.error["retryable"] is True

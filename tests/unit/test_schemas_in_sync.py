@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from noetl_stream.dsl import schema
+from noetl_stream import schemas as schema
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
-FIX = "schemas/ is out of date with the models; run `python -m noetl_stream.dsl.schema` and commit the result"
+FIX = "schemas/ is out of date with the models; run `python -m noetl_stream.schemas` and commit the result"
 
 
 def test_schema_export_covers_the_ir_and_every_message() -> None:

@@ -7,7 +7,6 @@ so a credential set here is what a later `run` in the same home resolves. Exit c
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -16,14 +15,15 @@ import click
 
 from noetl_stream import config, jsonutil
 from noetl_stream.cli.common import (
-    EXIT_INFRA,
     EXIT_REJECTED,
     T,
     fail,
     nats_url_option,
+    on_stack,
     prefix_option,
 )
-from noetl_stream.errors import CredentialError, InfrastructureError
+from noetl_stream.errors import CredentialError
+from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import MATERIAL_MODELS, CredentialStore, mask, validate_material
 from noetl_stream.state.crypto import SecretBox
@@ -31,22 +31,14 @@ from noetl_stream.state.crypto import SecretBox
 
 def _with_store(nats_url: str | None, prefix: str,
                 action: Callable[[CredentialStore, AuthCache], Awaitable[T]]) -> T:
-    """Open the stack (embedded server if no URL), run `action` on the store, map errors to exits."""
-    from noetl_stream.runtime.services import open_stack
+    """Run `action` on the credential store and the auth cache (cli/common.py `on_stack`)."""
+    async def with_stores(bus: Bus) -> T:
+        box = SecretBox.from_env(config.home_dir())
+        return await action(await CredentialStore.open(bus.js, box),
+                            await AuthCache.open(bus.js, box))
 
-    async def go() -> T:
-        async with open_stack(nats_url, prefix=prefix, name="noetl-stream-credential") as stack:
-            box = SecretBox.from_env(config.home_dir())
-            store = await CredentialStore.open(stack.bus.js, box)
-            cache = await AuthCache.open(stack.bus.js, box)
-            return await action(store, cache)
-
-    try:
-        return asyncio.run(go())
-    except CredentialError as exc:
-        fail(EXIT_REJECTED, str(exc))
-    except InfrastructureError as exc:
-        fail(EXIT_INFRA, str(exc))
+    return on_stack(nats_url, prefix, "noetl-stream-credential", with_stores,
+                    rejected=(CredentialError,))
 
 
 def _read_data(raw: str) -> Any:

@@ -59,6 +59,7 @@ class RequestResponder:
 
     async def stop(self) -> None:
         for sub in self._subs:
+            # Stopping: a connection already closed or draining has dropped the subscription.
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._subs.clear()

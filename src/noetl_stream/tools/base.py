@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from noetl_stream.errors import OutcomeErrorKind
+
 
 @dataclass(frozen=True)
 class TaskCall:
@@ -59,7 +61,8 @@ class Outcome:
         return cls("ok", result=result, **kw)
 
     @classmethod
-    def failure(cls, message: str, kind: str, *, retryable: bool = False, **fields: Any) -> Outcome:
+    def failure(cls, message: str, kind: OutcomeErrorKind, *, retryable: bool = False,
+                **fields: Any) -> Outcome:
         http = fields.pop("http", None)
         meta = fields.pop("meta", {})
         return cls("error", error={"message": message, "kind": kind, "retryable": retryable, **fields},
