@@ -10,6 +10,7 @@ from typing import Any
 from noetl_stream import config
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.credential_guard import CredentialGuard, ScopedCredentialResolver
 from noetl_stream.runtime.dead_letters import DeadLetters
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.keychain import KeychainResolver
@@ -25,6 +26,7 @@ from noetl_stream.state.crypto import SecretBox
 from noetl_stream.state.results import ResultStore
 from noetl_stream.tools.base import ToolServices
 from noetl_stream.tools.registry import ToolRegistry
+from noetl_stream.tools.sandbox import protect_worker_process
 
 
 @dataclass
@@ -84,9 +86,14 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     home = config.home_dir()
     box = SecretBox.from_env(home)
     resolver = CachedCredentialResolver(bus.js, box)
-    tool_services = ToolServices(credentials=resolver, nats=bus.nc, home=home,
-                                 prefix=bus.topology.prefix, results=ResultStore(bus.js))
-    keychain = KeychainResolver(bus.js, box, resolver)
+    guard = CredentialGuard(bus, box)  # credential scopes, checked and recorded on every use
+    tool_services = ToolServices(credentials=ScopedCredentialResolver(resolver, guard),
+                                 nats=bus.nc, home=home, prefix=bus.topology.prefix,
+                                 results=ResultStore(bus.js))
+    keychain = KeychainResolver(bus.js, box, resolver, guard=guard)
+    if worker:
+        # Python children of the worker's own user may not read its memory or environment.
+        protect_worker_process()
     tools = (await ToolRegistry.create(services=tool_services, python_children=python_children)
              if worker else None)
     wrk = (Worker(bus, tools, pool=pool, concurrency=concurrency, keychain=keychain)
