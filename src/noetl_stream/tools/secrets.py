@@ -1,6 +1,7 @@
 """`secrets`: read one secret for later tasks of the same step. Result `{value}`.
 
-`provider: env` reads the worker's environment variable `name`; `provider: credential` (the
+`provider: env` reads the worker's environment variable `name` (never one of the worker's own
+`NOETL_STREAM_*` settings); `provider: credential` (the
 default) resolves the stored credential `name` and returns its secret field (bearer `token`,
 basic `password`, api_key `value`, postgres `dsn` or `password`, generic `value` or all fields).
 The outcome marks `value` for redaction: the worker masks it in every event it publishes, so only
