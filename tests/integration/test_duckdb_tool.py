@@ -13,6 +13,7 @@ import pytest
 from plain_client import PlainClient
 
 from noetl_stream import jsonutil
+from noetl_stream.credentials import Credential
 from noetl_stream.errors import ToolError
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.nats_server import free_port
@@ -20,7 +21,7 @@ from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import SecretBox
 from noetl_stream.testing.events import stored_events
 from noetl_stream.tools import duckdb as duckdb_tool
-from noetl_stream.tools.base import Credential, TaskCall, ToolServices
+from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.duckdb import DuckdbTool
 
 pytestmark = pytest.mark.integration

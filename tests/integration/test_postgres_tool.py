@@ -10,10 +10,11 @@ import asyncpg
 import pytest
 from plain_client import PlainClient
 
+from noetl_stream.credentials import Credential
 from noetl_stream.errors import ToolError
 from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.testing.postgres import PostgresServer
-from noetl_stream.tools.base import Credential, TaskCall, ToolServices
+from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.postgres import PostgresTool
 from noetl_stream.tools.sql import bind_named, split_statements
 

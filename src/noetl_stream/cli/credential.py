@@ -22,10 +22,18 @@ from noetl_stream.cli.common import (
     on_stack,
     prefix_option,
 )
+from noetl_stream.credentials import CredentialScope
 from noetl_stream.errors import CredentialError
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache
-from noetl_stream.state.credentials import MATERIAL_MODELS, CredentialStore, mask, validate_material
+from noetl_stream.state.credentials import (
+    KEEP_SCOPE,
+    MATERIAL_MODELS,
+    CredentialStore,
+    KeepScope,
+    mask,
+    validate_material,
+)
 from noetl_stream.state.crypto import SecretBox
 
 
@@ -82,11 +90,24 @@ def credential() -> None:
               help="The material as a JSON object, or @path to a file holding one.")
 @click.option("--description", default=None, help="Free text shown by `list`.")
 @click.option("--tag", "tags", multiple=True, help="A label shown by `list`. Repeatable.")
+@click.option("--playbook", "playbooks", multiple=True, metavar="PATTERN",
+              help="Only playbooks whose path (metadata.path, else name) matches PATTERN "
+                   "(shell-style: 'etl/*') may use it. Repeatable. Without it, a new credential "
+                   "is usable by every playbook and an existing one keeps its scope.")
+@click.option("--any-playbook", is_flag=True, help="Remove the scope: every playbook may use it.")
 @nats_url_option
 @prefix_option
 def set_cmd(name: str, kind: str, data_arg: str, description: str | None, tags: tuple[str, ...],
-            nats_url: str | None, prefix: str) -> None:
+            playbooks: tuple[str, ...], any_playbook: bool, nats_url: str | None,
+            prefix: str) -> None:
     """Create or replace credential NAME."""
+    if playbooks and any_playbook:
+        fail(EXIT_REJECTED, "--playbook and --any-playbook exclude each other")
+    scope: CredentialScope | KeepScope | None = KEEP_SCOPE
+    if playbooks:
+        scope = CredentialScope(playbooks=list(playbooks))
+    elif any_playbook:
+        scope = None
     data = _read_data(data_arg)
     try:
         validate_material(kind, data)  # before starting anything, so bad input costs nothing
@@ -94,7 +115,7 @@ def set_cmd(name: str, kind: str, data_arg: str, description: str | None, tags: 
         fail(EXIT_REJECTED, f'credential "{name}": {exc}')
 
     async def action(store: CredentialStore, cache: AuthCache) -> None:
-        await store.set(name, kind, data, description=description, tags=tags)
+        await store.set(name, kind, data, description=description, tags=tags, scope=scope)
         await cache.invalidate(name)
 
     _with_store(nats_url, prefix, action)
@@ -118,11 +139,14 @@ def list_cmd(as_json: bool, nats_url: str | None, prefix: str) -> None:
     if not rows:
         click.echo("no credentials")
         return
-    click.echo(f"{'NAME':<24} {'KIND':<9} {'UPDATED':<32} {'TAGS':<16} DESCRIPTION")
+    click.echo(f"{'NAME':<24} {'KIND':<9} {'UPDATED':<32} {'TAGS':<16} {'PLAYBOOKS':<20} "
+               "DESCRIPTION")
     for row in rows:
         tags = ",".join(row["tags"]) or "-"
+        scope = row.get("scope")
+        playbooks = (",".join(scope["playbooks"]) or "(none)") if scope else "any playbook"
         click.echo(f"{row['name']:<24} {row['kind']:<9} {row['updated_at']:<32} {tags:<16} "
-                   f"{row['description'] or ''}".rstrip())
+                   f"{playbooks:<20} {row['description'] or ''}".rstrip())
 
 
 @credential.command("get")

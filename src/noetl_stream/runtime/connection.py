@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +21,9 @@ from noetl_stream.errors import InfrastructureError
 from noetl_stream.subjects import Topology, load_topology
 
 INITIAL_CONNECT_ATTEMPTS = 3
+ENV_INBOX_PREFIX = "NOETL_STREAM_INBOX_PREFIX"
+INBOX_ROOT = "_INBOX"
+_NOT_IN_TOKEN = re.compile(r"[.*>\s]")
 
 log = logging.getLogger("noetl_stream.connection")
 
@@ -87,6 +92,20 @@ def _auth_options(servers: list[str]) -> dict[str, Any]:
     return config.nats_auth_from_env()
 
 
+def inbox_prefix(auth: dict[str, Any]) -> str:
+    """Where replies to this process go: `_INBOX.<user>` for a user (deploy/nats/accounts lets
+    each user subscribe to its own prefix only, so no user reads replies meant for another),
+    NOETL_STREAM_INBOX_PREFIX when set, else `_INBOX` (token or creds-file users).
+    """
+    if chosen := os.environ.get(ENV_INBOX_PREFIX, "").strip():
+        return chosen
+    user = auth.get("user")
+    if not user:
+        return INBOX_ROOT
+    # A subject token holds no dot, wildcard or space; other characters are kept as they are.
+    return f"{INBOX_ROOT}.{_NOT_IN_TOKEN.sub('_', str(user))}"
+
+
 def redact_url(url: str) -> str:
     """The URL(s) without passwords or tokens, for messages and logs."""
     shown = []
@@ -122,6 +141,7 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
         for listener in list(listeners):
             listener()
 
+    auth = _auth_options(servers)
     try:
         # A few attempts for the first connection (with -1, nats-py would retry it forever, so a
         # wrong URL would hang instead of failing); once connected, reconnect without limit.
@@ -130,7 +150,7 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
                                 reconnect_time_wait=0.5, allow_reconnect=True,
                                 max_outstanding_pings=4, error_cb=on_error,
                                 reconnected_cb=on_reconnected,
-                                **_auth_options(servers))
+                                inbox_prefix=inbox_prefix(auth), **auth)
     except (AuthorizationError, NoServersError, OSError, TimeoutError) as exc:
         if refused or isinstance(exc, AuthorizationError):
             raise InfrastructureError(

@@ -29,6 +29,7 @@ from noetl_stream.errors import InfrastructureError
 from noetl_stream.messages import Command, Malformed, checked, parse_object
 from noetl_stream.observe import metrics, tracing
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.credential_guard import CommandInUse, running_command
 from noetl_stream.runtime.dead_letters import (
     command_identity,
     dead_letter_message,
@@ -247,7 +248,12 @@ class Worker:
                                 idempotency_prefix=_command_key(step_run_id, iteration),
                                 keychain=self.keychain, on_event=publish_action)
             secrets = pipeline.secrets
-            outcome = await pipeline.run()
+            playbook = command.get("playbook")
+            use = CommandInUse(execution_id, str(playbook) if playbook else None, step,
+                               step_run_id, iteration if isinstance(iteration, int) else None,
+                               parent)
+            with running_command(use):  # credential scopes are checked against it
+                outcome = await pipeline.run()
         except InfrastructureError as exc:
             # A result this step reads is gone from the object store; no retry brings it back.
             outcome = PipelineResult(False, error={"message": str(exc), "kind": "result_ref"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from noetl_stream.credentials import Credential
 from noetl_stream.errors import OutcomeErrorKind
 
 
@@ -67,15 +68,6 @@ class Outcome:
         meta = fields.pop("meta", {})
         return cls("error", error={"message": message, "kind": kind, "retryable": retryable, **fields},
                    http=http, meta=meta)
-
-
-@dataclass(frozen=True)
-class Credential:
-    """A credential's decrypted material, as a tool receives it. Never put it in an event."""
-
-    name: str
-    kind: str  # postgres | bearer | basic | api_key | generic | ...
-    data: dict[str, Any]
 
 
 class CredentialResolver(Protocol):

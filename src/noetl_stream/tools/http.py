@@ -13,9 +13,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from noetl_stream.credentials import Credential
 from noetl_stream.dsl.layering import kind_default
 from noetl_stream.errors import OutcomeErrorKind, ToolError
-from noetl_stream.tools.base import Credential, Outcome, TaskCall, ToolServices
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 DEFAULT_TIMEOUT_S = float(kind_default("http", "timeout"))  # dsl/layering.py: one table
