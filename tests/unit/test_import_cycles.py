@@ -20,11 +20,10 @@ PACKAGE = "noetl_stream"
 # when one is gone.
 KNOWN_CYCLES: list[frozenset[str]] = []
 KNOWN_PACKAGE_CYCLES: list[frozenset[str]] = [
-    # state/credentials.py and state/auth_cache.py import tools/base.py (the Credential model);
-    # tools/playbook.py imports state/event_feed.py (a live consumer, not state) and
-    # observe/tracing.py; observe/cluster.py reads runtime/heartbeats.py and state/kv_keys.py.
-    frozenset({"noetl_stream.observe", "noetl_stream.runtime", "noetl_stream.state",
-               "noetl_stream.tools"}),
+    # runtime imports tools (the registry, resolvers); tools/playbook.py imports
+    # observe/tracing.py; observe/cluster.py and observe/endpoint.py read runtime/connection.py
+    # and runtime/heartbeats.py.
+    frozenset({"noetl_stream.observe", "noetl_stream.runtime", "noetl_stream.tools"}),
 ]
 
 
