@@ -93,20 +93,37 @@ class YamlSyntaxError(NoetlStreamError, ValueError):
 
 
 class TemplateError(NoetlStreamError, ValueError):
-    """A template could not be rendered."""
+    """A template could not be rendered. Where it is known, the message starts with the file
+    and line of the step or task that holds the template, as parse errors do.
+    """
 
     def __init__(self, message: str, *, expression: str, step: str | None = None,
-                 field: str | None = None) -> None:
+                 field: str | None = None, file: str | None = None,
+                 line: int | None = None) -> None:
+        self.reason = message
         self.expression = expression
         self.step = step
         self.field = field
+        self.file = file
+        self.line = line
         where = []
+        if file:
+            where.append(f"{file}:{line}:" if line else f"{file}:")
         if step:
             where.append(f'step "{step}"')
         if field:
             where.append(f'field "{field}"')
         prefix = (" ".join(where) + ": ") if where else ""
         super().__init__(f"{prefix}template {expression!r}: {message}")
+
+    def at(self, file: str | None, line: int | None) -> TemplateError:
+        """The same error located in `file` at `line` (an existing location is kept: it is
+        the more precise one, a task's rather than its step's).
+        """
+        if self.file:
+            return self
+        return TemplateError(self.reason, expression=self.expression, step=self.step,
+                             field=self.field, file=file, line=line)
 
 
 class CredentialError(NoetlStreamError, ValueError):

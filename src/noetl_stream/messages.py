@@ -250,6 +250,9 @@ class Command(BaseModel):
     keychain: list[dict[str, Any]] = Field(default_factory=list)
     max_payload_bytes: Int64 | None = None
     cursor: dict[str, Any] | None = Field(None, description="A cursor loop's claim.")
+    source_file: Text | None = Field(None, description="The playbook's file, as its parse "
+                                     "errors name it: template errors are located in it.")
+    step_line: Int64 | None = Field(None, description="The step's line in that file.")
 
 
 def command_body(*, execution_id: str, playbook: str | None, step: str, step_run_id: str,
@@ -257,13 +260,15 @@ def command_body(*, execution_id: str, playbook: str | None, step: str, step_run
                  tasks: list[dict[str, Any]], step_args: dict[str, Any] | None,
                  context: dict[str, Any], keychain: list[dict[str, Any]],
                  max_payload_bytes: int | None, attempt: int = 1,
-                 cursor: dict[str, Any] | None = None) -> dict[str, Any]:
+                 cursor: dict[str, Any] | None = None, source_file: str | None = None,
+                 step_line: int | None = None) -> dict[str, Any]:
     """The one constructor of a command body (fields of `Command`)."""
     body: dict[str, Any] = {
         "execution_id": execution_id, "playbook": playbook, "step": step,
         "step_run_id": step_run_id, "parent_execution_id": parent_execution_id,
         "iteration": iteration, "attempt": attempt, "tasks": tasks, "step_args": step_args,
-        "context": context, "keychain": keychain, "max_payload_bytes": max_payload_bytes}
+        "context": context, "keychain": keychain, "max_payload_bytes": max_payload_bytes,
+        "source_file": source_file, "step_line": step_line}
     if cursor is not None:
         body["cursor"] = cursor
     return body

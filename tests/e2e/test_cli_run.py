@@ -131,6 +131,8 @@ async def test_reading_a_field_of_a_misspelt_name_fails_the_step_with_a_suggesti
     assert error["step"] == "start"
     assert "`traget` is undefined; did you mean `target`?" in error["message"]
     assert "workload.traget.region" in error["message"]
+    # Located as a parse error is: the file and the line of the task holding the template.
+    assert "template_typo.yaml:10: step \"start\" field \"tool.input.region\"" in error["message"]
 
 
 async def test_routed_failure_continues_on_the_failure_arc() -> None:

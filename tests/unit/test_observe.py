@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,9 +12,7 @@ from noetl_stream.observe import tracing
 from noetl_stream.observe.logfmt import JsonFormatter
 from noetl_stream.observe.metrics import process_families
 from noetl_stream.runtime.pipeline import bounded_output
-
-sys.path.insert(0, str(Path(tracing.__file__).parents[1] / "tools"))
-from python_runner import TailBuffer, captured_output
+from noetl_stream.tools.python_runner import TailBuffer, captured_output
 
 
 def test_tail_buffer_keeps_the_last_bytes_and_counts_all() -> None:

@@ -174,6 +174,7 @@ class _Router:
                 self.pb.keychain, names,
                 first=run.run_no == 1 and step.name == self.pb.start_step.name),
             max_payload_bytes=refs.max_payload_bytes(self.pb.executor),
+            source_file=self.pb.file, step_line=step.line,
             **loops.command_fields(step))
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.s.outbox.append(Outgoing("command", ids.command_msg_id(run.run_id, index), body,

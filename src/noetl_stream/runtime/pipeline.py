@@ -185,7 +185,8 @@ class Pipeline:
                 self.args = {**self.token_args, **rendered}
             result = await self._run_tasks()
         except TemplateError as exc:
-            result = PipelineResult(False, error={"message": str(exc), "kind": "template"},
+            located = exc.at(self.cmd.get("source_file"), self.cmd.get("step_line"))
+            result = PipelineResult(False, error={"message": str(located), "kind": "template"},
                                     ctx_patch=self.ctx_patch)
         except KeychainError as exc:
             result = PipelineResult(False, error={"message": str(exc), "kind": "keychain",
@@ -426,7 +427,8 @@ class Pipeline:
                 config = layering.merge(config, self.overrides[task.name])
             inputs = templating.render(task.input, context, step=self.step, field="tool.input")
         except TemplateError as exc:
-            return Outcome.failure(str(exc), "template")
+            located = exc.at(self.cmd.get("source_file"), task.line or self.cmd.get("step_line"))
+            return Outcome.failure(str(located), "template")
         if task.kind == "python":
             inputs = {**self.args, **inputs}
         call = TaskCall(
