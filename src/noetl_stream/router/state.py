@@ -10,9 +10,15 @@ can cancel them when it cuts the run short; finished runs are dropped with their
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import orjson
+
+OutgoingKind = Literal["command", "event", "timer", "cancel"]
+LoopMode = Literal["sequential", "parallel", "cursor"]
+RunStatus = Literal["running", "done", "failed", "cancelled"]
+StepStatus = Literal["pending", "running", "completed", "failed", "skipped", "cancelled"]
+ExecutionStatus = Literal["running", "completed", "failed", "cancelled"]
 
 
 @dataclass
@@ -21,7 +27,7 @@ class Outgoing:
     timer, or a cancel request for a child execution (body: `CancelRequest` fields).
     """
 
-    kind: str  # "command" | "event" | "timer" | "cancel"
+    kind: OutgoingKind
     msg_id: str
     body: dict[str, Any]
     event_type: str = ""  # for events
@@ -35,7 +41,7 @@ class LoopState:
     """A loop step's iterations (router/loops.py); a cursor loop has no items, only slots."""
 
     items: list[Any]
-    mode: str  # sequential | parallel | cursor
+    mode: LoopMode
     max_in_flight: int  # rendered when the loop started; a cursor loop's claiming slots
     next_index: int = 0
     in_flight: list[int] = field(default_factory=list)
@@ -56,7 +62,7 @@ class Run:
     step: str
     run_no: int
     args: dict[str, Any]
-    status: str = "running"  # running | done | failed | cancelled
+    status: RunStatus = "running"
     loop: LoopState | None = None
     # A listener: stream sequences of the signals and timers it applied, the latest HEARD_KEPT.
     # A set, not a high-water mark: with several servers, or after a failed batch, an earlier
@@ -71,7 +77,7 @@ class Run:
 
 @dataclass
 class StepRecord:
-    status: str = "pending"  # completed | failed | skipped | running | cancelled
+    status: StepStatus = "pending"
     runs: int = 0
     result: Any = None
     error: dict[str, Any] | None = None
@@ -104,7 +110,7 @@ class ExecutionState:
     workload: dict[str, Any]
     playbook_path: str | None = None  # metadata.path, for listing executions by playbook
     playbook_name: str | None = None
-    status: str = "running"  # running | completed | failed | cancelled
+    status: ExecutionStatus = "running"
     ctx: dict[str, Any] = field(default_factory=dict)
     vars: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, StepRecord] = field(default_factory=dict)
@@ -202,3 +208,13 @@ def _known(cls: type, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+class Decision(NamedTuple):
+    """What applying one event decided (ARCHITECTURE §7): the new state and the messages to
+    publish once it is committed. `apply` changes the state it is given rather than a copy (a
+    500-item loop would otherwise copy its state 500 times), so `state` is that same object.
+    """
+
+    state: ExecutionState
+    outbox: list[Outgoing]
