@@ -43,6 +43,6 @@ def apply_cancel(router: Router, event: dict[str, Any]) -> None:
     state.status = "cancelled"
     # No result: the last step that happened to finish did not produce the execution's outcome.
     # Each finished step keeps its own result.
-    state.result = None
+    state.set_result(state, None)
     state.error = {"message": f"execution cancelled: {reason}", "kind": "cancelled",
                    "reason": reason, "requested_by": requested_by}

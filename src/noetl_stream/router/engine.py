@@ -242,12 +242,12 @@ class Engine:
         run.loop = None  # iteration bookkeeping is no longer needed; keep snapshots small
         rec = self.state.record(run.step)
         rec.status = "completed" if ok else "failed"
-        rec.result = result
+        self.state.set_result(rec, result)
         rec.error = error
         rec.loop = step.loop is not None
         if ok:
             event_name = "loop.done" if step.loop is not None else "step.done"
-            self.state.result = result
+            self.state.set_result(self.state, result)
         else:
             event_name = "step.failed"
         if step.loop is not None or not ok:

@@ -189,8 +189,10 @@ def _total(loop: LoopState) -> int | None:
 
 def _ordered_results(loop: LoopState) -> list[Any]:
     if loop.mode == CURSOR:
-        return [loop.results[key] for key in sorted(loop.results, key=int)]
-    return [loop.results.get(str(i)) for i in range(loop.next_index)]
+        results = loop.all_results()
+        return [results[key] for key in sorted(results, key=int)]
+    results = loop.all_results()
+    return [results.get(str(i)) for i in range(loop.next_index)]
 
 
 def _exhausted(event: dict[str, Any]) -> bool:

@@ -1,8 +1,18 @@
 """Router state of one execution: the marking, step runs, loops, joins, the child executions
 its runs wait on, and the outbox.
 
-Plain dataclasses that round-trip through JSON (`to_dict` / `from_dict`) so the snapshot in KV
-`noetl_executions` is exactly what the router works on. A run keeps the child executions its
+Plain dataclasses that round-trip through JSON (`to_json` / `from_dict`) so the snapshot in KV
+`noetl_executions` is exactly what the router works on, results aside.
+
+Results are kept out of that snapshot, so committing a step costs the same however many steps
+finished before it. A step's result (and the execution's) is in memory on its record; the server
+stores it once in KV `noetl_step_results` under a key made of its content hash
+(state/step_results.py) and the record keeps only that `result_key`. A loop keeps its latest
+iteration results inline and moves them out a page (PAGE_SIZE iterations) at a time once every
+iteration of the page has ended (`LoopState.pages`). A result nobody stored yet (a state the
+router made and no server has committed, or one an older version wrote) is inline as `result`,
+as before; reading a state takes either form. Names starting with `_` are never written: orjson
+leaves them out. A run keeps the child executions its
 commands started (`Run.children`, router/children.py) only while it is in flight, so the router
 can cancel them when it cuts the run short; finished runs are dropped with their children.
 """
@@ -14,11 +24,15 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
+from noetl_stream import jsonutil
+
 OutgoingKind = Literal["command", "event", "timer", "cancel"]
 LoopMode = Literal["sequential", "parallel", "cursor"]
 RunStatus = Literal["running", "done", "failed", "cancelled"]
 StepStatus = Literal["pending", "running", "completed", "failed", "skipped", "cancelled"]
 ExecutionStatus = Literal["running", "completed", "failed", "cancelled"]
+
+PAGE_SIZE = 100  # loop iteration results stored together, once all of them have ended
 
 
 @dataclass
@@ -52,6 +66,34 @@ class LoopState:
     issued_at: dict[str, float] = field(default_factory=dict)  # str(index) -> command issued
     deadlines: dict[str, float] = field(default_factory=dict)  # str(index) -> watchdog deadline
     exhausted: int = 0  # cursor slots whose claim found nothing: they are not refilled
+    pages: list[str] = field(default_factory=list)  # keys of stored pages of `results`, in order
+    _paged: dict[str, Any] = field(default_factory=dict, repr=False)  # their results, in memory
+
+    def all_results(self) -> dict[str, Any]:
+        """str(index) -> result of every iteration that reported one, stored pages included."""
+        return {**self._paged, **self.results} if self._paged else self.results
+
+    def complete_page(self) -> dict[str, Any] | None:
+        """The inline results of the first page not stored yet, once every iteration of it
+        has ended (its results can no longer change); None while it is still filling.
+        """
+        end = (len(self.pages) + 1) * PAGE_SIZE
+        if self.next_index < end or any(i < end for i in self.in_flight):
+            return None
+        return {k: v for k, v in self.results.items() if int(k) < end}
+
+    def page_stored(self, key: str, page: dict[str, Any]) -> None:
+        """`page` (from complete_page) is stored under `key`: it leaves the inline results."""
+        self.pages.append(key)
+        for index in page:
+            self._paged[index] = self.results.pop(index)
+
+    def pages_unloaded(self) -> bool:
+        """Stored pages whose results are not in memory (a state just read)."""
+        return bool(self.pages) and not self._paged
+
+    def page_loaded(self, page: dict[str, Any]) -> None:
+        self._paged.update(page)
 
 
 @dataclass
@@ -79,10 +121,20 @@ class Run:
 class StepRecord:
     status: StepStatus = "pending"
     runs: int = 0
-    result: Any = None
     error: dict[str, Any] | None = None
     http: dict[str, Any] | None = None
     loop: bool = False
+    # Where the result is stored (state/step_results.py); None while it is only in memory.
+    result_key: str | None = None
+    _result: Any = field(default=None, repr=False)
+
+    @property
+    def result(self) -> Any:
+        return self._result
+
+    def hold(self, value: Any, key: str | None = None) -> None:
+        """Keep `value` as the result; `key` says where it is stored, None: nowhere yet."""
+        self._result, self.result_key = value, key
 
 
 @dataclass
@@ -119,7 +171,7 @@ class ExecutionState:
     delayed: dict[str, Delayed] = field(default_factory=dict)  # timer id -> token
     delays_set: int = 0  # delayed tokens so far: numbers their timer ids
     watchdogs_set: int = 0  # watchdog timers so far: numbers their timer ids
-    result: Any = None
+    result_key: str | None = None  # where the execution's result is stored, like a step's
     error: dict[str, Any] | None = None
     parent_execution_id: str | None = None
     parent_iter: dict[str, Any] | None = None  # the parent's iteration, read as `iter.parent`
@@ -128,6 +180,44 @@ class ExecutionState:
     trace: dict[str, str] | None = None  # root span ids when traced (observe/tracing.py)
     outbox: list[Outgoing] = field(default_factory=list)
     applied: int = 0  # events applied, for progress and diagnostics
+    _result: Any = field(default=None, repr=False)
+    # Holders (step records, this state) whose result changed and is not stored yet.
+    _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
+
+    @property
+    def result(self) -> Any:
+        return self._result
+
+    def hold(self, value: Any, key: str | None = None) -> None:
+        self._result, self.result_key = value, key
+
+    def set_result(self, holder: StepRecord | ExecutionState, value: Any) -> None:
+        """A new result for a step record, or for the execution (holder = the state itself);
+        the next commit stores it.
+        """
+        holder.hold(value)
+        if value is not None:
+            self._fresh.append(holder)
+
+    def unstored(self) -> list[StepRecord | ExecutionState]:
+        """Holders whose result is not stored yet (each once); the caller stores them."""
+        out: list[StepRecord | ExecutionState] = []
+        for holder in self._fresh:
+            if holder.result_key is None and holder.result is not None and \
+                    all(h is not holder for h in out):
+                out.append(holder)
+        self._fresh = []
+        return out
+
+    def unloaded_loops(self) -> list[LoopState]:
+        """Loops in flight whose stored pages are not in memory (a state just read)."""
+        return [run.loop for run in self.runs.values()
+                if run.loop is not None and run.loop.pages_unloaded()]
+
+    def unloaded(self) -> list[StepRecord | ExecutionState]:
+        """Holders whose result is stored but not in memory (a state just read)."""
+        holders: list[StepRecord | ExecutionState] = [self, *self.steps.values()]
+        return [h for h in holders if h.result_key is not None and h.result is None]
 
     @property
     def active_runs(self) -> list[Run]:
@@ -156,9 +246,22 @@ class ExecutionState:
         }
 
     # -- JSON round trip -------------------------------------------------------------------
-    def to_dict(self) -> dict[str, Any]:
+    def to_json(self) -> bytes:
+        """The state as committed: results that are not stored yet are inline."""
         # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict.
-        result: dict[str, Any] = orjson.loads(orjson.dumps(self))
+        data = jsonutil.dumps(self)
+        if not any(h.result_key is None and h.result is not None for h in self._fresh):
+            return data
+        plain: dict[str, Any] = orjson.loads(data)
+        if self.result_key is None and self.result is not None:
+            plain["result"] = self.result
+        for name, rec in self.steps.items():
+            if rec.result_key is None and rec.result is not None:
+                plain["steps"][name]["result"] = rec.result
+        return jsonutil.dumps(plain)
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = orjson.loads(self.to_json())
         return result
 
     @classmethod
@@ -172,7 +275,7 @@ class ExecutionState:
             loop = raw.get("loop")
             runs[key] = Run(**{**_known(Run, raw),
                                "loop": LoopState(**_known(LoopState, loop)) if loop else None})
-        return cls(
+        state = cls(
             execution_id=data["execution_id"],
             playbook_key=data["playbook_key"],
             workload=data.get("workload", {}),
@@ -187,7 +290,7 @@ class ExecutionState:
             delayed={k: Delayed(**_known(Delayed, v)) for k, v in data.get("delayed", {}).items()},
             delays_set=data.get("delays_set", 0),
             watchdogs_set=data.get("watchdogs_set", 0),
-            result=data.get("result"),
+            result_key=data.get("result_key"),
             error=data.get("error"),
             parent_execution_id=data.get("parent_execution_id"),
             parent_iter=data.get("parent_iter"),
@@ -197,13 +300,21 @@ class ExecutionState:
             outbox=[Outgoing(**_known(Outgoing, o)) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),
         )
+        # A result without a key is inline (not stored yet, or written by 0.1.0).
+        if state.result_key is None:
+            state.set_result(state, data.get("result"))
+        for name, rec in state.steps.items():
+            if rec.result_key is None:
+                state.set_result(rec, data["steps"][name].get("result"))
+        return state
 
 
 def _known(cls: type, raw: dict[str, Any]) -> dict[str, Any]:
     """The entries of `raw` that are fields of the dataclass `cls`."""
     names = _FIELD_NAMES.get(cls)
     if names is None:
-        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls)
+                                              if not f.name.startswith("_"))
     return {k: v for k, v in raw.items() if k in names}
 
 

@@ -23,7 +23,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
-from noetl_stream import config, ids, jsonutil, router
+from noetl_stream import config, ids, jsonutil, refs, router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
@@ -44,6 +44,7 @@ from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_size import shrink
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.state.results import ResultStore
+from noetl_stream.state.step_results import StepResults, summaries_by_reference
 from noetl_stream.tools.registry import installed_kinds
 
 log = logging.getLogger("noetl_stream.server")
@@ -91,6 +92,7 @@ class Server:
         self._vars = VarsStore(bus.js)
         self._pools = KnownPools(bus)
         self._results = ResultStore(bus.js)
+        self._step_results = StepResults(bus.js, self._results)
         # A finished state is written with this per-key TTL (runtime/retention.py).
         self._retention_s = config.retention_s()
         self._state_ttl = False
@@ -242,6 +244,7 @@ class Server:
             # Already started (a redelivered or repeated request): re-publish what it committed.
             entry = await self._executions.get(execution_id)
             state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
+            await self._step_results.load(state)
             revision = int(entry.revision or 0)
             created = False
             if not _same_request(state, key, workload, request):
@@ -363,8 +366,8 @@ class Server:
                 break
             vars_before = dict(cached.state.vars)
             now = self.clock()
-            data = await self._encoded(cached.state) if self._apply_all(cached, items, now) \
-                else None
+            data = await self._encoded(cached.state, cached.playbook) \
+                if self._apply_all(cached, items, now) else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
                 # the group again from the committed state, one event at a time, and fail the
@@ -424,17 +427,25 @@ class Server:
         state.outbox = outbox
         return True
 
-    async def _encoded(self, state: ExecutionState) -> bytes | None:
+    async def _encoded(self, state: ExecutionState, playbook: Playbook) -> bytes | None:
         """The state's commit, its largest values moved to the object store if it is too large
         (runtime/state_size.py); None when it cannot be stored even so.
         """
         try:
-            return await self._encode_fitting(state)
+            return await self._encode_fitting(state, playbook)
         except Unstorable as exc:
             log.warning("state of %s cannot be stored: %s", state.execution_id, exc)
             return None
 
-    async def _encode_fitting(self, state: ExecutionState) -> bytes:
+    async def _encode_fitting(self, state: ExecutionState, playbook: Playbook) -> bytes:
+        # Results first, so the state refers to them by key (state/step_results.py); their
+        # entries are written before the state that names them is committed.
+        try:
+            await self._step_results.store(state)
+        except (TypeError, ValueError) as exc:
+            raise Unstorable(_encoding_problem(exc), "value") from None
+        await summaries_by_reference(state.outbox, self._results,
+                                     refs.max_payload_bytes(playbook.executor))
         try:
             return self._encode(state)
         except Unstorable as exc:
@@ -454,15 +465,16 @@ class Server:
         """
         state, outbox = cached.state, []
         for _, event in items:
-            before = jsonutil.dumps(state)  # storable: it was committed, or checked just now
+            before = state.to_json()  # storable: it was committed, or checked just now
             try:
                 router.apply(cached.playbook, state, event, now)
-                await self._encode_fitting(state)
+                await self._encode_fitting(state, cached.playbook)
             except Exception as exc:
                 error = _fault(exc)
                 log.warning("%s of %s fails the execution: %s", router.cause_of(event),
                             state.execution_id, error["message"])
                 state = ExecutionState.from_dict(jsonutil.loads(before))
+                await self._step_results.load(state)
                 step = event.get("step")
                 router.abort(cached.playbook, state, router.cause_of(event),
                              {**error, "event": event.get("event_type"),
@@ -470,7 +482,7 @@ class Server:
             outbox.extend(state.outbox)
         state.outbox = outbox
         cached.state = state
-        return await self._encode_fitting(state)
+        return await self._encode_fitting(state, cached.playbook)
 
     def _encode(self, state: ExecutionState) -> bytes:
         """The state as the bytes of its commit; raises Unstorable when JSON has no word for a
@@ -478,7 +490,7 @@ class Server:
         message it publishes fits too.
         """
         try:
-            data = jsonutil.dumps(state)
+            data = state.to_json()
         except (TypeError, ValueError) as exc:
             raise Unstorable(_encoding_problem(exc), "value") from None
         limit = self._state_limit()
@@ -531,6 +543,7 @@ class Server:
         if entry.value is None:
             return None
         state = ExecutionState.from_dict(jsonutil.loads(entry.value))
+        await self._step_results.load(state)
         playbook = await self._playbook(state.playbook_key)
         # Whatever the last committer had not yet published goes out again; duplicates drop.
         await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))
