@@ -1,0 +1,120 @@
+"""Step results beside the state on a real nats-server: the committed state names each result by
+key in KV `noetl_step_results`, a server that never saw the execution reads them back, a loop's
+results leave the state a page at a time, and a summary too large for the payload limit carries
+its steps by reference."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from typing import Any
+
+import pytest
+
+from noetl_stream import jsonutil, refs
+from noetl_stream.router.state import PAGE_SIZE, ExecutionState, LoopState, Run, StepRecord
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.execution_ids import new_execution_id
+from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.state.results import ResultStore
+from noetl_stream.state.step_results import BUCKET, StepResults
+from noetl_stream.testing.waiting import assert_eventually
+
+pytestmark = pytest.mark.integration
+
+PAUSED = textwrap.dedent("""\
+    apiVersion: noetl.io/v2
+    kind: Playbook
+    metadata: {name: paused}
+    workflow:
+      - step: start
+        tool: {kind: python, code: 'result = {"n": 41, "pad": "x" * 3000}'}
+        next: wait
+      - step: wait
+        eval_mode: on_event
+        case:
+          - when: "{{ event.name == 'signal.go' }}"
+            then: {next: [last]}
+      - step: last
+        tool: {kind: noop, input: {n: "{{ start.n + 1 }}", size: "{{ start.pad | length }}"}}
+    """)
+
+
+async def _committed(bus: Bus, execution_id: str) -> dict[str, Any]:
+    entry = await (await bus.js.key_value("noetl_executions")).get(execution_id)
+    data: dict[str, Any] = jsonutil.loads(entry.value or b"{}")
+    return data
+
+
+async def test_a_server_that_never_saw_the_execution_reads_its_results_back(bus: Bus) -> None:
+    execution_id = new_execution_id()
+    events: list[dict[str, Any]] = []
+    async with run_services(bus, python_children=1):
+        watch = asyncio.create_task(submit_and_watch(
+            bus, playbook_text=PAUSED, playbook_file="paused.yaml", payload={},
+            on_event=events.append, execution_id=execution_id, timeout_s=60))
+
+        def waiting() -> None:
+            assert any(e["event_type"] == "step.started" and e.get("step") == "wait"
+                       for e in events)
+        await assert_eventually(waiting)
+        stored = await _committed(bus, execution_id)
+    # The committed state names the result; it does not hold it.
+    record = stored["steps"]["start"]
+    assert "result" not in record and isinstance(record["result_key"], str)
+    entry = await (await bus.js.key_value(BUCKET)).get(f"{execution_id}.{record['result_key']}")
+    assert jsonutil.loads(entry.value or b"{}")["v"]["n"] == 41
+
+    async with run_services(bus, python_children=1):  # a new server: nothing cached
+        await publish_signal(bus, execution_id, "go", {})
+        final = await watch
+    assert final["status"] == "completed", final.get("error")
+    assert final["result"] == {"n": 42, "size": 3000}
+    assert final["steps"]["start"]["result"]["n"] == 41
+
+
+async def test_loop_pages_are_stored_once_complete_and_read_back_cold(bus: Bus) -> None:
+    """The store on its own: a loop of 250 iterations, all ended, keeps only the last partial
+    page inline; a store with an empty cache reads the pages and every step result back."""
+    items = list(range(250))
+    loop = LoopState(items=items, mode="parallel", max_in_flight=10, next_index=250,
+                     results={str(i): {"i": i} for i in items}, done=250)
+    state = ExecutionState(execution_id=new_execution_id(), playbook_key="k", workload={})
+    state.runs["r1"] = Run(run_id="r1", step="fan", run_no=1, args={}, loop=loop)
+    first = state.steps["first"] = StepRecord(status="completed", runs=1)
+    state.set_result(first, {"rows": ["a"] * 100})
+    state.set_result(state, {"rows": ["a"] * 100})
+
+    await StepResults(bus.js, ResultStore(bus.js)).store(state)
+
+    assert len(loop.pages) == 250 // PAGE_SIZE
+    assert sorted(loop.results, key=int) == [str(i) for i in range(200, 250)]
+    assert first.result_key is not None and first.result_key == state.result_key
+    written = state.to_dict()
+    assert "result" not in written and "result" not in written["steps"]["first"]
+
+    again = ExecutionState.from_dict(written)
+    assert again.steps["first"].result is None and again.unloaded_loops()
+    await StepResults(bus.js, ResultStore(bus.js)).load(again)
+    reloaded = again.runs["r1"].loop
+    assert reloaded is not None and reloaded.all_results() == {str(i): {"i": i} for i in items}
+    assert again.steps["first"].result == {"rows": ["a"] * 100} == again.result
+
+
+async def test_a_large_summary_carries_its_steps_by_reference(bus: Bus) -> None:
+    steps = "\n".join(textwrap.dedent(f"""\
+          - step: s{i}
+            tool: {{kind: python, code: 'result = {{"i": {i}, "pad": "y" * 700}}'}}
+            {"next: s" + str(i + 1) if i < 3 else ""}""") for i in range(1, 4))
+    text = ("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: summary}\n"
+            "executor: {spec: {policy: {limits: {max_payload_bytes: 1024}}}}\nworkflow:\n"
+            + textwrap.indent(steps, "  "))
+    async with run_services(bus, python_children=1):
+        final = await submit_and_watch(bus, playbook_text=text, playbook_file="summary.yaml",
+                                       payload={}, on_event=lambda _e: None, timeout_s=60)
+    assert final["status"] == "completed", final.get("error")
+    assert refs.ref_of(final["steps"]) is not None
+    resolved = await ResultStore(bus.js).resolve(final)
+    assert [resolved["steps"][f"s{i}"]["result"]["i"] for i in (1, 2, 3)] == [1, 2, 3]
+    assert resolved["result"]["pad"] == "y" * 700
