@@ -192,7 +192,7 @@ class Engine:
             },
             "keychain": keychain.for_command(
                 self.pb.keychain, names,
-                first=run.run_no == 1 and step.name == self.pb.start_step.name),
+                first=run.run_no == 1 and step.name == self.graph.start),
             "max_payload_bytes": refs.max_payload_bytes(self.pb.executor),
             **loops.command_fields(step),
         }
