@@ -85,7 +85,7 @@ async def _report(bus: Any, execution_id: str, now: float) -> dict[str, Any] | N
     if state.status != "running":  # the report shows the result, stored beside the state
         from noetl_stream.state.results import ResultStore
         from noetl_stream.state.step_results import StepResults
-        await StepResults(bus.js, ResultStore(bus.js)).load(state)
+        await StepResults(bus.js, ResultStore(bus.js)).load(state, steps=False)
     playbook = None
     catalog = await bus.js.key_value("noetl_catalog")
     try:

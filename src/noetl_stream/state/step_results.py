@@ -95,10 +95,12 @@ class StepResults:
         self._remember(name, value, len(data))
 
     # -- reading -----------------------------------------------------------------------------
-    async def load(self, state: ExecutionState) -> None:
-        """Put the results a state just read refers to back in memory."""
-        holders = state.unloaded()
-        loops = state.unloaded_loops()
+    async def load(self, state: ExecutionState, *, steps: bool = True) -> None:
+        """Put the results a state just read refers to back in memory; with `steps` False only
+        the execution's own result (what a report of a finished execution shows).
+        """
+        holders = state.unloaded() if steps else [h for h in state.unloaded() if h is state]
+        loops = state.unloaded_loops() if steps else []
         keys = [h.result_key for h in holders if h.result_key is not None]
         keys += [key for loop in loops for key in loop.pages]
         values = dict(zip(keys, await asyncio.gather(
