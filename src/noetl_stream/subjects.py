@@ -180,8 +180,7 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         for c in raw["consumers"]
     )
     buckets = tuple(
-        BucketDecl(name=b["name"], history=int(b["history"]),
-                   ttl_s=retention if b.get("follows_retention") else b.get("ttl_s"))
+        BucketDecl(name=b["name"], history=int(b["history"]), ttl_s=b.get("ttl_s"))
         for b in raw["buckets"]
     )
     object_stores = tuple(ObjectStoreDecl(name=o["name"], ttl_s=retention if o.get("follows_retention")
