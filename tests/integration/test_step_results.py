@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from noetl_stream import jsonutil, refs
-from noetl_stream.router.state import PAGE_SIZE, ExecutionState, LoopState, Run, StepRecord
+from noetl_stream.router.state import PAGE_SIZE, ExecutionState, LoopState, Outgoing, Run, StepRecord
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.runtime.signals import publish_signal
 from noetl_stream.state.results import ResultStore
-from noetl_stream.state.step_results import BUCKET, StepResults
+from noetl_stream.state.step_results import BUCKET, StepResults, summaries_by_reference
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.integration
@@ -103,18 +103,25 @@ async def test_loop_pages_are_stored_once_complete_and_read_back_cold(bus: Bus) 
 
 
 async def test_a_large_summary_carries_its_steps_by_reference(bus: Bus) -> None:
-    steps = "\n".join(textwrap.dedent(f"""\
-          - step: s{i}
-            tool: {{kind: python, code: 'result = {{"i": {i}, "pad": "y" * 700}}'}}
-            {"next: s" + str(i + 1) if i < 3 else ""}""") for i in range(1, 4))
-    text = ("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: summary}\n"
-            "executor: {spec: {policy: {limits: {max_payload_bytes: 1024}}}}\nworkflow:\n"
-            + textwrap.indent(steps, "  "))
-    async with run_services(bus, python_children=1):
-        final = await submit_and_watch(bus, playbook_text=text, playbook_file="summary.yaml",
-                                       payload={}, on_event=lambda _e: None, timeout_s=60)
-    assert final["status"] == "completed", final.get("error")
-    assert refs.ref_of(final["steps"]) is not None
-    resolved = await ResultStore(bus.js).resolve(final)
-    assert [resolved["steps"][f"s{i}"]["result"]["i"] for i in (1, 2, 3)] == [1, 2, 3]
-    assert resolved["result"]["pad"] == "y" * 700
+    """A summary over the limit sends `steps` to the object store, and `result` too while it is
+    still over; a small one, or a message that is not an execution's end, is left alone."""
+    steps = {f"s{i}": {"status": "completed", "runs": 1, "result": {"pad": "y" * 700}}
+             for i in range(3)}
+    large = {"execution_id": "1", "status": "completed", "result": {"pad": "y" * 700},
+             "steps": steps}
+    small = {"execution_id": "2", "status": "completed", "result": 1, "steps": {}}
+    outbox = [Outgoing("event", "a", dict(large), event_type="execution.completed"),
+              Outgoing("event", "b", dict(small), event_type="execution.completed"),
+              Outgoing("event", "c", dict(large), event_type="step.done"),
+              Outgoing("event", "d", dict(large), event_type="execution.failed")]
+    objects = ResultStore(bus.js)
+
+    await summaries_by_reference(outbox[:3], objects, 1024)
+    await summaries_by_reference(outbox[3:], objects, 512)
+
+    steps_only, both = outbox[0].body, outbox[3].body
+    assert refs.ref_of(steps_only["steps"]) is not None
+    assert steps_only["result"] == large["result"]  # under the limit once the steps went
+    assert refs.ref_of(both["steps"]) is not None and refs.ref_of(both["result"]) is not None
+    assert await objects.resolve(steps_only) == await objects.resolve(both) == large
+    assert outbox[1].body == small and outbox[2].body == large

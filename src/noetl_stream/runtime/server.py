@@ -23,7 +23,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
-from noetl_stream import config, ids, jsonutil, refs, router
+from noetl_stream import config, ids, jsonutil, router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
@@ -366,8 +366,8 @@ class Server:
                 break
             vars_before = dict(cached.state.vars)
             now = self.clock()
-            data = await self._encoded(cached.state, cached.playbook) \
-                if self._apply_all(cached, items, now) else None
+            data = await self._encoded(cached.state) if self._apply_all(cached, items, now) \
+                else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
                 # the group again from the committed state, one event at a time, and fail the
@@ -427,25 +427,25 @@ class Server:
         state.outbox = outbox
         return True
 
-    async def _encoded(self, state: ExecutionState, playbook: Playbook) -> bytes | None:
+    async def _encoded(self, state: ExecutionState) -> bytes | None:
         """The state's commit, its largest values moved to the object store if it is too large
         (runtime/state_size.py); None when it cannot be stored even so.
         """
         try:
-            return await self._encode_fitting(state, playbook)
+            return await self._encode_fitting(state)
         except Unstorable as exc:
             log.warning("state of %s cannot be stored: %s", state.execution_id, exc)
             return None
 
-    async def _encode_fitting(self, state: ExecutionState, playbook: Playbook) -> bytes:
+    async def _encode_fitting(self, state: ExecutionState) -> bytes:
         # Results first, so the state refers to them by key (state/step_results.py); their
         # entries are written before the state that names them is committed.
         try:
             await self._step_results.store(state)
         except (TypeError, ValueError) as exc:
             raise Unstorable(_encoding_problem(exc), "value") from None
-        await summaries_by_reference(state.outbox, self._results,
-                                     refs.max_payload_bytes(playbook.executor))
+        # Half a message, as a state too large is shrunk to: the state holds its outbox too.
+        await summaries_by_reference(state.outbox, self._results, self._state_limit() // 2)
         try:
             return self._encode(state)
         except Unstorable as exc:
@@ -468,7 +468,7 @@ class Server:
             before = state.to_json()  # storable: it was committed, or checked just now
             try:
                 router.apply(cached.playbook, state, event, now)
-                await self._encode_fitting(state, cached.playbook)
+                await self._encode_fitting(state)
             except Exception as exc:
                 error = _fault(exc)
                 log.warning("%s of %s fails the execution: %s", router.cause_of(event),
@@ -482,7 +482,7 @@ class Server:
             outbox.extend(state.outbox)
         state.outbox = outbox
         cached.state = state
-        return await self._encode_fitting(state, cached.playbook)
+        return await self._encode_fitting(state)
 
     def _encode(self, state: ExecutionState) -> bytes:
         """The state as the bytes of its commit; raises Unstorable when JSON has no word for a

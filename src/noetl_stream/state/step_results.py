@@ -13,8 +13,9 @@ failed commit reads none of them again; a server that has never seen the executi
 another server) reads the ones the state names when it loads it.
 
 The summary an `execution.*` event carries names every step's result: when its JSON is larger
-than the playbook's payload limit, its `steps` (and then its `result`) go to the object store
-and the event carries references, which `run`, `watch --json` and workers resolve.
+than the limit the server gives (half a NATS message), its `steps` (and then its `result`) go to
+the object store and the event carries references, which `run`, `watch --json`, workers and a
+parent's `return_step` (tools/playbook.py) resolve.
 """
 
 from __future__ import annotations
