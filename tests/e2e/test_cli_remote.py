@@ -169,6 +169,11 @@ async def test_status_signal_watch_and_cancel_over_http(remote: Remote, tmp_path
     detail = await assert_eventually(slow_running, timeout_s=30, interval_s=0.1)
     assert detail["status"] == "running"
 
+    unheard = await remote.cli("signal", execution_id, "aprove")
+    assert unheard.returncode == 2 and "409" in unheard.stderr, unheard.stderr
+    assert "approve" in unheard.stderr and "--force" not in unheard.stdout
+    forced = await remote.cli("signal", execution_id, "aprove", "--force")
+    assert forced.returncode == 0, forced.stderr
     sent = await remote.cli("signal", execution_id, "approve", "--data", '{"by": "ops"}')
     assert sent.returncode == 0, sent.stderr
     assert f"signal.approve sent to {execution_id}" in sent.stdout

@@ -110,6 +110,11 @@ class ExecutionListQuery(_In):
     cursor: str | None = Field(None, max_length=200, description="next_cursor of the last page")
 
 
+class SignalQuery(_In):
+    force: bool = Field(False, description="Send even when no waiting step's guards name the "
+                        "signal (it is stored and read by nothing)")
+
+
 class ExecutionItem(_Out):
     execution_id: str
     status: str

@@ -183,12 +183,16 @@ def cancel_remote(server_url: str, token: str | None, execution_id: str, reason:
 
 
 async def signal_remote(server_url: str, token: str | None, execution_id: str, name: str,
-                        data: Any, msg_id: str | None) -> int:
-    """POST .../signals/{name} with the data as body; the events stream sequence it was stored at."""
+                        data: Any, msg_id: str | None, force: bool = False) -> int:
+    """POST .../signals/{name} with the data as body; the events stream sequence it was stored at.
+    The server refuses (409) a signal no waiting step listens for unless `force`.
+    """
     # The id becomes the Idempotency-Key: the server stores a repeated signal once. Data `null`
     # goes as no body, which the server reads as null.
     headers = {"Idempotency-Key": msg_id} if msg_id else None
     path = f"/api/executions/{quote(execution_id, safe='')}/signals/{quote(name, safe='')}"
+    if force:
+        path += "?force=true"
     async with open_client(server_url, token) as client:
         answer = await client.request("POST", path, json=data, headers=headers)
     return int(answer["seq"])

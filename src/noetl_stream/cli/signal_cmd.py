@@ -6,7 +6,8 @@ sent as its Idempotency-Key).
 
 Before sending, the command reads the execution's committed state: an unknown or ended
 execution, or one where no listening step's guards name the signal, is refused (exit 2) unless
---force. Over HTTP the server checks that the execution exists and runs.
+--force. Over HTTP the server makes the same checks (404 unknown, 409 ended or no listener;
+--force sends `?force=true`, which skips the listener check only).
 
 Exit codes: 0 stored in the events stream, 2 bad input, unknown or ended execution, no listener
 for that name (over HTTP also: not authenticated), 3 NATS or the server unreachable, or no events
@@ -64,7 +65,8 @@ def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
 
     async def go() -> int:
         if server_url is not None:
-            return await signal_remote(server_url, token, execution_id, name, data, msg_id)
+            return await signal_remote(server_url, token, execution_id, name, data, msg_id,
+                                       force=force)
         async with client_bus(nats_url, prefix=prefix, name="noetl-stream-signal") as bus:
             problem = None if force else await why_unheard(bus, execution_id, name)
             if problem is not None:

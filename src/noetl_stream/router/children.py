@@ -86,5 +86,5 @@ def request(router: Router, children: list[str], reason: str) -> None:
     for child in children:
         body = {"execution_id": child, "reason": reason,
                 "requested_by": f"execution {state.execution_id}"}
-        router.send(Outgoing("cancel", f"cancel:{child}", body))
+        router.send(Outgoing("cancel", ids.cancel_msg_id(child), body))
 
