@@ -125,3 +125,23 @@ async def test_a_large_summary_carries_its_steps_by_reference(bus: Bus) -> None:
     assert refs.ref_of(both["steps"]) is not None and refs.ref_of(both["result"]) is not None
     assert await objects.resolve(steps_only) == await objects.resolve(both) == large
     assert outbox[1].body == small and outbox[2].body == large
+
+
+async def test_settled_step_records_leave_the_state_and_are_read_back_cold(bus: Bus) -> None:
+    count = PAGE_SIZE + 20
+    steps = "".join(f"  - step: s{i}\n    tool: {{kind: noop, input: {{i: {i}}}}}\n"
+                    + (f"    next: s{i + 1}\n" if i < count else "") for i in range(1, count + 1))
+    text = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: records}\nworkflow:\n" + steps
+    async with run_services(bus):
+        final = await submit_and_watch(bus, playbook_text=text, playbook_file="records.yaml",
+                                       payload={}, on_event=lambda _e: None, timeout_s=120)
+    assert final["status"] == "completed", final.get("error")
+
+    committed = await _committed(bus, final["execution_id"])
+    assert len(committed["step_pages"]) == 1
+    assert len(committed["steps"]) <= count - PAGE_SIZE
+    state = ExecutionState.from_dict(committed)
+    await StepResults(bus.js, ResultStore(bus.js)).load(state)  # a cache that never saw it
+    assert len(state.steps) == count
+    assert {name: state.steps[name].result for name in state.steps} == \
+        {name: step["result"] for name, step in final["steps"].items()}

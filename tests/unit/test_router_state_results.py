@@ -52,3 +52,64 @@ def test_a_page_waits_for_its_slowest_iteration() -> None:
         str(i) for i in range(PAGE_SIZE, PAGE_SIZE + 4)]
     assert loop.all_results() == {str(i): i for i in range(PAGE_SIZE + 4)}
     assert loop.complete_page() is None  # the second page is still filling
+
+
+def _settled(state: ExecutionState, count: int, status: str = "completed") -> None:
+    for i in range(count):
+        rec = state.record(f"s{i}")
+        rec.status, rec.runs = status, 1  # type: ignore[assignment]
+        state.set_result(rec, {"i": i})
+    for holder in state.unstored():
+        holder.hold(holder.result, f"key{id(holder)}")
+
+
+def test_settled_records_leave_the_state_a_page_at_a_time_and_read_back_in_order() -> None:
+    state = _state()
+    _settled(state, PAGE_SIZE + 3)
+    state.record("busy").status = "running"
+
+    page = state.complete_record_page()
+    assert page is not None and list(page) == [f"s{i}" for i in range(PAGE_SIZE)]
+    state.record_page_stored("p0", page)
+    assert state.complete_record_page() is None  # three settled inline: not a page yet
+    written = state.to_dict()
+    assert written["step_pages"] == ["p0"]
+    assert sorted(written["steps"]) == sorted(["busy", *(f"s{i}" for i in range(PAGE_SIZE, PAGE_SIZE + 3))])
+    assert len(state.steps) == PAGE_SIZE + 4  # in memory the router still sees every record
+
+    again = ExecutionState.from_dict(written)
+    assert again.record_pages_unloaded()
+    again.record_pages_loaded([page])
+    assert list(again.steps)[:2] == ["s0", "s1"] and len(again.steps) == PAGE_SIZE + 4
+    assert again.steps["s5"].result_key == state.steps["s5"].result_key
+    assert again.to_dict() == written  # the paged records stay out of what it writes
+
+
+def test_a_record_changed_after_its_page_is_written_inline_and_wins_over_the_page() -> None:
+    state = _state()
+    _settled(state, PAGE_SIZE)
+    page = state.complete_record_page()
+    assert page is not None
+    state.record_page_stored("p0", page)
+
+    state.record("s7").runs = 2  # a back-edge fired it again
+    written = state.to_dict()
+    assert list(written["steps"]) == ["s7"] and written["steps"]["s7"]["runs"] == 2
+    again = ExecutionState.from_dict(written)
+    again.record_pages_loaded([page])
+    assert again.steps["s7"].runs == 2 and again.steps["s8"].runs == 1
+
+
+def test_a_record_whose_result_is_not_stored_or_whose_step_runs_is_not_paged() -> None:
+    state = _state()
+    _settled(state, PAGE_SIZE - 1)
+    state.record("running").status = "running"
+    assert state.complete_record_page() is None
+    late = state.record("late")
+    late.status = "completed"
+    state.set_result(late, {"late": True})  # not stored yet
+    assert state.complete_record_page() is None
+    for holder in state.unstored():
+        holder.hold(holder.result, "late-key")
+    page = state.complete_record_page()
+    assert page is not None and "late" in page and "running" not in page

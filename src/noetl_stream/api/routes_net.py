@@ -41,9 +41,9 @@ async def playbook_net(request: web.Request) -> web.StreamResponse:
 async def explain_execution(request: web.Request) -> web.StreamResponse:
     state, playbook = await state_and_playbook(api_context(request),
                                                request.match_info["execution_id"])
-    if state.status != "running":  # the report shows the result, stored beside the state
-        ctx = api_context(request)
-        await StepResults(ctx.bus.js, ResultStore(ctx.bus.js)).load(state, steps=False)
+    # The report shows every step's status and the result, stored beside the state.
+    ctx = api_context(request)
+    await StepResults(ctx.bus.js, ResultStore(ctx.bus.js)).load(state, steps=False)
     report: dict[str, Any] = explain(state, playbook, time.time())
     return json_response(report)
 

@@ -11,9 +11,12 @@ stores it once in KV `noetl_step_results` under a key made of its content hash
 iteration results inline and moves them out a page (PAGE_SIZE iterations) at a time once every
 iteration of the page has ended (`LoopState.pages`). A result nobody stored yet (a state the
 router made and no server has committed, or one an older version wrote) is inline as `result`,
-as before; reading a state takes either form. Names starting with `_` are never written: orjson
-leaves them out. A run keeps the child executions its
-commands started (`Run.children`, router/children.py) only while it is in flight, so the router
+as before; reading a state takes either form. Step records leave it the same way: once PAGE_SIZE
+records have settled (their step is not running and their result is stored) they are stored as a
+page (`step_pages`) and the state writes only the others; a record changed after that is written
+inline again, and inline records win over paged ones when a state is read. Names starting with
+`_` are never written: orjson leaves them out. A run keeps the child executions its commands
+started (`Run.children`, router/children.py) only while it is in flight, so the router
 can cancel them when it cuts the run short; finished runs are dropped with their children.
 """
 
@@ -32,7 +35,8 @@ RunStatus = Literal["running", "done", "failed", "cancelled"]
 StepStatus = Literal["pending", "running", "completed", "failed", "skipped", "cancelled"]
 ExecutionStatus = Literal["running", "completed", "failed", "cancelled"]
 
-PAGE_SIZE = 100  # loop iteration results stored together, once all of them have ended
+PAGE_SIZE = 100  # loop iteration results (or settled step records) stored together
+SETTLED: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancelled"})
 
 
 @dataclass
@@ -172,6 +176,7 @@ class ExecutionState:
     delays_set: int = 0  # delayed tokens so far: numbers their timer ids
     watchdogs_set: int = 0  # watchdog timers so far: numbers their timer ids
     result_key: str | None = None  # where the execution's result is stored, like a step's
+    step_pages: list[str] = field(default_factory=list)  # keys of stored pages of step records
     error: dict[str, Any] | None = None
     parent_execution_id: str | None = None
     parent_iter: dict[str, Any] | None = None  # the parent's iteration, read as `iter.parent`
@@ -183,6 +188,10 @@ class ExecutionState:
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
+    # Names of the records the state writes inline: all but those in a stored page and unchanged
+    # since (`record` is the only way the router changes one). None: every record.
+    _inline: dict[str, None] | None = field(default=None, repr=False)
+    _pages_loaded: bool = field(default=False, repr=False)
 
     @property
     def result(self) -> Any:
@@ -224,10 +233,59 @@ class ExecutionState:
         return [r for r in self.runs.values() if r.status == "running"]
 
     def record(self, step: str) -> StepRecord:
+        """The step's record, to change: it is written inline again at the next commit."""
         rec = self.steps.get(step)
         if rec is None:
             rec = self.steps[step] = StepRecord()
+        if self._inline is not None:
+            self._inline[step] = None
         return rec
+
+    # -- step records a page at a time (state/step_results.py stores them) ----------------
+    def complete_record_page(self) -> dict[str, dict[str, Any]] | None:
+        """PAGE_SIZE settled inline records as plain values, oldest first; None while fewer
+        have settled. A record settles when its step is not running and its result is stored.
+        """
+        if len(self.steps) < PAGE_SIZE:
+            return None
+        inline = self._inline if self._inline is not None else dict.fromkeys(self.steps)
+        if len(inline) < PAGE_SIZE:
+            return None
+        page: dict[str, dict[str, Any]] = {}
+        for name in inline:
+            rec = self.steps[name]
+            if rec.status in SETTLED and (rec.result_key is not None or rec.result is None):
+                page[name] = _record_value(rec)
+                if len(page) == PAGE_SIZE:
+                    return page
+        return None
+
+    def record_page_stored(self, key: str, page: dict[str, Any]) -> None:
+        """`page` (from complete_record_page) is stored under `key`: its records leave the
+        state's JSON.
+        """
+        if self._inline is None:
+            self._inline = dict.fromkeys(self.steps)
+        self.step_pages.append(key)
+        for name in page:
+            self._inline.pop(name, None)
+
+    def record_pages_unloaded(self) -> bool:
+        """Stored record pages not in memory (a state just read)."""
+        return bool(self.step_pages) and not self._pages_loaded
+
+    def record_pages_loaded(self, pages: list[Any]) -> None:
+        """The stored pages, in `step_pages` order: their records join the inline ones, a later
+        page winning over an earlier one and an inline record over both.
+        """
+        paged: dict[str, StepRecord] = {}
+        for page in pages:
+            for name, raw in (page if isinstance(page, dict) else {}).items():
+                paged[name] = StepRecord(**_known(StepRecord, raw))
+        inline = self._inline if self._inline is not None else dict.fromkeys(self.steps)
+        self._inline = dict(inline)
+        self.steps = {**{n: r for n, r in paged.items() if n not in inline}, **self.steps}
+        self._pages_loaded = True
 
     def summary(self) -> dict[str, Any]:
         """What `run --json` and `execution.*` events report."""
@@ -248,15 +306,22 @@ class ExecutionState:
     # -- JSON round trip -------------------------------------------------------------------
     def to_json(self) -> bytes:
         """The state as committed: results that are not stored yet are inline."""
-        # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict.
-        data = jsonutil.dumps(self)
+        # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict. Records in
+        # a stored page are left out for the time of the call.
+        every = self.steps
+        if self._inline is not None:
+            self.steps = {name: every[name] for name in self._inline}
+        try:
+            data = jsonutil.dumps(self)
+        finally:
+            self.steps = every
         if not any(h.result_key is None and h.result is not None for h in self._fresh):
             return data
         plain: dict[str, Any] = orjson.loads(data)
         if self.result_key is None and self.result is not None:
             plain["result"] = self.result
         for name, rec in self.steps.items():
-            if rec.result_key is None and rec.result is not None:
+            if rec.result_key is None and rec.result is not None and name in plain["steps"]:
                 plain["steps"][name]["result"] = rec.result
         return jsonutil.dumps(plain)
 
@@ -291,6 +356,7 @@ class ExecutionState:
             delays_set=data.get("delays_set", 0),
             watchdogs_set=data.get("watchdogs_set", 0),
             result_key=data.get("result_key"),
+            step_pages=list(data.get("step_pages", [])),
             error=data.get("error"),
             parent_execution_id=data.get("parent_execution_id"),
             parent_iter=data.get("parent_iter"),
@@ -300,6 +366,8 @@ class ExecutionState:
             outbox=[Outgoing(**_known(Outgoing, o)) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),
         )
+        if state.step_pages:
+            state._inline = dict.fromkeys(state.steps)
         # A result without a key is inline (not stored yet, or written by 0.1.0).
         if state.result_key is None:
             state.set_result(state, data.get("result"))
@@ -307,6 +375,12 @@ class ExecutionState:
             if rec.result_key is None:
                 state.set_result(rec, data["steps"][name].get("result"))
         return state
+
+
+def _record_value(rec: StepRecord) -> dict[str, Any]:
+    """A record as the plain value a page holds (a copy: the record goes on changing)."""
+    return {"status": rec.status, "runs": rec.runs, "error": rec.error, "http": rec.http,
+            "loop": rec.loop, "result_key": rec.result_key}
 
 
 def _known(cls: type, raw: dict[str, Any]) -> dict[str, Any]:

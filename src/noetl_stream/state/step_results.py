@@ -5,8 +5,10 @@ Each result is written once, before the state that refers to it is committed, un
 its content, so a server that dies after writing and before committing, or two servers that
 apply the same events, write the same entry again, and a stale writer can never change what a
 committed state refers to. A loop's iteration results are written a page at a time (a mapping of
-iteration -> result) the same way. A value larger than LARGEST_INLINE goes to the object store
-`noetl_results` and its entry holds the reference.
+iteration -> result) the same way, and so are settled step records (step name -> record), so
+the state written at each commit does not grow with the steps that finished before. A value
+larger than LARGEST_INLINE goes to the object store `noetl_results` and its entry holds the
+reference.
 
 Values are cached in the process (bounded in bytes), so a state reloaded after a conflict or a
 failed commit reads none of them again; a server that has never seen the execution (a restart,
@@ -80,6 +82,13 @@ class StepResults:
                 loop.page_stored(key, page)
                 writes.append((key, data, page))
                 page = loop.complete_page()
+        # After the results: a record is paged only once its result_key is set.
+        records = state.complete_record_page()
+        while records is not None:
+            key, data = _keyed(records)
+            state.record_page_stored(key, records)
+            writes.append((key, data, records))
+            records = state.complete_record_page()
         if writes:
             await asyncio.gather(*(self._put(state.execution_id, key, data, value)
                                    for key, data, value in _distinct(writes)))
@@ -97,9 +106,12 @@ class StepResults:
 
     # -- reading -----------------------------------------------------------------------------
     async def load(self, state: ExecutionState, *, steps: bool = True) -> None:
-        """Put the results a state just read refers to back in memory; with `steps` False only
-        the execution's own result (what a report of a finished execution shows).
+        """Put the step records and results a state just read refers to back in memory; with
+        `steps` False, of the results only the execution's own (what a report shows).
         """
+        if state.record_pages_unloaded():
+            state.record_pages_loaded(list(await asyncio.gather(
+                *(self._get(state.execution_id, key) for key in state.step_pages))))
         holders = state.unloaded() if steps else [h for h in state.unloaded() if h is state]
         loops = state.unloaded_loops() if steps else []
         keys = [h.result_key for h in holders if h.result_key is not None]
