@@ -272,7 +272,7 @@ async def bench(plan: Plan, only: set[str], prof: Profiler,
     rows: list[Row] = []
 
     def want(workload: str) -> bool:
-        return not only or workload in only or workload.split("-")[0] in only
+        return not only or workload.upper() in only or workload.split("-")[0].upper() in only
 
     with tempfile.TemporaryDirectory(prefix="noetl-bench-") as tmp:
         nats: NatsServer = await start_nats_server(Path(tmp) / "nats", record=False)
@@ -544,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller workloads, one repetition")
     ap.add_argument("--repeat", type=int, default=None, help="repetitions of each workload")
-    ap.add_argument("--only", default="", help="comma-separated workloads (RAW,W1,W2,W3,W4)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated workloads (RAW,W1,W2,W3,W4,GROW-chain,GROW-loop; any case)")
     ap.add_argument("--cprofile", default=None, metavar="FILE",
                     help="write a cProfile of the measured parts to FILE")
     ap.add_argument("--sizes", action="store_true",

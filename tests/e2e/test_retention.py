@@ -1,6 +1,6 @@
 """Retention: a finished execution's state expires by its per-key TTL while a running one stays,
-and `executions purge` removes finished executions' events, vars and state now, never a running
-one (which still resumes afterwards)."""
+and `executions purge` removes finished executions' events, vars, step results and state now,
+never a running one (which still resumes afterwards)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ kind: Playbook
 metadata: {name: waits}
 workflow:
   - step: start
-    tool: {kind: noop}
+    tool: {kind: noop, input: {began: true}}
     next: approval
   - step: approval
     eval_mode: on_event
@@ -103,9 +103,16 @@ async def test_finished_states_expire_and_running_ones_stay(
         kept = await state_of(bus, "keep1")
         assert kept is not None and kept["status"] == "running"
 
+        assert await bucket_keys(bus.js, "noetl_step_results", "gone1.>") != []
+        kept_results = await bucket_keys(bus.js, "noetl_step_results", "keep1.>")
+        assert kept_results != []
+
         swept = await RetentionSweeper(bus, retention_s=0).sweep()
         assert "keep1" not in [f.execution_id for f in swept]
         assert await events_of(bus, "keep1") > 0
+        # The expired state's results went with it; the running one keeps its own.
+        assert await bucket_keys(bus.js, "noetl_step_results", "gone1.>") == []
+        assert await bucket_keys(bus.js, "noetl_step_results", "keep1.>") == kept_results
         await publish_signal(bus, "keep1", "approve", None)
         assert (await asyncio.wait_for(waits, 20))["status"] == "completed"
 
@@ -120,6 +127,7 @@ async def test_purge_removes_finished_executions_now_never_running_ones(
         assert (ok["status"], bad["status"]) == ("completed", "failed")
         await assert_eventually(lambda: waiting(bus, "run2"), timeout_s=10)
         assert await bucket_keys(bus.js, "noetl_vars", "bad2.>") == ["bad2.seen"]
+        assert await bucket_keys(bus.js, "noetl_step_results", "bad2.>") != []
 
         failed_only = await run_cli("executions", "purge", "--older-than", "0s", "--status",
                                     "failed", *url)
@@ -129,6 +137,8 @@ async def test_purge_removes_finished_executions_now_never_running_ones(
         assert await state_of(bus, "bad2") is None
         assert await events_of(bus, "bad2") == 0
         assert await bucket_keys(bus.js, "noetl_vars", "bad2.>") == []
+        assert await bucket_keys(bus.js, "noetl_step_results", "bad2.>") == []
+        assert await bucket_keys(bus.js, "noetl_step_results", "ok2.>") != []
         assert await state_of(bus, "ok2") is not None and await events_of(bus, "ok2") > 0
 
         too_young = await run_cli("executions", "purge", "--older-than", "7d", *url)
@@ -139,6 +149,8 @@ async def test_purge_removes_finished_executions_now_never_running_ones(
         purged = [jsonutil.loads(line)["execution_id"] for line in everything.stdout.splitlines()]
         assert purged == ["ok2"]
         assert await state_of(bus, "ok2") is None and await events_of(bus, "ok2") == 0
+        assert await bucket_keys(bus.js, "noetl_step_results", "ok2.>") == []
+        assert await bucket_keys(bus.js, "noetl_step_results", "run2.>") != []
 
         running = await state_of(bus, "run2")
         assert running is not None and running["status"] == "running"

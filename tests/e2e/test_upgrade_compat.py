@@ -36,11 +36,19 @@ def test_a_previous_state_reads_and_round_trips() -> None:
 
 def _as_stored(written: dict[str, Any]) -> dict[str, Any]:
     """What this version writes, less the fields added since 0.1.0, which must still hold their
-    defaults for a state that never had them (the rule: fields are only added, with defaults)."""
+    defaults for a state that never had them (the rule: fields are only added, with defaults).
+    Results moved out of the state: a record (or the state) names a stored result by
+    `result_key` and carries `result` inline only while it is not stored, so a `null` result is
+    left out; a 0.1.0 result is not stored yet and stays inline."""
     added = {k: v for k, v in written.items() if k not in FIXTURE["state"]}
     fresh = ExecutionState(execution_id="x", playbook_key="k", workload={}).to_dict()
     assert added == {k: fresh[k] for k in added}, "a field added since 0.1.0 has no default"
-    return {k: v for k, v in written.items() if k in FIXTURE["state"]}
+    out = {k: v for k, v in written.items() if k in FIXTURE["state"]}
+    out.setdefault("result", None)
+    for record in out["steps"].values():
+        assert record.pop("result_key") is None
+        record.setdefault("result", None)
+    return out
 
 
 def test_fields_a_newer_version_adds_are_ignored() -> None:

@@ -10,8 +10,11 @@ from typing import Any
 import nats
 import pytest
 
+from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.state.results import ResultStore
+from noetl_stream.state.step_results import StepResults
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
@@ -58,14 +61,16 @@ async def test_rpc_execute_answers_with_the_servers_verdict(nats_server: NatsSer
     finally:
         await nc.close()
 
-    async def completed() -> dict[str, Any]:
-        state: dict[str, Any] = json.loads((await executions.get("rpc1")).value or b"{}")
-        assert state["status"] == "completed"
+    async def completed() -> ExecutionState:
+        state = ExecutionState.from_dict(json.loads((await executions.get("rpc1")).value or b"{}"))
+        assert state.status == "completed"
         return state
 
     executions = await bus.js.key_value("noetl_executions")
     state = await assert_eventually(completed, timeout_s=20)
-    assert state["result"] == "hi NATS"  # the first payload, not the conflicting one
+    # The committed state names its result by key; read it from beside the state.
+    await StepResults(bus.js, ResultStore(bus.js)).load(state, steps=False)
+    assert state.result == "hi NATS"  # the first payload, not the conflicting one
 
 
 async def test_a_conflicting_request_on_the_stream_is_answered_on_reply_to(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from noetl_stream import ids, jsonutil
+from noetl_stream import ids, jsonutil, refs
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.dsl.parser import parse_playbook
 from noetl_stream.runtime.connection import Bus
@@ -237,6 +237,42 @@ async def test_running_the_tool_twice_for_one_task_attempt_starts_one_child(
     retry = await tool.run(dataclasses.replace(call, idempotency_key="twice.start.1:None:start_task:2"))
     assert retry.ok and retry.meta["execution_id"] != child_id
     assert len(await _children_started(bus, "twice")) == 2
+
+
+def _large_child(steps: int, size: int) -> str:
+    """A chain of `steps` python steps, each returning `size` bytes of padding."""
+    chain = "".join(
+        f"  - step: s{i}\n"
+        f"    tool: {{kind: python, code: 'result = {{\"n\": {i}, \"pad\": \"x\" * {size}}}'}}\n"
+        + (f"    next: s{i + 1}\n" if i < steps else "")
+        for i in range(1, steps + 1))
+    return ("apiVersion: noetl.io/v2\nkind: Playbook\n"
+            "metadata: {name: large-child, path: tests/large-child}\nworkflow:\n" + chain)
+
+
+async def test_return_step_reads_a_step_of_a_summary_sent_by_reference(
+        bus: Bus, services: None) -> None:
+    # Results under the payload limit stay inline; twenty of them make a summary over half of
+    # the test server's 8 MiB message, so its `steps` go by reference.
+    text = _large_child(20, 240_000)
+    key = ids.playbook_key(text)
+    child = parse_playbook(text).playbook
+    await register_files(bus.js, [PlaybookFile("large-child.yaml", text, key, child)])
+    await register_path(bus.js, child, key)
+    tool = PlaybookTool(ToolServices(nats=bus.nc))
+    call = TaskCall(execution_id="large", step="start", task="start_task", kind="playbook",
+                    config={"path": "tests/large-child", "return_step": "s2"}, input={},
+                    spec={}, idempotency_key="large.start.1:None:start_task:1")
+
+    waited = await tool.run(call)  # from the child's end event
+    again = await tool.run(call)  # from its committed state, the results stored beside it
+
+    child_id = ids.child_execution_id("large", call.idempotency_key)
+    (end,) = [e for e in await stored_events(bus.js, child_id)
+              if e["event_type"] == "execution.completed"]
+    assert refs.ref_of(end["steps"]) is not None
+    assert waited.ok and again.ok, (waited.error, again.error)
+    assert waited.result == again.result == {"n": 2, "pad": "x" * 240_000}
 
 
 async def test_loop_of_six_children_starts_six_even_when_a_worker_dies_mid_command(

@@ -135,7 +135,7 @@ def test_router_cancel_replays_the_same() -> None:
         for now, event in enumerate(events, start=1):
             if through_json:
                 state = ExecutionState.from_dict(to_plain(state.to_dict()))
-            state = apply(PARALLEL, state, event, float(now))
+            state = apply(PARALLEL, state, event, float(now)).state
             outboxes.append(to_plain(state.to_dict()["outbox"]))
         return outboxes, to_plain(state.to_dict())
 

@@ -85,7 +85,7 @@ def replay(playbook: Playbook, events: list[dict[str, Any]],
     for now, event in enumerate(events, start=1):
         if through_json:
             state = ExecutionState.from_dict(to_plain(state.to_dict()))
-        state = apply(playbook, state, event, float(now))
+        state = apply(playbook, state, event, float(now)).state
         outboxes.append(to_plain(state.to_dict()["outbox"]))
     return outboxes, to_plain(state.to_dict())
 

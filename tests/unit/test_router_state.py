@@ -203,7 +203,7 @@ def test_router_state_survives_a_json_snapshot_between_events() -> None:
     harness = RouterHarness(playbook)
     state = ExecutionState.from_dict(to_plain(harness.state.to_dict()))
     command = harness.pending[0]
-    state = apply(playbook, state, outcome_event(command, Reply(result={"n": 2, "id": "y"})), 1.0)
+    state = apply(playbook, state, outcome_event(command, Reply(result={"n": 2, "id": "y"})), 1.0).state
     assert state.ctx["total"] == 12
     (after,) = [o.body for o in state.outbox if o.kind == "command"]
     assert after["step"] == "after"

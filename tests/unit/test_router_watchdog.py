@@ -192,7 +192,7 @@ def test_router_watchdog_decisions_replay_the_same() -> None:
         for now, event in enumerate(events, start=1):
             if through_json:
                 state = ExecutionState.from_dict(to_plain(state.to_dict()))
-            state = apply(LOOP, state, event, float(now))
+            state = apply(LOOP, state, event, float(now)).state
             outboxes.append(to_plain(state.to_dict()["outbox"]))
         return outboxes, to_plain(state.to_dict())
 
@@ -261,7 +261,7 @@ def test_router_with_watchdogs_and_cancels_ends_and_replays_the_same(data: st.Da
         outboxes = []
         for now, event in enumerate(events, start=1):
             state = ExecutionState.from_dict(to_plain(state.to_dict()))
-            state = apply(TIMED_NET, state, event, float(now))
+            state = apply(TIMED_NET, state, event, float(now)).state
             outboxes.append(to_plain(state.to_dict()["outbox"]))
         return outboxes, to_plain(state.to_dict())
 

@@ -14,6 +14,8 @@ from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.event_log import EVENTS_STREAM
 from noetl_stream.api.models import ExecutionDetail, ExecutionItem
 from noetl_stream.router.state import ExecutionState
+from noetl_stream.state.results import ResultStore
+from noetl_stream.state.step_results import StepResults
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
 def check_execution_id(execution_id: str) -> str:
@@ -60,6 +62,8 @@ async def detail(ctx: ApiContext, execution_id: str) -> ExecutionDetail:
     """What GET /api/executions/{id} answers; 404 for an id nobody has heard of."""
     state = await load_state(ctx, execution_id)
     if state is not None:
+        # Results live beside the state (state/step_results.py); the detail shows them inline.
+        await StepResults(ctx.bus.js, ResultStore(ctx.bus.js)).load(state)
         summary = state.summary()
         return ExecutionDetail(**item_of(state).model_dump(), result=summary["result"],
                                error=summary["error"], steps=summary["steps"],

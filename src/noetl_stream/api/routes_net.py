@@ -19,6 +19,8 @@ from noetl_stream.api.playbook_lookup import playbook_by_key, state_and_playbook
 from noetl_stream.api.routes_catalog import PLAYBOOK_ID
 from noetl_stream.api.ui.net import NetView, net_of
 from noetl_stream.router.explain import explain
+from noetl_stream.state.results import ResultStore
+from noetl_stream.state.step_results import StepResults
 
 
 async def execution_net(request: web.Request) -> web.StreamResponse:
@@ -39,6 +41,9 @@ async def playbook_net(request: web.Request) -> web.StreamResponse:
 async def explain_execution(request: web.Request) -> web.StreamResponse:
     state, playbook = await state_and_playbook(api_context(request),
                                                request.match_info["execution_id"])
+    # The report shows every step's status and the result, stored beside the state.
+    ctx = api_context(request)
+    await StepResults(ctx.bus.js, ResultStore(ctx.bus.js)).load(state, steps=False)
     report: dict[str, Any] = explain(state, playbook, time.time())
     return json_response(report)
 

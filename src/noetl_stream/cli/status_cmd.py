@@ -82,6 +82,10 @@ async def _report(bus: Any, execution_id: str, now: float) -> dict[str, Any] | N
     if not entry.value:
         return None
     state = ExecutionState.from_dict(jsonutil.loads(entry.value))
+    # The report shows every step's status and the result, stored beside the state.
+    from noetl_stream.state.results import ResultStore
+    from noetl_stream.state.step_results import StepResults
+    await StepResults(bus.js, ResultStore(bus.js)).load(state, steps=False)
     playbook = None
     catalog = await bus.js.key_value("noetl_catalog")
     try:

@@ -5,6 +5,6 @@ implies (the outbox); the runtime shell commits the state, then publishes the ou
 """
 
 from noetl_stream.router.engine import abort, apply, cause_of, start
-from noetl_stream.router.state import ExecutionState, Outgoing
+from noetl_stream.router.state import Decision, ExecutionState, Outgoing
 
-__all__ = ["ExecutionState", "Outgoing", "abort", "apply", "cause_of", "start"]
+__all__ = ["Decision", "ExecutionState", "Outgoing", "abort", "apply", "cause_of", "start"]

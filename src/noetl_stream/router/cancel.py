@@ -13,20 +13,18 @@ like any event of a finished execution.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.router import children
-
-if TYPE_CHECKING:
-    from noetl_stream.router.engine import _Router
+from noetl_stream.router.interface import Router
 
 REQUESTED = "execution.cancel.requested"
 
 
-def apply_cancel(router: _Router, event: dict[str, Any]) -> None:
+def apply_cancel(router: Router, event: dict[str, Any]) -> None:
     """Cut every running run short and mark the execution cancelled."""
-    state = router.s
+    state = router.state
     reason = str(event.get("reason") or "cancel requested")
     requested_by = event.get("requested_by")
     for run in state.active_runs:
@@ -45,6 +43,6 @@ def apply_cancel(router: _Router, event: dict[str, Any]) -> None:
     state.status = "cancelled"
     # No result: the last step that happened to finish did not produce the execution's outcome.
     # Each finished step keeps its own result.
-    state.result = None
+    state.set_result(state, None)
     state.error = {"message": f"execution cancelled: {reason}", "kind": "cancelled",
                    "reason": reason, "requested_by": requested_by}

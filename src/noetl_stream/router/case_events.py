@@ -8,19 +8,17 @@ winner's `next_policy` is `end_step`. They describe decisions already taken by t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Arc, Step
-
-if TYPE_CHECKING:
-    from noetl_stream.router.engine import _Router
-    from noetl_stream.router.state import Run
+from noetl_stream.router.interface import Router
+from noetl_stream.router.state import Run
 
 EVENTS = frozenset({"case.evaluated", "next.evaluated", "case.branch.suppressed"})
 
 
-def evaluated(router: _Router, step: Step, run: Run, event: dict[str, Any]) -> None:
+def evaluated(router: Router, step: Step, run: Run, event: dict[str, Any]) -> None:
     """An ok outcome of a spec 001 step: remember and publish the branches it found true."""
     matched = event.get("case_matched")
     if step.case is None or not isinstance(matched, list):
@@ -28,14 +26,14 @@ def evaluated(router: _Router, step: Step, run: Run, event: dict[str, Any]) -> N
         return
     router.case_matched = [str(m) for m in matched]
     index = event.get("iteration")
-    router.emit("case.evaluated", ids.event_msg_id(router.s.execution_id, "case.evaluated",
+    router.emit("case.evaluated", ids.event_msg_id(router.state.execution_id, "case.evaluated",
                                                    run.run_id, index),
                 step=step.name, step_run_id=run.run_id, iteration=index,
                 matched=router.case_matched, order=router.case_matched, case_mode=step.case.mode,
                 eval_mode="on_entry", trigger_event="call.done")
 
 
-def next_evaluated(router: _Router, step: Step, run: Run, route: str | None,
+def next_evaluated(router: Router, step: Step, run: Run, route: str | None,
                    fired: list[tuple[Arc, dict[str, Any]]]) -> None:
     """A case route decided where the step goes: publish the winner and what it suppressed."""
     if step.case is None or route is None:
@@ -46,7 +44,7 @@ def next_evaluated(router: _Router, step: Step, run: Run, route: str | None,
     matched = router.case_matched
     after = matched[matched.index(winner.name) + 1:] if winner.name in matched else []
     suppressed = after if winner.policy == "end_step" else []
-    execution = router.s.execution_id
+    execution = router.state.execution_id
     router.emit("next.evaluated", ids.event_msg_id(execution, "next.evaluated", run.run_id),
                 step=step.name, step_run_id=run.run_id,
                 selected=[{"step": arc.step, "with": args} for arc, args in fired],

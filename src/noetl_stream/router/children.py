@@ -23,13 +23,11 @@ Invariant: a child id sits in at most one list, under the key of the command tha
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from noetl_stream import ids
+from noetl_stream.router.interface import Router
 from noetl_stream.router.state import Outgoing, Run
-
-if TYPE_CHECKING:
-    from noetl_stream.router.engine import _Router
 
 STARTED = "child.started"
 NO_LOOP = "-"  # the key of a step's own command, as in command msg ids
@@ -39,7 +37,7 @@ def key_of(index: int | None) -> str:
     return NO_LOOP if index is None else str(index)
 
 
-def on_started(router: _Router, event: dict[str, Any]) -> None:
+def on_started(router: Router, event: dict[str, Any]) -> None:
     """Record a child on its run or iteration in flight, or cancel it when that is over."""
     child = event.get("child_execution_id")
     run_id = event.get("step_run_id")
@@ -49,13 +47,13 @@ def on_started(router: _Router, event: dict[str, Any]) -> None:
     index = event.get("iteration")
     if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
         return
-    run = router.s.runs.get(run_id)
-    if router.s.status == "running" and run is not None and _in_flight(run, index):
+    run = router.state.runs.get(run_id)
+    if router.state.status == "running" and run is not None and _in_flight(run, index):
         waiting = run.children.setdefault(key_of(index), [])
         if child not in waiting:  # a redelivered request or event: already recorded
             waiting.append(child)
         return
-    request(router, [child], f"its parent {router.s.execution_id} no longer waits for it")
+    request(router, [child], f"its parent {router.state.execution_id} no longer waits for it")
 
 
 def _in_flight(run: Run, index: int | None) -> bool:
@@ -66,14 +64,14 @@ def _in_flight(run: Run, index: int | None) -> bool:
     return index is not None and index in run.loop.in_flight
 
 
-def cancel_run(router: _Router, run: Run, reason: str) -> None:
+def cancel_run(router: Router, run: Run, reason: str) -> None:
     """Cancel every child the run still waits on (the whole run was cut short)."""
     # Insertion order survives the JSON round trip, so replays emit the same outbox.
     request(router, [child for waiting in run.children.values() for child in waiting], reason)
     run.children.clear()
 
 
-def cancel_command(router: _Router, run: Run, index: int | None, reason: str) -> None:
+def cancel_command(router: Router, run: Run, index: int | None, reason: str) -> None:
     """Cancel the children of one command of the run (the run itself, or one iteration)."""
     request(router, run.children.pop(key_of(index), []), reason)
 
@@ -83,10 +81,10 @@ def forget(run: Run, index: int | None) -> None:
     run.children.pop(key_of(index), None)
 
 
-def request(router: _Router, children: list[str], reason: str) -> None:
-    state = router.s
+def request(router: Router, children: list[str], reason: str) -> None:
+    state = router.state
     for child in children:
         body = {"execution_id": child, "reason": reason,
                 "requested_by": f"execution {state.execution_id}"}
-        state.outbox.append(Outgoing("cancel", ids.cancel_msg_id(child), body))
+        router.send(Outgoing("cancel", ids.cancel_msg_id(child), body))
 

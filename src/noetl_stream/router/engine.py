@@ -2,32 +2,39 @@
 back-edges, loops, failure routing, completion. Deterministic: the same state and event always
 yield the same state and outbox.
 
-`apply` works on the state it is given and returns it; callers that need the old state keep a
-copy (`ExecutionState.from_dict(state.to_dict())`).
+`apply` works on the state it is given and returns its decision: that state and the outbox the
+event implies (also kept in `state.outbox`, which is committed with the state so a crash before
+publishing loses nothing). Callers that need the old state keep a copy
+(`ExecutionState.from_dict(state.to_dict())`). The rule modules (loops, listeners, watchdog,
+cancel, children, case events) see the engine through `router.interface.Router` only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from noetl_stream import ids, jsonutil, messages, refs
-from noetl_stream.dsl import guards, keychain, pycode, templating
-from noetl_stream.dsl.models import Arc, Playbook, Rule, Step, Task
+from noetl_stream.dsl import guards, keychain, templating
+from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import cancel, case_events, children, listeners, loops, watchdog
 from noetl_stream.router.context import build_context, output_view, pick_steps
 from noetl_stream.router.graph import graph_of
-from noetl_stream.router.state import Delayed, ExecutionState, Join, Outgoing, Run
+from noetl_stream.router.reads import names_read, only, reads_context, rule_templates, step_reads
+from noetl_stream.router.state import Decision, Delayed, ExecutionState, Join, Outgoing, Run
 
 DEFAULT_POOL = "default"
 PROGRESS_EVENTS = frozenset({"step.started", "step.skipped", "loop.started", "loop.progress",
                              *case_events.EVENTS})
 
 
-class _Router:
+class Engine:
+    """One execution's state while one event is applied to it (implements `Router`)."""
+
     def __init__(self, playbook: Playbook, state: ExecutionState, now: float) -> None:
         self.pb = playbook
-        self.s = state
+        self.state = state
         self.now = now
         self.graph = graph_of(playbook)
         self.names = playbook.step_index  # membership only: steps by name, built once
@@ -37,23 +44,29 @@ class _Router:
     def emit(self, event_type: str, msg_id: str, **payload: Any) -> None:
         """Queue an event; the ones only watchers read go out without waiting for a store ack."""
         body = {"event_id": msg_id, **messages.event_body(
-            event_type, self.s.execution_id, self.now,
-            parent_execution_id=self.s.parent_execution_id), **payload}
-        self.s.outbox.append(Outgoing("event", msg_id, body, event_type=event_type,
-                                      progress=event_type in PROGRESS_EVENTS))
+            event_type, self.state.execution_id, self.now,
+            parent_execution_id=self.state.parent_execution_id), **payload}
+        self.send(Outgoing("event", msg_id, body, event_type=event_type,
+                           progress=event_type in PROGRESS_EVENTS))
 
-    def context(self, *, args: dict[str, Any] | None = None, names: set[str] | None = None,
+    def send(self, message: Outgoing) -> None:
+        self.state.outbox.append(message)
+
+    def context(self, *, reads: Iterable[Any] = (), args: dict[str, Any] | None = None,
                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
-        steps = pick_steps(names if names is not None else self.s.steps.keys(), self.s.steps)
-        return build_context(workload=self.s.workload, ctx=self.s.ctx, args=args, vars_=self.s.vars,
-                             iter_vars=self.inherited_iter(), steps=steps,
-                             execution_id=self.s.execution_id, extra=extra)
+        """A router-side template context: the finished steps among the names the templates in
+        `reads` name, beside the workload, ctx, vars and `args` they may always read.
+        """
+        steps = pick_steps(names_read(reads), self.state.steps)
+        return build_context(workload=self.state.workload, ctx=self.state.ctx, args=args,
+                             vars_=self.state.vars, iter_vars=self.inherited_iter(), steps=steps,
+                             execution_id=self.state.execution_id, extra=extra)
 
     def inherited_iter(self) -> dict[str, Any]:
         """`iter` outside the step's own loop: the parent's iteration of a child execution
         (spec 002 §6.4), so `iter.parent.<name>` reads the item the parent loop is on.
         """
-        return {"parent": self.s.parent_iter} if self.s.parent_iter is not None else {}
+        return {"parent": self.state.parent_iter} if self.state.parent_iter is not None else {}
 
     # -- tokens ----------------------------------------------------------------------------
     def deliver(self, src: str | None, dst: str, args: dict[str, Any]) -> None:
@@ -61,7 +74,7 @@ class _Router:
         if dst not in self.names:
             return  # an arc to an implicit `end` simply ends the branch
         if src is not None and self.graph.is_join(dst) and not self.graph.is_back_edge(src, dst):
-            join = self.s.joins.setdefault(dst, Join())
+            join = self.state.joins.setdefault(dst, Join())
             join.arrived[src] = True
             join.args.update(args)
             self.try_join(dst)
@@ -73,25 +86,25 @@ class _Router:
         if dst not in self.names or self.graph.is_back_edge(src, dst):
             return
         if self.graph.is_join(dst):
-            join = self.s.joins.setdefault(dst, Join())
+            join = self.state.joins.setdefault(dst, Join())
             join.arrived.setdefault(src, False)
             self.try_join(dst)
             return
         self.mark_dead(dst)
 
     def try_join(self, step: str) -> None:
-        join = self.s.joins[step]
+        join = self.state.joins[step]
         preds = self.graph.forward_preds[step]
         if not all(p in join.arrived for p in preds):
             return
-        del self.s.joins[step]
+        del self.state.joins[step]
         if any(join.arrived.values()):
             self.fire(step, join.args)
         else:
             self.mark_dead(step)
 
     def mark_dead(self, step: str) -> None:
-        rec = self.s.record(step)
+        rec = self.state.record(step)
         if rec.runs == 0 and rec.status == "pending":
             rec.status = "skipped"
         for arc in self.pb.step(step).next.arcs:
@@ -101,21 +114,21 @@ class _Router:
     def fire(self, name: str, args: dict[str, Any]) -> None:
         step = self.pb.step(name)
         if step.admit and not self.admitted(step, args):
-            rec = self.s.record(name)
+            rec = self.state.record(name)
             if rec.runs == 0:
                 rec.status = "skipped"
-            self.emit("step.skipped", ids.event_msg_id(self.s.execution_id, "step.skipped", name,
+            self.emit("step.skipped", ids.event_msg_id(self.state.execution_id, "step.skipped", name,
                                                         rec.runs), step=name, reason="admission")
             for arc in step.next.arcs:
                 self.rule_out(name, arc.step)
             return
-        rec = self.s.record(name)
+        rec = self.state.record(name)
         rec.runs += 1
         rec.status = "running"
-        run_id = ids.step_run_id(self.s.execution_id, name, rec.runs)
+        run_id = ids.step_run_id(self.state.execution_id, name, rec.runs)
         run = Run(run_id=run_id, step=name, run_no=rec.runs, args=dict(args), issued_at=self.now)
-        self.s.runs[run_id] = run
-        self.emit("step.started", ids.event_msg_id(self.s.execution_id, "step.started", run_id),
+        self.state.runs[run_id] = run
+        self.emit("step.started", ids.event_msg_id(self.state.execution_id, "step.started", run_id),
                   step=name, step_run_id=run_id, run=rec.runs)
         if step.enter and not self.enter_step(step, run):
             return
@@ -131,7 +144,8 @@ class _Router:
 
     def admitted(self, step: Step, args: dict[str, Any]) -> bool:
         # Admission happens as the step is entered: a case `skip` on step.enter is a rule here.
-        context = self.context(args=args, extra={"event": {"name": "step.enter", "payload": {}}})
+        context = self.context(reads=[r.when for r in step.admit], args=args,
+                               extra={"event": {"name": "step.enter", "payload": {}}})
         for rule in step.admit:
             try:
                 if templating.evaluate_guard(rule.when, context, step=step.name,
@@ -142,48 +156,48 @@ class _Router:
         return True
 
     def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
-        names = step_reads(step) | keychain.reads(self.pb.keychain)
+        names = step_reads(step, loops.template_names(step)) | keychain.reads(self.pb.keychain)
         if reads_context(step):  # python code reading `context` may read any of it
-            names |= {"workload", "ctx", *self.s.steps}
+            names |= {"workload", "ctx", *self.state.steps}
         iter_vars = self.inherited_iter()
         if index is not None and step.loop is not None:
             iter_vars = {**iter_vars, **loops.iteration_vars(step.loop, index, item)}
-        steps = pick_steps(names, self.s.steps)
-        http = {n: self.s.steps[n].http for n in steps if self.s.steps[n].http}
-        loop_steps = [n for n in steps if self.s.steps[n].loop]
+        steps = pick_steps(names, self.state.steps)
+        http = {n: self.state.steps[n].http for n in steps if self.state.steps[n].http}
+        loop_steps = [n for n in steps if self.state.steps[n].loop]
         body = messages.command_body(
-            execution_id=self.s.execution_id,
+            execution_id=self.state.execution_id,
             playbook=self.pb.path or self.pb.name,  # for metrics and traces
             step=step.name,
             step_run_id=run.run_id,
-            parent_execution_id=self.s.parent_execution_id,
+            parent_execution_id=self.state.parent_execution_id,
             iteration=index,
             tasks=[t.model_dump(mode="json") for t in step.tasks],
             step_args=step.args,
             context={
-                "workload": _only(self.s.workload, names, "workload"),
-                "ctx": _only(self.s.ctx, names, "ctx"),
+                "workload": only(self.state.workload, names, "workload"),
+                "ctx": only(self.state.ctx, names, "ctx"),
                 "args": run.args,
                 "iter": iter_vars,
-                "vars": self.s.vars,
-                "steps": {n: self.s.steps[n].result for n in steps},
+                "vars": self.state.vars,
+                "steps": {n: self.state.steps[n].result for n in steps},
                 "steps_http": http,
                 "steps_loop": loop_steps,
             },
             keychain=keychain.for_command(
                 self.pb.keychain, names,
-                first=run.run_no == 1 and step.name == self.pb.start_step.name),
+                first=run.run_no == 1 and step.name == self.graph.start),
             max_payload_bytes=refs.max_payload_bytes(self.pb.executor),
             source_file=self.pb.file, step_line=step.line,
             **loops.command_fields(step))
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
-        self.s.outbox.append(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
-                                      pool=step.pool or DEFAULT_POOL, tool_kind=kind))
+        self.send(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
+                           pool=step.pool or DEFAULT_POOL, tool_kind=kind))
         watchdog.arm(self, step, run, index)
 
     # -- outcomes --------------------------------------------------------------------------
     def on_outcome(self, event: dict[str, Any]) -> None:
-        run = self.s.runs.get(str(event.get("step_run_id")))
+        run = self.state.runs.get(str(event.get("step_run_id")))
         if run is None or run.status != "running":
             return  # a duplicate or late outcome: already applied
         etype = event["event_type"]
@@ -199,7 +213,7 @@ class _Router:
             if index is not None:
                 return
             self.patch_ctx(ok, event)
-            rec = self.s.record(run.step)
+            rec = self.state.record(run.step)
             http = event.get("http")
             rec.http = http if isinstance(http, dict) else None
             self.finish_run(run, ok=ok, result=event.get("result"), error=error,
@@ -211,7 +225,7 @@ class _Router:
     def patch_ctx(self, ok: bool, event: dict[str, Any]) -> None:
         patch = event.get("ctx_patch")
         if ok and isinstance(patch, dict):
-            self.s.ctx.update(patch)
+            self.state.ctx.update(patch)
 
     def finish_run(self, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
                    route: str | None = None) -> None:
@@ -220,21 +234,21 @@ class _Router:
             ok, result, error, route = self.exit_step(step, run, result, route)
         run.status = "done" if ok else "failed"
         run.loop = None  # iteration bookkeeping is no longer needed; keep snapshots small
-        rec = self.s.record(run.step)
+        rec = self.state.record(run.step)
         rec.status = "completed" if ok else "failed"
-        rec.result = result
+        self.state.set_result(rec, result)
         rec.error = error
         rec.loop = step.loop is not None
         if ok:
             event_name = "loop.done" if step.loop is not None else "step.done"
-            self.s.result = result
+            self.state.set_result(self.state, result)
         else:
             event_name = "step.failed"
         if step.loop is not None or not ok:
             # The worker reported step.done itself; loop.done and failures of loops are ours.
             etype = "loop.done" if ok else "loop.failed" if step.loop is not None else ""
             if etype:
-                self.emit(etype, ids.event_msg_id(self.s.execution_id, etype, run.run_id),
+                self.emit(etype, ids.event_msg_id(self.state.execution_id, etype, run.run_id),
                           step=run.step, step_run_id=run.run_id, status="ok" if ok else "error",
                           error=error)
         context_extra = {"event": {"name": event_name, "payload": {"result": result, "error": error}},
@@ -249,11 +263,11 @@ class _Router:
             if ok:  # its `set:`/`vars:` or arcs failed: the step did not complete after all
                 rec.status, rec.error = "failed", error
             self.fail_execution(run.step, error)
-        self.s.runs.pop(run.run_id, None)
+        self.state.runs.pop(run.run_id, None)
 
     def apply_step_writes(self, step: Step, run: Run, extra: dict[str, Any]) -> None:
         if step.set_ctx:
-            context = self.context(args=run.args, extra=extra)
+            context = self.context(reads=[step.set_ctx], args=run.args, extra=extra)
             values = templating.render(step.set_ctx, context, step=step.name, field="set")
             for key in sorted(values):
                 problem = jsonutil.storable_problem(values[key])
@@ -261,19 +275,21 @@ class _Router:
                     raise TemplateError(f"the value cannot be stored: {problem}",
                                         expression=str(step.set_ctx.get(key)), step=step.name,
                                         field=f"set.{key}")
-            self.s.ctx.update(values)
+            self.state.ctx.update(values)
         if step.vars:
-            context = self.context(args=run.args, extra=extra)
-            self.s.vars.update(templating.render(step.vars, context, step=step.name, field="vars"))
+            context = self.context(reads=[step.vars], args=run.args, extra=extra)
+            self.state.vars.update(templating.render(step.vars, context, step=step.name, field="vars"))
 
     def enter_step(self, step: Step, run: Run) -> bool:
         """Case `step.enter` rules: the first true one writes ctx or fails the run (False)."""
         extra = {"event": {"name": "step.enter", "payload": {}}}
+        reads = rule_templates(step.enter)
         try:
-            rule = self.first_rule(step.enter, self.context(args=run.args, extra=extra), step)
+            rule = self.first_rule(step.enter, self.context(reads=reads, args=run.args,
+                                                            extra=extra), step)
             if rule is not None and rule.set_ctx:
-                self.s.ctx.update(templating.render(rule.set_ctx, self.context(
-                    args=run.args, extra=extra), step=step.name, field="case.set"))
+                self.state.ctx.update(templating.render(rule.set_ctx, self.context(
+                    reads=reads, args=run.args, extra=extra), step=step.name, field="case.set"))
         except TemplateError as exc:
             self.finish_run(run, ok=False, result=None, error={"message": str(exc), "kind": "template"})
             return False
@@ -289,20 +305,21 @@ class _Router:
         """Case `step.exit` rules on a successful run: the first true one writes ctx, replaces
         the result, picks a route (unless a call rule already did) or fails the run.
         """
-        def extra() -> dict[str, Any]:
-            return {"event": {"name": "step.exit", "payload": {"result": result, "error": None}},
-                    "result": result, "response": result, "error": None,
-                    "this": {"status": "ok", "data": result, "result": result, "error": None}}
+        def context() -> dict[str, Any]:
+            extra = {"event": {"name": "step.exit", "payload": {"result": result, "error": None}},
+                     "result": result, "response": result, "error": None,
+                     "this": {"status": "ok", "data": result, "result": result, "error": None}}
+            return self.context(reads=rule_templates(step.exit), args=run.args, extra=extra)
         try:
-            rule = self.first_rule(step.exit, self.context(args=run.args, extra=extra()), step)
+            rule = self.first_rule(step.exit, context(), step)
             if rule is None:
                 return True, result, None, route
             if rule.set_ctx:
-                self.s.ctx.update(templating.render(rule.set_ctx, self.context(
-                    args=run.args, extra=extra()), step=step.name, field="case.set"))
+                self.state.ctx.update(templating.render(rule.set_ctx, context(), step=step.name,
+                                                        field="case.set"))
             if rule.result is not None:
-                result = templating.render(rule.result, self.context(args=run.args, extra=extra()),
-                                           step=step.name, field="case.result")
+                result = templating.render(rule.result, context(), step=step.name,
+                                           field="case.result")
         except TemplateError as exc:
             return False, None, {"message": str(exc), "kind": "template"}, None
         if rule.do == "fail":
@@ -318,23 +335,9 @@ class _Router:
 
     def route(self, step: Step, run: Run, ok: bool, error: dict[str, Any] | None,
               extra: dict[str, Any], route: str | None = None) -> None:
-        context = self.context(args=run.args, extra=extra)
-        selected: list[Arc] = []
-        # A route chosen by a case rule fires all of its arcs; otherwise the arcs without one
-        # (the structural `next`) are evaluated as usual.
-        candidates = [arc for arc in step.next.arcs if arc.route == route]
-        if not ok:
-            # A failure is handed on only by guards written for failures (dsl/guards.py);
-            # an arc that is true for another reason must not carry a failed step onwards.
-            candidates = [arc for arc in candidates if guards.reads_failure(arc.when)]
-        exclusive = step.next.mode == "exclusive" and route is None
-        for arc in candidates:
-            if exclusive and selected:
-                break
-            fires = ok if arc.when is None else templating.evaluate_guard(
-                arc.when, context, step=step.name, field="next.arcs.when")
-            if fires:
-                selected.append(arc)
+        context = self.context(reads=[[a.when, a.args, a.set_ctx] for a in step.next.arcs],
+                               args=run.args, extra=extra)
+        selected = self.select_arcs(step, ok, route, context)
         if not ok and not selected:
             self.fail_execution(step.name, {**(error or {}), "step": step.name})
             return
@@ -342,11 +345,10 @@ class _Router:
         for arc in selected:
             args = templating.render(arc.args, context, step=step.name, field="next.arcs.args")
             if arc.set_ctx:
-                self.s.ctx.update(templating.render(arc.set_ctx, context, step=step.name,
-                                                    field="next.arcs.set"))
-            tokens.append((arc.step, args))
-        case_events.next_evaluated(self, step, run, route,
-                                   [(arc, args) for arc, (_, args) in zip(selected, tokens, strict=True)])
+                self.state.ctx.update(templating.render(arc.set_ctx, context, step=step.name,
+                                                        field="next.arcs.set"))
+            tokens.append((arc, args))
+        case_events.next_evaluated(self, step, run, route, tokens)
         chosen = {a.step for a in selected}
         # A token that stays in a cycle (pagination, retry loop) means this step runs again and
         # decides its other arcs then; ruling them out now would let a join downstream fire early.
@@ -354,95 +356,92 @@ class _Router:
             for arc in step.next.arcs:
                 if arc.step not in chosen:
                     self.rule_out(step.name, arc.step)
-        for arc, (dst, args) in zip(selected, tokens, strict=True):
-            if self.s.status != "running":
+        for arc, args in tokens:
+            if self.state.status != "running":
                 continue
             if arc.delay:
-                self.delay(step.name, dst, args, arc.delay)
+                self.delay(step.name, arc.step, args, arc.delay)
             else:
-                self.deliver(step.name, dst, args)
+                self.deliver(step.name, arc.step, args)
+
+    def select_arcs(self, step: Step, ok: bool, route: str | None,
+                    context: dict[str, Any]) -> list[Arc]:
+        """The arcs the outcome takes: the first true one of an exclusive `next`, every true one
+        otherwise; a route chosen by a case rule fires all of its arcs.
+        """
+        # Otherwise the arcs without a route (the structural `next`) are evaluated as usual.
+        candidates = [arc for arc in step.next.arcs if arc.route == route]
+        if not ok:
+            # A failure is handed on only by guards written for failures (dsl/guards.py);
+            # an arc that is true for another reason must not carry a failed step onwards.
+            candidates = [arc for arc in candidates if guards.reads_failure(arc.when)]
+        exclusive = step.next.mode == "exclusive" and route is None
+        selected: list[Arc] = []
+        for arc in candidates:
+            if exclusive and selected:
+                break
+            fires = ok if arc.when is None else templating.evaluate_guard(
+                arc.when, context, step=step.name, field="next.arcs.when")
+            if fires:
+                selected.append(arc)
+        return selected
 
     def delay(self, src: str, dst: str, args: dict[str, Any], seconds: float) -> None:
         """A token on a delayed arc: held in the state, delivered when its durable timer fires."""
-        self.s.delays_set += 1
-        timer_id = f"next.{self.s.delays_set}"  # a dot: no listener timer has this name
+        self.state.delays_set += 1
+        timer_id = f"next.{self.state.delays_set}"  # a dot: no listener timer has this name
         fire_at = self.now + seconds
-        self.s.delayed[timer_id] = Delayed(src=src, dst=dst, args=args, fire_at=fire_at)
-        body = {"event_type": "timer.fired", "execution_id": self.s.execution_id, "step": src,
+        self.state.delayed[timer_id] = Delayed(src=src, dst=dst, args=args, fire_at=fire_at)
+        body = {"event_type": "timer.fired", "execution_id": self.state.execution_id, "step": src,
                 "timer_id": timer_id, "fire_at": fire_at, "set_at": self.now,
                 "data": {"timer_id": timer_id, "name": timer_id, "step": src, "to": dst}}
-        self.s.outbox.append(Outgoing("timer", ids.event_msg_id(self.s.execution_id, "timer",
+        self.state.outbox.append(Outgoing("timer", ids.event_msg_id(self.state.execution_id, "timer",
                                                                 timer_id),
                                       body, event_type="timer.fired"))
 
     def on_delay_timer(self, timer_id: str) -> None:
         """The timer of a delayed token fired: the token reaches its step now."""
-        token = self.s.delayed.pop(timer_id, None)
+        token = self.state.delayed.pop(timer_id, None)
         if token is not None:  # None: a redelivered timer, already applied
             self.deliver(token.src, token.dst, token.args)
 
     def fail_execution(self, step: str, error: dict[str, Any]) -> None:
-        if self.s.status != "running":
+        if self.state.status != "running":
             return
         message = error.get("message") or "step failed"
-        self.s.status = "failed"
-        self.s.error = {**error, "step": step, "message": f'step "{step}" failed: {message}'}
+        self.state.status = "failed"
+        self.state.error = {**error, "step": step, "message": f'step "{step}" failed: {message}'}
 
     def check_quiescence(self) -> None:
         """Called once at the end of start/apply: decide whether the execution has ended."""
-        if self.s.status == "running":
+        if self.state.status == "running":
             # Nothing runs: a join still waiting can get no further token, so it fires with what
             # it has (or dies). Repeat until the marking is stable.
-            while (self.s.joins and not self.s.active_runs and not self.s.delayed
-                   and self.s.status == "running"):
-                step = sorted(self.s.joins)[0]
-                join = self.s.joins.pop(step)
+            while (self.state.joins and not self.state.active_runs and not self.state.delayed
+                   and self.state.status == "running"):
+                step = sorted(self.state.joins)[0]
+                join = self.state.joins.pop(step)
                 if any(join.arrived.values()):
                     self.fire(step, join.args)
                 else:
                     self.mark_dead(step)
-            if (self.s.active_runs or self.s.delayed) and self.s.status == "running":
+            if (self.state.active_runs or self.state.delayed) and self.state.status == "running":
                 return
-            if self.s.status == "running":
-                self.s.status = "completed"
-        if self.s.ended_at is None:
-            self.s.ended_at = self.now
-        etype = f"execution.{self.s.status}"
-        self.emit(etype, ids.event_msg_id(self.s.execution_id, etype), **self.s.summary(),
-                  duration_ms=round((self.s.ended_at - self.s.started_at) * 1000, 3))
+            if self.state.status == "running":
+                self.state.status = "completed"
+        if self.state.ended_at is None:
+            self.state.ended_at = self.now
+        etype = f"execution.{self.state.status}"
+        self.emit(etype, ids.event_msg_id(self.state.execution_id, etype), **self.state.summary(),
+                  duration_ms=round((self.state.ended_at - self.state.started_at) * 1000, 3))
         # A failure elsewhere ends the execution while these runs still wait on children that
         # nobody will read any more.
-        for run in self.s.active_runs:
-            children.cancel_run(self, run, f"its parent {self.s.execution_id} "
-                                           f"{self.s.status}")
-        self.s.runs.clear()
-        self.s.joins.clear()
-        self.s.delayed.clear()
-
-
-def step_reads(step: Step) -> set[str]:
-    """Names this step's worker-side templates read, to ship only those step results."""
-    names: set[str] = templating.referenced_names(step.args) | loops.template_names(step)
-    for task in _tasks_and_rule_sinks(step):
-        names |= templating.referenced_names(task.config)
-        names |= templating.referenced_names(task.input)
-        names |= templating.referenced_names([task.set_ctx, task.set_iter, task.set_locals])
-        names |= templating.referenced_names(task.sink.when if task.sink else None)
-        for rule in task.rules:
-            names |= templating.referenced_names([rule.when, rule.set_ctx, rule.set_iter,
-                                                  rule.set_locals, rule.call, rule.result])
-    return names
-
-
-def reads_context(step: Step) -> bool:
-    """Whether a python task of the step reads `context`, which holds every finished step."""
-    return any(t.kind == "python" and isinstance(t.config.get("code"), str)
-               and pycode.reads_context(t.config["code"]) for t in _tasks_and_rule_sinks(step))
-
-
-def _tasks_and_rule_sinks(step: Step) -> tuple[Task, ...]:
-    """Every task a command of the step may run: its pipeline and the sinks its rules start."""
-    return (*step.tasks, *(sink for task in step.tasks for rule in task.rules for sink in rule.sink))
+        for run in self.state.active_runs:
+            children.cancel_run(self, run, f"its parent {self.state.execution_id} "
+                                           f"{self.state.status}")
+        self.state.runs.clear()
+        self.state.joins.clear()
+        self.state.delayed.clear()
 
 
 def _delay_timer(event: dict[str, Any]) -> str:
@@ -463,15 +462,6 @@ def _error_of(value: Any) -> dict[str, Any] | None:
     return {"message": str(value)}
 
 
-def _only(scope: dict[str, Any], names: set[str], whole: str) -> dict[str, Any]:
-    """The part of `scope` a step reads: all of it when the step names the scope itself (its
-    templates may read any key), else just the bare names that resolve into it.
-    """
-    if whole in names:
-        return scope
-    return {k: v for k, v in scope.items() if k in names}
-
-
 def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload: dict[str, Any],
           now: float, parent_execution_id: str | None = None,
           parent_iter: dict[str, Any] | None = None) -> ExecutionState:
@@ -480,11 +470,11 @@ def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload:
                            playbook_path=playbook.path, playbook_name=playbook.name,
                            parent_execution_id=parent_execution_id, parent_iter=parent_iter,
                            started_at=now)
-    router = _Router(playbook, state, now)
-    router.emit("execution.started", ids.event_msg_id(execution_id, "execution.started"),
+    engine = Engine(playbook, state, now)
+    engine.emit("execution.started", ids.event_msg_id(execution_id, "execution.started"),
                 playbook=playbook.name, path=playbook.path, workload=workload)
-    router.deliver(None, playbook.start_step.name, {})
-    router.check_quiescence()
+    engine.deliver(None, playbook.start_step.name, {})
+    engine.check_quiescence()
     return state
 
 
@@ -500,7 +490,7 @@ def abort(playbook: Playbook, state: ExecutionState, cause: str, error: dict[str
         return state
     state.status = "failed"
     state.error = {**error, "message": f"{cause} could not be applied: {error.get('message')}"}
-    _Router(playbook, state, now).check_quiescence()
+    Engine(playbook, state, now).check_quiescence()
     return state
 
 
@@ -512,39 +502,64 @@ def cause_of(event: dict[str, Any]) -> str:
 
 
 def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
-          now: float) -> ExecutionState:
-    """Apply one event (an outcome, a signal, a timer, a cancel request, a child's start);
-    `state.outbox` holds only the messages this event implies.
+          now: float) -> Decision:
+    """Apply one event (an outcome, a signal, a timer, a cancel request, a child's start); the
+    decision's outbox (also `state.outbox`) holds only the messages this event implies.
     """
     state.outbox = []
-    if event.get("event_type") == children.STARTED:
+    etype = event.get("event_type")
+    if etype == children.STARTED:
         # Even for a finished execution: a child that started after its parent gave up on it
         # must still be cancelled.
         if state.status == "running":
             state.applied += 1
-        children.on_started(_Router(playbook, state, now), event)
-        return state
+        children.on_started(Engine(playbook, state, now), event)
+        return Decision(state, state.outbox)
     if state.status != "running":
-        return state  # late outcomes, timers and repeated cancels of a finished execution
-    router = _Router(playbook, state, now)
+        return Decision(state, state.outbox)  # late outcomes, timers, repeated cancels
+    engine = Engine(playbook, state, now)
     state.applied += 1
     heard_by = listeners.listening(playbook, state)
-    if event.get("event_type") == cancel.REQUESTED:
-        cancel.apply_cancel(router, event)
-        router.check_quiescence()
-        return state
-    if event.get("event_type") == "timer.fired" and _delay_timer(event):
-        # A delayed token's timer (`next.spec.delay`), not a listener's.
-        router.on_delay_timer(_delay_timer(event))
-        router.check_quiescence()
-        return state
+    handler = _HANDLERS.get(etype if isinstance(etype, str) else "", _for_listeners)
+    if handler(engine, event):
+        listeners.hear_all(engine, heard_by, event)
+    engine.check_quiescence()
+    return Decision(state, state.outbox)
+
+
+# What each event type does; the answer says whether the listeners hear the event too.
+_Handler = Callable[[Engine, dict[str, Any]], bool]
+
+
+def _for_listeners(engine: Engine, event: dict[str, Any]) -> bool:
+    """Signals, listener timers and anything else: only listeners act on them."""
+    return True
+
+
+def _on_outcome(engine: Engine, event: dict[str, Any]) -> bool:
+    engine.on_outcome(event)
+    return True
+
+
+def _on_cancel(engine: Engine, event: dict[str, Any]) -> bool:
+    cancel.apply_cancel(engine, event)
+    return False
+
+
+def _on_timer(engine: Engine, event: dict[str, Any]) -> bool:
+    """A delayed token's timer (`next.spec.delay`), a watchdog's, or else a listener's."""
+    timer_id = _delay_timer(event)
+    if timer_id:
+        engine.on_delay_timer(timer_id)
+        return False
     if watchdog.is_watchdog(event):
-        watchdog.on_fired(router, event)
-        router.check_quiescence()
-        return state
-    if event.get("event_type") in ("step.done", "step.failed", "loop.iteration.done",
-                                   "loop.iteration.failed"):
-        router.on_outcome(event)
-    listeners.hear_all(router, heard_by, event)
-    router.check_quiescence()
-    return state
+        watchdog.on_fired(engine, event)
+        return False
+    return True
+
+
+_HANDLERS: dict[str, _Handler] = {
+    cancel.REQUESTED: _on_cancel,
+    "timer.fired": _on_timer,
+    **dict.fromkeys(listeners.OUTCOMES, _on_outcome),
+}

@@ -18,6 +18,7 @@ class NetGraph:
     forward_preds: dict[str, tuple[str, ...]]
     back_edges: frozenset[tuple[str, str]]
     components: dict[str, int]  # strongly connected component of each step
+    start: str = ""  # the start step's name, looked up once (every command asks)
 
     def is_join(self, step: str) -> bool:
         return len(self.forward_preds.get(step, ())) > 1
@@ -78,7 +79,7 @@ def _build(playbook: Playbook) -> NetGraph:
             if (src, dst) not in back and src not in preds[dst]:
                 preds[dst].append(src)
     return NetGraph({k: tuple(v) for k, v in preds.items()}, frozenset(back),
-                    _components([s.name for s in playbook.steps], succ))
+                    _components([s.name for s in playbook.steps], succ), start=roots[0])
 
 
 def _components(order: list[str], succ: dict[str, list[str]]) -> dict[str, int]:

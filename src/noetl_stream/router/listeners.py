@@ -15,16 +15,15 @@ while one that arrives late, after a later one, is still heard.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Playbook, Rule, Step, TimerSpec
 from noetl_stream.errors import TemplateError
+from noetl_stream.router.interface import Router
+from noetl_stream.router.reads import rule_templates
 from noetl_stream.router.state import ExecutionState, Outgoing, Run
-
-if TYPE_CHECKING:
-    from noetl_stream.router.engine import _Router
 
 HEARD_KEPT = 256  # redeliveries come within a few AckWaits, far fewer signals than this apart
 
@@ -53,14 +52,14 @@ def event_view(event: dict[str, Any]) -> dict[str, Any]:
             "payload": {k: v for k, v in event.items() if k != "data"}}
 
 
-def hear_all(router: _Router, run_ids: list[str], event: dict[str, Any]) -> None:
+def hear_all(router: Router, run_ids: list[str], event: dict[str, Any]) -> None:
     """Offer `event` to the listeners that were active before it was applied."""
     etype = str(event.get("event_type") or "")
     seq = event.get("seq")
     heard = False
     for run_id in run_ids:
-        run = router.s.runs.get(run_id)
-        if run is None or run.status != "running" or router.s.status != "running":
+        run = router.state.runs.get(run_id)
+        if run is None or run.status != "running" or router.state.status != "running":
             continue
         if is_external(etype) and isinstance(seq, int) and not isinstance(seq, bool):
             if seq in run.heard:
@@ -69,26 +68,28 @@ def hear_all(router: _Router, run_ids: list[str], event: dict[str, Any]) -> None
             run.heard.append(seq)
             del run.heard[:-HEARD_KEPT]
         heard = hear(router, router.pb.step(run.step), run, event_view(event)) or heard
-    if is_external(etype) and not heard and router.s.status == "running":
+    if is_external(etype) and not heard and router.state.status == "running":
         reason = "no listener rule matched" if run_ids else "no step is listening"
-        router.emit("event.ignored", ids.event_msg_id(router.s.execution_id, "event.ignored", etype,
-                                                      seq if seq is not None else router.s.applied),
+        router.emit("event.ignored", ids.event_msg_id(router.state.execution_id, "event.ignored", etype,
+                                                      seq if seq is not None else router.state.applied),
                     ignored=etype, reason=reason)
 
 
-def hear(router: _Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
+def hear(router: Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
     """Try the step's listen rules on one event; True when a rule matched."""
     extra = {"event": view}
+    reads = rule_templates(step.listen)
     try:
         rule = _first(router, step, run, extra)
         if rule is None:
             return False
         if rule.set_ctx:
-            router.s.ctx.update(templating.render(rule.set_ctx, router.context(
-                args=run.args, extra=extra), step=step.name, field="case.set"))
+            router.state.ctx.update(templating.render(rule.set_ctx, router.context(
+                reads=reads, args=run.args, extra=extra), step=step.name, field="case.set"))
         result = None
         if rule.result is not None:
-            result = templating.render(rule.result, router.context(args=run.args, extra=extra),
+            result = templating.render(rule.result, router.context(reads=reads, args=run.args,
+                                                                    extra=extra),
                                        step=step.name, field="case.result")
     except TemplateError as exc:
         leave(router, run, ok=False, result=None,
@@ -105,33 +106,33 @@ def hear(router: _Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
     return True
 
 
-def _first(router: _Router, step: Step, run: Run, extra: dict[str, Any]) -> Rule | None:
-    context = router.context(args=run.args, extra=extra)
+def _first(router: Router, step: Step, run: Run, extra: dict[str, Any]) -> Rule | None:
+    context = router.context(reads=rule_templates(step.listen), args=run.args, extra=extra)
     for rule in step.listen:
         if templating.evaluate_guard(rule.when, context, step=step.name, field="case.when"):
             return rule
     return None
 
 
-def leave(router: _Router, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
+def leave(router: Router, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
           route: str | None) -> None:
     """End the listener's run; its step.done / step.failed goes out for watchers (the router
     ignores it when it comes back: the run is gone).
     """
     etype = "step.done" if ok else "step.failed"
-    router.emit(etype, ids.event_msg_id(router.s.execution_id, etype, run.run_id),
+    router.emit(etype, ids.event_msg_id(router.state.execution_id, etype, run.run_id),
                 step=run.step, step_run_id=run.run_id, status="ok" if ok else "error",
                 result=result, error=error)
     router.finish_run(run, ok=ok, result=result, error=error, route=route)
 
 
-def set_timer(router: _Router, step: Step, run: Run, timer: TimerSpec) -> None:
+def set_timer(router: Router, step: Step, run: Run, timer: TimerSpec) -> None:
     """Ask the runtime for a durable timer; setting the same name again replaces the first."""
-    state = router.s
+    state = router.state
     fire_at = router.now + timer.after_s
     body = {"event_type": "timer.fired", "execution_id": state.execution_id, "step": step.name,
             "step_run_id": run.run_id, "timer_id": timer.name, "fire_at": fire_at,
             "set_at": router.now,
             "data": {"timer_id": timer.name, "name": timer.name, "step": step.name}}
     msg_id = ids.event_msg_id(state.execution_id, "timer", run.run_id, timer.name, state.applied)
-    state.outbox.append(Outgoing("timer", msg_id, body, event_type="timer.fired"))
+    router.send(Outgoing("timer", msg_id, body, event_type="timer.fired"))

@@ -20,7 +20,7 @@ iterations that ran an item, in iteration order (an exhausted claim has no resul
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl import templating
@@ -28,17 +28,15 @@ from noetl_stream.dsl.loops import positive_int
 from noetl_stream.dsl.models import LoopSpec, Step
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import children
+from noetl_stream.router.interface import Router
 from noetl_stream.router.state import LoopState, Run
-
-if TYPE_CHECKING:
-    from noetl_stream.router.engine import _Router
 
 DEFAULT_MAX_IN_FLIGHT = 10
 CURSOR = "cursor"
 LIMIT_FIELD = "loop.spec.max_in_flight"
 
 
-def start(router: _Router, step: Step, run: Run) -> None:
+def start(router: Router, step: Step, run: Run) -> None:
     """The loop step fired: work out its iterations and issue the first ones."""
     spec = step.loop
     assert spec is not None
@@ -53,7 +51,7 @@ def start(router: _Router, step: Step, run: Run) -> None:
             return
         items = collected
     run.loop = LoopState(items=items, mode=spec.mode, max_in_flight=limit)
-    router.emit("loop.started", ids.event_msg_id(router.s.execution_id, "loop.started", run.run_id),
+    router.emit("loop.started", ids.event_msg_id(router.state.execution_id, "loop.started", run.run_id),
                 step=step.name, step_run_id=run.run_id, total=_total(run.loop),
                 max_in_flight=limit)
     if spec.mode != CURSOR and not items:
@@ -62,7 +60,7 @@ def start(router: _Router, step: Step, run: Run) -> None:
     schedule(router, step, run)
 
 
-def schedule(router: _Router, step: Step, run: Run) -> None:
+def schedule(router: Router, step: Step, run: Run) -> None:
     """Issue iterations until the loop's slots are full or it has nothing more to start."""
     loop = run.loop
     assert loop is not None
@@ -74,7 +72,7 @@ def schedule(router: _Router, step: Step, run: Run) -> None:
         router.command(step, run, index, None if loop.mode == CURSOR else loop.items[index])
 
 
-def on_outcome(router: _Router, run: Run, index: int, ok: bool, event: dict[str, Any],
+def on_outcome(router: Router, run: Run, index: int, ok: bool, event: dict[str, Any],
                error: dict[str, Any] | None) -> None:
     """Fold one outcome of an iteration that is in flight into its loop."""
     loop = run.loop
@@ -96,7 +94,7 @@ def on_outcome(router: _Router, run: Run, index: int, ok: bool, event: dict[str,
         elif loop.error is None:
             loop.error = {**(error or {}), "iteration": index}
     progress: dict[str, Any] = {"exhausted": True} if exhausted else {}
-    router.emit("loop.progress", ids.event_msg_id(router.s.execution_id, "loop.progress",
+    router.emit("loop.progress", ids.event_msg_id(router.state.execution_id, "loop.progress",
                                                   run.run_id, index),
                 step=run.step, step_run_id=run.run_id, done=loop.done, total=_total(loop),
                 iteration=index, ok=ok, **progress)
@@ -137,7 +135,7 @@ def template_names(step: Step) -> set[str]:
     return templating.referenced_names([cursor.claim, cursor.auth, cursor.connection])
 
 
-def _limit(router: _Router, step: Step, spec: LoopSpec,
+def _limit(router: Router, step: Step, spec: LoopSpec,
            args: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
     """How many iterations may be in flight, or the error that fails the step."""
     if spec.mode == "sequential":
@@ -148,7 +146,7 @@ def _limit(router: _Router, step: Step, spec: LoopSpec,
     if isinstance(value, int):
         return value, None
     try:
-        rendered = templating.render(value, router.context(args=args), step=step.name,
+        rendered = templating.render(value, router.context(reads=[value], args=args), step=step.name,
                                      field=LIMIT_FIELD)
     except TemplateError as exc:
         return 0, {"message": str(exc), "kind": "template", "field": LIMIT_FIELD}
@@ -160,11 +158,11 @@ def _limit(router: _Router, step: Step, spec: LoopSpec,
     return whole, None
 
 
-def _collection(router: _Router, step: Step, spec: LoopSpec, run: Run) -> list[Any] | None:
+def _collection(router: Router, step: Step, spec: LoopSpec, run: Run) -> list[Any] | None:
     """The items of `loop.in`, or None after failing the run."""
     try:
-        items = templating.render(spec.collection, router.context(args=run.args), step=step.name,
-                                  field="loop.in")
+        context = router.context(reads=[spec.collection], args=run.args)
+        items = templating.render(spec.collection, context, step=step.name, field="loop.in")
     except TemplateError as exc:
         router.finish_run(run, ok=False, result=None, error={"message": str(exc), "kind": "template"})
         return None
@@ -191,8 +189,10 @@ def _total(loop: LoopState) -> int | None:
 
 def _ordered_results(loop: LoopState) -> list[Any]:
     if loop.mode == CURSOR:
-        return [loop.results[key] for key in sorted(loop.results, key=int)]
-    return [loop.results.get(str(i)) for i in range(loop.next_index)]
+        results = loop.all_results()
+        return [results[key] for key in sorted(results, key=int)]
+    results = loop.all_results()
+    return [results.get(str(i)) for i in range(loop.next_index)]
 
 
 def _exhausted(event: dict[str, Any]) -> bool:

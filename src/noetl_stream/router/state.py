@@ -1,18 +1,42 @@
 """Router state of one execution: the marking, step runs, loops, joins, the child executions
 its runs wait on, and the outbox.
 
-Plain dataclasses that round-trip through JSON (`to_dict` / `from_dict`) so the snapshot in KV
-`noetl_executions` is exactly what the router works on. A run keeps the child executions its
-commands started (`Run.children`, router/children.py) only while it is in flight, so the router
+Plain dataclasses that round-trip through JSON (`to_json` / `from_dict`) so the snapshot in KV
+`noetl_executions` is exactly what the router works on, results aside.
+
+Results are kept out of that snapshot, so committing a step costs the same however many steps
+finished before it. A step's result (and the execution's) is in memory on its record; the server
+stores it once in KV `noetl_step_results` under a key made of its content hash
+(state/step_results.py) and the record keeps only that `result_key`. A loop keeps its latest
+iteration results inline and moves them out a page (PAGE_SIZE iterations) at a time once every
+iteration of the page has ended (`LoopState.pages`). A result nobody stored yet (a state the
+router made and no server has committed, or one an older version wrote) is inline as `result`,
+as before; reading a state takes either form. Step records leave it the same way: once PAGE_SIZE
+records have settled (their step is not running and their result is stored) they are stored as a
+page (`step_pages`) and the state writes only the others; a record changed after that is written
+inline again, and inline records win over paged ones when a state is read. Names starting with
+`_` are never written: orjson leaves them out. A run keeps the child executions its commands
+started (`Run.children`, router/children.py) only while it is in flight, so the router
 can cancel them when it cuts the run short; finished runs are dropped with their children.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 import orjson
+
+from noetl_stream import jsonutil
+
+OutgoingKind = Literal["command", "event", "timer", "cancel"]
+LoopMode = Literal["sequential", "parallel", "cursor"]
+RunStatus = Literal["running", "done", "failed", "cancelled"]
+StepStatus = Literal["pending", "running", "completed", "failed", "skipped", "cancelled"]
+ExecutionStatus = Literal["running", "completed", "failed", "cancelled"]
+
+PAGE_SIZE = 100  # loop iteration results (or settled step records) stored together
+SETTLED: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancelled"})
 
 
 @dataclass
@@ -21,7 +45,7 @@ class Outgoing:
     timer, or a cancel request for a child execution (body: `CancelRequest` fields).
     """
 
-    kind: str  # "command" | "event" | "timer" | "cancel"
+    kind: OutgoingKind
     msg_id: str
     body: dict[str, Any]
     event_type: str = ""  # for events
@@ -35,7 +59,7 @@ class LoopState:
     """A loop step's iterations (router/loops.py); a cursor loop has no items, only slots."""
 
     items: list[Any]
-    mode: str  # sequential | parallel | cursor
+    mode: LoopMode
     max_in_flight: int  # rendered when the loop started; a cursor loop's claiming slots
     next_index: int = 0
     in_flight: list[int] = field(default_factory=list)
@@ -46,6 +70,34 @@ class LoopState:
     issued_at: dict[str, float] = field(default_factory=dict)  # str(index) -> command issued
     deadlines: dict[str, float] = field(default_factory=dict)  # str(index) -> watchdog deadline
     exhausted: int = 0  # cursor slots whose claim found nothing: they are not refilled
+    pages: list[str] = field(default_factory=list)  # keys of stored pages of `results`, in order
+    _paged: dict[str, Any] = field(default_factory=dict, repr=False)  # their results, in memory
+
+    def all_results(self) -> dict[str, Any]:
+        """str(index) -> result of every iteration that reported one, stored pages included."""
+        return {**self._paged, **self.results} if self._paged else self.results
+
+    def complete_page(self) -> dict[str, Any] | None:
+        """The inline results of the first page not stored yet, once every iteration of it
+        has ended (its results can no longer change); None while it is still filling.
+        """
+        end = (len(self.pages) + 1) * PAGE_SIZE
+        if self.next_index < end or any(i < end for i in self.in_flight):
+            return None
+        return {k: v for k, v in self.results.items() if int(k) < end}
+
+    def page_stored(self, key: str, page: dict[str, Any]) -> None:
+        """`page` (from complete_page) is stored under `key`: it leaves the inline results."""
+        self.pages.append(key)
+        for index in page:
+            self._paged[index] = self.results.pop(index)
+
+    def pages_unloaded(self) -> bool:
+        """Stored pages whose results are not in memory (a state just read)."""
+        return bool(self.pages) and not self._paged
+
+    def page_loaded(self, page: dict[str, Any]) -> None:
+        self._paged.update(page)
 
 
 @dataclass
@@ -56,7 +108,7 @@ class Run:
     step: str
     run_no: int
     args: dict[str, Any]
-    status: str = "running"  # running | done | failed | cancelled
+    status: RunStatus = "running"
     loop: LoopState | None = None
     # A listener: stream sequences of the signals and timers it applied, the latest HEARD_KEPT.
     # A set, not a high-water mark: with several servers, or after a failed batch, an earlier
@@ -71,12 +123,22 @@ class Run:
 
 @dataclass
 class StepRecord:
-    status: str = "pending"  # completed | failed | skipped | running | cancelled
+    status: StepStatus = "pending"
     runs: int = 0
-    result: Any = None
     error: dict[str, Any] | None = None
     http: dict[str, Any] | None = None
     loop: bool = False
+    # Where the result is stored (state/step_results.py); None while it is only in memory.
+    result_key: str | None = None
+    _result: Any = field(default=None, repr=False)
+
+    @property
+    def result(self) -> Any:
+        return self._result
+
+    def hold(self, value: Any, key: str | None = None) -> None:
+        """Keep `value` as the result; `key` says where it is stored, None: nowhere yet."""
+        self._result, self.result_key = value, key
 
 
 @dataclass
@@ -104,7 +166,7 @@ class ExecutionState:
     workload: dict[str, Any]
     playbook_path: str | None = None  # metadata.path, for listing executions by playbook
     playbook_name: str | None = None
-    status: str = "running"  # running | completed | failed | cancelled
+    status: ExecutionStatus = "running"
     ctx: dict[str, Any] = field(default_factory=dict)
     vars: dict[str, Any] = field(default_factory=dict)
     steps: dict[str, StepRecord] = field(default_factory=dict)
@@ -113,7 +175,8 @@ class ExecutionState:
     delayed: dict[str, Delayed] = field(default_factory=dict)  # timer id -> token
     delays_set: int = 0  # delayed tokens so far: numbers their timer ids
     watchdogs_set: int = 0  # watchdog timers so far: numbers their timer ids
-    result: Any = None
+    result_key: str | None = None  # where the execution's result is stored, like a step's
+    step_pages: list[str] = field(default_factory=list)  # keys of stored pages of step records
     error: dict[str, Any] | None = None
     parent_execution_id: str | None = None
     parent_iter: dict[str, Any] | None = None  # the parent's iteration, read as `iter.parent`
@@ -122,16 +185,107 @@ class ExecutionState:
     trace: dict[str, str] | None = None  # root span ids when traced (observe/tracing.py)
     outbox: list[Outgoing] = field(default_factory=list)
     applied: int = 0  # events applied, for progress and diagnostics
+    _result: Any = field(default=None, repr=False)
+    # Holders (step records, this state) whose result changed and is not stored yet.
+    _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
+    # Names of the records the state writes inline: all but those in a stored page and unchanged
+    # since (`record` is the only way the router changes one). None: every record.
+    _inline: dict[str, None] | None = field(default=None, repr=False)
+    _pages_loaded: bool = field(default=False, repr=False)
+
+    @property
+    def result(self) -> Any:
+        return self._result
+
+    def hold(self, value: Any, key: str | None = None) -> None:
+        self._result, self.result_key = value, key
+
+    def set_result(self, holder: StepRecord | ExecutionState, value: Any) -> None:
+        """A new result for a step record, or for the execution (holder = the state itself);
+        the next commit stores it.
+        """
+        holder.hold(value)
+        if value is not None:
+            self._fresh.append(holder)
+
+    def unstored(self) -> list[StepRecord | ExecutionState]:
+        """Holders whose result is not stored yet (each once); the caller stores them."""
+        out: list[StepRecord | ExecutionState] = []
+        for holder in self._fresh:
+            if holder.result_key is None and holder.result is not None and \
+                    all(h is not holder for h in out):
+                out.append(holder)
+        self._fresh = []
+        return out
+
+    def unloaded_loops(self) -> list[LoopState]:
+        """Loops in flight whose stored pages are not in memory (a state just read)."""
+        return [run.loop for run in self.runs.values()
+                if run.loop is not None and run.loop.pages_unloaded()]
+
+    def unloaded(self) -> list[StepRecord | ExecutionState]:
+        """Holders whose result is stored but not in memory (a state just read)."""
+        holders: list[StepRecord | ExecutionState] = [self, *self.steps.values()]
+        return [h for h in holders if h.result_key is not None and h.result is None]
 
     @property
     def active_runs(self) -> list[Run]:
         return [r for r in self.runs.values() if r.status == "running"]
 
     def record(self, step: str) -> StepRecord:
+        """The step's record, to change: it is written inline again at the next commit."""
         rec = self.steps.get(step)
         if rec is None:
             rec = self.steps[step] = StepRecord()
+        if self._inline is not None:
+            self._inline[step] = None
         return rec
+
+    # -- step records a page at a time (state/step_results.py stores them) ----------------
+    def complete_record_page(self) -> dict[str, dict[str, Any]] | None:
+        """PAGE_SIZE settled inline records as plain values, oldest first; None while fewer
+        have settled. A record settles when its step is not running and its result is stored.
+        """
+        if len(self.steps) < PAGE_SIZE:
+            return None
+        inline = self._inline if self._inline is not None else dict.fromkeys(self.steps)
+        if len(inline) < PAGE_SIZE:
+            return None
+        page: dict[str, dict[str, Any]] = {}
+        for name in inline:
+            rec = self.steps[name]
+            if rec.status in SETTLED and (rec.result_key is not None or rec.result is None):
+                page[name] = _record_value(rec)
+                if len(page) == PAGE_SIZE:
+                    return page
+        return None
+
+    def record_page_stored(self, key: str, page: dict[str, Any]) -> None:
+        """`page` (from complete_record_page) is stored under `key`: its records leave the
+        state's JSON.
+        """
+        if self._inline is None:
+            self._inline = dict.fromkeys(self.steps)
+        self.step_pages.append(key)
+        for name in page:
+            self._inline.pop(name, None)
+
+    def record_pages_unloaded(self) -> bool:
+        """Stored record pages not in memory (a state just read)."""
+        return bool(self.step_pages) and not self._pages_loaded
+
+    def record_pages_loaded(self, pages: list[Any]) -> None:
+        """The stored pages, in `step_pages` order: their records join the inline ones, a later
+        page winning over an earlier one and an inline record over both.
+        """
+        paged: dict[str, StepRecord] = {}
+        for page in pages:
+            for name, raw in (page if isinstance(page, dict) else {}).items():
+                paged[name] = StepRecord(**_known(StepRecord, raw))
+        inline = self._inline if self._inline is not None else dict.fromkeys(self.steps)
+        self._inline = dict(inline)
+        self.steps = {**{n: r for n, r in paged.items() if n not in inline}, **self.steps}
+        self._pages_loaded = True
 
     def summary(self) -> dict[str, Any]:
         """What `run --json` and `execution.*` events report."""
@@ -150,9 +304,29 @@ class ExecutionState:
         }
 
     # -- JSON round trip -------------------------------------------------------------------
+    def to_json(self) -> bytes:
+        """The state as committed: results that are not stored yet are inline."""
+        # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict. Records in
+        # a stored page are left out for the time of the call.
+        every = self.steps
+        if self._inline is not None:
+            self.steps = {name: every[name] for name in self._inline}
+        try:
+            data = jsonutil.dumps(self)
+        finally:
+            self.steps = every
+        if not any(h.result_key is None and h.result is not None for h in self._fresh):
+            return data
+        plain: dict[str, Any] = orjson.loads(data)
+        if self.result_key is None and self.result is not None:
+            plain["result"] = self.result
+        for name, rec in self.steps.items():
+            if rec.result_key is None and rec.result is not None and name in plain["steps"]:
+                plain["steps"][name]["result"] = rec.result
+        return jsonutil.dumps(plain)
+
     def to_dict(self) -> dict[str, Any]:
-        # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict.
-        result: dict[str, Any] = orjson.loads(orjson.dumps(self))
+        result: dict[str, Any] = orjson.loads(self.to_json())
         return result
 
     @classmethod
@@ -166,7 +340,7 @@ class ExecutionState:
             loop = raw.get("loop")
             runs[key] = Run(**{**_known(Run, raw),
                                "loop": LoopState(**_known(LoopState, loop)) if loop else None})
-        return cls(
+        state = cls(
             execution_id=data["execution_id"],
             playbook_key=data["playbook_key"],
             workload=data.get("workload", {}),
@@ -181,7 +355,8 @@ class ExecutionState:
             delayed={k: Delayed(**_known(Delayed, v)) for k, v in data.get("delayed", {}).items()},
             delays_set=data.get("delays_set", 0),
             watchdogs_set=data.get("watchdogs_set", 0),
-            result=data.get("result"),
+            result_key=data.get("result_key"),
+            step_pages=list(data.get("step_pages", [])),
             error=data.get("error"),
             parent_execution_id=data.get("parent_execution_id"),
             parent_iter=data.get("parent_iter"),
@@ -191,14 +366,40 @@ class ExecutionState:
             outbox=[Outgoing(**_known(Outgoing, o)) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),
         )
+        if state.step_pages:
+            state._inline = dict.fromkeys(state.steps)
+        # A result without a key is inline (not stored yet, or written by 0.1.0).
+        if state.result_key is None:
+            state.set_result(state, data.get("result"))
+        for name, rec in state.steps.items():
+            if rec.result_key is None:
+                state.set_result(rec, data["steps"][name].get("result"))
+        return state
+
+
+def _record_value(rec: StepRecord) -> dict[str, Any]:
+    """A record as the plain value a page holds (a copy: the record goes on changing)."""
+    return {"status": rec.status, "runs": rec.runs, "error": rec.error, "http": rec.http,
+            "loop": rec.loop, "result_key": rec.result_key}
 
 
 def _known(cls: type, raw: dict[str, Any]) -> dict[str, Any]:
     """The entries of `raw` that are fields of the dataclass `cls`."""
     names = _FIELD_NAMES.get(cls)
     if names is None:
-        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls)
+                                              if not f.name.startswith("_"))
     return {k: v for k, v in raw.items() if k in names}
 
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+class Decision(NamedTuple):
+    """What applying one event decided (ARCHITECTURE §7): the new state and the messages to
+    publish once it is committed. `apply` changes the state it is given rather than a copy (a
+    500-item loop would otherwise copy its state 500 times), so `state` is that same object.
+    """
+
+    state: ExecutionState
+    outbox: list[Outgoing]

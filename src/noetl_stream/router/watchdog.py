@@ -17,16 +17,14 @@ set only by a kind's default arm no watchdog, so most commands cost no extra tim
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl import layering
 from noetl_stream.dsl.models import Playbook, Rule, Step, Task
 from noetl_stream.router import children
+from noetl_stream.router.interface import Router
 from noetl_stream.router.state import Outgoing, Run
-
-if TYPE_CHECKING:
-    from noetl_stream.router.engine import _Router
 
 TIMER_PREFIX = "watchdog."  # a dot: no listener timer has such a name
 GRACE_S = 2.0  # lets the worker's own timeout report win the race with the watchdog
@@ -74,9 +72,9 @@ def _wait(rule: Rule, attempt: int) -> float:
     return min(wait, rule.max_delay) if rule.max_delay is not None else wait
 
 
-def arm(router: _Router, step: Step, run: Run, index: int | None) -> None:
+def arm(router: Router, step: Step, run: Run, index: int | None) -> None:
     """Record when a command went out and, for a step with a timeout, set its watchdog timer."""
-    state = router.s
+    state = router.state
     if index is not None and run.loop is not None:
         run.loop.issued_at[str(index)] = router.now
     seconds = budget_s(router.pb, step)
@@ -93,7 +91,7 @@ def arm(router: _Router, step: Step, run: Run, index: int | None) -> None:
             "step_run_id": run.run_id, "iteration": index, "timer_id": timer_id,
             "fire_at": deadline, "set_at": router.now, "timeout_s": seconds - GRACE_S,
             "data": {"timer_id": timer_id, "name": timer_id, "step": step.name}}
-    state.outbox.append(Outgoing("timer", ids.event_msg_id(state.execution_id, "timer", timer_id),
+    router.send(Outgoing("timer", ids.event_msg_id(state.execution_id, "timer", timer_id),
                                  body, event_type="timer.fired"))
 
 
@@ -103,9 +101,9 @@ def is_watchdog(event: dict[str, Any]) -> bool:
             and timer_id.startswith(TIMER_PREFIX))
 
 
-def on_fired(router: _Router, event: dict[str, Any]) -> None:
+def on_fired(router: Router, event: dict[str, Any]) -> None:
     """A watchdog timer fired: fail its run or iteration if it is still waiting for an outcome."""
-    run = router.s.runs.get(str(event.get("step_run_id")))
+    run = router.state.runs.get(str(event.get("step_run_id")))
     if run is None or run.status != "running":
         return  # the run finished (or the timer was redelivered): nothing to do
     index = event.get("iteration")
@@ -121,7 +119,7 @@ def on_fired(router: _Router, event: dict[str, Any]) -> None:
     error = {"message": reason, "kind": "timeout", "retryable": True, "source": "watchdog"}
     if index is not None:
         error["iteration"] = index
-    router.emit("step.timeout", ids.event_msg_id(router.s.execution_id, "step.timeout",
+    router.emit("step.timeout", ids.event_msg_id(router.state.execution_id, "step.timeout",
                                                  run.run_id, index),
                 step=run.step, step_run_id=run.run_id, iteration=index, reason=reason,
                 timeout_s=seconds, error=error)
@@ -129,5 +127,5 @@ def on_fired(router: _Router, event: dict[str, Any]) -> None:
     children.cancel_command(router, run, index, f"its parent's step {run.step} timed out: "
                                                 f"{reason}")
     router.on_outcome({"event_type": "step.failed" if index is None else "loop.iteration.failed",
-                       "execution_id": router.s.execution_id, "step": run.step,
+                       "execution_id": router.state.execution_id, "step": run.step,
                        "step_run_id": run.run_id, "iteration": index, "error": error})

@@ -6,7 +6,8 @@ Three things make a finished execution go away after NOETL_STREAM_RETENTION (def
 - the events stream `NOETL_EVENTS` and the object store `noetl_results` have that max age (the
   stream never below its 20-minute duplicate window);
 - every server sweeps once an hour (`RetentionSweeper`): finished executions older than the
-  retention lose their events, vars and state, and vars whose execution is gone are removed.
+  retention lose their events, vars, step results and state, and vars and step results whose
+  execution is gone are removed.
 
 A running execution is never purged: its state carries no TTL and the sweeper and `purge` skip
 every state whose status is `running`. The stream's max age bounds the history of any execution
@@ -35,6 +36,7 @@ log = logging.getLogger("noetl_stream.retention")
 
 EXECUTIONS_BUCKET = "noetl_executions"
 VARS_BUCKET = "noetl_vars"
+STEP_RESULTS_BUCKET = "noetl_step_results"  # state/step_results.py
 SWEEP_EVERY_S = 3600.0
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 
@@ -101,8 +103,9 @@ async def purge_execution(bus: Bus, execution_id: str) -> None:
     """
     js = bus.js
     await js.purge_stream("NOETL_EVENTS", subject=bus.topology.execution_events_filter(execution_id))
-    with contextlib.suppress(NotFoundError):
-        await js.purge_stream(f"KV_{VARS_BUCKET}", subject=f"$KV.{VARS_BUCKET}.{execution_id}.>")
+    for bucket in (VARS_BUCKET, STEP_RESULTS_BUCKET):
+        with contextlib.suppress(NotFoundError):
+            await js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{execution_id}.>")
     await js.purge_stream(f"KV_{EXECUTIONS_BUCKET}", subject=f"$KV.{EXECUTIONS_BUCKET}.{execution_id}")
 
 
@@ -117,15 +120,25 @@ async def purge_finished(bus: Bus, *, older_than_s: float, status: str | None = 
 
 
 async def purge_orphan_vars(bus: Bus) -> int:
-    """Remove vars whose execution has no state any more (it expired by its TTL)."""
+    """Remove vars and step results whose execution has no state any more (it expired by its
+    TTL); the number of executions whose vars went.
+    """
+    count = await _purge_orphans(bus, VARS_BUCKET)
+    await _purge_orphans(bus, STEP_RESULTS_BUCKET)
+    return count
+
+
+async def _purge_orphans(bus: Bus, bucket: str) -> int:
+    # Keys are listed before the states: an execution's entries are only written once its
+    # state exists, so a state created in between is among the live ones.
     try:
-        var_keys = await bucket_keys(bus.js, VARS_BUCKET)
+        keys = await bucket_keys(bus.js, bucket)
     except NotFoundError:
         return 0
-    owners = {key.split(".", 1)[0] for key in var_keys}
+    owners = {key.split(".", 1)[0] for key in keys}
     live = set(await bucket_keys(bus.js, EXECUTIONS_BUCKET))
     for execution_id in sorted(owners - live):
-        await bus.js.purge_stream(f"KV_{VARS_BUCKET}", subject=f"$KV.{VARS_BUCKET}.{execution_id}.>")
+        await bus.js.purge_stream(f"KV_{bucket}", subject=f"$KV.{bucket}.{execution_id}.>")
     return len(owners - live)
 
 

@@ -52,6 +52,7 @@ from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_size import shrink
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.state.results import ResultStore
+from noetl_stream.state.step_results import StepResults, summaries_by_reference
 from noetl_stream.tools.registry import installed_kinds
 
 log = logging.getLogger("noetl_stream.server")
@@ -99,6 +100,7 @@ class Server:
         self._vars = VarsStore(bus.js)
         self._pools = KnownPools(bus)
         self._results = ResultStore(bus.js)
+        self._step_results = StepResults(bus.js, self._results)
         # A finished state is written with this per-key TTL (runtime/retention.py).
         self._retention_s = config.retention_s()
         self._state_ttl = False
@@ -287,6 +289,7 @@ class Server:
             # Already started (a redelivered or repeated request): re-publish what it committed.
             entry = await self._executions.get(execution_id)
             state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
+            await self._step_results.load(state)
             revision = int(entry.revision or 0)
             created = False
             if not _same_request(state, key, workload, request):
@@ -492,6 +495,14 @@ class Server:
             return None
 
     async def _encode_fitting(self, state: ExecutionState) -> bytes:
+        # Results first, so the state refers to them by key (state/step_results.py); their
+        # entries are written before the state that names them is committed.
+        try:
+            await self._step_results.store(state)
+        except (TypeError, ValueError) as exc:
+            raise Unstorable(_encoding_problem(exc), "value") from None
+        # Half a message, as a state too large is shrunk to: the state holds its outbox too.
+        await summaries_by_reference(state.outbox, self._results, self._state_limit() // 2)
         try:
             return self._encode(state)
         except Unstorable as exc:
@@ -511,7 +522,7 @@ class Server:
         """
         state, outbox = cached.state, []
         for _, event in items:
-            before = jsonutil.dumps(state)  # storable: it was committed, or checked just now
+            before = state.to_json()  # storable: it was committed, or checked just now
             try:
                 router.apply(cached.playbook, state, event, now)
                 await self._encode_fitting(state)
@@ -520,6 +531,7 @@ class Server:
                 log.warning("%s of %s fails the execution: %s", router.cause_of(event),
                             state.execution_id, error["message"])
                 state = ExecutionState.from_dict(jsonutil.loads(before))
+                await self._step_results.load(state)
                 step = event.get("step")
                 router.abort(cached.playbook, state, router.cause_of(event),
                              {**error, "event": event.get("event_type"),
@@ -535,7 +547,7 @@ class Server:
         message it publishes fits too.
         """
         try:
-            data = jsonutil.dumps(state)
+            data = state.to_json()
         except (TypeError, ValueError) as exc:
             raise Unstorable(_encoding_problem(exc), "value") from None
         limit = self._state_limit()
@@ -588,6 +600,7 @@ class Server:
         if entry.value is None:
             return None
         state = ExecutionState.from_dict(jsonutil.loads(entry.value))
+        await self._step_results.load(state)
         playbook = await self._playbook(state.playbook_key)
         # Whatever the last committer had not yet published goes out again; duplicates drop.
         await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))

@@ -4,7 +4,8 @@ store, as large step results already do (state/results.py, spec 002 §10).
 Each result a worker reports fits the payload limit on its own, but a loop gathers them: forty
 iterations of 240 kB are more than the 8 MiB a KV value may be. When a state would be too large
 to commit, the server moves its largest values (results of finished steps and of iterations,
-ctx values, and the same values in the messages it is about to publish) to `noetl_results` and
+ctx values, loop iteration results not yet stored by page, and the same values in the messages
+it is about to publish) to `noetl_results` and
 keeps references in their place, largest first, until the state takes half the limit (so it is
 not done again at the next event). Readers resolve references wherever they sit: a worker in
 the context of its command, `run` in the final result.
@@ -48,10 +49,9 @@ def _entries(mapping: Any) -> Iterator[_Slot]:
 
 def _slots(state: ExecutionState) -> Iterator[_Slot]:
     """Every place of the state that holds a value a playbook produced."""
+    # Step results and the execution's are not part of the committed state any more
+    # (state/step_results.py); a loop's latest iteration results still are.
     yield from _entries(state.ctx)
-    yield _Slot(state, "result", attribute=True)
-    for rec in state.steps.values():
-        yield _Slot(rec, "result", attribute=True)
     for run in state.runs.values():
         if run.loop is not None:
             yield from _entries(run.loop.results)

@@ -94,7 +94,7 @@ class RouterHarness:
         """Apply one event; return (and record) the outbox it produced."""
         self.now += 1.0
         self.applied.append(copy.deepcopy(event))
-        self.state = apply(self.playbook, self.state, event, self.now)
+        self.state = apply(self.playbook, self.state, event, self.now).state
         outbox = list(self.state.outbox)
         self._collect(outbox)
         return outbox

@@ -10,8 +10,9 @@ A child starts at most once per attempt of the task: its execution id is derived
 idempotency key (parent step run, iteration, task, attempt) and its request carries
 `Nats-Msg-Id: req:<child id>`, and the server's `create` of the execution state refuses a second
 start after the duplicate window too. A redelivered command therefore finds its child: a finished
-one is read from KV `noetl_executions`, a running one is waited for. While it waits the worker
-keeps the command leased with in-progress acks; the wait holds one of the worker's slots.
+one is read from KV `noetl_executions` (its results from beside it), a running one is waited
+for. While it waits the worker keeps the command leased with in-progress acks; the wait holds one
+of the worker's slots.
 
 A wait that ends without the child's end (the task's timeout, or the router no longer wants the
 command because the parent was cancelled or the step's watchdog failed it: the worker cancels the
@@ -31,12 +32,15 @@ from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError
 
-from noetl_stream import ids, jsonutil
+from noetl_stream import ids, jsonutil, refs
 from noetl_stream.errors import CatalogError
 from noetl_stream.messages import CancelRequest, ExecutionRequest
 from noetl_stream.observe import tracing
+from noetl_stream.router.state import ExecutionState
 from noetl_stream.state.catalog import resolve_child
 from noetl_stream.state.event_feed import EventFeed
+from noetl_stream.state.results import ResultStore
+from noetl_stream.state.step_results import StepResults
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 END_EVENTS = frozenset({"execution.completed", "execution.failed", "execution.cancelled",
@@ -76,7 +80,9 @@ class PlaybookTool:
         known = await self._child_state(js, child_id)
         if known is not None and (is_async or known.get("status") != "running"):
             # Started by an earlier delivery of this command: never start it again.
-            return self._outcome(child_id, known, call) if not is_async else _started(child_id)
+            if is_async:
+                return _started(child_id)
+            return self._outcome(child_id, await _finished_summary(js, known), call)
         final: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         feed = None if is_async else await self._follow(child_id, final)
         try:
@@ -110,7 +116,7 @@ class PlaybookTool:
         finally:
             if feed is not None:
                 await feed.stop()
-        return self._outcome(child_id, end, call)
+        return self._outcome(child_id, await _with_steps(js, end, call), call)
 
     async def _cancel_child(self, js: Any, child_id: str, call: TaskCall) -> None:
         """Ask for the child to be cancelled (the same request `noetl-stream cancel` sends)."""
@@ -187,3 +193,22 @@ class PlaybookTool:
 def _started(child_id: str) -> Outcome:
     return Outcome.success({"execution_id": child_id, "status": "started"},
                            meta={"execution_id": child_id})
+
+
+async def _finished_summary(js: Any, stored: dict[str, Any]) -> dict[str, Any]:
+    """A finished child's summary from its committed state, whose results are stored beside it
+    (state/step_results.py).
+    """
+    state = ExecutionState.from_dict(stored)
+    await StepResults(js, ResultStore(js)).load(state)
+    return state.summary()
+
+
+async def _with_steps(js: Any, end: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+    """The child's end event, with its `steps` read back when a large summary sent them by
+    reference and the task returns one of them.
+    """
+    steps = end.get("steps")
+    if call.config.get("return_step") and refs.is_json_ref(steps):
+        return {**end, "steps": await ResultStore(js).resolve(steps)}
+    return end

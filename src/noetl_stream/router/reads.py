@@ -1,0 +1,65 @@
+"""Which names a step's templates read, found statically with Jinja's AST. Pure.
+
+Contexts are built from these names only: a router-side template (an admission rule, an arc,
+a step's `set:`) gets the finished steps it names, and a command carries the finished steps,
+workload keys and ctx keys its worker-side templates name. So neither costs more as an execution
+finishes more steps. The sandbox gives a template no way to reach a name it does not spell out
+(no `context`, no context-reading filters), so the names found are all it can read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from noetl_stream.dsl import pycode, templating
+from noetl_stream.dsl.models import Rule, Step, Task
+
+
+def names_read(values: Iterable[Any]) -> set[str]:
+    """Top-level names the templates inside `values` read."""
+    names: set[str] = set()
+    for value in values:
+        names |= templating.referenced_names(value)
+    return names
+
+
+def rule_templates(rules: Iterable[Rule]) -> list[Any]:
+    """The template fields of rules the router evaluates (case step.enter / step.exit / listen)."""
+    return [[rule.when, rule.set_ctx, rule.result] for rule in rules]
+
+
+def step_reads(step: Step, loop_names: set[str]) -> set[str]:
+    """Names this step's worker-side templates read, to ship only those step results;
+    `loop_names` are the ones its loop's worker-side templates read (router/loops.py).
+    """
+    names: set[str] = templating.referenced_names(step.args) | loop_names
+    for task in tasks_and_rule_sinks(step):
+        names |= templating.referenced_names(task.config)
+        names |= templating.referenced_names(task.input)
+        names |= templating.referenced_names([task.set_ctx, task.set_iter, task.set_locals])
+        names |= templating.referenced_names(task.sink.when if task.sink else None)
+        for rule in task.rules:
+            names |= templating.referenced_names([rule.when, rule.set_ctx, rule.set_iter,
+                                                  rule.set_locals, rule.call, rule.result])
+    return names
+
+
+def reads_context(step: Step) -> bool:
+    """Whether a python task of the step reads `context`, which holds every finished step."""
+    return any(t.kind == "python" and isinstance(t.config.get("code"), str)
+               and pycode.reads_context(t.config["code"]) for t in tasks_and_rule_sinks(step))
+
+
+def tasks_and_rule_sinks(step: Step) -> tuple[Task, ...]:
+    """Every task a command of the step may run: its pipeline and the sinks its rules start."""
+    return (*step.tasks, *(sink for task in step.tasks for rule in task.rules for sink in rule.sink))
+
+
+def only(scope: dict[str, Any], names: set[str], whole: str) -> dict[str, Any]:
+    """The part of `scope` a step reads: all of it when the step names the scope itself (its
+    templates may read any key), else just the bare names that resolve into it.
+    """
+    if whole in names:
+        return scope
+    return {k: v for k, v in scope.items() if k in names}

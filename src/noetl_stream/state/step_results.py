@@ -1,0 +1,189 @@
+"""Step results outside the execution's state: KV `noetl_step_results` (router/state.py says why).
+
+Each result is written once, before the state that refers to it is committed, under
+`<execution_id>.<sha256 of its JSON, 32 hex digits>`; the state keeps only that key. A key names
+its content, so a server that dies after writing and before committing, or two servers that
+apply the same events, write the same entry again, and a stale writer can never change what a
+committed state refers to. A loop's iteration results are written a page at a time (a mapping of
+iteration -> result) the same way, and so are settled step records (step name -> record), so
+the state written at each commit does not grow with the steps that finished before. A value
+larger than LARGEST_INLINE goes to the object store `noetl_results` and its entry holds the
+reference.
+
+Values are cached in the process (bounded in bytes), so a state reloaded after a conflict or a
+failed commit reads none of them again; a server that has never seen the execution (a restart,
+another server) reads the ones the state names when it loads it.
+
+The summary an `execution.*` event carries names every step's result: when its JSON is larger
+than the limit the server gives (half a NATS message), its `steps` (and then its `result`) go to
+the object store and the event carries references, which `run`, `watch --json`, workers and a
+parent's `return_step` (tools/playbook.py) resolve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import OrderedDict
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
+
+from noetl_stream import jsonutil
+from noetl_stream.errors import InfrastructureError
+from noetl_stream.router.state import ExecutionState, LoopState, Outgoing, StepRecord
+from noetl_stream.state.results import ResultStore
+
+BUCKET = "noetl_step_results"
+LARGEST_INLINE = 512 * 1024  # bytes of a KV entry; larger values go to the object store
+CACHE_BYTES = 128 * 1024 * 1024
+SUMMARY_FIELDS = ("steps", "result")  # moved out of a large summary, in this order
+
+Holder = StepRecord | ExecutionState
+
+
+class StepResults:
+    """Stores and loads the results an execution's state refers to by key."""
+
+    def __init__(self, js: JetStreamContext, objects: ResultStore, *,
+                 cache_bytes: int = CACHE_BYTES) -> None:
+        self.js = js
+        self.objects = objects
+        self._kv: KeyValue | None = None
+        self._cache: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self._cached_bytes = 0
+        self._cache_limit = cache_bytes
+
+    async def _bucket(self) -> KeyValue:
+        if self._kv is None:
+            try:
+                self._kv = await self.js.key_value(BUCKET)
+            except NotFoundError:
+                raise InfrastructureError(f'KV bucket "{BUCKET}" does not exist; '
+                                          "run `noetl-stream init`") from None
+        return self._kv
+
+    # -- writing -----------------------------------------------------------------------------
+    async def store(self, state: ExecutionState) -> None:
+        """Write the results the state holds but has not stored yet and record their keys.
+        Raises TypeError/ValueError for a value JSON cannot hold (the commit's check names it).
+        """
+        writes: list[tuple[str, bytes, Any]] = []
+        for holder in state.unstored():
+            key, data = _keyed(holder.result)
+            holder.hold(holder.result, key)
+            writes.append((key, data, holder.result))
+        for loop in _loops(state):
+            page = loop.complete_page()
+            while page is not None:
+                key, data = _keyed(page)
+                loop.page_stored(key, page)
+                writes.append((key, data, page))
+                page = loop.complete_page()
+        # After the results: a record is paged only once its result_key is set.
+        records = state.complete_record_page()
+        while records is not None:
+            key, data = _keyed(records)
+            state.record_page_stored(key, records)
+            writes.append((key, data, records))
+            records = state.complete_record_page()
+        if writes:
+            await asyncio.gather(*(self._put(state.execution_id, key, data, value)
+                                   for key, data, value in _distinct(writes)))
+
+    async def _put(self, execution_id: str, key: str, data: bytes, value: Any) -> None:
+        name = f"{execution_id}.{key}"
+        if name in self._cache:
+            return  # stored by this process already: same key, same bytes
+        entry = b'{"v":' + data + b"}"
+        if len(entry) > LARGEST_INLINE:
+            ref = await self.objects.put_bytes(data)
+            entry = jsonutil.dumps({"o": ref})
+        await (await self._bucket()).put(name, entry)
+        self._remember(name, value, len(data))
+
+    # -- reading -----------------------------------------------------------------------------
+    async def load(self, state: ExecutionState, *, steps: bool = True) -> None:
+        """Put the step records and results a state just read refers to back in memory; with
+        `steps` False, of the results only the execution's own (what a report shows).
+        """
+        if state.record_pages_unloaded():
+            state.record_pages_loaded(list(await asyncio.gather(
+                *(self._get(state.execution_id, key) for key in state.step_pages))))
+        holders = state.unloaded() if steps else [h for h in state.unloaded() if h is state]
+        loops = state.unloaded_loops() if steps else []
+        keys = [h.result_key for h in holders if h.result_key is not None]
+        keys += [key for loop in loops for key in loop.pages]
+        values = dict(zip(keys, await asyncio.gather(
+            *(self._get(state.execution_id, key) for key in keys)), strict=True))
+        for holder in holders:
+            holder.hold(values[str(holder.result_key)], holder.result_key)
+        for loop in loops:
+            for key in loop.pages:
+                page = values[key]
+                loop.page_loaded(page if isinstance(page, dict) else {})
+
+    async def _get(self, execution_id: str, key: str) -> Any:
+        name = f"{execution_id}.{key}"
+        cached = self._cache.get(name)
+        if cached is not None:
+            self._cache.move_to_end(name)
+            return cached[0]
+        try:
+            entry = await (await self._bucket()).get(name)
+        except KeyNotFoundError:
+            raise InfrastructureError(f'result "{key}" of execution {execution_id} is missing '
+                                      f'from "{BUCKET}" (expired or removed)') from None
+        raw = entry.value or b"{}"
+        body = jsonutil.loads(raw)
+        # An object's bytes are checked against their hash by the object store.
+        value = jsonutil.loads(await self.objects.fetch(body["o"]["$ref"])) if "o" in body \
+            else body.get("v")
+        self._remember(name, value, len(raw))
+        return value
+
+    def _remember(self, key: str, value: Any, size: int) -> None:
+        if size > self._cache_limit or key in self._cache:
+            return
+        self._cache[key] = (value, size)
+        self._cached_bytes += size
+        while self._cached_bytes > self._cache_limit:
+            _, (_, dropped) = self._cache.popitem(last=False)
+            self._cached_bytes -= dropped
+
+
+async def summaries_by_reference(outbox: list[Outgoing], objects: ResultStore, limit: int) -> None:
+    """Replace the large parts of `execution.*` summaries in `outbox` by object references,
+    until each body's JSON takes at most `limit` bytes.
+    """
+    for message in outbox:
+        if message.kind != "event" or not message.event_type.startswith("execution."):
+            continue
+        body = message.body
+        for name in SUMMARY_FIELDS:
+            if len(jsonutil.dumps(body)) <= limit:
+                break
+            if body.get(name) not in (None, {}, []):
+                body[name] = await objects.put_bytes(jsonutil.dumps(body[name]))
+
+
+def _loops(state: ExecutionState) -> list[LoopState]:
+    return [run.loop for run in state.runs.values() if run.loop is not None]
+
+
+def _keyed(value: Any) -> tuple[str, bytes]:
+    data = jsonutil.dumps(value)
+    return _hash(data), data
+
+
+def _hash(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def _distinct(writes: list[tuple[str, bytes, Any]]) -> list[tuple[str, bytes, Any]]:
+    seen: dict[str, tuple[str, bytes, Any]] = {}
+    for write in writes:
+        seen.setdefault(write[0], write)
+    return list(seen.values())

@@ -1,0 +1,147 @@
+"""Step results beside the state on a real nats-server: the committed state names each result by
+key in KV `noetl_step_results`, a server that never saw the execution reads them back, a loop's
+results leave the state a page at a time, and a summary too large for the payload limit carries
+its steps by reference."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+from typing import Any
+
+import pytest
+
+from noetl_stream import jsonutil, refs
+from noetl_stream.router.state import PAGE_SIZE, ExecutionState, LoopState, Outgoing, Run, StepRecord
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.execution_ids import new_execution_id
+from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.state.results import ResultStore
+from noetl_stream.state.step_results import BUCKET, StepResults, summaries_by_reference
+from noetl_stream.testing.waiting import assert_eventually
+
+pytestmark = pytest.mark.integration
+
+PAUSED = textwrap.dedent("""\
+    apiVersion: noetl.io/v2
+    kind: Playbook
+    metadata: {name: paused}
+    workflow:
+      - step: start
+        tool: {kind: python, code: 'result = {"n": 41, "pad": "x" * 3000}'}
+        next: wait
+      - step: wait
+        eval_mode: on_event
+        case:
+          - when: "{{ event.name == 'signal.go' }}"
+            then: {next: [last]}
+      - step: last
+        tool: {kind: noop, input: {n: "{{ start.n + 1 }}", size: "{{ start.pad | length }}"}}
+    """)
+
+
+async def _committed(bus: Bus, execution_id: str) -> dict[str, Any]:
+    entry = await (await bus.js.key_value("noetl_executions")).get(execution_id)
+    data: dict[str, Any] = jsonutil.loads(entry.value or b"{}")
+    return data
+
+
+async def test_a_server_that_never_saw_the_execution_reads_its_results_back(bus: Bus) -> None:
+    execution_id = new_execution_id()
+    events: list[dict[str, Any]] = []
+    async with run_services(bus, python_children=1):
+        watch = asyncio.create_task(submit_and_watch(
+            bus, playbook_text=PAUSED, playbook_file="paused.yaml", payload={},
+            on_event=events.append, execution_id=execution_id, timeout_s=60))
+
+        def waiting() -> None:
+            assert any(e["event_type"] == "step.started" and e.get("step") == "wait"
+                       for e in events)
+        await assert_eventually(waiting)
+        stored = await _committed(bus, execution_id)
+    # The committed state names the result; it does not hold it.
+    record = stored["steps"]["start"]
+    assert "result" not in record and isinstance(record["result_key"], str)
+    entry = await (await bus.js.key_value(BUCKET)).get(f"{execution_id}.{record['result_key']}")
+    assert jsonutil.loads(entry.value or b"{}")["v"]["n"] == 41
+
+    async with run_services(bus, python_children=1):  # a new server: nothing cached
+        await publish_signal(bus, execution_id, "go", {})
+        final = await watch
+    assert final["status"] == "completed", final.get("error")
+    assert final["result"] == {"n": 42, "size": 3000}
+    assert final["steps"]["start"]["result"]["n"] == 41
+
+
+async def test_loop_pages_are_stored_once_complete_and_read_back_cold(bus: Bus) -> None:
+    """The store on its own: a loop of 250 iterations, all ended, keeps only the last partial
+    page inline; a store with an empty cache reads the pages and every step result back."""
+    items = list(range(250))
+    loop = LoopState(items=items, mode="parallel", max_in_flight=10, next_index=250,
+                     results={str(i): {"i": i} for i in items}, done=250)
+    state = ExecutionState(execution_id=new_execution_id(), playbook_key="k", workload={})
+    state.runs["r1"] = Run(run_id="r1", step="fan", run_no=1, args={}, loop=loop)
+    first = state.steps["first"] = StepRecord(status="completed", runs=1)
+    state.set_result(first, {"rows": ["a"] * 100})
+    state.set_result(state, {"rows": ["a"] * 100})
+
+    await StepResults(bus.js, ResultStore(bus.js)).store(state)
+
+    assert len(loop.pages) == 250 // PAGE_SIZE
+    assert sorted(loop.results, key=int) == [str(i) for i in range(200, 250)]
+    assert first.result_key is not None and first.result_key == state.result_key
+    written = state.to_dict()
+    assert "result" not in written and "result" not in written["steps"]["first"]
+
+    again = ExecutionState.from_dict(written)
+    assert again.steps["first"].result is None and again.unloaded_loops()
+    await StepResults(bus.js, ResultStore(bus.js)).load(again)
+    reloaded = again.runs["r1"].loop
+    assert reloaded is not None and reloaded.all_results() == {str(i): {"i": i} for i in items}
+    assert again.steps["first"].result == {"rows": ["a"] * 100} == again.result
+
+
+async def test_a_large_summary_carries_its_steps_by_reference(bus: Bus) -> None:
+    """A summary over the limit sends `steps` to the object store, and `result` too while it is
+    still over; a small one, or a message that is not an execution's end, is left alone."""
+    steps = {f"s{i}": {"status": "completed", "runs": 1, "result": {"pad": "y" * 700}}
+             for i in range(3)}
+    large = {"execution_id": "1", "status": "completed", "result": {"pad": "y" * 700},
+             "steps": steps}
+    small = {"execution_id": "2", "status": "completed", "result": 1, "steps": {}}
+    outbox = [Outgoing("event", "a", dict(large), event_type="execution.completed"),
+              Outgoing("event", "b", dict(small), event_type="execution.completed"),
+              Outgoing("event", "c", dict(large), event_type="step.done"),
+              Outgoing("event", "d", dict(large), event_type="execution.failed")]
+    objects = ResultStore(bus.js)
+
+    await summaries_by_reference(outbox[:3], objects, 1024)
+    await summaries_by_reference(outbox[3:], objects, 512)
+
+    steps_only, both = outbox[0].body, outbox[3].body
+    assert refs.ref_of(steps_only["steps"]) is not None
+    assert steps_only["result"] == large["result"]  # under the limit once the steps went
+    assert refs.ref_of(both["steps"]) is not None and refs.ref_of(both["result"]) is not None
+    assert await objects.resolve(steps_only) == await objects.resolve(both) == large
+    assert outbox[1].body == small and outbox[2].body == large
+
+
+async def test_settled_step_records_leave_the_state_and_are_read_back_cold(bus: Bus) -> None:
+    count = PAGE_SIZE + 20
+    steps = "".join(f"  - step: s{i}\n    tool: {{kind: noop, input: {{i: {i}}}}}\n"
+                    + (f"    next: s{i + 1}\n" if i < count else "") for i in range(1, count + 1))
+    text = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: records}\nworkflow:\n" + steps
+    async with run_services(bus):
+        final = await submit_and_watch(bus, playbook_text=text, playbook_file="records.yaml",
+                                       payload={}, on_event=lambda _e: None, timeout_s=120)
+    assert final["status"] == "completed", final.get("error")
+
+    committed = await _committed(bus, final["execution_id"])
+    assert len(committed["step_pages"]) == 1
+    assert len(committed["steps"]) <= count - PAGE_SIZE
+    state = ExecutionState.from_dict(committed)
+    await StepResults(bus.js, ResultStore(bus.js)).load(state)  # a cache that never saw it
+    assert len(state.steps) == count
+    assert {name: state.steps[name].result for name in state.steps} == \
+        {name: step["result"] for name, step in final["steps"].items()}
