@@ -149,3 +149,20 @@ def test_router_loop_result_reads_as_results_and_length() -> None:
     harness.run(lambda c: Reply(result=c["context"]["iter"].get("x")))
     (after,) = harness.commands_for("after")
     assert after["context"]["args"] == {"results": [1, 2], "count": 2}
+
+
+def test_router_template_error_names_the_file_and_the_line_of_its_step() -> None:
+    harness = RouterHarness(parse("""
+        workflow:
+          - step: start
+            next: each
+          - step: each
+            loop: {in: "{{ workload.missing.items }}", iterator: item}
+            tool: {kind: noop}
+    """))
+    harness.run()
+    assert harness.state.status == "failed"
+    assert harness.state.error is not None
+    # The body's first line is line 5 of test.yaml: `- step: each` is line 8.
+    assert harness.state.error["message"].startswith(
+        'step "each" failed: test.yaml:8: step "each" field "loop.in": template')

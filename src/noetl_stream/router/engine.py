@@ -20,6 +20,7 @@ from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import cancel, case_events, children, listeners, loops, watchdog
 from noetl_stream.router.context import build_context, output_view, pick_steps
+from noetl_stream.router.failures import template_failure
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.reads import names_read, only, reads_context, rule_templates, step_reads
 from noetl_stream.router.state import Decision, Delayed, ExecutionState, Join, Outgoing, Run
@@ -259,7 +260,7 @@ class Engine:
                 self.apply_step_writes(step, run, context_extra)
             self.route(step, run, ok, error, context_extra, route)
         except TemplateError as exc:
-            error = {"message": str(exc), "kind": "template"}
+            error = template_failure(self.pb, step, exc)
             if ok:  # its `set:`/`vars:` or arcs failed: the step did not complete after all
                 rec.status, rec.error = "failed", error
             self.fail_execution(run.step, error)
@@ -291,7 +292,7 @@ class Engine:
                 self.state.ctx.update(templating.render(rule.set_ctx, self.context(
                     reads=reads, args=run.args, extra=extra), step=step.name, field="case.set"))
         except TemplateError as exc:
-            self.finish_run(run, ok=False, result=None, error={"message": str(exc), "kind": "template"})
+            self.finish_run(run, ok=False, result=None, error=template_failure(self.pb, step, exc))
             return False
         if rule is not None and rule.do == "fail":
             self.finish_run(run, ok=False, result=None, error={
@@ -321,7 +322,7 @@ class Engine:
                 result = templating.render(rule.result, context(), step=step.name,
                                            field="case.result")
         except TemplateError as exc:
-            return False, None, {"message": str(exc), "kind": "template"}, None
+            return False, None, template_failure(self.pb, step, exc), None
         if rule.do == "fail":
             return False, None, {"message": f"case rule at line {rule.line} failed the step on "
                                  "step.exit", "kind": "case"}, None

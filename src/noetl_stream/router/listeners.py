@@ -21,6 +21,7 @@ from noetl_stream import ids
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Playbook, Rule, Step, TimerSpec
 from noetl_stream.errors import TemplateError
+from noetl_stream.router.failures import template_failure
 from noetl_stream.router.interface import Router
 from noetl_stream.router.reads import rule_templates
 from noetl_stream.router.state import ExecutionState, Outgoing, Run
@@ -92,8 +93,8 @@ def hear(router: Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
                                                                     extra=extra),
                                        step=step.name, field="case.result")
     except TemplateError as exc:
-        leave(router, run, ok=False, result=None,
-              error={"message": str(exc), "kind": "template"}, route=None)
+        leave(router, run, ok=False, result=None, error=template_failure(router.pb, step, exc),
+              route=None)
         return True
     if rule.timer is not None:
         set_timer(router, step, run, rule.timer)

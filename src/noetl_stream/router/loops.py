@@ -28,6 +28,7 @@ from noetl_stream.dsl.loops import positive_int
 from noetl_stream.dsl.models import LoopSpec, Step
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import children
+from noetl_stream.router.failures import template_failure
 from noetl_stream.router.interface import Router
 from noetl_stream.router.state import LoopState, Run
 
@@ -149,7 +150,7 @@ def _limit(router: Router, step: Step, spec: LoopSpec,
         rendered = templating.render(value, router.context(reads=[value], args=args), step=step.name,
                                      field=LIMIT_FIELD)
     except TemplateError as exc:
-        return 0, {"message": str(exc), "kind": "template", "field": LIMIT_FIELD}
+        return 0, template_failure(router.pb, step, exc, field=LIMIT_FIELD)
     whole = positive_int(rendered)
     if whole is None:
         return 0, {"message": f'step "{step.name}" field "{LIMIT_FIELD}": {value!r} gave '
@@ -164,7 +165,7 @@ def _collection(router: Router, step: Step, spec: LoopSpec, run: Run) -> list[An
         context = router.context(reads=[spec.collection], args=run.args)
         items = templating.render(spec.collection, context, step=step.name, field="loop.in")
     except TemplateError as exc:
-        router.finish_run(run, ok=False, result=None, error={"message": str(exc), "kind": "template"})
+        router.finish_run(run, ok=False, result=None, error=template_failure(router.pb, step, exc))
         return None
     if items is None:
         return []
