@@ -7,6 +7,7 @@ scrape time, and `/health` (observe/cluster.py, api/routes_ops.py).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -20,7 +21,9 @@ BUS = web.AppKey("noetl_metrics_bus", Bus)
 
 
 async def _worker_metrics(request: web.Request) -> web.StreamResponse:
-    return web.Response(body=process_text(), headers={"Content-Type": CONTENT_TYPE})
+    # The process collector reads /proc files: in a thread, off the loop.
+    body = await asyncio.to_thread(process_text)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
 async def _server_metrics(request: web.Request) -> web.StreamResponse:

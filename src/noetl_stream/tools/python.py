@@ -111,10 +111,10 @@ class PythonTool:
         self._slots = asyncio.Semaphore(max_children)
         self._closed = False
 
-    @property
-    def sandbox(self) -> Sandbox:
+    async def sandbox(self) -> Sandbox:
+        """The children's sandbox, made on first use in a thread: it creates a private folder."""
         if self._sandbox is None:
-            self._sandbox = make_sandbox()
+            self._sandbox = await asyncio.to_thread(make_sandbox)
         return self._sandbox
 
     async def start(self) -> None:
@@ -122,7 +122,8 @@ class PythonTool:
         first call, so the first step pays no start-up.
         """
         await self._check_sandbox()
-        children = await asyncio.gather(*(_Child.spawn(self.sandbox) for _ in range(self.warm)))
+        sandbox = await self.sandbox()
+        children = await asyncio.gather(*(_Child.spawn(sandbox) for _ in range(self.warm)))
         self._idle.extend(children)
         self._count += len(children)
 
@@ -132,7 +133,7 @@ class PythonTool:
         default `nobody` falls back to the worker's own user with a warning, since a root
         worker's children then run as root, as they did before users were changed.
         """
-        sandbox = self.sandbox
+        sandbox = await self.sandbox()
         if sandbox.user is None:
             return
         problem = await _probe(sandbox)
@@ -144,9 +145,9 @@ class PythonTool:
                     "and its libraries readable by that user, set %s to a user who can, or %s=%s "
                     "to choose the worker's user", sandbox.user.name, sandbox.executable, problem,
                     ENV_PYTHON_USER, ENV_PYTHON_USER, SAME_USER)
-        self._sandbox = make_sandbox(same_user=True)
+        self._sandbox = await asyncio.to_thread(make_sandbox, same_user=True)
         if sandbox.cwd:
-            shutil.rmtree(sandbox.cwd, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, sandbox.cwd, ignore_errors=True)
 
     async def _acquire(self) -> _Child:
         while self._idle:
@@ -155,7 +156,7 @@ class PythonTool:
                 return child
             self._count -= 1
         self._count += 1
-        return await _Child.spawn(self.sandbox)
+        return await _Child.spawn(await self.sandbox())
 
     def _release(self, child: _Child) -> None:
         if self._closed or not child.alive:
@@ -211,7 +212,7 @@ class PythonTool:
                 child.proc.stdin.close()
         await asyncio.gather(*(c.kill() for c in children))
         if self._sandbox is not None and self._sandbox.cwd:
-            shutil.rmtree(self._sandbox.cwd, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, self._sandbox.cwd, ignore_errors=True)
 
 
 PROBE_TIMEOUT_S = 30.0
