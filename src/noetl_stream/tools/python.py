@@ -20,7 +20,7 @@ from typing import Any
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.layering import kind_default
-from noetl_stream.router.context import ListView, job_view
+from noetl_stream.dsl.values import ListView, job_view
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.sandbox import ENV_PYTHON_USER, SAME_USER, Sandbox, SandboxError, make_sandbox
 
@@ -201,7 +201,8 @@ class PythonTool:
         err = reply.get("error") or {}
         extra = {"module": err["module"]} if err.get("module") else {}
         return Outcome.failure(str(err.get("message", "python code failed")),
-                               str(err.get("kind") or "python"), exception_type=err.get("type"),
+                               "import" if err.get("kind") == "import" else "python",
+                               exception_type=err.get("type"),
                                traceback=err.get("traceback"), meta=meta, **extra)
 
     async def close(self) -> None:
