@@ -19,6 +19,7 @@ from noetl_stream.credentials import CredentialScope
 from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.event_feed import EventFeed
 from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.publish import publish_event
@@ -27,7 +28,6 @@ from noetl_stream.runtime.signals import publish_signal
 from noetl_stream.state.catalog import register_files
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import SecretBox
-from noetl_stream.state.event_feed import EventFeed
 from noetl_stream.state.results import ResultStore
 from noetl_stream.testing.cluster import render_node_config, start_node, stop_node
 from noetl_stream.testing.events import stored_messages

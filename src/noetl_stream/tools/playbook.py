@@ -35,8 +35,8 @@ from noetl_stream import ids, jsonutil
 from noetl_stream.errors import CatalogError
 from noetl_stream.messages import CancelRequest, ExecutionRequest
 from noetl_stream.observe import tracing
+from noetl_stream.runtime.event_feed import EventFeed
 from noetl_stream.state.catalog import resolve_child
-from noetl_stream.state.event_feed import EventFeed
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 END_EVENTS = frozenset({"execution.completed", "execution.failed", "execution.cancelled",
