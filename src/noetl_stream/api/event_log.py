@@ -59,6 +59,7 @@ def _page_consumer(bus: Bus, execution_id: str, after_seq: int) -> ConsumerConfi
 async def count_after(bus: Bus, execution_id: str, after_seq: int) -> int:
     """How many of the execution's messages the stream holds after `after_seq`."""
     info = await bus.js.add_consumer(EVENTS_STREAM, _page_consumer(bus, execution_id, after_seq))
+    # The count is had; the consumer expires by itself (inactive threshold) if deleting fails.
     with contextlib.suppress(Exception):
         await bus.js.delete_consumer(EVENTS_STREAM, info.name)
     return int(info.num_pending or 0)

@@ -94,6 +94,7 @@ class _Child:
         if self.alive:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
+        # Reaping after a kill: the child is gone either way, and killing must not raise.
         with contextlib.suppress(Exception):
             await self.proc.wait()
 
