@@ -294,27 +294,9 @@ async def _final(run: Run, execution_id: str, timeout_s: float) -> dict[str, Any
 
 
 # -- 6b. hostile input ----------------------------------------------------------------------
-PROBE = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: probe}
-workflow:
-  - step: start
-    tool: {kind: noop}
-"""
+PROBE = (PLAYBOOKS / "probe.yaml").read_text()
 
-RUNAWAY = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: runaway}
-workflow:
-  - step: start
-    tool:
-      kind: noop
-    set:
-      ctx:
-        spin: "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
-"""
+RUNAWAY = (PLAYBOOKS / "runaway.yaml").read_text()
 PROBE_WITHIN_S = 10.0
 
 

@@ -14,37 +14,11 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
 
-WAITING = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: waiting
-workflow:
-  - step: start
-    tool: {kind: noop}
-    next:
-      spec: {mode: inclusive}
-      arcs:
-        - step: slow
-        - step: approval
-  - step: slow
-    spec: {timeout: 60}
-    tool:
-      kind: python
-      code: |
-        import time
-        time.sleep(60)
-  - step: approval
-    eval_mode: on_event
-    case:
-      - when: "{{ event.name == 'signal.approve' }}"
-        then: {next: [done]}
-  - step: done
-    tool: {kind: noop}
-"""
+WAITING = read_playbook("e2e", "cli_cancel_status_waiting.yaml")
 
 
 async def test_status_explains_the_wait_and_cancel_stops_the_execution(

@@ -16,24 +16,12 @@ from cli import run_cli
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.runtime.services import run_services, submit_and_watch
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
 
 OBSERVED = (Path(__file__).parents[1] / "integration" / "playbooks" / "observed.yaml").read_text()
-SLOW = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: slow, path: tests/slow}
-workflow:
-  - step: start
-    tool:
-      kind: python
-      code: |
-        import time
-        time.sleep(0.6)
-        print("slept")
-        result = 1
-"""
+SLOW = read_playbook("e2e", "cli_executions_logs_slow.yaml")
 
 
 async def test_list_logs_and_watch_read_finished_executions(bus: Bus, nats_server: NatsServer) -> None:

@@ -23,51 +23,16 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.nats_server import NatsServer, free_port
 from noetl_stream.runtime.services import run_services
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
 
 CLI = str(Path(sys.executable).parent / "noetl-stream")
 
 # Waits for a signal while a slow step runs: something to inspect, signal and cancel.
-WAITING = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: waiting
-workflow:
-  - step: start
-    tool: {kind: noop}
-    next:
-      spec: {mode: inclusive}
-      arcs:
-        - step: slow
-        - step: approval
-  - step: slow
-    tool:
-      kind: python
-      code: |
-        import time
-        time.sleep(60)
-  - step: approval
-    eval_mode: on_event
-    case:
-      - when: "{{ event.name == 'signal.approve' }}"
-        then: {next: [done]}
-  - step: done
-    tool: {kind: noop}
-"""
+WAITING = read_playbook("e2e", "cli_remote_waiting.yaml")
 
-REGISTERED = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: registered
-  path: remote/registered
-  version: "1.0"
-workflow:
-  - step: start
-    tool: {kind: noop}
-"""
+REGISTERED = read_playbook("e2e", "cli_remote_registered.yaml")
 
 
 @dataclass(frozen=True)

@@ -20,25 +20,11 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
 
-LISTENING = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: listening}
-workflow:
-  - step: start
-    tool: {kind: noop}
-    next: approval
-  - step: approval
-    eval_mode: on_event
-    case:
-      - when: "{{ event.name == 'signal.approve' }}"
-        then: {next: [done]}
-  - step: done
-    tool: {kind: noop}
-"""
+LISTENING = read_playbook("e2e", "cli_rough_edges_listening.yaml")
 
 
 def one_line(text: str) -> str:

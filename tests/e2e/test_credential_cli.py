@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import textwrap
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from noetl_stream.runtime.connection import connect
 from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
 from noetl_stream.state.crypto import ENV_SECRET_KEY
 from noetl_stream.testing.events import stored_events
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
 
@@ -56,21 +56,7 @@ async def home_nats(noetl_home: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncI
 
 def playbook(tmp_path: Path, url: str) -> Path:
     path = tmp_path / "bearer.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        apiVersion: noetl.io/v2
-        kind: Playbook
-        metadata: {{name: bearer, path: tests/bearer}}
-        workflow:
-          - step: start
-            tool:
-              - call: {{kind: http, method: POST, url: "{url}/echo", auth: api_token,
-                        json: {{hello: world}}}}
-            next: reveal
-          - step: reveal
-            tool:
-              - read: {{kind: secrets, name: api_token}}
-              - use: {{kind: python, input: {{t: "{{{{ read.value }}}}"}}, code: "result = t"}}
-        """))
+    path.write_text(read_playbook("e2e", "credential_cli_bearer.yaml", url=url))
     return path
 
 

@@ -30,57 +30,14 @@ from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.postgres import PostgresServer, run_postgres_server
 from noetl_stream.testing.waiting import assert_eventually
 from noetl_stream.tools.claims import LEDGER
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
 
 JOBS = 20
 VICTIM = 5
 
-PLAYBOOK = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: cursor_crash
-workflow:
-  - step: start
-    next: drain
-  - step: drain
-    loop:
-      cursor:
-        kind: postgres
-        connection: "{{ workload.dsn }}"
-        claim: |
-          UPDATE jobs SET status = 'claimed'
-          WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' ORDER BY id
-                       FOR UPDATE SKIP LOCKED LIMIT {{ __frame_max_rows | default(1) | int }})
-          RETURNING id
-      iterator: job
-      spec: {mode: cursor, max_in_flight: 4}
-    tool:
-      - name: hold
-        kind: python
-        input:
-          job: "{{ iter.job.id }}"
-          index: "{{ iter._index }}"
-          victim: "{{ workload.victim }}"
-          marker: "{{ workload.marker }}"
-        code: |
-          import os, time
-          if job == victim and not os.path.exists(marker):
-              worker = os.getppid()
-              with open(marker + ".tmp", "w") as f:
-                  f.write(f"{worker} {index}")
-              os.rename(marker + ".tmp", marker)
-              while os.getppid() == worker:  # until the test kills the worker that runs us
-                  time.sleep(0.05)
-          result = job
-      - name: work
-        kind: postgres
-        connection: "{{ workload.dsn }}"
-        command: |
-          INSERT INTO done (job, iteration) VALUES ({{ iter.job.id }}, {{ iter._index }});
-          UPDATE jobs SET status = 'done' WHERE id = {{ iter.job.id }} RETURNING id;
-"""
+PLAYBOOK = read_playbook("e2e", "cursor_crash.yaml")
 
 
 class Processes:

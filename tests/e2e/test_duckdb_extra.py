@@ -11,19 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from playbook_files import read_playbook
+
 pytestmark = pytest.mark.e2e
 
-PLAYBOOK = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: needs-duckdb}
-workflow:
-  - step: start
-    tool: {kind: python, code: "result = 1"}
-    next: query
-  - step: query
-    tool: {kind: duckdb, query: "SELECT 42 AS answer"}
-"""
+PLAYBOOK = read_playbook("e2e", "duckdb_extra.yaml")
 
 # The CLI in a Python where `import duckdb` fails, as in an install without the extra.
 WITHOUT_DUCKDB = ("import sys; sys.modules['duckdb'] = None; "

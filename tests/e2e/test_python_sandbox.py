@@ -24,6 +24,7 @@ from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.tools import python_runner
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
 
@@ -31,40 +32,9 @@ SECRET_KEY = "wv0Kx3gq6X2nB3q7r8s9t0u1v2w3x4y5z6A7B8C9D0E="
 NATS_PASSWORD = "worker-password-that-must-stay-put"
 SYSTEM_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
 
-SNOOP = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: snoop
-workflow:
-  - step: start
-    tool:
-      kind: python
-      code: |
-        import os
-        try:
-            with open(f"/proc/{os.getppid()}/environ", "rb") as f:
-                parent = f.read().decode(errors="replace")
-        except OSError as exc:
-            parent = type(exc).__name__
-        result = {"env": dict(os.environ), "parent_environ": parent, "uid": os.getuid(),
-                  "own_session": os.getsid(0) == os.getpid()}
-"""
+SNOOP = read_playbook("e2e", "python_sandbox_snoop.yaml")
 
-KILL_WORKER = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: kill_worker
-workflow:
-  - step: start
-    tool:
-      kind: python
-      code: |
-        import os, signal
-        os.kill(os.getppid(), signal.SIGKILL)
-        result = "still here"
-"""
+KILL_WORKER = read_playbook("e2e", "python_sandbox_kill_worker.yaml")
 
 
 class Worker:

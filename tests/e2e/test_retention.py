@@ -18,45 +18,13 @@ from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.runtime.signals import publish_signal
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
 
-ENDS = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: ends}
-workload: {fail: false}
-workflow:
-  - step: start
-    tool: {kind: python, code: 'result = "seen"'}
-    vars: {seen: "{{ result }}"}
-    next: finish
-  - step: finish
-    tool:
-      kind: python
-      input: {fail: "{{ workload.fail }}"}
-      code: |
-        if fail:
-            raise RuntimeError("asked to fail")
-        result = "done"
-"""
+ENDS = read_playbook("e2e", "retention_ends.yaml")
 
-WAITS = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: waits}
-workflow:
-  - step: start
-    tool: {kind: noop, input: {began: true}}
-    next: approval
-  - step: approval
-    eval_mode: on_event
-    case:
-      - when: "{{ event.name == 'signal.approve' }}"
-        then: {next: [done]}
-  - step: done
-    tool: {kind: noop}
-"""
+WAITS = read_playbook("e2e", "retention_waits.yaml")
 
 
 async def start(bus: Bus, execution_id: str, playbook: str,

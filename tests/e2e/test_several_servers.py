@@ -29,6 +29,7 @@ from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
 
@@ -37,69 +38,7 @@ ITEMS = 8
 ROUTER_ACK_WAIT_S = "3"
 
 # start -> (fan: a parallel loop, 3 in flight | side) -> merge (a join) -> finish
-PLAYBOOK = f"""\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: several-servers
-workload:
-  n: 1
-workflow:
-  - step: start
-    tool:
-      kind: python
-      input:
-        n: "{{{{ workload.n }}}}"
-      code: |
-        result = {{"base": n}}
-    next:
-      spec:
-        mode: inclusive
-      arcs:
-        - step: fan
-        - step: side
-  - step: fan
-    loop:
-      in: "{{{{ range({ITEMS}) | list }}}}"
-      iterator: k
-      spec:
-        mode: parallel
-        max_in_flight: 3
-    tool:
-      kind: python
-      input:
-        k: "{{{{ k }}}}"
-        base: "{{{{ start.base }}}}"
-      code: |
-        import time
-        time.sleep(0.08 * ({ITEMS} - k))
-        result = {{"v": k * base}}
-    next: merge
-  - step: side
-    tool:
-      kind: python
-      input:
-        base: "{{{{ start.base }}}}"
-      code: |
-        result = {{"w": base + 1}}
-    next: merge
-  - step: merge
-    tool:
-      kind: python
-      input:
-        items: "{{{{ fan }}}}"
-        w: "{{{{ side.w }}}}"
-      code: |
-        result = {{"total": sum(i["v"] for i in items) + w}}
-    next: finish
-  - step: finish
-    tool:
-      kind: python
-      input:
-        total: "{{{{ merge.total }}}}"
-      code: |
-        result = {{"final": total}}
-"""
+PLAYBOOK = read_playbook("e2e", "several_servers.yaml", items=ITEMS)
 
 STEPS = ("start", "fan", "side", "merge", "finish")
 

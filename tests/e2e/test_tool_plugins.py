@@ -18,25 +18,13 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.tools.base import TaskCall
 from noetl_stream.tools.registry import ToolRegistry, installed_kinds, tool_origins
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "plugin_example"
 
-UPPER_PLAYBOOK = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: shout
-workload:
-  word: hello
-workflow:
-  - step: start
-    tool:
-      kind: upper
-      input:
-        text: "{{ workload.word }} plugin"
-"""
+UPPER_PLAYBOOK = read_playbook("e2e", "tool_plugins_upper.yaml")
 
 
 def install_into(site: Path) -> Path:

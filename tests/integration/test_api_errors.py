@@ -14,21 +14,11 @@ from noetl_stream import jsonutil
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-BROKEN = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: broken
-  path: tests/broken
-workflow:
-  - step: start
-    tool:
-      kind: postgress
-    next: nowhere
-"""
+BROKEN = read_playbook("integration", "api_errors_broken.yaml")
 
 
 @pytest.fixture

@@ -14,50 +14,13 @@ from api_client import Api, running_api
 from noetl_stream import jsonutil
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-HELLO = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: api-hello
-  path: tests/api/hello
-  version: "1.0"
-workload:
-  name: World
-workflow:
-  - step: start
-    tool:
-      kind: python
-      input: {name: "{{ workload.name }}"}
-      code: |
-        result = {"greeting": "Hello, " + name}
-    vars:
-      greeting: "{{ result.greeting }}"
-    next: shout
-  - step: shout
-    tool:
-      kind: python
-      input: {text: "{{ vars.greeting }}"}
-      code: |
-        result = text.upper()
-"""
+HELLO = read_playbook("integration", "api_lifecycle_hello.yaml")
 
-SLEEPER = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: api-sleeper
-workflow:
-  - step: start
-    tool:
-      kind: python
-      code: |
-        import time
-        time.sleep(60)
-        result = "never"
-"""
+SLEEPER = read_playbook("integration", "api_lifecycle_sleeper.yaml")
 
 
 @pytest.fixture

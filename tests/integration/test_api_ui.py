@@ -14,31 +14,11 @@ from api_client import Api, admin_key, running_api
 from noetl_stream.api.ui.routes import asset_names
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-BRANCHES = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: ui-branches, path: tests/ui/branches}
-workflow:
-  - step: start
-    next: [{step: left}, {step: right}]
-  - step: left
-    tool: {kind: python, code: "result = 1"}
-    next: [{step: both}]
-  - step: right
-    tool: {kind: python, code: "result = 2"}
-    next:
-      - step: both
-        when: "{{ right == 2 }}"
-  - step: both
-    tool:
-      kind: python
-      input: {a: "{{ left }}", b: "{{ right }}"}
-      code: |
-        result = a + b
-"""
+BRANCHES = read_playbook("integration", "api_ui_branches.yaml")
 
 
 @pytest.fixture

@@ -22,71 +22,15 @@ from noetl_stream.runtime.services import submit_and_watch
 from noetl_stream.state.catalog import register_files
 from noetl_stream.testing.events import child_states
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-SLEEPERS = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: sleepers
-workload:
-  pids: ""
-  items: [1, 2, 3, 4]
-workflow:
-  - step: start
-    tool: {kind: noop}
-    next:
-      spec: {mode: inclusive}
-      arcs:
-        - step: slow
-        - step: fan
-  - step: slow
-    tool:
-      kind: python
-      input: {pids: "{{ workload.pids }}"}
-      code: &sleep |
-        import os, pathlib, time
-        pathlib.Path(pids, str(os.getpid())).touch()
-        time.sleep(30)
-        result = "never"
-  - step: fan
-    loop:
-      in: "{{ workload.items }}"
-      iterator: item
-      spec: {mode: parallel, max_in_flight: 3}
-    tool:
-      kind: python
-      input: {pids: "{{ workload.pids }}"}
-      code: *sleep
-"""
+SLEEPERS = read_playbook("integration", "cancel_sleepers.yaml")
 
-CHILD = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: child
-workflow:
-  - step: start
-    tool:
-      kind: python
-      code: |
-        import time
-        time.sleep(30)
-        result = "never"
-"""
+CHILD = read_playbook("integration", "cancel_child.yaml")
 
-PARENT = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: parent
-workflow:
-  - step: start
-    tool:
-      kind: playbook
-      path: ./child.yaml
-"""
+PARENT = read_playbook("integration", "cancel_parent.yaml")
 
 
 def alive(pid: int) -> bool:

@@ -22,43 +22,17 @@ from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.state.catalog import register_files
 from noetl_stream.testing.events import child_states, stored_events
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-CHILD = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: child
-workflow:
-  - step: start
-    tool:
-      kind: python
-      code: |
-        import time
-        time.sleep(30)
-        result = "never"
-"""
-
-PARENT = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: parent
-workflow:
-  - step: start
-    pool: parents
-    SPEC
-    tool:
-      kind: playbook
-      path: ./child.yaml
-      ASYNC
-"""
+CHILD = read_playbook("integration", "cancel_child.yaml")
 
 
 def parent_text(*, timeout_s: int | None = None, detached: bool = False) -> str:
     spec = f"spec: {{timeout: {timeout_s}}}" if timeout_s else ""
-    return PARENT.replace("SPEC", spec).replace("ASYNC", "async: true" if detached else "")
+    return read_playbook("integration", "child_cancel_parent.yaml", spec=spec,
+                         detached="async: true" if detached else "")
 
 
 @pytest.fixture

@@ -15,21 +15,11 @@ from api_client import admin_key, running_api
 from noetl_stream.cli.remote import open_client
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.services import run_services
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-HELLO = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: resume
-workflow:
-  - step: start
-    tool: {kind: noop}
-    next: end
-  - step: end
-    tool: {kind: noop}
-"""
+HELLO = read_playbook("integration", "cli_remote_resume_hello.yaml")
 
 
 @dataclass

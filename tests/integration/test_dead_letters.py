@@ -29,24 +29,14 @@ from noetl_stream.runtime.provision import consumer_config
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
 CLI = Path(sys.executable).with_name("noetl-stream")
 MAX_DELIVER = 3
 
-ONE_STEP = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: one-step
-workflow:
-  - step: start
-    tool:
-      kind: python
-      code: |
-        result = {"answer": 42}
-"""
+ONE_STEP = read_playbook("integration", "one_step.yaml")
 
 
 @contextlib.asynccontextmanager

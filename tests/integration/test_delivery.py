@@ -13,21 +13,11 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.provision import consumer_config
 from noetl_stream.runtime.services import run_services
 from noetl_stream.testing.events import stored_events, stored_messages
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-ONE_STEP = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: one-step
-workflow:
-  - step: start
-    tool:
-      kind: python
-      code: |
-        result = {"answer": 42}
-"""
+ONE_STEP = read_playbook("integration", "one_step.yaml")
 
 
 async def test_same_msg_id_published_twice_is_stored_once(bus: Bus) -> None:

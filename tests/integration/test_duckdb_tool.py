@@ -23,6 +23,7 @@ from noetl_stream.testing.events import stored_events
 from noetl_stream.tools import duckdb as duckdb_tool
 from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.duckdb import DuckdbTool
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -364,29 +365,7 @@ async def test_a_missing_extension_fails_the_task_with_kind_extension(
 
 async def test_playbook_steps_share_the_execution_database(services: None, client: PlainClient,
                                                            noetl_home: Path) -> None:
-    playbook = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: duck_steps
-workload:
-  limit: 10
-workflow:
-  - step: start
-    tool:
-      kind: duckdb
-      command: |
-        CREATE TABLE t AS SELECT i FROM range({{ workload.limit }}) r(i);
-        SELECT count(*) AS n, sum(i)::BIGINT AS s FROM t;
-    next:
-      arcs:
-        - step: again
-  - step: again
-    tool:
-      kind: duckdb
-      query: "SELECT max(i) AS top FROM t WHERE i < $1"
-      params: ["{{ start.rows[0].n }}"]
-"""
+    playbook = read_playbook("integration", "duckdb_tool_duck_steps.yaml")
     feed = await client.run("duck-e2e-1", playbook)
 
     final = feed.final
@@ -408,32 +387,7 @@ async def test_playbook_joins_postgres_through_a_stored_credential(
                            "SELECT g AS id, g % 3 AS kind FROM generate_series(1, 9) g")
     finally:
         await conn.close()
-    playbook = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: duck_pg
-workflow:
-  - step: start
-    tool:
-      kind: duckdb
-      auth: warehouse
-      command: |
-        CREATE TABLE kinds AS SELECT * FROM (VALUES (0, 'zero'), (1, 'one'), (2, 'two')) k(kind, name);
-        SELECT k.name, count(*) AS n FROM warehouse.public.events e JOIN kinds k USING (kind)
-        GROUP BY k.name ORDER BY k.name;
-    next:
-      arcs:
-        - step: store
-  - step: store
-    tool:
-      kind: duckdb
-      auth: {pg: warehouse}
-      command: |
-        CREATE TABLE pg.public.kind_counts AS
-            SELECT k.name, count(*) AS n FROM pg.public.events e JOIN kinds k USING (kind) GROUP BY k.name;
-        SELECT sum(n)::INTEGER AS total FROM pg.public.kind_counts;
-"""
+    playbook = read_playbook("integration", "duckdb_tool_duck_pg.yaml")
     feed = await client.run("duck-pg-1", playbook)
 
     final = feed.final

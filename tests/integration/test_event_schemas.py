@@ -22,20 +22,14 @@ from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas" / "events"
 PLAYBOOKS = Path(__file__).parent / "playbooks"
-FAILING = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: failing, path: tests/failing}
-workflow:
-  - step: start
-    tool: {kind: python, code: "raise RuntimeError('no')"}
-"""
+FAILING = read_playbook("integration", "event_schemas_failing.yaml")
 
 
 def validator_for(event_type: str) -> Draft202012Validator:

@@ -28,36 +28,15 @@ from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
 LONG_ID = "x" * 4200
 
-ONE_STEP = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: one}
-workflow:
-  - step: start
-    tool: {kind: noop}
-"""
+ONE_STEP = read_playbook("integration", "hostile_messages_one_step.yaml")
 
-WAITS = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: waits}
-workflow:
-  - step: start
-    next: wait
-  - step: wait
-    eval_mode: on_event
-    case:
-      - when: "{{ event.name == 'signal.go' }}"
-        then:
-          next: [done]
-  - step: done
-    tool: {kind: noop}
-"""
+WAITS = read_playbook("integration", "hostile_messages_waits.yaml")
 
 
 async def run_one(bus: Bus, timeout_s: float = 20) -> tuple[dict[str, Any], float]:

@@ -12,6 +12,7 @@ from local_http import HttpService
 from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.tools.base import TaskCall
 from noetl_stream.tools.http import HttpTool
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -84,22 +85,7 @@ async def test_connection_refused_is_a_retryable_connection_error(http_tool: Htt
 @pytest.mark.usefixtures("services")
 async def test_http_step_sends_the_headers_the_playbook_renders(client: PlainClient,
                                                                 http_service: HttpService) -> None:
-    playbook = f"""\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: ledger
-workflow:
-  - step: start
-    tool:
-      kind: http
-      method: POST
-      url: {http_service.url}/ledger
-      headers:
-        Idempotency-Key: "{{{{ execution_id }}}}:charge"
-      json:
-        amount: 5
-"""
+    playbook = read_playbook("integration", "http_tool_ledger.yaml", url=http_service.url)
     feed = await client.run("ledger1", playbook)
 
     assert feed.final["status"] == "completed"

@@ -5,7 +5,6 @@ execution state."""
 from __future__ import annotations
 
 import base64
-import textwrap
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from noetl_stream.runtime.services import submit_and_watch
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import ENV_SECRET_KEY, SecretBox
 from noetl_stream.testing.events import stored_events
+from playbook_files import fill, read_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -96,30 +96,7 @@ async def _stored_text(bus: Bus, execution_id: str) -> str:
     return jsonutil.dumps_str(events) + bytes(state.value or b"").decode()
 
 
-OAUTH_PLAYBOOK = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {{name: oauth, path: tests/oauth}}
-workload: {{api: "{url}"}}
-keychain:
-  - name: api
-    kind: oauth2
-    token_url: "{{{{ workload.api }}}}/token"
-    credential: oauth_client
-    scope: read
-workflow:
-  - step: start
-    tool: {{kind: http, url: "{{{{ workload.api }}}}/protected", auth: "{{{{ keychain.api }}}}"}}
-    next: pause
-  - step: pause
-    tool: {{kind: python, code: "import time; time.sleep({pause}); result = 1"}}
-    next: again
-  - step: again
-    tool:
-      kind: http
-      url: "{{{{ workload.api }}}}/protected"
-      headers: {{Authorization: "Bearer {{{{ keychain.api.access_token }}}}"}}
-"""
+OAUTH_PLAYBOOK = read_playbook("integration", "keychain_oauth.yaml")
 
 
 async def test_oauth2_token_is_fetched_once_per_execution_and_never_stored_in_clear(
@@ -127,7 +104,7 @@ async def test_oauth2_token_is_fetched_once_per_execution_and_never_stored_in_cl
     await _store(bus, noetl_home, "oauth_client", "generic",
                  {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET})
 
-    final = await _run(bus, OAUTH_PLAYBOOK.format(url=tokens.url, pause=0))
+    final = await _run(bus, fill(OAUTH_PLAYBOOK, url=tokens.url, pause=0))
 
     assert final["status"] == "completed", final
     assert final["steps"]["start"]["result"]["authorized"] is True
@@ -153,7 +130,7 @@ async def test_oauth2_token_is_fetched_again_after_it_expires(
                  {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET})
     tokens.expires_in = 1  # cached for 0.9 s: the pause outlives it
 
-    final = await _run(bus, OAUTH_PLAYBOOK.format(url=tokens.url, pause=1.5))
+    final = await _run(bus, fill(OAUTH_PLAYBOOK, url=tokens.url, pause=1.5))
 
     assert final["status"] == "completed", final
     assert len(tokens.issued) == 2
@@ -164,7 +141,7 @@ async def test_a_new_execution_fetches_its_own_token(
         bus: Bus, services: None, noetl_home: Path, tokens: TokenService) -> None:
     await _store(bus, noetl_home, "oauth_client", "generic",
                  {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET})
-    playbook = OAUTH_PLAYBOOK.format(url=tokens.url, pause=0)
+    playbook = fill(OAUTH_PLAYBOOK, url=tokens.url, pause=0)
 
     first, second = await _run(bus, playbook), await _run(bus, playbook)
 
@@ -177,7 +154,7 @@ async def test_rejected_client_fails_the_first_step_naming_the_entry(
     await _store(bus, noetl_home, "oauth_client", "generic",
                  {"client_id": CLIENT_ID, "client_secret": "wrong-secret-1234"})
 
-    final = await _run(bus, OAUTH_PLAYBOOK.format(url=tokens.url, pause=0))
+    final = await _run(bus, fill(OAUTH_PLAYBOOK, url=tokens.url, pause=0))
 
     assert final["status"] == "failed"
     message = final["error"]["message"]
@@ -187,37 +164,7 @@ async def test_rejected_client_fails_the_first_step_naming_the_entry(
     assert "pause" not in final["steps"]
 
 
-KINDS_PLAYBOOK = textwrap.dedent("""\
-    apiVersion: noetl.io/v2
-    kind: Playbook
-    metadata: {name: kinds, path: tests/kinds}
-    workload: {region: eu-west-1}
-    keychain:
-      - {name: cfg, kind: static, region: "{{ workload.region }}", retries: 3}
-      - {name: envs, kind: env, env: {key: KEYCHAIN_TEST_SECRET}}
-      - {name: single, kind: env, env: KEYCHAIN_TEST_SECRET}
-      - {name: stored, kind: credential, credential: api_token}
-      - {name: api_token, kind: postgres_credential}
-      - {name: derived, kind: bearer, token: "{{ keychain.envs.key }}-derived"}
-    workflow:
-      - step: start
-        next: use
-      - step: use
-        tool:
-          kind: python
-          input:
-            region: "{{ keychain.cfg.region }}"
-            retries: "{{ keychain.cfg.retries }}"
-            env_ok: "{{ keychain.envs.key == keychain.single.value }}"
-            stored: "{{ keychain.stored.token }}"
-            same: "{{ keychain.api_token.token == keychain.stored.token }}"
-            kind: "{{ keychain.stored.type }}"
-            derived: "{{ keychain.derived.token }}"
-          code: |
-            result = {"region": region, "retries": retries, "env_ok": env_ok, "same": same,
-                      "kind": kind, "stored_len": len(stored), "derived": derived}
-          set: {ctx.leak: "{{ keychain.envs.key }}"}
-    """)
+KINDS_PLAYBOOK = read_playbook("integration", "keychain_kinds.yaml")
 
 
 async def test_static_env_credential_and_bearer_entries_reach_templates_masked(

@@ -8,7 +8,6 @@ import hashlib
 import json
 import os
 import sys
-import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,30 +23,14 @@ from noetl_stream.state.results import ResultStore
 from noetl_stream.testing.events import stored_events
 from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.http import HttpTool
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
 CLI = Path(sys.executable).with_name("noetl-stream")
 ROWS = 50_000  # ~5 MB of JSON
 
-BIG_PLAYBOOK = textwrap.dedent(f"""\
-    apiVersion: noetl.io/v2
-    kind: Playbook
-    metadata: {{name: big, path: tests/big}}
-    workflow:
-      - step: start
-        tool:
-          kind: python
-          code: |
-            result = [{{"i": i, "pad": "x" * 90}} for i in range({ROWS})]
-        next: check
-      - step: check
-        tool:
-          kind: python
-          input: {{rows: "{{{{ start }}}}"}}
-          code: |
-            result = {{"count": len(rows), "last": rows[-1]["i"], "size": len(str(rows))}}
-    """)
+BIG_PLAYBOOK = read_playbook("integration", "large_results_big.yaml", rows=ROWS)
 
 
 async def test_five_megabyte_result_travels_by_reference_and_is_read_by_a_later_step(
@@ -71,24 +54,7 @@ async def test_five_megabyte_result_travels_by_reference_and_is_read_by_a_later_
 
 async def test_playbook_payload_limit_and_ctx_values_are_externalized(
         bus: Bus, services: None) -> None:
-    playbook = textwrap.dedent("""\
-        apiVersion: noetl.io/v2
-        kind: Playbook
-        metadata: {name: limit, path: tests/limit}
-        executor: {spec: {policy: {limits: {max_payload_bytes: 2048}}}}
-        workflow:
-          - step: start
-            tool:
-              kind: python
-              code: "result = {'text': 'y' * 5000, 'small': 1}"
-              set: {ctx.copy: "{{ result.text }}", ctx.tiny: "{{ result.small }}"}
-            next: check
-          - step: check
-            tool:
-              kind: python
-              input: {text: "{{ ctx.copy }}", whole: "{{ start.text }}"}
-              code: "result = len(text) + len(whole)"
-        """)
+    playbook = read_playbook("integration", "large_results_limit.yaml")
 
     final = await submit_and_watch(bus, playbook_text=playbook, playbook_file="limit.yaml",
                                    payload={}, on_event=lambda _e: None, timeout_s=60)

@@ -18,31 +18,14 @@ from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.runtime.services import submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
 APPROVAL = Path(__file__).resolve().parents[2] / "playbooks" / "examples" / "approval.yaml"
 CLI = Path(sys.executable).with_name("noetl-stream")
 
-TIMER = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: timer}
-workflow:
-  - step: start
-    next: wait
-  - step: wait
-    eval_mode: on_event
-    case:
-      - when: "{{ event.name == 'step.enter' }}"
-        then: {timer: {after: 1, name: nudge}}
-      - when: "{{ event.name == 'timer.fired' and event.data.timer_id == 'nudge' }}"
-        then:
-          set: {ctx: {fired: "{{ event.data.timer_id }}"}}
-          next: [done]
-  - step: done
-    tool: {kind: noop}
-"""
+TIMER = read_playbook("integration", "listeners_timer.yaml")
 
 
 class Run:

@@ -19,6 +19,7 @@ from noetl_stream.credentials import CredentialScope
 from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.event_feed import EventFeed
 from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.publish import publish_event
@@ -27,11 +28,11 @@ from noetl_stream.runtime.signals import publish_signal
 from noetl_stream.state.catalog import register_files
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import SecretBox
-from noetl_stream.state.event_feed import EventFeed
 from noetl_stream.state.results import ResultStore
 from noetl_stream.testing.cluster import render_node_config, start_node, stop_node
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import fill, read_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -180,31 +181,7 @@ async def test_wrong_password_is_reported_as_refused_credentials(accounts: Accou
     assert "not-the-password" not in str(info.value)
 
 
-HELLO = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: accounts_hello
-workload:
-  name: world
-workflow:
-  - step: start
-    tool:
-      kind: python
-      input:
-        who: "{{ workload.name }}"
-      code: |
-        result = {"greeting": "hello " + who}
-    next: shout
-  - step: shout
-    tool:
-      kind: python
-      input:
-        text: "{{ start.greeting }}"
-      code: |
-        def main(text):
-            return {"text": text.upper()}
-"""
+HELLO = read_playbook("integration", "nats_accounts_hello.yaml")
 
 
 async def test_playbook_runs_with_each_role_on_its_own_user(
@@ -256,36 +233,9 @@ async def test_restricted_user_cannot_create_or_update_the_router_consumer(
         await assert_eventually(lambda s=subject: _violations(caplog, s) or [][0])
 
 
-CHILD = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: accounts_child
-workflow:
-  - step: start
-    tool:
-      kind: python
-      input:
-        n: "{{ workload.n }}"
-      code: |
-        result = {"square": n * n}
-"""
+CHILD = read_playbook("integration", "nats_accounts_child.yaml")
 
-PARENT = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: accounts_parent
-workload:
-  n: 3
-workflow:
-  - step: start
-    tool:
-      kind: playbook
-      path: ./child.yaml
-      args:
-        n: "{{ workload.n }}"
-"""
+PARENT = read_playbook("integration", "nats_accounts_parent.yaml")
 
 
 async def test_sub_playbook_waits_for_its_child_with_each_role_on_its_own_user(
@@ -388,23 +338,7 @@ async def test_worker_cannot_purge_the_results_store_or_write_other_auth_cache_k
         await assert_eventually(lambda s=subject: _violations(caplog, s) or [][0])
 
 
-SCOPED = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: {name}
-  path: {path}
-keychain:
-  - {{name: db, kind: credential, credential: prod_db}}
-workflow:
-  - step: start
-    tool:
-      kind: python
-      input:
-        user: "{{{{ keychain.db.username }}}}"
-      code: |
-        result = {{"user": user}}
-"""
+SCOPED = read_playbook("integration", "nats_accounts_scoped.yaml")
 
 
 async def test_a_credential_is_used_only_by_the_playbooks_its_scope_names(
@@ -420,7 +354,7 @@ async def test_a_credential_is_used_only_by_the_playbooks_its_scope_names(
             run_services(worker_bus, server=False, python_children=1):
         for path in ("reports/daily", "sandbox/exfiltrate"):
             finals[path] = await submit_and_watch(
-                client_bus, playbook_text=SCOPED.format(name=path.replace("/", "_"), path=path),
+                client_bus, playbook_text=fill(SCOPED, name=path.replace("/", "_"), path=path),
                 playbook_file="scoped.yaml", payload={}, on_event=lambda _: None, timeout_s=60)
 
     allowed, refused = finals["reports/daily"], finals["sandbox/exfiltrate"]

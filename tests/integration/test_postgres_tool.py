@@ -17,6 +17,7 @@ from noetl_stream.testing.postgres import PostgresServer
 from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.postgres import PostgresTool
 from noetl_stream.tools.sql import bind_named, split_statements
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -309,44 +310,7 @@ def test_bind_named_numbers_names_in_order_of_first_use() -> None:
 
 async def test_playbook_creates_reads_and_loops_over_rows(pg_dsn: str, services: None,
                                                          client: PlainClient) -> None:
-    playbook = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: pg_roundtrip
-workload:
-  n: 3
-workflow:
-  - step: start
-    tool:
-      kind: postgres
-      connection: "{{ workload.dsn }}"
-      command: |
-        CREATE TABLE items (id int PRIMARY KEY, name text NOT NULL);
-        INSERT INTO items SELECT g, 'item-' || g FROM generate_series(1, {{ workload.n }}) g;
-    next:
-      arcs:
-        - step: read
-  - step: read
-    tool:
-      kind: postgres
-      connection: "{{ workload.dsn }}"
-      query: "SELECT count(*)::int AS n, max(id) AS top FROM items WHERE id >= $1"
-      params: [1]
-    next:
-      arcs:
-        - step: per_row
-  - step: per_row
-    loop:
-      in: "{{ read.rows }}"
-      iterator: row
-    tool:
-      kind: postgres
-      connection: "{{ workload.dsn }}"
-      query: "SELECT name FROM items WHERE id = :id"
-      params:
-        id: "{{ iter.row.top }}"
-"""
+    playbook = read_playbook("integration", "postgres_tool_pg_roundtrip.yaml")
     feed = await client.run("pg-e2e-1", playbook, payload={"n": 5, "dsn": pg_dsn})
 
     final = feed.final
@@ -362,44 +326,7 @@ workflow:
 
 async def test_policy_rule_reads_the_sqlstate_and_routes_the_failure(pg_dsn: str, services: None,
                                                                      client: PlainClient) -> None:
-    playbook = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: pg_error
-workflow:
-  - step: start
-    tool:
-      kind: postgres
-      connection: "{{ workload.dsn }}"
-      query: "SELEC 1"
-      spec:
-        policy:
-          rules:
-            - when: >-
-                {{ outcome.status == 'error' and outcome.pg.sqlstate == '42601'
-                   and output.pg.sqlstate == '42601' }}
-              then:
-                do: fail
-            - else:
-                then:
-                  do: continue
-    next:
-      spec:
-        mode: exclusive
-      arcs:
-        - step: on_error
-          when: "{{ event.name == 'step.failed' }}"
-        - step: on_ok
-  - step: on_error
-    tool:
-      kind: python
-      code: |
-        result = {"handled": True}
-  - step: on_ok
-    tool:
-      kind: noop
-"""
+    playbook = read_playbook("integration", "postgres_tool_pg_error.yaml")
     feed = await client.run("pg-e2e-2", playbook, payload={"dsn": pg_dsn})
 
     final = feed.final

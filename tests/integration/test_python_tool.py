@@ -13,6 +13,7 @@ from plain_client import PlainClient
 from noetl_stream.testing.waiting import assert_eventually
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.python import PythonTool
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -104,18 +105,7 @@ async def test_print_output_does_not_break_the_protocol(python_tool: PythonTool)
 
 @pytest.mark.usefixtures("services")
 async def test_failing_python_step_fails_the_execution_with_the_message(client: PlainClient) -> None:
-    playbook = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: fails
-workflow:
-  - step: start
-    tool:
-      kind: python
-      code: |
-        raise ValueError("bad row 7")
-"""
+    playbook = read_playbook("integration", "python_tool_fails.yaml")
     feed = await client.run("pyfail1", playbook)
 
     (failed,) = feed.of("step.failed")

@@ -16,18 +16,11 @@ from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 
-HELLO = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: hello-rpc}
-workload: {name: World}
-workflow:
-  - step: start
-    tool: {kind: python, input: {name: "{{ workload.name }}"}, code: 'result = "hi " + name'}
-"""
+HELLO = read_playbook("integration", "request_rpc_hello.yaml")
 
 
 async def ask(nc: Any, subject: str, body: Any) -> dict[str, Any]:
@@ -92,17 +85,7 @@ async def test_a_conflicting_request_on_the_stream_is_answered_on_reply_to(
                                                                  (False, True)]
 
 
-WAITS = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: waits-rpc}
-workflow:
-  - step: start
-    eval_mode: on_event
-    case:
-      - when: "{{ event.name == 'signal.go' }}"
-        then: {next: [end]}
-"""
+WAITS = read_playbook("integration", "request_rpc_waits.yaml")
 
 
 async def test_rpc_cancel_answers_with_the_servers_verdict(nats_server: NatsServer) -> None:

@@ -8,45 +8,13 @@ import pytest
 from plain_client import PlainClient
 
 from noetl_stream.runtime.connection import Bus
+from playbook_files import read_playbook
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 
-TWO_STEPS = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: two-steps
-workload:
-  base: 40
-workflow:
-  - step: start
-    tool:
-      kind: python
-      input:
-        base: "{{ workload.base }}"
-      code: |
-        result = {"n": base + 1}
-    next: finish
-  - step: finish
-    tool:
-      kind: python
-      input:
-        n: "{{ start.n }}"
-      code: |
-        result = {"n": n + 1}
-"""
+TWO_STEPS = read_playbook("integration", "requests_two_steps.yaml")
 
-BROKEN = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: broken
-workflow:
-  - step: start
-    tool:
-      kind: pythn
-      code: "result = 1"
-"""
+BROKEN = read_playbook("integration", "requests_broken.yaml")
 
 
 async def test_plain_client_request_runs_to_completion(client: PlainClient) -> None:

@@ -13,6 +13,7 @@ from local_http import HttpService
 from noetl_stream import ids
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.services import run_services, submit_and_watch
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -71,17 +72,7 @@ async def test_retry_clause_and_its_canonical_translation_run_alike(
     assert http_service.calls["same"] == 3
 
 
-POLL = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: poll}
-workflow:
-  - step: start
-    tool:
-      kind: http
-      url: "{{ workload.api_url }}/flaky/poll"
-      poll: {until: "{{ result.calls >= 3 }}", interval: 50ms, deadline: 20s}
-"""
+POLL = read_playbook("integration", "retry_clause_poll.yaml")
 
 
 async def test_poll_reruns_a_task_until_its_guard_holds(bus: Bus, http_service: HttpService) -> None:

@@ -12,49 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from playbook_files import read_playbook
+
 pytestmark = pytest.mark.integration
 
 CLI = Path(sys.executable).with_name("noetl-stream")
 
-PARENT = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: ids-parent}
-workload: {dsn: ""}
-workflow:
-  - step: start
-    tool:
-      kind: postgres
-      connection: "{{ workload.dsn }}"
-      command: |
-        CREATE TABLE runs (execution_id BIGINT PRIMARY KEY, parent_id BIGINT);
-        INSERT INTO runs VALUES ({{ execution_id }}, NULL);
-    next: child
-  - step: child
-    tool:
-      kind: playbook
-      path: ./child.yaml
-      args: {dsn: "{{ workload.dsn }}", parent: "{{ execution_id }}"}
-    next: read
-  - step: read
-    tool:
-      kind: postgres
-      connection: "{{ workload.dsn }}"
-      query: "SELECT execution_id, parent_id FROM runs ORDER BY parent_id NULLS FIRST"
-"""
+PARENT = read_playbook("integration", "run_ids_in_postgres_parent.yaml")
 
-CHILD = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: ids-child}
-workload: {dsn: "", parent: ""}
-workflow:
-  - step: start
-    tool:
-      kind: postgres
-      connection: "{{ workload.dsn }}"
-      command: "INSERT INTO runs VALUES ({{ execution_id }}, {{ workload.parent }})"
-"""
+CHILD = read_playbook("integration", "run_ids_in_postgres_child.yaml")
 
 
 async def test_run_ids_of_parent_and_child_are_int64s_a_bigint_column_stores(

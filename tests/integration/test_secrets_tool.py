@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from noetl_stream.state.crypto import ENV_SECRET_KEY, SecretBox
 from noetl_stream.testing.events import stored_events
 from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.secrets import SecretsTool
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -61,23 +61,7 @@ async def test_secrets_tool_errors_name_the_secret_only(bus: Bus, noetl_home: Pa
     assert bad.error is not None and 'provider "vault"' in bad.error["message"]
 
 
-PLAYBOOK = textwrap.dedent("""\
-    apiVersion: noetl.io/v2
-    kind: Playbook
-    metadata: {name: secret_use, path: tests/secret_use}
-    workflow:
-      - step: start
-        tool:
-          - fetch: {kind: secrets, name: api}
-          - use:
-              kind: python
-              input: {token: "{{ fetch.value }}"}
-              code: "result = {'length': len(token), 'token': token, 'said': 'Bearer ' + token}"
-              set: {ctx.token: "{{ fetch.value }}"}
-        next: after
-      - step: after
-        tool: {kind: python, input: {seen: "{{ start.token }}"}, code: "result = seen"}
-    """)
+PLAYBOOK = read_playbook("integration", "secrets_tool.yaml")
 
 
 async def test_secret_value_is_masked_in_every_published_event(

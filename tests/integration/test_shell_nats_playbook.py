@@ -8,43 +8,11 @@ import pytest
 
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.services import run_services, submit_and_watch
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-SHELL_TO_KV = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: shell-to-kv
-workload:
-  who: world
-workflow:
-  - step: start
-    tool:
-      kind: shell
-      command: ["sh", "-c", "echo \\"hello $WHO\\"; echo note >&2"]
-      env:
-        WHO: "{{ workload.who }}"
-    next: store
-  - step: store
-    tool:
-      kind: nats
-      operation: kv_put
-      bucket: notes
-      key: greeting
-      value: "{{ start.stdout | trim }}"
-    next: read
-  - step: read
-    tool:
-      - get:
-          kind: nats
-          operation: kv_get
-          bucket: notes
-          key: greeting
-      - count:
-          kind: shell
-          command: "printf '%s' '{{ get.value }}' | wc -c"
-"""
+SHELL_TO_KV = read_playbook("integration", "shell_nats_to_kv.yaml")
 
 
 async def test_playbook_runs_shell_and_keeps_its_output_in_nats_kv(bus: Bus) -> None:
@@ -63,17 +31,7 @@ async def test_playbook_runs_shell_and_keeps_its_output_in_nats_kv(bus: Bus) -> 
     assert (await kv.get("greeting")).value == b"hello nats"
 
 
-FAILING_COMMAND = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: shell-fails
-workflow:
-  - step: start
-    tool:
-      kind: shell
-      command: "echo 'no space left' >&2; exit 3"
-"""
+FAILING_COMMAND = read_playbook("integration", "shell_nats_failing_command.yaml")
 
 
 async def test_playbook_with_a_failing_command_fails_with_its_exit_code(bus: Bus) -> None:

@@ -11,61 +11,11 @@ from plain_client import PlainClient
 
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.testing.events import stored_events
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-PLAYBOOK = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: sink_roundtrip
-workload:
-  items: [{id: 1, name: a}, {id: 2, name: bb}, {id: 3, name: ccc}]
-workflow:
-  - step: start
-    tool:
-      - duck:
-          kind: duckdb
-          command: "CREATE TABLE items (id INTEGER PRIMARY KEY, name VARCHAR, size INTEGER)"
-      - pg:
-          kind: postgres
-          connection: "{{ workload.dsn }}"
-          command: "CREATE TABLE long_names (id int PRIMARY KEY, name text NOT NULL)"
-    next: each
-  - step: each
-    loop: {in: "{{ workload.items }}", iterator: item}
-    tool:
-      kind: python
-      input: {item: "{{ iter.item }}"}
-      code: "result = {'id': item['id'], 'name': item['name'], 'size': len(item['name'])}"
-    sink:
-      tool: {kind: duckdb}
-      table: items
-      args: {id: "{{ result.id }}", name: "{{ data.name }}", size: "{{ result.size }}"}
-    case:
-      - when: "{{ event.name == 'call.done' and result.size > 1 }}"
-        then:
-          sink:
-            tool: {kind: postgres, connection: "{{ workload.dsn }}"}
-            table: long_names
-            mode: upsert
-            key: id
-            args: {id: "{{ result.id }}", name: "{{ result.name }}"}
-    next: read
-  - step: read
-    tool:
-      - duck:
-          kind: duckdb
-          query: "SELECT id, name, size FROM items ORDER BY id"
-      - pg:
-          kind: postgres
-          connection: "{{ workload.dsn }}"
-          query: "SELECT id, name FROM long_names ORDER BY id"
-      - both:
-          kind: python
-          input: {duck: "{{ duck.rows }}", pg: "{{ pg.rows }}"}
-          code: "result = {'duck': duck, 'pg': pg}"
-"""
+PLAYBOOK = read_playbook("integration", "sink.yaml")
 
 
 async def test_sinks_write_duckdb_and_postgres_and_a_later_step_reads_them(
@@ -97,16 +47,7 @@ async def test_sinks_write_duckdb_and_postgres_and_a_later_step_reads_them(
 
 async def test_a_failed_sink_fails_the_step_with_the_sinks_error(
         services: None, client: PlainClient, noetl_home: Path) -> None:
-    playbook = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: sink_fails
-workflow:
-  - step: start
-    tool: {kind: python, code: "result = {'id': 1}"}
-    sink: {kind: duckdb, table: missing, args: {id: "{{ result.id }}"}}
-"""
+    playbook = read_playbook("integration", "sink_fails.yaml")
     feed = await client.run("sink-2", playbook)
 
     final = feed.final

@@ -10,6 +10,7 @@ import pytest
 
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.services import run_services, submit_and_watch
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -55,20 +56,7 @@ async def test_spec001_playbook_and_its_canonical_translation_run_alike(bus: Bus
             == {name: s["result"] for name, s in canonical_final["steps"].items()})
 
 
-DELAYED = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: delayed}
-workflow:
-  - step: start
-    tool: {kind: noop}
-    case:
-      - when: "{{ true }}"
-        then:
-          - next: {to: [{step: later, args: {n: 7}}], spec: {delay: 1s}}
-  - step: later
-    tool: {kind: noop, input: {n: "{{ args.n }}"}}
-"""
+DELAYED = read_playbook("integration", "spec001_dialect_delayed.yaml")
 
 
 async def test_a_delayed_next_starts_its_step_when_the_durable_timer_fires(bus: Bus) -> None:

@@ -12,36 +12,11 @@ from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.services import submit_and_watch
 from noetl_stream.state.catalog import register_files
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-TIMEOUTS = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: timeouts
-executor:
-  spec:
-    timeout: 0.5
-workflow:
-  - step: start
-    tool:
-      kind: python
-      spec:
-        timeout: 10
-      code: |
-        import time
-        time.sleep(1)
-        result = "slept past the executor's timeout"
-    next: inherits
-  - step: inherits
-    tool:
-      kind: python
-      code: |
-        import time
-        time.sleep(5)
-        result = "never"
-"""
+TIMEOUTS = read_playbook("integration", "spec_layering_and_nesting_timeouts.yaml")
 
 
 async def test_executor_spec_timeout_binds_a_python_task_unless_its_own_spec_overrides_it(
@@ -57,45 +32,9 @@ async def test_executor_spec_timeout_binds_a_python_task_unless_its_own_spec_ove
     assert error["kind"] == "timeout"
 
 
-CHILD = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: hotels
-workflow:
-  - step: start
-    loop:
-      in: "{{ iter.parent.city.hotels }}"
-      iterator: hotel
-    tool:
-      kind: python
-      input:
-        city: "{{ iter.parent.city.name }}"
-        city_index: "{{ iter.parent._index }}"
-        hotel: "{{ iter.hotel }}"
-      code: |
-        result = f"{city_index}:{city}/{hotel}"
-"""
+CHILD = read_playbook("integration", "spec_layering_and_nesting_child.yaml")
 
-PARENT = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: cities
-workload:
-  cities:
-    - {name: Oslo, hotels: [a, b]}
-    - {name: Rome, hotels: [c]}
-workflow:
-  - step: start
-    loop:
-      in: "{{ workload.cities }}"
-      iterator: city
-      spec: {mode: parallel, max_in_flight: 2}
-    tool:
-      kind: playbook
-      path: ./hotels.yaml
-"""
+PARENT = read_playbook("integration", "spec_layering_and_nesting_parent.yaml")
 
 
 async def test_child_loop_reads_the_parent_loop_iteration_as_iter_parent(

@@ -24,93 +24,17 @@ from noetl_stream.testing.waiting import assert_eventually
 from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.playbook import PlaybookTool
 from noetl_stream.tools.registry import ToolRegistry
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-CHILD = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: child
-  path: tests/child
-workload:
-  n: 1
-  fail: false
-workflow:
-  - step: start
-    tool:
-      kind: python
-      input:
-        n: "{{ workload.n }}"
-        fail: "{{ workload.fail }}"
-      code: |
-        if fail:
-            raise ValueError(f"child refuses n={n}")
-        result = {"square": n * n}
-"""
+CHILD = read_playbook("integration", "subplaybooks_child.yaml")
 
-PARENT = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: parent
-workload:
-  n: 3
-  fail: false
-workflow:
-  - step: start
-    tool:
-      kind: playbook
-      path: ./child.yaml
-      args:
-        n: "{{ workload.n }}"
-        fail: "{{ workload.fail }}"
-    next: use
-  - step: use
-    tool:
-      kind: python
-      input:
-        got: "{{ start }}"
-      code: |
-        result = got["square"] + 1
-"""
+PARENT = read_playbook("integration", "subplaybooks_parent.yaml")
 
-ASYNC_PARENT = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: async-parent
-workflow:
-  - step: start
-    tool:
-      kind: playbook
-      path: ./child.yaml
-      async: true
-      args:
-        n: 4
-"""
+ASYNC_PARENT = read_playbook("integration", "subplaybooks_async_parent.yaml")
 
-LOOP_PARENT = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: loop-parent
-workload:
-  items: [1, 2, 3, 4, 5, 6]
-workflow:
-  - step: start
-    loop:
-      in: "{{ workload.items }}"
-      iterator: item
-      spec:
-        mode: parallel
-        max_in_flight: 2
-    tool:
-      kind: playbook
-      path: ./child.yaml
-      args:
-        n: "{{ item }}"
-"""
+LOOP_PARENT = read_playbook("integration", "subplaybooks_loop_parent.yaml")
 
 
 async def _register(bus: Bus, folder: Path, parent: str) -> str:

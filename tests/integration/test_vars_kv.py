@@ -8,34 +8,11 @@ from noetl_stream import jsonutil
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.services import submit_and_watch
 from noetl_stream.runtime.vars_store import VarsStore, changed, vars_key
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-VARS = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: vars-kv
-workflow:
-  - step: start
-    tool:
-      kind: python
-      code: |
-        result = {"rows": 7, "table": "orders"}
-    vars:
-      row_count: "{{ result.rows }}"
-      source: "{{ result }}"
-    next: use
-  - step: use
-    tool:
-      kind: python
-      input:
-        count: "{{ vars.row_count }}"
-      code: |
-        result = count * 10
-    vars:
-      row_count: "{{ result }}"
-"""
+VARS = read_playbook("integration", "vars_kv_vars.yaml")
 
 
 async def test_vars_are_written_to_kv_per_name_and_read_by_later_steps(bus: Bus, services: None) -> None:

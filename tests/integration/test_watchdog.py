@@ -21,39 +21,15 @@ from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.state.catalog import register_files
 from noetl_stream.testing.events import child_states, stored_events
 from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
 
-SLOW = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: slow
-workflow:
-  - step: start
-    spec: {timeout: 1}
-    tool:
-      kind: python
-      code: |
-        import time
-        time.sleep(30)
-        result = "never"
-"""
+SLOW = read_playbook("integration", "watchdog_slow.yaml")
 
 CHILD = SLOW.replace("name: slow", "name: child").replace("    spec: {timeout: 1}\n", "")
 
-PARENT = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: parent
-workflow:
-  - step: start
-    spec: {timeout: 1}
-    tool:
-      kind: playbook
-      path: ./child.yaml
-"""
+PARENT = read_playbook("integration", "watchdog_parent.yaml")
 
 
 async def test_a_python_step_past_its_timeout_fails_the_execution_with_the_reason(

@@ -9,6 +9,7 @@ import pytest
 from noetl_stream import ids
 from noetl_stream.dsl.composition import is_file_reference, load_with_children
 from noetl_stream.errors import PlaybookError
+from playbook_files import read_playbook
 
 
 def calls(name: str, path: str) -> str:
@@ -25,14 +26,7 @@ workflow:
 """
 
 
-LEAF = """\
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata:
-  name: leaf
-workflow:
-  - step: start
-"""
+LEAF = read_playbook("unit", "dsl_composition_leaf.yaml")
 
 
 @pytest.mark.parametrize(("path", "is_file"), [

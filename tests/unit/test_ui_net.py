@@ -6,6 +6,7 @@ from __future__ import annotations
 from noetl_stream.api.ui.layout import NODE_W, crossings, layered_layout, longest_path_layers
 from noetl_stream.api.ui.net import net_of
 from noetl_stream.dsl import parse_playbook
+from playbook_files import read_playbook
 
 
 def test_a_node_sits_one_layer_right_of_its_deepest_predecessor() -> None:
@@ -42,33 +43,7 @@ def test_back_edges_point_left_and_self_loops_get_no_route() -> None:
     assert layout.routes[3] == []
 
 
-PLAYBOOK = """
-apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {name: shapes, path: tests/shapes}
-workflow:
-  - step: start
-    next:
-      spec: {mode: inclusive}
-      arcs:
-        - step: fetch
-        - step: side
-  - step: fetch
-    tool: {kind: python, code: "result = 1"}
-    next:
-      - step: fetch
-        when: "{{ fetch.more }}"
-      - step: join
-  - step: side
-    loop: {in: [1, 2], iterator: n}
-    tool: {kind: python, code: "result = 2"}
-    next:
-      - step: join
-        when: "{{ side | length > 1 }}"
-      - step: end
-  - step: join
-    tool: {kind: python, code: "result = 3"}
-"""
+PLAYBOOK = read_playbook("unit", "ui_net.yaml")
 
 
 def test_the_net_of_a_playbook_has_its_steps_guards_joins_and_loops() -> None:

@@ -4,7 +4,7 @@ Two ways, both on consumers that live only as long as the read:
 - `read_page`: an ephemeral pull consumer starting after a sequence. The server tells how many
   messages match when the consumer is created, so a page never waits for messages that will not
   come.
-- `follow`: an `EventFeed` (state/event_feed.py, what `noetl-stream watch` uses too) from a start
+- `follow`: an `EventFeed` (runtime/event_feed.py, what `noetl-stream watch` uses too) from a start
   sequence, live until the caller stops, re-created after the loss of its consumer; the stream
   sequence lets a client resume.
 
@@ -23,9 +23,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from noetl_stream.api.models import StoredEvent
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.event_feed import EVENTS_STREAM as EVENTS_STREAM  # re-exported
+from noetl_stream.runtime.event_feed import EventFeed
 from noetl_stream.runtime.signals import decode_event
-from noetl_stream.state.event_feed import EVENTS_STREAM as EVENTS_STREAM  # re-exported
-from noetl_stream.state.event_feed import EventFeed
 
 FETCH_TIMEOUT_S = 5.0
 
@@ -59,6 +59,7 @@ def _page_consumer(bus: Bus, execution_id: str, after_seq: int) -> ConsumerConfi
 async def count_after(bus: Bus, execution_id: str, after_seq: int) -> int:
     """How many of the execution's messages the stream holds after `after_seq`."""
     info = await bus.js.add_consumer(EVENTS_STREAM, _page_consumer(bus, execution_id, after_seq))
+    # The count is had; the consumer expires by itself (inactive threshold) if deleting fails.
     with contextlib.suppress(Exception):
         await bus.js.delete_consumer(EVENTS_STREAM, info.name)
     return int(info.num_pending or 0)

@@ -42,7 +42,7 @@ class PickupWatch:
         except TimeoutError:
             pass
         from noetl_stream.api.routes_ops import pool_health
-        from noetl_stream.observe.cluster import consumers
+        from noetl_stream.runtime.cluster_metrics import consumers
 
         try:
             pools = await pool_health(bus, await consumers(bus))

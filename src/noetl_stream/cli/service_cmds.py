@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -44,25 +48,21 @@ from noetl_stream.errors import InfrastructureError
 def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
            cors_origin: str | None, metrics: str | None, log_format: str) -> None:
     """Run the server: consume execution requests and outcome events, route, publish commands."""
-    from noetl_stream.runtime.services import open_stack, run_services
+    from noetl_stream.runtime.services import run_services
 
     service_setup("noetl-stream-server", log_format)
     address = http_address(http) if http else None
     metrics_address = http_address(metrics, "--metrics") if metrics else None
 
-    async def go() -> None:
-        async with open_stack(nats_url, prefix=prefix, name="noetl-stream-server",
-                              on_embedded=announce) as stack, \
-                run_services(stack.bus, server=True, worker=False), \
-                metrics_endpoint(stack.bus, metrics_address, cluster=True), \
-                http_api(stack.bus, address, auth=not no_auth, cors_origin=cors_origin):
-            click.echo("server running; Ctrl-C stops it", err=True)
-            await serve_forever(asyncio.Event())
+    @contextlib.asynccontextmanager
+    async def services(bus: Any) -> AsyncIterator[None]:
+        async with run_services(bus, server=True, worker=False), \
+                metrics_endpoint(bus, metrics_address, cluster=True), \
+                http_api(bus, address, auth=not no_auth, cors_origin=cors_origin):
+            yield
 
-    try:
-        run_async(go())
-    except InfrastructureError as exc:
-        fail(EXIT_INFRA, str(exc))
+    _serve("noetl-stream-server", nats_url, prefix, ("default",), services,
+           "server running; Ctrl-C stops it")
 
 
 @click.command()
@@ -76,18 +76,34 @@ def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
 def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, python_processes: int,
            metrics: str | None, log_format: str) -> None:
     """Run a worker: pull commands of POOL, run their task pipelines, publish outcomes."""
-    from noetl_stream.runtime.services import open_stack, run_services
+    from noetl_stream.runtime.services import run_services
 
-    service_setup(f"noetl-stream-worker-{pool}", log_format)
+    name = f"noetl-stream-worker-{pool}"
+    service_setup(name, log_format)
     metrics_address = http_address(metrics, "--metrics") if metrics else None
 
+    @contextlib.asynccontextmanager
+    async def services(bus: Any) -> AsyncIterator[None]:
+        async with run_services(bus, server=False, worker=True, pool=pool,
+                                concurrency=concurrency, python_children=python_processes), \
+                metrics_endpoint(bus, metrics_address, cluster=False):
+            yield
+
+    _serve(name, nats_url, prefix, (pool,), services,
+           f"worker running on pool {pool!r}; Ctrl-C stops it")
+
+
+def _serve(name: str, nats_url: str | None, prefix: str, pools: tuple[str, ...],
+           services: Callable[[Any], AbstractAsyncContextManager[None]], running: str) -> None:
+    """Open the stack (the embedded nats-server when no URL is given), run `services` on its
+    bus until Ctrl-C, and exit EXIT_INFRA when NATS or the stack cannot be had.
+    """
+    from noetl_stream.runtime.services import open_stack
+
     async def go() -> None:
-        async with open_stack(nats_url, prefix=prefix, pools=(pool,), name=f"noetl-stream-worker-{pool}",
-                              on_embedded=announce) as stack, \
-                run_services(stack.bus, server=False, worker=True, pool=pool,
-                             concurrency=concurrency, python_children=python_processes), \
-                metrics_endpoint(stack.bus, metrics_address, cluster=False):
-            click.echo(f"worker running on pool {pool!r}; Ctrl-C stops it", err=True)
+        async with open_stack(nats_url, prefix=prefix, pools=pools, name=name,
+                              on_embedded=announce) as stack, services(stack.bus):
+            click.echo(running, err=True)
             await serve_forever(asyncio.Event())
 
     try:

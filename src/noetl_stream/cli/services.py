@@ -62,7 +62,7 @@ async def metrics_endpoint(bus: Any, address: tuple[str, int] | None, *,
     if address is None:
         yield
         return
-    from noetl_stream.observe.endpoint import serve_metrics
+    from noetl_stream.runtime.metrics_endpoint import serve_metrics
 
     async with serve_metrics(address[0], address[1], bus=bus, cluster=cluster) as url:
         click.echo(f"metrics at {url}/metrics (no authentication)", err=True)

@@ -16,12 +16,22 @@ MAX_NESTING = 100  # levels of mappings and lists a playbook may nest (aliases i
 MAX_VALUES = 1_000_000  # values a playbook may hold once its aliases are expanded
 
 
+class _Yaml(YAML):
+    """ruamel's round-trip YAML without its plug-in search. Each `YAML()` otherwise globs its
+    package folder for `__plug_in__.py` files: file-system calls on the event loop for every
+    playbook the server, the worker or the API parses. Playbooks use no ruamel plug-in.
+    """
+
+    def official_plug_ins(self) -> list[str]:
+        return []
+
+
 def load_yaml(text: str) -> Any:
     """The document, with line numbers. Bounded: nesting deeper than MAX_NESTING or aliases that
     expand to more than MAX_VALUES values ("billion laughs") are syntax errors, so nothing that
     walks the document afterwards can recurse or loop without end.
     """
-    yaml = YAML(typ="rt")
+    yaml = _Yaml(typ="rt")
     try:
         doc = yaml.load(text)
     except YAMLError as exc:
@@ -42,7 +52,7 @@ def _deep_line(text: str) -> int | None:
     """The line where nesting first passes MAX_NESTING (ruamel's event parser does not recurse)."""
     depth = 0
     try:
-        for event in YAML(typ="rt").parse(text):
+        for event in _Yaml(typ="rt").parse(text):
             name = type(event).__name__
             if name in ("MappingStartEvent", "SequenceStartEvent"):
                 depth += 1

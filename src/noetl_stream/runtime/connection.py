@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -160,7 +161,9 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
         raise InfrastructureError(f"cannot reach NATS at {redact_url(url)}: "
                                   f"{exc or type(exc).__name__}") from None
     nc.options["max_reconnect_attempts"] = -1
-    return Bus(nc, nc.jetstream(timeout=10), load_topology(prefix), listeners, url)
+    # The first load of a prefix reads and parses the topology file: in a thread, off the loop.
+    topology = await asyncio.to_thread(load_topology, prefix)
+    return Bus(nc, nc.jetstream(timeout=10), topology, listeners, url)
 
 
 @contextlib.asynccontextmanager

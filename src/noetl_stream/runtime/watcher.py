@@ -1,6 +1,6 @@
 """Following one execution's events live, as `nats sub 'noetl.events.<id>.>'` would.
 
-Reads through `EventFeed` (state/event_feed.py): a consumer we name ourselves, re-created from
+Reads through `EventFeed` (runtime/event_feed.py): a consumer we name ourselves, re-created from
 the last sequence seen when it is lost, so each event reaches `on_event` once and in order.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 from nats.aio.msg import Msg
 
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.event_feed import IDLE_HEARTBEAT, EventFeed
 from noetl_stream.runtime.signals import decode_event
-from noetl_stream.state.event_feed import IDLE_HEARTBEAT, EventFeed
 from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 
 log = logging.getLogger("noetl_stream.watch")

@@ -95,6 +95,8 @@ class Worker:
         self._stopping.set()
         await self.heartbeat.stop()
         for withdraw_sub in self._withdraw_subs:
+            # Stopping: a connection already closed or draining has dropped the subscription,
+            # whichever of nats-py's errors it says so with.
             with contextlib.suppress(Exception):
                 await withdraw_sub.unsubscribe()
         self._withdraw_subs = []
@@ -130,6 +132,9 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            # The consumer's boundary: whatever the handler raised is classified and the message
+            # settled by _handler_failed; escaping, it would end this task unseen and leave the
+            # command to come back after AckWait.
             await self._handler_failed(msg, exc)
         finally:
             if self._consumer is not None:
@@ -181,6 +186,8 @@ class Worker:
         failure = classify(exc)
         log.error("command on %s not handled (%s)", msg.subject[:200], failure, exc_info=exc)
         if failure is Failure.HANDLER_BUG:
+            # Best effort on a path that is already failing: the error is logged above, and a
+            # second failure here must not hide the first one.
             with contextlib.suppress(Exception):
                 await dead_letter_message(self.bus, msg, failure, f"{type(exc).__name__}: {exc}")
                 identity = command_identity(msg.data)
@@ -296,6 +303,8 @@ class Worker:
     async def _heartbeat(self, msg: Msg) -> None:
         while True:
             await asyncio.sleep(self._ack_wait_s / 3)
+            # A missed progress ack costs at most a redelivery after AckWait; NATS trouble here
+            # must not end the command's own task.
             with contextlib.suppress(Exception):
                 await msg.in_progress()
 

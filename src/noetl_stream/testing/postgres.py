@@ -220,6 +220,7 @@ async def start_postgres_server(folder: Path | None = None) -> PostgresServer:
                 group=account.pw_gid if account else None, cwd=folder, start_new_session=True,
                 preexec_fn=_stop_with_parent())
     except BaseException:
+        # Whatever stops the start (initdb failing, Ctrl-C), its folder goes; the error goes on.
         shutil.rmtree(folder, ignore_errors=True)
         raise
     server = PostgresServer(folder=folder, port=port, password=password, process=process)

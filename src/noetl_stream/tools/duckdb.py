@@ -34,12 +34,10 @@ import orjson
 
 from noetl_stream.credentials import Credential
 from noetl_stream.dsl.layering import kind_default
-from noetl_stream.errors import NoetlStreamError
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
-from noetl_stream.tools.sql import flag, json_safe, rows_payload, script_of
+from noetl_stream.tools.sql import json_safe, postgres_credential, read_sql_task, rows_payload
 
 DEFAULT_TIMEOUT_S = float(kind_default("duckdb", "timeout"))  # dsl/layering.py: one table
-POSTGRES_KINDS = frozenset({"postgres", "postgresql"})
 # Statement types whose result set is their answer; any other type that answers with a lone
 # `Count` (or `Success`) column reports rows changed, not rows.
 _QUERY_TYPES = frozenset({"SELECT", "PRAGMA", "EXPLAIN", "CALL", "RELATION", "EXECUTE", "LOGICAL_PLAN"})
@@ -401,18 +399,14 @@ class DuckdbTool:
         return str(base / "duckdb" / f"{_UNSAFE_NAME.sub('_', call.execution_id)}.duckdb")
 
     async def run(self, call: TaskCall) -> Outcome:
-        cfg = call.config
-        script = script_of(cfg)
-        if script is None:
-            return Outcome.failure("duckdb task has no SQL in `command:` or `query:`", "config")
-        params = cfg.get("params")
-        if params is not None and not isinstance(params, (list, tuple, Mapping)):
-            return Outcome.failure("duckdb `params` must be a list (for ? or $1) or a mapping "
-                                   "(for $name)", "config")
+        task = read_sql_task("duckdb", call.config,
+                             params_forms="a list (for ? or $1) or a mapping (for $name)")
+        if isinstance(task, Outcome):
+            return task
         attach = await self._credentials(call)
         if isinstance(attach, Outcome):
             return attach
-        job = _Job(self.db_path(call), script, params, attach, flag(cfg.get("as_objects"), True))
+        job = _Job(self.db_path(call), task.script, task.params, attach, task.as_objects)
         return await _run_job(job, call.timeout(DEFAULT_TIMEOUT_S))
 
     async def run_batches(self, call: TaskCall, setup: Sequence[str], statement: str,
@@ -436,19 +430,11 @@ class DuckdbTool:
             wanted = [(str(name), str(name)) for name in auth]
         else:
             wanted = [(str(auth), str(auth))]
-        resolver = self.services.credentials
-        if resolver is None:
-            return Outcome.failure("duckdb task names credentials in `auth:`, but this worker has no "
-                                   "credential store", "credential")
         found: list[tuple[str, Credential]] = []
         for alias, name in wanted:
-            try:
-                credential = await resolver.resolve(name, execution_id=call.execution_id)
-            except NoetlStreamError as exc:
-                return Outcome.failure(str(exc), "credential")
-            if credential.kind not in POSTGRES_KINDS:
-                return Outcome.failure(f'credential "{name}" is of kind "{credential.kind}"; duckdb '
-                                       'attaches credentials of kind "postgres" only', "credential")
+            credential = await postgres_credential(self.services, call, name, kind="duckdb")
+            if isinstance(credential, Outcome):
+                return credential
             found.append((alias, credential))
         return found
 

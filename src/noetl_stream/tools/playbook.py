@@ -37,8 +37,8 @@ from noetl_stream.errors import CatalogError
 from noetl_stream.messages import CancelRequest, ExecutionRequest
 from noetl_stream.observe import tracing
 from noetl_stream.router.state import ExecutionState
+from noetl_stream.runtime.event_feed import EventFeed
 from noetl_stream.state.catalog import resolve_child
-from noetl_stream.state.event_feed import EventFeed
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices

@@ -25,7 +25,7 @@ import decimal
 import hashlib
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -34,14 +34,20 @@ import asyncpg
 import orjson
 
 from noetl_stream.dsl.layering import kind_default
-from noetl_stream.errors import NoetlStreamError
 from noetl_stream.tools import claims
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
-from noetl_stream.tools.sql import bind_named, flag, rows_payload, script_of, split_statements
+from noetl_stream.tools.sql import (
+    bind_named,
+    flag,
+    postgres_credential,
+    read_sql_task,
+    rows_payload,
+    script_of,
+    split_statements,
+)
 
 DEFAULT_TIMEOUT_S = float(kind_default("postgres", "timeout"))  # dsl/layering.py: one table
 CONNECT_TIMEOUT_S = 10.0
-CREDENTIAL_KINDS = frozenset({"postgres", "postgresql"})
 # Connection trouble, serialization failures and deadlocks, resource limits, server shutdown.
 RETRYABLE_SQLSTATE_PREFIXES = ("08", "40", "53", "57P")
 _NUMBER_AT_END = re.compile(r"(\d+)\s*$")
@@ -71,6 +77,10 @@ class _Target:
 
 class _SettingsError(ValueError):
     """Connection settings a user must fix (never holds the password)."""
+
+
+# What a task does on a connection: (connection, target, timeout in seconds) -> its outcome.
+_Work = Callable[[Any, _Target, float], Awaitable[Outcome]]
 
 
 def _target(data: str | Mapping[str, Any], key: str, source: str) -> _Target:
@@ -200,28 +210,17 @@ class PostgresTool:
         self._ledgers: set[str] = set()  # pool fingerprints whose claim ledger is ready
 
     async def run(self, call: TaskCall) -> Outcome:
-        cfg = call.config
-        sql = script_of(cfg)
-        if sql is None:
-            return Outcome.failure("postgres task has no SQL in `command:` or `query:`", "config")
-        statements = split_statements(sql)
+        task = read_sql_task("postgres", call.config,
+                             params_forms="a list (for $1, $2, ...) or a mapping (for :name)")
+        if isinstance(task, Outcome):
+            return task
+        statements = split_statements(task.script)
         if not statements:
             return Outcome.failure("postgres task's SQL holds no statement", "config")
-        params = cfg.get("params")
-        if params is not None and not isinstance(params, (list, tuple, Mapping)):
-            return Outcome.failure("postgres `params` must be a list (for $1, $2, ...) or a mapping "
-                                   "(for :name)", "config")
-        checkout = await self._checkout(call)
-        if isinstance(checkout, Outcome):
-            return checkout
-        pool, conn, target = checkout
-        timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
-        try:
-            return await self._run_script(conn, statements, params, target, timeout_s,
-                                          as_objects=flag(cfg.get("as_objects"), True),
-                                          transaction=flag(call.spec.get("transaction"), False))
-        finally:
-            await pool.release(conn)
+        transaction = flag(call.spec.get("transaction"), False)
+        return await self._on_connection(call, lambda conn, target, timeout_s: self._run_script(
+            conn, statements, task.params, target, timeout_s, as_objects=task.as_objects,
+            transaction=transaction))
 
     async def claim(self, call: TaskCall, claim_key: str) -> Outcome:
         """Claim one item of a cursor loop with the SQL in `command`, at most once per
@@ -231,11 +230,12 @@ class PostgresTool:
         statements = split_statements(sql) if sql is not None else []
         if not statements:
             return Outcome.failure("loop.cursor.claim holds no SQL statement", "config")
-        checkout = await self._checkout(call)
-        if isinstance(checkout, Outcome):
-            return checkout
-        pool, conn, target = checkout
-        timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
+        return await self._on_connection(
+            call, lambda conn, target, timeout_s: self._claim(conn, target, timeout_s, statements,
+                                                              claim_key))
+
+    async def _claim(self, conn: Any, target: _Target, timeout_s: float, statements: list[str],
+                     claim_key: str) -> Outcome:
         try:
             if target.fingerprint not in self._ledgers:
                 await claims.prepare_ledger(conn)
@@ -245,8 +245,6 @@ class PostgresTool:
             return Outcome.failure(str(exc), "cursor", rows=exc.rows)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             return _statement_failure(exc, len(statements), len(statements), target, timeout_s)
-        finally:
-            await pool.release(conn)
         return Outcome.success({"row": claimed.row, "replayed": claimed.replayed})
 
     async def run_batches(self, call: TaskCall, setup: Sequence[str], statement: str,
@@ -258,20 +256,13 @@ class PostgresTool:
         Success is `{"rows": <rows written>, "chunks": <round trips>}`; a failure says which
         chunk failed and that nothing was kept.
         """
-        checkout = await self._checkout(call)
-        if isinstance(checkout, Outcome):
-            return checkout
-        pool, conn, target = checkout
-        timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
-        try:
-            return await _write_batches(conn, setup, statement, rows, max(1, chunk_size), target,
-                                        timeout_s)
-        finally:
-            await pool.release(conn)
+        chunk_size = max(1, chunk_size)
+        return await self._on_connection(call, lambda conn, target, timeout_s: _write_batches(
+            conn, setup, statement, rows, chunk_size, target, timeout_s))
 
-    async def _checkout(self, call: TaskCall) -> tuple[Any, Any, _Target] | Outcome:
-        """The task's database and a connection from its pool (the caller releases it), or the
-        failure to say why there is none.
+    async def _on_connection(self, call: TaskCall, work: _Work) -> Outcome:
+        """`work` on a connection from the task's pool, with the task's timeout, the connection
+        going back to the pool after; or the failure that says why there is no connection.
         """
         target = await self._resolve(call)
         if isinstance(target, Outcome):
@@ -281,7 +272,10 @@ class PostgresTool:
             conn = await pool.acquire(timeout=CONNECT_TIMEOUT_S)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             return _connect_failure(exc, target)
-        return pool, conn, target
+        try:
+            return await work(conn, target, call.timeout(DEFAULT_TIMEOUT_S))
+        finally:
+            await pool.release(conn)
 
     async def _resolve(self, call: TaskCall) -> _Target | Outcome:
         auth = call.config.get("auth")
@@ -290,18 +284,11 @@ class PostgresTool:
             if auth:
                 name = str(auth.get("credential") or auth.get("name")) if isinstance(auth, Mapping) \
                     else str(auth)
-                resolver = self.services.credentials
-                if resolver is None:
-                    return Outcome.failure(
-                        f'postgres task names credential "{name}" in `auth:`, but this worker has no '
-                        "credential store; give the connection inline in `connection:`", "credential")
-                try:
-                    credential = await resolver.resolve(name, execution_id=call.execution_id)
-                except NoetlStreamError as exc:
-                    return Outcome.failure(str(exc), "credential")
-                if credential.kind not in CREDENTIAL_KINDS:
-                    return Outcome.failure(f'credential "{name}" is of kind "{credential.kind}"; a '
-                                           'postgres task needs one of kind "postgres"', "credential")
+                credential = await postgres_credential(
+                    self.services, call, name, kind="postgres",
+                    without_store="; give the connection inline in `connection:`")
+                if isinstance(credential, Outcome):
+                    return credential
                 return _target(credential.data, f"credential:{name}", f'credential "{name}"')
             if connection:
                 return _target(connection, "inline", "inline connection")

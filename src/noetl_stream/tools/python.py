@@ -20,7 +20,7 @@ from typing import Any
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.layering import kind_default
-from noetl_stream.router.context import ListView, job_view
+from noetl_stream.dsl.values import ListView, job_view
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.sandbox import ENV_PYTHON_USER, SAME_USER, Sandbox, SandboxError, make_sandbox
 
@@ -94,6 +94,7 @@ class _Child:
         if self.alive:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
+        # Reaping after a kill: the child is gone either way, and killing must not raise.
         with contextlib.suppress(Exception):
             await self.proc.wait()
 
@@ -111,10 +112,10 @@ class PythonTool:
         self._slots = asyncio.Semaphore(max_children)
         self._closed = False
 
-    @property
-    def sandbox(self) -> Sandbox:
+    async def sandbox(self) -> Sandbox:
+        """The children's sandbox, made on first use in a thread: it creates a private folder."""
         if self._sandbox is None:
-            self._sandbox = make_sandbox()
+            self._sandbox = await asyncio.to_thread(make_sandbox)
         return self._sandbox
 
     async def start(self) -> None:
@@ -122,7 +123,8 @@ class PythonTool:
         first call, so the first step pays no start-up.
         """
         await self._check_sandbox()
-        children = await asyncio.gather(*(_Child.spawn(self.sandbox) for _ in range(self.warm)))
+        sandbox = await self.sandbox()
+        children = await asyncio.gather(*(_Child.spawn(sandbox) for _ in range(self.warm)))
         self._idle.extend(children)
         self._count += len(children)
 
@@ -132,7 +134,7 @@ class PythonTool:
         default `nobody` falls back to the worker's own user with a warning, since a root
         worker's children then run as root, as they did before users were changed.
         """
-        sandbox = self.sandbox
+        sandbox = await self.sandbox()
         if sandbox.user is None:
             return
         problem = await _probe(sandbox)
@@ -144,9 +146,9 @@ class PythonTool:
                     "and its libraries readable by that user, set %s to a user who can, or %s=%s "
                     "to choose the worker's user", sandbox.user.name, sandbox.executable, problem,
                     ENV_PYTHON_USER, ENV_PYTHON_USER, SAME_USER)
-        self._sandbox = make_sandbox(same_user=True)
+        self._sandbox = await asyncio.to_thread(make_sandbox, same_user=True)
         if sandbox.cwd:
-            shutil.rmtree(sandbox.cwd, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, sandbox.cwd, ignore_errors=True)
 
     async def _acquire(self) -> _Child:
         while self._idle:
@@ -155,7 +157,7 @@ class PythonTool:
                 return child
             self._count -= 1
         self._count += 1
-        return await _Child.spawn(self.sandbox)
+        return await _Child.spawn(await self.sandbox())
 
     def _release(self, child: _Child) -> None:
         if self._closed or not child.alive:
@@ -200,7 +202,8 @@ class PythonTool:
         err = reply.get("error") or {}
         extra = {"module": err["module"]} if err.get("module") else {}
         return Outcome.failure(str(err.get("message", "python code failed")),
-                               str(err.get("kind") or "python"), exception_type=err.get("type"),
+                               "import" if err.get("kind") == "import" else "python",
+                               exception_type=err.get("type"),
                                traceback=err.get("traceback"), meta=meta, **extra)
 
     async def close(self) -> None:
@@ -211,7 +214,7 @@ class PythonTool:
                 child.proc.stdin.close()
         await asyncio.gather(*(c.kill() for c in children))
         if self._sandbox is not None and self._sandbox.cwd:
-            shutil.rmtree(self._sandbox.cwd, ignore_errors=True)
+            await asyncio.to_thread(shutil.rmtree, self._sandbox.cwd, ignore_errors=True)
 
 
 PROBE_TIMEOUT_S = 30.0

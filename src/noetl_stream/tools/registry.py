@@ -6,8 +6,10 @@ object with `kind`, `async run(call) -> Outcome` and `async close()`.
 
 from __future__ import annotations
 
+import functools
 import importlib
-from importlib.metadata import entry_points
+import sys
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from noetl_stream.dsl.kinds import RUNNABLE_KINDS
@@ -37,6 +39,18 @@ def _load(spec: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+def plugin_entry_points() -> tuple[EntryPoint, ...]:
+    """The tool plugins installed here, found once per set of import paths: the search reads
+    every installed package's metadata, too slow to repeat on the event loop for each signal.
+    """
+    return _plugins_on(tuple(sys.path))
+
+
+@functools.lru_cache(maxsize=8)
+def _plugins_on(import_paths: tuple[str, ...]) -> tuple[EntryPoint, ...]:
+    return tuple(entry_points(group=ENTRY_POINT_GROUP))
+
+
 def tool_origins() -> dict[str, str]:
     """Every kind a worker here would run, with where it comes from; loads no plugin code.
 
@@ -46,7 +60,7 @@ def tool_origins() -> dict[str, str]:
     origins.update(dict.fromkeys(BUILTIN_TOOLS, "built-in"))
     if not duckdb_installed():
         origins["duckdb"] = f"built-in, not installed ({DUCKDB_INSTALL})"
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    for ep in plugin_entry_points():
         origins[ep.name] = f"plugin {ep.value}"
     return dict(sorted(origins.items()))
 
@@ -72,7 +86,7 @@ class ToolRegistry:
         for kind, spec in BUILTIN_TOOLS.items():
             tools[kind] = _load(spec)(services)
             origins[kind] = "built-in"
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
+        for ep in plugin_entry_points():
             factory: Any = ep.load()
             tools[ep.name] = factory(services)
             origins[ep.name] = f"plugin {ep.value}"

@@ -23,7 +23,7 @@ docs/security.md says what holds in each case.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import logging
 import os
 import pwd
@@ -91,11 +91,14 @@ class Sandbox:
         return setup
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """libc, found among the symbols this process already has: find_library would run
+    `ldconfig -p` as a child process, on the event loop, for every python child spawned.
+    """
     if not sys.platform.startswith("linux"):
         return None
-    name = ctypes.util.find_library("c")
-    return ctypes.CDLL(name, use_errno=True) if name else None
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def protect_worker_process() -> bool:

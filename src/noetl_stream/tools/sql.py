@@ -1,4 +1,5 @@
-"""What the SQL tool kinds share: splitting a PostgreSQL script into statements, `:name`
+"""What the SQL tool kinds share: reading a task's SQL, `params` and `as_objects`, resolving
+the PostgreSQL credentials it names, splitting a PostgreSQL script into statements, `:name`
 parameters, JSON-safe values and the result shape (docs/tools.md).
 
 Results are `{columns, rows, row_count}` for a statement that returns rows (rows as objects, or
@@ -19,7 +20,15 @@ import ipaddress
 import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from noetl_stream.credentials import Credential
+from noetl_stream.errors import NoetlStreamError
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
+
+# The credential kinds a SQL kind connects to PostgreSQL with.
+POSTGRES_CREDENTIAL_KINDS = frozenset({"postgres", "postgresql"})
 
 _DOLLAR_TAG = re.compile(r"\$([A-Za-z_\x80-\uffff][A-Za-z_0-9\x80-\uffff]*)?\$")
 _NAMED_PARAM = re.compile(r"(?<!:):([A-Za-z_][A-Za-z_0-9]*)")
@@ -202,3 +211,46 @@ def script_of(config: Mapping[str, Any]) -> str | None:
     """The SQL of a task: `command` or `query` (the same field under two names)."""
     sql = config.get("command", config.get("query"))
     return sql if isinstance(sql, str) and sql.strip() else None
+
+
+@dataclass(frozen=True)
+class SqlTask:
+    """What every SQL kind reads from its task before it touches a database."""
+
+    script: str
+    params: Sequence[Any] | Mapping[str, Any] | None
+    as_objects: bool
+
+
+def read_sql_task(kind: str, config: Mapping[str, Any], *, params_forms: str) -> SqlTask | Outcome:
+    """The task's SQL, `params` and `as_objects`, or the config failure naming what is wrong.
+
+    `params_forms` says, in the kind's own placeholders, what a list and a mapping bind to.
+    """
+    script = script_of(config)
+    if script is None:
+        return Outcome.failure(f"{kind} task has no SQL in `command:` or `query:`", "config")
+    params = config.get("params")
+    if params is not None and not isinstance(params, (list, tuple, Mapping)):
+        return Outcome.failure(f"{kind} `params` must be {params_forms}", "config")
+    return SqlTask(script, params, flag(config.get("as_objects"), True))
+
+
+async def postgres_credential(services: ToolServices, call: TaskCall, name: str, *, kind: str,
+                              without_store: str = "") -> Credential | Outcome:
+    """The PostgreSQL credential `name` the task names in `auth:`, or the credential failure:
+    no store on this worker (`without_store` says what to do instead), an unknown or refused
+    name, or a credential of another kind.
+    """
+    resolver = services.credentials
+    if resolver is None:
+        return Outcome.failure(f'{kind} task names credential "{name}" in `auth:`, but this worker '
+                               f"has no credential store{without_store}", "credential")
+    try:
+        credential = await resolver.resolve(name, execution_id=call.execution_id)
+    except NoetlStreamError as exc:
+        return Outcome.failure(str(exc), "credential")
+    if credential.kind not in POSTGRES_CREDENTIAL_KINDS:
+        return Outcome.failure(f'credential "{name}" is of kind "{credential.kind}"; a {kind} task '
+                               'takes credentials of kind "postgres" only', "credential")
+    return credential

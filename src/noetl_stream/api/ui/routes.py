@@ -8,6 +8,7 @@ path answers both: `/` lists executions, `/executions/{id}` shows one, `/catalog
 
 from __future__ import annotations
 
+import asyncio
 from functools import cache
 from importlib import resources
 from string import Template
@@ -47,34 +48,36 @@ def render_page(page: str, title: str) -> str:
         title=title, page=page, body=_static(f"{page}.html"))
 
 
-def _page(page: str, title: str) -> web.Response:
-    return web.Response(text=render_page(page, title), content_type="text/html",
-                        charset="utf-8", headers=SECURITY_HEADERS)
+async def _page(page: str, title: str) -> web.Response:
+    # The files are read on a page's first request (then cached): in a thread, off the loop.
+    text = await asyncio.to_thread(render_page, page, title)
+    return web.Response(text=text, content_type="text/html", charset="utf-8",
+                        headers=SECURITY_HEADERS)
 
 
 async def executions_page(request: web.Request) -> web.StreamResponse:
-    return _page("executions", "Executions")
+    return await _page("executions", "Executions")
 
 
 async def execution_page(request: web.Request) -> web.StreamResponse:
-    return _page("execution", "Execution")
+    return await _page("execution", "Execution")
 
 
 async def catalog_page(request: web.Request) -> web.StreamResponse:
-    return _page("catalog", "Catalog")
+    return await _page("catalog", "Catalog")
 
 
 async def login_page(request: web.Request) -> web.StreamResponse:
-    return _page("login", "Log in")
+    return await _page("login", "Log in")
 
 
 async def asset(request: web.Request) -> web.StreamResponse:
     name = request.match_info["name"]
-    if name not in asset_names():
+    if name not in await asyncio.to_thread(asset_names):
         raise not_found(f'UI asset "{name}"')
     kind = ASSET_TYPES["." + name.rsplit(".", 1)[-1]]
-    return web.Response(text=_static(name), content_type=kind, charset="utf-8",
-                        headers=SECURITY_HEADERS)
+    return web.Response(text=await asyncio.to_thread(_static, name), content_type=kind,
+                        charset="utf-8", headers=SECURITY_HEADERS)
 
 
 def ui_endpoints() -> list[Endpoint]:

@@ -4,6 +4,7 @@ their lag, stream sizes, executions by status, live processes (heartbeats).
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 from nats.errors import Error as NatsError
@@ -71,4 +72,5 @@ async def cluster_families(bus: Bus) -> list[GaugeMetricFamily]:
 
 async def metrics_text(bus: Bus) -> bytes:
     """The process's own series, then what JetStream and KV say now."""
-    return process_text() + render(await cluster_families(bus))
+    # The process collector reads /proc files: in a thread, off the loop.
+    return await asyncio.to_thread(process_text) + render(await cluster_families(bus))

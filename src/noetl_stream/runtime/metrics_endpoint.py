@@ -2,11 +2,12 @@
 scrapes without a user session), apart from the API and its sessions.
 
 A worker serves its own series (`/metrics`). A server also serves what JetStream and KV say at
-scrape time, and `/health` (observe/cluster.py, api/routes_ops.py).
+scrape time, and `/health` (runtime/cluster_metrics.py, api/routes_ops.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -20,11 +21,13 @@ BUS = web.AppKey("noetl_metrics_bus", Bus)
 
 
 async def _worker_metrics(request: web.Request) -> web.StreamResponse:
-    return web.Response(body=process_text(), headers={"Content-Type": CONTENT_TYPE})
+    # The process collector reads /proc files: in a thread, off the loop.
+    body = await asyncio.to_thread(process_text)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
 async def _server_metrics(request: web.Request) -> web.StreamResponse:
-    from noetl_stream.observe.cluster import metrics_text
+    from noetl_stream.runtime.cluster_metrics import metrics_text
 
     body = await metrics_text(request.app[BUS])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})

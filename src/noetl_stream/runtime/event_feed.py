@@ -163,6 +163,8 @@ class EventFeed:
             await self._js.add_consumer(self.stream, self._config(name, subject),
                                         timeout=CREATE_TIMEOUT_S)
         except BaseException:
+            # Whatever stops the consumer's creation (a refusal, a timeout, cancellation), the
+            # subscription made for it must not stay behind; the error goes on as it was.
             with contextlib.suppress(NatsError):
                 await sub.unsubscribe()
             raise
