@@ -14,6 +14,7 @@ from noetl_stream import ids, jsonutil, refs
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.dsl.parser import parse_playbook
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.event_feed import event_follower
 from noetl_stream.runtime.pipeline import Pipeline
 from noetl_stream.runtime.provision import consumer_config
 from noetl_stream.runtime.services import run_services, submit_and_watch
@@ -143,7 +144,7 @@ async def test_running_the_tool_twice_for_one_task_attempt_starts_one_child(
     child = parse_playbook(CHILD).playbook
     await register_files(bus.js, [PlaybookFile("child.yaml", CHILD, key, child)])
     await register_path(bus.js, child, key)
-    tool = PlaybookTool(ToolServices(nats=bus.nc))
+    tool = PlaybookTool(ToolServices(nats=bus.nc, follow_events=event_follower(bus.nc)))
     call = TaskCall(execution_id="twice", step="start", task="start_task", kind="playbook",
                     config={"path": "tests/child"}, input={"n": 7}, spec={},
                     idempotency_key="twice.start.1:None:start_task:1")
@@ -183,7 +184,7 @@ async def test_return_step_reads_a_step_of_a_summary_sent_by_reference(
     child = parse_playbook(text).playbook
     await register_files(bus.js, [PlaybookFile("large-child.yaml", text, key, child)])
     await register_path(bus.js, child, key)
-    tool = PlaybookTool(ToolServices(nats=bus.nc))
+    tool = PlaybookTool(ToolServices(nats=bus.nc, follow_events=event_follower(bus.nc)))
     call = TaskCall(execution_id="large", step="start", task="start_task", kind="playbook",
                     config={"path": "tests/large-child", "return_step": "s2"}, input={},
                     spec={}, idempotency_key="large.start.1:None:start_task:1")
@@ -205,8 +206,8 @@ async def test_loop_of_six_children_starts_six_even_when_a_worker_dies_mid_comma
     # A short AckWait on this test's private server, so the lost command comes back within a second.
     await bus.js.add_consumer(decl.stream, consumer_config(dataclasses.replace(decl, ack_wait_s=1.0)))
     text = await _register(bus, tmp_path, LOOP_PARENT)
-    doomed = await ToolRegistry.create(services=ToolServices(nats=bus.nc), python_children=1,
-                                       python_warm=0)
+    services = ToolServices(nats=bus.nc, follow_events=event_follower(bus.nc))
+    doomed = await ToolRegistry.create(services=services, python_children=1, python_warm=0)
 
     async with run_services(bus, worker=False):
         watch = ExecutionWatch(bus, "loop6")

@@ -19,12 +19,7 @@ PACKAGE = "noetl_stream"
 # one cycle's modules (or subpackages). Remove an entry when its cycle is broken: the tests say
 # when one is gone.
 KNOWN_CYCLES: list[frozenset[str]] = []
-KNOWN_PACKAGE_CYCLES: list[frozenset[str]] = [
-    # runtime/ runs tools; tools/playbook.py (being changed elsewhere) follows a child's events
-    # through runtime/event_feed.py. It goes when the sub-playbook tool's follower moves to runtime/
-    # and reaches the tool through ToolServices, as credentials and results do.
-    frozenset({"noetl_stream.runtime", "noetl_stream.tools"}),
-]
+KNOWN_PACKAGE_CYCLES: list[frozenset[str]] = []
 
 
 def module_name(path: Path) -> str:

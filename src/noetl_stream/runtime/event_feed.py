@@ -252,3 +252,13 @@ class EventFeed:
         else:
             await self._queue.put(msg)
         return None
+
+
+def event_follower(nc: Client) -> Callable[[str, Callable[[Msg], Awaitable[None]]], EventFeed]:
+    """The `follow_events` a worker hands its tools (tools/base.py ToolServices): each call makes
+    an EventFeed on `nc`, not yet started.
+    """
+    def follow(filter_subject: str, on_msg: Callable[[Msg], Awaitable[None]]) -> EventFeed:
+        return EventFeed(nc, filter_subject, on_msg=on_msg)
+
+    return follow

@@ -12,6 +12,7 @@ from noetl_stream.messages import ExecutionRequest
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.credential_guard import CredentialGuard, ScopedCredentialResolver
 from noetl_stream.runtime.dead_letters import DeadLetters
+from noetl_stream.runtime.event_feed import event_follower
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
@@ -89,7 +90,8 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     guard = CredentialGuard(bus, box)  # credential scopes, checked and recorded on every use
     tool_services = ToolServices(credentials=ScopedCredentialResolver(resolver, guard),
                                  nats=bus.nc, home=home, prefix=bus.topology.prefix,
-                                 results=ResultStore(bus.js))
+                                 results=ResultStore(bus.js),
+                                 follow_events=event_follower(bus.nc))
     keychain = KeychainResolver(bus.js, box, resolver, guard=guard)
     if worker:
         # Python children of the worker's own user may not read its memory or environment.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -86,6 +87,18 @@ class ResultSink(Protocol):
         ...
 
 
+class EventFollower(Protocol):
+    """A live follower of some execution events (runtime/event_feed.py's EventFeed)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+# (filter subject, handler awaited for each message in order) -> a follower not yet started.
+FollowEvents = Callable[[str, Callable[[Any], Awaitable[None]]], EventFollower]
+
+
 @dataclass(frozen=True)
 class ToolServices:
     """What the worker hands every tool kind at creation: shared clients and resolvers.
@@ -98,6 +111,8 @@ class ToolServices:
     nats: Any = None
     home: Any = None
     prefix: str = "noetl"  # subject prefix, for tools that publish requests or follow events
+    # Handed in by the runtime so tools/ never imports it (the sub-playbook tool waits on it).
+    follow_events: FollowEvents | None = None
     results: ResultSink | None = None
 
 

@@ -37,11 +37,10 @@ from noetl_stream.errors import CatalogError
 from noetl_stream.messages import CancelRequest, ExecutionRequest
 from noetl_stream.observe import tracing
 from noetl_stream.router.state import ExecutionState
-from noetl_stream.runtime.event_feed import EventFeed
 from noetl_stream.state.catalog import resolve_child
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
-from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
+from noetl_stream.tools.base import EventFollower, Outcome, TaskCall, ToolServices
 
 END_EVENTS = frozenset({"execution.completed", "execution.failed", "execution.cancelled",
                         "execution.rejected"})
@@ -64,11 +63,13 @@ class PlaybookTool:
         services = services or ToolServices()
         self.nc = services.nats
         self.prefix = services.prefix
+        self.follow_events = services.follow_events
         self._parent_keys: dict[str, str | None] = {}  # execution id -> its playbook's catalog key
 
     async def run(self, call: TaskCall) -> Outcome:
-        if self.nc is None:
-            return Outcome.failure("the playbook tool needs the worker's NATS connection", "config")
+        if self.nc is None or self.follow_events is None:
+            return Outcome.failure("the playbook tool needs the worker's NATS connection and "
+                                   "event follower", "config")
         path = call.config.get("path")
         if not isinstance(path, str) or not path:
             return Outcome.failure("playbook task needs `path:`", "config")
@@ -147,7 +148,7 @@ class PlaybookTool:
             self._parent_keys[call.execution_id] = key if isinstance(key, str) else None
         return self._parent_keys[call.execution_id]
 
-    async def _follow(self, child_id: str, final: asyncio.Future[dict[str, Any]]) -> EventFeed:
+    async def _follow(self, child_id: str, final: asyncio.Future[dict[str, Any]]) -> EventFollower:
         """Watch the child's execution events from its first, so an end already stored is seen."""
 
         async def on_msg(msg: Msg) -> None:
@@ -159,7 +160,8 @@ class PlaybookTool:
                 final.set_result(event)
 
         # A consumer named by us, re-created if lost: the wait may outlive a NATS node.
-        feed = EventFeed(self.nc, f"{self.prefix}.events.{child_id}.execution.>", on_msg=on_msg)
+        assert self.follow_events is not None  # run() checked it
+        feed = self.follow_events(f"{self.prefix}.events.{child_id}.execution.>", on_msg)
         await feed.start()
         return feed
 
