@@ -21,6 +21,7 @@ from nats.errors import MaxPayloadError
 from noetl_stream import jsonutil
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.state.results import ResultStore
+from noetl_stream.subjects import load_topology
 
 
 @dataclass(frozen=True)
@@ -232,8 +233,9 @@ async def _republish(run: Run, execution_id: str, when: str) -> int:
 async def _router_drained(run: Run, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        info = await run.client.js.consumer_info("NOETL_EVENTS", "noetl-server-router")
-        if info.num_pending == 0 and info.num_ack_pending == 0:
+        infos = [await run.client.js.consumer_info(c.stream, c.durable)
+                 for c in load_topology().router_decl().consumers()]
+        if all(i.num_pending == 0 and i.num_ack_pending == 0 for i in infos):
             return
         await asyncio.sleep(0.3)
     run.problems.append("router consumer still had events pending")

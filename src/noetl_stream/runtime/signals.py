@@ -28,11 +28,12 @@ def valid_signal_name(name: str) -> bool:
 
 def decode_event(topology: Topology, subject: str, data: bytes,
                  seq: int | None = None) -> dict[str, Any]:
-    """The event a message on the events stream carries. Raises ValueError for a body that is not
-    a JSON object where an event envelope is expected (signals may carry anything).
+    """The event a message on the events stream (or its copy in the router's stream) carries.
+    Raises ValueError for a body that is not a JSON object where an event envelope is expected
+    (signals may carry anything).
     """
     event_type = topology.event_type_of(subject)
-    parts = subject.split(".", 3)
+    parts = topology.published_subject(subject).split(".", 3)
     execution_id = parts[2] if len(parts) > 2 else ""
     if event_type.startswith(SIGNAL_PREFIX):
         try:
