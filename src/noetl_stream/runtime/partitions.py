@@ -25,6 +25,7 @@ import hashlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -68,6 +69,16 @@ def preferred_servers(partitions: int, servers: list[str]) -> dict[int, str]:
     return chosen
 
 
+def partition_of(execution_id: str, partitions: int) -> int:
+    """The partition nats-server's `partition(n, 1)` gives an execution id: FNV-1a (32 bits) of
+    the token, modulo n.
+    """
+    h = 0x811C9DC5
+    for byte in execution_id.encode():
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h % partitions
+
+
 def _score(server: str, partition: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{server}/{partition}".encode()).digest()[:8], "big")
 
@@ -91,8 +102,11 @@ def origin_sequence(msg: Msg) -> int | None:
 class RouterPartitions:
     """This server's pull consumers on the router's partitions, and the balance of their pins."""
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, on_pinned: Callable[[int], None] | None = None) -> None:
         self.bus = bus
+        # Told a partition's number when this server takes its pin: states of its executions
+        # cached before then may have been moved by the server that held it meanwhile.
+        self._on_pinned = on_pinned
         self.router = bus.topology.router_decl()
         self.heartbeat = Heartbeat(bus, role=SERVER_ROLE, pool=SERVER_POOL, load=self._load)
         self.server_id = self.heartbeat.instance
@@ -110,7 +124,8 @@ class RouterPartitions:
         for partition in range(self.router.partitions):
             consumer = await open_pull(self.bus, self.router.stream,
                                        self.router.durable_of(partition), credit=CREDIT,
-                                       group=self.router.group, expires_s=expires_s, start=False)
+                                       group=self.router.group, expires_s=expires_s, start=False,
+                                       on_pinned=self._pinned_callback(partition))
             self.consumers.append(consumer)
             if preferred.get(partition) == self.server_id:
                 await consumer.start()
@@ -138,6 +153,12 @@ class RouterPartitions:
                     jsonutil.dumps({"group": self.router.group}), timeout=1.0)
         self.consumers = []
         await self.heartbeat.stop()
+
+    def _pinned_callback(self, partition: int) -> Callable[[], None] | None:
+        on_pinned = self._on_pinned
+        if on_pinned is None:
+            return None
+        return lambda: on_pinned(partition)
 
     def held(self) -> list[int]:
         """The partitions this server holds the pin of, as far as it knows."""

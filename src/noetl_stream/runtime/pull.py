@@ -56,7 +56,8 @@ class PullConsumer:
 
     def __init__(self, nc: Client, stream: str, durable: str, *, credit: int,
                  api_prefix: str = "$JS.API", expires_s: float = EXPIRES_S,
-                 heartbeat_s: float = HEARTBEAT_S, group: str | None = None) -> None:
+                 heartbeat_s: float = HEARTBEAT_S, group: str | None = None,
+                 on_pinned: Callable[[], None] | None = None) -> None:
         if credit < 1:
             raise ValueError("a pull consumer needs a credit of at least one message")
         self.name = durable
@@ -66,6 +67,7 @@ class PullConsumer:
         self._group = group
         self.pin: str | None = None  # the pin this client holds, as the server last said
         self._held = False  # requests held back while the pin is handed over
+        self._on_pinned = on_pinned  # called when this client takes a pin, before its messages
         self._credit = credit
         self._expires_ns = int(expires_s * 1e9)
         self._heartbeat_s = heartbeat_s
@@ -168,7 +170,11 @@ class PullConsumer:
         status = msg.headers.get("Status") if msg.headers else None
         if status is None:
             if self._group is not None and msg.headers and msg.headers.get(PIN_HEADER):
-                self.pin = msg.headers[PIN_HEADER]
+                if self.pin != msg.headers[PIN_HEADER]:
+                    log.info("pull consumer %s: pinned here", self.name)
+                    self.pin = msg.headers[PIN_HEADER]
+                    if self._on_pinned is not None:
+                        self._on_pinned()
             self._pending = max(0, self._pending - 1)
             self._queue.append(msg)
             self._arrived.set()
@@ -265,13 +271,14 @@ def _pending_count(msg: Msg) -> int | None:
 
 async def open_pull(bus: Bus, stream: str, durable: str, *, credit: int,
                     group: str | None = None, expires_s: float = EXPIRES_S,
-                    start: bool = True) -> PullConsumer:
+                    start: bool = True, on_pinned: Callable[[], None] | None = None,
+                    ) -> PullConsumer:
     """A pull consumer on `bus` (started unless told otherwise) that asks again whenever the
     connection comes back.
     """
     consumer = PullConsumer(bus.nc, stream, durable, credit=credit,
                             api_prefix=getattr(bus.js, "_prefix", "$JS.API"), group=group,
-                            expires_s=expires_s)
+                            expires_s=expires_s, on_pinned=on_pinned)
     bus.reconnect_listeners.append(consumer.on_reconnect)
     consumer.detach = lambda: _discard(bus.reconnect_listeners, consumer.on_reconnect)
     if start:

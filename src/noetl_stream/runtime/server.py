@@ -37,7 +37,7 @@ from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
-from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence
+from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.publish import publish_event, publish_outbox
 from noetl_stream.runtime.pull import PullConsumer, open_pull
@@ -104,7 +104,7 @@ class Server:
         requests = await open_pull(self.bus, req.stream, req.durable, credit=REQUEST_BATCH)
         # Events come per partition of the router's stream, each pinned to one server at a time
         # (runtime/partitions.py); one loop per partition's durable.
-        self._partitions = RouterPartitions(self.bus)
+        self._partitions = RouterPartitions(self.bus, on_pinned=self._forget_partition)
         partitions = await self._partitions.start()
         self._consumers = [requests]
         self._tasks = [
@@ -112,6 +112,14 @@ class Server:
                                 name="requests"),
             *(asyncio.create_task(self._loop(events, PARTITION_BATCH, self._handle_events),
                                   name=f"router-{n}") for n, events in enumerate(partitions))]
+
+    def _forget_partition(self, partition: int) -> None:
+        """This server has just taken a partition's pin: the states it cached of that partition's
+        executions may be stale (another server held it), so they are read from KV again.
+        """
+        partitions = self.bus.topology.router_decl().partitions
+        for execution_id in [e for e in self._cache if partition_of(e, partitions) == partition]:
+            del self._cache[execution_id]
 
     async def stop(self) -> None:
         self._stopping.set()
