@@ -138,7 +138,7 @@ def _tree(pid: int) -> list[int]:
 
 
 @contextlib.asynccontextmanager
-async def services_stack(tmp: Path, *, concurrency: int) -> AsyncIterator[Stack]:
+async def services_stack(tmp: Path, *, concurrency: int, servers: int = 1) -> AsyncIterator[Stack]:
     nats = await start_nats_server(tmp / "nats", record=False)
     env = {**os.environ, "NOETL_STREAM_HOME": str(tmp / "home"),
            "NOETL_STREAM_NATS_URL": nats.url}
@@ -149,7 +149,9 @@ async def services_stack(tmp: Path, *, concurrency: int) -> AsyncIterator[Stack]
         try:
             # As `noetl-stream run` does; the server provisions the same topology as it starts.
             await provision(bus, ("default",))
-            for role, args in (("server", ["server"]),
+            # Several servers share the router's partitions (docs/several-servers.md).
+            roles = [("server" if n == 0 else f"server{n + 1}", ["server"]) for n in range(servers)]
+            for role, args in (*roles,
                                ("worker", ["worker", "--concurrency", str(concurrency)])):
                 logs[role] = open(tmp / f"{role}.log", "wb")  # noqa: SIM115 - closed below
                 procs[role] = subprocess.Popen([str(CLI), *args], env=env, stdout=logs[role],
@@ -368,13 +370,13 @@ async def warm_up(bus: Bus, deadline_s: float = 60.0) -> None:
                           {"items": list(range(10))}, timeout_s=deadline_s)
 
 
-async def bench(plan: Plan, only: set[str]) -> dict[str, Any]:
+async def bench(plan: Plan, only: set[str], servers: int = 1) -> dict[str, Any]:
     def want(tag: str) -> bool:
         return not only or tag.upper() in only or tag.split("-")[0].upper() in only
 
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="noetl-bench-services-") as tmp:
-        async with services_stack(Path(tmp), concurrency=64) as stack:
+        async with services_stack(Path(tmp), concurrency=64, servers=servers) as stack:
             if want("RAW"):
                 wall = await raw_round_trips(stack.bus, plan.raw_n, batch=1, kv=False, tag="SVC")
                 raw = Row("RAW", "ms", wall * 1000 / plan.raw_n,
@@ -432,12 +434,12 @@ def table(rows: list[Row], peak_rss: float) -> str:
     return "\n".join(out)
 
 
-def run(plan: Plan, only: set[str], out: Path) -> dict[str, Any]:
+def run(plan: Plan, only: set[str], out: Path, servers: int = 1) -> dict[str, Any]:
     """Run the services-mode benchmark, print its table, write `out`; return the document."""
-    print("noetl-stream bench, services mode (nats-server, server, worker: separate processes)",
-          file=sys.stderr)
+    print(f"noetl-stream bench, services mode (nats-server, {servers} server(s), worker: "
+          "separate processes)", file=sys.stderr)
     load_before = os.getloadavg()
-    result = asyncio.run(bench(plan, only))
+    result = asyncio.run(bench(plan, only, servers))
     rows: list[Row] = result["rows"]
     verdicts = judge(rows)
     print()
@@ -445,7 +447,7 @@ def run(plan: Plan, only: set[str], out: Path) -> dict[str, Any]:
     for v in verdicts:
         print(f"  target {v['workload']} {v['field']} {v['target']}: have {v['have']} -> "
               f"{'met' if v['met'] else 'MISSED'}")
-    doc = {"timestamp": time.time(), "mode": "services", "plan": asdict(plan),
+    doc = {"timestamp": time.time(), "mode": "services", "servers": servers, "plan": asdict(plan),
            "environment": {"python": sys.version.split()[0], "cpus": os.cpu_count(),
                            "loadavg_before": [round(x, 2) for x in load_before],
                            "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
@@ -463,12 +465,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="repetitions of W1-W3")
     ap.add_argument("--only", default="", help="comma-separated: RAW,PROBE,W1,W2,W3 or full names")
     ap.add_argument("--out", default=str(RESULTS / "services.json"), help="JSON results file")
+    ap.add_argument("--servers", type=int, default=1,
+                    help="noetl-stream server processes sharing the router's partitions")
+    ap.add_argument("--w3", default="", metavar="EXECUTIONS,STEPS",
+                    help="W3's size: concurrent executions, sequential steps each (20,10)")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     if args.repeat is not None:
         plan = Plan(**{**asdict(plan), "repeat": max(1, args.repeat)})
+    if args.w3:
+        executions, steps = (int(x) for x in args.w3.split(","))
+        plan = Plan(**{**asdict(plan), "w3_executions": executions, "w3_steps": steps})
     only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
-    run(plan, only, Path(args.out))
+    run(plan, only, Path(args.out), max(1, args.servers))
     return 0
 
 

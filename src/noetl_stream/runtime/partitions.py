@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nats.aio.msg import Msg
+from nats.errors import NotJSMessageError
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
@@ -95,7 +96,7 @@ def origin_sequence(msg: Msg) -> int | None:
             return int(parts[1])
     try:
         return int(msg.metadata.sequence.stream)
-    except (AttributeError, TypeError, ValueError):  # not a JetStream message
+    except (AttributeError, TypeError, ValueError, NotJSMessageError):  # not from JetStream
         return None
 
 

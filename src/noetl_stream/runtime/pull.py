@@ -70,7 +70,8 @@ class PullConsumer:
         self._on_pinned = on_pinned  # called when this client takes a pin, before its messages
         self._credit = credit
         self._expires_ns = int(expires_s * 1e9)
-        self._heartbeat_s = heartbeat_s
+        # nats-server refuses a request whose heartbeat is more than half its expiry.
+        self._heartbeat_s = min(heartbeat_s, expires_s / 2)
         # Silence, while requests are outstanding, after which they are presumed lost.
         self._lost_after_s = 3 * heartbeat_s
         # Requested and not yet delivered, and granted but not yet requested: together with
