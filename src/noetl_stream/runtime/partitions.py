@@ -101,7 +101,7 @@ def origin_sequence(msg: Msg) -> int | None:
 
 
 class RouterPartitions:
-    """This server's pull consumers on the router's partitions, and the balance of their pins."""
+    """A server's pull consumers on the router's partitions, and the balance of their pins."""
 
     def __init__(self, bus: Bus, on_pinned: Callable[[int], None] | None = None) -> None:
         self.bus = bus

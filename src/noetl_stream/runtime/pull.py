@@ -170,12 +170,12 @@ class PullConsumer:
         self._last_heard = time.monotonic()
         status = msg.headers.get("Status") if msg.headers else None
         if status is None:
-            if self._group is not None and msg.headers and msg.headers.get(PIN_HEADER):
-                if self.pin != msg.headers[PIN_HEADER]:
-                    log.info("pull consumer %s: pinned here", self.name)
-                    self.pin = msg.headers[PIN_HEADER]
-                    if self._on_pinned is not None:
-                        self._on_pinned()
+            pin = msg.headers.get(PIN_HEADER) if self._group is not None and msg.headers else None
+            if pin and pin != self.pin:
+                log.info("pull consumer %s: pinned here", self.name)
+                self.pin = pin
+                if self._on_pinned is not None:
+                    self._on_pinned()
             self._pending = max(0, self._pending - 1)
             self._queue.append(msg)
             self._arrived.set()

@@ -114,7 +114,7 @@ class Server:
                                   name=f"router-{n}") for n, events in enumerate(partitions))]
 
     def _forget_partition(self, partition: int) -> None:
-        """This server has just taken a partition's pin: the states it cached of that partition's
+        """Called when a partition's pin comes here: the states cached of that partition's
         executions may be stale (another server held it), so they are read from KV again.
         """
         partitions = self.bus.topology.router_decl().partitions
