@@ -61,7 +61,7 @@ chaos: $(STAMP)  ## fault injection: kill -9, stalls, NATS restarts, duplicates;
 	$(BIN)/python tests/chaos/run.py $(if $(SEED),--seed $(SEED))
 
 schemas: $(STAMP)  ## regenerate schemas/ from the models
-	$(BIN)/python -m noetl_stream.dsl.schema
+	$(BIN)/python -m noetl_stream.schemas
 
 conformance: $(STAMP)  ## the shared conformance cases (needs ../shared beside the repo)
 	../shared/conformance/run --cli $(BIN)/noetl-stream

@@ -2,13 +2,19 @@
 
     NoetlStreamError
     ├── PlaybookError (ValueError)        a playbook cannot be registered; carries every Issue
+    ├── YamlSyntaxError (ValueError)      a document is not YAML (or nests/expands past the bounds)
     ├── TemplateError (ValueError)        a template failed to render; names step, field, expression
-    ├── RequestError (ValueError)         an execution request is malformed
     ├── CredentialError (ValueError)      a credential is malformed, unknown or cannot be decrypted
     │   └── KeychainError                 a keychain entry cannot be resolved; names the entry
+    ├── AccountError (ValueError)         a user name, role or API key is malformed or taken
+    │                                     (state/users.py)
     ├── CatalogError (LookupError)        a playbook path or version is not in the catalog
     ├── ToolError (RuntimeError)          a tool could not run (not an error outcome of the tool)
-    └── InfrastructureError (RuntimeError) NATS or a child process is unreachable or misbehaves
+    ├── InfrastructureError (RuntimeError) NATS or a child process is unreachable or misbehaves
+    ├── ApiError                          the HTTP API's answer other than success: status, code,
+    │                                     details (api/errors.py, beside the codes it maps)
+    └── RemoteError                       a server's error answer, as the CLI's --server client
+                                          reads it (cli/remote.py, beside the exit codes)
 
 Each error also subclasses the matching built-in so callers that know nothing of us still
 catch it sensibly.
@@ -17,6 +23,23 @@ catch it sensibly.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+OutcomeErrorKind = Literal[
+    # a tool's own failure, named by what went wrong
+    "config", "connection", "credential", "auth", "data", "not_found", "response", "timeout",
+    "crash", "missing_extra", "secrets", "playbook", "catalog", "cursor", "extension", "shell",
+    "http", "nats", "duckdb", "postgres", "transfer",
+    # an HTTP status of 400 or above, as NoETL names them (tools/http.py `status_kind`)
+    "rate_limit", "client_error", "server_error",
+    # the python tool and its child process
+    "python", "import",
+    # the pipeline around the tools
+    "template", "keychain", "tool", "task", "sink", "pipeline", "poll_timeout",
+]
+"""`error.kind` of a failed outcome (tools/base.py `Outcome.failure`); the router adds its own
+(`case`, `loop`, `cancelled`, ...) to the errors of steps it fails itself.
+"""
 
 
 class NoetlStreamError(Exception):
@@ -61,6 +84,14 @@ class PlaybookError(NoetlStreamError, ValueError):
         )
 
 
+class YamlSyntaxError(NoetlStreamError, ValueError):
+    """A document is not YAML the parser can read; `line` is where, when known."""
+
+    def __init__(self, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
 class TemplateError(NoetlStreamError, ValueError):
     """A template could not be rendered."""
 
@@ -76,10 +107,6 @@ class TemplateError(NoetlStreamError, ValueError):
             where.append(f'field "{field}"')
         prefix = (" ".join(where) + ": ") if where else ""
         super().__init__(f"{prefix}template {expression!r}: {message}")
-
-
-class RequestError(NoetlStreamError, ValueError):
-    """An execution request cannot be accepted."""
 
 
 class CredentialError(NoetlStreamError, ValueError):

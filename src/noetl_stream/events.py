@@ -5,7 +5,7 @@ fields of `Event` (`event_id`, `event_type`, `execution_id`, `timestamp` as epoc
 as ISO-8601 UTC, `parent_execution_id`); the publishing layer (runtime/publish.py `stamp`) adds
 `event_id` and `time` where the producer left them out, so every producer gets them. Each type
 adds its own fields. `schemas/events/<type>.schema.json` is generated from these models
-(`python -m noetl_stream.dsl.schema`); a test validates real published events against them, and
+(`python -m noetl_stream.schemas`); a test validates real published events against them, and
 another keeps the README's list of event types equal to `EVENT_TYPES`.
 
 Models allow fields they do not name: a consumer may rely on the fields named here, and new
@@ -194,6 +194,20 @@ class TimerFired(Event):
     step: str | None = None
 
 
+class CredentialUsed(IterationEvent):
+    """A worker checked a stored credential's scope for a task and recorded the use
+    (runtime/credential_guard.py); never any of its material.
+    """
+
+    credential: str = Field(description="The stored credential's name.")
+    playbook: str | None = Field(description="The playbook's path (else its name) the scope was "
+                                 "checked against.")
+    via: str = Field(description="`auth` (a tool's auth: name or the secrets tool) or "
+                     "`keychain.<entry>`.")
+    granted: bool = Field(description="False when the scope refused it; the task then failed.")
+    scoped: bool = Field(description="Whether the credential has a scope (false: any playbook).")
+
+
 OutcomeEvent.model_rebuild()
 
 # event type -> (model, what it means). The README's list is kept equal to these keys by a test.
@@ -213,6 +227,8 @@ EVENT_TYPES: dict[str, tuple[type[Event], str]] = {
     "step.timeout": (StepTimeout, "a step's spec.timeout passed with no outcome"),
     "task.started": (TaskStarted, "a worker took the command (progress only)"),
     "task.redelivered": (TaskRedelivered, "a command came back after its worker went quiet"),
+    "credential.used": (CredentialUsed, "a task asked for a stored credential; its scope "
+                        "granted or refused it"),
     "loop.started": (LoopStarted, "a loop step began its iterations"),
     "loop.iteration.done": (OutcomeEvent, "one iteration succeeded"),
     "loop.iteration.failed": (OutcomeEvent, "one iteration failed"),

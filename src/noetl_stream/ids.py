@@ -10,8 +10,15 @@ duplicate window (ARCHITECTURE §6.1).
 from __future__ import annotations
 
 import hashlib
+import re
 
 _INT63 = (1 << 63) - 1
+# One identifier that becomes a subject token or a KV key: an execution id, a pool, a part of a
+# signal name. messages.py says why 128.
+MAX_TOKEN_LENGTH = 128
+# A step name travels in bodies and msg ids (headers), never in a subject: more room.
+MAX_STEP_NAME_LENGTH = 256
+_SAFE_TOKEN = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_TOKEN_LENGTH}}}")
 
 
 def derived_execution_id(purpose: str, *parts: str) -> str:
@@ -42,7 +49,30 @@ def event_msg_id(execution_id: str, event_type: str, *parts: object) -> str:
 
 
 def is_subject_token(text: str) -> bool:
-    return bool(text) and not any(c in text for c in ". *>\t\r\n")
+    """A safe identifier: 1 to 128 letters, digits, `-` and `_`, so it is one subject token,
+    a valid KV key, and short enough for any subject built from it.
+    """
+    return _SAFE_TOKEN.fullmatch(text) is not None
+
+
+def request_msg_id(execution_id: str, body: bytes | None = None) -> str:
+    """`Nats-Msg-Id` of an execution request: `req:<id>`, so sending one request twice starts
+    one execution. With `body` (`req:<id>:<digest>`), another body under the same id is another
+    message, which the server answers as a conflict (runtime/request_rpc.py).
+    """
+    if body is None:
+        return f"req:{execution_id}"
+    return f"req:{execution_id}:{hashlib.sha256(body).hexdigest()[:16]}"
+
+
+def cancel_msg_id(execution_id: str) -> str:
+    """`Nats-Msg-Id` of a cancel request: asking twice within the window is asking once."""
+    return f"cancel:{execution_id}"
+
+
+def signal_msg_id(execution_id: str, name: str, idempotency_key: str) -> str:
+    """`Nats-Msg-Id` of a signal sent with an `Idempotency-Key`: the same key is one signal."""
+    return f"sig:{execution_id}:{name}:" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
 
 
 def playbook_key(text: str) -> str:

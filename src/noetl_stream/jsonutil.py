@@ -52,12 +52,12 @@ _ENCODER_DEPTH = 254
 MAX_DEPTH = 200
 
 
-def storable_problem(value: Any) -> str | None:
+def storable_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
     """Why `value` cannot travel in an event or be stored in an execution's state, or None: an
-    integer beyond 64 bits, or more than MAX_DEPTH levels of nesting.
+    integer beyond 64 bits, or more than `max_depth` levels of nesting (at most 254).
     """
     wrapped = value
-    for _ in range(_ENCODER_DEPTH - MAX_DEPTH):
+    for _ in range(_ENCODER_DEPTH - max_depth):
         wrapped = [wrapped]
     try:
         dumps(wrapped)
@@ -67,6 +67,6 @@ def storable_problem(value: Any) -> str | None:
             return "it holds an integer beyond 64 bits (JSON here holds 64-bit integers; " \
                    "pass a larger number as a string)"
         if "ecursion" in text:
-            return f"it is nested more than {MAX_DEPTH} levels deep"
+            return f"it is nested more than {max_depth} levels deep"
         return f"it cannot be encoded as JSON: {text}"
     return None

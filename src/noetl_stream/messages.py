@@ -1,48 +1,189 @@
-"""Message bodies at the edges, as pydantic models (exported to `schemas/`)."""
+"""Every message that crosses a process boundary, as a pydantic model (exported to `schemas/`),
+and the one constructor of each message this package produces.
+
+Requests (`ExecutionRequest`, `CancelRequest`), commands (`Command`), events (`EventEnvelope`,
+the catalog of each type's fields is noetl_stream/events.py) and signals (`SignalEvent`) are
+validated where they are received (runtime/server.py, runtime/worker.py) before anything acts
+on them. Identifiers are limited to a safe charset and length, JSON values to a depth and to
+64-bit integers, so that no single message can build a subject, KV key or header that NATS
+refuses (nats-server closes a connection whose control line passes 4096 bytes) or state that
+cannot be stored.
+
+Pure: no clock, no I/O (the router imports the constructors).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
-from noetl_stream.ids import is_subject_token
+from noetl_stream import ids, jsonutil
+
+# -- identifiers ---------------------------------------------------------------------------
+# 128 characters for one identifier: an int64 id has 19 digits, a UUID 36, a step or signal name
+# a person writes rarely 40. A subject holds at most an id and an event type (with a signal's
+# name) beside the prefix, so it stays under 400 bytes, and a PUB/HPUB control line (subject,
+# reply inbox and sizes) under 1 KiB: a quarter of nats-server's 4096-byte limit, whatever the
+# reply inbox a client chose (itself limited to MAX_SUBJECT_LENGTH).
+MAX_ID_LENGTH = ids.MAX_TOKEN_LENGTH
+MAX_NAME_LENGTH = ids.MAX_TOKEN_LENGTH
+MAX_STEP_NAME_LENGTH = ids.MAX_STEP_NAME_LENGTH
+MAX_STEP_RUN_ID_LENGTH = MAX_ID_LENGTH + MAX_STEP_NAME_LENGTH + 24
+MAX_EVENT_TYPE_LENGTH = MAX_NAME_LENGTH + 32  # `signal.<name>`, `timer.schedule.<name>`
+MAX_SUBJECT_LENGTH = 256  # a reply_to
+MAX_TEXT_LENGTH = 4096  # reasons, who asked, file names in messages
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+# A step's value may nest jsonutil.MAX_DEPTH levels; the message around it a few more
+# (a command's `context.steps.<name>`, an event's `result`).
+MESSAGE_DEPTH = jsonutil.MAX_DEPTH + 16
+
+_EVENT_TYPE = re.compile(r"[a-z][a-z0-9_-]*(\.[A-Za-z0-9_-]+)+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SUBJECT = re.compile(r"[A-Za-z0-9_$=:/@+-]+(\.[A-Za-z0-9_$=:/@+-]+)*")
 
 
+def execution_id_problem(value: str) -> str | None:
+    if ids.is_subject_token(value):
+        return None
+    if len(value) > MAX_ID_LENGTH:
+        return f"an execution id has at most {MAX_ID_LENGTH} characters (this one {len(value)})"
+    return "an execution id is letters, digits, '-' and '_' (it names a subject token and a " \
+           "KV key)"
+
+
+def _execution_id(value: str) -> str:
+    problem = execution_id_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def signal_name_problem(value: str) -> str | None:
+    if len(value) > MAX_NAME_LENGTH:
+        return f"a signal name has at most {MAX_NAME_LENGTH} characters (this one {len(value)})"
+    if not value or not all(ids.is_subject_token(part) for part in value.split(".")):
+        return "a signal name is letters, digits, '-' and '_', in parts joined by dots"
+    return None
+
+
+def _signal_name(value: str) -> str:
+    problem = signal_name_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _event_type(value: str) -> str:
+    if len(value) > MAX_EVENT_TYPE_LENGTH or not _EVENT_TYPE.fullmatch(value):
+        raise ValueError(f"an event type is dotted lower-case words (`step.done`, "
+                         f"`signal.<name>`), at most {MAX_EVENT_TYPE_LENGTH} characters")
+    return value
+
+
+def _pool(value: str) -> str:
+    if not ids.is_subject_token(value):
+        raise ValueError(f"a pool name is letters, digits, '-' and '_', at most "
+                         f"{MAX_NAME_LENGTH} characters")
+    return value
+
+
+def _printable(limit: int, what: str) -> Any:
+    def check(value: str) -> str:
+        if not value or len(value) > limit or _CONTROL.search(value):
+            raise ValueError(f"{what} has 1 to {limit} characters and no control characters")
+        return value
+    return check
+
+
+def _reply_subject(value: str) -> str:
+    if len(value) > MAX_SUBJECT_LENGTH or not _SUBJECT.fullmatch(value):
+        raise ValueError(f"reply_to is a NATS subject without wildcards, at most "
+                         f"{MAX_SUBJECT_LENGTH} characters")
+    return value
+
+
+def bounded_json_problem(value: Any, depth: int = MESSAGE_DEPTH) -> str | None:
+    """Why `value` cannot travel in a message, or None: nested deeper than `depth`, or an
+    integer beyond 64 bits (JSON here holds 64-bit integers).
+    """
+    return jsonutil.storable_problem(value, depth)
+
+
+def _bounded(value: Any) -> Any:
+    problem = bounded_json_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _string(pattern: str | None, max_length: int, description: str) -> WithJsonSchema:
+    schema: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": max_length,
+                              "description": description}
+    if pattern is not None:
+        schema["pattern"] = pattern
+    return WithJsonSchema(schema)
+
+
+_TOKEN = "[A-Za-z0-9_-]+"
+ExecutionId = Annotated[str, AfterValidator(_execution_id), _string(
+    f"^{_TOKEN}$", MAX_ID_LENGTH, "An execution id: letters, digits, '-' and '_'.")]
+SignalName = Annotated[str, AfterValidator(_signal_name), _string(
+    rf"^{_TOKEN}(\.{_TOKEN})*$", MAX_NAME_LENGTH, "A signal name: safe tokens joined by dots.")]
+EventType = Annotated[str, AfterValidator(_event_type), _string(
+    _EVENT_TYPE.pattern.join("^$"), MAX_EVENT_TYPE_LENGTH, "An event type: `step.done`, "
+    "`signal.<name>`, ...")]
+Pool = Annotated[str, AfterValidator(_pool), _string(
+    f"^{_TOKEN}$", MAX_NAME_LENGTH, "A worker pool: letters, digits, '-' and '_'.")]
+StepName = Annotated[str, AfterValidator(_printable(MAX_STEP_NAME_LENGTH, "a step name")),
+                     _string("^[^\\x00-\\x1f\\x7f-\\x9f]+$", MAX_STEP_NAME_LENGTH,
+                             "A step name: no control characters.")]
+StepRunId = Annotated[str, AfterValidator(_printable(MAX_STEP_RUN_ID_LENGTH, "a step run id")),
+                      _string("^[^\\x00-\\x1f\\x7f-\\x9f]+$", MAX_STEP_RUN_ID_LENGTH,
+                              "`<execution_id>.<step>.<run>`.")]
+Text = Annotated[str, AfterValidator(_printable(MAX_TEXT_LENGTH, "the text")), _string(
+    "^[^\\x00-\\x1f\\x7f-\\x9f]+$", MAX_TEXT_LENGTH, "Text without control characters.")]
+ReplySubject = Annotated[str, AfterValidator(_reply_subject), _string(
+    _SUBJECT.pattern.join("^$"), MAX_SUBJECT_LENGTH, "A NATS subject without wildcards.")]
+Int64 = Annotated[int, Field(strict=True, ge=INT64_MIN, le=INT64_MAX)]
+_DEPTH_NOTE = (f"Any JSON value nested at most {MESSAGE_DEPTH} levels, integers within 64 bits.")
+Json = Annotated[Any, AfterValidator(_bounded), WithJsonSchema({"description": _DEPTH_NOTE})]
+JsonObject = Annotated[dict[str, Any], AfterValidator(_bounded),
+                      WithJsonSchema({"type": "object", "description": _DEPTH_NOTE})]
+
+
+# -- requests -------------------------------------------------------------------------------
 class ExecutionRequest(BaseModel):
     """Body of a message on `noetl.requests.execute`: start one execution of a playbook."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    execution_id: str | None = Field(
-        None, description="Id to use (a NATS subject token); the server makes one when absent. "
-        "Re-sending a request with the same id starts nothing new.")
+    execution_id: ExecutionId | None = Field(
+        None, description="Id to use (letters, digits, '-' and '_', at most 128 characters); "
+        "the server makes one when absent. Re-sending a request with the same id starts nothing "
+        "new.")
     playbook: str = Field(description="The playbook's YAML text.")
-    playbook_file: str = Field("<request>", description="Name used in validation messages.")
-    payload: dict[str, Any] = Field(default_factory=dict,
-                                    description="Deep-merged over the playbook's workload.")
-    parent_execution_id: str | None = Field(None, description="Set when a playbook starts a child.")
-    parent_iter: dict[str, Any] | None = Field(
+    playbook_file: Text = Field("<request>", description="Name used in validation messages.")
+    payload: JsonObject = Field(default_factory=dict,
+                                description="Deep-merged over the playbook's workload.")
+    parent_execution_id: ExecutionId | None = Field(
+        None, description="Set when a playbook starts a child.")
+    parent_iter: JsonObject | None = Field(
         None, description="The loop iteration (`iter`) of the parent task that starts this "
         "child, if any; the child's templates read it as `iter.parent` (spec 002 §6.4).")
-    parent_step_run_id: str | None = Field(
+    parent_step_run_id: StepRunId | None = Field(
         None, description="The parent's step run whose command starts this child. With it the "
         "server records `child.started` in the parent's event log, and the parent's router "
         "cancels the child when it cuts that run short.")
-    parent_iteration: int | None = Field(
+    parent_iteration: Int64 | None = Field(
         None, description="The loop iteration number of the parent's command, if any.")
     detached: bool = Field(
         False, description="A fire-and-forget child (`async: true`): the parent does not wait "
         "for it, and cancelling the parent's step leaves it running.")
-    reply_to: str | None = Field(None, description="Core NATS subject that receives "
-                                 "{accepted, execution_id, errors} once the request is handled.")
-
-    @field_validator("execution_id")
-    @classmethod
-    def _token(cls, value: str | None) -> str | None:
-        if value is not None and not is_subject_token(value):
-            raise ValueError("execution_id must not contain '.', '*', '>' or spaces")
-        return value
+    reply_to: ReplySubject | None = Field(
+        None, description="Core NATS subject that receives {accepted, execution_id, errors} "
+        "once the request is handled.")
 
 
 class RequestReply(BaseModel):
@@ -62,15 +203,242 @@ class CancelRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    execution_id: str = Field(description="The execution to cancel.")
-    reason: str | None = Field(None, description="Why; recorded on the cancellation events.")
-    requested_by: str | None = Field(None, description="Who asked (a user, `cli`, a parent).")
-    reply_to: str | None = Field(None, description="Core NATS subject that receives "
-                                 "{accepted, execution_id, errors} once the request is handled.")
+    execution_id: ExecutionId = Field(description="The execution to cancel.")
+    reason: Text | None = Field(None, description="Why; recorded on the cancellation events.")
+    requested_by: Text | None = Field(None, description="Who asked (a user, `cli`, a parent).")
+    reply_to: ReplySubject | None = Field(
+        None, description="Core NATS subject that receives {accepted, execution_id, errors} "
+        "once the request is handled.")
 
-    @field_validator("execution_id")
-    @classmethod
-    def _token(cls, value: str) -> str:
-        if not is_subject_token(value):
-            raise ValueError("execution_id must not contain '.', '*', '>' or spaces")
-        return value
+
+# -- commands -------------------------------------------------------------------------------
+class CommandContext(BaseModel):
+    """The part of the execution a command's templates may read (router/engine.py `command`)."""
+
+    # Fields a newer router adds are kept, not refused: a worker of the previous release must
+    # not dead-letter the commands of a rolling upgrade.
+    model_config = ConfigDict(extra="allow")
+
+    workload: dict[str, Any] = Field(default_factory=dict)
+    ctx: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = Field(default_factory=dict)
+    iter: dict[str, Any] = Field(default_factory=dict)
+    vars: dict[str, Any] = Field(default_factory=dict)
+    steps: dict[str, Any] = Field(default_factory=dict, description="Results of the finished "
+                                  "steps the command's templates name, by step name.")
+    steps_http: dict[str, Any] = Field(default_factory=dict)
+    steps_loop: list[str] = Field(default_factory=list)
+
+
+class Command(BaseModel):
+    """Body of a message on `noetl.commands.<pool>.<kind>`: run one step's tasks (or one loop
+    iteration's) and report the outcome.
+    """
+
+    model_config = ConfigDict(extra="allow")  # as CommandContext
+
+    execution_id: ExecutionId
+    playbook: Text | None = Field(None, description="The playbook's path or name (metrics).")
+    step: StepName
+    step_run_id: StepRunId
+    parent_execution_id: ExecutionId | None = None
+    iteration: Int64 | None = Field(None, description="The loop iteration, or null.")
+    attempt: Int64 = 1
+    tasks: list[dict[str, Any]] = Field(description="The step's tasks, normalized.")
+    step_args: dict[str, Any] | None = None
+    context: CommandContext = Field(default_factory=CommandContext)
+    keychain: list[dict[str, Any]] = Field(default_factory=list)
+    max_payload_bytes: Int64 | None = None
+    cursor: dict[str, Any] | None = Field(None, description="A cursor loop's claim.")
+
+
+def command_body(*, execution_id: str, playbook: str | None, step: str, step_run_id: str,
+                 parent_execution_id: str | None, iteration: int | None,
+                 tasks: list[dict[str, Any]], step_args: dict[str, Any] | None,
+                 context: dict[str, Any], keychain: list[dict[str, Any]],
+                 max_payload_bytes: int | None, attempt: int = 1,
+                 cursor: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The one constructor of a command body (fields of `Command`)."""
+    body: dict[str, Any] = {
+        "execution_id": execution_id, "playbook": playbook, "step": step,
+        "step_run_id": step_run_id, "parent_execution_id": parent_execution_id,
+        "iteration": iteration, "attempt": attempt, "tasks": tasks, "step_args": step_args,
+        "context": context, "keychain": keychain, "max_payload_bytes": max_payload_bytes}
+    if cursor is not None:
+        body["cursor"] = cursor
+    return body
+
+
+class StepIdentity(BaseModel):
+    """The step run a command or outcome event belongs to (what a dead letter is filed under)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    execution_id: ExecutionId
+    step: StepName
+    step_run_id: StepRunId
+    iteration: Int64 | None = None
+    parent_execution_id: ExecutionId | None = None
+
+
+# -- events ---------------------------------------------------------------------------------
+class EventEnvelope(BaseModel):
+    """What the router checks of any event it takes (the catalog in events.py has each type's
+    fields). Other fields are the type's own, bounded in depth and integer size.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    execution_id: ExecutionId
+    event_type: EventType
+    step: StepName | None = None
+    step_run_id: StepRunId | None = None
+    iteration: Int64 | None = None
+    parent_execution_id: ExecutionId | None = None
+
+
+class SignalEvent(BaseModel):
+    """What the router makes of a signal: the body a client published on
+    `<prefix>.events.<execution_id>.signal.<name>` is its `data`, never an envelope.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    event_type: EventType = Field(description="`signal.<name>`, from the subject.")
+    execution_id: ExecutionId = Field(description="From the subject.")
+    data: Json = Field(None, description="The published body: any JSON value, or the text when "
+                       "it is not JSON, or null when empty.")
+    seq: Int64 | None = Field(None, description="Its stream sequence.")
+
+
+def event_body(event_type: str, execution_id: str, timestamp: float, *,
+               parent_execution_id: str | None = None, **fields: Any) -> dict[str, Any]:
+    """The one constructor of an event body: the envelope, then the type's own fields
+    (events.py); `event_id` and `time` are stamped where it is published (runtime/publish.py).
+    """
+    return {"event_type": event_type, "execution_id": execution_id, "timestamp": timestamp,
+            "parent_execution_id": parent_execution_id, **fields}
+
+
+# -- validation at the edges -----------------------------------------------------------------
+class Malformed(ValueError):
+    """A message that no delivery can make valid; `failure` is its class in
+    runtime/dispositions.py (`malformed_json`, `schema`, `subject_mismatch`).
+    """
+
+    def __init__(self, failure: str, reason: str, raw: Any = None) -> None:
+        super().__init__(reason)
+        self.failure = failure
+        self.reason = reason
+        self.raw = raw  # the JSON it held, when it was JSON (to find who waits for an answer)
+
+
+def parse_object(data: bytes) -> dict[str, Any]:
+    """A JSON object of bounded depth, or Malformed."""
+    try:
+        value = jsonutil.loads(data)
+    except ValueError as exc:
+        raise Malformed("malformed_json", f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise Malformed("malformed_json", f"the body is a JSON {type(value).__name__}, not an "
+                        "object", value)
+    problem = bounded_json_problem(value)
+    if problem is not None:
+        raise Malformed("schema", f"the body cannot be taken: {problem}", value)
+    return value
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], data: bytes) -> M:
+    """`data` as `model`, or Malformed naming every field that is wrong."""
+    return checked(model, parse_object(data))
+
+
+def checked(model: type[M], raw: dict[str, Any]) -> M:
+    """A parsed body as `model`, or Malformed naming every field that is wrong."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise Malformed("schema", describe(exc), raw) from None
+
+
+def describe(exc: ValidationError) -> str:
+    """A validation error in one line: `field: what is wrong; ...` (inputs never echoed)."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}"
+                     for e in exc.errors())
+
+
+def reply_address(raw: Any) -> tuple[str | None, str | None]:
+    """The `execution_id` and `reply_to` of a request that failed validation, each only when
+    it is valid itself (an answer must never build a subject NATS refuses).
+    """
+    if not isinstance(raw, dict):
+        return None, None
+    execution_id, reply_to = raw.get("execution_id"), raw.get("reply_to")
+    usable_id = execution_id if isinstance(execution_id, str) \
+        and execution_id_problem(execution_id) is None else None
+    try:
+        usable_reply = _reply_subject(reply_to) if isinstance(reply_to, str) else None
+    except ValueError:
+        usable_reply = None
+    return usable_id, usable_reply
+
+
+SIGNAL_PREFIX = "signal."
+SCHEDULE_PREFIX = "timer.schedule."
+TIMER_FIRED = "timer.fired"
+TIMER_SCHEDULED = "timer.scheduled"
+
+
+def decode_event(prefix: str, subject: str, data: bytes, seq: int | None = None) -> dict[str, Any]:
+    """The event a message on `<prefix>.events.<execution_id>.<event_type>` carries, checked:
+    identifiers valid, and a body's own `execution_id` and `event_type` equal to the subject's
+    (a body never moves itself to another execution or type). Raises Malformed.
+
+    A signal's body is the client's data, never an envelope; a timer's schedule message holds
+    the `timer.fired` it becomes, and reads as `timer.scheduled`.
+    """
+    head = f"{prefix}.events."
+    rest = subject[len(head):] if subject.startswith(head) else ""
+    execution_id, _, event_type = rest.partition(".")
+    problem = execution_id_problem(execution_id)
+    if problem is not None:
+        raise Malformed("schema", f"subject {subject[:200]!r}: {problem}")
+    if event_type.startswith(SIGNAL_PREFIX):
+        return _signal(execution_id, event_type, data, seq)
+    event = parse_object(data)
+    expected = TIMER_FIRED if event_type.startswith(SCHEDULE_PREFIX) else event_type
+    for name, want in (("execution_id", execution_id), ("event_type", expected)):
+        got = event.setdefault(name, want)
+        if got != want:
+            raise Malformed("subject_mismatch", f"the body's {name} {str(got)[:200]!r} is not "
+                            f"the subject's {want!r}", event)
+    try:
+        EventEnvelope.model_validate(event)
+    except ValidationError as exc:
+        raise Malformed("schema", describe(exc), event) from None
+    if event_type.startswith(SCHEDULE_PREFIX):
+        event["event_type"] = TIMER_SCHEDULED
+    if seq is not None and event_type == TIMER_FIRED:
+        event["seq"] = seq  # lets a listener skip a redelivered timer
+    return event
+
+
+def _signal(execution_id: str, event_type: str, data: bytes, seq: int | None) -> dict[str, Any]:
+    problem = signal_name_problem(event_type[len(SIGNAL_PREFIX):])
+    if problem is not None:
+        raise Malformed("schema", problem)
+    try:
+        payload = jsonutil.loads(data) if data.strip() else None
+    except ValueError:
+        payload = data.decode(errors="replace")  # kept as text: the record shows what came
+    body_problem = bounded_json_problem(payload)
+    if body_problem is not None:
+        raise Malformed("schema", f"the signal's data cannot be taken: {body_problem}")
+    event: dict[str, Any] = {"event_type": event_type, "execution_id": execution_id,
+                             "data": payload}
+    if seq is not None:
+        event["seq"] = seq  # lets a listener skip a redelivered signal
+    return event

@@ -18,7 +18,7 @@ from harness import INJECTED, PLAYBOOKS, Fault, Knobs, Run, Service, Stack, read
 from ledger import Phase
 from nats.errors import MaxPayloadError
 
-from noetl_stream import jsonutil
+from noetl_stream import ids, jsonutil
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.state.results import ResultStore
 from noetl_stream.subjects import load_topology
@@ -295,6 +295,91 @@ async def _final(run: Run, execution_id: str, timeout_s: float) -> dict[str, Any
     return None
 
 
+# -- 6b. hostile input ----------------------------------------------------------------------
+PROBE = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: probe}
+workflow:
+  - step: start
+    tool: {kind: noop}
+"""
+
+RUNAWAY = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: runaway}
+workflow:
+  - step: start
+    tool:
+      kind: noop
+    set:
+      ctx:
+        spin: "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}"
+"""
+PROBE_WITHIN_S = 10.0
+
+
+async def hostile_input(run: Run) -> None:
+    """Floods of invalid and oversized ids, bodies naming another execution than their subject
+    (a forged `execution.cancel.requested` for each running execution) and a runaway template,
+    beside the workload; a normal execution started in the middle must end within seconds.
+    """
+    js = run.client.js
+    await asyncio.sleep(run.moment(0.05, 0.2))
+    tag = run.planned[0].execution_id[:-3]
+    huge = "x" * 3000  # a subject a client may publish, far past our 128-character ids
+    sends: list[Awaitable[Any]] = []
+    for i in range(2000):
+        sends.append(js.publish("noetl.events.c:1.signal.go", b"{}"))
+        if i % 4 == 0:
+            sends.append(js.publish(f"noetl.events.{tag}{i}.step.done", jsonutil.dumps(
+                {"execution_id": "has space", "step": "a", "step_run_id": "x.a.1"})))
+        if i % 20 == 0:
+            sends.append(js.publish(f"noetl.events.{huge}.signal.go", b"{}"))
+            sends.append(js.publish("noetl.requests.execute", jsonutil.dumps(
+                {"execution_id": "x" * 4200, "playbook": PROBE})))
+            sends.append(js.publish("noetl.requests.cancel", jsonutil.dumps(
+                {"execution_id": "x" * 4200})))
+    for p in run.running():  # each running execution is asked to cancel, on a subject not its own
+        forged = {"event_type": "execution.cancel.requested", "execution_id": p.execution_id,
+                  "reason": "forged", "requested_by": "chaos"}
+        sends.append(js.publish(f"noetl.events.{tag}forged.step.done", jsonutil.dumps(forged),
+                                headers={INJECTED: "forged"}))
+    runaway = f"{tag}runaway"
+    sends.append(js.publish("noetl.requests.execute", ExecutionRequest(
+        execution_id=runaway, playbook=RUNAWAY, playbook_file="runaway.yaml").model_dump_json()
+        .encode(), headers={"Nats-Msg-Id": ids.request_msg_id(runaway)}))
+    probe = f"{tag}probe"
+    flood_started = time.monotonic()
+    for start in range(0, len(sends), 500):
+        await asyncio.gather(*sends[start:start + 500])
+    run.notes.append(f"{len(sends)} hostile messages in {_elapsed(flood_started)}")
+    probe_started = time.monotonic()
+    await js.publish("noetl.requests.execute", ExecutionRequest(
+        execution_id=probe, playbook=PROBE, playbook_file="probe.yaml").model_dump_json().encode(),
+        headers={"Nats-Msg-Id": ids.request_msg_id(probe)})
+    final = await _final(run, probe, 60)
+    took = time.monotonic() - probe_started
+    if final is None or final.get("status") != "completed":
+        run.problems.append(f"the probe execution did not complete during the flood: {final}")
+    elif took > PROBE_WITHIN_S:
+        run.problems.append(f"the probe execution took {took:.1f} s (> {PROBE_WITHIN_S:g} s)")
+    else:
+        run.notes.append(f"probe execution completed in {took:.1f} s during the flood")
+    end = await _final(run, runaway, 60)
+    error = str((end or {}).get("error") or "")
+    if end is None or end.get("status") != "failed" or "template" not in error:
+        run.problems.append(f"the runaway template did not fail with its reason: {end}")
+    else:
+        run.notes.append("runaway template failed with its bound")
+    await _router_drained(run, 60)
+    redelivered = sum([(await js.consumer_info(c.stream, c.durable)).num_redelivered
+                       for c in load_topology().router_decl().consumers()])
+    if redelivered:
+        run.problems.append(f"{redelivered} refused events were redelivered")
+
+
 # -- 7. a 3-node cluster --------------------------------------------------------------------
 def _cluster_missing() -> str | None:
     try:
@@ -360,6 +445,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("duplicates-poison", "re-published outcomes, poison command and events",
              duplicates_and_poison),
     Scenario("payload-limits", "a 10 MB result and a 9 MB request", payload_limits),
+    Scenario("hostile-input", "floods of invalid, oversized and forged messages, a runaway "
+             "template; a normal execution still completes in seconds", hostile_input),
     Scenario("cluster-node-kill", "3-node cluster (R3), kill -9 of one node", kill_cluster_node,
              stack=cluster_stack, unavailable=_cluster_missing),
     Scenario("two-workers-kill", "kill -9 of both workers at once", kill_two_workers),

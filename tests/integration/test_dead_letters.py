@@ -194,7 +194,7 @@ async def test_unreadable_command_is_dead_lettered_and_the_worker_keeps_serving(
         (REASON_UNREADABLE, "noetl.commands.default.python", 1)
     assert letter.data == b"\x00 not a command"
     assert letter.execution_id is None
-    assert "JSONDecodeError" in letter.detail
+    assert (letter.failure, letter.detail.split(":")[0]) == ("malformed_json", "not JSON")
     await commands_left(bus)
 
 
@@ -209,5 +209,6 @@ async def test_command_whose_context_is_not_a_mapping_is_dead_lettered_at_once(
         letter = await assert_eventually(lambda: one_dead_letter(bus), timeout_s=20)
 
     assert (letter.reason, letter.deliveries) == (REASON_UNREADABLE, 1)
-    assert "not a mapping" in letter.detail and letter.execution_id == "1"
+    assert letter.failure == "schema" and letter.execution_id == "1"
+    assert letter.detail.startswith("context: Input should be a valid dictionary"), letter.detail
     await commands_left(bus)

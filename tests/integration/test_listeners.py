@@ -79,7 +79,13 @@ async def test_approval_waits_then_ships_on_a_signal_sent_with_the_cli(
         bus: Bus, services: None, nats_server: NatsServer) -> None:
     run = Run(bus, APPROVAL.read_text())
     await run.listening()
-    await asyncio.sleep(0.2)  # nothing more happens while it listens
+    # A signal no rule takes is answered with `event.ignored`: once that is seen, the router has
+    # applied an event after step.enter, and the execution still waits.
+    await cli_signal(nats_server.url, run.execution_id, "ping", {}, "--force")
+
+    def ping_ignored() -> None:
+        assert any(e["event_type"] == "event.ignored" for e in run.events), run.types()
+    await assert_eventually(ping_ignored)
     assert not run.task.done()
 
     out = await cli_signal(nats_server.url, run.execution_id, "approve", {"user": "ada"})

@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import ConsumerConfig
 
-from noetl_stream import jsonutil
+from noetl_stream import config, jsonutil
+from noetl_stream.credentials import CredentialScope
 from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus, connect
@@ -23,8 +25,12 @@ from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.runtime.signals import publish_signal
 from noetl_stream.state.catalog import register_files
+from noetl_stream.state.credentials import CredentialStore
+from noetl_stream.state.crypto import SecretBox
 from noetl_stream.state.event_feed import EventFeed
+from noetl_stream.state.results import ResultStore
 from noetl_stream.testing.cluster import render_node_config, start_node, stop_node
+from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.integration
@@ -299,4 +305,137 @@ async def test_sub_playbook_waits_for_its_child_with_each_role_on_its_own_user(
 
     assert final["event_type"] == "execution.completed", final
     assert final["result"] == {"square": 16}
+    assert [r.getMessage() for r in caplog.records if "violation" in r.getMessage().lower()] == []
+
+
+# -- least privilege: what each user may no longer do (docs/security.md) ------------------------
+
+
+async def test_each_user_replies_on_its_own_inbox_and_cannot_read_anothers(
+        accounts: Accounts, server_bus: Bus, worker_bus: Bus, client_bus: Bus,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    box = SecretBox.from_env(config.home_dir())
+    store = await CredentialStore.open(server_bus.js, box)
+    await store.set("prod_db", "basic", {"username": "etl", "password": "pw-in-a-reply"})
+    overheard: list[bytes] = []
+
+    async def overhear(msg: Msg) -> None:
+        overheard.append(msg.data)
+
+    for pattern in ("_INBOX.>", "_INBOX.worker-default.>", "_INBOX.server.>"):
+        await client_bus.nc.subscribe(pattern, cb=overhear)
+    await client_bus.nc.flush()
+    # The worker reads the credential: JetStream answers on the worker's own inbox.
+    kv = await worker_bus.js.key_value("noetl_credentials")
+    got = await kv.get("prod_db")
+
+    assert got.value is not None and bytes(worker_bus.nc._inbox_prefix) == b"_INBOX.worker-default"
+    assert bytes(client_bus.nc._inbox_prefix) == b"_INBOX.client"
+    await asyncio.sleep(0.3)
+    assert overheard == []
+    for pattern in ("_INBOX.>", "_INBOX.worker-default.>", "_INBOX.server.>"):
+        await assert_eventually(lambda p=pattern: [
+            r for r in caplog.records if "permissions violation for subscription" in
+            r.getMessage().lower() and f'"{p.lower()}"' in r.getMessage().lower()] or [][0])
+
+
+@pytest.mark.parametrize("bucket", ["noetl_credentials", "noetl_users", "noetl_executions"])
+async def test_client_cannot_list_a_buckets_keys(client_bus: Bus, server_bus: Bus,
+                                                 bucket: str) -> None:
+    kv = await server_bus.js.key_value(bucket)
+    await kv.put("secret_name_1", b"{}")
+    filtered = jsonutil.dumps({"subjects_filter": ">"})
+
+    with pytest.raises(NatsTimeoutError):
+        await client_bus.nc.request(f"$JS.API.STREAM.INFO.KV_{bucket}", filtered,
+                                    timeout=DENIED_WAIT_S)
+    # What it checks the topology with instead: the stream list, which names no keys (and
+    # takes no subject filter).
+    listing = await client_bus.nc.request("$JS.API.STREAM.LIST", b"{}", timeout=5)
+    assert b"KV_" + bucket.encode() in listing.data
+    assert b"secret_name_1" not in listing.data
+
+
+async def test_client_cannot_ack_event_deliveries(client_bus: Bus,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    subject = "$JS.ACK.NOETL_EVENTS.watch_x.1.1.1.1.1.0"
+
+    await client_bus.nc.publish(subject, b"+ACK")
+    await client_bus.nc.flush()
+
+    await assert_eventually(lambda: _violations(caplog, subject) or [][0])
+
+
+async def test_worker_cannot_purge_the_results_store_or_write_other_auth_cache_keys(
+        worker_bus: Bus, server_bus: Bus, client_bus: Bus,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    # What it does: store a large result (chunks, then metadata) that a client reads back.
+    ref = await ResultStore(worker_bus.js).put_bytes(b"x" * 300_000)
+    assert await ResultStore(client_bus.js).fetch(ref["$ref"]) == b"x" * 300_000
+    purge = "$JS.API.STREAM.PURGE.OBJ_noetl_results"
+    with pytest.raises(NatsTimeoutError):
+        await worker_bus.nc.request(purge, b"", timeout=DENIED_WAIT_S)
+    stray = "$KV.noetl_auth_cache.other_key"
+    with pytest.raises(NatsTimeoutError):
+        await worker_bus.js.publish(stray, b"{}", timeout=DENIED_WAIT_S)
+
+    assert (await server_bus.js.stream_info("OBJ_noetl_results")).state.messages > 0
+    assert await ResultStore(client_bus.js).fetch(ref["$ref"]) == b"x" * 300_000
+    for subject in (purge, stray):
+        await assert_eventually(lambda s=subject: _violations(caplog, s) or [][0])
+
+
+SCOPED = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: {name}
+  path: {path}
+keychain:
+  - {{name: db, kind: credential, credential: prod_db}}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      input:
+        user: "{{{{ keychain.db.username }}}}"
+      code: |
+        result = {{"user": user}}
+"""
+
+
+async def test_a_credential_is_used_only_by_the_playbooks_its_scope_names(
+        server_bus: Bus, worker_bus: Bus, client_bus: Bus,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    box = SecretBox.from_env(config.home_dir())
+    store = await CredentialStore.open(server_bus.js, box)
+    await store.set("prod_db", "basic", {"username": "etl", "password": "pw"},
+                    scope=CredentialScope(playbooks=["reports/*"]))
+    finals = {}
+    async with run_services(server_bus, worker=False), \
+            run_services(worker_bus, server=False, python_children=1):
+        for path in ("reports/daily", "sandbox/exfiltrate"):
+            finals[path] = await submit_and_watch(
+                client_bus, playbook_text=SCOPED.format(name=path.replace("/", "_"), path=path),
+                playbook_file="scoped.yaml", payload={}, on_event=lambda _: None, timeout_s=60)
+
+    allowed, refused = finals["reports/daily"], finals["sandbox/exfiltrate"]
+    assert allowed["event_type"] == "execution.completed", allowed
+    assert allowed["result"] == {"user": "etl"}
+    assert refused["event_type"] == "execution.failed", refused
+    assert 'may not be used by playbook \\"sandbox/exfiltrate\\"' in \
+        jsonutil.dumps(refused).decode()
+    uses = {}
+    for final in (allowed, refused):
+        stored = await stored_messages(
+            server_bus.js, f"noetl.events.{final['execution_id']}.credential.used")
+        events = [jsonutil.loads(data) for _, data in stored]
+        uses[final["execution_id"]] = [(e["credential"], e["playbook"], e["granted"])
+                                       for e in events]
+    assert uses[allowed["execution_id"]] == [("prod_db", "reports/daily", True)]
+    assert uses[refused["execution_id"]] == [("prod_db", "sandbox/exfiltrate", False)]
     assert [r.getMessage() for r in caplog.records if "violation" in r.getMessage().lower()] == []

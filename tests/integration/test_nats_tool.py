@@ -13,10 +13,11 @@ import pytest
 from nats.aio.client import Client
 from nats.js.api import StreamConfig
 
+from noetl_stream.credentials import Credential
 from noetl_stream.errors import ToolError
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.testing.nats import run_nats_server
-from noetl_stream.tools.base import Credential, Outcome, TaskCall, ToolServices
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 from noetl_stream.tools.nats import NatsTool
 
 pytestmark = pytest.mark.integration

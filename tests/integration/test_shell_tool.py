@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -81,12 +80,9 @@ async def test_shell_error_message_keeps_only_the_tail_of_a_long_stderr(shell: S
 
 async def test_shell_timeout_kills_the_whole_process_group(shell: ShellTool, tmp_path: Path) -> None:
     pid_file = tmp_path / "child.pid"
-    started = time.monotonic()
-
     # The grandchild `sleep` would outlive a kill of the shell alone.
     outcome = await shell.run(call(command=f"sleep 30 & echo $! > {pid_file}; wait", timeout=0.5))
 
-    assert time.monotonic() - started < 5
     assert not outcome.ok
     assert outcome.error is not None
     assert outcome.error["kind"] == "timeout"

@@ -12,8 +12,9 @@ import duckdb
 import pytest
 
 from local_http import HttpService
+from noetl_stream.credentials import Credential
 from noetl_stream.errors import ToolError
-from noetl_stream.tools.base import Credential, TaskCall, ToolServices
+from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.transfer import TransferTool
 
 pytestmark = pytest.mark.integration

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from noetl_stream import schemas as schema
 from noetl_stream.api.auth import ROLE_PERMISSIONS, Principal
 from noetl_stream.api.routes import all_endpoints, api_document
-from noetl_stream.dsl import schema
 from noetl_stream.state.users import check_password, hash_password
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
-FIX = "schemas/openapi.json is out of date; run `python -m noetl_stream.dsl.schema` and commit it"
+FIX = "schemas/openapi.json is out of date; run `python -m noetl_stream.schemas` and commit it"
 
 
 def test_openapi_file_matches_the_route_table() -> None:

@@ -5,7 +5,8 @@ recorded instead)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -13,7 +14,6 @@ from unit_helpers import parse
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Rule
-from noetl_stream.runtime import pipeline as pipeline_module
 from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.retrying import backoff_delay
 from noetl_stream.tools.base import Outcome, TaskCall
@@ -45,20 +45,36 @@ def flaky(failures: int, status: int = 503) -> Callable[[TaskCall, int], Outcome
     return reply
 
 
+class SteppedClock:
+    """A clock that records every wait the pipeline asks for and never moves on its own."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def monotonic(self) -> float:
+        return 0.0
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
 @pytest.fixture
-def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+def clock() -> SteppedClock:
+    return SteppedClock()
+
+
+@pytest.fixture
+def waits(clock: SteppedClock) -> list[float]:
     """Every wait the pipeline asks for, instead of waiting."""
-    recorded: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        recorded.append(seconds)
-
-    monkeypatch.setattr(pipeline_module.asyncio, "sleep", sleep)
-    return recorded
+    return clock.waits
 
 
-async def run_step(body: str, tool: Scripted, events: list[tuple[str, str, dict[str, Any]]] | None
-                   = None) -> PipelineResult:
+Events = list[tuple[str, str, dict[str, Any]]]
+RunStep = Callable[..., Awaitable[PipelineResult]]
+
+
+async def run_with_clock(clock: SteppedClock, body: str, tool: Scripted,
+                         events: Events | None = None) -> PipelineResult:
     step = parse(body).step("start")
     command = {"execution_id": "e1", "step": "start", "step_run_id": "e1.start.1",
                "tasks": [t.model_dump(mode="json") for t in step.tasks],
@@ -69,7 +85,13 @@ async def run_step(body: str, tool: Scripted, events: list[tuple[str, str, dict[
             events.append((event_type, msg_id, body))
 
     return await Pipeline(command, ToolRegistry({tool.kind: tool}),
-                          idempotency_prefix="e1.start.1:None", on_event=sink).run()
+                          idempotency_prefix="e1.start.1:None", on_event=sink, clock=clock).run()
+
+
+@pytest.fixture
+def run_step(clock: SteppedClock) -> RunStep:
+    """Run the step `start` of a playbook body with the test's clock."""
+    return functools.partial(run_with_clock, clock)
 
 
 HTTP_STEP = """
@@ -80,7 +102,7 @@ HTTP_STEP = """
 """
 
 
-async def test_retry_when_reads_status_code_and_attempt(waits: list[float]) -> None:
+async def test_retry_when_reads_status_code_and_attempt(waits: list[float], run_step: RunStep) -> None:
     tool = Scripted("http", flaky(2))
     result = await run_step(HTTP_STEP % "{max_attempts: 5, initial_delay: 1, backoff_multiplier: 2,"
                             " retry_when: '{{ status_code == 503 and attempt < max_attempts }}'}",
@@ -93,34 +115,36 @@ async def test_retry_when_reads_status_code_and_attempt(waits: list[float]) -> N
     assert waits == [1.0, 2.0]
 
 
-async def test_retry_when_false_fails_at_once(waits: list[float]) -> None:
+async def test_retry_when_false_fails_at_once(waits: list[float], run_step: RunStep) -> None:
     tool = Scripted("http", flaky(2, status=404))
     result = await run_step(HTTP_STEP % "{retry_when: '{{ status_code == 503 }}'}", tool)
     assert not result.ok and result.error is not None and result.error["status"] == 404
     assert len(tool.calls) == 1 and waits == []
 
 
-async def test_stop_when_fails_without_further_attempts(waits: list[float]) -> None:
+async def test_stop_when_fails_without_further_attempts(waits: list[float], run_step: RunStep) -> None:
     tool = Scripted("http", flaky(5))
     result = await run_step(HTTP_STEP % "{max_attempts: 5, stop_when: '{{ attempt >= 2 }}'}", tool)
     assert not result.ok
     assert len(tool.calls) == 2
 
 
-async def test_stop_when_repeats_successful_calls_until_it_holds(waits: list[float]) -> None:
+async def test_stop_when_repeats_successful_calls_until_it_holds(
+        waits: list[float], run_step: RunStep) -> None:
     tool = Scripted("http", flaky(0))
     result = await run_step(HTTP_STEP % "{max_attempts: 5, stop_when: '{{ result.n >= 3 }}'}", tool)
     assert result.ok and result.result == {"n": 3}
 
 
-async def test_exhausted_retry_fails_with_the_last_error(waits: list[float]) -> None:
+async def test_exhausted_retry_fails_with_the_last_error(waits: list[float], run_step: RunStep) -> None:
     tool = Scripted("http", flaky(9))
     result = await run_step(HTTP_STEP % "{max_attempts: 3}", tool)
     assert not result.ok and len(tool.calls) == 3
     assert result.error is not None and result.error["task"] == "start_task"
 
 
-async def test_exhausted_clause_hands_the_outcome_to_the_rules_after_it(waits: list[float]) -> None:
+async def test_exhausted_clause_hands_the_outcome_to_the_rules_after_it(
+        waits: list[float], run_step: RunStep) -> None:
     tool = Scripted("http", flaky(9))
     result = await run_step("""
         workflow:
@@ -149,7 +173,8 @@ CHAIN = """
 """
 
 
-async def test_chain_scope_reruns_the_pipeline_from_its_first_task(waits: list[float]) -> None:
+async def test_chain_scope_reruns_the_pipeline_from_its_first_task(
+        waits: list[float], run_step: RunStep) -> None:
     events: list[tuple[str, str, dict[str, Any]]] = []
     tool = Scripted("http", lambda call, n: flaky(2)(call, n) if call.task == "second"
                     else Outcome.success({"task": call.task, "n": n}))
@@ -167,7 +192,7 @@ async def test_chain_scope_reruns_the_pipeline_from_its_first_task(waits: list[f
     assert events[0][2]["failed_task"] == "second"
 
 
-async def test_chain_scope_gives_up_after_its_attempts(waits: list[float]) -> None:
+async def test_chain_scope_gives_up_after_its_attempts(waits: list[float], run_step: RunStep) -> None:
     tool = Scripted("http", lambda call, n: flaky(9)(call, n) if call.task == "second"
                     else Outcome.success(n))
     result = await run_step(CHAIN, tool)
@@ -175,7 +200,7 @@ async def test_chain_scope_gives_up_after_its_attempts(waits: list[float]) -> No
     assert [c.task for c in tool.calls] == ["first", "second"] * 3
 
 
-async def test_tool_retry_events_share_a_stable_action_id(waits: list[float]) -> None:
+async def test_tool_retry_events_share_a_stable_action_id(waits: list[float], run_step: RunStep) -> None:
     first: list[tuple[str, str, dict[str, Any]]] = []
     second: list[tuple[str, str, dict[str, Any]]] = []
     await run_step(HTTP_STEP % "{max_attempts: 3}", Scripted("http", flaky(2)), first)
@@ -207,7 +232,7 @@ def test_max_delay_caps_every_backoff_kind() -> None:
     assert backoff_delay(Rule(do="retry", backoff="exponential", delay=1, max_delay=5), 6) == 5.0
 
 
-async def test_jittered_waits_repeat_on_a_replay(waits: list[float]) -> None:
+async def test_jittered_waits_repeat_on_a_replay(waits: list[float], run_step: RunStep) -> None:
     clause = "{max_attempts: 4, backoff: {type: exponential, delay_seconds: 2, jitter: true}}"
     await run_step(HTTP_STEP % clause, Scripted("http", flaky(3)))
     first = list(waits)
@@ -231,7 +256,7 @@ def ready_after(rounds: int) -> Callable[[TaskCall, int], Outcome]:
     return lambda call, n: Outcome.success({"status": "ready" if n >= rounds else "pending", "n": n})
 
 
-async def test_poll_reruns_until_the_guard_holds(waits: list[float]) -> None:
+async def test_poll_reruns_until_the_guard_holds(waits: list[float], run_step: RunStep) -> None:
     events: list[tuple[str, str, dict[str, Any]]] = []
     tool = Scripted("http", ready_after(3))
     result = await run_step(POLL % "{until: \"{{ result.status == 'ready' }}\", interval: 2s}",
@@ -246,7 +271,7 @@ async def test_poll_reruns_until_the_guard_holds(waits: list[float]) -> None:
     assert len({m for _, m, _ in events}) == len(events)
 
 
-async def test_poll_gives_up_after_max_attempts(waits: list[float]) -> None:
+async def test_poll_gives_up_after_max_attempts(waits: list[float], run_step: RunStep) -> None:
     events: list[tuple[str, str, dict[str, Any]]] = []
     tool = Scripted("http", ready_after(99))
     result = await run_step(POLL % "{until: \"{{ result.status == 'ready' }}\", max_attempts: 3}",
@@ -258,7 +283,7 @@ async def test_poll_gives_up_after_max_attempts(waits: list[float]) -> None:
 
 
 async def test_poll_gives_up_when_the_next_round_would_pass_the_deadline(
-        waits: list[float]) -> None:
+        waits: list[float], run_step: RunStep) -> None:
     tool = Scripted("http", ready_after(99))
     result = await run_step(POLL % "{until: '{{ result.status == \"ready\" }}', interval: 4,"
                             " deadline: 10}", tool)
@@ -266,7 +291,7 @@ async def test_poll_gives_up_when_the_next_round_would_pass_the_deadline(
     assert len(tool.calls) == 3 and waits == [4.0, 4.0]  # 0 s, 4 s, 8 s; 12 s is past 10 s
 
 
-async def test_poll_rounds_are_retried_on_failure(waits: list[float]) -> None:
+async def test_poll_rounds_are_retried_on_failure(waits: list[float], run_step: RunStep) -> None:
     def reply(call: TaskCall, n: int) -> Outcome:
         if n == 2:
             return Outcome.failure("HTTP 503", "http", status=503, http={"status": 503, "headers": {}})

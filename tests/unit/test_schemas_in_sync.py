@@ -7,16 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from noetl_stream.dsl import schema
+from noetl_stream import schemas as schema
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
-FIX = "schemas/ is out of date with the models; run `python -m noetl_stream.dsl.schema` and commit the result"
+FIX = "schemas/ is out of date with the models; run `python -m noetl_stream.schemas` and commit the result"
 
 
-def test_schema_export_covers_the_ir_and_the_request_messages() -> None:
+def test_schema_export_covers_the_ir_and_every_message() -> None:
     exported = schema.export_schemas()
     assert set(exported) == {"playbook.schema.json", "execution-request.schema.json",
-                             "request-reply.schema.json"}
+                             "request-reply.schema.json", "cancel-request.schema.json",
+                             "command.schema.json", "event-envelope.schema.json",
+                             "signal.schema.json"}
+    assert exported["command.schema.json"]["title"] == "Command"
+    assert "context" in exported["command.schema.json"]["properties"]
+    assert exported["cancel-request.schema.json"]["required"] == ["execution_id"]
+    # The identifier limits are part of the published contract, not only of the code.
+    execution_id = exported["cancel-request.schema.json"]["properties"]["execution_id"]
+    assert (execution_id["maxLength"], execution_id["pattern"]) == (128, "^[A-Za-z0-9_-]+$")
     assert exported["playbook.schema.json"]["title"] == "Playbook"
     assert "steps" in exported["playbook.schema.json"]["required"]
     assert exported["execution-request.schema.json"]["title"] == "ExecutionRequest"

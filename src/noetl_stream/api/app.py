@@ -22,7 +22,7 @@ from noetl_stream.api.errors import error_middleware
 from noetl_stream.api.routes import all_endpoints
 from noetl_stream.api.ui.routes import ui_endpoints
 from noetl_stream.http_site import serve_app
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.connection import Bus, own_connection
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import SecretBox
@@ -84,12 +84,16 @@ async def create_app(bus: Bus, *, auth: Authenticator | None, cors_origin: str |
 @contextlib.asynccontextmanager
 async def serve(bus: Bus, *, host: str, port: int, auth: bool = True,
                 cors_origin: str | None = None) -> AsyncIterator[str]:
-    """Serve the API on host:port for the duration of the block; yields its base URL."""
-    authenticator = await open_authenticator(bus) if auth else None
-    if authenticator is None:
-        log.warning("AUTHENTICATION IS OFF (--no-auth): anyone who can reach %s:%s is an admin, "
-                    "including reading credentials in clear", host, port)
-    app = await create_app(bus, auth=authenticator, cors_origin=cors_origin)
-    async with serve_app(app, host, port, what="the HTTP API",
-                         access_log=logging.getLogger("noetl_stream.api.access")) as url:
-        yield url
+    """Serve the API on host:port for the duration of the block; yields its base URL. The API
+    speaks to NATS on a connection of its own: whatever a caller makes it do, nats-server can
+    only cut that connection, never the one the server's router and workers consume on.
+    """
+    async with own_connection(bus, "noetl-stream-api") as api_bus:
+        authenticator = await open_authenticator(api_bus) if auth else None
+        if authenticator is None:
+            log.warning("AUTHENTICATION IS OFF (--no-auth): anyone who can reach %s:%s is an "
+                        "admin, including reading credentials in clear", host, port)
+        app = await create_app(api_bus, auth=authenticator, cors_origin=cors_origin)
+        async with serve_app(app, host, port, what="the HTTP API",
+                             access_log=logging.getLogger("noetl_stream.api.access")) as url:
+            yield url

@@ -4,12 +4,11 @@ event of a request the server refused (a rejected execution has no state).
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 
 from nats.js.errors import KeyNotFoundError, NotFoundError
 
-from noetl_stream import jsonutil
+from noetl_stream import ids, jsonutil
 from noetl_stream.api.context import ApiContext
 from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.event_log import EVENTS_STREAM
@@ -17,13 +16,11 @@ from noetl_stream.api.models import ExecutionDetail, ExecutionItem
 from noetl_stream.router.state import ExecutionState
 
 TERMINAL = frozenset({"completed", "failed", "cancelled"})
-# A subject token that is also a KV key: what execution ids are made of.
-_EXECUTION_ID = re.compile(r"[-_=A-Za-z0-9]{1,200}")
-
-
 def check_execution_id(execution_id: str) -> str:
-    if not _EXECUTION_ID.fullmatch(execution_id):
-        raise not_found(f'execution "{execution_id}"')
+    # One rule for every message (messages.py): an id that breaks it names no execution, and
+    # is never put into a subject or KV key (nats-server closes a connection over 4 KiB ones).
+    if not ids.is_subject_token(execution_id):
+        raise not_found(f'execution "{execution_id[:ids.MAX_TOKEN_LENGTH]}"')
     return execution_id
 
 

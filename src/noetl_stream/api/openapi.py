@@ -1,7 +1,7 @@
 """The OpenAPI 3.1 document of the HTTP API, built from the route table and its pydantic models.
 
 Served at GET /api/openapi.json and checked in as `schemas/openapi.json` (written by `python -m
-noetl_stream.dsl.schema`; a unit test keeps the file in sync). Nothing here is written by hand per
+noetl_stream.schemas`; a unit test keeps the file in sync). Nothing here is written by hand per
 endpoint, so the document cannot drift from the routes.
 """
 

@@ -8,12 +8,12 @@ the request returns the same execution instead of starting another.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from aiohttp import web
 from nats.errors import TimeoutError as NatsTimeoutError
 
+from noetl_stream import ids
 from noetl_stream.api.auth import principal
 from noetl_stream.api.context import ApiContext, api_context
 from noetl_stream.api.endpoints import Endpoint, json_response, read_body, read_json, read_query
@@ -38,11 +38,11 @@ from noetl_stream.api.models import (
 )
 from noetl_stream.api.routes_catalog import parse, read_text
 from noetl_stream.ids import derived_execution_id
-from noetl_stream.messages import ExecutionRequest, RequestReply
+from noetl_stream.messages import ExecutionRequest, RequestReply, signal_name_problem
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.cancel import request_cancel
 from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.signals import publish_signal, valid_signal_name, why_unheard
+from noetl_stream.runtime.signals import publish_signal, why_unheard
 from noetl_stream.state.catalog import path_key
 from noetl_stream.state.kv_keys import bucket_keys
 
@@ -114,7 +114,7 @@ async def start_execution(request: web.Request) -> web.StreamResponse:
                                payload=body.payload, reply_to=inbox)
         ack = await bus.js.publish(bus.topology.execute_request_subject(),
                                    req.model_dump_json().encode(),
-                                   headers={"Nats-Msg-Id": f"req:{execution_id}"})
+                                   headers={"Nats-Msg-Id": ids.request_msg_id(execution_id)})
         if ack.duplicate:
             # The same key moments ago: that request will answer its own caller, not us.
             return json_response(ExecutionAccepted(execution_id=execution_id, status="submitted"), 202)
@@ -182,8 +182,9 @@ async def cancel_execution(request: web.Request) -> web.StreamResponse:
 async def send_signal(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
     execution_id, name = request.match_info["execution_id"], request.match_info["name"]
-    if not valid_signal_name(name):
-        raise ApiError(422, f'signal name "{name}": letters, digits, - and _, joined by dots')
+    problem = signal_name_problem(name)
+    if problem is not None:
+        raise ApiError(422, f'signal name "{name[:ids.MAX_TOKEN_LENGTH]}...": {problem}')
     data = await read_json(request) if request.body_exists else None
     await require_running(ctx, execution_id)
     if not read_query(request, SignalQuery).force:
@@ -192,9 +193,11 @@ async def send_signal(request: web.Request) -> web.StreamResponse:
         if problem is not None:
             raise ApiError(409, f"{problem}; signal not sent (force=true sends it anyway)")
     key = request.headers.get(IDEMPOTENCY_HEADER)
-    msg_id = (f"sig:{execution_id}:{name}:" + hashlib.sha256(key.encode()).hexdigest()[:32]
-              if key else None)
-    seq = await publish_signal(ctx.bus, execution_id, name, data, msg_id=msg_id)
+    msg_id = ids.signal_msg_id(execution_id, name, key) if key else None
+    try:
+        seq = await publish_signal(ctx.bus, execution_id, name, data, msg_id=msg_id)
+    except ValueError as exc:  # data no router would take (too deep)
+        raise ApiError(422, f"signal data: {exc}") from None
     return json_response(SignalSent(execution_id=execution_id, signal=name, seq=seq), 202)
 
 

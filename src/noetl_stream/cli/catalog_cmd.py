@@ -43,21 +43,7 @@ def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, ser
     from noetl_stream.runtime.services import open_stack
     from noetl_stream.state.catalog import register_files, register_path
 
-    loaded: list[tuple[Path, ComposedResult]] = []
-    bad = 0
-    for path in playbooks:
-        result = load_reporting(path, strict=strict)
-        if result is None:
-            bad += 1
-            continue
-        if not result.playbook.path:
-            bad += 1
-            click.echo(f"{path}: metadata.path is required to register a playbook", err=True)
-            continue
-        loaded.append((path, result))
-    if bad:
-        fail(EXIT_REJECTED, f"{bad} playbook{'s' if bad != 1 else ''} rejected; nothing was "
-              "registered")
+    loaded = _load_all(playbooks, strict)
 
     if server_url is not None:
         for path, result in loaded:
@@ -84,3 +70,23 @@ def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, ser
         fail(exc.exit_code, str(exc))
     except InfrastructureError as exc:
         fail(EXIT_INFRA, str(exc))
+
+
+def _load_all(playbooks: tuple[Path, ...], strict: bool) -> list[tuple[Path, ComposedResult]]:
+    """Every playbook validated and with a catalog path, or exit 2 having said what is wrong."""
+    loaded: list[tuple[Path, ComposedResult]] = []
+    bad = 0
+    for path in playbooks:
+        result = load_reporting(path, strict=strict)
+        if result is None:
+            bad += 1
+            continue
+        if not result.playbook.path:
+            bad += 1
+            click.echo(f"{path}: metadata.path is required to register a playbook", err=True)
+            continue
+        loaded.append((path, result))
+    if bad:
+        fail(EXIT_REJECTED, f"{bad} playbook{'s' if bad != 1 else ''} rejected; nothing was "
+              "registered")
+    return loaded

@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import select
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from noetl_stream import config
+from noetl_stream.errors import InfrastructureError
+
+if TYPE_CHECKING:
+    from noetl_stream.runtime.connection import Bus
 
 # 0 completed, 1 failed or cancelled, 2 rejected input or usage error (nothing runs),
-# 3 infrastructure error; `run` interrupted with Ctrl-C exits 130 (cli/main.py).
+# 3 infrastructure error; `run` interrupted with Ctrl-C exits 130 (cli/running.py).
 EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
 
 T = TypeVar("T")
@@ -59,6 +66,25 @@ def fail(code: int, message: str) -> NoReturn:
     sys.exit(code)
 
 
+def on_stack(nats_url: str | None, prefix: str, name: str, action: Callable[[Bus], Awaitable[T]],
+             *, rejected: tuple[type[Exception], ...] = ()) -> T:
+    """Open the stack (the embedded nats-server when no URL is given), run `action` on its bus,
+    and map errors to exits: the `rejected` kinds exit 2, NATS trouble exits 3.
+    """
+    from noetl_stream.runtime.services import open_stack
+
+    async def go() -> T:
+        async with open_stack(nats_url, prefix=prefix, name=name) as stack:
+            return await action(stack.bus)
+
+    try:
+        return asyncio.run(go())
+    except rejected as exc:
+        fail(EXIT_REJECTED, str(exc))
+    except InfrastructureError as exc:
+        fail(EXIT_INFRA, str(exc))
+
+
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """Run `coro` on uvloop where it is installed (it is optional off Linux/macOS)."""
     try:
@@ -66,3 +92,43 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     except ImportError:
         return asyncio.run(coro)
     return uvloop.run(coro)
+
+
+def write_stdout(data: bytes) -> None:
+    """Write a whole document and a newline to stdout, however slowly the reader drains the pipe.
+
+    A large result written through sys.stdout to a pipe was seen cut short (a partial write that
+    was never resumed), so the bytes go out in a loop that resumes partial writes and waits out
+    a full pipe.
+    """
+    data += b"\n"
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        click.echo(data.decode(), nl=False)  # not a real file (a test runner's buffer)
+        return
+    sys.stdout.flush()
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except BlockingIOError:
+            select.select([], [fd], [])
+            continue
+        view = view[written:]
+
+
+def _level(verbose: int) -> int:
+    return logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+
+
+def setup_logging(verbose: int, fmt: str = "text") -> None:
+    from noetl_stream.observe.logfmt import configure
+
+    configure(_level(verbose), fmt)
+
+
+def verbosity() -> int:
+    """How many -v the line holds, wherever they stand (the group counts them: main.py `_Cli`)."""
+    root = click.get_current_context().find_root()
+    return int(root.params.get("verbose") or 0) + int(root.meta.get("verbose", 0))

@@ -7,7 +7,6 @@ so a credential set here is what a later `run` in the same home resolves. Exit c
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -16,37 +15,38 @@ import click
 
 from noetl_stream import config, jsonutil
 from noetl_stream.cli.common import (
-    EXIT_INFRA,
     EXIT_REJECTED,
     T,
     fail,
     nats_url_option,
+    on_stack,
     prefix_option,
 )
-from noetl_stream.errors import CredentialError, InfrastructureError
+from noetl_stream.credentials import CredentialScope
+from noetl_stream.errors import CredentialError
+from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache
-from noetl_stream.state.credentials import MATERIAL_MODELS, CredentialStore, mask, validate_material
+from noetl_stream.state.credentials import (
+    KEEP_SCOPE,
+    MATERIAL_MODELS,
+    CredentialStore,
+    KeepScope,
+    mask,
+    validate_material,
+)
 from noetl_stream.state.crypto import SecretBox
 
 
 def _with_store(nats_url: str | None, prefix: str,
                 action: Callable[[CredentialStore, AuthCache], Awaitable[T]]) -> T:
-    """Open the stack (embedded server if no URL), run `action` on the store, map errors to exits."""
-    from noetl_stream.runtime.services import open_stack
+    """Run `action` on the credential store and the auth cache (cli/common.py `on_stack`)."""
+    async def with_stores(bus: Bus) -> T:
+        box = SecretBox.from_env(config.home_dir())
+        return await action(await CredentialStore.open(bus.js, box),
+                            await AuthCache.open(bus.js, box))
 
-    async def go() -> T:
-        async with open_stack(nats_url, prefix=prefix, name="noetl-stream-credential") as stack:
-            box = SecretBox.from_env(config.home_dir())
-            store = await CredentialStore.open(stack.bus.js, box)
-            cache = await AuthCache.open(stack.bus.js, box)
-            return await action(store, cache)
-
-    try:
-        return asyncio.run(go())
-    except CredentialError as exc:
-        fail(EXIT_REJECTED, str(exc))
-    except InfrastructureError as exc:
-        fail(EXIT_INFRA, str(exc))
+    return on_stack(nats_url, prefix, "noetl-stream-credential", with_stores,
+                    rejected=(CredentialError,))
 
 
 def _read_data(raw: str) -> Any:
@@ -90,11 +90,24 @@ def credential() -> None:
               help="The material as a JSON object, or @path to a file holding one.")
 @click.option("--description", default=None, help="Free text shown by `list`.")
 @click.option("--tag", "tags", multiple=True, help="A label shown by `list`. Repeatable.")
+@click.option("--playbook", "playbooks", multiple=True, metavar="PATTERN",
+              help="Only playbooks whose path (metadata.path, else name) matches PATTERN "
+                   "(shell-style: 'etl/*') may use it. Repeatable. Without it, a new credential "
+                   "is usable by every playbook and an existing one keeps its scope.")
+@click.option("--any-playbook", is_flag=True, help="Remove the scope: every playbook may use it.")
 @nats_url_option
 @prefix_option
 def set_cmd(name: str, kind: str, data_arg: str, description: str | None, tags: tuple[str, ...],
-            nats_url: str | None, prefix: str) -> None:
+            playbooks: tuple[str, ...], any_playbook: bool, nats_url: str | None,
+            prefix: str) -> None:
     """Create or replace credential NAME."""
+    if playbooks and any_playbook:
+        fail(EXIT_REJECTED, "--playbook and --any-playbook exclude each other")
+    scope: CredentialScope | KeepScope | None = KEEP_SCOPE
+    if playbooks:
+        scope = CredentialScope(playbooks=list(playbooks))
+    elif any_playbook:
+        scope = None
     data = _read_data(data_arg)
     try:
         validate_material(kind, data)  # before starting anything, so bad input costs nothing
@@ -102,7 +115,7 @@ def set_cmd(name: str, kind: str, data_arg: str, description: str | None, tags: 
         fail(EXIT_REJECTED, f'credential "{name}": {exc}')
 
     async def action(store: CredentialStore, cache: AuthCache) -> None:
-        await store.set(name, kind, data, description=description, tags=tags)
+        await store.set(name, kind, data, description=description, tags=tags, scope=scope)
         await cache.invalidate(name)
 
     _with_store(nats_url, prefix, action)
@@ -126,11 +139,14 @@ def list_cmd(as_json: bool, nats_url: str | None, prefix: str) -> None:
     if not rows:
         click.echo("no credentials")
         return
-    click.echo(f"{'NAME':<24} {'KIND':<9} {'UPDATED':<32} {'TAGS':<16} DESCRIPTION")
+    click.echo(f"{'NAME':<24} {'KIND':<9} {'UPDATED':<32} {'TAGS':<16} {'PLAYBOOKS':<20} "
+               "DESCRIPTION")
     for row in rows:
         tags = ",".join(row["tags"]) or "-"
+        scope = row.get("scope")
+        playbooks = (",".join(scope["playbooks"]) or "(none)") if scope else "any playbook"
         click.echo(f"{row['name']:<24} {row['kind']:<9} {row['updated_at']:<32} {tags:<16} "
-                   f"{row['description'] or ''}".rstrip())
+                   f"{playbooks:<20} {row['description'] or ''}".rstrip())
 
 
 @credential.command("get")

@@ -162,6 +162,20 @@ def _details(event: dict[str, Any]) -> str:
     error = event.get("error")
     if isinstance(event.get("duration_ms"), (int, float)):
         parts.append(f"{event['duration_ms']:.0f} ms")
+    parts += _kind_details(etype, event)
+    if etype in ("execution.completed", "step.done", "loop.iteration.done") \
+            and event.get("result") is not None:
+        parts.append(f"result {_short(event.get('result'))}")
+    if isinstance(error, dict) and error.get("message"):
+        parts.append(f"error: {_short(error['message'], 500)}")
+    for problem in event.get("errors") or []:
+        parts.append(_short(problem, 500))
+    return "  ".join(p for p in parts if p)
+
+
+def _kind_details(etype: str, event: dict[str, Any]) -> list[str]:
+    """The fields that matter for this type of event."""
+    parts: list[str] = []
     if etype == "execution.started":
         parts.append(str(event.get("path") or event.get("playbook") or ""))
     if etype in ("task.started", "task.redelivered"):
@@ -181,14 +195,7 @@ def _details(event: dict[str, Any]) -> str:
         parts.append(str(event.get("reason") or ""))
     if etype == "child.started":
         parts.append(f"child {event.get('child_execution_id')}")
-    if etype in ("execution.completed", "step.done", "loop.iteration.done") \
-            and event.get("result") is not None:
-        parts.append(f"result {_short(event.get('result'))}")
-    if isinstance(error, dict) and error.get("message"):
-        parts.append(f"error: {_short(error['message'], 500)}")
-    for problem in event.get("errors") or []:
-        parts.append(_short(problem, 500))
-    return "  ".join(p for p in parts if p)
+    return parts
 
 
 def event_lines(event: dict[str, Any]) -> list[str]:

@@ -30,20 +30,13 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
          nats_url: str | None, prefix: str) -> None:
     """Show EXECUTION_ID's events, oldest first, with each task's captured stdout and stderr."""
     from noetl_stream.api.event_log import follow as follow_events
-    from noetl_stream.cli.execution_log import event_lines, is_known, read_events
+    from noetl_stream.cli.execution_log import is_known, read_events
     from noetl_stream.runtime.connection import Bus
     from noetl_stream.runtime.services import client_bus
     from noetl_stream.runtime.signals import decode_event
     from noetl_stream.runtime.watcher import END_EVENTS
 
-    def show(event: dict[str, Any]) -> None:
-        if steps and event.get("step") not in steps:
-            return
-        if as_json:
-            click.echo(jsonutil.dumps_str(event))
-            return
-        for line in event_lines(event):
-            click.echo(line)
+    show = _Shown(steps, as_json)
 
     async def tail(bus: Bus, after_seq: int) -> None:
         async with follow_events(bus, execution_id, after_seq=after_seq) as feed:
@@ -77,3 +70,22 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
         return
     if not found:
         fail(EXIT_REJECTED, f"no execution {execution_id} is known")
+
+
+class _Shown:
+    """Prints the events `logs` shows: those of the chosen steps, as JSON lines or as text."""
+
+    def __init__(self, steps: tuple[str, ...], as_json: bool) -> None:
+        self.steps = steps
+        self.as_json = as_json
+
+    def __call__(self, event: dict[str, Any]) -> None:
+        from noetl_stream.cli.execution_log import event_lines
+
+        if self.steps and event.get("step") not in self.steps:
+            return
+        if self.as_json:
+            click.echo(jsonutil.dumps_str(event))
+            return
+        for line in event_lines(event):
+            click.echo(line)

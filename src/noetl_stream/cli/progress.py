@@ -87,12 +87,35 @@ class ProgressPrinter:
                 self._line(self._c("2", f"  {line}"))
 
     def _show(self, event: dict[str, Any]) -> None:
-        etype = event.get("event_type", "")
-        step = event.get("step", "")
+        etype = str(event.get("event_type", ""))
+        if etype in (TIMER_SCHEDULED, TIMER_FIRED):
+            self._timer(etype, event)
+        elif etype.startswith("execution."):
+            self._execution_line(etype, event)
+        elif etype.startswith("loop."):
+            self._loop_line(etype, event, str(event.get("step", "")))
+        elif etype.startswith("step.") or etype == "task.redelivered":
+            self._step_line(etype, event, str(event.get("step", "")))
+
+    def _execution_line(self, etype: str, event: dict[str, Any]) -> None:
         if etype == "execution.started":
             self._line(f"execution {event.get('execution_id')} started "
                        f"({event.get('playbook')})")
-        elif etype == "step.started":
+        elif etype == "execution.completed":
+            self._line(self._c("1;32", "completed") + f"  result: {_short(event.get('result'), 400)}")
+        elif etype == "execution.failed":
+            err = (event.get("error") or {}).get("message", "")
+            self._line(self._c("1;31", "failed") + f"  {_short(err, 600)}")
+        elif etype == "execution.cancelled":
+            reason = (event.get("error") or {}).get("reason") or ""
+            self._line(self._c("1;33", "cancelled") + (f"  {_short(reason, 300)}" if reason else ""))
+        elif etype == "execution.rejected":
+            self._line(self._c("1;31", "rejected"))
+            for e in event.get("errors", []):
+                self.out.write(f"  {e}\n")
+
+    def _step_line(self, etype: str, event: dict[str, Any], step: str) -> None:
+        if etype == "step.started":
             self.started[str(event.get("step_run_id"))] = self.now
             run = event.get("run", 1)
             self._line(f"▶ {step}" + (f" (run {run})" if run and run > 1 else ""))
@@ -110,7 +133,9 @@ class ProgressPrinter:
                        f"(delivery {event.get('delivery')}): its worker stopped answering")
         elif etype == "step.skipped":
             self._line(self._c("2", f"- {step} skipped ({event.get('reason', '')})"))
-        elif etype == "loop.started":
+
+    def _loop_line(self, etype: str, event: dict[str, Any], step: str) -> None:
+        if etype == "loop.started":
             if event.get("total") is None:  # a cursor loop: its items are claimed as it goes
                 self._line(f"  {step}: cursor loop, {event.get('max_in_flight')} claiming at once")
             else:
@@ -127,20 +152,6 @@ class ProgressPrinter:
         elif etype == "loop.failed":
             err = (event.get("error") or {}).get("message", "")
             self._line(self._c("31", f"✗ {step}") + f"  loop failed: {_short(err, 300)}")
-        elif etype in (TIMER_SCHEDULED, TIMER_FIRED):
-            self._timer(etype, event)
-        elif etype == "execution.completed":
-            self._line(self._c("1;32", "completed") + f"  result: {_short(event.get('result'), 400)}")
-        elif etype == "execution.failed":
-            err = (event.get("error") or {}).get("message", "")
-            self._line(self._c("1;31", "failed") + f"  {_short(err, 600)}")
-        elif etype == "execution.cancelled":
-            reason = (event.get("error") or {}).get("reason") or ""
-            self._line(self._c("1;33", "cancelled") + (f"  {_short(reason, 300)}" if reason else ""))
-        elif etype == "execution.rejected":
-            self._line(self._c("1;31", "rejected"))
-            for e in event.get("errors", []):
-                self.out.write(f"  {e}\n")
 
     def _timer(self, etype: str, event: dict[str, Any]) -> None:
         timer_id = str(event.get("timer_id", ""))

@@ -139,31 +139,7 @@ def human_lines(report: dict[str, Any]) -> list[str]:
     if not (report["running"] or report["delayed"] or report["joins"]):
         lines.append("  waiting on nothing the state records")
     for run in report["running"]:
-        head = (f"  step {run['step']} (run {run['run']}): waits for {run['waits_for']} "
-                f"since {_when(run['since'])} ({run['waiting_s']:g}s)")
-        if run.get("deadline"):
-            head += f", deadline {_when(run['deadline'])}" + (" OVERDUE" if run["overdue"] else "")
-        lines.append(head)
-        if run.get("live_workers") == 0:
-            lines.append(f"    pool {run['pool']!r} has no live worker: the command waits until "
-                         f"one starts (noetl-stream worker --pool {run['pool']})")
-        for rule in run.get("listen", []):
-            lines.append(f"    listens for: {rule}")
-        for child in run.get("children", []):
-            lines.append(f"    child execution {child} (`noetl-stream status {child}`)")
-        iterations = run.get("iterations")
-        if iterations:
-            if iterations["total"] is None:  # a cursor loop: slots claim until none is left
-                lines.append(f"    iterations: {iterations['done']} done, "
-                             f"{len(iterations['in_flight'])} in flight, "
-                             f"{iterations.get('exhausted', 0)} of {iterations.get('slots')} "
-                             "claiming slots found nothing left")
-            else:
-                lines.append(f"    iterations: {iterations['done']} of {iterations['total']} done, "
-                             f"{len(iterations['in_flight'])} in flight")
-            for it in iterations["in_flight"]:
-                deadline = f", deadline {_when(it['deadline'])}" if it.get("deadline") else ""
-                lines.append(f"      #{it['index']} since {_when(it['since'])}{deadline}")
+        lines += _run_lines(run)
     for token in report["delayed"]:
         lines.append(f"  token {token['from']} -> {token['to']} delayed until "
                      f"{_when(token['fire_at'])} (in {token['in_s']:g}s)")
@@ -171,4 +147,38 @@ def human_lines(report: dict[str, Any]) -> list[str]:
         waiting = ", ".join(join["waiting_for"]) or "-"
         lines.append(f"  join {join['step']} waits for {waiting} "
                      f"(arrived: {', '.join(join['arrived']) or '-'})")
+    return lines
+
+
+def _run_lines(run: dict[str, Any]) -> list[str]:
+    """What one running step waits for, its listeners, children and iterations."""
+    head = (f"  step {run['step']} (run {run['run']}): waits for {run['waits_for']} "
+            f"since {_when(run['since'])} ({run['waiting_s']:g}s)")
+    if run.get("deadline"):
+        head += f", deadline {_when(run['deadline'])}" + (" OVERDUE" if run["overdue"] else "")
+    lines = [head]
+    if run.get("live_workers") == 0:
+        lines.append(f"    pool {run['pool']!r} has no live worker: the command waits until "
+                     f"one starts (noetl-stream worker --pool {run['pool']})")
+    lines += [f"    listens for: {rule}" for rule in run.get("listen", [])]
+    lines += [f"    child execution {child} (`noetl-stream status {child}`)"
+              for child in run.get("children", [])]
+    iterations = run.get("iterations")
+    if iterations:
+        lines += _iteration_lines(iterations)
+    return lines
+
+
+def _iteration_lines(iterations: dict[str, Any]) -> list[str]:
+    if iterations["total"] is None:  # a cursor loop: slots claim until none is left
+        lines = [f"    iterations: {iterations['done']} done, "
+                 f"{len(iterations['in_flight'])} in flight, "
+                 f"{iterations.get('exhausted', 0)} of {iterations.get('slots')} "
+                 "claiming slots found nothing left"]
+    else:
+        lines = [f"    iterations: {iterations['done']} of {iterations['total']} done, "
+                 f"{len(iterations['in_flight'])} in flight"]
+    for it in iterations["in_flight"]:
+        deadline = f", deadline {_when(it['deadline'])}" if it.get("deadline") else ""
+        lines.append(f"      #{it['index']} since {_when(it['since'])}{deadline}")
     return lines

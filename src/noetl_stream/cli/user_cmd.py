@@ -8,15 +8,14 @@ unknown name, 3 NATS unreachable.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 
 import click
 
 from noetl_stream import jsonutil
-from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, T, fail, nats_url_option, prefix_option
-from noetl_stream.errors import InfrastructureError
+from noetl_stream.cli.common import EXIT_REJECTED, T, fail, nats_url_option, on_stack, prefix_option
+from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.users import ROLES, AccountError, ApiKeyInfo, ApiKeyStore, UserInfo, UserStore
 
 role_option = click.option("--role", "roles", multiple=True, required=True,
@@ -25,19 +24,11 @@ role_option = click.option("--role", "roles", multiple=True, required=True,
 
 def _with_stores(nats_url: str | None, prefix: str,
                  action: Callable[[UserStore, ApiKeyStore], Awaitable[T]]) -> T:
-    from noetl_stream.runtime.services import open_stack
+    """Run `action` on the user and API key stores (cli/common.py `on_stack`)."""
+    async def with_stores(bus: Bus) -> T:
+        return await action(await UserStore.open(bus.js), await ApiKeyStore.open(bus.js))
 
-    async def go() -> T:
-        async with open_stack(nats_url, prefix=prefix, name="noetl-stream-user") as stack:
-            return await action(await UserStore.open(stack.bus.js),
-                                await ApiKeyStore.open(stack.bus.js))
-
-    try:
-        return asyncio.run(go())
-    except AccountError as exc:
-        fail(EXIT_REJECTED, str(exc))
-    except InfrastructureError as exc:
-        fail(EXIT_INFRA, str(exc))
+    return on_stack(nats_url, prefix, "noetl-stream-user", with_stores, rejected=(AccountError,))
 
 
 @click.group("user")

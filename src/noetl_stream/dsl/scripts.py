@@ -70,37 +70,18 @@ def parse_script(raw: Any, report: Report,
     if not isinstance(source, Mapping):
         report("script.source", "script.source must be a mapping with `type`")
         return None
-    for key in source:
-        if key not in SOURCE_KEYS:
-            report(f"script.source.{key}", f'unknown key "{key}" in script.source')
+    for key in (k for k in source if k not in SOURCE_KEYS):
+        report(f"script.source.{key}", f'unknown key "{key}" in script.source')
     if (source.get("type") or ("inline" if "content" in raw else None)) == "inline":
         return _inline(raw, source, report)
     uri = raw.get("uri")
     if not isinstance(uri, str) or not uri.strip():
         report("script.uri", "script needs `uri:` (a path relative to the playbook's file)")
         return None
-    source_type = source.get("type") or _type_of(uri)
-    if source_type not in SOURCE_TYPES:
-        report("script.source.type", f'script source type "{source_type}" is not one of '
-               f"{', '.join(SOURCE_TYPES)}")
+    if not _file_source(source, uri, report):
         return None
-    if source_type in REMOTE_TYPES:
-        report("script.source.type", f'script source "{source_type}" ({uri}) is not supported by '
-               "this version of noetl-stream yet; put the file beside the playbook and use "
-               "`source: {type: file}`")
+    if has_template(uri) and (uri := _rendered_uri(uri, report, workload)) is None:
         return None
-    if has_template(uri):
-        why = "a file script's uri may read only the playbook's own workload (the file is read " \
-              "when the playbook is loaded)"
-        try:
-            rendered = render_string(uri, {"workload": dict(workload or {}), **(workload or {})})
-        except TemplateError as exc:
-            report("script.uri", f"{why}: {exc}")
-            return None
-        if not isinstance(rendered, str) or not rendered.strip():
-            report("script.uri", f"{why}; {uri!r} gave {rendered!r}")
-            return None
-        uri = rendered
     if _type_of(uri) != "file":
         report("script.uri", f'uri "{uri}" is not a file path, but script.source.type is "file"')
         return None
@@ -109,6 +90,36 @@ def parse_script(raw: Any, report: Report,
         report("script.encoding", "script.encoding must be a text encoding name such as utf-8")
         return None
     return ScriptRef(uri=uri.removeprefix("file://"), encoding=encoding)
+
+
+def _file_source(source: Mapping[str, Any], uri: str, report: Report) -> bool:
+    """Whether the script's source type is a file (the only kind read here); if not, say why."""
+    source_type = source.get("type") or _type_of(uri)
+    if source_type not in SOURCE_TYPES:
+        report("script.source.type", f'script source type "{source_type}" is not one of '
+               f"{', '.join(SOURCE_TYPES)}")
+        return False
+    if source_type in REMOTE_TYPES:
+        report("script.source.type", f'script source "{source_type}" ({uri}) is not supported by '
+               "this version of noetl-stream yet; put the file beside the playbook and use "
+               "`source: {type: file}`")
+        return False
+    return True
+
+
+def _rendered_uri(uri: str, report: Report, workload: Mapping[str, Any] | None) -> str | None:
+    """A templated file uri rendered with the playbook's workload; None after reporting."""
+    why = "a file script's uri may read only the playbook's own workload (the file is read " \
+          "when the playbook is loaded)"
+    try:
+        rendered = render_string(uri, {"workload": dict(workload or {}), **(workload or {})})
+    except TemplateError as exc:
+        report("script.uri", f"{why}: {exc}")
+        return None
+    if not isinstance(rendered, str) or not rendered.strip():
+        report("script.uri", f"{why}; {uri!r} gave {rendered!r}")
+        return None
+    return rendered
 
 
 def _inline(raw: Mapping[str, Any], source: Mapping[str, Any], report: Report) -> ScriptRef | None:

@@ -10,12 +10,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
-
-class YamlSyntaxError(ValueError):
-    def __init__(self, message: str, line: int | None) -> None:
-        super().__init__(message)
-        self.line = line
-
+from noetl_stream.errors import YamlSyntaxError
 
 MAX_NESTING = 100  # levels of mappings and lists a playbook may nest (aliases included)
 MAX_VALUES = 1_000_000  # values a playbook may hold once its aliases are expanded
@@ -55,7 +50,7 @@ def _deep_line(text: str) -> int | None:
                     return int(event.start_mark.line) + 1
             elif name in ("MappingEndEvent", "SequenceEndEvent"):
                 depth -= 1
-    except Exception:
+    except Exception:  # only a better line for an error already found: any failure just omits it
         return None
     return None
 

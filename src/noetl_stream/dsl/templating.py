@@ -112,7 +112,8 @@ class _ForBounds:
         return tree
 
 
-_SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
+SINGLE_EXPRESSION = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
+"""Text that starts with `{{` and ends with `}}` (space around allowed): one expression, maybe."""
 
 
 def _to_json(value: Any) -> str:
@@ -232,12 +233,17 @@ def has_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
+def enclosed_expression(text: str) -> str | None:
+    """What stands between the outer `{{` and `}}` of `text`, as written; None when `text` does
+    not start and end with them. The callers decide what more a single expression must be.
+    """
+    m = SINGLE_EXPRESSION.match(text)
+    return m.group("expr") if m else None
+
+
 def _single_expression(text: str) -> str | None:
-    m = _SINGLE.match(text)
-    if not m:
-        return None
-    expr = m.group("expr")
-    if "{{" in expr or "}}" in expr or "{%" in expr:
+    expr = enclosed_expression(text)
+    if expr is None or "{{" in expr or "}}" in expr or "{%" in expr:
         return None
     return expr
 

@@ -88,3 +88,10 @@ class DataEnvelope(dict[str, Any]):
     @property
     def envelope_data(self) -> Any:
         return self._data
+
+
+def job_view(execution_id: str) -> dict[str, str]:
+    """NoETL's `job` namespace: the execution's identity under the names its playbooks read
+    (`{{ job.execution_id }}`, `{{ job.uuid }}`, `{{ job.id }}`).
+    """
+    return {"execution_id": execution_id, "uuid": execution_id, "id": execution_id}

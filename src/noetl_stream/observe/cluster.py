@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from nats.errors import Error as NatsError
 from nats.js.api import ConsumerInfo
 from prometheus_client.core import GaugeMetricFamily
 
@@ -35,7 +36,7 @@ async def execution_statuses(bus: Bus) -> Counter[str]:
     for key in await bucket_keys(bus.js, EXECUTIONS_BUCKET):
         try:
             entry = await kv.get(key)
-        except Exception:  # deleted or expired since the listing
+        except (NatsError, TimeoutError):  # deleted or expired since the listing, or NATS busy
             continue
         state = jsonutil.loads_object(entry.value or b"")
         if state is not None:

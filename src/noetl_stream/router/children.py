@@ -88,5 +88,5 @@ def request(router: _Router, children: list[str], reason: str) -> None:
     for child in children:
         body = {"execution_id": child, "reason": reason,
                 "requested_by": f"execution {state.execution_id}"}
-        state.outbox.append(Outgoing("cancel", f"cancel:{child}", body))
+        state.outbox.append(Outgoing("cancel", ids.cancel_msg_id(child), body))
 

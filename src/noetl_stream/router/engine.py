@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl_stream import ids, jsonutil, refs
+from noetl_stream import ids, jsonutil, messages, refs
 from noetl_stream.dsl import guards, keychain, pycode, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step, Task
 from noetl_stream.errors import TemplateError
@@ -36,14 +36,9 @@ class _Router:
     # -- messages --------------------------------------------------------------------------
     def emit(self, event_type: str, msg_id: str, **payload: Any) -> None:
         """Queue an event; the ones only watchers read go out without waiting for a store ack."""
-        body = {
-            "event_id": msg_id,
-            "event_type": event_type,
-            "timestamp": self.now,
-            "execution_id": self.s.execution_id,
-            "parent_execution_id": self.s.parent_execution_id,
-            **payload,
-        }
+        body = {"event_id": msg_id, **messages.event_body(
+            event_type, self.s.execution_id, self.now,
+            parent_execution_id=self.s.parent_execution_id), **payload}
         self.s.outbox.append(Outgoing("event", msg_id, body, event_type=event_type,
                                       progress=event_type in PROGRESS_EVENTS))
 
@@ -156,17 +151,16 @@ class _Router:
         steps = pick_steps(names, self.s.steps)
         http = {n: self.s.steps[n].http for n in steps if self.s.steps[n].http}
         loop_steps = [n for n in steps if self.s.steps[n].loop]
-        body = {
-            "execution_id": self.s.execution_id,
-            "playbook": self.pb.path or self.pb.name,  # for metrics and traces
-            "step": step.name,
-            "step_run_id": run.run_id,
-            "parent_execution_id": self.s.parent_execution_id,
-            "iteration": index,
-            "attempt": 1,
-            "tasks": [t.model_dump(mode="json") for t in step.tasks],
-            "step_args": step.args,
-            "context": {
+        body = messages.command_body(
+            execution_id=self.s.execution_id,
+            playbook=self.pb.path or self.pb.name,  # for metrics and traces
+            step=step.name,
+            step_run_id=run.run_id,
+            parent_execution_id=self.s.parent_execution_id,
+            iteration=index,
+            tasks=[t.model_dump(mode="json") for t in step.tasks],
+            step_args=step.args,
+            context={
                 "workload": _only(self.s.workload, names, "workload"),
                 "ctx": _only(self.s.ctx, names, "ctx"),
                 "args": run.args,
@@ -176,12 +170,11 @@ class _Router:
                 "steps_http": http,
                 "steps_loop": loop_steps,
             },
-            "keychain": keychain.for_command(
+            keychain=keychain.for_command(
                 self.pb.keychain, names,
                 first=run.run_no == 1 and step.name == self.pb.start_step.name),
-            "max_payload_bytes": refs.max_payload_bytes(self.pb.executor),
-            **loops.command_fields(step),
-        }
+            max_payload_bytes=refs.max_payload_bytes(self.pb.executor),
+            **loops.command_fields(step))
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.s.outbox.append(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
                                       pool=step.pool or DEFAULT_POOL, tool_kind=kind))

@@ -6,6 +6,7 @@ router applies like any other; asking twice is the same as asking once.
 
 from __future__ import annotations
 
+from noetl_stream import ids
 from noetl_stream.messages import CancelRequest
 from noetl_stream.runtime.connection import Bus
 
@@ -16,4 +17,4 @@ async def request_cancel(bus: Bus, execution_id: str, *, reason: str | None = No
     request = CancelRequest(execution_id=execution_id, reason=reason, requested_by=requested_by,
                             reply_to=reply_to)
     await bus.js.publish(bus.topology.cancel_request_subject(), request.model_dump_json().encode(),
-                         headers={"Nats-Msg-Id": f"cancel:{execution_id}"})
+                         headers={"Nats-Msg-Id": ids.cancel_msg_id(execution_id)})

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import os
+import re
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -18,6 +21,9 @@ from noetl_stream.errors import InfrastructureError
 from noetl_stream.subjects import Topology, load_topology
 
 INITIAL_CONNECT_ATTEMPTS = 3
+ENV_INBOX_PREFIX = "NOETL_STREAM_INBOX_PREFIX"
+INBOX_ROOT = "_INBOX"
+_NOT_IN_TOKEN = re.compile(r"[.*>\s]")
 
 log = logging.getLogger("noetl_stream.connection")
 
@@ -35,6 +41,7 @@ class Bus:
     topology: Topology
     # Called after every reconnect (pull consumers ask again for what they were waiting for).
     reconnect_listeners: list[Callable[[], None]] = field(default_factory=list)
+    url: str | None = None  # what `connect` was given: another connection can be opened alike
 
     async def close(self) -> None:
         if not self.nc.is_closed:
@@ -85,6 +92,20 @@ def _auth_options(servers: list[str]) -> dict[str, Any]:
     return config.nats_auth_from_env()
 
 
+def inbox_prefix(auth: dict[str, Any]) -> str:
+    """Where replies to this process go: `_INBOX.<user>` for a user (deploy/nats/accounts lets
+    each user subscribe to its own prefix only, so no user reads replies meant for another),
+    NOETL_STREAM_INBOX_PREFIX when set, else `_INBOX` (token or creds-file users).
+    """
+    if chosen := os.environ.get(ENV_INBOX_PREFIX, "").strip():
+        return chosen
+    user = auth.get("user")
+    if not user:
+        return INBOX_ROOT
+    # A subject token holds no dot, wildcard or space; other characters are kept as they are.
+    return f"{INBOX_ROOT}.{_NOT_IN_TOKEN.sub('_', str(user))}"
+
+
 def redact_url(url: str) -> str:
     """The URL(s) without passwords or tokens, for messages and logs."""
     shown = []
@@ -120,6 +141,7 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
         for listener in list(listeners):
             listener()
 
+    auth = _auth_options(servers)
     try:
         # A few attempts for the first connection (with -1, nats-py would retry it forever, so a
         # wrong URL would hang instead of failing); once connected, reconnect without limit.
@@ -128,7 +150,7 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
                                 reconnect_time_wait=0.5, allow_reconnect=True,
                                 max_outstanding_pings=4, error_cb=on_error,
                                 reconnected_cb=on_reconnected,
-                                **_auth_options(servers))
+                                inbox_prefix=inbox_prefix(auth), **auth)
     except (AuthorizationError, NoServersError, OSError, TimeoutError) as exc:
         if refused or isinstance(exc, AuthorizationError):
             raise InfrastructureError(
@@ -138,4 +160,21 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
         raise InfrastructureError(f"cannot reach NATS at {redact_url(url)}: "
                                   f"{exc or type(exc).__name__}") from None
     nc.options["max_reconnect_attempts"] = -1
-    return Bus(nc, nc.jetstream(timeout=10), load_topology(prefix), listeners)
+    return Bus(nc, nc.jetstream(timeout=10), load_topology(prefix), listeners, url)
+
+
+@contextlib.asynccontextmanager
+async def own_connection(bus: Bus, name: str) -> AsyncIterator[Bus]:
+    """A connection of its own to the NATS `bus` speaks to, for a part of a process whose
+    actions must not cut the rest off (nats-server closes a connection that breaks its
+    protocol: the HTTP API's actions cannot stop the router's consumers). `bus` itself when it
+    was not made by `connect` (it is then not known how to connect again).
+    """
+    if bus.url is None:
+        yield bus
+        return
+    own = await connect(bus.url, prefix=bus.topology.prefix, name=name)
+    try:
+        yield own
+    finally:
+        await own.close()

@@ -8,8 +8,12 @@ A command is dead-lettered in one of two ways:
   server processes copies the command into `NOETL_DLQ`, publishes the outcome event the worker
   would have published (`step.failed` or `loop.iteration.failed`, error kind `dead_letter`) and
   removes the command from the work queue.
-* A worker cannot read it at all (not JSON, no execution or step). The worker copies it here
-  before terminating it, since a terminated message leaves the work-queue stream at once.
+* A worker cannot read it at all (not a valid `Command`, messages.py). The worker copies it
+  here before terminating it, since a terminated message leaves the work-queue stream at once.
+
+Any other message a consumer refuses (an event or request that fails validation, or one its
+handler raised on) is kept here too, as runtime/dispositions.py says, with the failure class in
+`Noetl-Dlq-Failure`.
 
 Every write is idempotent, so a crash at any point is repaired by the advisory's redelivery: the
 copy's msg id is the command's stream sequence, the outcome's is the worker's own
@@ -30,9 +34,11 @@ from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js.errors import NotFoundError
+from pydantic import ValidationError
 
-from noetl_stream import ids, jsonutil
+from noetl_stream import ids, jsonutil, messages
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.dispositions import classify, settle
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 
@@ -42,7 +48,9 @@ DLQ_STREAM = "NOETL_DLQ"
 CONSUMER = "noetl-server-dead-letters"
 REASON_MAX_DELIVERIES = "max_deliveries"
 ADVISORY_BATCH = 16
-REASON_UNREADABLE = "unreadable"
+REASON_UNREADABLE = "unreadable"  # failed validation (runtime/dispositions.py)
+REASON_HANDLER_ERROR = "handler_error"  # its consumer's code raised on it
+MAX_KEPT_SUBJECT = 512
 
 H_SUBJECT = "Noetl-Dlq-Subject"
 H_STREAM = "Noetl-Dlq-Stream"
@@ -57,6 +65,7 @@ H_EXECUTION = "Noetl-Execution-Id"
 H_STEP = "Noetl-Step"
 H_STEP_RUN = "Noetl-Step-Run-Id"
 H_ITERATION = "Noetl-Iteration"
+H_FAILURE = "Noetl-Dlq-Failure"
 
 
 @dataclass(frozen=True)
@@ -76,64 +85,80 @@ class DeadLetter:
     stream_seq: int | None
     consumer: str | None
     data: bytes
+    failure: str | None = None  # the failure class of a refused message (dispositions.py)
 
     def summary(self) -> dict[str, Any]:
         return {"seq": self.seq, "time": self.time, "execution_id": self.execution_id,
                 "step": self.step, "step_run_id": self.step_run_id, "iteration": self.iteration,
                 "subject": self.subject, "deliveries": self.deliveries, "reason": self.reason,
-                "detail": self.detail, "stream_seq": self.stream_seq, "consumer": self.consumer}
+                "detail": self.detail, "stream_seq": self.stream_seq, "consumer": self.consumer,
+                "failure": self.failure}
 
 
 def command_identity(data: bytes) -> dict[str, Any] | None:
-    """The execution, step, run and iteration a command belongs to, or None when unreadable."""
+    """The execution, step, run and iteration a command (or event) belongs to, or None when
+    they are not valid identifiers (they go into headers, messages.py limits them).
+    """
     try:
-        command = jsonutil.loads(data)
-    except ValueError:
+        envelope = messages.StepIdentity.model_validate(jsonutil.loads(data))
+    except (ValueError, ValidationError):
         return None
-    if not isinstance(command, dict) or not all(
-            isinstance(command.get(k), str) for k in ("execution_id", "step_run_id", "step")):
-        return None
-    iteration = command.get("iteration")
-    return {"execution_id": command["execution_id"], "step": command["step"],
-            "step_run_id": command["step_run_id"],
-            "iteration": iteration if isinstance(iteration, int) else None,
-            "parent_execution_id": command.get("parent_execution_id")}
+    return {"execution_id": envelope.execution_id, "step": envelope.step,
+            "step_run_id": envelope.step_run_id, "iteration": envelope.iteration,
+            "parent_execution_id": envelope.parent_execution_id}
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:1000]
 
 
+def _dead_letter_subject(bus: Bus, subject: str) -> str:
+    """`<prefix>.dlq.<subject without its prefix>`; a subject too long to carry a prefix more
+    (the sender's own publish may have been up to nats-server's limit) goes to
+    `<prefix>.dlq.oversized`, and its start is kept in a header.
+    """
+    if len(subject) <= MAX_KEPT_SUBJECT:
+        return bus.topology.dead_letter_subject(subject)
+    return f"{bus.topology.prefix}.dlq.oversized"
+
+
 async def publish_dead_letter(bus: Bus, *, subject: str, data: bytes, stream: str, stream_seq: int,
                               deliveries: int | None, consumer: str | None, reason: str,
-                              detail: str, original_msg_id: str | None = None) -> int:
-    """Copy one command into the DLQ; return its DLQ sequence (the first copy's, on a repeat)."""
-    headers = {"Nats-Msg-Id": f"dlq:{stream}:{stream_seq}", H_SUBJECT: subject, H_STREAM: stream,
-               H_STREAM_SEQ: str(stream_seq), H_REASON: reason, H_DETAIL: _one_line(detail),
+                              detail: str, original_msg_id: str | None = None,
+                              failure: str | None = None) -> int:
+    """Copy one message into the DLQ; return its DLQ sequence (the first copy's, on a repeat)."""
+    headers = {"Nats-Msg-Id": f"dlq:{stream}:{stream_seq}", H_SUBJECT: subject[:MAX_KEPT_SUBJECT],
+               H_STREAM: stream, H_STREAM_SEQ: str(stream_seq), H_REASON: reason,
+               H_DETAIL: _one_line(detail),
                H_TIME: datetime.now(UTC).isoformat(timespec="milliseconds")}
     if deliveries is not None:
         headers[H_DELIVERIES] = str(deliveries)
     if consumer:
         headers[H_CONSUMER] = consumer
     if original_msg_id:
-        headers[H_MSG_ID] = original_msg_id
+        headers[H_MSG_ID] = _one_line(original_msg_id)
+    if failure:
+        headers[H_FAILURE] = failure
     identity = command_identity(data)
     if identity is not None:
-        headers |= {H_EXECUTION: identity["execution_id"], H_STEP: identity["step"],
-                    H_STEP_RUN: identity["step_run_id"]}
+        headers |= {H_EXECUTION: identity["execution_id"], H_STEP: _one_line(identity["step"]),
+                    H_STEP_RUN: _one_line(identity["step_run_id"])}
         if identity["iteration"] is not None:
             headers[H_ITERATION] = str(identity["iteration"])
-    ack = await bus.js.publish(bus.topology.dead_letter_subject(subject), data, headers=headers)
+    ack = await bus.js.publish(_dead_letter_subject(bus, subject), data, headers=headers)
     return int(ack.seq)
 
 
-async def dead_letter_unreadable(bus: Bus, msg: Msg, reason: str) -> int:
-    """Keep a command a worker cannot read; call before `msg.term()` (which deletes it)."""
+async def dead_letter_message(bus: Bus, msg: Msg, failure: str, detail: str) -> int:
+    """Keep a message its consumer refused, with the failure class and reason (dispositions.py);
+    call before `msg.term()`, which deletes it from a work queue.
+    """
     meta = msg.metadata
+    reason = REASON_HANDLER_ERROR if failure == "handler_bug" else REASON_UNREADABLE
     return await publish_dead_letter(
         bus, subject=msg.subject, data=msg.data, stream=meta.stream,
         stream_seq=int(meta.sequence.stream), deliveries=meta.num_delivered,
-        consumer=meta.consumer, reason=REASON_UNREADABLE, detail=reason,
+        consumer=meta.consumer, reason=reason, detail=detail, failure=failure,
         original_msg_id=(msg.headers or {}).get("Nats-Msg-Id"))
 
 
@@ -171,11 +196,13 @@ class DeadLetters:
                     await self.handle_advisory(m)
                 except asyncio.CancelledError:
                     raise
-                except Exception:
-                    # The consumer boundary: NATS trouble or a bug must not stop the service; the
-                    # advisory stays unacknowledged and comes back after the consumer's AckWait.
-                    log.exception("dead letters: advisory on %s not handled; it will come back",
-                                  m.subject)
+                except Exception as exc:
+                    # The consumer boundary: NATS trouble or a bug must not stop the service;
+                    # NATS trouble hands the advisory back, a bug terminates it (dispositions.py).
+                    failure = classify(exc)
+                    log.exception("dead letters: advisory on %s not handled (%s)", m.subject,
+                                  failure)
+                    await settle(m, failure)
             await consumer.grant(len(msgs))
 
     async def handle_advisory(self, msg: Msg) -> None:
@@ -210,19 +237,27 @@ class DeadLetters:
         await msg.ack()
 
     async def _fail_step(self, identity: dict[str, Any], deliveries: int, dlq_seq: int) -> None:
-        execution_id, run, iteration = (identity["execution_id"], identity["step_run_id"],
-                                        identity["iteration"])
-        etype = "step.failed" if iteration is None else "loop.iteration.failed"
         error = {"kind": "dead_letter",
                  "message": f"command delivered {deliveries} times without an outcome (worker "
                             f"crashed or lost it); dead-lettered as {dlq_seq}"}
-        body = {"event_type": etype, "execution_id": execution_id, "step": identity["step"],
-                "step_run_id": run, "iteration": iteration, "timestamp": self.clock(),
-                "parent_execution_id": identity["parent_execution_id"], "status": "error",
-                "result": None, "error": error, "ctx_patch": {}, "http": None, "route": None,
-                "case_matched": None, "dead_letter": dlq_seq}
-        await publish_event(self.bus, execution_id, etype,
-                            ids.event_msg_id(execution_id, etype, run, iteration), body)
+        await publish_step_failure(self.bus, identity, error, self.clock(), dead_letter=dlq_seq)
+
+
+async def publish_step_failure(bus: Bus, identity: dict[str, Any], error: dict[str, Any],
+                               now: float, **fields: Any) -> None:
+    """The outcome a command's worker would have published, as a failure with `error`, under the
+    worker's own msg id: a late real outcome and this one never both count.
+    """
+    execution_id, run, iteration = (identity["execution_id"], identity["step_run_id"],
+                                    identity["iteration"])
+    etype = "step.failed" if iteration is None else "loop.iteration.failed"
+    body = messages.event_body(
+        etype, execution_id, now, parent_execution_id=identity["parent_execution_id"],
+        step=identity["step"], step_run_id=run, iteration=iteration, status="error",
+        result=None, error=error, ctx_patch={}, http=None, route=None, case_matched=None,
+        **fields)
+    await publish_event(bus, execution_id, etype,
+                        ids.event_msg_id(execution_id, etype, run, iteration), body)
 
 
 # -- reading and removing, for `noetl-stream dlq` --------------------------------------------
@@ -241,7 +276,7 @@ def _dead_letter(seq: int, subject: str, data: bytes, headers: dict[str, str]) -
         detail=headers.get(H_DETAIL, ""), execution_id=headers.get(H_EXECUTION),
         step=headers.get(H_STEP), step_run_id=headers.get(H_STEP_RUN),
         iteration=_int(headers.get(H_ITERATION)), stream_seq=_int(headers.get(H_STREAM_SEQ)),
-        consumer=headers.get(H_CONSUMER), data=data)
+        consumer=headers.get(H_CONSUMER), data=data, failure=headers.get(H_FAILURE))
 
 
 async def read_dead_letter(bus: Bus, seq: int) -> DeadLetter | None:

@@ -23,12 +23,15 @@ from typing import Any
 
 import aiohttp
 
+from noetl_stream.credentials import Credential
 from noetl_stream.dsl import templating
 from noetl_stream.errors import CredentialError, KeychainError, TemplateError, ToolError
+from noetl_stream.runtime.credential_guard import CredentialGuard
 from noetl_stream.state.auth_cache import DEFAULT_TTL, AuthCache
 from noetl_stream.state.credentials import PUBLIC_FIELDS
 from noetl_stream.state.crypto import SecretBox
-from noetl_stream.tools.base import Credential, CredentialResolver
+from noetl_stream.tools.base import CredentialResolver
+from noetl_stream.tools.secrets import is_worker_setting, worker_setting_refusal
 
 CACHE_PREFIX = "keychain."
 MAX_REFRESH_MARGIN_S = 30.0
@@ -53,10 +56,12 @@ def refresh_margin_s(expires_in: float) -> float:
 class KeychainResolver:
     """Resolves one command's declarations; shared by every command of a worker process."""
 
-    def __init__(self, js: Any, box: SecretBox, credentials: CredentialResolver | None) -> None:
+    def __init__(self, js: Any, box: SecretBox, credentials: CredentialResolver | None, *,
+                 guard: CredentialGuard | None = None) -> None:
         self.js = js
         self.box = box
         self.credentials = credentials
+        self.guard = guard
         self._cache: AuthCache | None = None
         self._session: aiohttp.ClientSession | None = None
         self._locks: dict[str, asyncio.Lock] = {}
@@ -69,6 +74,10 @@ class KeychainResolver:
             name, kind = str(decl["name"]), str(decl["kind"])
             config = dict(decl.get("config") or {})
             scope = None if config.get("cache") == "global" else execution_id
+            if kind in ("credential", "oauth2") and config.get("credential"):
+                # Before the auth cache: a cached entry is a use too, and a global one may have
+                # been resolved for another playbook.
+                await self._admit(name, config["credential"], {**context, "keychain": out.values})
             if kind == "static":
                 out.values[name] = self._render(name, config, {**context, "keychain": out.values})
                 continue
@@ -119,6 +128,15 @@ class KeychainResolver:
         if kind == "oauth2":
             return await self._oauth2(name, config, execution_id)
         raise KeychainError(name, f'kind "{kind}" is not known to this worker')
+
+    async def _admit(self, name: str, credential: Any, context: dict[str, Any]) -> None:
+        if self.guard is None:
+            return
+        stored = self._render(name, {"credential": credential}, context)["credential"]
+        try:
+            await self.guard.admit(str(stored), via=f"keychain.{name}")
+        except ToolError as exc:
+            raise KeychainError(name, str(exc)) from None
 
     async def _credential(self, name: str, credential: str, execution_id: str) -> Credential:
         if self.credentials is None:
@@ -206,6 +224,8 @@ def _from_env(name: str, spec: Any) -> dict[str, Any]:
     wanted = {"value": spec} if isinstance(spec, str) else dict(spec)
     out: dict[str, Any] = {}
     for fld, var in wanted.items():
+        if is_worker_setting(str(var)):
+            raise KeychainError(name, worker_setting_refusal(str(var)))
         value = os.environ.get(str(var))
         if value is None:
             raise KeychainError(name, f'environment variable "{var}" is not set on this worker')

@@ -9,23 +9,25 @@ and a clause that has run out hands the outcome to the rules after it. `Task.pol
 task until its guard holds. Waits and retry.* / poll.* events: runtime/retrying.py.
 Sinks (`Task.sink`, `Rule.sink`) store a result without replacing it: they read it as `result`,
 `data` and `this`, and publish `sink.started` / `sink.processed`; a failed sink fails the step.
+Each directive has one handler (`_on_<directive>`); polling and sink runs keep their own state
+(runtime/polling.py, runtime/sinks.py); every wait goes through the `Clock` the pipeline is given.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
-from noetl_stream.dsl.parser import verbatim
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
 from noetl_stream.observe import tracing
-from noetl_stream.router.context import build_context, output_view, step_view
+from noetl_stream.router.context import build_context, step_view
 from noetl_stream.runtime import cursor
+from noetl_stream.runtime.clock import SYSTEM_CLOCK, Clock
 from noetl_stream.runtime.keychain import KeychainResolver
+from noetl_stream.runtime.polling import Polling
 from noetl_stream.runtime.redact import secret_values
 from noetl_stream.runtime.retrying import (
     ActionEvents,
@@ -34,6 +36,8 @@ from noetl_stream.runtime.retrying import (
     outcome_fields,
     retry_names,
 )
+from noetl_stream.runtime.sinks import SinkRuns
+from noetl_stream.runtime.task_views import case_views, outcome_views, rendered_field, sink_view
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -82,71 +86,45 @@ def _handles_failures(rule: Rule) -> bool:
             or guards.reads_failure(rule.when))
 
 
-def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
-    """`output` (NoETL today) and `outcome` (spec 002/003) as templates read them."""
-    # NoETL reads `output` both as the envelope (`output.status`, `output.data`) and as the result
-    # itself (`{{ output }}['count']`): the result's keys are there too, the envelope's win.
-    output = output_view(outcome.result, outcome.error, outcome.http, status=outcome.status)
-    result = outcome.result
-    if task.kind == "http" and outcome.http is not None:
-        result = {"status_code": outcome.http["status"], "headers": outcome.http["headers"],
-                  "data": outcome.result}
-    return {"output": output,
-            "outcome": {"status": outcome.status, "result": result, "error": outcome.error,
-                        "http": outcome.http, "pg": output["pg"], "meta": outcome.meta}}
-
-
-def case_views(outcome: Outcome) -> dict[str, Any]:
-    """`response` and `this` as case rules read them (ARCHITECTURE §8): `response` is the parsed
-    body (an error reply's too), and `response.status_code` falls back to the HTTP status.
+@dataclass
+class _Position:
+    """Where a pipeline stands: the task to run, its attempt, the result handed on to the next
+    task (`_prev`) and the last outcome of a task that is not a sink.
     """
-    error = outcome.error or {}
-    response = outcome.result if outcome.result is not None else error.get("body")
-    if isinstance(response, dict) and outcome.http is not None:
-        response = {"status_code": outcome.http.get("status"), **response}
-    this = {"status": outcome.status, "data": outcome.result, "result": outcome.result,
-            "error": outcome.error, "meta": outcome.meta}
-    return {"response": response, "this": this}
+
+    pc: int = 0
+    attempt: int = 1
+    prev: Any = None
+    last: Outcome | None = None
+    executed: int = 0
 
 
-def sink_view(result: Any, outcome: Outcome | None) -> dict[str, Any]:
-    """The names a sink's templates read: the data to store and the call's envelope."""
-    this = case_views(outcome)["this"] if outcome is not None else None
-    return {"result": result, "data": result, "this": this}
+@dataclass(frozen=True)
+class _Settled:
+    """One call and what its task's policy made of it."""
+
+    task: Task
+    outcome: Outcome
+    extra: dict[str, Any]  # the names the policy's templates read
+    read: Any  # the result as read by the task's name
+    rule: Rule | None
+    directive: str
 
 
-def rendered_field(task: Task, key: str, value: Any, context: dict[str, Any], step: str) -> Any:
-    """One config field with its templates rendered, as NoETL renders a task's whole config.
-
-    Python code is text whatever its templates give (`{{ workload.n }} * 2`); code read from a
-    script file and the `script` descriptor are taken as written (dsl/parser.py `verbatim`).
-    """
-    if verbatim(task.config, key):
-        return value
-    rendered = templating.render(value, context, step=step, field=f"tool.{key}")
-    if key == "code" and not isinstance(rendered, str):
-        rendered = "" if rendered is None else str(rendered)
-    return rendered
-
-
-def affected_rows(outcome: Outcome) -> Any:
-    """What a `sink.processed` event says about the write: the SQL kinds' row count, if any."""
-    result = outcome.result
-    return result.get("affected_rows", result.get("row_count")) if isinstance(result, dict) else None
+_Handler = Callable[["Pipeline", _Settled, _Position], Awaitable["PipelineResult | None"]]
 
 
 class Pipeline:
     def __init__(self, command: dict[str, Any], tools: ToolRegistry,
                  idempotency_prefix: str, keychain: KeychainResolver | None = None,
-                 on_event: EventSink | None = None) -> None:
+                 on_event: EventSink | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.cmd = command
+        self.clock = clock
         self.events = ActionEvents(command, on_event)  # retry.* / poll.* events
         self.chain = 1  # attempt of the whole pipeline (retry scope `chain`)
         self.chain_open = False  # a chain re-run whose retry.processed is still due
-        self.polling: str | None = None  # the task being polled, its round and start time
-        self.poll_round = 1
-        self.poll_started = 0.0
-        self.poll_waited = 0.0  # intervals slept so far: the deadline counts them at least
+        self.poll = Polling(clock)
+        self.sinks = SinkRuns(self.events)
         self.keychain_resolver = keychain
         self.keychain: dict[str, Any] = {}  # resolved entries, read as `keychain.<name>`
         self.tools = tools
@@ -171,7 +149,6 @@ class Pipeline:
         self.route: str | None = None
         self.route_priority = 0  # of `route`: a later route replaces it only with a higher one
         self.case_matched: list[Any] | None = None
-        self.sink_runs: dict[str, int] = {}  # sink task -> calls so far, for keys and msg ids
         self.secrets: set[str] = set()  # values tools marked secret; the worker masks them
         self.step = command["step"]
         self.own_task = self._own_task()
@@ -232,92 +209,129 @@ class Pipeline:
         self.secrets.update(resolved.secrets)
 
     async def _run_tasks(self) -> PipelineResult:
-        pc = 0
-        attempt = 1
-        prev: Any = None
-        last: Outcome | None = None
-        executed = 0
-        while pc < len(self.tasks):
-            executed += 1
-            if executed > MAX_STEPS_PER_PIPELINE:
+        pos = _Position()
+        while pos.pc < len(self.tasks):
+            pos.executed += 1
+            if pos.executed > MAX_STEPS_PER_PIPELINE:
                 return self._failed(f"pipeline ran {MAX_STEPS_PER_PIPELINE} tasks without ending; "
-                                    "a jump loop never stops", "pipeline", last)
-            task = self.tasks[pc]
-            view = None
-            if task.sink is not None:
-                view = sink_view(prev, last)
-                if attempt == 1 and not await self._sink_admitted(task, view):
-                    pc += 1
-                    continue
-            await self._poll_start(task)
-            outcome = await self._call(task, attempt, prev, view)
-            if attempt > 1:
-                await self._event("retry.processed", task.name, attempt, scope="tool",
-                                  **outcome_fields(outcome))
-            if task.sink is None:
-                last = outcome
-            views = outcome_views(task, outcome)
-            extra = {**views, **case_views(outcome), "_prev": prev, "_task": task.name,
-                     "_attempt": attempt, "result": outcome.result, "error": outcome.error,
-                     "_chain_attempt": self.chain, "_retry": retry_names(outcome, attempt)}
-            read = step_view(outcome.result, outcome.http, False)  # the result read by name
-            if task.name == self.own_task:
-                extra.setdefault(self.step, read)
-            default = "continue" if outcome.ok else "fail"
-            rule = self._match(task, extra, outcome.ok)
-            do = rule.do if rule is not None else default
-            while do == "retry" and rule is not None:
-                count = self.chain if rule.scope == "chain" else attempt
-                if count < rule.attempts:
-                    break
-                # A retry clause that has run out hands the outcome to the rules after it.
-                rule = self._match(task, extra, outcome.ok, after=rule) if rule.scope else None
-                do = rule.do if rule is not None else default
-            if do == "retry":
-                assert rule is not None
-                if rule.scope == "chain":
-                    await self._retry_chain(rule, task, outcome)
-                    pc, attempt, prev = 0, 1, None
-                    continue
-                await self._retry_started(rule, task, attempt, "tool", outcome)
-                attempt += 1
+                                    "a jump loop never stops", "pipeline", pos.last)
+            settled = await self._run_task(self.tasks[pos.pc], pos)
+            if settled is None:  # a sink its `when` skipped
+                pos.pc += 1
                 continue
-            polled = do != "fail" and outcome.ok and self.polling == task.name
-            if polled and not await self._poll_done(task, outcome, attempt, extra):
-                if self.polling is None:  # gave up: max_attempts or deadline
-                    await self._close_chain("error")
-                    return self._failed(self._poll_message(task), "poll_timeout", outcome, task)
-                attempt = 1
-                continue
-            if task.sink is not None:
-                await self._sink_processed(task, attempt, outcome)
-            if rule is not None and rule.sink and (failed := await self._rule_sinks(
-                    rule, sink_view(outcome.result, outcome))) is not None:
-                await self._close_chain("error")
+            failed = await _HANDLERS[settled.directive](self, settled, pos)
+            if failed is not None:
                 return failed
-            if do == "fail":
-                await self._close_chain("error")
-                return self._failed(self._error_message(task, outcome), "task", outcome, task)
-            self._apply_writes(task, rule, extra)
-            value = outcome.result
-            if rule is not None:
-                value = self._apply_case(task, rule, extra, value)
-            self._bind(task, read if value is outcome.result else value)
-            if task.sink is not None:
-                value = prev  # a sink stores the result; it does not replace it
-            prev = value
-            attempt = 1
-            if do == "break":
-                break
-            if do == "jump":
-                assert rule is not None and rule.to is not None
-                pc = self.index[rule.to]
-                continue
-            pc += 1
-        assert last is not None
+        assert pos.last is not None
         await self._close_chain("ok")
-        return PipelineResult(True, result=prev, ctx_patch=self.ctx_patch, http=last.http,
-                              tasks_run=executed, route=self.route, case_matched=self.case_matched)
+        return PipelineResult(True, result=pos.prev, ctx_patch=self.ctx_patch, http=pos.last.http,
+                              tasks_run=pos.executed, route=self.route,
+                              case_matched=self.case_matched)
+
+    async def _run_task(self, task: Task, pos: _Position) -> _Settled | None:
+        """Call one task and settle its outcome; None for a sink whose `when` does not hold."""
+        view = None
+        if task.sink is not None:
+            view = sink_view(pos.prev, pos.last)
+            if pos.attempt == 1 and not await self._sink_admitted(task, view):
+                return None
+        await self._poll_start(task)
+        outcome = await self._call(task, pos.attempt, pos.prev, view)
+        if pos.attempt > 1:
+            await self._event("retry.processed", task.name, pos.attempt, scope="tool",
+                              **outcome_fields(outcome))
+        if task.sink is None:
+            pos.last = outcome
+        return self._settle(task, outcome, pos)
+
+    def _settle(self, task: Task, outcome: Outcome, pos: _Position) -> _Settled:
+        extra = {**outcome_views(task, outcome), **case_views(outcome), "_prev": pos.prev,
+                 "_task": task.name, "_attempt": pos.attempt, "result": outcome.result,
+                 "error": outcome.error, "_chain_attempt": self.chain,
+                 "_retry": retry_names(outcome, pos.attempt)}
+        read = step_view(outcome.result, outcome.http, False)  # the result read by name
+        if task.name == self.own_task:
+            extra.setdefault(self.step, read)
+        rule, directive = self._decide(task, extra, outcome.ok, pos.attempt)
+        return _Settled(task, outcome, extra, read, rule, directive)
+
+    def _decide(self, task: Task, extra: dict[str, Any], ok: bool,
+                attempt: int) -> tuple[Rule | None, str]:
+        """The rule that holds and its directive: continue on success, fail on error without one."""
+        default = "continue" if ok else "fail"
+        rule = self._match(task, extra, ok)
+        do = rule.do if rule is not None else default
+        while do == "retry" and rule is not None:
+            count = self.chain if rule.scope == "chain" else attempt
+            if count < rule.attempts:
+                break
+            # A retry clause that has run out hands the outcome to the rules after it.
+            rule = self._match(task, extra, ok, after=rule) if rule.scope else None
+            do = rule.do if rule is not None else default
+        return rule, do
+
+    # -- one handler per directive -------------------------------------------------------------
+    async def _on_retry(self, s: _Settled, pos: _Position) -> PipelineResult | None:
+        assert s.rule is not None
+        if s.rule.scope == "chain":
+            await self._retry_chain(s.rule, s.task, s.outcome)
+            pos.pc, pos.attempt, pos.prev = 0, 1, None
+            return None
+        await self._retry_started(s.rule, s.task, pos.attempt, "tool", s.outcome)
+        pos.attempt += 1
+        return None
+
+    async def _on_fail(self, s: _Settled, pos: _Position) -> PipelineResult | None:
+        if (failed := await self._finish_sinks(s, pos)) is not None:
+            return failed
+        await self._close_chain("error")
+        return self._failed(self._error_message(s.task, s.outcome), "task", s.outcome, s.task)
+
+    async def _on_continue(self, s: _Settled, pos: _Position) -> PipelineResult | None:
+        return await self._move_on(s, pos, pos.pc + 1)
+
+    async def _on_jump(self, s: _Settled, pos: _Position) -> PipelineResult | None:
+        assert s.rule is not None and s.rule.to is not None
+        return await self._move_on(s, pos, self.index[s.rule.to])
+
+    async def _on_break(self, s: _Settled, pos: _Position) -> PipelineResult | None:
+        return await self._move_on(s, pos, len(self.tasks))  # past the last task: the pipeline ends
+
+    async def _move_on(self, s: _Settled, pos: _Position, target: int) -> PipelineResult | None:
+        """Leave a task that did not fail for `target`, unless its poll wants another round."""
+        if s.outcome.ok and self.poll.polls(s.task.name) and not await self._poll_done(
+                s.task, s.outcome, pos.attempt, s.extra):
+            if self.poll.task is None:  # gave up: max_attempts or deadline
+                await self._close_chain("error")
+                return self._failed(self._poll_message(s.task), "poll_timeout", s.outcome, s.task)
+            pos.attempt = 1
+            return None
+        if (failed := await self._finish_sinks(s, pos)) is not None:
+            return failed
+        self._hand_on(s, pos)
+        pos.pc = target
+        return None
+
+    async def _finish_sinks(self, s: _Settled, pos: _Position) -> PipelineResult | None:
+        """A sink task's `sink.processed`, then the rule's own sinks; the failure of one, if any."""
+        if s.task.sink is not None:
+            await self.sinks.processed(s.task, pos.attempt, s.outcome, self.chain)
+        if s.rule is not None and s.rule.sink and (failed := await self._rule_sinks(
+                s.rule, sink_view(s.outcome.result, s.outcome))) is not None:
+            await self._close_chain("error")
+            return failed
+        return None
+
+    def _hand_on(self, s: _Settled, pos: _Position) -> None:
+        """Apply the writes and case of a finished task and hand its result to the next task."""
+        self._apply_writes(s.task, s.rule, s.extra)
+        value = s.outcome.result
+        if s.rule is not None:
+            value = self._apply_case(s.task, s.rule, s.extra, value)
+        self._bind(s.task, s.read if value is s.outcome.result else value)
+        if s.task.sink is None:  # a sink stores the result; it does not replace it
+            pos.prev = value
+        pos.attempt = 1
 
     def _bind(self, task: Task, view: Any) -> None:
         """Name a task's result for the templates after it: `{{ fetch.status_code }}` reads a
@@ -332,17 +346,16 @@ class Pipeline:
     def _key(self, task: Task, attempt: int) -> str:
         """The idempotency key of one call: new for every attempt, chain re-run and poll round."""
         key = f"{self.key_prefix}:{task.name}:{attempt}"
-        if self.sink_runs.get(task.name, 1) > 1:
-            key += f":s{self.sink_runs[task.name]}"
+        if self.sinks.run_of(task.name) > 1:
+            key += f":s{self.sinks.run_of(task.name)}"
         if self.chain > 1:
             key += f":c{self.chain}"
-        if self.polling == task.name and self.poll_round > 1:
-            key += f":p{self.poll_round}"
+        if self.poll.round_of(task.name) > 1:
+            key += f":p{self.poll.round}"
         return key
 
     async def _event(self, event_type: str, task: str | None, attempt: int, **fields: Any) -> None:
-        round_ = self.poll_round if task is not None and self.polling == task else 1
-        await self.events.publish(event_type, task, chain=self.chain, round_=round_,
+        await self.events.publish(event_type, task, chain=self.chain, round_=self.poll.round_of(task),
                                   attempt=attempt, **fields)
 
     async def _retry_started(self, rule: Rule, task: Task, attempt: int, scope: str,
@@ -352,7 +365,7 @@ class Pipeline:
         await self._event("retry.started", name, attempt + 1, scope=scope, delay_s=wait,
                           max_attempts=rule.attempts, after=outcome_fields(outcome),
                           failed_task=task.name)
-        await asyncio.sleep(wait)
+        await self.clock.sleep(wait)
 
     async def _retry_chain(self, rule: Rule, task: Task, outcome: Outcome) -> None:
         """Re-run the pipeline from its first task: one chain attempt more."""
@@ -360,7 +373,7 @@ class Pipeline:
         await self._retry_started(rule, task, self.chain, "chain", outcome)
         self.chain += 1
         self.chain_open = True
-        self.polling = None
+        self.poll.stop()
 
     async def _close_chain(self, status: str) -> None:
         if self.chain_open:
@@ -368,37 +381,33 @@ class Pipeline:
             await self._event("retry.processed", None, self.chain, scope="chain", status=status)
 
     async def _poll_start(self, task: Task) -> None:
-        if task.poll is None or self.polling == task.name:
+        if task.poll is None or self.poll.polls(task.name):
             return
-        self.polling, self.poll_round, self.poll_started = task.name, 1, time.monotonic()
-        self.poll_waited = 0.0
+        self.poll.begin(task.name)
         await self._event("poll.started", task.name, 1, interval_s=task.poll.interval,
                           max_attempts=task.poll.max_attempts, deadline_s=task.poll.deadline)
 
     async def _poll_done(self, task: Task, outcome: Outcome, attempt: int,
                          extra: dict[str, Any]) -> bool:
-        """Whether `until` holds; if not, wait for the next round (or give up, polling=None)."""
+        """Whether `until` holds; if not, wait for the next round (or give up: poll.task None)."""
         poll = task.poll
         assert poll is not None
         context = {**self.context(extra), **retry_names(outcome, attempt)}
         done = templating.evaluate_guard(poll.until, context, step=self.step,
                                          field=f"tool.{task.name}.poll.until")
-        await self._event("poll.attempt", task.name, attempt, poll_attempt=self.poll_round,
+        await self._event("poll.attempt", task.name, attempt, poll_attempt=self.poll.round,
                           done=done, **outcome_fields(outcome))
         if done:
-            await self._event("poll.done", task.name, attempt, poll_attempts=self.poll_round)
-            self.polling = None
+            await self._event("poll.done", task.name, attempt, poll_attempts=self.poll.round)
+            self.poll.stop()
             return True
-        elapsed = max(time.monotonic() - self.poll_started, self.poll_waited)
-        if ((poll.max_attempts is not None and self.poll_round >= poll.max_attempts)
-                or (poll.deadline is not None and elapsed + poll.interval > poll.deadline)):
-            await self._event("poll.timeout", task.name, attempt, poll_attempts=self.poll_round,
+        elapsed = self.poll.elapsed()
+        if self.poll.gives_up(poll, elapsed):
+            await self._event("poll.timeout", task.name, attempt, poll_attempts=self.poll.round,
                               elapsed_s=round(elapsed, 3))
-            self.polling = None
+            self.poll.stop()
             return False
-        await asyncio.sleep(poll.interval)
-        self.poll_waited += poll.interval
-        self.poll_round += 1
+        await self.poll.next_round(poll)
         return False
 
     def _poll_message(self, task: Task) -> str:
@@ -515,22 +524,10 @@ class Pipeline:
 
     # -- sinks ---------------------------------------------------------------------------------
     async def _sink_admitted(self, task: Task, view: dict[str, Any]) -> bool:
-        """Count one more run of a sink and publish `sink.started`, or say it is skipped."""
         assert task.sink is not None
         admitted = task.sink.when is None or templating.evaluate_guard(
             task.sink.when, self.context(view), step=self.step, field=f"{task.sink.source}.when")
-        runs = self.sink_runs[task.name] = self.sink_runs.get(task.name, 0) + 1
-        await self.events.publish("sink.started" if admitted else "sink.skipped", task.name,
-                                  chain=self.chain, round_=runs, attempt=1, kind=task.kind,
-                                  source=task.sink.source)
-        return admitted
-
-    async def _sink_processed(self, task: Task, attempt: int, outcome: Outcome) -> None:
-        assert task.sink is not None
-        await self.events.publish("sink.processed", task.name, chain=self.chain,
-                                  round_=self.sink_runs.get(task.name, 1), attempt=attempt,
-                                  kind=task.kind, source=task.sink.source,
-                                  **outcome_fields(outcome), affected_rows=affected_rows(outcome))
+        return await self.sinks.admit(task, admitted, self.chain)
 
     async def _rule_sinks(self, rule: Rule, view: dict[str, Any]) -> PipelineResult | None:
         """Run a case rule's sinks in order; the failure of the first that fails, if any."""
@@ -538,7 +535,7 @@ class Pipeline:
             if not await self._sink_admitted(sink, view):
                 continue
             outcome = await self._call(sink, 1, view["result"], view)
-            await self._sink_processed(sink, 1, outcome)
+            await self.sinks.processed(sink, 1, outcome, self.chain)
             self._bind(sink, step_view(outcome.result, outcome.http, False))
             if not outcome.ok:
                 return self._failed(self._error_message(sink, outcome), "sink", outcome, sink)
@@ -556,3 +553,9 @@ class Pipeline:
             error["task"] = task.name
         return PipelineResult(False, error=error, ctx_patch=self.ctx_patch,
                               http=outcome.http if outcome else None)
+
+
+_HANDLERS: dict[str, _Handler] = {
+    "continue": Pipeline._on_continue, "retry": Pipeline._on_retry, "jump": Pipeline._on_jump,
+    "break": Pipeline._on_break, "fail": Pipeline._on_fail,
+}

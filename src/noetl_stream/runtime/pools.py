@@ -15,6 +15,7 @@ from typing import Any
 from nats.js.errors import NotFoundError
 
 from noetl_stream import ids
+from noetl_stream.messages import event_body
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.heartbeats import live_processes
@@ -73,10 +74,11 @@ def refuse_commands(outbox: list[Outgoing], unknown: set[str], known: list[str],
         message = (f'no worker serves pool "{m.pool}": no consumer was declared for it '
                    f"(`noetl-stream init --pool {m.pool}`) and no worker of it is alive"
                    + (f"; known pools: {', '.join(sorted(known))}" if known else ""))
-        failure = {"event_type": etype, "execution_id": execution_id, "step": body["step"],
-                   "step_run_id": run, "iteration": iteration, "timestamp": now,
-                   "parent_execution_id": body.get("parent_execution_id"), "status": "error",
-                   "result": None, "error": {"message": message, "kind": "pool", "pool": m.pool}}
+        failure = event_body(etype, execution_id, now,
+                             parent_execution_id=body.get("parent_execution_id"),
+                             step=body["step"], step_run_id=run, iteration=iteration,
+                             status="error", result=None,
+                             error={"message": message, "kind": "pool", "pool": m.pool})
         out.append(Outgoing("event", ids.event_msg_id(execution_id, etype, run, iteration),
                             failure, event_type=etype))
     return out

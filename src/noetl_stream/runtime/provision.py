@@ -29,10 +29,11 @@ from nats.js.api import (
     RetentionPolicy,
     StorageType,
     StreamConfig,
+    StreamInfo,
     StreamSource,
     SubjectTransform,
 )
-from nats.js.errors import BadRequestError, BucketNotFoundError, NotFoundError
+from nats.js.errors import BadRequestError, NotFoundError
 
 from noetl_stream import config
 from noetl_stream.errors import InfrastructureError
@@ -79,12 +80,24 @@ async def _create(report: ProvisionReport, name: str, create: Awaitable[Any],
     report.created.append(name)
 
 
+async def stream_infos(bus: Bus) -> dict[str, StreamInfo]:
+    """Every stream of the account by name, from the stream list (`$JS.API.STREAM.LIST`).
+
+    The list never carries per-subject counts, unlike `STREAM.INFO` with a subject filter, which
+    would name every key of a bucket (credentials, users, executions); so the restricted users
+    of deploy/nats/accounts check the topology through the list and may not ask for infos.
+    """
+    infos: dict[str, StreamInfo] = {}
+    while True:
+        page = await bus.js.streams_info(offset=len(infos))
+        fresh = [i for i in page if i.config.name and i.config.name not in infos]
+        if not fresh:
+            return infos
+        infos.update((str(i.config.name), i) for i in fresh)
+
+
 async def _stream_exists(bus: Bus, stream: str) -> bool:
-    try:
-        await bus.js.stream_info(stream)
-    except NotFoundError:
-        return False
-    return True
+    return stream in await stream_infos(bus)
 
 
 async def _consumer_exists(bus: Bus, stream: str, durable: str) -> bool:
@@ -95,12 +108,12 @@ async def _consumer_exists(bus: Bus, stream: str, durable: str) -> bool:
     return True
 
 
-async def _check_replicas(bus: Bus, name: str, stream: str, replicas: int | None,
-                          report: ProvisionReport) -> None:
+def _check_replicas(name: str, info: StreamInfo, replicas: int | None,
+                    report: ProvisionReport) -> None:
     """Report a bucket or object store whose replicas differ from those asked for."""
     if replicas is None:
         return
-    have = (await bus.js.stream_info(stream)).config.num_replicas or 1
+    have = info.config.num_replicas or 1
     if have != replicas:
         report.drift.append(f"{name}: {have} replicas, declared {replicas}")
 
@@ -162,12 +175,11 @@ def _transforms_of(config: StreamConfig) -> list[tuple[str, str, str]]:
                   for t in src.subject_transforms or [])
 
 
-async def _ensure_stream(bus: Bus, s: StreamDecl, replicas: int | None,
-                         report: ProvisionReport) -> None:
-    try:
-        info = await bus.js.stream_info(s.name)
-    except NotFoundError:
-        start = await _source_start(bus, s) if s.source is not None else None
+async def _ensure_stream(bus: Bus, s: StreamDecl, infos: dict[str, StreamInfo],
+                         replicas: int | None, report: ProvisionReport) -> None:
+    info = infos.get(s.name)
+    if info is None:
+        start = await _source_start(bus, s, infos) if s.source is not None else None
         await _create(report, f"stream {s.name}", bus.js.add_stream(_stream_config(s, replicas, start)),
                       partial(_stream_exists, bus, s.name))
         return
@@ -193,7 +205,7 @@ async def _ensure_stream(bus: Bus, s: StreamDecl, replicas: int | None,
         report.unchanged.append(f"stream {s.name}")
 
 
-async def _source_start(bus: Bus, s: StreamDecl) -> int:
+async def _source_start(bus: Bus, s: StreamDecl, infos: dict[str, StreamInfo]) -> int:
     """Where a new router stream starts copying the events stream: after the last event the
     previous layout's shared router consumer acknowledged, so the events it had not applied yet
     (executions in flight at the upgrade) are applied from the copy; on a store without that
@@ -206,10 +218,8 @@ async def _source_start(bus: Bus, s: StreamDecl) -> int:
         return int(legacy.ack_floor.stream_seq if legacy.ack_floor else 0) + 1
     except NotFoundError:
         pass
-    try:
-        return int((await bus.js.stream_info(s.source)).state.last_seq) + 1
-    except NotFoundError:
-        return 1
+    source = infos.get(s.source)
+    return int(source.state.last_seq) + 1 if source is not None else 1
 
 
 def router_consumer_config(router: RouterDecl, partition: int) -> dict[str, Any]:
@@ -290,29 +300,28 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",),
     report = ProvisionReport()
     replicas = replicas or config.replicas_from_env()
     topo = bus.topology
+    infos = await stream_infos(bus)
     for s in topo.streams:
-        await _ensure_stream(bus, s, replicas, report)
+        await _ensure_stream(bus, s, infos, replicas, report)
     for decl in topo.fixed_consumers():
         await ensure_consumer(bus, decl, report)
     await ensure_router_consumers(bus, topo.router_decl(), report)
     for pool in pools:
         await ensure_consumer(bus, topo.pool_consumer(pool), report)
     for b in topo.buckets:
-        try:
-            await bus.js.key_value(b.name)
+        if (kv_info := infos.get(f"KV_{b.name}")) is not None:
             report.unchanged.append(f"bucket {b.name}")
-            await _check_replicas(bus, f"bucket {b.name}", f"KV_{b.name}", replicas, report)
-        except BucketNotFoundError:
+            _check_replicas(f"bucket {b.name}", kv_info, replicas, report)
+        else:
             await _create(report, f"bucket {b.name}", bus.js.create_key_value(KeyValueConfig(
                 bucket=b.name, history=b.history, ttl=b.ttl_s, storage=StorageType.FILE,
                 replicas=replicas or 1)),
                 partial(_stream_exists, bus, f"KV_{b.name}"))
     for o in topo.object_stores:
-        try:
-            await bus.js.object_store(o.name)
+        if (obj_info := infos.get(f"OBJ_{o.name}")) is not None:
             report.unchanged.append(f"object store {o.name}")
-            await _check_replicas(bus, f"object store {o.name}", f"OBJ_{o.name}", replicas, report)
-        except NotFoundError:
+            _check_replicas(f"object store {o.name}", obj_info, replicas, report)
+        else:
             await _create(report, f"object store {o.name}", bus.js.create_object_store(
                 o.name, ObjectStoreConfig(bucket=o.name, ttl=o.ttl_s, storage=StorageType.FILE,
                                           replicas=replicas or 1)),

@@ -105,6 +105,8 @@ class PullConsumer:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        # Stopping: a closed connection has dropped the subscription, and a message it cannot
+        # nak is redelivered after its ack wait anyway.
         if self._sub is not None:
             with contextlib.suppress(Exception):
                 await self._sub.unsubscribe()

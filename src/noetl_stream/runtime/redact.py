@@ -52,6 +52,22 @@ def secret_values(outcome: Outcome) -> set[str]:
     return found
 
 
+def _scrub_mapping(value: dict[Any, Any], secrets: set[str]) -> dict[Any, Any]:
+    """Keys are masked like values (code may key a mapping by a token or a password). Two keys
+    that mask alike stay apart as `***`, `***#2`, ... in their order, so no value is lost.
+    """
+    out: dict[Any, Any] = {}
+    for key, item in value.items():
+        masked = scrub(key, secrets) if isinstance(key, str) else key
+        if masked != key:
+            base, n = masked, 1
+            while masked in out or masked in value:
+                n += 1
+                masked = f"{base}#{n}"
+        out[masked] = scrub(item, secrets)
+    return out
+
+
 def scrub(value: Any, secrets: set[str]) -> Any:
     """`value` with every secret replaced by `***` (a copy; `value` is not changed)."""
     if not secrets:
@@ -64,7 +80,7 @@ def scrub(value: Any, secrets: set[str]) -> Any:
                 value = value.replace(secret, MASK)
         return value
     if isinstance(value, dict):
-        return {k: scrub(v, secrets) for k, v in value.items()}
+        return _scrub_mapping(value, secrets)
     if isinstance(value, (list, tuple)):
         return [scrub(v, secrets) for v in value]
     if isinstance(value, (int, float)) and not isinstance(value, bool) and str(value) in secrets:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from typing import Any
 
@@ -23,7 +22,7 @@ from nats.aio.subscription import Subscription
 from nats.errors import Error as NatsError
 from nats.js.errors import KeyNotFoundError
 
-from noetl_stream import jsonutil
+from noetl_stream import ids, jsonutil, messages
 from noetl_stream.messages import RequestReply
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.execution_ids import new_execution_id
@@ -40,7 +39,7 @@ def rpc_subject(prefix: str, action: str) -> str:
 
 def request_msg_id(execution_id: str, body: bytes) -> str:
     """`req:<id>:<digest>`: the same request twice is one message; another body is another."""
-    return f"req:{execution_id}:{hashlib.sha256(body).hexdigest()[:16]}"
+    return ids.request_msg_id(execution_id, body)
 
 
 class RequestResponder:
@@ -60,6 +59,7 @@ class RequestResponder:
 
     async def stop(self) -> None:
         for sub in self._subs:
+            # Stopping: a connection already closed or draining has dropped the subscription.
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._subs.clear()
@@ -71,9 +71,11 @@ class RequestResponder:
         execution_id = body.get("execution_id")
         if execution_id is None:  # made here, so the answer and the message id can name it
             execution_id = body["execution_id"] = new_execution_id()
-        if not isinstance(execution_id, str):
+        problem = messages.execution_id_problem(execution_id) if isinstance(execution_id, str) \
+            else "must be a string"
+        if problem is not None:
             await self._answer(msg, RequestReply(accepted=False, errors=[
-                "bad execution request: execution_id: must be a string"]))
+                f"bad execution request: execution_id: {problem}"]))
             return
         data = jsonutil.dumps(body)
         try:

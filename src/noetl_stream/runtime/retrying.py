@@ -16,6 +16,7 @@ from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Rule
+from noetl_stream.messages import event_body
 from noetl_stream.tools.base import Outcome
 
 EventSink = Callable[[str, str, dict[str, Any]], Awaitable[None]]
@@ -66,12 +67,11 @@ class ActionEvents:
             return
         action = self.action_id(task)
         execution_id = str(self.cmd["execution_id"])
-        body = {"event_type": event_type, "execution_id": execution_id,
-                "step": self.cmd.get("step"), "step_run_id": self.cmd.get("step_run_id"),
-                "iteration": self.cmd.get("iteration"),
-                "parent_execution_id": self.cmd.get("parent_execution_id"),
-                "task": task, "action_id": action, "attempt": attempt, "chain_attempt": chain,
-                "timestamp": time.time(), **fields}
+        body = event_body(event_type, execution_id, time.time(),
+                          parent_execution_id=self.cmd.get("parent_execution_id"),
+                          step=self.cmd.get("step"), step_run_id=self.cmd.get("step_run_id"),
+                          iteration=self.cmd.get("iteration"), task=task, action_id=action,
+                          attempt=attempt, chain_attempt=chain, **fields)
         msg_id = ids.event_msg_id(execution_id, event_type, action, chain, round_, attempt)
         await self.sink(event_type, msg_id, body)
 

@@ -10,31 +10,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
-from pydantic import ValidationError
 
 from noetl_stream import config, ids, jsonutil, router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError, TemplateError
-from noetl_stream.messages import CancelRequest, ExecutionRequest, RequestReply
+from noetl_stream.messages import (
+    CancelRequest,
+    ExecutionRequest,
+    Malformed,
+    RequestReply,
+    event_body,
+    reply_address,
+    validated,
+)
 from noetl_stream.observe import tracing
 from noetl_stream.observe.metrics import COMMIT_CONFLICTS, observe_outbox
 from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.dead_letters import dead_letter_message
+from noetl_stream.runtime.dispositions import Failure, classify, settle
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
 from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
@@ -160,23 +168,60 @@ class Server:
         cancels = [m for m in msgs if m.subject == cancel_subject]
         starts = [m for m in msgs if m.subject != cancel_subject]
         # Starts first: a parent that cancels a child it has just started may have both requests
-        # in one batch, and the cancel must find the child's state.
-        await asyncio.gather(*(self._handle_request(m) for m in starts))
-        await asyncio.gather(*(self._handle_cancel(m) for m in cancels))
+        # in one batch, and the cancel must find the child's state. Each request is settled on
+        # its own: one that fails never takes the others of its batch with it.
+        await asyncio.gather(*(self._guarded(m, self._handle_request) for m in starts))
+        await asyncio.gather(*(self._guarded(m, self._handle_cancel) for m in cancels))
+
+    async def _guarded(self, msg: Msg, handle: Callable[[Msg], Awaitable[None]]) -> None:
+        """Run `handle(msg)`; a failure settles the message as dispositions.py says (a bug is
+        dead-lettered, NATS trouble handed back), instead of failing the batch.
+        """
+        try:
+            await handle(msg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self._handler_failed([msg], exc)
+            if classify(exc) is Failure.HANDLER_BUG:  # it will not come back: say so
+                execution_id, reply_to = reply_address(jsonutil.loads_object(msg.data))
+                with contextlib.suppress(Exception):
+                    await self._reply(reply_to, execution_id, [
+                        f"the server failed on this request ({type(exc).__name__}); it is kept "
+                        "in the dead-letter stream"])
+
+    async def _handler_failed(self, msgs: list[Msg], exc: Exception) -> None:
+        failure = classify(exc)
+        if failure is Failure.HANDLER_BUG:
+            log.error("server: %d message(s) on %s failed the handler; dead-lettered",
+                      len(msgs), msgs[0].subject[:200], exc_info=exc)
+            await self._dead_letter(msgs, failure, f"{type(exc).__name__}: {exc}")
+        else:
+            log.warning("server: %d message(s) on %s not handled (%s: %s); handed back",
+                        len(msgs), msgs[0].subject[:200], failure, exc)
+        await asyncio.gather(*(settle(m, failure) for m in msgs))
+
+    async def _dead_letter(self, msgs: list[Msg], failure: Failure, detail: str) -> None:
+        """Keep refused messages in NOETL_DLQ (a copy that cannot be written is logged: the
+        message is settled either way, so it can never hold the consumer).
+        """
+        results = await asyncio.gather(*(dead_letter_message(self.bus, m, failure, detail)
+                                         for m in msgs), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                log.warning("dead letter not written: %s", result)
 
     async def _handle_cancel(self, msg: Msg) -> None:
         """Turn a cancel request into the execution's `execution.cancel.requested` event; the
         router applies it in order with the execution's other events.
         """
-        raw: Any = None
         try:
-            raw = jsonutil.loads(msg.data)
-            request = CancelRequest.model_validate(raw)
-        except (ValueError, ValidationError) as exc:
-            _, reply_to = _reply_address(raw)
-            log.warning("rejected cancel request: %s", _short(exc))
-            await self._reply(reply_to, None, [f"bad cancel request: {_short(exc)}"])
-            await msg.term()  # it will never become valid by redelivery
+            request = validated(CancelRequest, msg.data)
+        except Malformed as exc:
+            _, reply_to = reply_address(exc.raw)
+            log.warning("rejected cancel request: %s", exc)
+            await self._reply(reply_to, None, [f"bad cancel request: {exc}"])
+            await settle(msg, classify(exc))  # it will never become valid by redelivery
             return
         execution_id = request.execution_id
         assert self._executions is not None
@@ -187,17 +232,16 @@ class Server:
             log.warning("cancel request for unknown execution %s", execution_id)
             await self._reply(request.reply_to, execution_id,
                               [f"no execution {execution_id} is known"])
-            await msg.ack()
+            await settle(msg, Failure.UNKNOWN_EXECUTION)
             return
         if state.status != "running":
             await self._reply(request.reply_to, execution_id,
                               [f"execution {execution_id} already {state.status}; nothing to cancel"])
             await msg.ack()
             return
-        body = {"event_type": CANCEL_REQUESTED, "execution_id": execution_id,
-                "timestamp": self.clock(), "reason": request.reason,
-                "requested_by": request.requested_by,
-                "parent_execution_id": state.parent_execution_id}
+        body = event_body(CANCEL_REQUESTED, execution_id, self.clock(),
+                          parent_execution_id=state.parent_execution_id, reason=request.reason,
+                          requested_by=request.requested_by)
         await publish_event(self.bus, execution_id, CANCEL_REQUESTED,
                             ids.event_msg_id(execution_id, CANCEL_REQUESTED), body)
         await self._reply(request.reply_to, execution_id, [])
@@ -214,21 +258,21 @@ class Server:
             await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
 
     async def _handle_request(self, msg: Msg) -> None:
-        raw: Any = None
         try:
-            raw = jsonutil.loads(msg.data)
-            request = ExecutionRequest.model_validate(raw)
-        except (ValueError, ValidationError) as exc:
-            # A body that is JSON but not a valid request may still say who waits for the answer.
-            execution_id, reply_to = _reply_address(raw)
-            await self._reject(msg, execution_id, reply_to, [f"bad execution request: {_short(exc)}"])
+            request = validated(ExecutionRequest, msg.data)
+        except Malformed as exc:
+            # A body that is JSON but not a valid request may still say who waits for the answer
+            # (each only when valid itself: an answer never builds a subject NATS refuses).
+            execution_id, reply_to = reply_address(exc.raw)
+            await self._reject(msg, execution_id, reply_to, [f"bad execution request: {exc}"],
+                               classify(exc))
             return
         execution_id = request.execution_id or new_execution_id()
         assert self._catalog is not None and self._executions is not None
         # The same text is parsed and stored once per server: parsing is the costliest part of a
         # request, and 50 requests for one playbook are the common case. The lock keeps a burst
         # of them from all parsing it before the first one has stored it.
-        key = "pb_" + hashlib.sha256(request.playbook.encode()).hexdigest()[:32]
+        key = ids.playbook_key(request.playbook)
         playbook = self._playbooks.get(key)
         if playbook is None:
             async with self._storing:
@@ -239,7 +283,8 @@ class Server:
                                                   kinds=self._kinds).playbook
                     except PlaybookError as exc:
                         await self._reject(msg, execution_id, request.reply_to,
-                                           [str(i) for i in exc.issues if i.severity == "error"])
+                                           [str(i) for i in exc.issues if i.severity == "error"],
+                                           Failure.REFUSED)
                         return
                     await self._catalog.put(key, request.playbook.encode())
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
@@ -310,7 +355,7 @@ class Server:
                 f"execution {execution_id} exists, started by another request (a different "
                 "playbook or payload); nothing was started"])
             await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
-        await msg.term()
+        await settle(msg, Failure.REFUSED)
 
     async def _publish_child_started(self, request: ExecutionRequest,
                                      state: ExecutionState) -> None:
@@ -318,54 +363,66 @@ class Server:
         that waits on it is cut short (router/children.py). Repeats are deduplicated.
         """
         parent = request.parent_execution_id
-        if parent is None or request.parent_step_run_id is None or not ids.is_subject_token(parent):
+        if parent is None or request.parent_step_run_id is None:
             return  # not started by a command the parent's router could tie it to
         if state.parent_execution_id != parent:
             return  # the request reused the id of an execution that is no child of this parent
         execution_id = state.execution_id
-        body = {"event_type": CHILD_STARTED, "execution_id": parent,
-                "timestamp": self.clock(), "child_execution_id": execution_id,
-                "step_run_id": request.parent_step_run_id, "iteration": request.parent_iteration,
-                "detached": request.detached}
+        body = event_body(CHILD_STARTED, parent, self.clock(), child_execution_id=execution_id,
+                          step_run_id=request.parent_step_run_id,
+                          iteration=request.parent_iteration, detached=request.detached)
         await publish_event(self.bus, parent, CHILD_STARTED,
                             ids.event_msg_id(parent, CHILD_STARTED, execution_id), body)
 
     async def _reject(self, msg: Msg, execution_id: str | None, reply_to: str | None,
-                      errors: list[str]) -> None:
-        log.warning("rejected execution request: %s", "; ".join(errors))
+                      errors: list[str], failure: Failure) -> None:
+        log.warning("rejected execution request (%s): %s", failure, "; ".join(errors)[:2000])
         if execution_id is not None:
-            body = {"event_type": "execution.rejected", "execution_id": execution_id,
-                    "timestamp": self.clock(), "status": "rejected", "errors": errors}
+            body = event_body("execution.rejected", execution_id, self.clock(),
+                              status="rejected", errors=errors)
             await publish_event(self.bus, execution_id, "execution.rejected",
                                 ids.event_msg_id(execution_id, "execution.rejected"), body)
         await self._reply(reply_to, execution_id, errors, accepted=False)
-        # Terminate: a malformed request will never become valid by redelivery.
-        await msg.term()
+        # Terminated: a malformed request will never become valid by redelivery.
+        await settle(msg, failure)
 
     # -- events ----------------------------------------------------------------------------
     async def _handle_events(self, msgs: list[Msg]) -> None:
         groups: dict[str, list[tuple[Msg, dict[str, Any]]]] = defaultdict(list)
+        refused: list[tuple[Msg, Malformed]] = []
         for m in msgs:
             try:
-                # Signals carry a client's data, never an envelope (runtime/signals.py).
+                # Checked against its subject; signals carry a client's data, never an envelope.
                 event = decode_event(self.bus.topology, m.subject, m.data, _stream_seq(m))
-            except ValueError as exc:
-                log.warning("poison event on %s terminated: %s", m.subject, exc)
-                await m.term()
+            except Malformed as exc:
+                refused.append((m, exc))
                 continue
             groups[str(event["execution_id"])].append((m, event))
-        await asyncio.gather(*(self._apply_group(eid, items) for eid, items in groups.items()))
+        await asyncio.gather(*(self._refuse_event(m, exc) for m, exc in refused),
+                             *(self._apply_group(eid, items) for eid, items in groups.items()))
+
+    async def _refuse_event(self, msg: Msg, exc: Malformed) -> None:
+        """An event no delivery can make valid: dead-lettered with the reason and terminated, so
+        a flood of them costs one write each and holds up no other execution's events.
+        """
+        log.warning("event on %s refused (%s): %s", msg.subject[:200], exc.failure, exc)
+        failure = classify(exc)
+        await self._dead_letter([msg], failure, exc.reason)
+        await settle(msg, failure)
 
     async def _apply_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
         try:
             await self._commit_group(execution_id, items)
-        except Exception:
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
             # `apply` changed the cached state in place: after a failed commit it holds events
             # that were never stored, and after a failed publish an outbox that a redelivery
             # would overwrite with an empty one. Only the KV copy can be trusted now; loading it
-            # again re-publishes its outbox.
+            # again re-publishes its outbox. The group is settled alone: other executions'
+            # events of the batch are not held up by it.
             self._cache.pop(execution_id, None)
-            raise
+            await self._handler_failed([m for m, _ in items], exc)
 
     async def _commit_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
         assert self._executions is not None
@@ -373,7 +430,8 @@ class Server:
             cached = await self._load(execution_id)
             if cached is None:
                 log.warning("events for unknown execution %s acknowledged and dropped", execution_id)
-                break
+                await asyncio.gather(*(settle(m, Failure.UNKNOWN_EXECUTION) for m, _ in items))
+                return
             vars_before = dict(cached.state.vars)
             now = self.clock()
             data = await self._encoded(cached.state) if self._apply_all(cached, items, now) \
@@ -412,8 +470,7 @@ class Server:
             # they must come back rather than be acknowledged.
             log.warning("events of %s not applied after %d conflicts; redelivering them",
                         execution_id, COMMIT_RETRIES)
-            for m, _ in items:
-                await m.nak(delay=0.5)
+            await asyncio.gather(*(settle(m, Failure.TRANSIENT) for m, _ in items))
             return
         # A plain ack: if it is lost, the event comes back and applying it again is a no-op (its
         # run or iteration is no longer in flight), so waiting for the server's confirmation of
@@ -589,16 +646,6 @@ def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> Non
         del cache[next(iter(cache))]
 
 
-def _reply_address(raw: Any) -> tuple[str | None, str | None]:
-    """The `execution_id` and `reply_to` of a request that failed validation, where usable."""
-    if not isinstance(raw, dict):
-        return None, None
-    execution_id, reply_to = raw.get("execution_id"), raw.get("reply_to")
-    usable_id = execution_id if isinstance(execution_id, str) and ids.is_subject_token(execution_id) \
-        else None
-    return usable_id, reply_to if isinstance(reply_to, str) and reply_to else None
-
-
 def _same_request(state: ExecutionState, playbook_key: str, workload: dict[str, Any],
                   request: ExecutionRequest) -> bool:
     """Whether `request` is the one that started `state` again: same playbook text, same
@@ -631,9 +678,3 @@ def _fault(exc: Exception) -> dict[str, Any]:
     if isinstance(exc, TemplateError):
         return {"message": str(exc), "kind": "template"}
     return {"message": f"{type(exc).__name__}: {exc}", "kind": "internal"}
-
-
-def _short(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-    return str(exc)

@@ -7,9 +7,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from noetl_stream import config
+from noetl_stream import config, ids
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.credential_guard import CredentialGuard, ScopedCredentialResolver
 from noetl_stream.runtime.dead_letters import DeadLetters
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.keychain import KeychainResolver
@@ -25,6 +26,7 @@ from noetl_stream.state.crypto import SecretBox
 from noetl_stream.state.results import ResultStore
 from noetl_stream.tools.base import ToolServices
 from noetl_stream.tools.registry import ToolRegistry
+from noetl_stream.tools.sandbox import protect_worker_process
 
 
 @dataclass
@@ -84,36 +86,30 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     home = config.home_dir()
     box = SecretBox.from_env(home)
     resolver = CachedCredentialResolver(bus.js, box)
-    tool_services = ToolServices(credentials=resolver, nats=bus.nc, home=home,
-                                 prefix=bus.topology.prefix, results=ResultStore(bus.js))
-    keychain = KeychainResolver(bus.js, box, resolver)
+    guard = CredentialGuard(bus, box)  # credential scopes, checked and recorded on every use
+    tool_services = ToolServices(credentials=ScopedCredentialResolver(resolver, guard),
+                                 nats=bus.nc, home=home, prefix=bus.topology.prefix,
+                                 results=ResultStore(bus.js))
+    keychain = KeychainResolver(bus.js, box, resolver, guard=guard)
+    if worker:
+        # Python children of the worker's own user may not read its memory or environment.
+        protect_worker_process()
     tools = (await ToolRegistry.create(services=tool_services, python_children=python_children)
              if worker else None)
     wrk = (Worker(bus, tools, pool=pool, concurrency=concurrency, keychain=keychain)
            if tools is not None else None)
+    # Started in this order and stopped in the reverse one: the worker stops taking commands
+    # before the server that routes their outcomes goes away.
+    parts = [p for p in (srv, dead_letters, responder, sweeper, wrk) if p is not None]
+    started: list[Any] = []
     try:
-        if srv is not None:
-            await srv.start()
-        if dead_letters is not None:
-            await dead_letters.start()
-        if responder is not None:
-            await responder.start()
-        if sweeper is not None:
-            await sweeper.start()
-        if wrk is not None:
-            await wrk.start()
+        for part in parts:
+            await part.start()
+            started.append(part)
         yield
     finally:
-        if wrk is not None:
-            await wrk.stop()
-        if sweeper is not None:
-            await sweeper.stop()
-        if responder is not None:
-            await responder.stop()
-        if dead_letters is not None:
-            await dead_letters.stop()
-        if srv is not None:
-            await srv.stop()
+        for part in reversed(started):
+            await part.stop()
         if tools is not None:
             await tools.close()
         await keychain.close()
@@ -133,7 +129,7 @@ async def submit_and_watch(bus: Bus, *, playbook_text: str, playbook_file: str,
                                    playbook_file=playbook_file, payload=payload)
         await bus.js.publish(bus.topology.execute_request_subject(),
                              request.model_dump_json().encode(),
-                             headers={"Nats-Msg-Id": f"req:{execution_id}"})
+                             headers={"Nats-Msg-Id": ids.request_msg_id(execution_id)})
         if on_started is not None:
             on_started(execution_id)
         return await watch.wait(timeout_s)

@@ -13,57 +13,44 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from noetl_stream import ids, jsonutil
+from noetl_stream import jsonutil, messages
+from noetl_stream.messages import SIGNAL_PREFIX
 from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.timers import SCHEDULE_PREFIX, TIMER_FIRED, TIMER_SCHEDULED
 from noetl_stream.subjects import Topology
 
-SIGNAL_PREFIX = "signal."
+__all__ = ["SIGNAL_PREFIX", "awaited_signals", "decode_event", "publish_signal",
+           "valid_signal_name", "why_unheard"]
 
 
 def valid_signal_name(name: str) -> bool:
-    """A signal name is one or more subject tokens: `approve`, `payment.settled`."""
-    return all(ids.is_subject_token(part) for part in name.split("."))
+    """A signal name is one or more safe tokens joined by dots, at most 128 characters:
+    `approve`, `payment.settled`.
+    """
+    return messages.signal_name_problem(name) is None
 
 
 def decode_event(topology: Topology, subject: str, data: bytes,
                  seq: int | None = None) -> dict[str, Any]:
-    """The event a message on the events stream (or its copy in the router's stream) carries.
-    Raises ValueError for a body that is not a JSON object where an event envelope is expected
-    (signals may carry anything).
+    """The event a message on the events stream (or its copy in the router's stream) carries,
+    checked (messages.decode_event) under the subject it was published on. Raises
+    messages.Malformed (a ValueError) for a message no reader may take: an identifier that is
+    not one, a body that is not a JSON object where an event envelope is expected, or a body
+    whose `execution_id` or `event_type` is not its subject's.
     """
-    event_type = topology.event_type_of(subject)
-    parts = topology.published_subject(subject).split(".", 3)
-    execution_id = parts[2] if len(parts) > 2 else ""
-    if event_type.startswith(SIGNAL_PREFIX):
-        try:
-            payload = jsonutil.loads(data) if data.strip() else None
-        except ValueError:
-            payload = data.decode(errors="replace")  # kept as text: the record shows what came
-        event: dict[str, Any] = {"event_type": event_type, "execution_id": execution_id,
-                                 "data": payload}
-    else:
-        event = jsonutil.loads(data)
-        if not isinstance(event, dict):
-            raise ValueError("event body is not an object")
-        event.setdefault("event_type", event_type)
-        event.setdefault("execution_id", execution_id)
-        if event_type.startswith(SCHEDULE_PREFIX):
-            # The body is the `timer.fired` the stream delivers at `fire_at`; this is the schedule.
-            event["event_type"] = TIMER_SCHEDULED
-    if seq is not None and (event_type.startswith(SIGNAL_PREFIX) or event_type == TIMER_FIRED):
-        event["seq"] = seq  # lets a listener skip a redelivered signal or timer
-    return event
+    return messages.decode_event(topology.prefix, topology.published_subject(subject), data,
+                                 seq)
 
 
 async def publish_signal(bus: Bus, execution_id: str, name: str, data: Any, *,
                          msg_id: str | None = None) -> int:
     """Store a signal in the events stream; returns its stream sequence. With `msg_id`, a second
-    publish with the same id within the duplicate window is dropped.
+    publish with the same id within the duplicate window is dropped. Raises ValueError for an id,
+    name or data no router would take, before anything is published.
     """
-    if not ids.is_subject_token(execution_id) or not valid_signal_name(name):
-        raise ValueError(f'"{execution_id}" / "{name}": an execution id is one subject token and a '
-                         "signal name one or more (letters, digits, - and _, joined by dots)")
+    problem = messages.execution_id_problem(execution_id) or messages.signal_name_problem(name) \
+        or messages.bounded_json_problem(data)
+    if problem is not None:
+        raise ValueError(problem)
     headers = {"Nats-Msg-Id": msg_id} if msg_id else None
     ack = await bus.js.publish(bus.topology.signal_subject(execution_id, name),
                                jsonutil.dumps(data), headers=headers)

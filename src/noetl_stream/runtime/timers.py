@@ -20,12 +20,12 @@ from datetime import UTC, datetime
 
 from noetl_stream import jsonutil
 from noetl_stream.events import iso_time
+from noetl_stream.messages import SCHEDULE_PREFIX, TIMER_FIRED, TIMER_SCHEDULED
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
 
-TIMER_FIRED = "timer.fired"
-TIMER_SCHEDULED = "timer.scheduled"
-SCHEDULE_PREFIX = "timer.schedule."  # event type of a schedule message's subject, name follows
+__all__ = ["SCHEDULE_PREFIX", "TIMER_FIRED", "TIMER_SCHEDULED", "publish_timer",
+           "schedule_headers", "schedule_time"]
 
 
 def schedule_time(fire_at_s: float) -> str:

@@ -24,17 +24,25 @@ from typing import Any
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from noetl_stream import ids, jsonutil
+from noetl_stream import ids, jsonutil, messages
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.messages import Command, Malformed, checked, parse_object
 from noetl_stream.observe import metrics, tracing
 from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.dead_letters import dead_letter_unreadable
+from noetl_stream.runtime.credential_guard import CommandInUse, running_command
+from noetl_stream.runtime.dead_letters import (
+    command_identity,
+    dead_letter_message,
+    publish_step_failure,
+)
+from noetl_stream.runtime.dispositions import Failure, classify, settle
 from noetl_stream.runtime.heartbeats import Heartbeat
 from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.redact import scrub
+from noetl_stream.runtime.signals import decode_event
 from noetl_stream.state.results import ResultStore, holds_ref
 from noetl_stream.subjects import DEFAULT_POOL
 from noetl_stream.tools.playbook import WITHDRAWN
@@ -119,6 +127,10 @@ class Worker:
     async def _handle(self, msg: Msg) -> None:
         try:
             await self._handle_command(msg)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self._handler_failed(msg, exc)
         finally:
             if self._consumer is not None:
                 # Its slot is free: one more command may come (asked for at once or with the
@@ -127,20 +139,16 @@ class Worker:
 
     async def _handle_command(self, msg: Msg) -> None:
         try:
-            command = jsonutil.loads(msg.data)
-            execution_id = str(command["execution_id"])
-            step_run_id = str(command["step_run_id"])
-            step = str(command["step"])
-            if not isinstance(command.get("context") or {}, dict):
-                # No redelivery can make it readable: every delivery would crash the same way.
-                raise TypeError("its context is a "
-                                f"{type(command['context']).__name__}, not a mapping")
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("poison command on %s dead-lettered: %s", msg.subject, exc)
+            command = parse_object(msg.data)  # the pipeline reads the body as sent
+            valid = checked(Command, command)
+        except Malformed as exc:
+            # No redelivery can make it readable: every delivery would fail the same way.
+            log.warning("poison command on %s dead-lettered: %s", msg.subject[:200], exc)
             # Kept first: terminating removes it from the work queue.
-            await dead_letter_unreadable(self.bus, msg, f"{type(exc).__name__}: {exc}")
-            await msg.term()
+            await dead_letter_message(self.bus, msg, exc.failure, exc.reason)
+            await settle(msg, classify(exc))
             return
+        execution_id, step_run_id, step = valid.execution_id, valid.step_run_id, valid.step
         iteration = command.get("iteration")
         key = _command_key(step_run_id, iteration)
         if execution_id in self._withdrawn or key in self._withdrawn:
@@ -165,15 +173,35 @@ class Worker:
             self._commands.pop(task, None)
             self._withdrawing.discard(task)
 
+    async def _handler_failed(self, msg: Msg, exc: Exception) -> None:
+        """The handler raised outside the pipeline (which fails its step itself): NATS trouble
+        hands the command back; a bug fails its step with the error and dead-letters it, since
+        every delivery would meet the same bug (dispositions.py).
+        """
+        failure = classify(exc)
+        log.error("command on %s not handled (%s)", msg.subject[:200], failure, exc_info=exc)
+        if failure is Failure.HANDLER_BUG:
+            with contextlib.suppress(Exception):
+                await dead_letter_message(self.bus, msg, failure, f"{type(exc).__name__}: {exc}")
+                identity = command_identity(msg.data)
+                if identity is not None:
+                    await publish_step_failure(self.bus, identity, {
+                        "kind": "internal", "message": f"the worker failed on this command: "
+                        f"{type(exc).__name__}: {exc}"}, time.time())
+        await settle(msg, failure)
+
     async def _on_withdrawal(self, msg: Msg) -> None:
         """`execution.cancelled` or `step.timeout`: stop the commands the router gave up on."""
-        event = jsonutil.loads_object(msg.data)
-        if event is None:
+        try:
+            # Checked against its subject: a body cannot withdraw another execution's commands.
+            event = decode_event(self.bus.topology, msg.subject, msg.data)
+        except Malformed as exc:
+            log.warning("withdrawal on %s ignored: %s", msg.subject[:200], exc)
             return
-        if str(event.get("event_type") or "") == "step.timeout":
+        if event["event_type"] == "step.timeout":
             target = _command_key(str(event.get("step_run_id")), event.get("iteration"))
         else:
-            target = str(event.get("execution_id"))
+            target = str(event["execution_id"])
         self._withdrawn[target] = None
         while len(self._withdrawn) > WITHDRAWALS_KEPT:
             self._withdrawn.popitem(last=False)
@@ -195,16 +223,17 @@ class Worker:
             await publish_event(self.bus, execution_id, "task.redelivered",
                                 ids.event_msg_id(execution_id, "task.redelivered", step_run_id,
                                                  iteration, delivered),
-                                {"event_type": "task.redelivered", "execution_id": execution_id,
-                                 "step": step, "step_run_id": step_run_id, "iteration": iteration,
-                                 "timestamp": started, "pool": self.pool, "delivery": delivered,
-                                 "parent_execution_id": parent}, wait=False)
+                                messages.event_body(
+                                    "task.redelivered", execution_id, started,
+                                    parent_execution_id=parent, step=step,
+                                    step_run_id=step_run_id, iteration=iteration, pool=self.pool,
+                                    delivery=delivered), wait=False)
         await publish_event(self.bus, execution_id, "task.started",
                             ids.event_msg_id(execution_id, "task.started", step_run_id, iteration),
-                            {"event_type": "task.started", "execution_id": execution_id,
-                             "step": step, "step_run_id": step_run_id, "iteration": iteration,
-                             "timestamp": started, "pool": self.pool,
-                             "parent_execution_id": parent}, wait=False)
+                            messages.event_body(
+                                "task.started", execution_id, started, parent_execution_id=parent,
+                                step=step, step_run_id=step_run_id, iteration=iteration,
+                                pool=self.pool), wait=False)
         heartbeat = asyncio.create_task(self._heartbeat(msg))
         secrets: set[str] = set()
         try:
@@ -219,7 +248,12 @@ class Worker:
                                 idempotency_prefix=_command_key(step_run_id, iteration),
                                 keychain=self.keychain, on_event=publish_action)
             secrets = pipeline.secrets
-            outcome = await pipeline.run()
+            playbook = command.get("playbook")
+            use = CommandInUse(execution_id, str(playbook) if playbook else None, step,
+                               step_run_id, iteration if isinstance(iteration, int) else None,
+                               parent)
+            with running_command(use):  # credential scopes are checked against it
+                outcome = await pipeline.run()
         except InfrastructureError as exc:
             # A result this step reads is gone from the object store; no retry brings it back.
             outcome = PipelineResult(False, error={"message": str(exc), "kind": "result_ref"})
@@ -241,15 +275,13 @@ class Worker:
             etype = "step.done" if outcome.ok else "step.failed"
         else:
             etype = "loop.iteration.done" if outcome.ok else "loop.iteration.failed"
-        body = {
-            "event_type": etype, "execution_id": execution_id, "step": step,
-            "step_run_id": step_run_id, "iteration": iteration, "timestamp": time.time(),
-            "parent_execution_id": parent,
-            "status": "ok" if outcome.ok else "error", "result": outcome.result,
-            "error": outcome.error, "ctx_patch": outcome.ctx_patch, "http": outcome.http,
-            "route": outcome.route, "case_matched": outcome.case_matched,
-            "duration_ms": round((time.time() - started) * 1000, 3),
-        }
+        body = messages.event_body(
+            etype, execution_id, time.time(), parent_execution_id=parent, step=step,
+            step_run_id=step_run_id, iteration=iteration,
+            status="ok" if outcome.ok else "error", result=outcome.result, error=outcome.error,
+            ctx_patch=outcome.ctx_patch, http=outcome.http, route=outcome.route,
+            case_matched=outcome.case_matched,
+            duration_ms=round((time.time() - started) * 1000, 3))
         if outcome.output:
             body["output"] = outcome.output  # what python tasks printed (events.py TaskOutput)
         if outcome.cursor is not None:

@@ -25,10 +25,10 @@ from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict
 
 from noetl_stream import ids, jsonutil
+from noetl_stream.credentials import Credential
 from noetl_stream.errors import CredentialError, ToolError
 from noetl_stream.state.credentials import CredentialStore, check_name
 from noetl_stream.state.crypto import SecretBox
-from noetl_stream.tools.base import Credential
 
 AUTH_CACHE_BUCKET = "noetl_auth_cache"
 DEFAULT_TTL = timedelta(hours=1)

@@ -1,6 +1,7 @@
 """Credentials in KV `noetl_credentials`, keyed by name, with their material encrypted at rest.
 
-A record is `{name, kind, data, description, tags, created_at, updated_at}`; `data` is a Fernet
+A record is `{name, kind, data, description, tags, scope, created_at, updated_at}`; `scope`
+(noetl_stream/credentials.py) says which playbooks may use it, null for every playbook; `data` is a Fernet
 token of `{"name", "kind", "data"}`, so a token copied onto another record fails to decrypt into
 it. Material is validated per kind before it is stored. No message raised here holds a secret:
 validation errors name fields, never values.
@@ -20,9 +21,9 @@ from nats.js.kv import KeyValue
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from noetl_stream import jsonutil
+from noetl_stream.credentials import Credential, CredentialScope
 from noetl_stream.errors import CredentialError
 from noetl_stream.state.crypto import SecretBox
-from noetl_stream.tools.base import Credential
 
 CREDENTIALS_BUCKET = "noetl_credentials"
 MASK = "***"
@@ -135,6 +136,9 @@ class CredentialInfo(BaseModel):
     kind: str
     description: str | None = None
     tags: list[str] = Field(default_factory=list)
+    scope: CredentialScope | None = Field(
+        None, description="The playbooks that may use it; null (credentials stored before scopes "
+        "existed, or set without one): every playbook.")
     created_at: datetime
     updated_at: datetime
 
@@ -146,6 +150,13 @@ class CredentialRecord(CredentialInfo):
 
     def info(self) -> CredentialInfo:
         return CredentialInfo.model_validate(self.model_dump(exclude={"data"}))
+
+
+class KeepScope:
+    """`CredentialStore.set`'s default: keep the scope the credential already has."""
+
+
+KEEP_SCOPE = KeepScope()
 
 
 class CredentialStore:
@@ -168,14 +179,20 @@ class CredentialStore:
         return cls(kv, box, js, bucket)
 
     async def set(self, name: str, kind: str, data: Any, *, description: str | None = None,
-                  tags: Iterable[str] = ()) -> CredentialInfo:
+                  tags: Iterable[str] = (),
+                  scope: CredentialScope | KeepScope | None = KEEP_SCOPE) -> CredentialInfo:
+        """Store `name`. Without `scope`, a credential that had one keeps it (replacing the
+        material never widens who may use it); `scope=None` lets every playbook use it.
+        """
         check_name(name)
         material = validate_material(kind, data)
         now = datetime.now(UTC)
         previous = await self._record(name)
+        if isinstance(scope, KeepScope):
+            scope = previous.scope if previous is not None else None
         sealed = self.box.encrypt(jsonutil.dumps({"name": name, "kind": kind, "data": material}))
         record = CredentialRecord(name=name, kind=kind, data=sealed, description=description,
-                                  tags=list(tags), updated_at=now,
+                                  tags=list(tags), scope=scope, updated_at=now,
                                   created_at=previous.created_at if previous else now)
         await self.kv.put(name, record.model_dump_json().encode())
         return record.info()

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from noetl_stream.credentials import Credential
+from noetl_stream.errors import OutcomeErrorKind
+
 
 @dataclass(frozen=True)
 class TaskCall:
@@ -59,20 +62,12 @@ class Outcome:
         return cls("ok", result=result, **kw)
 
     @classmethod
-    def failure(cls, message: str, kind: str, *, retryable: bool = False, **fields: Any) -> Outcome:
+    def failure(cls, message: str, kind: OutcomeErrorKind, *, retryable: bool = False,
+                **fields: Any) -> Outcome:
         http = fields.pop("http", None)
         meta = fields.pop("meta", {})
         return cls("error", error={"message": message, "kind": kind, "retryable": retryable, **fields},
                    http=http, meta=meta)
-
-
-@dataclass(frozen=True)
-class Credential:
-    """A credential's decrypted material, as a tool receives it. Never put it in an event."""
-
-    name: str
-    kind: str  # postgres | bearer | basic | api_key | generic | ...
-    data: dict[str, Any]
 
 
 class CredentialResolver(Protocol):

@@ -32,9 +32,10 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import duckdb
 import orjson
 
+from noetl_stream.credentials import Credential
 from noetl_stream.dsl.layering import kind_default
 from noetl_stream.errors import NoetlStreamError
-from noetl_stream.tools.base import Credential, Outcome, TaskCall, ToolServices
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 from noetl_stream.tools.sql import flag, json_safe, rows_payload, script_of
 
 DEFAULT_TIMEOUT_S = float(kind_default("duckdb", "timeout"))  # dsl/layering.py: one table

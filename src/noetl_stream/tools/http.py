@@ -13,9 +13,10 @@ from typing import Any
 import aiohttp
 import orjson
 
+from noetl_stream.credentials import Credential
 from noetl_stream.dsl.layering import kind_default
-from noetl_stream.errors import ToolError
-from noetl_stream.tools.base import Credential, Outcome, TaskCall, ToolServices
+from noetl_stream.errors import OutcomeErrorKind, ToolError
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 DEFAULT_TIMEOUT_S = float(kind_default("http", "timeout"))  # dsl/layering.py: one table
@@ -56,19 +57,9 @@ class HttpTool:
                 return auth
             headers.update(auth)
         kwargs: dict[str, Any] = {"params": params, "headers": headers}
-        if cfg.get("json") is not None:
-            kwargs["json"] = cfg["json"]
-        elif cfg.get("form") is not None:
-            if not isinstance(cfg["form"], dict):
-                return Outcome.failure("http field form must be a mapping of field -> value", "config")
-            # A dict body is sent by aiohttp as application/x-www-form-urlencoded.
-            kwargs["data"] = {str(k): _query_value(v) for k, v in cfg["form"].items() if v is not None}
-        else:
-            body = cfg.get("body", cfg.get("data", cfg.get("payload")))
-            if isinstance(body, (dict, list)):
-                kwargs["json"] = body
-            elif body is not None:
-                kwargs["data"] = str(body)
+        problem = _add_body(kwargs, cfg)
+        if problem is not None:
+            return problem
         try:
             kwargs["timeout"], limits = _timeout(cfg.get("timeout") or call.spec.get("timeout"),
                                                  call.timeout_s)
@@ -84,25 +75,7 @@ class HttpTool:
         if call.spec.get("idempotent") and not any(k.lower() == "idempotency-key" for k in headers):
             headers["Idempotency-Key"] = call.idempotency_key
         try:
-            async with self._client().request(method, str(url), **kwargs) as resp:
-                raw = await resp.read()
-                body_value = _parse_body(raw, resp.headers.get("Content-Type", ""))
-                http = {"status": resp.status, "headers": dict(resp.headers)}
-                if resp.status < 400:
-                    # An error reply keeps the lenient parse above: its body explains the status.
-                    value, problem = _typed_body(raw, resp.headers.get("Content-Type", ""),
-                                                 resp.charset, response_type)
-                    if problem is not None:
-                        return Outcome.failure(f"{method} {url}: {problem}", "response", http=http)
-                    if response_type == "binary" and self.services.results is not None:
-                        # The bytes go to the object store; the result is a reference to them.
-                        value = await self.services.results.put_binary(
-                            raw, content_type=resp.headers.get("Content-Type") or None)
-                    return Outcome.success(value, http=http)
-                return Outcome.failure(
-                    f"HTTP {resp.status} {resp.reason or ''} from {method} {url}".replace("  ", " "),
-                    status_kind(resp.status), retryable=resp.status in RETRYABLE_STATUS,
-                    body=body_value, http=http, **status_fields(resp.status, resp.headers))
+            return await self._send(method, str(url), kwargs, response_type)
         except TimeoutError as exc:
             return Outcome.failure(f"{method} {url} {_timeout_message(exc, limits)}", "timeout",
                                    retryable=True, code="CONN_TIMEOUT")
@@ -111,6 +84,29 @@ class HttpTool:
                                    code=_connection_code(exc))
         except ValueError as exc:
             return Outcome.failure(f"{method} {url}: bad request: {exc}", "config")
+
+    async def _send(self, method: str, url: str, kwargs: dict[str, Any],
+                    response_type: str | None) -> Outcome:
+        """One request and its reply as an outcome; transport errors are the caller's."""
+        async with self._client().request(method, url, **kwargs) as resp:
+            raw = await resp.read()
+            body_value = _parse_body(raw, resp.headers.get("Content-Type", ""))
+            http = {"status": resp.status, "headers": dict(resp.headers)}
+            if resp.status < 400:
+                # An error reply keeps the lenient parse above: its body explains the status.
+                value, problem = _typed_body(raw, resp.headers.get("Content-Type", ""),
+                                             resp.charset, response_type)
+                if problem is not None:
+                    return Outcome.failure(f"{method} {url}: {problem}", "response", http=http)
+                if response_type == "binary" and self.services.results is not None:
+                    # The bytes go to the object store; the result is a reference to them.
+                    value = await self.services.results.put_binary(
+                        raw, content_type=resp.headers.get("Content-Type") or None)
+                return Outcome.success(value, http=http)
+            return Outcome.failure(
+                f"HTTP {resp.status} {resp.reason or ''} from {method} {url}".replace("  ", " "),
+                status_kind(resp.status), retryable=resp.status in RETRYABLE_STATUS,
+                body=body_value, http=http, **status_fields(resp.status, resp.headers))
 
     async def _auth_headers(self, auth: Any, execution_id: str) -> dict[str, str] | Outcome:
         """`auth: <name>` (a stored credential) or an inline `{type, ...}` -> request headers."""
@@ -138,7 +134,25 @@ class HttpTool:
             await self._session.close()
 
 
-def status_kind(status: int) -> str:
+def _add_body(kwargs: dict[str, Any], cfg: dict[str, Any]) -> Outcome | None:
+    """The request body from `json`, `form` or `body` (`data`, `payload`); a failure if unusable."""
+    if cfg.get("json") is not None:
+        kwargs["json"] = cfg["json"]
+    elif cfg.get("form") is not None:
+        if not isinstance(cfg["form"], dict):
+            return Outcome.failure("http field form must be a mapping of field -> value", "config")
+        # A dict body is sent by aiohttp as application/x-www-form-urlencoded.
+        kwargs["data"] = {str(k): _query_value(v) for k, v in cfg["form"].items() if v is not None}
+    else:
+        body = cfg.get("body", cfg.get("data", cfg.get("payload")))
+        if isinstance(body, (dict, list)):
+            kwargs["json"] = body
+        elif body is not None:
+            kwargs["data"] = str(body)
+    return None
+
+
+def status_kind(status: int) -> OutcomeErrorKind:
     """NoETL's error kind for an HTTP status of 400 or above (noetl/core/errors.py)."""
     if status == 429:
         return "rate_limit"

@@ -93,7 +93,7 @@ class PlaybookTool:
                     parent_iteration=call.command_iteration, detached=is_async)
                 await js.publish(f"{self.prefix}.requests.execute",
                                  request.model_dump_json().encode(),
-                                 headers={"Nats-Msg-Id": f"req:{child_id}",
+                                 headers={"Nats-Msg-Id": ids.request_msg_id(child_id),
                                           **tracing.current_headers()})
             if is_async:
                 return _started(child_id)
@@ -120,7 +120,7 @@ class PlaybookTool:
         # Best effort: the parent's cancellation must go on even when NATS is unreachable.
         with contextlib.suppress(NatsError, TimeoutError):
             await js.publish(f"{self.prefix}.requests.cancel", request.model_dump_json().encode(),
-                             headers={"Nats-Msg-Id": f"cancel:{child_id}"})
+                             headers={"Nats-Msg-Id": ids.cancel_msg_id(child_id)})
 
     async def _child_state(self, js: Any, child_id: str) -> dict[str, Any] | None:
         kv = await js.key_value("noetl_executions")

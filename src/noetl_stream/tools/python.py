@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import shutil
 import struct
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,9 @@ from noetl_stream import jsonutil
 from noetl_stream.dsl.layering import kind_default
 from noetl_stream.router.context import ListView, job_view
 from noetl_stream.tools.base import Outcome, TaskCall
+from noetl_stream.tools.sandbox import ENV_PYTHON_USER, SAME_USER, Sandbox, SandboxError, make_sandbox
+
+log = logging.getLogger("noetl_stream.python")
 
 RUNNER = Path(__file__).with_name("python_runner.py")
 DEFAULT_TIMEOUT_S = float(kind_default("python", "timeout"))  # dsl/layering.py: one table
@@ -62,10 +67,13 @@ class _Child:
         self.proc = proc
 
     @classmethod
-    async def spawn(cls) -> _Child:
+    async def spawn(cls, sandbox: Sandbox) -> _Child:
+        # Its own session, a clean environment and (under a root worker) another user:
+        # tools/sandbox.py says what each one keeps from the code.
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-u", "-P", str(RUNNER), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=None)
+            sandbox.executable, "-u", "-P", str(RUNNER), stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=None, env=sandbox.env, cwd=sandbox.cwd,
+            start_new_session=True, preexec_fn=sandbox.preexec())
         return cls(proc)
 
     @property
@@ -93,19 +101,52 @@ class _Child:
 class PythonTool:
     kind = "python"
 
-    def __init__(self, max_children: int = 8, warm: int = 2) -> None:
+    def __init__(self, max_children: int = 8, warm: int = 2,
+                 sandbox: Sandbox | None = None) -> None:
         self.max_children = max_children
         self.warm = warm
+        self._sandbox = sandbox
         self._idle: list[_Child] = []
         self._count = 0
         self._slots = asyncio.Semaphore(max_children)
         self._closed = False
 
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:
+            self._sandbox = make_sandbox()
+        return self._sandbox
+
     async def start(self) -> None:
-        """Boot `warm` interpreters ahead of the first call, so the first step pays no start-up."""
-        children = await asyncio.gather(*(_Child.spawn() for _ in range(self.warm)))
+        """Check that a child runs in the sandbox, then boot `warm` interpreters ahead of the
+        first call, so the first step pays no start-up.
+        """
+        await self._check_sandbox()
+        children = await asyncio.gather(*(_Child.spawn(self.sandbox) for _ in range(self.warm)))
         self._idle.extend(children)
         self._count += len(children)
+
+    async def _check_sandbox(self) -> None:
+        """One round trip as the sandbox user. When that user cannot run the interpreter (it
+        sits in a folder only root may enter), a user the operator named is an error; the
+        default `nobody` falls back to the worker's own user with a warning, since a root
+        worker's children then run as root, as they did before users were changed.
+        """
+        sandbox = self.sandbox
+        if sandbox.user is None:
+            return
+        problem = await _probe(sandbox)
+        if problem is None:
+            return
+        if os.environ.get(ENV_PYTHON_USER, "").strip():
+            raise SandboxError(f"python steps cannot run as {sandbox.user.name}: {problem}")
+        log.warning("python steps run as root: user %s cannot run %s (%s); make the interpreter "
+                    "and its libraries readable by that user, set %s to a user who can, or %s=%s "
+                    "to choose the worker's user", sandbox.user.name, sandbox.executable, problem,
+                    ENV_PYTHON_USER, ENV_PYTHON_USER, SAME_USER)
+        self._sandbox = make_sandbox(same_user=True)
+        if sandbox.cwd:
+            shutil.rmtree(sandbox.cwd, ignore_errors=True)
 
     async def _acquire(self) -> _Child:
         while self._idle:
@@ -114,7 +155,7 @@ class PythonTool:
                 return child
             self._count -= 1
         self._count += 1
-        return await _Child.spawn()
+        return await _Child.spawn(self.sandbox)
 
     def _release(self, child: _Child) -> None:
         if self._closed or not child.alive:
@@ -169,3 +210,26 @@ class PythonTool:
             if child.proc.stdin is not None:
                 child.proc.stdin.close()
         await asyncio.gather(*(c.kill() for c in children))
+        if self._sandbox is not None and self._sandbox.cwd:
+            shutil.rmtree(self._sandbox.cwd, ignore_errors=True)
+
+
+PROBE_TIMEOUT_S = 30.0
+
+
+async def _probe(sandbox: Sandbox) -> str | None:
+    """Why a child cannot run code in `sandbox`, or None when it can."""
+    try:
+        child = await _Child.spawn(sandbox)
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    try:
+        reply = await asyncio.wait_for(child.call({"code": "result = 1", "input": {},
+                                                   "context": {}}), PROBE_TIMEOUT_S)
+    except (TimeoutError, asyncio.IncompleteReadError, BrokenPipeError, ConnectionResetError):
+        return "the interpreter exited at start (see the worker's stderr)"
+    finally:
+        if child.proc.stdin is not None:
+            child.proc.stdin.close()
+        await child.kill()
+    return None if reply.get("status") == "ok" else str(reply.get("error"))

@@ -1,6 +1,7 @@
 """`secrets`: read one secret for later tasks of the same step. Result `{value}`.
 
-`provider: env` reads the worker's environment variable `name`; `provider: credential` (the
+`provider: env` reads the worker's environment variable `name` (never one of the worker's own
+`NOETL_STREAM_*` settings); `provider: credential` (the
 default) resolves the stored credential `name` and returns its secret field (bearer `token`,
 basic `password`, api_key `value`, postgres `dsn` or `password`, generic `value` or all fields).
 The outcome marks `value` for redaction: the worker masks it in every event it publishes, so only
@@ -12,10 +13,22 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from noetl_stream.credentials import Credential
 from noetl_stream.errors import ToolError
-from noetl_stream.tools.base import Credential, Outcome, TaskCall, ToolServices
+from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 PROVIDERS = ("env", "credential")
+# The worker's own settings (its NATS password, the credential key) are never a playbook's.
+WORKER_SETTINGS_PREFIX = "NOETL_STREAM_"
+
+
+def is_worker_setting(variable: str) -> bool:
+    return variable.upper().startswith(WORKER_SETTINGS_PREFIX)
+
+
+def worker_setting_refusal(variable: str) -> str:
+    return (f'environment variable "{variable}" is a setting of the worker itself '
+            f"({WORKER_SETTINGS_PREFIX}*), which no playbook may read")
 REDACT = {"redact": ["value"]}
 
 
@@ -45,6 +58,8 @@ class SecretsTool:
             return Outcome.failure(f'secrets provider "{provider}" is not known; use one of '
                                    f"{', '.join(PROVIDERS)}", "config")
         if provider == "env":
+            if is_worker_setting(name):
+                return Outcome.failure(worker_setting_refusal(name), "secrets")
             value = os.environ.get(name)
             if value is None:
                 return Outcome.failure(f'environment variable "{name}" is not set on this worker',

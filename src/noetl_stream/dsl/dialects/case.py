@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from noetl_stream.dsl.dialects.sink import ParseTask, rule_sinks
 from noetl_stream.dsl.models import AdmitRule, Arc, Directive, NextSpec, Rule, Task
 from noetl_stream.dsl.source import line_of, plain, suggest
+from noetl_stream.dsl.templating import enclosed_expression
 
 ENTER, DONE, ERROR, EXIT = "step.enter", "call.done", "call.error", "step.exit"
 EVENTS = (ENTER, DONE, ERROR, EXIT)
@@ -48,7 +49,6 @@ ALLOWED = {
     EXIT: frozenset({"collect", "set", "result", "next", "fail"}),
 }
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
 _PARSER = Environment()
 
 Report = Callable[[int | None, str, str], None]
@@ -79,11 +79,11 @@ def events_named(when: str | None) -> frozenset[str] | None:
     """The event names `when` can be true for, or None when that cannot be read from the text."""
     if when is None:
         return None
-    match = _SINGLE.match(when)
-    if match is None:
+    expr = enclosed_expression(when)
+    if expr is None:
         return None
     try:
-        template = _PARSER.parse("{{" + match.group("expr") + "}}")
+        template = _PARSER.parse("{{" + expr + "}}")
     except TemplateSyntaxError:
         return None
     body = template.body
@@ -122,8 +122,8 @@ def _is_event_name(node: nodes.Node) -> bool:
 def _expression(text: Any) -> str:
     """`response.data` or `{{ response.data }}` -> the bare expression."""
     source = str(text).strip()
-    match = _SINGLE.match(source)
-    return match.group("expr").strip() if match else source
+    expr = enclosed_expression(source)
+    return expr.strip() if expr is not None else source
 
 
 class _Compiler:
@@ -326,6 +326,21 @@ class _Compiler:
             return None
 
 
+def _call_directive(entry: _Entry, ends: Directive, route: str | None) -> Directive:
+    """What a call rule of `entry` does: fail, retry, re-run the task (`call`), end the step for
+    its `next`, or continue.
+    """
+    if ends != "continue":
+        return ends
+    if entry.actions.get("retry") is not None:
+        return "retry"
+    if entry.actions.get("call") is not None:
+        return "jump"
+    if route is not None:
+        return "break"  # a `next` ends the step: the route decides where it goes
+    return ends
+
+
 def compile_case(raw: Any, *, step: str, line: int | None, tasks: tuple[Task, ...],
                  next_spec: NextSpec, report: Report,
                  parse_task: ParseTask | None = None) -> CaseIR:
@@ -350,16 +365,9 @@ def compile_case(raw: Any, *, step: str, line: int | None, tasks: tuple[Task, ..
             elif (rule := compiler.rule(entry, fields, do=ends, event=ENTER, set_iter={},
                                         call={}, result=None, sink=())) is not None:
                 enter.append(rule)
-        for event in (ERROR, DONE):
-            if event in entry.events:
-                do: Directive = ends
-                if ends == "continue" and entry.actions.get("retry") is not None:
-                    do = "retry"
-                elif ends == "continue" and entry.actions.get("call") is not None:
-                    do = "jump"
-                elif ends == "continue" and route is not None:
-                    do = "break"  # a `next` ends the step: the route decides where it goes
-                call_rules.append((entry, {**fields, "do": do, "event": event, "route": route}))
+        do = _call_directive(entry, ends, route)
+        call_rules += [(entry, {**fields, "do": do, "event": event, "route": route})
+                       for event in (ERROR, DONE) if event in entry.events]
         if EXIT in entry.events and (rule := compiler.rule(entry, fields, do=ends, event=EXIT,
                                                            call={}, set_iter={}, route=route,
                                                            sink=())) is not None:

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from noetl_stream.dsl.models import Backoff, PollSpec, RetryScope, Rule, Task
 from noetl_stream.dsl.source import suggest
+from noetl_stream.dsl.templating import enclosed_expression
 
 RETRY_KEYS = frozenset({"max_attempts", "attempts", "initial_delay", "delay", "backoff_multiplier",
                         "backoff", "max_delay", "max_delay_seconds", "jitter", "retry_when",
@@ -34,7 +35,6 @@ BACKOFF_KEYS = frozenset({"type", "delay_seconds", "delay", "initial_delay", "mu
 BACKOFF_TYPES = ("exponential", "linear", "fixed", "none")
 SCOPES = ("tool", "chain", "step")
 POLL_KEYS = frozenset({"until", "interval", "max_attempts", "deadline"})
-_SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
 _DURATION = re.compile(r"^\s*(?P<n>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
@@ -69,13 +69,13 @@ def seconds(value: Any, field: str) -> float:
 def _expression(text: Any, field: str) -> str:
     """`{{ expr }}` (or a bare `expr`) -> `expr`; a guard is one expression so it can be combined."""
     source = str(text).strip()
-    match = _SINGLE.match(source)
-    if match is None:
+    expr = enclosed_expression(source)
+    if expr is None:
         if "{{" in source or "{%" in source:
             raise _Invalid(field, "must be one `{{ expression }}` so it can be combined with the "
                            "other conditions")
         return source
-    return match.group("expr").strip()
+    return expr.strip()
 
 
 def _count(value: Any, field: str) -> int:

@@ -22,7 +22,6 @@ the router needs to publish `case.evaluated`, `next.evaluated` and `case.branch.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +31,23 @@ from jinja2 import Environment, TemplateSyntaxError, nodes
 from noetl_stream.dsl.dialects.case import ACTIONS as CASE_ACTIONS
 from noetl_stream.dsl.dialects.listeners import duration_s
 from noetl_stream.dsl.dialects.retry import compile_retry
+from noetl_stream.dsl.guard_exprs import (
+    CALL_OK,
+    STEP_NOT_FAILED,
+    And,
+    Compare,
+    Concat,
+    Const,
+    Group,
+    IfElse,
+    ListOf,
+    Name,
+    Source,
+    template,
+)
 from noetl_stream.dsl.models import Arc, CaseBranch, CaseSpec, NextSpec, Rule, Task
 from noetl_stream.dsl.source import line_of, plain, suggest
+from noetl_stream.dsl.templating import enclosed_expression
 
 KNOBS = ("case_mode", "branch_order", "next_policy")
 MODES = ("exclusive", "inclusive")
@@ -43,8 +57,7 @@ ENTRY_KEYS = frozenset({"when", "then", "priority", "desc", "else"})
 NEXT_KEYS = frozenset({"to", "policy", "spec", "priority"})
 TARGET_KEYS = frozenset({"step", "args", "with", "desc"})
 TASK_KEYS = frozenset({"tool", "retry", "desc"})
-OK = "outcome.status == 'ok'"
-_SINGLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
+OK = template(CALL_OK)
 _PARSER = Environment()
 
 Report = Callable[[int | None, str, str], None]
@@ -106,10 +119,11 @@ def uses_spec001(raw_step: dict[str, Any]) -> bool:
 
 
 def single_expression(when: str) -> str | None:
-    match = _SINGLE.match(when)
-    if match is None or "{{" in match.group("expr") or "}}" in match.group("expr"):
+    """The expression of a `when` that is one `{{ expression }}`, stripped; None otherwise."""
+    expr = enclosed_expression(when)
+    if expr is None or "{{" in expr or "}}" in expr:
         return None
-    return match.group("expr").strip()
+    return expr.strip()
 
 
 def _choices(node: nodes.Node) -> list[str] | None:
@@ -133,42 +147,55 @@ def target_arcs(raw: Any, *, route: str | None, line: int | None, fld: str,
     arcs: list[Arc] = []
     for index, item in enumerate(raw):
         where = f"{fld}[{index}]"
-        if isinstance(item, str):
-            item = {"step": item}
-        if not isinstance(item, dict) or not item.get("step"):
-            report(line, "a `next.to` target is `{step: name, args: {...}}`", where)
+        target = _target(item, line, where, report)
+        if target is None:
             continue
-        for key in item:
-            if key not in TARGET_KEYS:
-                report(line, f'unknown key "{key}"{suggest(str(key), TARGET_KEYS)}', f"{where}.{key}")
-        args = plain(item.get("args") or item.get("with") or {})
-        if not isinstance(args, dict):
-            report(line, "`args` must be a mapping", f"{where}.args")
-            args = {}
-        name = str(item["step"])
+        name, args = target
         if "{{" not in name and "{%" not in name:
             arcs.append(Arc(step=name, args=args, route=route, delay=delay, line=line))
             continue
         expr = single_expression(name)
-        choices = None
-        if expr is not None:
-            try:
-                body = _PARSER.parse("{{" + expr + "}}").body
-                if len(body) == 1 and isinstance(body[0], nodes.Output) and len(body[0].nodes) == 1:
-                    choices = _choices(body[0].nodes[0])
-            except TemplateSyntaxError:
-                choices = None
+        choices = _expression_choices(expr) if expr is not None else None
         if not choices:
             report(line, "a templated step name must choose among step names written as string "
                    "constants, e.g. \"{{ 'ok' if result.valid else 'failed' }}\"", f"{where}.step")
             continue
         for choice in choices:
             # Only on success, like an unguarded arc: a failure is routed by arcs that say so.
-            when = ("{{ event.name != 'step.failed' and (" + str(expr) + ") == " + repr(choice)
-                    + " }}")
+            when = template(And((STEP_NOT_FAILED,
+                                 Compare(Group(Source(str(expr))), "==", Const(choice)))))
             arcs.append(Arc(step=choice, when=when, args=args, route=route, delay=delay,
                             line=line))
     return arcs
+
+
+def _target(item: Any, line: int | None, where: str,
+            report: Report) -> tuple[str, dict[str, Any]] | None:
+    """One `next.to` entry as (step name, args); None after reporting when it cannot be read."""
+    if isinstance(item, str):
+        item = {"step": item}
+    if not isinstance(item, dict) or not item.get("step"):
+        report(line, "a `next.to` target is `{step: name, args: {...}}`", where)
+        return None
+    for key in item:
+        if key not in TARGET_KEYS:
+            report(line, f'unknown key "{key}"{suggest(str(key), TARGET_KEYS)}', f"{where}.{key}")
+    args = plain(item.get("args") or item.get("with") or {})
+    if not isinstance(args, dict):
+        report(line, "`args` must be a mapping", f"{where}.args")
+        args = {}
+    return str(item["step"]), args
+
+
+def _expression_choices(expr: str) -> list[str] | None:
+    """The string constants one expression can give (see `_choices`)."""
+    try:
+        body = _PARSER.parse("{{" + expr + "}}").body
+    except TemplateSyntaxError:
+        return None
+    if len(body) == 1 and isinstance(body[0], nodes.Output) and len(body[0].nodes) == 1:
+        return _choices(body[0].nodes[0])
+    return None
 
 
 def structural_next(raw: dict[str, Any], *, line: int | None, report: Report) -> NextSpec:
@@ -248,7 +275,7 @@ class _Compiler:
                     continue
                 when = str(entry["when"]).strip()
                 if "{{" not in when and "{%" not in when:
-                    when = "{{ " + when + " }}"
+                    when = template(Source(when))
                 try:
                     priority = int(entry.get("priority", 0))
                 except (TypeError, ValueError):
@@ -365,10 +392,12 @@ class _Compiler:
                     self.report(other.line, "in inclusive mode a `when` is one {{ expression }}",
                                 f"case[{other.position}].when")
                     return None
-                locals_[f"_case_{other.position}"] = "{{ true if (" + expr + ") else false }}"
-            parts = " + ".join(f"(['{o.name}'] if _case_{o.position} else [])" for o in later)
-            matched = "{{ ['" + branch.name + "'] + " + parts + " }}"
-        when = branch.when if branch.when is not None else "{{ " + OK + " }}"
+                locals_[f"_case_{other.position}"] = template(
+                    IfElse(Const(True), Group(Source(expr)), Const(False)))
+            matched = template(Concat((ListOf((Const(branch.name),)), *(
+                Group(IfElse(ListOf((Const(o.name),)), Name(f"_case_{o.position}"), ListOf()))
+                for o in later))))
+        when = branch.when if branch.when is not None else OK
         return Rule(when=when, event="call.done", do="jump", to=branch.tasks[0].name,
                     set_locals=locals_, case_matched=matched, line=branch.line)
 
@@ -376,13 +405,13 @@ class _Compiler:
         """The last task of `branch`: on to the next selected branch, or end the pipeline."""
         route, priority = branch.route, branch.next_priority
         if route is not None and branch.policy == "end_step":
-            return [Rule(when="{{ " + OK + " }}", do="break", route=route, line=branch.line)]
+            return [Rule(when=OK, do="break", route=route, line=branch.line)]
         rules = []
         if inclusive:
-            rules = [Rule(when="{{ " + OK + f" and _case_{o.position}" + " }}", do="jump",
+            rules = [Rule(when=template(And((CALL_OK, Name(f"_case_{o.position}")))), do="jump",
                           to=o.tasks[0].name, route=route, priority=priority, line=branch.line)
                      for o in later]
-        return [*rules, Rule(when="{{ " + OK + " }}", do="break", route=route, priority=priority,
+        return [*rules, Rule(when=OK, do="break", route=route, priority=priority,
                              line=branch.line)]
 
 
@@ -418,7 +447,7 @@ def compile_spec001(raw_step: dict[str, Any], *, step: str, tasks: tuple[Task, .
         later = guarded[index + 1:] if branch.when is not None else []
         if (rule := compiler.selectors(branch, later, inclusive)) is not None:
             selectors.append(rule)
-    selectors.append(Rule(when="{{ " + OK + " }}", do="break", case_matched=[]))
+    selectors.append(Rule(when=OK, do="break", case_matched=[]))
     last = tasks[-1]
     compiled = [*tasks[:-1], last.model_copy(update={"rules": (*selectors, *last.rules),
                                                      "has_policy": True})]
@@ -428,7 +457,7 @@ def compile_spec001(raw_step: dict[str, Any], *, step: str, tasks: tuple[Task, .
         *body, tail = branch.tasks
         ends = compiler.chain_end(branch, later, inclusive)
         if tail.name in fillers:
-            ends = [r.model_copy(update={"result": "{{ _prev }}"}) for r in ends]
+            ends = [r.model_copy(update={"result": template(Name("_prev"))}) for r in ends]
         retry, own = (tail.rules[:compiler.retries.get(tail.name, 0)],
                       tail.rules[compiler.retries.get(tail.name, 0):])
         compiled += [*body, tail.model_copy(update={"rules": (*retry, *ends, *own),

@@ -1,6 +1,7 @@
 """JSON Schemas of the IR and message bodies, generated from the pydantic models (ARCHITECTURE §5).
 
-`schemas/` in the repository holds the output of `python -m noetl_stream.dsl.schema`; a unit test
+It sits above dsl/, messages and api/ (it reads all three), so none of them imports it.
+`schemas/` in the repository holds the output of `python -m noetl_stream.schemas`; a unit test
 regenerates them in memory and fails when the files and the models disagree. `schemas/events/`
 holds one schema per event type (noetl_stream/events.py), for anyone reading the events stream.
 """
@@ -15,17 +16,30 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from noetl_stream.api.routes import api_document
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.events import EVENT_TYPES, schema_file
-from noetl_stream.messages import ExecutionRequest, RequestReply
+from noetl_stream.messages import (
+    CancelRequest,
+    Command,
+    EventEnvelope,
+    ExecutionRequest,
+    RequestReply,
+    SignalEvent,
+)
 
+# Every message that crosses a process boundary (messages.py), and the IR.
 MODELS: dict[str, type[BaseModel]] = {
     "playbook.schema.json": Playbook,
     "execution-request.schema.json": ExecutionRequest,
     "request-reply.schema.json": RequestReply,
+    "cancel-request.schema.json": CancelRequest,
+    "command.schema.json": Command,
+    "event-envelope.schema.json": EventEnvelope,
+    "signal.schema.json": SignalEvent,
 }
 
-DEFAULT_DIR = Path(__file__).resolve().parents[3] / "schemas"
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "schemas"
 OPENAPI_FILE = "openapi.json"
 EVENTS_DIR = "events"
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -57,9 +71,6 @@ def render_schema(schema: dict[str, Any]) -> str:
 
 def export_openapi() -> dict[str, Any]:
     """The HTTP API's OpenAPI document (built from its route table and pydantic models)."""
-    # Imported here: the API sits above the DSL, and only this generator needs both.
-    from noetl_stream.api.routes import api_document
-
     return api_document()
 
 
@@ -84,10 +95,10 @@ def write_schemas(out_dir: Path = DEFAULT_DIR) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m noetl_stream.dsl.schema [OUT_DIR]`: write the schemas (default: repo schemas/)."""
+    """`python -m noetl_stream.schemas [OUT_DIR]`: write the schemas (default: repo schemas/)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) > 1 or (args and args[0] in ("-h", "--help")):
-        print("usage: python -m noetl_stream.dsl.schema [OUT_DIR]", file=sys.stderr)
+        print("usage: python -m noetl_stream.schemas [OUT_DIR]", file=sys.stderr)
         return 2
     out_dir = Path(args[0]) if args else DEFAULT_DIR
     for path in write_schemas(out_dir):

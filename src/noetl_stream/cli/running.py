@@ -1,0 +1,238 @@
+"""What `noetl-stream run` does, as plain functions: load the playbook and its children, read
+the payload, run it (on the embedded stack, a NATS URL, or a server over HTTP) while showing
+progress, and print the outcome. cli/run_cmd.py only turns the command line into `RunRequest`.
+
+Ctrl-C stops waiting, never the execution; the exit codes are cli/common.py's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+import orjson
+
+from noetl_stream import jsonutil
+from noetl_stream.cli.common import (
+    EXIT_FAILED,
+    EXIT_INFRA,
+    EXIT_OK,
+    EXIT_REJECTED,
+    fail,
+    run_async,
+    write_stdout,
+)
+from noetl_stream.cli.pickup import PickupWatch
+from noetl_stream.cli.progress import ProgressPrinter
+from noetl_stream.cli.services import announce, serve_forever
+from noetl_stream.dsl.composition import PlaybookFile, load_with_children
+from noetl_stream.errors import InfrastructureError, PlaybookError
+from noetl_stream.tools.registry import installed_kinds
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a Ctrl-C
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One `run`: where, what, and how to show it."""
+
+    playbook: Path
+    nats_url: str | None
+    prefix: str
+    server_url: str | None
+    token: str | None
+    payload: dict[str, Any]
+    timeout_s: float | None
+    quiet: bool
+    show_output: bool  # -v: also what each task printed
+    ui_at: tuple[str, int] | None  # --ui: where the local API and UI listen
+
+
+@dataclass
+class _Watch:
+    """What the run saw while it waited: the execution's id and when it was started."""
+
+    printer: ProgressPrinter
+    quiet: bool
+    pickup: PickupWatch = field(default_factory=PickupWatch)
+    execution_id: str | None = None
+    started: list[str] = field(default_factory=list)
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        if self.execution_id is None:
+            self.execution_id = str(event.get("execution_id"))
+        self.pickup(event)
+        if not self.quiet:
+            self.printer(event)
+
+
+def parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
+    """`--payload JSON` with each `--set KEY=VALUE` over it (dots nest)."""
+    data: dict[str, Any] = {}
+    if payload:
+        try:
+            loaded = jsonutil.loads(payload)
+        except ValueError as exc:
+            fail(EXIT_REJECTED, f"--payload is not valid JSON: {exc}")
+        if not isinstance(loaded, dict):
+            fail(EXIT_REJECTED, "--payload must be a JSON object")
+        data.update(loaded)
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            fail(EXIT_REJECTED, f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            value: Any = jsonutil.loads(raw)
+        except ValueError:
+            value = raw  # a bare word is a string
+        target = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = value
+    return data
+
+
+def load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
+    """The playbook's text and every file it names, or exit 2 with every issue on stderr."""
+    try:
+        result = load_with_children(path, strict=strict, kinds=installed_kinds())
+    except PlaybookError as exc:
+        for issue in exc.issues:
+            click.echo(str(issue), err=True)
+        errors = sum(1 for i in exc.issues if i.severity == "error")
+        fail(EXIT_REJECTED, f"{path}: rejected ({errors} error{'s' if errors != 1 else ''}); "
+              "nothing was run")
+    for warning in result.warnings:
+        click.echo(str(warning), err=True)
+    return result.files[0].text, result.files
+
+
+def run_playbook(request: RunRequest, text: str, files: list[PlaybookFile]) -> dict[str, Any]:
+    """Run the playbook and wait for its final event; exit with the matching code on errors."""
+    from noetl_stream.cli.remote import RemoteError
+
+    if request.nats_url is None and request.server_url is None:  # the embedded stack runs here
+        from noetl_stream.observe import tracing
+
+        tracing.setup("noetl-stream")
+    watch = _Watch(ProgressPrinter(show_output=request.show_output), request.quiet)
+    try:
+        return run_async(_run(request, text, files, watch))
+    except KeyboardInterrupt:
+        interrupted(watch.execution_id, nats_url=request.nats_url, server_url=request.server_url)
+    except RemoteError as exc:
+        fail(exc.exit_code, str(exc))
+    except InfrastructureError as exc:
+        fail(EXIT_INFRA, str(exc))
+    except TimeoutError:
+        fail(EXIT_INFRA, f"no result within {request.timeout_s:g}s")
+
+
+async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
+               watch: _Watch) -> dict[str, Any]:
+    if request.server_url is not None:
+        from noetl_stream.cli.remote_cmds import run_remote
+
+        return await run_remote(request.server_url, request.token, playbook_text=text,
+                                payload=request.payload, on_event=watch.on_event,
+                                timeout_s=request.timeout_s)
+    from noetl_stream.runtime.services import open_stack, run_services
+    from noetl_stream.state.catalog import register_files
+    from noetl_stream.state.results import ResultStore
+
+    embedded = request.nats_url is None
+    on_embedded = None if request.quiet else announce
+    async with open_stack(request.nats_url, prefix=request.prefix, on_embedded=on_embedded) as stack:
+        services = run_services(stack.bus) if embedded else contextlib.nullcontext()
+        async with services, run_ui(stack.bus, request.ui_at, embedded=embedded) as ui_url:
+            if any(f.links for f in files):  # children named by file travel via the catalog
+                await register_files(stack.bus.js, files)
+            final = await _submit(stack.bus, request, text, watch, ui_url)
+            if ui_url is not None:
+                click.echo(f"execution {final.get('execution_id')} "
+                           f"{final.get('status') or final.get('event_type')}; the UI stays "
+                           f"at {ui_url}/ until Ctrl-C", err=True)
+                await serve_forever(asyncio.Event())
+            # Large results arrive as references to the object store; show their values.
+            resolved: dict[str, Any] = await ResultStore(stack.bus.js).resolve(final)
+            return resolved
+
+
+async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
+                  ui_url: str | None) -> dict[str, Any]:
+    """Start the execution on the bus and follow it to its final event."""
+    from noetl_stream.runtime.services import submit_and_watch
+
+    def on_started(execution_id: str) -> None:
+        watch.started.append(execution_id)
+        if ui_url is not None:
+            click.echo(f"execution page: {ui_url}/executions/{execution_id}", err=True)
+
+    # Said even with --quiet (on stderr): a run nobody serves must not look hung.
+    warner = asyncio.create_task(watch.pickup.warn_later(
+        bus, lambda: watch.started[0] if watch.started else None,
+        lambda text: click.echo(f"noetl-stream: {text}", err=True)))
+    try:
+        final: dict[str, Any] = await submit_and_watch(
+            bus, playbook_text=text, playbook_file=str(request.playbook), payload=request.payload,
+            on_event=watch.on_event, on_started=on_started, timeout_s=request.timeout_s)
+        return final
+    finally:
+        warner.cancel()
+
+
+def report_outcome(final: dict[str, Any], as_json: bool) -> NoReturn:
+    """Print the outcome (JSON, or the result alone for a completed run) and exit with its code."""
+    if final.get("event_type") == "execution.rejected":
+        for err in final.get("errors", []):
+            click.echo(err, err=True)
+        fail(EXIT_REJECTED, "the server rejected the playbook")
+    summary = {k: final.get(k) for k in ("execution_id", "status", "result", "error", "steps",
+                                         "ctx", "vars")}
+    completed = summary["status"] == "completed"
+    if as_json:
+        write_stdout(jsonutil.dumps(summary))
+    elif completed:
+        # Progress went to stderr; the result alone goes to stdout, so it pipes into jq. A failed
+        # or cancelled execution has no result to pipe: stdout stays empty, the exit code says.
+        write_stdout(orjson.dumps(summary.get("result"), option=orjson.OPT_INDENT_2, default=str))
+    sys.exit(EXIT_OK if completed else EXIT_FAILED)
+
+
+@contextlib.asynccontextmanager
+async def run_ui(bus: Any, address: tuple[str, int] | None, *,
+                  embedded: bool) -> AsyncIterator[str | None]:
+    """The API and UI of `run --ui`, or nothing. On the embedded stack nobody else shares the
+    bus and its nats-server already answers anyone on this machine without a password, so the
+    API asks for none either; on a shared bus (--nats-url) users log in as on `server --http`.
+    """
+    if address is None:
+        yield None
+        return
+    from noetl_stream.api import serve
+
+    async with serve(bus, host=address[0], port=address[1], auth=not embedded) as url:
+        yield url
+
+
+def interrupted(execution_id: str | None, *, nats_url: str | None,
+                 server_url: str | None) -> NoReturn:
+    """Ctrl-C stops waiting, not the execution: say so, and how to follow or stop it."""
+    if execution_id is None:
+        fail(EXIT_INTERRUPTED, "interrupted before the execution was started")
+    where = f" --server {server_url}" if server_url else f" --nats-url {nats_url}" if nats_url else ""
+    lines = [f"interrupted: execution {execution_id} was not cancelled and keeps running"]
+    if server_url is None and nats_url is None:
+        lines.append("  (on the embedded nats-server: it goes on when a server and a worker run "
+                     "there, e.g. `noetl-stream nats` and `noetl-stream server/worker --nats-url URL`)")
+    lines.append(f"  follow it: noetl-stream watch {execution_id}{where}")
+    lines.append(f"  stop it:   noetl-stream cancel {execution_id}{where}")
+    click.echo("noetl-stream: " + "\n".join(lines), err=True)
+    sys.exit(EXIT_INTERRUPTED)

@@ -1,0 +1,27 @@
+"""`noetl-stream validate`: check playbooks without running them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from noetl_stream.cli.common import EXIT_OK, EXIT_REJECTED
+from noetl_stream.cli.loading import load_reporting
+
+
+@click.command()
+@click.argument("playbooks", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--strict", is_flag=True,
+              help="Treat unknown keys and fields without effect as errors.")
+def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
+    """Check PLAYBOOKS and print every problem as FILE:LINE: step "S" field "F": message."""
+    bad = 0
+    for path in playbooks:
+        result = load_reporting(path, strict=strict)
+        if result is None:
+            bad += 1
+            continue
+        click.echo(f"{path}: ok ({len(result.playbook.steps)} steps)")
+    sys.exit(EXIT_REJECTED if bad else EXIT_OK)

@@ -1,0 +1,70 @@
+"""`next:` in the shapes NoETL accepts (a name, a list, `{spec, arcs}`, spec 001's `{to}`) as
+`NextSpec`, and the check that every arc leads to a step that exists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from noetl_stream.dsl.dialects.v2_spec001 import structural_next
+from noetl_stream.dsl.models import Arc, NextSpec, Step
+from noetl_stream.dsl.parsing.base import ParserBase, split_set
+from noetl_stream.dsl.source import line_of, suggest
+
+ARC_KEYS = frozenset({"step", "when", "args", "set", "input", "desc"})
+
+
+class ArcParser(ParserBase):
+    def parse_next(self, raw: Any, step_node: dict[str, Any], step: str) -> NextSpec:
+        line = line_of(step_node, "next")
+        if raw is None:
+            return NextSpec()
+        if isinstance(raw, str):
+            return NextSpec(mode="exclusive", arcs=(Arc(step=raw, line=line),))
+        if isinstance(raw, list):
+            arcs = [a for i, item in enumerate(raw) if (a := self.parse_arc(item, raw, i, step))]
+            return NextSpec(mode="inclusive", arcs=tuple(arcs))
+        if isinstance(raw, dict):
+            if "to" in raw:  # spec 001: every target fires
+                return structural_next(raw, line=line, report=self.report_for(step))
+            self.unknown_keys(raw, {"spec", "arcs"}, step, "next.")
+            spec = raw.get("spec") or {}
+            mode = spec.get("mode", "exclusive") if isinstance(spec, dict) else "exclusive"
+            if mode not in ("exclusive", "inclusive"):
+                self.error(line, f'next mode "{mode}" is not exclusive or inclusive', step,
+                           "next.spec.mode")
+                mode = "exclusive"
+            raw_arcs = raw.get("arcs") or []
+            if not isinstance(raw_arcs, list):
+                self.error(line, "next.arcs must be a list", step, "next.arcs")
+                return NextSpec(mode=mode)
+            arcs = [a for i, item in enumerate(raw_arcs) if (a := self.parse_arc(item, raw_arcs, i, step))]
+            return NextSpec(mode=mode, arcs=tuple(arcs))
+        self.error(line, "next must be a step name, a list, or {spec, arcs}", step, "next")
+        return NextSpec()
+
+    def parse_arc(self, item: Any, seq: Any, index: int, step: str) -> Arc | None:
+        line = line_of(seq, index)
+        if isinstance(item, str):
+            return Arc(step=item, line=line)
+        if not isinstance(item, dict) or "step" not in item:
+            self.error(line, "an arc needs `step:`", step, f"next.arcs[{index}]")
+            return None
+        self.unknown_keys(item, ARC_KEYS, step, "next.arcs.")
+        fld = f"next.arcs[{index}]"
+        args = self.mapping(item, "args", step, f"{fld}.args")
+        args.update(self.mapping(item, "input", step, f"{fld}.input"))
+        set_ctx, _, set_locals = split_set(self.mapping(item, "set", step, f"{fld}.set"))
+        set_ctx.update(set_locals)  # an arc writes only ctx; unscoped keys are ctx keys
+        when = item.get("when")
+        self.check_templates([when, args, set_ctx], line, step, f"next.arcs[{index}]")
+        return Arc(step=str(item["step"]), when=None if when is None else str(when), args=args,
+                   set_ctx=set_ctx, line=line)
+
+    def check_graph(self, steps: list[Step]) -> None:
+        names = {s.name for s in steps}
+        for s in steps:
+            for arc in s.next.arcs:
+                if arc.step not in names and arc.step != "end":
+                    self.error(arc.line or s.line, f'arc goes to step "{arc.step}", which does not '
+                               f"exist{suggest(arc.step, names)}", s.name, "next")
