@@ -60,12 +60,26 @@ async def kill_server(run: Run) -> None:
 
 
 async def kill_one_of_two_servers(run: Run) -> None:
-    """Two servers share the router consumer; one is killed and comes back later."""
+    """Two servers share the router's partitions; one is killed and comes back later."""
     await asyncio.sleep(run.moment(0.1, 0.5))
     svc = run.rng.choice(run.stack.of("server"))
     await run.stack.kill(svc)
     run.notes.append(f"server{svc.index} killed")
     await _restart_later(run, svc, 1.0, 3.0)
+
+
+async def kill_one_of_two_servers_for_good(run: Run) -> None:
+    """Two servers share the router's partitions; one is killed and never comes back, so the
+    other must take its partitions (when their pins time out) and finish its executions.
+    """
+    await asyncio.sleep(run.moment(0.1, 0.5))
+    svc = run.rng.choice(run.stack.of("server"))
+    await run.stack.kill(svc)
+    killed = time.monotonic()
+    run.notes.append(f"server{svc.index} killed for good")
+    while run.running():
+        await asyncio.sleep(0.3)
+    run.notes.append(f"the last execution ended {_elapsed(killed)} after the kill")
 
 
 # -- 2. workers around a side effect --------------------------------------------------------
@@ -451,6 +465,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              stack=cluster_stack, unavailable=_cluster_missing),
     Scenario("two-workers-kill", "kill -9 of both workers at once", kill_two_workers),
     Scenario("two-servers-kill", "two servers, kill -9 of one", kill_one_of_two_servers, servers=2),
+    Scenario("two-servers-kill-for-good", "two servers, kill -9 of one, never restarted",
+             kill_one_of_two_servers_for_good, servers=2),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}
