@@ -174,8 +174,12 @@ class RouterPartitions:
             await consumer.start()
 
     async def _balance(self) -> None:
+        # The first round comes soon: servers started together each saw only itself at start
+        # and asked for every partition, so the first events pinned them at random.
+        pause = 2 * STANDBY_DELAY_S
         while True:
-            await asyncio.sleep(BALANCE_S)
+            await asyncio.sleep(pause)
+            pause = BALANCE_S
             try:
                 await self._hand_over()
             except asyncio.CancelledError:
