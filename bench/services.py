@@ -29,6 +29,7 @@ import itertools
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -47,6 +48,7 @@ from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.nats_server import start_nats_server
 from noetl_stream.runtime.provision import provision
+from noetl_stream.state.kv_keys import bucket_keys
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -138,7 +140,8 @@ def _tree(pid: int) -> list[int]:
 
 
 @contextlib.asynccontextmanager
-async def services_stack(tmp: Path, *, concurrency: int) -> AsyncIterator[Stack]:
+async def services_stack(tmp: Path, *, concurrency: int, servers: int = 1,
+                         log_commits: bool = False) -> AsyncIterator[Stack]:
     nats = await start_nats_server(tmp / "nats", record=False)
     env = {**os.environ, "NOETL_STREAM_HOME": str(tmp / "home"),
            "NOETL_STREAM_NATS_URL": nats.url}
@@ -149,7 +152,11 @@ async def services_stack(tmp: Path, *, concurrency: int) -> AsyncIterator[Stack]
         try:
             # As `noetl-stream run` does; the server provisions the same topology as it starts.
             await provision(bus, ("default",))
-            for role, args in (("server", ["server"]),
+            # Several servers share the router's partitions (docs/several-servers.md).
+            # With log_commits they log each commit and revision conflict (-vv), for counting.
+            server = ["-vv", "server"] if log_commits else ["server"]
+            roles = [("server" if n == 0 else f"server{n + 1}", server) for n in range(servers)]
+            for role, args in (*roles,
                                ("worker", ["worker", "--concurrency", str(concurrency)])):
                 logs[role] = open(tmp / f"{role}.log", "wb")  # noqa: SIM115 - closed below
                 procs[role] = subprocess.Popen([str(CLI), *args], env=env, stdout=logs[role],
@@ -352,6 +359,51 @@ async def workloads(bus: Bus, plan: Plan, want: Callable[[str], bool]) -> list[R
     return rows
 
 
+async def held_partitions(bus: Bus, since: float) -> dict[str, list[int]] | None:
+    """Server id -> the router partitions it holds, from the servers' heartbeats in KV; None
+    while some server's last heartbeat is older than `since` (it may not show the latest pins).
+    """
+    kv = await bus.js.key_value("noetl_runtime")
+    held: dict[str, list[int]] = {}
+    for key in await bucket_keys(bus.js, "noetl_runtime", "server.router.>"):
+        beat = json.loads((await kv.get(key)).value or b"{}")
+        if time.time() - float(beat.get("heartbeat_at", 0)) > 25:
+            continue  # a server of an earlier run
+        if float(beat["heartbeat_at"]) < since:
+            return None
+        held[key[len("server.router."):]] = sorted(beat.get("partitions") or [])
+    return held
+
+
+async def spread_pins(bus: Bus, servers: int, deadline_s: float = 90.0) -> dict[str, list[int]]:
+    """Run short executions until every partition of the router is pinned and no server holds
+    more than its share, as the servers' heartbeats say (runtime/partitions.py: a partition is
+    pinned when its first event comes, and pins move to the servers that prefer them every few
+    seconds). Returns the layout, spread or not by the deadline. Nothing to wait for on a build
+    whose servers share one router consumer.
+    """
+    router = getattr(bus.topology, "router", None)
+    if router is None:
+        return {}
+    share = -(-router.partitions // servers)
+    one = chain_playbook("bench_spread", 1, "noop")
+    deadline = time.monotonic() + deadline_s
+    held: dict[str, list[int]] | None = {}
+    while time.monotonic() < deadline:
+        since = time.time()
+        await asyncio.gather(*(timed_execution(bus, one, "spread") for _ in range(48)))
+        while (held := await held_partitions(bus, since)) is None and \
+                time.monotonic() < deadline:
+            await asyncio.sleep(1.0)
+        if held is not None and len(held) == servers and \
+                sum(len(p) for p in held.values()) == router.partitions and \
+                max(len(p) for p in held.values()) <= share:
+            return held
+    print(f"  router partitions NOT spread over {servers} servers after {deadline_s:g} s: "
+          f"{held}", file=sys.stderr)
+    return held or {}
+
+
 def _say(row: Row, text: str) -> None:
     flag = "" if row.status == "completed" else f"  [{row.status}]"
     print(f"  {row.workload:11} {text}{flag}", file=sys.stderr)
@@ -368,13 +420,34 @@ async def warm_up(bus: Bus, deadline_s: float = 60.0) -> None:
                           {"items": list(range(10))}, timeout_s=deadline_s)
 
 
-async def bench(plan: Plan, only: set[str]) -> dict[str, Any]:
+def log_sizes(folder: Path) -> dict[str, int]:
+    return {path.stem: path.stat().st_size for path in folder.glob("server*.log")}
+
+
+def commit_counts(folder: Path, since: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Commits and revision conflicts each server logged (with -vv) after `since` (its log's size
+    when the workloads began), by server.
+    """
+    counts = {}
+    for path in sorted(folder.glob("server*.log")):
+        with path.open("rb") as f:
+            f.seek(since.get(path.stem, 0))
+            text = f.read().decode(errors="replace")
+        counts[path.stem] = {
+            "commits": len(re.findall(r"noetl_stream\.server: committed \d+ events", text)),
+            "conflicts": len(re.findall(r"noetl_stream\.server: revision conflict on ", text))}
+    return counts
+
+
+async def bench(plan: Plan, only: set[str], servers: int = 1,
+                log_commits: bool = False) -> dict[str, Any]:
     def want(tag: str) -> bool:
         return not only or tag.upper() in only or tag.split("-")[0].upper() in only
 
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="noetl-bench-services-") as tmp:
-        async with services_stack(Path(tmp), concurrency=64) as stack:
+        async with services_stack(Path(tmp), concurrency=64, servers=servers,
+                                  log_commits=log_commits) as stack:
             if want("RAW"):
                 wall = await raw_round_trips(stack.bus, plan.raw_n, batch=1, kv=False, tag="SVC")
                 raw = Row("RAW", "ms", wall * 1000 / plan.raw_n,
@@ -382,6 +455,13 @@ async def bench(plan: Plan, only: set[str]) -> dict[str, Any]:
                 rows.append(raw)
                 _say(raw, f"{raw.value:.3f} ms per round trip")
             await warm_up(stack.bus)
+            spread_started = time.monotonic()
+            pins = await spread_pins(stack.bus, servers)
+            if pins:
+                print(f"  router partitions per server {sorted(len(p) for p in pins.values())}, "
+                      f"spread {time.monotonic() - spread_started:.1f} s "
+                      "after the warm-up", file=sys.stderr)
+            logged_before = log_sizes(Path(tmp))
             sampler = Sampler(stack)
             sampler.start()
             cpu0 = {role: cpu_s(p.pid) for role, p in stack.procs.items()}
@@ -393,7 +473,9 @@ async def bench(plan: Plan, only: set[str]) -> dict[str, Any]:
             sampler.stop()
             cpu = {role: round(100 * (cpu_s(p.pid) - cpu0[role]) / wall, 1)
                    for role, p in stack.procs.items()}
-    return {"rows": rows, "peak_rss_mb": round(sampler.peak, 1), "cpu_pct": cpu}
+        commits = commit_counts(Path(tmp), logged_before) if log_commits else {}
+    return {"rows": rows, "peak_rss_mb": round(sampler.peak, 1), "cpu_pct": cpu,
+            "commits": commits}
 
 
 def judge(rows: list[Row]) -> list[dict[str, Any]]:
@@ -432,25 +514,32 @@ def table(rows: list[Row], peak_rss: float) -> str:
     return "\n".join(out)
 
 
-def run(plan: Plan, only: set[str], out: Path) -> dict[str, Any]:
+def run(plan: Plan, only: set[str], out: Path, servers: int = 1,
+        log_commits: bool = False) -> dict[str, Any]:
     """Run the services-mode benchmark, print its table, write `out`; return the document."""
-    print("noetl-stream bench, services mode (nats-server, server, worker: separate processes)",
-          file=sys.stderr)
+    print(f"noetl-stream bench, services mode (nats-server, {servers} server(s), worker: "
+          "separate processes)", file=sys.stderr)
     load_before = os.getloadavg()
-    result = asyncio.run(bench(plan, only))
+    result = asyncio.run(bench(plan, only, servers, log_commits))
     rows: list[Row] = result["rows"]
     verdicts = judge(rows)
     print()
     print(table(rows, result["peak_rss_mb"]))
+    commits = result["commits"]
+    if commits:
+        made = sum(c["commits"] for c in commits.values())
+        lost = sum(c["conflicts"] for c in commits.values())
+        print(f"commits {made}, revision conflicts {lost} "
+              f"({100 * lost / max(1, made):.2f} per 100 commits): {commits}")
     for v in verdicts:
         print(f"  target {v['workload']} {v['field']} {v['target']}: have {v['have']} -> "
               f"{'met' if v['met'] else 'MISSED'}")
-    doc = {"timestamp": time.time(), "mode": "services", "plan": asdict(plan),
+    doc = {"timestamp": time.time(), "mode": "services", "servers": servers, "plan": asdict(plan),
            "environment": {"python": sys.version.split()[0], "cpus": os.cpu_count(),
                            "loadavg_before": [round(x, 2) for x in load_before],
                            "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
            "rows": [asdict(r) for r in rows], "peak_rss_mb": result["peak_rss_mb"],
-           "cpu_pct_of_wall": result["cpu_pct"], "targets": verdicts}
+           "cpu_pct_of_wall": result["cpu_pct"], "commits": commits, "targets": verdicts}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"\nresults written to {out}", file=sys.stderr)
@@ -463,12 +552,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="repetitions of W1-W3")
     ap.add_argument("--only", default="", help="comma-separated: RAW,PROBE,W1,W2,W3 or full names")
     ap.add_argument("--out", default=str(RESULTS / "services.json"), help="JSON results file")
+    ap.add_argument("--servers", type=int, default=1,
+                    help="noetl-stream server processes sharing the router's partitions")
+    ap.add_argument("--log-commits", action="store_true",
+                    help="run the servers with -vv and count the commits and revision "
+                         "conflicts they log (logging slows them down)")
+    ap.add_argument("--w3", default="", metavar="EXECUTIONS,STEPS",
+                    help="W3's size: concurrent executions, sequential steps each (20,10)")
     args = ap.parse_args(argv)
     plan = QUICK if args.quick else FULL
     if args.repeat is not None:
         plan = Plan(**{**asdict(plan), "repeat": max(1, args.repeat)})
+    if args.w3:
+        executions, steps = (int(x) for x in args.w3.split(","))
+        plan = Plan(**{**asdict(plan), "w3_executions": executions, "w3_steps": steps})
     only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
-    run(plan, only, Path(args.out))
+    run(plan, only, Path(args.out), max(1, args.servers), args.log_commits)
     return 0
 
 

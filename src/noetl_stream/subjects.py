@@ -31,6 +31,11 @@ class StreamDecl:
     duplicate_window_s: float
     max_age_s: float
     allow_msg_schedules: bool = False  # durable timers (NATS message schedules)
+    # A stream fed from another one (`source`) instead of publishers: the source's messages on
+    # `source_subjects`, each stored under the subject `transforms` gives it.
+    source: str | None = None
+    source_subjects: tuple[str, ...] = ()
+    transforms: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,39 @@ class ConsumerDecl:
     ack_wait_s: float
     max_deliver: int
     per_pool: bool = False
+
+
+@dataclass(frozen=True)
+class RouterDecl:
+    """The router's partitioned consumers: `partitions` durables on `stream`, one per partition,
+    each with the priority group `group` (pinned_client policy, pin dropped after `pin_ttl_s`
+    without a pull request from its holder).
+    """
+
+    stream: str
+    partitions: int
+    durable: str  # with "{partition}"
+    group: str
+    pin_ttl_s: float
+    ack_wait_s: float
+    max_deliver: int
+    subject_prefix: str  # "<prefix>.router"
+    legacy_durable: str  # the shared consumer on the events stream of earlier versions
+    legacy_stream: str
+
+    def durable_of(self, partition: int) -> str:
+        return self.durable.replace("{partition}", str(partition))
+
+    def partition_filter(self, partition: int) -> str:
+        return f"{self.subject_prefix}.{partition}.>"
+
+    def consumers(self) -> tuple[ConsumerDecl, ...]:
+        return tuple(self.consumer(p) for p in range(self.partitions))
+
+    def consumer(self, partition: int) -> ConsumerDecl:
+        return ConsumerDecl(stream=self.stream, durable=self.durable_of(partition),
+                            filter_subjects=(self.partition_filter(partition),),
+                            ack_wait_s=self.ack_wait_s, max_deliver=self.max_deliver)
 
 
 @dataclass(frozen=True)
@@ -66,6 +104,7 @@ class Topology:
     buckets: tuple[BucketDecl, ...]
     subject_templates: dict[str, str] = field(default_factory=dict)
     object_stores: tuple[ObjectStoreDecl, ...] = ()
+    router: RouterDecl | None = None
 
     # -- subject builders ------------------------------------------------------------------
     def execute_request_subject(self) -> str:
@@ -101,9 +140,25 @@ class Topology:
         return f"{self.prefix}.dlq.>"
 
     def event_type_of(self, subject: str) -> str:
-        """`noetl.events.<id>.step.done` -> `step.done`."""
-        parts = subject.split(".", 3)
+        """`noetl.events.<id>.step.done` -> `step.done` (a router copy's subject too)."""
+        parts = self.published_subject(subject).split(".", 3)
         return parts[3] if len(parts) == 4 else ""
+
+    def published_subject(self, subject: str) -> str:
+        """The subject an event was published on, from the subject of its copy in the router's
+        stream (`noetl.router.<partition>.<id>.<type>` -> `noetl.events.<id>.<type>`); any
+        other subject as it is.
+        """
+        head = f"{self.prefix}.router."
+        if not subject.startswith(head):
+            return subject
+        _, _, rest = subject[len(head):].partition(".")
+        return f"{self.prefix}.events.{rest}"
+
+    def router_decl(self) -> RouterDecl:
+        if self.router is None:
+            raise KeyError("router")
+        return self.router
 
     def consumer(self, durable: str) -> ConsumerDecl:
         for c in self.consumers:
@@ -147,13 +202,17 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
     streams = tuple(
         StreamDecl(
             name=s["name"],
-            subjects=tuple(fill(x) for x in s["subjects"]),
+            subjects=tuple(fill(x) for x in s.get("subjects") or ()),
             retention=s["retention"],
             duplicate_window_s=float(s["duplicate_window_s"]),
             # A stream's max age may not be below its duplicate window (JetStream refuses it).
             max_age_s=max(retention, float(s["duplicate_window_s"])) if s.get("follows_retention")
             else float(s["max_age_s"]),
             allow_msg_schedules=bool(s.get("allow_msg_schedules", False)),
+            source=s.get("source"),
+            source_subjects=tuple(fill(x) for x in s.get("source_subjects") or ()),
+            transforms=tuple((fill(x), _router_copy_subject(fill(x), prefix, raw["router"]))
+                             for x in s.get("source_subjects") or ()),
         )
         for s in raw["streams"]
     )
@@ -186,4 +245,25 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
     object_stores = tuple(ObjectStoreDecl(name=o["name"], ttl_s=retention if o.get("follows_retention")
                                           else o.get("ttl_s"))
                           for o in raw.get("object_stores") or ())
-    return Topology(prefix, streams, consumers, buckets, dict(raw["subjects"]), object_stores)
+    return Topology(prefix, streams, consumers, buckets, dict(raw["subjects"]), object_stores,
+                    _router(raw["router"], prefix, router_ack_wait))
+
+
+def _router(raw: dict[str, Any], prefix: str, ack_wait_override: float | None) -> RouterDecl:
+    return RouterDecl(stream=raw["stream"], partitions=int(raw["partitions"]),
+                      durable=raw["durable"], group=raw["group"], pin_ttl_s=float(raw["pin_ttl_s"]),
+                      ack_wait_s=float(ack_wait_override or raw["ack_wait_s"]),
+                      max_deliver=int(raw["max_deliver"]), subject_prefix=f"{prefix}.router",
+                      legacy_durable=raw["legacy_durable"], legacy_stream="NOETL_EVENTS")
+
+
+def _router_copy_subject(source_subject: str, prefix: str, raw: dict[str, Any]) -> str:
+    """`noetl.events.*.step.done` -> `noetl.router.{{partition(16,1)}}.{{wildcard(1)}}.step.done`:
+    nats-server hashes the execution id (the first wildcard) into one of the partitions.
+    """
+    head = f"{prefix}.events.*."
+    if not source_subject.startswith(head):
+        raise ValueError(f"router source subject {source_subject} is not {head}<event type>")
+    partitions = int(raw["partitions"])
+    return (f"{prefix}.router.{{{{partition({partitions},1)}}}}.{{{{wildcard(1)}}}}."
+            f"{source_subject[len(head):]}")

@@ -21,6 +21,7 @@ from nats.errors import MaxPayloadError
 from noetl_stream import ids, jsonutil
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.state.results import ResultStore
+from noetl_stream.subjects import load_topology
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,26 @@ async def kill_server(run: Run) -> None:
 
 
 async def kill_one_of_two_servers(run: Run) -> None:
-    """Two servers share the router consumer; one is killed and comes back later."""
+    """Two servers share the router's partitions; one is killed and comes back later."""
     await asyncio.sleep(run.moment(0.1, 0.5))
     svc = run.rng.choice(run.stack.of("server"))
     await run.stack.kill(svc)
     run.notes.append(f"server{svc.index} killed")
     await _restart_later(run, svc, 1.0, 3.0)
+
+
+async def kill_one_of_two_servers_for_good(run: Run) -> None:
+    """Two servers share the router's partitions; one is killed and never comes back, so the
+    other must take its partitions (when their pins time out) and finish its executions.
+    """
+    await asyncio.sleep(run.moment(0.1, 0.5))
+    svc = run.rng.choice(run.stack.of("server"))
+    await run.stack.kill(svc)
+    killed = time.monotonic()
+    run.notes.append(f"server{svc.index} killed for good")
+    while run.running():
+        await asyncio.sleep(0.3)
+    run.notes.append(f"the last execution ended {_elapsed(killed)} after the kill")
 
 
 # -- 2. workers around a side effect --------------------------------------------------------
@@ -232,8 +247,9 @@ async def _republish(run: Run, execution_id: str, when: str) -> int:
 async def _router_drained(run: Run, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        info = await run.client.js.consumer_info("NOETL_EVENTS", "noetl-server-router")
-        if info.num_pending == 0 and info.num_ack_pending == 0:
+        infos = [await run.client.js.consumer_info(c.stream, c.durable)
+                 for c in load_topology().router_decl().consumers()]
+        if all(i.num_pending == 0 and i.num_ack_pending == 0 for i in infos):
             return
         await asyncio.sleep(0.3)
     run.problems.append("router consumer still had events pending")
@@ -354,9 +370,10 @@ async def hostile_input(run: Run) -> None:
     else:
         run.notes.append("runaway template failed with its bound")
     await _router_drained(run, 60)
-    info = await js.consumer_info("NOETL_EVENTS", "noetl-server-router")
-    if info.num_redelivered:
-        run.problems.append(f"{info.num_redelivered} refused events were redelivered")
+    redelivered = sum([(await js.consumer_info(c.stream, c.durable)).num_redelivered
+                       for c in load_topology().router_decl().consumers()])
+    if redelivered:
+        run.problems.append(f"{redelivered} refused events were redelivered")
 
 
 # -- 7. a 3-node cluster --------------------------------------------------------------------
@@ -430,6 +447,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              stack=cluster_stack, unavailable=_cluster_missing),
     Scenario("two-workers-kill", "kill -9 of both workers at once", kill_two_workers),
     Scenario("two-servers-kill", "two servers, kill -9 of one", kill_one_of_two_servers, servers=2),
+    Scenario("two-servers-kill-for-good", "two servers, kill -9 of one, never restarted",
+             kill_one_of_two_servers_for_good, servers=2),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}

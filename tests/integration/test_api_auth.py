@@ -45,7 +45,7 @@ async def test_api_refuses_requests_without_a_valid_token_but_health_is_open(api
     status, health = await api.call("GET", "/health")
     assert status == 200 and health["status"] == "ok" and health["jetstream"] is True
     assert {c["consumer"] for c in health["consumers"]} >= {"noetl-server-requests",
-                                                             "noetl-server-router"}
+                                                             "noetl-server-router-0"}
 
 
 async def test_api_viewer_reads_but_may_not_execute_or_write(api: Api) -> None:

@@ -101,7 +101,7 @@ async def test_api_runs_a_playbook_from_login_to_logout(api: Api) -> None:
         # the in-process worker's own series (prometheus_client's default registry)
         assert re.search(r'noetl_step_duration_seconds_count\{kind="python",playbook='
                          r'"tests/api/hello",pool="default",status="ok"\} [1-9]', text)
-        assert 'noetl_consumer_pending_messages{consumer="noetl-server-router",stream="NOETL_EVENTS"}' \
+        assert 'noetl_consumer_pending_messages{consumer="noetl-server-router-0",stream="NOETL_ROUTER"}' \
             in text
         # the in-process worker's heartbeat
         assert 'noetl_processes{pool="default",role="worker"} 1.0' in text

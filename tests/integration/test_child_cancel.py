@@ -118,8 +118,8 @@ async def test_a_parent_step_timing_out_after_its_worker_died_cancels_the_child(
 
 async def router_idle(bus: Bus) -> None:
     """The server has applied (and acked) every event, then every request, stored so far."""
-    for durable in ("noetl-server-router", "noetl-server-requests"):
-        decl = bus.topology.consumer(durable)
+    for decl in (*bus.topology.router_decl().consumers(),
+                 bus.topology.consumer("noetl-server-requests")):
         info = await bus.js.consumer_info(decl.stream, decl.durable)
         assert (info.num_pending, info.num_ack_pending) == (0, 0)
 

@@ -123,11 +123,10 @@ async def test_a_signal_for_an_ended_execution_is_recorded_and_ignored(
 
     # The CLI refuses a signal to an ended execution; --force sends it to show what the router does.
     await cli_signal(nats_server.url, run.execution_id, "approve", {"user": "eve"}, "--force")
-    router = bus.topology.consumer("noetl-server-router")
-
     async def drained() -> None:
-        info = await bus.js.consumer_info(router.stream, router.durable)
-        assert info.num_pending == 0 and info.num_ack_pending == 0
+        for router in bus.topology.router_decl().consumers():
+            info = await bus.js.consumer_info(router.stream, router.durable)
+            assert info.num_pending == 0 and info.num_ack_pending == 0
     await assert_eventually(drained)
     entry = await (await bus.js.key_value("noetl_executions")).get(run.execution_id)
     state = json.loads(entry.value or b"{}")

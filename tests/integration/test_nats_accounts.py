@@ -202,7 +202,7 @@ async def test_playbook_runs_with_each_role_on_its_own_user(
 async def test_restricted_user_cannot_create_or_update_the_router_consumer(
         accounts: Accounts, server_bus: Bus, user: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
-    router = server_bus.topology.consumer("noetl-server-router")
+    router = server_bus.topology.router_decl().consumer(0)
     before = (await server_bus.js.consumer_info(router.stream, router.durable)).config
     # A change the server would accept as an update of the router's durable.
     hijack = {**before.as_dict(), "description": "hijacked", "max_ack_pending": 1}

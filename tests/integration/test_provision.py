@@ -4,9 +4,13 @@ import dataclasses
 
 import pytest
 from nats.js.api import StreamConfig
+from nats.js.errors import NotFoundError
 
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.partitions import partition_of
 from noetl_stream.runtime.provision import consumer_config, provision
+from noetl_stream.subjects import ConsumerDecl
+from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.integration
 
@@ -43,24 +47,60 @@ async def test_provision_creates_a_consumer_per_new_pool(bus: Bus) -> None:
     assert report.created == ["consumer NOETL_COMMANDS/noetl-workers-gpu"]
 
 
-async def test_provision_upgrades_the_events_stream_and_router_for_signals_and_timers(bus: Bus) -> None:
-    # An installation provisioned before listeners: no message schedules, outcome filters only.
+async def test_provision_upgrades_the_events_stream_for_signals_and_timers(bus: Bus) -> None:
+    # An installation provisioned before listeners: no message schedules.
     stream = next(s for s in bus.topology.streams if s.name == "NOETL_EVENTS")
-    router = bus.topology.consumer("noetl-server-router")
-    old_filters = tuple(f for f in router.filter_subjects if ".signal." not in f and "timer" not in f)
+    await bus.js.delete_stream("NOETL_ROUTER")  # it sources the events stream
     await bus.js.delete_stream(stream.name)
     await bus.js.add_stream(StreamConfig(name=stream.name, subjects=list(stream.subjects),
                                          duplicate_window=stream.duplicate_window_s))
-    await bus.js.add_consumer(router.stream, consumer_config(
-        dataclasses.replace(router, filter_subjects=old_filters)))
 
     report = await provision(bus)
 
     assert "stream NOETL_EVENTS" in report.updated
-    assert f"consumer {router.stream}/{router.durable}" in report.updated
     assert report.drift == []
     assert (await bus.js.stream_info(stream.name)).config.allow_msg_schedules is True
-    info = await bus.js.consumer_info(router.stream, router.durable)
-    assert {"noetl.events.*.signal.>", "noetl.events.*.timer.fired"} <= set(
-        info.config.filter_subjects or ())
+    assert (await provision(bus)).updated == []
+
+
+async def test_provision_moves_the_shared_router_consumer_to_partitions(bus: Bus) -> None:
+    # The previous layout: one router consumer on the events stream, no router stream. One event
+    # it acknowledged, two it had not when the servers stopped for the upgrade.
+    router = bus.topology.router_decl()
+    await bus.js.delete_stream(router.stream)
+    legacy = ConsumerDecl(stream="NOETL_EVENTS", durable=router.legacy_durable,
+                          filter_subjects=("noetl.events.*.step.done", "noetl.events.*.signal.>"),
+                          ack_wait_s=30, max_deliver=20)
+    await bus.js.add_consumer(legacy.stream, consumer_config(legacy))
+    await bus.js.publish("noetl.events.applied.step.done", b"{}")
+    await bus.js.publish("noetl.events.inflight.step.done", b"{}")
+    await bus.js.publish("noetl.events.inflight.step.started", b"{}")  # not for the router
+    await bus.js.publish("noetl.events.waiting.signal.approve", b"{}")
+    sub = await bus.js.pull_subscribe_bind(legacy.durable, legacy.stream)
+    [applied] = await sub.fetch(1)
+    await applied.ack_sync()
+
+    report = await provision(bus)
+
+    assert f"stream {router.stream}" in report.created
+    assert report.drift == []
+    with pytest.raises(NotFoundError):
+        await bus.js.consumer_info(legacy.stream, legacy.durable)
+    stored: dict[str, int] = {}
+
+    async def copied() -> None:
+        stored.clear()
+        info = await bus.js.stream_info(router.stream, subjects_filter=">")
+        stored.update(info.state.subjects or {})
+        assert {bus.topology.published_subject(s) for s in stored} == {
+            "noetl.events.inflight.step.done", "noetl.events.waiting.signal.approve"}
+
+    await assert_eventually(copied)
+    # nats-server's partition of the execution id is the one the server computes for it.
+    assert {s.split(".")[2] for s in stored} == {
+        str(partition_of("inflight", router.partitions)),
+        str(partition_of("waiting", router.partitions))}
+    for partition in range(router.partitions):
+        info = await bus.js.consumer_info(router.stream, router.durable_of(partition))
+        assert info.config.filter_subject == f"noetl.router.{partition}.>"
     assert (await provision(bus)).updated == []

@@ -23,7 +23,6 @@ from noetl_stream.runtime.cluster_metrics import metrics_text
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.heartbeats import live_processes
 
-ROUTER_CONSUMER = "noetl-server-router"
 ENV_ROUTER_LAG = "NOETL_STREAM_HEALTH_ROUTER_LAG"
 ROUTER_LAG_THRESHOLD = 10_000  # events not yet delivered to the router
 
@@ -65,10 +64,13 @@ async def health_report(bus: Bus) -> Health:
             problems.append(f"pool {pool.pool!r} has {pool.pending_commands} pending command(s) "
                             "and no live worker")
     threshold = router_lag_threshold()
-    for info in infos:
-        if info.name == ROUTER_CONSUMER and int(info.num_pending or 0) > threshold:
-            problems.append(f"the router consumer lags {info.num_pending} events behind "
-                            f"(threshold {threshold}, {ENV_ROUTER_LAG})")
+    router = bus.topology.router_decl()
+    partitions = {router.durable_of(p) for p in range(router.partitions)}
+    lag = sum(int(info.num_pending or 0) for info in infos
+              if info.stream_name == router.stream and info.name in partitions)
+    if lag > threshold:
+        problems.append(f"the router's consumers lag {lag} events behind "
+                        f"(threshold {threshold}, {ENV_ROUTER_LAG})")
     return Health(status="degraded" if problems else "ok", nats=nats_ok, jetstream=jetstream_ok,
                   consumers=[_health_of(c) for c in infos], pools=pools, problems=problems)
 

@@ -54,6 +54,9 @@ STEP_SECONDS = Histogram("noetl_step_duration_seconds", "How long this worker ra
                          ["playbook", "kind", "pool", "status"], buckets=STEP_BUCKETS_S)
 REDELIVERIES = Counter("noetl_worker_redeliveries", "Commands this worker took that had been "
                        "delivered before (their earlier worker died or stalled), by pool.", ["pool"])
+COMMIT_CONFLICTS = Counter("noetl_state_commit_conflicts", "Commits of an execution's state this "
+                           "server found moved by another server (revision check): it reloaded "
+                           "the state and applied its events again.")
 RUNNING = Gauge("noetl_worker_running", "Commands this worker is running now, by pool.", ["pool"])
 
 

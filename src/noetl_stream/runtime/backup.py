@@ -15,6 +15,11 @@ sequence numbers). Sequence numbers are new, so each durable consumer is created
 first restored message its original had not acknowledged: a waiting execution resumes, and work in
 flight at backup time is delivered again (at least once, as after any crash). Restored messages
 get new timestamps, so per-message TTLs and max ages count from the restore.
+
+The router's stream (NOETL_ROUTER) is a copy of events, made by the events stream's sourcing: a
+backup keeps no messages of it, only from which event on it had not applied them (`source_floor`,
+an events stream sequence); the restore creates it copying the restored events stream from the
+first restored event at or after that one.
 """
 
 from __future__ import annotations
@@ -97,15 +102,41 @@ async def backup(bus: Bus, folder: Path, *, on_stream: Callable[[StreamCopy], No
             continue  # never provisioned here (an object store nobody used yet)
         consumers = [{"config": c["config"], "ack_floor": c.get("ack_floor", {}).get("stream_seq", 0)}
                      for c in await _durables(bus, name)]
-        count = await _write_messages(bus, name, info, folder / "streams" / f"{name}.jsonl")
-        manifest["streams"].append({"name": name, "config": info["config"], "messages": count,
-                                    "consumers": consumers})
+        entry: dict[str, Any] = {"name": name, "config": info["config"], "consumers": consumers}
+        if info["config"].get("sources"):
+            count = 0
+            entry["source_floor"] = await _source_floor(bus, name, info)
+            (folder / "streams" / f"{name}.jsonl").write_text("")
+        else:
+            count = await _write_messages(bus, name, info, folder / "streams" / f"{name}.jsonl")
+        entry["messages"] = count
+        manifest["streams"].append(entry)
         copy = StreamCopy(name, count, len(consumers))
         copies.append(copy)
         if on_stream is not None:
             on_stream(copy)
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return copies
+
+
+async def _source_floor(bus: Bus, name: str, info: dict[str, Any]) -> int:
+    """The sequence in the source stream of the first message a copying stream still holds (its
+    messages are the router's work not yet acknowledged); when it holds none, the first one it
+    has not copied yet.
+    """
+    first = int(info.get("state", {}).get("first_seq", 0))
+    if int(info.get("state", {}).get("messages", 0)) > 0:
+        answer = await _api(bus, f"STREAM.MSG.GET.{name}", {"seq": first, "next_by_subj": ">"})
+        if _error_code(answer) != NO_MESSAGE_FOUND:
+            headers = parse_headers(_check(answer, f"stream {name}")["message"].get("hdrs"))
+            origin = headers.get("Nats-Stream-Source", "").split(" ")
+            if len(origin) > 1 and origin[1].isdigit():
+                return int(origin[1])
+    source = (info["config"].get("sources") or [{}])[0]
+    source_info = await _stream_info(bus, str(source.get("name")))
+    last = int((source_info or {}).get("state", {}).get("last_seq", 0))
+    lag = int(next((s.get("lag", 0) for s in info.get("sources") or []), 0))
+    return last - lag + 1
 
 
 async def _write_messages(bus: Bus, name: str, info: dict[str, Any], path: Path) -> int:
@@ -154,16 +185,43 @@ async def restore(bus: Bus, folder: Path, *, replicas: int | None = None,
         raise ValueError(f"this NATS has {', '.join(present)} already; restore into one without "
                          "noetl-stream's streams (a fresh server, or delete them first)")
     copies = []
+    renumbering: dict[str, list[tuple[int, int]]] = {}
     for stream in manifest["streams"]:
-        copy = await _restore_stream(bus, folder, stream, replicas)
+        if "source_floor" in stream:
+            copy = await _restore_copy(bus, stream, replicas, renumbering)
+        else:
+            copy, renumbering[stream["name"]] = await _restore_stream(bus, folder, stream, replicas)
         copies.append(copy)
         if on_stream is not None:
             on_stream(copy)
     return copies
 
 
+async def _restore_copy(bus: Bus, stream: dict[str, Any], replicas: int | None,
+                        renumbering: dict[str, list[tuple[int, int]]]) -> StreamCopy:
+    """A stream that copies another one (the router's): copying starts at the restored message
+    of the first one the original had not applied.
+    """
+    name = stream["name"]
+    config = dict(stream["config"])
+    if replicas is not None:
+        config["num_replicas"] = replicas
+    floor = int(stream["source_floor"])
+    sources = []
+    for source in config.get("sources") or []:
+        restored = renumbering.get(str(source.get("name")), [])
+        after = [new for old, new in restored if old >= floor]
+        start = after[0] if after else (restored[-1][1] + 1 if restored else 1)
+        sources.append({**source, "opt_start_seq": start})
+    config["sources"] = sources
+    _check(await _api(bus, f"STREAM.CREATE.{name}", config), f"creating stream {name}")
+    for consumer in stream["consumers"]:
+        await _restore_consumer(bus, name, consumer, [])
+    return StreamCopy(name, 0, len(stream["consumers"]))
+
+
 async def _restore_stream(bus: Bus, folder: Path, stream: dict[str, Any],
-                          replicas: int | None) -> StreamCopy:
+                          replicas: int | None) -> tuple[StreamCopy, list[tuple[int, int]]]:
     name = stream["name"]
     config = dict(stream["config"])
     if replicas is not None:
@@ -182,7 +240,7 @@ async def _restore_stream(bus: Bus, folder: Path, stream: dict[str, Any],
     work_queue = config.get("retention") == "workqueue"
     for consumer in stream["consumers"]:
         await _restore_consumer(bus, name, consumer, [] if work_queue else renumbered)
-    return StreamCopy(name, len(renumbered), len(stream["consumers"]))
+    return StreamCopy(name, len(renumbered), len(stream["consumers"])), renumbered
 
 
 async def _restore_consumer(bus: Bus, stream: str, consumer: dict[str, Any],

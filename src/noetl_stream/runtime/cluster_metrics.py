@@ -21,9 +21,10 @@ EXECUTIONS_BUCKET = "noetl_executions"
 
 
 async def consumers(bus: Bus) -> list[ConsumerInfo]:
-    """The server's consumers and every worker pool's."""
+    """The server's consumers (the router's partitions too) and every worker pool's."""
     topo = bus.topology
-    out = [await bus.js.consumer_info(c.stream, c.durable) for c in topo.fixed_consumers()]
+    out = [await bus.js.consumer_info(c.stream, c.durable)
+           for c in (*topo.fixed_consumers(), *topo.router_decl().consumers())]
     streams = {c.stream for c in topo.consumers if c.per_pool}
     for stream in sorted(streams):
         out += [c for c in await bus.js.consumers_info(stream) if pool_of_consumer(c.name)]

@@ -12,6 +12,7 @@ cluster) are compared only when asked for, so a process started without them nev
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -29,13 +30,15 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
     StreamInfo,
+    StreamSource,
+    SubjectTransform,
 )
 from nats.js.errors import BadRequestError, NotFoundError
 
 from noetl_stream import config
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus
-from noetl_stream.subjects import ConsumerDecl
+from noetl_stream.subjects import ConsumerDecl, RouterDecl, StreamDecl
 
 _RETENTION = {"workqueue": RetentionPolicy.WORK_QUEUE, "limits": RetentionPolicy.LIMITS}
 
@@ -153,6 +156,142 @@ async def ensure_consumer(bus: Bus, decl: ConsumerDecl, report: ProvisionReport)
         report.unchanged.append(name)
 
 
+def _stream_config(s: StreamDecl, replicas: int | None, start_seq: int | None = None,
+                   ) -> StreamConfig:
+    sources = None
+    if s.source is not None:
+        sources = [StreamSource(name=s.source, opt_start_seq=start_seq,
+                                subject_transforms=[SubjectTransform(src=src, dest=dest)
+                                                    for src, dest in s.transforms])]
+    return StreamConfig(name=s.name, subjects=list(s.subjects) or None,
+                        retention=_RETENTION[s.retention], storage=StorageType.FILE,
+                        duplicate_window=s.duplicate_window_s, max_age=s.max_age_s,
+                        allow_msg_schedules=True if s.allow_msg_schedules else None,
+                        num_replicas=replicas or 1, sources=sources)
+
+
+def _transforms_of(config: StreamConfig) -> list[tuple[str, str, str]]:
+    return sorted((src.name, t.src, t.dest) for src in config.sources or []
+                  for t in src.subject_transforms or [])
+
+
+async def _ensure_stream(bus: Bus, s: StreamDecl, infos: dict[str, StreamInfo],
+                         replicas: int | None, report: ProvisionReport) -> None:
+    info = infos.get(s.name)
+    if info is None:
+        start = await _source_start(bus, s, infos) if s.source is not None else None
+        await _create(report, f"stream {s.name}", bus.js.add_stream(_stream_config(s, replicas, start)),
+                      partial(_stream_exists, bus, s.name))
+        return
+    have = info.config
+    want = _stream_config(s, replicas)
+    if replicas is None:
+        want.num_replicas = have.num_replicas  # not asked for: keep what the stream has
+    if want.sources and have.sources:
+        # Where sourcing started is the stream's history, not a setting to correct.
+        want.sources[0].opt_start_seq = have.sources[0].opt_start_seq
+    if sorted(have.subjects or []) != sorted(s.subjects) or \
+            have.duplicate_window != s.duplicate_window_s or \
+            abs((have.max_age or 0) - s.max_age_s) > 1 or \
+            (replicas is not None and (have.num_replicas or 1) != replicas) or \
+            (s.allow_msg_schedules and not have.allow_msg_schedules) or \
+            _transforms_of(have) != _transforms_of(want):
+        try:
+            await bus.js.update_stream(want)
+            report.updated.append(f"stream {s.name}")
+        except Exception as exc:  # see ensure_consumer
+            report.drift.append(f"stream {s.name}: {exc}")
+    else:
+        report.unchanged.append(f"stream {s.name}")
+
+
+async def _source_start(bus: Bus, s: StreamDecl, infos: dict[str, StreamInfo]) -> int:
+    """Where a new router stream starts copying the events stream: after the last event the
+    previous layout's shared router consumer acknowledged, so the events it had not applied yet
+    (executions in flight at the upgrade) are applied from the copy; on a store without that
+    consumer, after the last stored event (history is not replayed).
+    """
+    assert s.source is not None
+    router = bus.topology.router_decl()
+    try:
+        legacy = await bus.js.consumer_info(router.legacy_stream, router.legacy_durable)
+        return int(legacy.ack_floor.stream_seq if legacy.ack_floor else 0) + 1
+    except NotFoundError:
+        pass
+    source = infos.get(s.source)
+    return int(source.state.last_seq) + 1 if source is not None else 1
+
+
+def router_consumer_config(router: RouterDecl, partition: int) -> dict[str, Any]:
+    """The JSON config of a partition's durable; nats-py has no fields for priority groups."""
+    return {"durable_name": router.durable_of(partition), "ack_policy": "explicit",
+            "deliver_policy": "all", "ack_wait": int(router.ack_wait_s * 1e9),
+            "max_deliver": router.max_deliver, "max_ack_pending": 20000,
+            "filter_subject": router.partition_filter(partition),
+            "priority_groups": [router.group], "priority_policy": "pinned_client",
+            "priority_timeout": int(router.pin_ttl_s * 1e9)}
+
+
+_COMPARED = ("filter_subject", "ack_wait", "max_deliver", "priority_groups", "priority_policy",
+             "priority_timeout")
+
+
+async def _jsapi(bus: Bus, subject: str, body: dict[str, Any] | None = None,
+                 timeout: float = 5.0) -> dict[str, Any]:
+    prefix = getattr(bus.js, "_prefix", "$JS.API")
+    reply = await bus.nc.request(f"{prefix}.{subject}", json.dumps(body).encode() if body else b"",
+                                 timeout=timeout)
+    answer: dict[str, Any] = json.loads(reply.data)
+    return answer
+
+
+async def _create_router_consumer(bus: Bus, stream: str, config: dict[str, Any]) -> None:
+    answer = await _jsapi(bus, f"CONSUMER.CREATE.{stream}.{config['durable_name']}",
+                          {"stream_name": stream, "config": config})
+    if "error" in answer:
+        raise InfrastructureError(f"consumer {stream}/{config['durable_name']}: "
+                                  f"{answer['error'].get('description', answer['error'])}")
+
+
+async def ensure_router_consumers(bus: Bus, router: RouterDecl, report: ProvisionReport) -> None:
+    """One pinned durable per partition, then the previous layout's shared consumer goes: its
+    unacknowledged events were copied into the router stream when that was created.
+    """
+    for partition in range(router.partitions):
+        want = router_consumer_config(router, partition)
+        name = f"consumer {router.stream}/{want['durable_name']}"
+        info = await _jsapi(bus, f"CONSUMER.INFO.{router.stream}.{want['durable_name']}")
+        if "error" in info:
+            await _create(report, name, _create_router_consumer(bus, router.stream, want),
+                          partial(_consumer_exists, bus, router.stream, want["durable_name"]))
+            continue
+        have = info.get("config", {})
+        if all(have.get(k) == want[k] for k in _COMPARED):
+            report.unchanged.append(name)
+            continue
+        try:
+            await _create_router_consumer(bus, router.stream, want)
+            report.updated.append(name)
+        except InfrastructureError as exc:
+            report.drift.append(f"{name}: {exc}")
+    await _retire_legacy_router(bus, router, report)
+
+
+async def _retire_legacy_router(bus: Bus, router: RouterDecl, report: ProvisionReport) -> None:
+    if not await _consumer_exists(bus, router.legacy_stream, router.legacy_durable):
+        return
+    try:
+        await bus.js.delete_consumer(router.legacy_stream, router.legacy_durable)
+    except NotFoundError:  # another process retired it first
+        return
+    except TimeoutError:  # a NATS user not allowed to delete it: the server user will
+        log.info("provision: %s/%s left for the server user to retire", router.legacy_stream,
+                 router.legacy_durable)
+        return
+    report.updated.append(f"consumer {router.legacy_stream}/{router.legacy_durable}: retired, "
+                          f"its events moved to {router.stream}")
+
+
 async def provision(bus: Bus, pools: tuple[str, ...] = ("default",),
                     replicas: int | None = None) -> ProvisionReport:
     """`replicas` (else NOETL_STREAM_REPLICAS) sets streams, buckets and object stores to R-N;
@@ -163,33 +302,10 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",),
     topo = bus.topology
     infos = await stream_infos(bus)
     for s in topo.streams:
-        want = StreamConfig(name=s.name, subjects=list(s.subjects), retention=_RETENTION[s.retention],
-                            storage=StorageType.FILE, duplicate_window=s.duplicate_window_s,
-                            max_age=s.max_age_s,
-                            allow_msg_schedules=True if s.allow_msg_schedules else None,
-                            num_replicas=replicas or 1)
-        info = infos.get(s.name)
-        if info is None:
-            await _create(report, f"stream {s.name}", bus.js.add_stream(want),
-                          partial(_stream_exists, bus, s.name))
-            continue
-        have = info.config
-        if replicas is None:
-            want.num_replicas = have.num_replicas  # not asked for: keep what the stream has
-        if sorted(have.subjects or []) != sorted(s.subjects) or \
-                have.duplicate_window != s.duplicate_window_s or \
-                abs((have.max_age or 0) - s.max_age_s) > 1 or \
-                (replicas is not None and (have.num_replicas or 1) != replicas) or \
-                (s.allow_msg_schedules and not have.allow_msg_schedules):
-            try:
-                await bus.js.update_stream(want)
-                report.updated.append(f"stream {s.name}")
-            except Exception as exc:  # see ensure_consumer
-                report.drift.append(f"stream {s.name}: {exc}")
-        else:
-            report.unchanged.append(f"stream {s.name}")
+        await _ensure_stream(bus, s, infos, replicas, report)
     for decl in topo.fixed_consumers():
         await ensure_consumer(bus, decl, report)
+    await ensure_router_consumers(bus, topo.router_decl(), report)
     for pool in pools:
         await ensure_consumer(bus, topo.pool_consumer(pool), report)
     for b in topo.buckets:

@@ -16,6 +16,12 @@ it is cut short (leadership change, consumer deleted, ...); both carry how many 
 were left unfulfilled, and that credit is requested again. Requests also ask for idle
 heartbeats: when neither a message nor a heartbeat comes for a while (a reconnect, a node that
 went away with our requests), every outstanding request is presumed lost and asked again.
+
+A consumer with a priority group (the router's partitions, pinned_client policy) names the group
+in every request, and, once a delivered message has told it (header `Nats-Pin-Id`), the pin it
+holds: nats-server then delivers to this client only, until the pin moves (no request from it for
+the consumer's priority_timeout, or `release`); a request with a pin that moved is answered 423,
+after which this client asks again without one and waits as a stand-by.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ HEARTBEAT_S = 1.0
 # A request refused outright (409 without a count: too many waiting requests, ...) is asked
 # again after this pause, so a refusal cannot turn into a busy loop.
 REFUSED_PAUSE_S = 0.5
+PIN_HEADER = "Nats-Pin-Id"
+PIN_MISMATCH = "423"
 
 
 class PullConsumer:
@@ -48,15 +56,22 @@ class PullConsumer:
 
     def __init__(self, nc: Client, stream: str, durable: str, *, credit: int,
                  api_prefix: str = "$JS.API", expires_s: float = EXPIRES_S,
-                 heartbeat_s: float = HEARTBEAT_S) -> None:
+                 heartbeat_s: float = HEARTBEAT_S, group: str | None = None,
+                 on_pinned: Callable[[], None] | None = None) -> None:
         if credit < 1:
             raise ValueError("a pull consumer needs a credit of at least one message")
         self.name = durable
         self._nc = nc
         self._next_subject = f"{api_prefix}.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._unpin_subject = f"{api_prefix}.CONSUMER.UNPIN.{stream}.{durable}"
+        self._group = group
+        self.pin: str | None = None  # the pin this client holds, as the server last said
+        self._held = False  # requests held back while the pin is handed over
+        self._on_pinned = on_pinned  # called when this client takes a pin, before its messages
         self._credit = credit
         self._expires_ns = int(expires_s * 1e9)
-        self._heartbeat_s = heartbeat_s
+        # nats-server refuses a request whose heartbeat is more than half its expiry.
+        self._heartbeat_s = min(heartbeat_s, expires_s / 2)
         # Silence, while requests are outstanding, after which they are presumed lost.
         self._lost_after_s = 3 * heartbeat_s
         # Requested and not yet delivered, and granted but not yet requested: together with
@@ -124,14 +139,18 @@ class PullConsumer:
     async def _request(self, *, now: bool = False) -> None:
         # One request per half of the credit at most, unless nothing is outstanding: a message
         # that comes while a request waits is delivered at once either way.
-        if self._closed or self._owed <= 0:
+        if self._closed or self._held or self._owed <= 0:
             return
         if not now and self._pending > 0 and self._owed < max(1, self._credit // 2):
             return
         batch, self._owed = self._owed, 0
         self._pending += batch
-        body = {"batch": batch, "expires": self._expires_ns,
-                "idle_heartbeat": int(self._heartbeat_s * 1e9)}
+        body: dict[str, Any] = {"batch": batch, "expires": self._expires_ns,
+                                "idle_heartbeat": int(self._heartbeat_s * 1e9)}
+        if self._group is not None:
+            body["group"] = self._group
+            if self.pin is not None:
+                body["id"] = self.pin
         try:
             await self._nc.publish(self._next_subject, json.dumps(body).encode(),
                                    reply=self._inbox)
@@ -153,6 +172,12 @@ class PullConsumer:
         self._last_heard = time.monotonic()
         status = msg.headers.get("Status") if msg.headers else None
         if status is None:
+            pin = msg.headers.get(PIN_HEADER) if self._group is not None and msg.headers else None
+            if pin and pin != self.pin:
+                log.info("pull consumer %s: pinned here", self.name)
+                self.pin = pin
+                if self._on_pinned is not None:
+                    self._on_pinned()
             self._pending = max(0, self._pending - 1)
             self._queue.append(msg)
             self._arrived.set()
@@ -160,6 +185,16 @@ class PullConsumer:
                 await self._request()
             return
         if status == "100":  # idle heartbeat (or flow control, unused by pull consumers)
+            return
+        if status == PIN_MISMATCH:
+            # The pin moved to another client: every request naming it is refused; wait as a
+            # stand-by with requests that name none.
+            if self.pin is not None:
+                log.info("pull consumer %s: pin moved to another client", self.name)
+            self.pin = None
+            self._owed += self._pending
+            self._pending = 0
+            self._retry_later(0.0)
             return
         left = _pending_count(msg)
         if left is None:
@@ -186,6 +221,35 @@ class PullConsumer:
                 self.reset()
                 await self._request(now=True)
 
+    @property
+    def outstanding(self) -> int:
+        """Messages asked for and not yet delivered."""
+        return self._pending
+
+    async def release(self, hold_s: float, drain_s: float) -> None:
+        """Give up this client's pin so that another client waiting on the group gets it: stop
+        asking, let the requests that name the pin end (up to `drain_s`; messages they bring are
+        delivered as usual), unpin, and ask again as a stand-by only after `hold_s`.
+        """
+        if self._group is None or self.pin is None or self._held:
+            return
+        self._held = True
+        try:
+            deadline = time.monotonic() + drain_s
+            while self._pending > 0 and time.monotonic() < deadline and not self._closed:
+                await asyncio.sleep(0.05)
+            self.pin = None
+            try:
+                await self._nc.request(self._unpin_subject,
+                                       json.dumps({"group": self._group}).encode(), timeout=2.0)
+            except Exception as exc:  # not unpinned: the pin ends after priority_timeout instead
+                log.info("unpinning %s failed (%s); its pin times out instead", self.name, exc)
+            await asyncio.sleep(hold_s)
+        finally:
+            self._held = False
+            self.reset()
+            await self._request(now=True)
+
     def reset(self) -> None:
         """Presume every outstanding request lost (after a reconnect, say)."""
         self._owed += self._pending
@@ -208,13 +272,20 @@ def _pending_count(msg: Msg) -> int | None:
         return None
 
 
-async def open_pull(bus: Bus, stream: str, durable: str, *, credit: int) -> PullConsumer:
-    """A started pull consumer on `bus` that asks again whenever the connection comes back."""
+async def open_pull(bus: Bus, stream: str, durable: str, *, credit: int,
+                    group: str | None = None, expires_s: float = EXPIRES_S,
+                    start: bool = True, on_pinned: Callable[[], None] | None = None,
+                    ) -> PullConsumer:
+    """A pull consumer on `bus` (started unless told otherwise) that asks again whenever the
+    connection comes back.
+    """
     consumer = PullConsumer(bus.nc, stream, durable, credit=credit,
-                            api_prefix=getattr(bus.js, "_prefix", "$JS.API"))
+                            api_prefix=getattr(bus.js, "_prefix", "$JS.API"), group=group,
+                            expires_s=expires_s, on_pinned=on_pinned)
     bus.reconnect_listeners.append(consumer.on_reconnect)
     consumer.detach = lambda: _discard(bus.reconnect_listeners, consumer.on_reconnect)
-    await consumer.start()
+    if start:
+        await consumer.start()
     return consumer
 
 

@@ -36,7 +36,7 @@ from noetl_stream.messages import (
     validated,
 )
 from noetl_stream.observe import tracing
-from noetl_stream.observe.metrics import observe_outbox
+from noetl_stream.observe.metrics import COMMIT_CONFLICTS, observe_outbox
 from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
@@ -44,6 +44,8 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_message
 from noetl_stream.runtime.dispositions import Failure, classify, settle
 from noetl_stream.runtime.execution_ids import new_execution_id
+from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
+from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.publish import publish_event, publish_outbox
 from noetl_stream.runtime.pull import PullConsumer, open_pull
@@ -57,9 +59,6 @@ from noetl_stream.tools.registry import installed_kinds
 
 log = logging.getLogger("noetl_stream.server")
 
-FETCH_BATCH = 256  # events the router applies and commits as one batch at most
-# Messages asked for ahead: the next batch arrives while this one is applied and committed.
-ROUTER_CREDIT = 2 * FETCH_BATCH
 REQUEST_BATCH = 64
 COMMIT_RETRIES = 20
 STATE_CACHE_SIZE = 10_000  # execution states kept in memory between their events
@@ -92,6 +91,7 @@ class Server:
         self._storing = asyncio.Lock()  # parsing and storing a playbook not seen before
         self._tasks: list[asyncio.Task[None]] = []
         self._consumers: list[PullConsumer] = []
+        self._partitions: RouterPartitions | None = None
         self._stopping = asyncio.Event()
         self._executions: KeyValue | None = None
         self._catalog: KeyValue | None = None
@@ -111,15 +111,25 @@ class Server:
         self._state_ttl = await state_ttl_supported(self.bus)
         topo = self.bus.topology
         req = topo.consumer("noetl-server-requests")
-        ev = topo.consumer("noetl-server-router")
         requests = await open_pull(self.bus, req.stream, req.durable, credit=REQUEST_BATCH)
-        events = await open_pull(self.bus, ev.stream, ev.durable, credit=ROUTER_CREDIT)
-        self._consumers = [requests, events]
+        # Events come per partition of the router's stream, each pinned to one server at a time
+        # (runtime/partitions.py); one loop per partition's durable.
+        self._partitions = RouterPartitions(self.bus, on_pinned=self._forget_partition)
+        partitions = await self._partitions.start()
+        self._consumers = [requests]
         self._tasks = [
             asyncio.create_task(self._loop(requests, REQUEST_BATCH, self._handle_requests),
                                 name="requests"),
-            asyncio.create_task(self._loop(events, FETCH_BATCH, self._handle_events),
-                                name="router")]
+            *(asyncio.create_task(self._loop(events, PARTITION_BATCH, self._handle_events),
+                                  name=f"router-{n}") for n, events in enumerate(partitions))]
+
+    def _forget_partition(self, partition: int) -> None:
+        """Called when a partition's pin comes here: the states cached of that partition's
+        executions may be stale (another server held it), so they are read from KV again.
+        """
+        partitions = self.bus.topology.router_decl().partitions
+        for execution_id in [e for e in self._cache if partition_of(e, partitions) == partition]:
+            del self._cache[execution_id]
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -131,6 +141,9 @@ class Server:
         for consumer in self._consumers:
             await consumer.stop()
         self._consumers = []
+        if self._partitions is not None:
+            await self._partitions.stop()
+            self._partitions = None
 
     async def _loop(self, consumer: PullConsumer, batch: int,
                     handler: Callable[[list[Msg]], Any]) -> None:
@@ -443,6 +456,7 @@ class Server:
                 cached.revision = await self._commit(execution_id, data, state, cached.revision)
             except KeyWrongLastSequenceError:
                 self._cache.pop(execution_id, None)  # someone else moved it: reload and re-apply
+                COMMIT_CONFLICTS.inc()
                 log.debug("revision conflict on %s; reloading", execution_id)
                 continue
             log.debug("committed %d events of %s at revision %d", len(items), execution_id,
@@ -656,10 +670,8 @@ def _same_request(state: ExecutionState, playbook_key: str, workload: dict[str, 
 
 
 def _stream_seq(msg: Msg) -> int | None:
-    try:
-        return int(msg.metadata.sequence.stream)
-    except (AttributeError, TypeError, ValueError):  # not a JetStream message
-        return None
+    # The events stream's sequence, also for the router stream's copy of an event.
+    return origin_sequence(msg)
 
 
 def _encoding_problem(exc: Exception) -> str:

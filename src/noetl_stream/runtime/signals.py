@@ -31,12 +31,14 @@ def valid_signal_name(name: str) -> bool:
 
 def decode_event(topology: Topology, subject: str, data: bytes,
                  seq: int | None = None) -> dict[str, Any]:
-    """The event a message on the events stream carries, checked (messages.decode_event).
-    Raises messages.Malformed (a ValueError) for a message no reader may take: an identifier
-    that is not one, a body that is not a JSON object where an event envelope is expected, or a
-    body whose `execution_id` or `event_type` is not its subject's.
+    """The event a message on the events stream (or its copy in the router's stream) carries,
+    checked (messages.decode_event) under the subject it was published on. Raises
+    messages.Malformed (a ValueError) for a message no reader may take: an identifier that is
+    not one, a body that is not a JSON object where an event envelope is expected, or a body
+    whose `execution_id` or `event_type` is not its subject's.
     """
-    return messages.decode_event(topology.prefix, subject, data, seq)
+    return messages.decode_event(topology.prefix, topology.published_subject(subject), data,
+                                 seq)
 
 
 async def publish_signal(bus: Bus, execution_id: str, name: str, data: Any, *,
