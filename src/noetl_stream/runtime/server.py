@@ -25,21 +25,17 @@ from noetl_stream import config, ids, jsonutil, router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
-from noetl_stream.errors import PlaybookError, TemplateError
+from noetl_stream.errors import PlaybookError
 from noetl_stream.messages import (
-    CancelRequest,
     ExecutionRequest,
     Malformed,
-    RequestReply,
-    event_body,
     reply_address,
     validated,
 )
 from noetl_stream.observe import tracing
 from noetl_stream.observe.metrics import COMMIT_CONFLICTS, observe_outbox
-from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
-from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
+from noetl_stream.runtime import request_answers as answers
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_message
 from noetl_stream.runtime.dispositions import Failure, classify, settle
@@ -47,14 +43,14 @@ from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
 from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
-from noetl_stream.runtime.publish import publish_event, publish_outbox
+from noetl_stream.runtime.publish import publish_outbox
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.retention import state_ttl_supported, write_finished_state
 from noetl_stream.runtime.signals import decode_event
-from noetl_stream.runtime.state_size import shrink
+from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.state.results import ResultStore
-from noetl_stream.state.step_results import StepResults, summaries_by_reference
+from noetl_stream.state.step_results import StepResults
 from noetl_stream.tools.registry import installed_kinds
 
 log = logging.getLogger("noetl_stream.server")
@@ -63,16 +59,6 @@ REQUEST_BATCH = 64
 COMMIT_RETRIES = 20
 STATE_CACHE_SIZE = 10_000  # execution states kept in memory between their events
 PLAYBOOK_CACHE_SIZE = 1_000  # parsed playbooks
-STATE_HEADROOM = 64 * 1024  # bytes of a NATS message kept for headers beside a committed state
-
-
-class Unstorable(Exception):
-    """A state JSON cannot hold, or one larger than a NATS message; `kind` is the error kind."""
-
-    def __init__(self, message: str, kind: str, size: int = 0) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.size = size  # bytes of the encoded state, for "too_large"
 
 
 @dataclass
@@ -101,6 +87,7 @@ class Server:
         self._pools = KnownPools(bus)
         self._results = ResultStore(bus.js)
         self._step_results = StepResults(bus.js, self._results)
+        self._codec = StateCodec(bus.nc, self._results, self._step_results)
         # A finished state is written with this per-key TTL (runtime/retention.py).
         self._retention_s = config.retention_s()
         self._state_ttl = False
@@ -175,6 +162,10 @@ class Server:
         await asyncio.gather(*(self._guarded(m, self._handle_request) for m in starts))
         await asyncio.gather(*(self._guarded(m, self._handle_cancel) for m in cancels))
 
+    async def _handle_cancel(self, msg: Msg) -> None:
+        assert self._executions is not None
+        await answers.handle_cancel(self.bus, self._executions, msg, self.clock())
+
     async def _guarded(self, msg: Msg, handle: Callable[[Msg], Awaitable[None]]) -> None:
         """Run `handle(msg)`; a failure settles the message as dispositions.py says (a bug is
         dead-lettered, NATS trouble handed back), instead of failing the batch.
@@ -188,7 +179,7 @@ class Server:
             if classify(exc) is Failure.HANDLER_BUG:  # it will not come back: say so
                 execution_id, reply_to = reply_address(jsonutil.loads_object(msg.data))
                 with contextlib.suppress(Exception):
-                    await self._reply(reply_to, execution_id, [
+                    await answers.reply(self.bus, reply_to, execution_id, [
                         f"the server failed on this request ({type(exc).__name__}); it is kept "
                         "in the dead-letter stream"])
 
@@ -213,52 +204,6 @@ class Server:
             if isinstance(result, BaseException):
                 log.warning("dead letter not written: %s", result)
 
-    async def _handle_cancel(self, msg: Msg) -> None:
-        """Turn a cancel request into the execution's `execution.cancel.requested` event; the
-        router applies it in order with the execution's other events.
-        """
-        try:
-            request = validated(CancelRequest, msg.data)
-        except Malformed as exc:
-            _, reply_to = reply_address(exc.raw)
-            log.warning("rejected cancel request: %s", exc)
-            await self._reply(reply_to, None, [f"bad cancel request: {exc}"])
-            await settle(msg, classify(exc))  # it will never become valid by redelivery
-            return
-        execution_id = request.execution_id
-        assert self._executions is not None
-        try:
-            entry = await self._executions.get(execution_id)
-            state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
-        except (KeyNotFoundError, KeyError, ValueError):
-            log.warning("cancel request for unknown execution %s", execution_id)
-            await self._reply(request.reply_to, execution_id,
-                              [f"no execution {execution_id} is known"])
-            await settle(msg, Failure.UNKNOWN_EXECUTION)
-            return
-        if state.status != "running":
-            await self._reply(request.reply_to, execution_id,
-                              [f"execution {execution_id} already {state.status}; nothing to cancel"])
-            await msg.ack()
-            return
-        body = event_body(CANCEL_REQUESTED, execution_id, self.clock(),
-                          parent_execution_id=state.parent_execution_id, reason=request.reason,
-                          requested_by=request.requested_by)
-        await publish_event(self.bus, execution_id, CANCEL_REQUESTED,
-                            ids.event_msg_id(execution_id, CANCEL_REQUESTED), body)
-        await self._reply(request.reply_to, execution_id, [])
-        await msg.ack_sync()
-
-    async def _reply(self, reply_to: str | None, execution_id: str | None, errors: list[str],
-                     *, accepted: bool | None = None) -> None:
-        """Answer a request's `reply_to`, if it gave one; accepted when there are no errors,
-        unless told otherwise.
-        """
-        if reply_to:
-            accepted = not errors if accepted is None else accepted
-            reply = RequestReply(accepted=accepted, execution_id=execution_id, errors=errors)
-            await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
-
     async def _handle_request(self, msg: Msg) -> None:
         try:
             request = validated(ExecutionRequest, msg.data)
@@ -266,8 +211,8 @@ class Server:
             # A body that is JSON but not a valid request may still say who waits for the answer
             # (each only when valid itself: an answer never builds a subject NATS refuses).
             execution_id, reply_to = reply_address(exc.raw)
-            await self._reject(msg, execution_id, reply_to, [f"bad execution request: {exc}"],
-                               classify(exc))
+            await answers.reject(self.bus, msg, execution_id, reply_to,
+                                 [f"bad execution request: {exc}"], classify(exc), self.clock())
             return
         execution_id = request.execution_id or new_execution_id()
         assert self._catalog is not None and self._executions is not None
@@ -284,9 +229,10 @@ class Server:
                         playbook = parse_playbook(request.playbook, request.playbook_file,
                                                   kinds=self._kinds).playbook
                     except PlaybookError as exc:
-                        await self._reject(msg, execution_id, request.reply_to,
-                                           [str(i) for i in exc.issues if i.severity == "error"],
-                                           Failure.REFUSED)
+                        await answers.reject(
+                            self.bus, msg, execution_id, request.reply_to,
+                            [str(i) for i in exc.issues if i.severity == "error"],
+                            Failure.REFUSED, self.clock())
                         return
                     await self._catalog.put(key, request.playbook.encode())
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
@@ -294,7 +240,7 @@ class Server:
         state, data = self._started(playbook, request, execution_id, key, workload,
                                     tracing.execution_trace(execution_id, msg.headers))
         if await self._refuse_unserved(state, self.clock()):
-            data = self._encode(state)
+            data = self._codec.encode(state)
         created = True
         try:
             revision = await self._executions.create(execution_id, data)
@@ -305,17 +251,17 @@ class Server:
             await self._step_results.load(state)
             revision = int(entry.revision or 0)
             created = False
-            if not _same_request(state, key, workload, request):
-                await self._refuse_conflict(msg, execution_id, request.reply_to)
+            if not answers.same_request(state, key, workload, request):
+                await answers.refuse_conflict(self.bus, msg, execution_id, request.reply_to)
                 return
         self._remember(execution_id, _Cached(state, revision, playbook))
         # Before the child's first command: its end can then never reach the parent's log
         # ahead of its start, so the parent's router hears of it while its step still waits.
-        await self._publish_child_started(request, state)
+        await answers.publish_child_started(self.bus, request, state, self.clock())
         await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))
         if created:
             _count(state, state.outbox, playbook)
-        await self._reply(request.reply_to, execution_id, [])
+        await answers.reply(self.bus, request.reply_to, execution_id, [])
         await msg.ack_sync()
 
     def _started(self, playbook: Playbook, request: ExecutionRequest, execution_id: str,
@@ -331,9 +277,9 @@ class Server:
         try:
             state = fresh()
             state.trace = trace
-            return state, self._encode(state)
+            return state, self._codec.encode(state)
         except Exception as exc:
-            error = _fault(exc)
+            error = fault(exc)
         log.warning("execution %s fails at its start: %s", execution_id, error["message"])
         # The playbook's start step is never reached: the state holds the failure alone.
         state = ExecutionState(execution_id=execution_id, playbook_key=key, workload=workload,
@@ -342,52 +288,11 @@ class Server:
                                parent_iter=request.parent_iter, started_at=self.clock())
         state.trace = trace
         try:
-            self._encode(state)
+            self._codec.encode(state)
         except Unstorable:
             state.workload = {}  # the payload itself cannot be stored; the error says why
         router.abort(playbook, state, "the start of the execution", error, self.clock())
-        return state, self._encode(state)
-
-    async def _refuse_conflict(self, msg: Msg, execution_id: str, reply_to: str | None) -> None:
-        """The id belongs to an execution started by another request: answer so, leave that
-        execution alone (no event in its log), and drop the request.
-        """
-        log.warning("execution request for %s conflicts with the one that started it", execution_id)
-        if reply_to:
-            reply = RequestReply(accepted=False, execution_id=execution_id, conflict=True, errors=[
-                f"execution {execution_id} exists, started by another request (a different "
-                "playbook or payload); nothing was started"])
-            await self.bus.nc.publish(reply_to, reply.model_dump_json().encode())
-        await settle(msg, Failure.REFUSED)
-
-    async def _publish_child_started(self, request: ExecutionRequest,
-                                     state: ExecutionState) -> None:
-        """Record a child in its parent's event log; the parent's router cancels it if the step
-        that waits on it is cut short (router/children.py). Repeats are deduplicated.
-        """
-        parent = request.parent_execution_id
-        if parent is None or request.parent_step_run_id is None:
-            return  # not started by a command the parent's router could tie it to
-        if state.parent_execution_id != parent:
-            return  # the request reused the id of an execution that is no child of this parent
-        execution_id = state.execution_id
-        body = event_body(CHILD_STARTED, parent, self.clock(), child_execution_id=execution_id,
-                          step_run_id=request.parent_step_run_id,
-                          iteration=request.parent_iteration, detached=request.detached)
-        await publish_event(self.bus, parent, CHILD_STARTED,
-                            ids.event_msg_id(parent, CHILD_STARTED, execution_id), body)
-
-    async def _reject(self, msg: Msg, execution_id: str | None, reply_to: str | None,
-                      errors: list[str], failure: Failure) -> None:
-        log.warning("rejected execution request (%s): %s", failure, "; ".join(errors)[:2000])
-        if execution_id is not None:
-            body = event_body("execution.rejected", execution_id, self.clock(),
-                              status="rejected", errors=errors)
-            await publish_event(self.bus, execution_id, "execution.rejected",
-                                ids.event_msg_id(execution_id, "execution.rejected"), body)
-        await self._reply(reply_to, execution_id, errors, accepted=False)
-        # Terminated: a malformed request will never become valid by redelivery.
-        await settle(msg, failure)
+        return state, self._codec.encode(state)
 
     # -- events ----------------------------------------------------------------------------
     async def _handle_events(self, msgs: list[Msg]) -> None:
@@ -437,7 +342,7 @@ class Server:
                 return
             vars_before = dict(cached.state.vars)
             now = self.clock()
-            data = await self._encoded(cached.state) if self._apply_all(cached, items, now) \
+            data = await self._codec.encoded(cached.state) if self._apply_all(cached, items, now) \
                 else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
@@ -451,7 +356,7 @@ class Server:
                 data = await self._apply_until_fault(cached, items, now)
             state = cached.state
             if await self._refuse_unserved(state, now):
-                data = self._encode(state)
+                data = self._codec.encode(state)
             try:
                 cached.revision = await self._commit(execution_id, data, state, cached.revision)
             except KeyWrongLastSequenceError:
@@ -498,37 +403,6 @@ class Server:
         state.outbox = outbox
         return True
 
-    async def _encoded(self, state: ExecutionState) -> bytes | None:
-        """The state's commit, its largest values moved to the object store if it is too large
-        (runtime/state_size.py); None when it cannot be stored even so.
-        """
-        try:
-            return await self._encode_fitting(state)
-        except Unstorable as exc:
-            log.warning("state of %s cannot be stored: %s", state.execution_id, exc)
-            return None
-
-    async def _encode_fitting(self, state: ExecutionState) -> bytes:
-        # Results first, so the state refers to them by key (state/step_results.py); their
-        # entries are written before the state that names them is committed.
-        try:
-            await self._step_results.store(state)
-        except (TypeError, ValueError) as exc:
-            raise Unstorable(_encoding_problem(exc), "value") from None
-        # Half a message, as a state too large is shrunk to: the state holds its outbox too.
-        await summaries_by_reference(state.outbox, self._results, self._state_limit() // 2)
-        try:
-            return self._encode(state)
-        except Unstorable as exc:
-            if exc.kind != "too_large":
-                raise
-            size = exc.size
-        limit = self._state_limit()
-        if not await shrink(state, self._results, size, limit // 2):
-            raise Unstorable(f"the execution's state would be {size} bytes, more than the "
-                             f"{limit} a NATS message may hold", "too_large", size)
-        return self._encode(state)
-
     async def _apply_until_fault(self, cached: _Cached, items: list[tuple[Msg, dict[str, Any]]],
                                  now: float) -> bytes:
         """Apply the group event by event; the first event that raises, or leaves a state that
@@ -539,9 +413,9 @@ class Server:
             before = state.to_json()  # storable: it was committed, or checked just now
             try:
                 router.apply(cached.playbook, state, event, now)
-                await self._encode_fitting(state)
+                await self._codec.encode_fitting(state)
             except Exception as exc:
-                error = _fault(exc)
+                error = fault(exc)
                 log.warning("%s of %s fails the execution: %s", router.cause_of(event),
                             state.execution_id, error["message"])
                 state = ExecutionState.from_dict(jsonutil.loads(before))
@@ -553,22 +427,7 @@ class Server:
             outbox.extend(state.outbox)
         state.outbox = outbox
         cached.state = state
-        return await self._encode_fitting(state)
-
-    def _encode(self, state: ExecutionState) -> bytes:
-        """The state as the bytes of its commit; raises Unstorable when JSON has no word for a
-        value in it or it is larger than a NATS message. Its outbox is inside it, so every
-        message it publishes fits too.
-        """
-        try:
-            data = state.to_json()
-        except (TypeError, ValueError) as exc:
-            raise Unstorable(_encoding_problem(exc), "value") from None
-        limit = self._state_limit()
-        if len(data) > limit:
-            raise Unstorable(f"the execution's state would be {len(data)} bytes, more than the "
-                             f"{limit} a NATS message may hold", "too_large", len(data))
-        return data
+        return await self._codec.encode_fitting(state)
 
     async def _refuse_unserved(self, state: ExecutionState, now: float) -> bool:
         """Replace the outbox's commands for pools no worker serves with their steps' failures
@@ -584,11 +443,6 @@ class Server:
                     ", ".join(sorted(unknown)))
         state.outbox = refuse_commands(state.outbox, unknown, self._pools.known, now)
         return True
-
-    def _state_limit(self) -> int:
-        # The server's max_payload less room for headers; 1 MiB (NATS' default) when unknown.
-        max_payload = getattr(self.bus.nc, "max_payload", 0) or 1024 * 1024
-        return int(max_payload) - STATE_HEADROOM
 
     async def _commit(self, execution_id: str, data: bytes, state: ExecutionState,
                       last: int) -> int:
@@ -659,35 +513,6 @@ def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> Non
         del cache[next(iter(cache))]
 
 
-def _same_request(state: ExecutionState, playbook_key: str, workload: dict[str, Any],
-                  request: ExecutionRequest) -> bool:
-    """Whether `request` is the one that started `state` again: same playbook text, same
-    workload after the payload merge, same parent. Compared as JSON, as the state stores them.
-    """
-    return (state.playbook_key == playbook_key
-            and state.workload == jsonutil.loads(jsonutil.dumps(workload))
-            and state.parent_execution_id == request.parent_execution_id)
-
-
 def _stream_seq(msg: Msg) -> int | None:
     # The events stream's sequence, also for the router stream's copy of an event.
     return origin_sequence(msg)
-
-
-def _encoding_problem(exc: Exception) -> str:
-    """Why orjson refused a value, in the playbook author's words."""
-    text = str(exc)
-    if "64-bit" in text:
-        return f"{text}: an integer beyond 64 bits cannot be stored (store it as a string)"
-    if "ecursion" in text:
-        return f"{text}: a value nested more than 250 levels deep cannot be stored"
-    return f"a value cannot be stored as JSON: {text}"
-
-
-def _fault(exc: Exception) -> dict[str, Any]:
-    """The error an execution fails with when applying an event raised `exc`."""
-    if isinstance(exc, Unstorable):
-        return {"message": str(exc), "kind": exc.kind}
-    if isinstance(exc, TemplateError):
-        return {"message": str(exc), "kind": "template"}
-    return {"message": f"{type(exc).__name__}: {exc}", "kind": "internal"}
