@@ -178,13 +178,18 @@ async def test_the_http_api_refuses_an_oversized_signal_name_and_keeps_the_route
             long_name = (resp.status, await resp.json())
         async with http.post(f"{base}/{LONG_ID}/cancel", json={}) as resp:
             long_cancel = resp.status
-        async with http.post(f"{base}/{execution_id}/signals/go", json={}) as resp:
-            go = resp.status
+
+        async def go() -> None:
+            # 409 until the listening step waits: `running` does not mean it has got there yet.
+            async with http.post(f"{base}/{execution_id}/signals/go", json={}) as resp:
+                assert resp.status == 202, await resp.text()
+
+        await assert_eventually(go, timeout_s=15)
         final = await run
 
     assert long_name[0] == 422 and "at most 128 characters" in long_name[1]["error"]["message"]
     assert long_cancel == 404
-    assert go == 202 and final["event_type"] == "execution.completed", final
+    assert final["event_type"] == "execution.completed", final
     assert reconnects(bus) == 0
 
 
