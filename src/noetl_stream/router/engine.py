@@ -173,7 +173,7 @@ class Engine:
             step_run_id=run.run_id,
             parent_execution_id=self.state.parent_execution_id,
             iteration=index,
-            tasks=[t.model_dump(mode="json") for t in step.tasks],
+            tasks=self.graph.task_dumps[step.name],
             step_args=step.args,
             context={
                 "workload": only(self.state.workload, names, "workload"),

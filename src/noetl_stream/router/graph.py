@@ -1,4 +1,5 @@
-"""Static facts about a playbook's net: forward predecessors of each step and back-edges.
+"""Static facts about a playbook's net, found once per playbook: forward predecessors of each
+step, back-edges, and what every command of a step carries unchanged (its tasks).
 
 An arc is a back-edge when, in a depth-first walk from the start step, it points at a step still
 on the walk's stack (pagination loops, retry loops). Back-edges re-enter a step without a join.
@@ -8,7 +9,8 @@ in its component has not yet decided its other arcs (dead-path elimination waits
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from noetl_stream.dsl.models import Playbook
 
@@ -19,6 +21,9 @@ class NetGraph:
     back_edges: frozenset[tuple[str, str]]
     components: dict[str, int]  # strongly connected component of each step
     start: str = ""  # the start step's name, looked up once (every command asks)
+    # Each step's tasks as its commands carry them, dumped once per playbook rather than per
+    # command (a 500-item loop sends the same list 500 times). Never changed once built.
+    task_dumps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def is_join(self, step: str) -> bool:
         return len(self.forward_preds.get(step, ())) > 1
@@ -79,7 +84,9 @@ def _build(playbook: Playbook) -> NetGraph:
             if (src, dst) not in back and src not in preds[dst]:
                 preds[dst].append(src)
     return NetGraph({k: tuple(v) for k, v in preds.items()}, frozenset(back),
-                    _components([s.name for s in playbook.steps], succ), start=roots[0])
+                    _components([s.name for s in playbook.steps], succ), start=roots[0],
+                    task_dumps={s.name: [t.model_dump(mode="json") for t in s.tasks]
+                                for s in playbook.steps})
 
 
 def _components(order: list[str], succ: dict[str, list[str]]) -> dict[str, int]:

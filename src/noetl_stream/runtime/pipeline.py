@@ -37,6 +37,7 @@ from noetl_stream.runtime.retrying import (
     retry_names,
 )
 from noetl_stream.runtime.sinks import SinkRuns
+from noetl_stream.runtime.task_cache import command_tasks
 from noetl_stream.runtime.task_views import case_views, outcome_views, rendered_field, sink_view
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
@@ -131,7 +132,7 @@ class Pipeline:
         self.key_prefix = idempotency_prefix
         self.captured: dict[str, dict[str, Any]] = {}  # task -> its last call's printed output
         ctx_in = command["context"]
-        self.tasks = [Task.model_validate(t) for t in command["tasks"]]
+        self.tasks = list(command_tasks(command["tasks"]))
         self.index = {t.name: i for i, t in enumerate(self.tasks)}
         self.workload: dict[str, Any] = ctx_in.get("workload", {})
         self.ctx: dict[str, Any] = dict(ctx_in.get("ctx", {}))
