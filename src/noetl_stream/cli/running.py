@@ -150,7 +150,7 @@ async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
     embedded = request.nats_url is None
     on_embedded = None if request.quiet else announce
     async with open_stack(request.nats_url, prefix=request.prefix, on_embedded=on_embedded) as stack:
-        services = run_services(stack.bus) if embedded else contextlib.nullcontext()
+        services = run_services(stack.bus, local=True) if embedded else contextlib.nullcontext()
         async with services, run_ui(stack.bus, request.ui_at, embedded=embedded) as ui_url:
             if any(f.links for f in files):  # children named by file travel via the catalog
                 await register_files(stack.bus.js, files)

@@ -103,8 +103,11 @@ class PythonTool:
     kind = "python"
 
     def __init__(self, max_children: int = 8, warm: int = 2,
-                 sandbox: Sandbox | None = None) -> None:
+                 sandbox: Sandbox | None = None, quiet_fallback: bool = False) -> None:
         self.max_children = max_children
+        # `noetl-stream run`: the user's own playbook in their own session, where falling back
+        # to their user is no news worth a warning on every run (it is still logged, at INFO).
+        self.quiet_fallback = quiet_fallback
         self.warm = warm
         self._sandbox = sandbox
         self._idle: list[_Child] = []
@@ -142,10 +145,11 @@ class PythonTool:
             return
         if os.environ.get(ENV_PYTHON_USER, "").strip():
             raise SandboxError(f"python steps cannot run as {sandbox.user.name}: {problem}")
-        log.warning("python steps run as root: user %s cannot run %s (%s); make the interpreter "
-                    "and its libraries readable by that user, set %s to a user who can, or %s=%s "
-                    "to choose the worker's user", sandbox.user.name, sandbox.executable, problem,
-                    ENV_PYTHON_USER, ENV_PYTHON_USER, SAME_USER)
+        log.log(logging.INFO if self.quiet_fallback else logging.WARNING,
+                "python steps run as root: user %s cannot run %s (%s); make the interpreter "
+                "and its libraries readable by that user, set %s to a user who can, or %s=%s "
+                "to choose the worker's user", sandbox.user.name, sandbox.executable, problem,
+                ENV_PYTHON_USER, ENV_PYTHON_USER, SAME_USER)
         self._sandbox = await asyncio.to_thread(make_sandbox, same_user=True)
         if sandbox.cwd:
             await asyncio.to_thread(shutil.rmtree, sandbox.cwd, ignore_errors=True)

@@ -77,9 +77,10 @@ class ToolRegistry:
 
     @classmethod
     async def create(cls, *, services: ToolServices | None = None, python_children: int = 8,
-                     python_warm: int = 2) -> ToolRegistry:
+                     python_warm: int = 2, quiet_python_fallback: bool = False) -> ToolRegistry:
         services = services or ToolServices()
-        python = PythonTool(max_children=python_children, warm=python_warm)
+        python = PythonTool(max_children=python_children, warm=python_warm,
+                            quiet_fallback=quiet_python_fallback)
         await python.start()
         tools: dict[str, Tool] = {"python": python}
         origins = {"python": "built-in"}
