@@ -33,17 +33,30 @@ async def other(nats_server: NatsServer) -> AsyncIterator[Bus]:
         await bus.close()
 
 
-@pytest.fixture
-async def pinned(bus: Bus) -> str:
+async def _pinned(bus: Bus, ack_wait_s: float) -> str:
     await bus.js.add_stream(StreamConfig(name=STREAM, subjects=["pintest.>"],
                                          storage=StorageType.MEMORY))
-    config = {"durable_name": DURABLE, "ack_policy": "explicit", "ack_wait": 30_000_000_000,
+    config = {"durable_name": DURABLE, "ack_policy": "explicit",
+              "ack_wait": int(ack_wait_s * 1e9),
               "filter_subject": "pintest.>", "priority_groups": [GROUP],
               "priority_policy": "pinned_client", "priority_timeout": int(PIN_TTL_S * 1e9)}
     reply = await bus.nc.request(f"$JS.API.CONSUMER.CREATE.{STREAM}.{DURABLE}",
                                  json.dumps({"stream_name": STREAM, "config": config}).encode())
     assert "error" not in json.loads(reply.data), reply.data
     return STREAM
+
+
+@pytest.fixture
+async def pinned(bus: Bus) -> str:
+    return await _pinned(bus, ack_wait_s=30.0)
+
+
+@pytest.fixture
+async def pinned_short_lease(bus: Bus) -> str:
+    """As `pinned`, with a lease short enough that a message handed to a dead holder comes
+    back within the test.
+    """
+    return await _pinned(bus, ack_wait_s=1.0)
 
 
 async def _consumer(bus: Bus) -> PullConsumer:
@@ -86,7 +99,7 @@ async def test_one_client_at_a_time_gets_the_messages(bus: Bus, other: Bus, pinn
 
 
 async def test_the_pin_moves_to_the_stand_by_when_its_holder_goes_silent(
-        bus: Bus, other: Bus, pinned: str) -> None:
+        bus: Bus, other: Bus, pinned_short_lease: str) -> None:
     holder = await _consumer(bus)
     await _publish(bus, "a", 3)
     assert len(await _drain(holder, 1.0)) == 3
@@ -96,13 +109,18 @@ async def test_the_pin_moves_to_the_stand_by_when_its_holder_goes_silent(
     silent_at = time.monotonic()
     await _publish(other, "b", 5)
     got: list[bytes] = []
-    while len(got) < 5 and time.monotonic() - silent_at < PIN_TTL_S + 3:
-        got += await _drain(stand_by, 0.2)
-    taken_after = time.monotonic() - silent_at
+    taken_after: float | None = None
+    # A message nats-server handed to the holder's last pull before it saw the connection go
+    # is that holder's until its lease ends, then comes back to whoever holds the pin.
+    while len(set(got)) < 5 and time.monotonic() - silent_at < PIN_TTL_S + 6:
+        batch = await _drain(stand_by, 0.2)
+        if batch and taken_after is None:
+            taken_after = time.monotonic() - silent_at
+        got += batch
     await stand_by.stop()
-    assert sorted(got) == [f"b{i}".encode() for i in range(5)]
+    assert sorted(set(got)) == [f"b{i}".encode() for i in range(5)]
     assert stand_by.pin is not None
-    assert taken_after < PIN_TTL_S + 1.5, taken_after
+    assert taken_after is not None and taken_after < PIN_TTL_S + 1.5, taken_after
 
 
 async def test_release_hands_the_pin_over_at_once(bus: Bus, other: Bus, pinned: str) -> None:
