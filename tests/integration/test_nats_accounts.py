@@ -8,6 +8,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from nats.aio.msg import Msg
@@ -111,6 +112,15 @@ async def _stored(bus: Bus, stream: str, subject: str) -> int:
     return int((info.state.subjects or {}).get(subject, 0))
 
 
+T = TypeVar("T")
+
+
+def _reported(found: list[T]) -> list[T]:
+    # An AssertionError, so assert_eventually waits for the server's -ERR instead of giving up.
+    assert found, "nats-server has reported no permissions violation for it yet"
+    return found
+
+
 def _violations(caplog: pytest.LogCaptureFixture, subject: str) -> list[str]:
     # nats-py reports the server's -ERR lowercased.
     return [r.getMessage() for r in caplog.records
@@ -127,7 +137,7 @@ async def test_worker_cannot_publish_a_command(worker_bus: Bus, server_bus: Bus,
         await worker_bus.js.publish(subject, b"{}", timeout=DENIED_WAIT_S)
 
     assert await _stored(server_bus, "NOETL_COMMANDS", subject) == 0
-    await assert_eventually(lambda: _violations(caplog, subject) or [][0])
+    await assert_eventually(lambda: _reported(_violations(caplog, subject)))
 
 
 async def test_client_cannot_publish_a_step_outcome(client_bus: Bus, server_bus: Bus,
@@ -139,7 +149,7 @@ async def test_client_cannot_publish_a_step_outcome(client_bus: Bus, server_bus:
         await client_bus.js.publish(subject, b'{"status": "ok"}', timeout=DENIED_WAIT_S)
 
     assert await _stored(server_bus, "NOETL_EVENTS", subject) == 0
-    await assert_eventually(lambda: _violations(caplog, subject) or [][0])
+    await assert_eventually(lambda: _reported(_violations(caplog, subject)))
 
 
 async def test_client_can_request_an_execution_cancel_it_and_signal_it(client_bus: Bus) -> None:
@@ -230,7 +240,7 @@ async def test_restricted_user_cannot_create_or_update_the_router_consumer(
     named = (f"$JS.API.CONSUMER.CREATE.{router.stream}.{router.durable}."
              f"{before.filter_subject or ''}").rstrip(".")
     for subject in (named, legacy, durable):
-        await assert_eventually(lambda s=subject: _violations(caplog, s) or [][0])
+        await assert_eventually(lambda s=subject: _reported(_violations(caplog, s)))
 
 
 CHILD = read_playbook("integration", "nats_accounts_child.yaml")
@@ -285,9 +295,9 @@ async def test_each_user_replies_on_its_own_inbox_and_cannot_read_anothers(
     await asyncio.sleep(0.3)
     assert overheard == []
     for pattern in ("_INBOX.>", "_INBOX.worker-default.>", "_INBOX.server.>"):
-        await assert_eventually(lambda p=pattern: [
+        await assert_eventually(lambda p=pattern: _reported([
             r for r in caplog.records if "permissions violation for subscription" in
-            r.getMessage().lower() and f'"{p.lower()}"' in r.getMessage().lower()] or [][0])
+            r.getMessage().lower() and f'"{p.lower()}"' in r.getMessage().lower()]))
 
 
 @pytest.mark.parametrize("bucket", ["noetl_credentials", "noetl_users", "noetl_executions"])
@@ -315,7 +325,7 @@ async def test_client_cannot_ack_event_deliveries(client_bus: Bus,
     await client_bus.nc.publish(subject, b"+ACK")
     await client_bus.nc.flush()
 
-    await assert_eventually(lambda: _violations(caplog, subject) or [][0])
+    await assert_eventually(lambda: _reported(_violations(caplog, subject)))
 
 
 async def test_worker_cannot_purge_the_results_store_or_write_other_auth_cache_keys(
@@ -335,7 +345,7 @@ async def test_worker_cannot_purge_the_results_store_or_write_other_auth_cache_k
     assert (await server_bus.js.stream_info("OBJ_noetl_results")).state.messages > 0
     assert await ResultStore(client_bus.js).fetch(ref["$ref"]) == b"x" * 300_000
     for subject in (purge, stray):
-        await assert_eventually(lambda s=subject: _violations(caplog, s) or [][0])
+        await assert_eventually(lambda s=subject: _reported(_violations(caplog, s)))
 
 
 SCOPED = read_playbook("integration", "nats_accounts_scoped.yaml")
