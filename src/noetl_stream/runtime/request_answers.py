@@ -33,13 +33,14 @@ log = logging.getLogger("noetl_stream.server")
 
 
 async def reply(bus: Bus, reply_to: str | None, execution_id: str | None, errors: list[str],
-                *, accepted: bool | None = None) -> None:
+                *, accepted: bool | None = None, conflict: bool = False) -> None:
     """Answer a request's `reply_to`, if it gave one; accepted when there are no errors,
     unless told otherwise.
     """
     if reply_to:
         accepted = not errors if accepted is None else accepted
-        answer = RequestReply(accepted=accepted, execution_id=execution_id, errors=errors)
+        answer = RequestReply(accepted=accepted, execution_id=execution_id, errors=errors,
+                              conflict=conflict)
         await bus.nc.publish(reply_to, answer.model_dump_json().encode())
 
 
@@ -64,11 +65,9 @@ async def refuse_conflict(bus: Bus, msg: Msg, execution_id: str, reply_to: str |
     execution alone (no event in its log), and drop the request.
     """
     log.warning("execution request for %s conflicts with the one that started it", execution_id)
-    if reply_to:
-        answer = RequestReply(accepted=False, execution_id=execution_id, conflict=True, errors=[
-            f"execution {execution_id} exists, started by another request (a different "
-            "playbook or payload); nothing was started"])
-        await bus.nc.publish(reply_to, answer.model_dump_json().encode())
+    await reply(bus, reply_to, execution_id, [
+        f"execution {execution_id} exists, started by another request (a different playbook or "
+        "payload); nothing was started"], accepted=False, conflict=True)
     await settle(msg, Failure.REFUSED)
 
 

@@ -301,7 +301,7 @@ class Server:
         for m in msgs:
             try:
                 # Checked against its subject; signals carry a client's data, never an envelope.
-                event = decode_event(self.bus.topology, m.subject, m.data, _stream_seq(m))
+                event = decode_event(self.bus.topology, m.subject, m.data, origin_sequence(m))
             except Malformed as exc:
                 refused.append((m, exc))
                 continue
@@ -511,8 +511,3 @@ def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> Non
     cache[key] = value
     while len(cache) > limit:
         del cache[next(iter(cache))]
-
-
-def _stream_seq(msg: Msg) -> int | None:
-    # The events stream's sequence, also for the router stream's copy of an event.
-    return origin_sequence(msg)
