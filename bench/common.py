@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import os
 import time
+from collections.abc import Awaitable, Callable
+
+from nats.aio.msg import Msg
 
 from nats.js.api import (
     AckPolicy,
@@ -17,6 +22,7 @@ from nats.js.api import (
 )
 
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.pull import PullConsumer
 
 
 def cpu_s(pid: int | None) -> float:
@@ -47,7 +53,8 @@ async def raw_round_trips(bus: Bus, n: int, *, batch: int, kv: bool, tag: str) -
     """Seconds for `n` sequential round trips: publish a command -> pull fetch (+ ack) -> publish
     an event -> pull fetch (+ ack), on scratch streams. `batch` is the fetch batch size (the
     runtime asks for up to 64 commands and 256 events); `kv` adds the router's revision-checked
-    KV update of a ~1 KB state per round trip. Acks are double acks, as in the runtime."""
+    KV update of a ~1 KB state per round trip. Both messages are double-acked, which is how the
+    baseline is defined (the runtime's acks are plain, so it does less than this)."""
     js = bus.js
     cmd_stream, ev_stream = f"BENCH_{tag}_CMD", f"BENCH_{tag}_EV"
     for name, subj, retention in ((cmd_stream, f"bench.{tag}.cmd.>", RetentionPolicy.WORK_QUEUE),
@@ -97,3 +104,96 @@ async def raw_round_trips(bus: Bus, n: int, *, batch: int, kv: bool, tag: str) -
         with contextlib.suppress(Exception):
             await js.delete_key_value(f"bench_{tag.lower()}")
     return elapsed
+
+
+# -- RAW-W3: the least a step must send, many executions at once ----------------------------
+async def raw_concurrent(bus: Bus, executions: int, steps: int, *, tag: str) -> float:
+    """Seconds for `executions` chains of `steps` steps run at once, each step sending only
+    what the delivery rules require of it: the command published and stored, taken by a
+    "worker" that publishes the event (stored) and acks the command, the event taken by a
+    "router" that commits a ~1 KB state with a revision-checked KV update, publishes the next
+    command and acks the event. Both sides keep pull requests waiting (runtime/pull.py) and
+    handle each message in a task of its own, as the runtime does. This is the throughput
+    floor of the delivery rules in one Python process with nats-py, with no routing, no
+    tools, no watchers and no progress events.
+    """
+    js = bus.js
+    cmd_stream, ev_stream = f"BENCH_{tag}_CMD", f"BENCH_{tag}_EV"
+    for name, subj, retention in ((cmd_stream, f"bench.{tag}.cmd.>", RetentionPolicy.WORK_QUEUE),
+                                  (ev_stream, f"bench.{tag}.ev.>", RetentionPolicy.LIMITS)):
+        with contextlib.suppress(Exception):
+            await js.delete_stream(name)
+        await js.add_stream(StreamConfig(name=name, subjects=[subj], retention=retention,
+                                         storage=StorageType.FILE, duplicate_window=1200))
+        await js.add_consumer(name, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT,
+                                                   deliver_policy=DeliverPolicy.ALL, ack_wait=30,
+                                                   max_ack_pending=20000))
+    bucket_name = f"bench_{tag.lower()}"
+    with contextlib.suppress(Exception):
+        await js.delete_key_value(bucket_name)
+    bucket = await js.create_key_value(KeyValueConfig(bucket=bucket_name, history=1,
+                                                      storage=StorageType.FILE))
+    state = b'{"pad":"' + b"x" * 1000 + b'"}'
+    revisions = {e: await bucket.put(f"e{e}", state) for e in range(executions)}
+    commands = PullConsumer(bus.nc, cmd_stream, "c", credit=64)
+    events = PullConsumer(bus.nc, ev_stream, "c", credit=256)
+    await commands.start()
+    await events.start()
+    finished = asyncio.Event()
+    left = executions
+    running: set[asyncio.Task[None]] = set()
+
+    def body(execution: int, step: int) -> bytes:
+        return b'{"execution":%d,"step":%d}' % (execution, step)
+
+    async def command(msg: Msg) -> None:
+        execution, step = _numbers(msg.data)
+        await js.publish(f"bench.{tag}.ev.{execution}.done", body(execution, step),
+                         headers={"Nats-Msg-Id": f"e{execution}.{step}"})
+        await msg.ack()
+        await commands.grant(1)
+
+    async def event(msg: Msg) -> None:
+        nonlocal left
+        execution, step = _numbers(msg.data)
+        revisions[execution] = await bucket.update(f"e{execution}", state,
+                                                   last=revisions[execution])
+        if step + 1 < steps:
+            await js.publish(f"bench.{tag}.cmd.{execution}", body(execution, step + 1),
+                             headers={"Nats-Msg-Id": f"c{execution}.{step + 1}"})
+        else:
+            left -= 1
+            if left == 0:
+                finished.set()
+        await msg.ack()
+        await events.grant(1)
+
+    async def take(consumer: PullConsumer, handle: Callable[[Msg], Awaitable[None]]) -> None:
+        while True:
+            for msg in await consumer.next_batch(256):
+                task = asyncio.create_task(handle(msg))
+                running.add(task)
+                task.add_done_callback(running.discard)
+
+    loops = [asyncio.create_task(take(commands, command)), asyncio.create_task(take(events, event))]
+    t0 = time.perf_counter()
+    for e in range(executions):
+        await js.publish(f"bench.{tag}.cmd.{e}", body(e, 0), headers={"Nats-Msg-Id": f"c{e}.0"})
+    await asyncio.wait_for(finished.wait(), 120)
+    elapsed = time.perf_counter() - t0
+    for task in loops:
+        task.cancel()
+    await asyncio.gather(*loops, return_exceptions=True)
+    await commands.stop()
+    await events.stop()
+    for name in (cmd_stream, ev_stream):
+        with contextlib.suppress(Exception):
+            await js.delete_stream(name)
+    with contextlib.suppress(Exception):
+        await js.delete_key_value(bucket_name)
+    return elapsed
+
+
+def _numbers(data: bytes) -> tuple[int, int]:
+    value = json.loads(data)
+    return int(value["execution"]), int(value["step"])

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import cpu_s, raw_round_trips, rss_mb
+from common import cpu_s, raw_concurrent, raw_round_trips, rss_mb
 
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.execution_ids import new_execution_id
@@ -312,6 +312,18 @@ async def run_raw(bus: Bus, plan: Plan, want: Callable[[str], bool], prof: Profi
                                          tag=tag.replace("+", "").replace("-", ""))
         rows.append(Row(tag, plan.raw_n, wall, desc, [wall]))
         print(f"  {tag:7} {wall * 1000 / plan.raw_n:.3f} ms/round trip", file=sys.stderr)
+    if want("RAW-W3") or want("RAW"):
+        steps = plan.w3_executions * plan.w3_steps
+        walls = []
+        for _ in range(plan.repeat):
+            with prof.on():
+                walls.append(await raw_concurrent(bus, plan.w3_executions, plan.w3_steps,
+                                                  tag="RAWW3"))
+        wall = statistics.median(walls)
+        rows.append(Row("RAW-W3", steps, wall, "W3's shape with only the messages the delivery "
+                        "rules require: command and event stored, acked, a KV commit per step",
+                        walls))
+        print(f"  RAW-W3  {steps / wall:.0f} steps/s", file=sys.stderr)
     return rows
 
 

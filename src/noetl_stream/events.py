@@ -23,7 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 def iso_time(epoch_s: float) -> str:
     """Epoch seconds as ISO-8601 UTC with microseconds and a `Z`: `2026-01-02T03:04:05.678901Z`."""
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat with a fixed precision writes the same text as strftime, in less time; every
+    # event is stamped with it.
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
 
 
 class Event(BaseModel):

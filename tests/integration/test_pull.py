@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.delivery import Delivery, delivery_of
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 
 STREAM, DURABLE, SUBJECT = "PULLTEST", "c", "pulltest.x"
@@ -104,3 +106,29 @@ async def test_stop_gives_back_what_was_not_taken(bus: Bus, stream: str) -> None
     finally:
         await other.stop()
     assert not bus.reconnect_listeners  # stopped consumers no longer listen for reconnects
+
+
+async def test_delivery_numbers_read_from_the_ack_subject_match_nats_py(bus: Bus,
+                                                                        stream: str) -> None:
+    """runtime/delivery.py reads the ack subject nats-server writes as nats-py's metadata does,
+    redeliveries included."""
+    await _publish(bus, 3)
+    consumer = await open_pull(bus, stream, DURABLE, credit=3)
+    try:
+        first = await consumer.next_batch(3, timeout_s=10)
+        while len(first) < 3:
+            first += await consumer.next_batch(3, timeout_s=10)
+        await first[1].nak()
+        await consumer.grant(1)
+        again = await consumer.next_batch(1, timeout_s=10)
+        for msg in [*first, *again]:
+            meta = msg.metadata
+            assert delivery_of(msg) == Delivery(meta.num_delivered, meta.sequence.stream,
+                                                meta.sequence.consumer)
+        assert delivery_of(again[0]) == Delivery(2, 2, 4)
+        for msg in [first[0], first[2], again[0]]:
+            await msg.ack()
+    finally:
+        await consumer.stop()
+    plain = Msg(bus.nc, subject="x", reply="_INBOX.abc", data=b"")
+    assert delivery_of(plain) is None

@@ -12,7 +12,7 @@ from unit_helpers import parse
 
 from noetl_stream.jsonutil import to_plain
 from noetl_stream.router import ExecutionState, apply, start
-from noetl_stream.router.watchdog import GRACE_S, budget_s
+from noetl_stream.router.budgets import GRACE_S, budget_s
 from noetl_stream.testing.router_harness import Reply, RouterHarness
 
 GUARDED = parse("""

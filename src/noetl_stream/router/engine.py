@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from noetl_stream import ids, jsonutil, messages, refs
+from noetl_stream import ids, jsonutil, messages
 from noetl_stream.dsl import guards, keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
@@ -22,7 +22,7 @@ from noetl_stream.router import cancel, case_events, children, listeners, loops,
 from noetl_stream.router.context import build_context, output_view, pick_steps
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.graph import graph_of
-from noetl_stream.router.reads import names_read, only, reads_context, rule_templates, step_reads
+from noetl_stream.router.reads import names_read, only, rule_templates
 from noetl_stream.router.state import Decision, Delayed, ExecutionState, Join, Outgoing, Run
 
 DEFAULT_POOL = "default"
@@ -157,9 +157,9 @@ class Engine:
         return True
 
     def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
-        names = step_reads(step, loops.template_names(step)) | keychain.reads(self.pb.keychain)
-        if reads_context(step):  # python code reading `context` may read any of it
-            names |= {"workload", "ctx", *self.state.steps}
+        names: frozenset[str] | set[str] = self.graph.command_reads[step.name]
+        if step.name in self.graph.reads_context:  # code reading `context` may read any of it
+            names = names | {"workload", "ctx", *self.state.steps}
         iter_vars = self.inherited_iter()
         if index is not None and step.loop is not None:
             iter_vars = {**iter_vars, **loops.iteration_vars(step.loop, index, item)}
@@ -188,7 +188,7 @@ class Engine:
             keychain=keychain.for_command(
                 self.pb.keychain, names,
                 first=run.run_no == 1 and step.name == self.graph.start),
-            max_payload_bytes=refs.max_payload_bytes(self.pb.executor),
+            max_payload_bytes=self.graph.max_payload_bytes,
             source_file=self.pb.file, step_line=step.line,
             **loops.command_fields(step))
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"

@@ -12,7 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl_stream import refs
+from noetl_stream.dsl import keychain
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.router.budgets import budget_s
+from noetl_stream.router.reads import reads_context, step_reads
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,15 @@ class NetGraph:
     # Each step's tasks as its commands carry them, dumped once per playbook rather than per
     # command (a 500-item loop sends the same list 500 times). Never changed once built.
     task_dumps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # The names each step's commands read (its worker-side templates and the keychain's), and
+    # the steps whose python code reads `context` (any finished step): found with Jinja's and
+    # Python's AST, once per playbook rather than once per command.
+    command_reads: dict[str, frozenset[str]] = field(default_factory=dict)
+    reads_context: frozenset[str] = frozenset()
+    # Seconds a command of each step may run before its watchdog fails it (None: no watchdog),
+    # and the playbook's payload limit, which every command carries.
+    budgets: dict[str, float | None] = field(default_factory=dict)
+    max_payload_bytes: int = refs.DEFAULT_MAX_PAYLOAD_BYTES
 
     def is_join(self, step: str) -> bool:
         return len(self.forward_preds.get(step, ())) > 1
@@ -52,6 +65,7 @@ def graph_of(playbook: Playbook) -> NetGraph:
 
 
 def _build(playbook: Playbook) -> NetGraph:
+    keychain_reads = keychain.reads(playbook.keychain)
     names = {s.name for s in playbook.steps}
     succ = {s.name: [a.step for a in s.next.arcs if a.step in names] for s in playbook.steps}
     back: set[tuple[str, str]] = set()
@@ -86,7 +100,12 @@ def _build(playbook: Playbook) -> NetGraph:
     return NetGraph({k: tuple(v) for k, v in preds.items()}, frozenset(back),
                     _components([s.name for s in playbook.steps], succ), start=roots[0],
                     task_dumps={s.name: [t.model_dump(mode="json") for t in s.tasks]
-                                for s in playbook.steps})
+                                for s in playbook.steps},
+                    command_reads={s.name: frozenset(step_reads(s) | keychain_reads)
+                                   for s in playbook.steps},
+                    reads_context=frozenset(s.name for s in playbook.steps if reads_context(s)),
+                    budgets={s.name: budget_s(playbook, s) for s in playbook.steps},
+                    max_payload_bytes=refs.max_payload_bytes(playbook.executor))
 
 
 def _components(order: list[str], succ: dict[str, list[str]]) -> dict[str, int]:

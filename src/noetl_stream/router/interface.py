@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from noetl_stream.dsl.models import Playbook, Step
+from noetl_stream.router.graph import NetGraph
 from noetl_stream.router.state import ExecutionState, Outgoing, Run
 
 
@@ -22,6 +23,7 @@ class Router(Protocol):
     """The engine as the rule modules see it."""
 
     pb: Playbook
+    graph: NetGraph  # what is static about the playbook, found once
     state: ExecutionState
     now: float  # the time this event is applied at (never a clock read)
     # Spec 001: the branches the outcome being applied found true (case_events.py).

@@ -127,15 +127,6 @@ def command_fields(step: Step) -> dict[str, Any]:
                        "connection": cursor.connection, "iterator": spec.iterator}}
 
 
-def template_names(step: Step) -> set[str]:
-    """Names the worker-side loop templates read (a cursor's claim, auth and connection)."""
-    spec = step.loop
-    if spec is None or spec.cursor is None:
-        return set()
-    cursor = spec.cursor
-    return templating.referenced_names([cursor.claim, cursor.auth, cursor.connection])
-
-
 def _limit(router: Router, step: Step, spec: LoopSpec,
            args: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
     """How many iterations may be in flight, or the error that fails the step."""

@@ -10,6 +10,7 @@ finishes more steps. The sandbox gives a template no way to reach a name it does
 from __future__ import annotations
 
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from noetl_stream.dsl import pycode, templating
@@ -29,11 +30,11 @@ def rule_templates(rules: Iterable[Rule]) -> list[Any]:
     return [[rule.when, rule.set_ctx, rule.result] for rule in rules]
 
 
-def step_reads(step: Step, loop_names: set[str]) -> set[str]:
-    """Names this step's worker-side templates read, to ship only those step results;
-    `loop_names` are the ones its loop's worker-side templates read (router/loops.py).
+def step_reads(step: Step) -> set[str]:
+    """Names this step's worker-side templates read, to ship only those step results (its
+    loop's worker-side templates included).
     """
-    names: set[str] = templating.referenced_names(step.args) | loop_names
+    names: set[str] = templating.referenced_names(step.args) | loop_reads(step)
     for task in tasks_and_rule_sinks(step):
         names |= templating.referenced_names(task.config)
         names |= templating.referenced_names(task.input)
@@ -43,6 +44,15 @@ def step_reads(step: Step, loop_names: set[str]) -> set[str]:
             names |= templating.referenced_names([rule.when, rule.set_ctx, rule.set_iter,
                                                   rule.set_locals, rule.call, rule.result])
     return names
+
+
+def loop_reads(step: Step) -> set[str]:
+    """Names the worker-side loop templates read (a cursor's claim, auth and connection)."""
+    spec = step.loop
+    if spec is None or spec.cursor is None:
+        return set()
+    cursor = spec.cursor
+    return templating.referenced_names([cursor.claim, cursor.auth, cursor.connection])
 
 
 def reads_context(step: Step) -> bool:
@@ -56,7 +66,7 @@ def tasks_and_rule_sinks(step: Step) -> tuple[Task, ...]:
     return (*step.tasks, *(sink for task in step.tasks for rule in task.rules for sink in rule.sink))
 
 
-def only(scope: dict[str, Any], names: set[str], whole: str) -> dict[str, Any]:
+def only(scope: dict[str, Any], names: AbstractSet[str], whole: str) -> dict[str, Any]:
     """The part of `scope` a step reads: all of it when the step names the scope itself (its
     templates may read any key), else just the bare names that resolve into it.
     """

@@ -9,10 +9,9 @@ any failure; an outcome the worker sends later finds nothing in flight and chang
 child executions that run or iteration waits on are cancelled with it (router/children.py). A
 timer whose run already finished is a no-op.
 
-The budget of one command is what its tasks may legitimately take: each task's per-call timeout
-(the step's, or the task's own where it overrides it) times the attempts its retry rules allow,
-plus their backoff waits, plus a grace for the worker's own report to arrive first. Timeouts
-set only by a kind's default arm no watchdog, so most commands cost no extra timer.
+The budget of one command (router/budgets.py, found once per playbook by router/graph.py) is
+what its tasks may legitimately take. Timeouts set only by a kind's default arm no watchdog, so
+most commands cost no extra timer.
 """
 
 from __future__ import annotations
@@ -20,56 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from noetl_stream import ids
-from noetl_stream.dsl import layering
-from noetl_stream.dsl.models import Playbook, Rule, Step, Task
+from noetl_stream.dsl.models import Step
 from noetl_stream.router import children
+from noetl_stream.router.budgets import GRACE_S
 from noetl_stream.router.interface import Router
 from noetl_stream.router.state import Outgoing, Run
 
 TIMER_PREFIX = "watchdog."  # a dot: no listener timer has such a name
-GRACE_S = 2.0  # lets the worker's own timeout report win the race with the watchdog
-
-
-def step_timeout_s(playbook: Playbook, step: Step) -> float | None:
-    """The step's effective `spec.timeout` (without the kinds' defaults), or None."""
-    loop_spec = step.loop.spec if step.loop is not None else {}
-    spec = layering.merge(layering.layer_of(playbook.executor.get("spec")),
-                          layering.layer_of(step.spec),
-                          layering.layer_of(loop_spec,
-                                            layering.SCOPED_KEYS | layering.LOOP_OWN_KEYS))
-    seconds = layering.timeout_s(spec)
-    return seconds if seconds is not None and seconds > 0 else None
-
-
-def budget_s(playbook: Playbook, step: Step) -> float | None:
-    """Seconds one command of `step` may run before the watchdog fails it; None: no watchdog."""
-    base = step_timeout_s(playbook, step)
-    if base is None:
-        return None
-    total = 0.0
-    for task in step.tasks:
-        per_call = layering.timeout_s(task.spec) or base
-        attempts, waits = _retries(task)
-        total += per_call * attempts + waits
-    return max(total, base) + GRACE_S
-
-
-def _retries(task: Task) -> tuple[int, float]:
-    """Calls the task's most generous retry rule allows, and the longest its waits add up to."""
-    best = (1, 0.0)
-    for rule in task.rules:
-        if rule.do != "retry":
-            continue
-        waits = sum(_wait(rule, attempt) for attempt in range(1, rule.attempts))
-        if (rule.attempts, waits) > best:
-            best = (rule.attempts, waits)
-    return best
-
-
-def _wait(rule: Rule, attempt: int) -> float:
-    """The longest wait before attempt `attempt + 1` (jitter only ever shortens it)."""
-    wait = rule.backoff_wait(attempt)
-    return min(wait, rule.max_delay) if rule.max_delay is not None else wait
 
 
 def arm(router: Router, step: Step, run: Run, index: int | None) -> None:
@@ -77,7 +33,7 @@ def arm(router: Router, step: Step, run: Run, index: int | None) -> None:
     state = router.state
     if index is not None and run.loop is not None:
         run.loop.issued_at[str(index)] = router.now
-    seconds = budget_s(router.pb, step)
+    seconds = router.graph.budgets[step.name]
     if seconds is None:
         return
     deadline = router.now + seconds

@@ -36,6 +36,7 @@ from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
 
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.runtime.delivery import delivery_of
 
 EVENTS_STREAM = "NOETL_EVENTS"
 CONSUMER_PREFIX = "watch_"
@@ -199,11 +200,8 @@ class EventFeed:
     async def _run(self) -> None:
         try:
             while not self._stopped:
-                try:
-                    # asyncio.timeout, unlike 3.11's wait_for, never swallows our own cancel.
-                    async with asyncio.timeout(self._heartbeat_s * MISSED_HEARTBEATS):
-                        msg = await self._inbox.get()
-                except TimeoutError:
+                msg = await self._next()
+                if msg is None:
                     if not self._stopped:
                         await self._renew(f"no message or heartbeat in "
                                           f"{self._heartbeat_s * MISSED_HEARTBEATS:g}s")
@@ -220,6 +218,19 @@ class EventFeed:
             log.exception("event feed %s failed", self.filter_subject)
         if not self._stopped:
             await self._queue.put(_END)
+
+    async def _next(self) -> Msg | None:
+        """The next delivery, or None when neither it nor a heartbeat came in time."""
+        try:
+            return self._inbox.get_nowait()  # most deliveries: no timer armed for them
+        except asyncio.QueueEmpty:
+            pass
+        try:
+            # asyncio.timeout, unlike 3.11's wait_for, never swallows our own cancel.
+            async with asyncio.timeout(self._heartbeat_s * MISSED_HEARTBEATS):
+                return await self._inbox.get()
+        except TimeoutError:
+            return None
 
     async def _take(self, msg: Msg) -> str | None:
         """Handle one delivery; returns why the consumer must be replaced, or None."""
@@ -240,13 +251,15 @@ class EventFeed:
             return None
         if status:
             return f"status {status} {headers.get(Header.DESCRIPTION, '')}".strip()
-        sequence = msg.metadata.sequence
-        if sequence.consumer != self._consumer_seq + 1:
-            return f"expected delivery {self._consumer_seq + 1}, got {sequence.consumer}"
-        self._consumer_seq = sequence.consumer
-        if sequence.stream <= self._last_seq:
+        delivery = delivery_of(msg)
+        if delivery is None:
+            return f"a message on {msg.subject[:200]} is not a JetStream delivery"
+        if delivery.consumer_seq != self._consumer_seq + 1:
+            return f"expected delivery {self._consumer_seq + 1}, got {delivery.consumer_seq}"
+        self._consumer_seq = delivery.consumer_seq
+        if delivery.stream_seq <= self._last_seq:
             return None
-        self._last_seq = sequence.stream
+        self._last_seq = delivery.stream_seq
         if self._on_msg is not None:
             await self._on_msg(msg)
         else:

@@ -29,11 +29,11 @@ from collections.abc import Callable
 from typing import Any
 
 from nats.aio.msg import Msg
-from nats.errors import NotJSMessageError
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.delivery import delivery_of
 from noetl_stream.runtime.heartbeats import HEARTBEAT_S, RUNTIME_BUCKET, Heartbeat
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.state.kv_keys import bucket_keys
@@ -94,10 +94,8 @@ def origin_sequence(msg: Msg) -> int | None:
         parts = source.split(" ")
         if len(parts) > 1 and parts[1].isdigit():
             return int(parts[1])
-    try:
-        return int(msg.metadata.sequence.stream)
-    except (AttributeError, TypeError, ValueError, NotJSMessageError):  # not from JetStream
-        return None
+    delivery = delivery_of(msg)
+    return None if delivery is None else delivery.stream_seq  # None: not from JetStream
 
 
 class RouterPartitions:

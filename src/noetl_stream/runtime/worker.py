@@ -35,6 +35,7 @@ from noetl_stream.runtime.dead_letters import (
     dead_letter_message,
     publish_step_failure,
 )
+from noetl_stream.runtime.delivery import delivery_of
 from noetl_stream.runtime.dispositions import Failure, classify, settle
 from noetl_stream.runtime.heartbeats import Heartbeat
 from noetl_stream.runtime.keychain import KeychainResolver
@@ -297,7 +298,9 @@ class Worker:
         body = await self.results.externalize_outcome(body, command.get("max_payload_bytes"))
         await publish_event(self.bus, execution_id, etype,
                             ids.event_msg_id(execution_id, etype, step_run_id, iteration), body)
-        await msg.ack_sync()
+        # A plain ack: the outcome is stored by now. A lost ack brings the command back after
+        # AckWait, and a double ack would not avoid that: its timeout hands the command back too.
+        await msg.ack()
         return outcome.ok, outcome.error
 
     async def _heartbeat(self, msg: Msg) -> None:
@@ -329,7 +332,5 @@ def _command_key(step_run_id: str, iteration: Any) -> str:
 
 
 def _deliveries(msg: Msg) -> int:
-    try:
-        return int(msg.metadata.num_delivered)
-    except (AttributeError, TypeError, ValueError):  # not a JetStream message
-        return 1
+    delivery = delivery_of(msg)
+    return 1 if delivery is None else delivery.delivered  # 1: not a JetStream message

@@ -1,0 +1,40 @@
+"""The numbers a JetStream delivery carries in its ack subject, read without building nats-py's
+`Msg.metadata` (its dataclasses and timestamp cost more than the rest of taking an event).
+
+The ack subject is `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.
+<pending>`, or, from servers that name a domain and an account, the same numbers after
+`$JS.ACK.<domain>.<account hash>.<stream>.<consumer>` (12 tokens or more).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from nats.aio.msg import Msg
+
+_SHORT = 9  # tokens of the first form
+_LONG = 11  # the least tokens of the second form
+
+
+class Delivery(NamedTuple):
+    delivered: int  # how many times this message has been delivered
+    stream_seq: int
+    consumer_seq: int
+
+
+def delivery_of(msg: Msg) -> Delivery | None:
+    """The delivery count and sequences of a JetStream message; None for any other message."""
+    reply = msg.reply
+    if not reply or not reply.startswith("$JS.ACK."):
+        return None
+    tokens = reply.split(".")
+    if len(tokens) == _SHORT:
+        first = 4
+    elif len(tokens) >= _LONG:
+        first = 6
+    else:
+        return None
+    try:
+        return Delivery(int(tokens[first]), int(tokens[first + 1]), int(tokens[first + 2]))
+    except ValueError:
+        return None
