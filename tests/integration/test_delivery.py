@@ -18,6 +18,7 @@ from playbook_files import read_playbook
 pytestmark = pytest.mark.integration
 
 ONE_STEP = read_playbook("integration", "one_step.yaml")
+SLOW_STEP = read_playbook("integration", "slow_step.yaml")
 
 
 async def test_same_msg_id_published_twice_is_stored_once(bus: Bus) -> None:
@@ -60,3 +61,25 @@ async def test_unacked_command_is_redelivered_and_the_step_counts_once(
     info = await bus.js.consumer_info(decl.stream, decl.durable)
     assert info.num_ack_pending == 0
     assert info.delivered.consumer_seq == 2  # the lost delivery and the redelivery
+
+
+async def test_a_task_longer_than_its_lease_keeps_it_and_runs_once(
+        bus: Bus, client: PlainClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker renews the lease of a running command (in-progress acks), so a task that runs
+    past AckWait is neither redelivered nor run twice."""
+    short = dataclasses.replace(bus.topology.pool_consumer("default"), ack_wait_s=1.0)
+    await bus.js.add_consumer(short.stream, consumer_config(short))
+    # The worker paces its progress acks by the AckWait it reads from the topology.
+    monkeypatch.setattr(type(bus.topology), "pool_consumer", lambda self, pool: short)
+
+    async with run_services(bus, python_children=1):
+        feed = await client.follow("lease1")
+        await client.publish_request({"execution_id": "lease1", "playbook": SLOW_STEP})
+        await asyncio.wait_for(feed.ended.wait(), 30)
+
+    assert feed.final["status"] == "completed"
+    types = [e["event_type"] for e in await stored_events(bus.js, "lease1")]
+    assert "task.redelivered" not in types
+    assert types.count("task.started") == 1 and types.count("step.done") == 1
+    info = await bus.js.consumer_info(short.stream, short.durable)
+    assert info.delivered.consumer_seq == 1 and info.num_ack_pending == 0

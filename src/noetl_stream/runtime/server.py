@@ -76,6 +76,9 @@ class Server:
         self._playbooks: dict[str, Playbook] = {}
         self._storing = asyncio.Lock()  # parsing and storing a playbook not seen before
         self._tasks: list[asyncio.Task[None]] = []
+        # Event groups being applied, and the last one of each execution (the next waits for it).
+        self._groups: set[asyncio.Task[None]] = set()
+        self._last_group: dict[str, asyncio.Task[None]] = {}
         self._consumers: list[PullConsumer] = []
         self._partitions: RouterPartitions | None = None
         self._stopping = asyncio.Event()
@@ -107,8 +110,8 @@ class Server:
         self._tasks = [
             asyncio.create_task(self._loop(requests, REQUEST_BATCH, self._handle_requests),
                                 name="requests"),
-            *(asyncio.create_task(self._loop(events, PARTITION_BATCH, self._handle_events),
-                                  name=f"router-{n}") for n, events in enumerate(partitions))]
+            *(asyncio.create_task(self._event_loop(events), name=f"router-{n}")
+              for n, events in enumerate(partitions))]
 
     def _forget_partition(self, partition: int) -> None:
         """Called when a partition's pin comes here: the states cached of that partition's
@@ -123,6 +126,12 @@ class Server:
         for t in self._tasks:
             t.cancel()
         for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        # Groups cut short are not acknowledged: their events come back to whoever goes on.
+        for t in list(self._groups):
+            t.cancel()
+        for t in list(self._groups):
             with contextlib.suppress(asyncio.CancelledError):
                 await t
         for consumer in self._consumers:
@@ -295,19 +304,61 @@ class Server:
         return state, self._codec.encode(state)
 
     # -- events ----------------------------------------------------------------------------
-    async def _handle_events(self, msgs: list[Msg]) -> None:
-        groups: dict[str, list[tuple[Msg, dict[str, Any]]]] = defaultdict(list)
-        refused: list[tuple[Msg, Malformed]] = []
+    async def _event_loop(self, consumer: PullConsumer) -> None:
+        """The events of one partition. Each execution's events are applied in the order they
+        came, one group after the other, but no execution waits for another's commit: a batch
+        is handed to the executions' groups and the next batch is taken at once. Credit comes
+        back as each group ends, so the partition's credit still bounds the events in hand.
+        """
+        while not self._stopping.is_set():
+            msgs = await consumer.next_batch(PARTITION_BATCH)
+            for execution_id, items in self._events_by_execution(msgs).items():
+                self._start_group(execution_id, items, consumer)
+
+    def _events_by_execution(self, msgs: list[Msg]) -> dict[str, list[tuple[Msg, Any]]]:
+        """The events of a batch by execution; one that is refused makes a group of its own
+        (under the empty id, which no execution has), settled as dispositions.py says.
+        """
+        groups: dict[str, list[tuple[Msg, Any]]] = defaultdict(list)
         for m in msgs:
             try:
                 # Checked against its subject; signals carry a client's data, never an envelope.
                 event = decode_event(self.bus.topology, m.subject, m.data, origin_sequence(m))
             except Malformed as exc:
-                refused.append((m, exc))
+                groups[""].append((m, exc))
                 continue
             groups[str(event["execution_id"])].append((m, event))
-        await asyncio.gather(*(self._refuse_event(m, exc) for m, exc in refused),
-                             *(self._apply_group(eid, items) for eid, items in groups.items()))
+        return groups
+
+    def _start_group(self, execution_id: str, items: list[tuple[Msg, Any]],
+                     consumer: PullConsumer) -> None:
+        before = self._last_group.get(execution_id) if execution_id else None
+        task = asyncio.create_task(self._run_group(before, execution_id, items, consumer))
+        self._groups.add(task)
+        task.add_done_callback(self._group_done)
+        if execution_id:
+            self._last_group[execution_id] = task
+
+    async def _run_group(self, before: asyncio.Task[None] | None, execution_id: str,
+                         items: list[tuple[Msg, Any]], consumer: PullConsumer) -> None:
+        try:
+            if before is not None:
+                await asyncio.wait([before])  # in order; how it ended was settled by itself
+            if execution_id:
+                await self._apply_group(execution_id, items)
+            else:
+                await asyncio.gather(*(self._refuse_event(m, exc) for m, exc in items))
+        finally:
+            if self._last_group.get(execution_id) is asyncio.current_task():
+                del self._last_group[execution_id]
+            await consumer.grant(len(items))
+
+    def _group_done(self, task: asyncio.Task[None]) -> None:
+        self._groups.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # _apply_group settles its own failures; this is a bug in the code around it, and
+            # the group's events come back after AckWait.
+            log.error("server: an event group failed", exc_info=task.exception())
 
     async def _refuse_event(self, msg: Msg, exc: Malformed) -> None:
         """An event no delivery can make valid: dead-lettered with the reason and terminated, so

@@ -68,6 +68,9 @@ class Worker:
                                    load=lambda: {"running": len(self._running),
                                                  "concurrency": self.concurrency})
         self._loop_task: asyncio.Task[None] | None = None
+        self._lease_task: asyncio.Task[None] | None = None
+        # Commands being run, by their message's id: their leases are kept by _keep_leases.
+        self._leases: dict[int, Msg] = {}
         self._consumer: PullConsumer | None = None
         self._stopping = asyncio.Event()
         self._ack_wait_s = bus.topology.pool_consumer(pool).ack_wait_s
@@ -90,6 +93,7 @@ class Worker:
                                          credit=self.concurrency)
         self._loop_task = asyncio.create_task(self._take_loop(self._consumer),
                                               name=f"worker-{self.pool}")
+        self._lease_task = asyncio.create_task(self._keep_leases(), name=f"leases-{self.pool}")
         await self.heartbeat.start()
 
     async def stop(self) -> None:
@@ -101,10 +105,11 @@ class Worker:
             with contextlib.suppress(Exception):
                 await withdraw_sub.unsubscribe()
         self._withdraw_subs = []
-        if self._loop_task is not None:
-            self._loop_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._loop_task
+        for loop_task in (self._loop_task, self._lease_task):
+            if loop_task is not None:
+                loop_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop_task
         for t in list(self._running):
             t.cancel()
         for t in list(self._running):
@@ -242,7 +247,7 @@ class Worker:
                                 "task.started", execution_id, started, parent_execution_id=parent,
                                 step=step, step_run_id=step_run_id, iteration=iteration,
                                 pool=self.pool), wait=False)
-        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        self._leases[id(msg)] = msg
         secrets: set[str] = set()
         try:
             if holds_ref(msg.data):
@@ -276,7 +281,7 @@ class Worker:
             outcome = PipelineResult(False, error={"message": f"{type(exc).__name__}: {exc}",
                                                    "kind": "internal"})
         finally:
-            heartbeat.cancel()
+            self._leases.pop(id(msg), None)
         outcome = _storable(outcome)
         metrics.observe_step(command, self.pool, outcome.ok, time.time() - started)
         if iteration is None:
@@ -303,13 +308,21 @@ class Worker:
         await msg.ack()
         return outcome.ok, outcome.error
 
-    async def _heartbeat(self, msg: Msg) -> None:
+    async def _keep_leases(self) -> None:
+        """Every AckWait/3, a progress ack for each command that was already running at the
+        previous round: a command's lease is renewed within 2/3 of AckWait of its start and
+        every AckWait/3 after, by one loop instead of a timer task per command.
+        """
+        seen: set[int] = set()
         while True:
             await asyncio.sleep(self._ack_wait_s / 3)
-            # A missed progress ack costs at most a redelivery after AckWait; NATS trouble here
-            # must not end the command's own task.
-            with contextlib.suppress(Exception):
-                await msg.in_progress()
+            running = dict(self._leases)
+            for key in seen & running.keys():
+                # A missed progress ack costs at most a redelivery after AckWait; NATS trouble
+                # here must not end the loop that keeps the other leases.
+                with contextlib.suppress(Exception):
+                    await running[key].in_progress()
+            seen = set(running)
 
 
 def _storable(outcome: PipelineResult) -> PipelineResult:
