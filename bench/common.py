@@ -10,7 +10,6 @@ import time
 from collections.abc import Awaitable, Callable
 
 from nats.aio.msg import Msg
-
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
