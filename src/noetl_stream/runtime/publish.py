@@ -57,7 +57,7 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
         if m.progress:
             sends.append(bus.nc.publish(subject_of(bus, m), data, headers=headers))
         else:
-            sends.append(bus.js.publish(subject_of(bus, m), data, headers=headers))
+            sends.append(bus.stored.publish(subject_of(bus, m), data, headers))
     await asyncio.gather(*sends)
 
 
@@ -67,7 +67,7 @@ async def publish_event(bus: Bus, execution_id: str, event_type: str, msg_id: st
     data = jsonutil.dumps(stamp(body, msg_id))
     headers = {"Nats-Msg-Id": msg_id}
     if wait:
-        await bus.js.publish(subject, data, headers=headers)
+        await bus.stored.publish(subject, data, headers)
     else:
         # Progress only: the stream still stores it, we just do not wait for the store's ack.
         await bus.nc.publish(subject, data, headers=headers)

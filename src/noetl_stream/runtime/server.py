@@ -45,7 +45,11 @@ from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, p
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.publish import publish_outbox
 from noetl_stream.runtime.pull import PullConsumer, open_pull
-from noetl_stream.runtime.retention import state_ttl_supported, write_finished_state
+from noetl_stream.runtime.retention import (
+    EXECUTIONS_BUCKET,
+    state_ttl_supported,
+    write_finished_state,
+)
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault
 from noetl_stream.runtime.vars_store import VarsStore
@@ -96,7 +100,7 @@ class Server:
         self._state_ttl = False
 
     async def start(self) -> None:
-        self._executions = await self.bus.js.key_value("noetl_executions")
+        self._executions = await self.bus.js.key_value(EXECUTIONS_BUCKET)
         self._catalog = await self.bus.js.key_value("noetl_catalog")
         self._state_ttl = await state_ttl_supported(self.bus)
         topo = self.bus.topology
@@ -504,8 +508,7 @@ class Server:
         if state.status != "running" and self._state_ttl:
             return await write_finished_state(self.bus, execution_id, data, last=last,
                                               ttl_s=self._retention_s)
-        revision: int = await self._executions.update(execution_id, data, last=last)
-        return revision
+        return await self.bus.stored.update(EXECUTIONS_BUCKET, execution_id, data, last)
 
     async def _load(self, execution_id: str) -> _Cached | None:
         cached = self._cache.get(execution_id)
