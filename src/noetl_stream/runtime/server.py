@@ -328,7 +328,7 @@ class Server:
             try:
                 # Checked against its subject; signals carry a client's data, never an envelope.
                 event = decode_event(self.bus.topology, m.subject, m.data, origin_sequence(m))
-            except Malformed as exc:
+            except Exception as exc:  # Malformed, or a bug: either is settled alone below
                 groups[""].append((m, exc))
                 continue
             groups[str(event["execution_id"])].append((m, event))
@@ -351,7 +351,8 @@ class Server:
             if execution_id:
                 await self._apply_group(execution_id, items)
             else:
-                await asyncio.gather(*(self._refuse_event(m, exc) for m, exc in items))
+                await asyncio.gather(*(self._refuse_event(m, exc) if isinstance(exc, Malformed)
+                                       else self._handler_failed([m], exc) for m, exc in items))
         finally:
             if self._last_group.get(execution_id) is asyncio.current_task():
                 del self._last_group[execution_id]
