@@ -80,9 +80,11 @@ class Server:
         self._playbooks: dict[str, Playbook] = {}
         self._storing = asyncio.Lock()  # parsing and storing a playbook not seen before
         self._tasks: list[asyncio.Task[None]] = []
-        # Event groups being applied, and the last one of each execution (the next waits for it).
+        # Event groups being applied; by execution, the one being applied and the events that
+        # came for it meanwhile (applied together once it ends).
         self._groups: set[asyncio.Task[None]] = set()
-        self._last_group: dict[str, asyncio.Task[None]] = {}
+        self._applying: dict[str, asyncio.Task[None]] = {}
+        self._waiting: dict[str, list[tuple[Msg, Any]]] = {}
         self._consumers: list[PullConsumer] = []
         self._partitions: RouterPartitions | None = None
         self._stopping = asyncio.Event()
@@ -311,13 +313,18 @@ class Server:
     async def _event_loop(self, consumer: PullConsumer) -> None:
         """The events of one partition. Each execution's events are applied in the order they
         came, one group after the other, but no execution waits for another's commit: a batch
-        is handed to the executions' groups and the next batch is taken at once. Credit comes
-        back as each group ends, so the partition's credit still bounds the events in hand.
+        is handed to the executions' groups and the next batch is taken at once. Events that
+        come while their execution's group is being applied wait and form its next group, so
+        a busy execution still commits many events at once. Credit comes back as each group
+        ends, so the partition's credit still bounds the events in hand.
         """
         while not self._stopping.is_set():
             msgs = await consumer.next_batch(PARTITION_BATCH)
             for execution_id, items in self._events_by_execution(msgs).items():
-                self._start_group(execution_id, items, consumer)
+                if execution_id in self._applying:
+                    self._waiting.setdefault(execution_id, []).extend(items)
+                else:
+                    self._start_group(execution_id, items, consumer)
 
     def _events_by_execution(self, msgs: list[Msg]) -> dict[str, list[tuple[Msg, Any]]]:
         """The events of a batch by execution; one that is refused makes a group of its own
@@ -336,27 +343,28 @@ class Server:
 
     def _start_group(self, execution_id: str, items: list[tuple[Msg, Any]],
                      consumer: PullConsumer) -> None:
-        before = self._last_group.get(execution_id) if execution_id else None
-        task = asyncio.create_task(self._run_group(before, execution_id, items, consumer))
+        task = asyncio.create_task(self._run_group(execution_id, items, consumer))
         self._groups.add(task)
         task.add_done_callback(self._group_done)
         if execution_id:
-            self._last_group[execution_id] = task
+            self._applying[execution_id] = task
 
-    async def _run_group(self, before: asyncio.Task[None] | None, execution_id: str,
-                         items: list[tuple[Msg, Any]], consumer: PullConsumer) -> None:
+    async def _run_group(self, execution_id: str, items: list[tuple[Msg, Any]],
+                         consumer: PullConsumer) -> None:
         try:
-            if before is not None:
-                await asyncio.wait([before])  # in order; how it ended was settled by itself
             if execution_id:
                 await self._apply_group(execution_id, items)
             else:
                 await asyncio.gather(*(self._refuse_event(m, exc) if isinstance(exc, Malformed)
                                        else self._handler_failed([m], exc) for m, exc in items))
         finally:
-            if self._last_group.get(execution_id) is asyncio.current_task():
-                del self._last_group[execution_id]
             await consumer.grant(len(items))
+            if execution_id:
+                del self._applying[execution_id]
+                following = self._waiting.pop(execution_id, None)
+                # Stopping: what waited is not acknowledged and comes back to whoever goes on.
+                if following and not self._stopping.is_set():
+                    self._start_group(execution_id, following, consumer)
 
     def _group_done(self, task: asyncio.Task[None]) -> None:
         self._groups.discard(task)
