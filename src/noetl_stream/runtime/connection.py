@@ -19,7 +19,7 @@ from nats.js import JetStreamContext
 
 from noetl_stream import config
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.runtime.stored_publish import StoredPublisher
+from noetl_stream.runtime.stored_publish import JETSTREAM_TIMEOUT_S, StoredPublisher
 from noetl_stream.subjects import Topology, load_topology
 
 INITIAL_CONNECT_ATTEMPTS = 3
@@ -169,7 +169,7 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
     nc.options["max_reconnect_attempts"] = -1
     # The first load of a prefix reads and parses the topology file: in a thread, off the loop.
     topology = await asyncio.to_thread(load_topology, prefix)
-    return Bus(nc, nc.jetstream(timeout=10), topology, listeners, url)
+    return Bus(nc, nc.jetstream(timeout=JETSTREAM_TIMEOUT_S), topology, listeners, url)
 
 
 @contextlib.asynccontextmanager

@@ -17,25 +17,24 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from nats.aio.client import Client
+from nats.aio.client import NO_RESPONDERS_STATUS, Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import errors as js_errors
+from nats.js.api import Header
 
 from noetl_stream import jsonutil
 
-PUBLISH_TIMEOUT_S = 10.0  # as the JetStream context of runtime/connection.py
-_NO_RESPONDERS = "503"  # no stream listens on the subject
+JETSTREAM_TIMEOUT_S = 10.0  # also the JetStream context's (runtime/connection.py)
 # JetStream's error codes for a revision-checked write that found another revision.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
-EXPECTED_LAST_SUBJECT_SEQUENCE = "Nats-Expected-Last-Subject-Sequence"
 
 
 class StoredPublisher:
     """Publishes on one connection and returns the stream sequence each message was stored at."""
 
-    def __init__(self, nc: Client, timeout_s: float = PUBLISH_TIMEOUT_S) -> None:
+    def __init__(self, nc: Client, timeout_s: float = JETSTREAM_TIMEOUT_S) -> None:
         self._nc = nc
         self._timeout_s = timeout_s
         self._prefix = ""
@@ -71,7 +70,7 @@ class StoredPublisher:
         """
         try:
             return await self.publish(f"$KV.{bucket}.{key}", value,
-                                      {EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)})
+                                      {Header.EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)})
         except js_errors.APIError as exc:
             if exc.err_code in _WRONG_LAST_SEQUENCE:
                 raise js_errors.KeyWrongLastSequenceError(description=exc.description) from None
@@ -96,7 +95,7 @@ def _expire(answer: asyncio.Future[Msg]) -> None:
 
 
 def _sequence(msg: Msg) -> int:
-    if msg.headers and msg.headers.get("Status") == _NO_RESPONDERS:
+    if msg.headers and msg.headers.get(Header.STATUS) == NO_RESPONDERS_STATUS:
         raise js_errors.NoStreamResponseError
     try:
         ack: Any = jsonutil.loads(msg.data)

@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 from nats.aio.msg import Msg
 from pydantic import ValidationError
@@ -69,13 +69,12 @@ class Worker:
                                                  "concurrency": self.concurrency})
         self._loop_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
-        # Commands being run, by their message's id: their leases are kept by _keep_leases.
-        self._leases: dict[int, Msg] = {}
         self._consumer: PullConsumer | None = None
         self._stopping = asyncio.Event()
         self._ack_wait_s = bus.topology.pool_consumer(pool).ack_wait_s
-        # task -> (execution id, command key) of the command it runs, to withdraw it by either
-        self._commands: dict[asyncio.Task[Any], tuple[str, str]] = {}
+        # task -> the command it runs: withdrawn by execution id or command key, and its lease
+        # kept by _keep_leases
+        self._commands: dict[asyncio.Task[Any], _Running] = {}
         self._withdrawn: OrderedDict[str, None] = OrderedDict()
         self._withdrawing: set[asyncio.Task[Any]] = set()
         self._withdraw_subs: list[Any] = []
@@ -168,7 +167,7 @@ class Worker:
             return
         task = asyncio.current_task()
         assert task is not None
-        self._commands[task] = (execution_id, key)
+        self._commands[task] = _Running(execution_id, key, msg)
         try:
             with tracing.command_span(msg.headers, command, self.pool) as span:
                 ok, error = await self._execute(msg, command, execution_id, step_run_id, step,
@@ -218,7 +217,7 @@ class Worker:
         self._withdrawn[target] = None
         while len(self._withdrawn) > WITHDRAWALS_KEPT:
             self._withdrawn.popitem(last=False)
-        for task, (execution_id, key) in list(self._commands.items()):
+        for task, (execution_id, key, _) in list(self._commands.items()):
             if target in (execution_id, key) and task not in self._withdrawing:
                 self._withdrawing.add(task)
                 task.cancel(WITHDRAWN)
@@ -247,7 +246,6 @@ class Worker:
                                 "task.started", execution_id, started, parent_execution_id=parent,
                                 step=step, step_run_id=step_run_id, iteration=iteration,
                                 pool=self.pool), wait=False)
-        self._leases[id(msg)] = msg
         secrets: set[str] = set()
         try:
             if holds_ref(msg.data):
@@ -280,8 +278,6 @@ class Worker:
             log.exception("command %s of %s failed", step_run_id, execution_id)
             outcome = PipelineResult(False, error={"message": f"{type(exc).__name__}: {exc}",
                                                    "kind": "internal"})
-        finally:
-            self._leases.pop(id(msg), None)
         outcome = _storable(outcome)
         metrics.observe_step(command, self.pool, outcome.ok, time.time() - started)
         if iteration is None:
@@ -313,16 +309,22 @@ class Worker:
         previous round: a command's lease is renewed within 2/3 of AckWait of its start and
         every AckWait/3 after, by one loop instead of a timer task per command.
         """
-        seen: set[int] = set()
+        seen: set[asyncio.Task[Any]] = set()
         while True:
             await asyncio.sleep(self._ack_wait_s / 3)
-            running = dict(self._leases)
-            for key in seen & running.keys():
+            running = dict(self._commands)
+            for task in seen & running.keys():
                 # A missed progress ack costs at most a redelivery after AckWait; NATS trouble
                 # here must not end the loop that keeps the other leases.
                 with contextlib.suppress(Exception):
-                    await running[key].in_progress()
+                    await running[task].msg.in_progress()
             seen = set(running)
+
+
+class _Running(NamedTuple):
+    execution_id: str
+    key: str  # `<step_run_id>:<iteration>`, as a step.timeout names it
+    msg: Msg  # the command's delivery, whose lease is kept while it runs
 
 
 def _storable(outcome: PipelineResult) -> PipelineResult:
