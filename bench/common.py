@@ -19,6 +19,7 @@ from nats.js.api import (
     StorageType,
     StreamConfig,
 )
+from nats.js.kv import KeyValue
 
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.pull import PullConsumer
@@ -47,6 +48,46 @@ def rss_mb(pid: int | str = "self") -> float | None:
     return None
 
 
+# -- scratch streams and bucket of the RAW workloads -------------------------------------------
+_STATE = b'{"pad":"' + b"x" * 1000 + b'"}'  # the ~1 KB state a RAW commit writes
+
+
+def _stream_names(tag: str) -> tuple[str, str]:
+    return f"BENCH_{tag}_CMD", f"BENCH_{tag}_EV"
+
+
+async def _scratch_streams(bus: Bus, tag: str) -> tuple[str, str]:
+    """A command work queue and an event stream for `tag`, each with a durable `c`, made anew."""
+    cmd_stream, ev_stream = _stream_names(tag)
+    for name, subj, retention in ((cmd_stream, f"bench.{tag}.cmd.>", RetentionPolicy.WORK_QUEUE),
+                                  (ev_stream, f"bench.{tag}.ev.>", RetentionPolicy.LIMITS)):
+        with contextlib.suppress(Exception):
+            await bus.js.delete_stream(name)
+        await bus.js.add_stream(StreamConfig(name=name, subjects=[subj], retention=retention,
+                                             storage=StorageType.FILE, duplicate_window=1200))
+        await bus.js.add_consumer(name, ConsumerConfig(
+            durable_name="c", ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
+            ack_wait=30, max_ack_pending=20000))
+    return cmd_stream, ev_stream
+
+
+async def _scratch_bucket(bus: Bus, tag: str) -> KeyValue:
+    name = f"bench_{tag.lower()}"
+    with contextlib.suppress(Exception):
+        await bus.js.delete_key_value(name)
+    return await bus.js.create_key_value(KeyValueConfig(bucket=name, history=1,
+                                                        storage=StorageType.FILE))
+
+
+async def _drop_scratch(bus: Bus, tag: str) -> None:
+    """Remove what _scratch_streams and _scratch_bucket made for `tag` (what exists of it)."""
+    for name in _stream_names(tag):
+        with contextlib.suppress(Exception):
+            await bus.js.delete_stream(name)
+    with contextlib.suppress(Exception):
+        await bus.js.delete_key_value(f"bench_{tag.lower()}")
+
+
 # -- RAW: bare JetStream round trip ------------------------------------------------------------
 async def raw_round_trips(bus: Bus, n: int, *, batch: int, kv: bool, tag: str) -> float:
     """Seconds for `n` sequential round trips: publish a command -> pull fetch (+ ack) -> publish
@@ -55,28 +96,13 @@ async def raw_round_trips(bus: Bus, n: int, *, batch: int, kv: bool, tag: str) -
     KV update of a ~1 KB state per round trip. Both messages are double-acked, which is how the
     baseline is defined (the runtime's acks are plain, so it does less than this)."""
     js = bus.js
-    cmd_stream, ev_stream = f"BENCH_{tag}_CMD", f"BENCH_{tag}_EV"
-    for name, subj, retention in ((cmd_stream, f"bench.{tag}.cmd.>", RetentionPolicy.WORK_QUEUE),
-                                  (ev_stream, f"bench.{tag}.ev.>", RetentionPolicy.LIMITS)):
-        with contextlib.suppress(Exception):
-            await js.delete_stream(name)
-        await js.add_stream(StreamConfig(name=name, subjects=[subj], retention=retention,
-                                         storage=StorageType.FILE, duplicate_window=1200))
-        await js.add_consumer(name, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT,
-                                                   deliver_policy=DeliverPolicy.ALL, ack_wait=30,
-                                                   max_ack_pending=20000))
+    cmd_stream, ev_stream = await _scratch_streams(bus, tag)
     cmd_sub = await js.pull_subscribe_bind("c", stream=cmd_stream)
     ev_sub = await js.pull_subscribe_bind("c", stream=ev_stream)
-    bucket = None
+    bucket = await _scratch_bucket(bus, tag) if kv else None
     revision = 0
-    state = b'{"pad":"' + b"x" * 1000 + b'"}'
-    if kv:
-        bucket_name = f"bench_{tag.lower()}"
-        with contextlib.suppress(Exception):
-            await js.delete_key_value(bucket_name)
-        bucket = await js.create_key_value(KeyValueConfig(bucket=bucket_name, history=1,
-                                                          storage=StorageType.FILE))
-        revision = await bucket.put("state", state)
+    if bucket is not None:
+        revision = await bucket.put("state", _STATE)
     body = b'{"execution_id":"x","step":"s","context":{}}'
 
     async def one(i: int) -> None:
@@ -87,7 +113,7 @@ async def raw_round_trips(bus: Bus, n: int, *, batch: int, kv: bool, tag: str) -
         await cmd.ack_sync()
         (ev,) = await ev_sub.fetch(batch, timeout=5)
         if bucket is not None:
-            revision = await bucket.update("state", state, last=revision)
+            revision = await bucket.update("state", _STATE, last=revision)
         await ev.ack_sync()
 
     for i in range(min(50, n)):  # warm up
@@ -96,12 +122,7 @@ async def raw_round_trips(bus: Bus, n: int, *, batch: int, kv: bool, tag: str) -
     for i in range(n):
         await one(i)
     elapsed = time.perf_counter() - t0
-    for name in (cmd_stream, ev_stream):
-        with contextlib.suppress(Exception):
-            await js.delete_stream(name)
-    if bucket is not None:
-        with contextlib.suppress(Exception):
-            await js.delete_key_value(f"bench_{tag.lower()}")
+    await _drop_scratch(bus, tag)
     return elapsed
 
 
@@ -117,23 +138,9 @@ async def raw_concurrent(bus: Bus, executions: int, steps: int, *, tag: str) -> 
     tools, no watchers and no progress events.
     """
     js = bus.js
-    cmd_stream, ev_stream = f"BENCH_{tag}_CMD", f"BENCH_{tag}_EV"
-    for name, subj, retention in ((cmd_stream, f"bench.{tag}.cmd.>", RetentionPolicy.WORK_QUEUE),
-                                  (ev_stream, f"bench.{tag}.ev.>", RetentionPolicy.LIMITS)):
-        with contextlib.suppress(Exception):
-            await js.delete_stream(name)
-        await js.add_stream(StreamConfig(name=name, subjects=[subj], retention=retention,
-                                         storage=StorageType.FILE, duplicate_window=1200))
-        await js.add_consumer(name, ConsumerConfig(durable_name="c", ack_policy=AckPolicy.EXPLICIT,
-                                                   deliver_policy=DeliverPolicy.ALL, ack_wait=30,
-                                                   max_ack_pending=20000))
-    bucket_name = f"bench_{tag.lower()}"
-    with contextlib.suppress(Exception):
-        await js.delete_key_value(bucket_name)
-    bucket = await js.create_key_value(KeyValueConfig(bucket=bucket_name, history=1,
-                                                      storage=StorageType.FILE))
-    state = b'{"pad":"' + b"x" * 1000 + b'"}'
-    revisions = {e: await bucket.put(f"e{e}", state) for e in range(executions)}
+    cmd_stream, ev_stream = await _scratch_streams(bus, tag)
+    bucket = await _scratch_bucket(bus, tag)
+    revisions = {e: await bucket.put(f"e{e}", _STATE) for e in range(executions)}
     commands = PullConsumer(bus.nc, cmd_stream, "c", credit=64)
     events = PullConsumer(bus.nc, ev_stream, "c", credit=256)
     await commands.start()
@@ -155,7 +162,7 @@ async def raw_concurrent(bus: Bus, executions: int, steps: int, *, tag: str) -> 
     async def event(msg: Msg) -> None:
         nonlocal left
         execution, step = _numbers(msg.data)
-        revisions[execution] = await bucket.update(f"e{execution}", state,
+        revisions[execution] = await bucket.update(f"e{execution}", _STATE,
                                                    last=revisions[execution])
         if step + 1 < steps:
             await js.publish(f"bench.{tag}.cmd.{execution}", body(execution, step + 1),
@@ -185,11 +192,7 @@ async def raw_concurrent(bus: Bus, executions: int, steps: int, *, tag: str) -> 
     await asyncio.gather(*loops, return_exceptions=True)
     await commands.stop()
     await events.stop()
-    for name in (cmd_stream, ev_stream):
-        with contextlib.suppress(Exception):
-            await js.delete_stream(name)
-    with contextlib.suppress(Exception):
-        await js.delete_key_value(bucket_name)
+    await _drop_scratch(bus, tag)
     return elapsed
 
 

@@ -16,6 +16,7 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.partitions import partition_of
 from noetl_stream.runtime.services import run_services
 from noetl_stream.testing.events import stored_events
+from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
@@ -50,7 +51,7 @@ async def test_a_slow_commit_holds_up_no_other_execution_of_its_partition(
         slow_feed = await client.follow(slow)
         quick_feed = await client.follow(quick)
         await client.publish_request({"execution_id": slow, "playbook": THREE_NOOPS})
-        await _until(lambda: bool(held))
+        await assert_eventually(lambda: _holds(held), timeout_s=20)
         await client.publish_request({"execution_id": quick, "playbook": THREE_NOOPS})
         # Every event of `quick` comes through the partition while `slow` waits on its commit.
         await asyncio.wait_for(quick_feed.ended.wait(), 20)
@@ -64,7 +65,5 @@ async def test_a_slow_commit_holds_up_no_other_execution_of_its_partition(
     assert steps == ["start", "middle", "last"]
 
 
-async def _until(check: Any, timeout_s: float = 20.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while not check():
-            await asyncio.sleep(0.01)
+def _holds(held: list[int]) -> None:
+    assert held, "the slow execution's first commit has not been reached"
