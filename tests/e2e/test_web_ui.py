@@ -171,6 +171,14 @@ async def test_the_ui_shows_executions_live_and_acts_on_them(stack: Stack, brows
     # The same page, never reloaded, sees the rest happen.
     await page.wait_for_selector(node(page, "slow", "completed"))
     await page.wait_for_selector(node(page, "merge", "completed"))
+    # What the step printed reads as text, one block per stream, and nothing else is shown.
+    await page.click('g.node[data-step="slow"]')
+    printed = page.locator("#step-detail .captured")
+    await expect(printed).to_have_count(2)
+    await expect(printed.nth(0).locator("h4")).to_have_text("slow_task stdout")
+    await expect(printed.nth(0).locator("pre")).to_have_text("resting for 3 s\n")
+    await expect(printed.nth(1).locator("pre")).to_have_text("rested\n")
+    await expect(page.locator("#step-detail")).not_to_contain_text("[object")
     await expect(page.locator("#exec-status")).to_have_text("completed")
     await expect(page.locator("#outcome")).to_contain_text('"total": 12')
     await expect(page.locator('#timeline tr[data-type="execution.completed"]')).to_have_count(1)

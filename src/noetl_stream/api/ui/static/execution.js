@@ -10,7 +10,7 @@
   // Fields every outcome event has; any other field (captured output, ...) is shown as is.
   const KNOWN = new Set(["event_id", "event_type", "timestamp", "execution_id", "parent_execution_id",
     "step", "step_run_id", "iteration", "status", "result", "error", "ctx_patch", "http", "route",
-    "case_matched", "duration_ms", "run"]);
+    "case_matched", "duration_ms", "run", "time", "output"]);
   const STATUS_OF = { "step.started": "running", "step.done": "completed", "step.failed": "failed",
     "step.skipped": "skipped", "step.cancelled": "cancelled", "step.timeout": "failed",
     "loop.done": "completed", "loop.failed": "failed" };
@@ -130,8 +130,20 @@
       el("summary", {}, short(text, 200)), el("pre", {}, json(error)));
   }
 
+  // What an outcome carries beyond its envelope: each task's printed lines (`output`, one
+  // TaskOutput per task) as text a person reads, then any other field as JSON.
   function capturedOutput(event) {
     const out = [];
+    const iteration = event.iteration !== null && event.iteration !== undefined ? ` #${event.iteration}` : "";
+    for (const [task, printed] of Object.entries(event.output || {})) {
+      for (const stream of ["stdout", "stderr"]) {
+        const text = printed && printed[stream];
+        if (!text) continue;
+        const cut = printed.truncated ? ` (the last part of ${printed[stream + "_bytes"]} bytes)` : "";
+        out.push(el("div", { class: `captured ${stream}` }, el("h4", {}, `${task}${iteration} ${stream}${cut}`),
+          el("pre", {}, text)));
+      }
+    }
     for (const [key, value] of Object.entries(event)) {
       if (KNOWN.has(key) || value === null || value === undefined || value === "") continue;
       out.push(el("div", { class: "captured" }, el("h4", {}, key),
@@ -167,7 +179,7 @@
     }
     const mine = events.filter((e) => e.event.step === selected);
     const captured = mine.filter((e) => OUTCOMES.has(e.type)).flatMap((e) => capturedOutput(e.event));
-    if (captured.length) box.append(el("h3", {}, "Output"), captured);
+    if (captured.length) box.append(el("h3", {}, "Output"), ...captured);
     if (mine.length) {
       const recent = mine.slice(-200);
       box.append(el("h3", {}, mine.length > recent.length ? `Events (the last ${recent.length} of ${mine.length})` : "Events"),
