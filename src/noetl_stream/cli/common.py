@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 # 0 completed, 1 failed or cancelled, 2 rejected input or usage error (nothing runs),
 # 3 infrastructure error; `run` interrupted with Ctrl-C exits 130 (cli/running.py).
 EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
+EXIT_STILL_RUNNING = 4  # `run --timeout`: the wait ended, the execution did not
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])

@@ -77,8 +77,11 @@ async def _follow(client: ApiClient, execution_id: str, on_event: Callable[[dict
 
 async def run_remote(server_url: str, token: str | None, *, playbook_text: str,
                      payload: dict[str, Any], on_event: Callable[[dict[str, Any]], None],
-                     timeout_s: float | None) -> dict[str, Any]:
-    """Start an inline playbook and follow it to the end; the terminal event, as over NATS."""
+                     timeout_s: float | None, detach: bool = False,
+                     on_started: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Start an inline playbook and follow it to the end; the terminal event, as over NATS.
+    With `detach`, return once the server has accepted it.
+    """
     async with open_client(server_url, token) as client:
         try:
             accepted = await _start(client, {"playbook": playbook_text, "payload": payload})
@@ -88,6 +91,10 @@ async def run_remote(server_url: str, token: str | None, *, playbook_text: str,
                 return _rejected(details.get("execution_id"), exc.reasons() or [exc.message])
             raise
         execution_id = str(accepted["execution_id"])
+        if detach:
+            return {"execution_id": execution_id, "status": "submitted"}
+        if on_started is not None:
+            on_started(execution_id)
         # "submitted": stored, but no server answered in time; it starts when one does.
         pending = accepted.get("status") == "submitted"
         async with asyncio.timeout(timeout_s):

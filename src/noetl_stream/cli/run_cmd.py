@@ -35,7 +35,11 @@ from noetl_stream.cli.services import http_address
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with the outcome on stdout.")
 @click.option("--strict", is_flag=True,
               help="Treat unknown keys and fields without effect as errors.")
-@click.option("--timeout", "timeout_s", type=float, default=None, help="Give up waiting after SECONDS.")
+@click.option("--timeout", "timeout_s", type=float, default=None,
+              help="Stop waiting after SECONDS: exit 4 with the id; the execution keeps running.")
+@click.option("--detach", is_flag=True,
+              help="Print the execution id once the request is stored, and exit 0 (needs "
+                   "--nats-url or --server: the embedded stack stops with the command).")
 @click.option("--quiet", "-q", is_flag=True, help="No live progress.")
 @click.option("--ui", "ui", is_flag=True, help="Serve the web UI and API on a local port and print "
               "the execution page's URL; after the end the page stays up until Ctrl-C.")
@@ -43,7 +47,7 @@ from noetl_stream.cli.services import http_address
               help="Where --ui listens (port 0: any free port).")
 def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | None, token: str | None,
         payload: str | None, sets: tuple[str, ...], as_json: bool, strict: bool,
-        timeout_s: float | None, quiet: bool, ui: bool, ui_address: str) -> None:
+        timeout_s: float | None, detach: bool, quiet: bool, ui: bool, ui_address: str) -> None:
     """Run PLAYBOOK and wait for its result, showing live progress on stderr.
 
     Without --nats-url this starts an embedded nats-server, a server and a worker in this process:
@@ -53,6 +57,9 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
     if ui and server_url is not None:
         fail(EXIT_REJECTED, "--ui serves a local run; a server started with --http serves the UI "
                             f"itself at {server_url.rstrip('/')}/")
+    if detach and (ui or (nats_url is None and server_url is None)):
+        fail(EXIT_REJECTED, "--detach needs --nats-url or --server, where services run the "
+                            "execution after this command exits" + (", and no --ui" if ui else ""))
     ui_at = http_address(ui_address) if ui else None
     text, files = load_or_exit(playbook, strict)
     if server_url is not None:
@@ -61,5 +68,5 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
         refuse_file_children(playbook, files)
     request = RunRequest(playbook=playbook, nats_url=nats_url, prefix=prefix, server_url=server_url,
                          token=token, payload=parse_payload(payload, sets), timeout_s=timeout_s,
-                         quiet=quiet, show_output=verbosity() > 0, ui_at=ui_at)
-    report_outcome(run_playbook(request, text, files), as_json)
+                         quiet=quiet, detach=detach, show_output=verbosity() > 0, ui_at=ui_at)
+    report_outcome(run_playbook(request, text, files), as_json, quiet=quiet)

@@ -24,6 +24,7 @@ from noetl_stream.cli.common import (
     EXIT_INFRA,
     EXIT_OK,
     EXIT_REJECTED,
+    EXIT_STILL_RUNNING,
     fail,
     run_async,
     write_stdout,
@@ -50,6 +51,7 @@ class RunRequest:
     payload: dict[str, Any]
     timeout_s: float | None
     quiet: bool
+    detach: bool  # print the id once the request is stored, and wait for nothing more
     show_output: bool  # -v: also what each task printed
     ui_at: tuple[str, int] | None  # --ui: where the local API and UI listen
 
@@ -132,7 +134,8 @@ def run_playbook(request: RunRequest, text: str, files: list[PlaybookFile]) -> d
     except InfrastructureError as exc:
         fail(EXIT_INFRA, str(exc))
     except TimeoutError:
-        fail(EXIT_INFRA, f"no result within {request.timeout_s:g}s")
+        still_running(watch.started[0] if watch.started else watch.execution_id,
+                      request.timeout_s, nats_url=request.nats_url, server_url=request.server_url)
 
 
 async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
@@ -142,7 +145,8 @@ async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
 
         return await run_remote(request.server_url, request.token, playbook_text=text,
                                 payload=request.payload, on_event=watch.on_event,
-                                timeout_s=request.timeout_s)
+                                timeout_s=request.timeout_s, detach=request.detach,
+                                on_started=watch.started.append)
     from noetl_stream.runtime.services import open_stack, run_services
     from noetl_stream.state.catalog import register_files
     from noetl_stream.state.results import ResultStore
@@ -168,7 +172,12 @@ async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
 async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
                   ui_url: str | None) -> dict[str, Any]:
     """Start the execution on the bus and follow it to its final event."""
-    from noetl_stream.runtime.services import submit_and_watch
+    from noetl_stream.runtime.services import submit, submit_and_watch
+
+    if request.detach:
+        execution_id = await submit(bus, playbook_text=text, playbook_file=str(request.playbook),
+                                    payload=request.payload)
+        return {"execution_id": execution_id, "status": "submitted"}
 
     def on_started(execution_id: str) -> None:
         watch.started.append(execution_id)
@@ -188,12 +197,21 @@ async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
         warner.cancel()
 
 
-def report_outcome(final: dict[str, Any], as_json: bool) -> NoReturn:
-    """Print the outcome (JSON, or the result alone for a completed run) and exit with its code."""
+def report_outcome(final: dict[str, Any], as_json: bool, *, quiet: bool = False) -> NoReturn:
+    """Print the outcome (JSON, or the result alone for a completed run) and exit with its code.
+    A failed or cancelled run says why in one line on stderr: the progress did, or with
+    --quiet this does.
+    """
     if final.get("event_type") == "execution.rejected":
         for err in final.get("errors", []):
             click.echo(err, err=True)
         fail(EXIT_REJECTED, "the server rejected the playbook")
+    if final.get("status") == "submitted":  # --detach
+        if as_json:
+            write_stdout(jsonutil.dumps({"execution_id": final["execution_id"], "status": "submitted"}))
+        else:
+            write_stdout(str(final["execution_id"]).encode())
+        sys.exit(EXIT_OK)
     summary = {k: final.get(k) for k in ("execution_id", "status", "result", "error", "steps",
                                          "ctx", "vars")}
     completed = summary["status"] == "completed"
@@ -203,7 +221,21 @@ def report_outcome(final: dict[str, Any], as_json: bool) -> NoReturn:
         # Progress went to stderr; the result alone goes to stdout, so it pipes into jq. A failed
         # or cancelled execution has no result to pipe: stdout stays empty, the exit code says.
         write_stdout(orjson.dumps(summary.get("result"), option=orjson.OPT_INDENT_2, default=str))
+    if not completed and quiet:
+        click.echo(f"noetl-stream: execution {summary['execution_id']} {summary['status']}: "
+                   f"{failure_reason(summary.get('error'))}", err=True)
     sys.exit(EXIT_OK if completed else EXIT_FAILED)
+
+
+def failure_reason(error: Any) -> str:
+    """The one line that says why an execution did not complete."""
+    if isinstance(error, dict):
+        text = error.get("message") or error.get("reason") or error.get("kind")
+        where = error.get("step")
+        if text:
+            line = " ".join(str(text).split())
+            return f'step "{where}": {line}' if where and str(where) not in line else line
+    return "no reason was given" if error is None else " ".join(str(error).split())
 
 
 @contextlib.asynccontextmanager
@@ -220,6 +252,16 @@ async def run_ui(bus: Any, address: tuple[str, int] | None, *,
 
     async with serve(bus, host=address[0], port=address[1], auth=not embedded) as url:
         yield url
+
+
+def still_running(execution_id: str | None, timeout_s: float | None, *, nats_url: str | None,
+                  server_url: str | None) -> NoReturn:
+    """`--timeout` ended the wait, not the execution: say which one keeps running."""
+    if execution_id is None:
+        fail(EXIT_STILL_RUNNING, f"no execution was started within {timeout_s:g}s")
+    where = f" --server {server_url}" if server_url else f" --nats-url {nats_url}" if nats_url else ""
+    fail(EXIT_STILL_RUNNING, f"execution {execution_id} did not end within {timeout_s:g}s and "
+                             f"keeps running; follow it: noetl-stream watch {execution_id}{where}")
 
 
 def interrupted(execution_id: str | None, *, nats_url: str | None,

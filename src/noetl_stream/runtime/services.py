@@ -131,13 +131,22 @@ async def submit_and_watch(bus: Bus, *, playbook_text: str, playbook_file: str,
     watch = ExecutionWatch(bus, execution_id, on_event)
     await watch.start()
     try:
-        request = ExecutionRequest(execution_id=execution_id, playbook=playbook_text,
-                                   playbook_file=playbook_file, payload=payload)
-        await bus.js.publish(bus.topology.execute_request_subject(),
-                             request.model_dump_json().encode(),
-                             headers={"Nats-Msg-Id": ids.request_msg_id(execution_id)})
+        await submit(bus, playbook_text=playbook_text, playbook_file=playbook_file,
+                     payload=payload, execution_id=execution_id)
         if on_started is not None:
             on_started(execution_id)
         return await watch.wait(timeout_s)
     finally:
         await watch.stop()
+
+
+async def submit(bus: Bus, *, playbook_text: str, playbook_file: str, payload: dict[str, Any],
+                 execution_id: str | None = None) -> str:
+    """Publish an execution request and return its execution id once JetStream has stored it."""
+    execution_id = execution_id or new_execution_id()
+    request = ExecutionRequest(execution_id=execution_id, playbook=playbook_text,
+                               playbook_file=playbook_file, payload=payload)
+    await bus.js.publish(bus.topology.execute_request_subject(),
+                         request.model_dump_json().encode(),
+                         headers={"Nats-Msg-Id": ids.request_msg_id(execution_id)})
+    return execution_id

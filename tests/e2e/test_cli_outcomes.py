@@ -1,0 +1,81 @@
+"""`run` never hides how an execution ended: `-q` still says why it failed, `--timeout` names
+the execution that keeps running (exit 4), and `--detach` hands back the id at once."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+from cli import CLI, PLAYBOOKS, run_cli, run_playbook
+
+from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.testing.waiting import assert_eventually
+
+pytestmark = pytest.mark.e2e
+
+LISTENING = PLAYBOOKS / "cli_rough_edges_listening.yaml"
+
+
+async def test_a_quiet_failed_run_still_says_why_in_one_line() -> None:
+    out = await run_cli("run", str(PLAYBOOKS / "fail_unhandled.yaml"), "--quiet")
+    assert out.returncode == 1
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert "failed" in lines[0] and "disk quota exceeded" in lines[0] and "boom" in lines[0]
+
+
+async def test_a_quiet_json_run_keeps_stdout_a_single_document() -> None:
+    out = await run_playbook("fail_unhandled.yaml")
+    assert out.returncode == 1
+    assert out.summary["status"] == "failed"
+    assert "disk quota exceeded" in out.stderr
+
+
+async def test_timeout_exits_4_with_the_execution_that_keeps_running(
+        nats_server: NatsServer) -> None:
+    url = nats_server.url
+    server = await asyncio.create_subprocess_exec(
+        str(CLI), "server", "--nats-url", url, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL)
+    worker = await asyncio.create_subprocess_exec(
+        str(CLI), "worker", "--nats-url", url, stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL)
+    try:
+        waited = await run_cli("run", str(LISTENING), "--nats-url", url, "--quiet",
+                               "--timeout", "3")
+        assert waited.returncode == 4, waited.stderr
+        line = waited.stderr.strip().splitlines()[-1]
+        assert "did not end within 3s and keeps running" in line
+        execution_id = line.split("execution ")[1].split()[0]
+        assert execution_id.isdigit()
+
+        detached = await run_cli("run", str(LISTENING), "--nats-url", url, "--detach")
+        assert detached.returncode == 0, detached.stderr
+        detached_id = detached.stdout.strip()
+        assert detached_id.isdigit() and detached_id != execution_id
+
+        # Both go on after their `run` exited: a signal ends each.
+        for eid in (execution_id, detached_id):
+            async def signal_heard(eid: str = eid) -> None:
+                sent = await run_cli("signal", eid, "approve", "--nats-url", url)
+                assert sent.returncode == 0, sent.stderr
+
+            await assert_eventually(signal_heard, timeout_s=30, interval_s=0.5)
+            status = await run_cli("watch", eid, "--nats-url", url, "--json", timeout_s=30)
+            assert status.returncode == 0, status.stderr
+            assert '"event_type": "execution.completed"' in status.stdout.replace('":"', '": "')
+    finally:
+        for proc in (worker, server):
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+
+
+async def test_detach_on_the_embedded_stack_is_refused() -> None:
+    out = await run_cli("run", str(LISTENING), "--detach")
+    assert out.returncode == 2
+    assert "--detach needs --nats-url or --server" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
