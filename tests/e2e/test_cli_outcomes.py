@@ -4,7 +4,9 @@ the execution that keeps running (exit 4), and `--detach` hands back the id at o
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
+from pathlib import Path
 
 import pytest
 from cli import CLI, PLAYBOOKS, run_cli, run_playbook
@@ -79,3 +81,37 @@ async def test_detach_on_the_embedded_stack_is_refused() -> None:
     assert "Traceback" not in out.stderr
 
 
+
+
+async def test_sigterm_to_run_stops_its_embedded_nats_server(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    proc = await asyncio.create_subprocess_exec(
+        str(CLI), "run", str(LISTENING), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NOETL_STREAM_HOME": str(home), "PYTHONUNBUFFERED": "1"})
+    assert proc.stderr is not None
+    seen = b""
+    while b"approval" not in seen:
+        seen += await asyncio.wait_for(proc.stderr.readline(), 30)
+    pid_of_nats = _nats_servers_under(home)
+    assert len(pid_of_nats) == 1
+    proc.send_signal(signal.SIGTERM)
+    rest = (await asyncio.wait_for(proc.stderr.read(), 30)).decode()
+    assert await proc.wait() == 130, rest
+    assert "keeps running" in rest and "Traceback" not in rest
+    assert _nats_servers_under(home) == []
+
+
+def _nats_servers_under(home: Path) -> list[int]:
+    """The nats-server processes whose command line names a file under `home`."""
+    found = []
+    for proc_dir in Path("/proc").iterdir():
+        if not proc_dir.name.isdigit():
+            continue
+        try:
+            argv = (proc_dir / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"nats-server") and any(str(home).encode() in a for a in argv):
+            found.append(int(proc_dir.name))
+    return found

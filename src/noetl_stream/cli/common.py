@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import select
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -87,12 +88,40 @@ def on_stack(nats_url: str | None, prefix: str, name: str, action: Callable[[Bus
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    """Run `coro` on uvloop where it is installed (it is optional off Linux/macOS)."""
+    """Run `coro` on uvloop where it is installed (it is optional off Linux/macOS). SIGTERM
+    ends it as Ctrl-C does (KeyboardInterrupt once its cleanup ran), so a command stopped by a
+    supervisor also stops the embedded nats-server it started.
+    """
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
+        return asyncio.run(_terminable(coro))
+    return uvloop.run(_terminable(coro))
+
+
+async def _terminable(coro: Coroutine[Any, Any, T]) -> T:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    terminated = False
+
+    def on_sigterm() -> None:
+        nonlocal terminated
+        terminated = True
+        if task is not None:
+            task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals
+        return await coro
+    try:
+        return await coro
+    except asyncio.CancelledError:
+        if terminated:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def write_stdout(data: bytes) -> None:
