@@ -85,7 +85,18 @@ async def test_retry_policy_gives_up_after_its_attempts(http_service: HttpServic
     error = out.summary["error"]
     assert error["step"] == "start"
     assert error["status"] == 503
+    assert error["attempts"] == 4 and "after 4 attempts" in error["message"]
     assert http_service.calls["retry"] == 4
+
+
+async def test_live_progress_shows_each_retry_and_why(http_service: HttpService) -> None:
+    out = await run_cli("run", str(PLAYBOOKS / "retry_http.yaml"), "--set",
+                        f"base={http_service.url}", "--set", "fail=10")
+
+    assert out.returncode == 1
+    retries = [line.split("s  ", 1)[1] for line in out.stderr.splitlines() if "↻" in line]
+    assert retries == [f"↻ start {n}/4 in 0.05s: HTTP 503" for n in (2, 3, 4)], out.stderr
+    assert "failed after 4 attempts" in out.stderr
 
 
 async def test_pagination_jumps_back_with_set_iter_until_the_last_page(

@@ -96,6 +96,8 @@ class ProgressPrinter:
             self._loop_line(etype, event, str(event.get("step", "")))
         elif etype.startswith("step.") or etype == "task.redelivered":
             self._step_line(etype, event, str(event.get("step", "")))
+        elif etype == "retry.started":
+            self._retry_line(event, str(event.get("step", "")))
 
     def _execution_line(self, etype: str, event: dict[str, Any]) -> None:
         if etype == "execution.started":
@@ -133,6 +135,23 @@ class ProgressPrinter:
                        f"(delivery {event.get('delivery')}): its worker stopped answering")
         elif etype == "step.skipped":
             self._line(self._c("2", f"- {step} skipped ({event.get('reason', '')})"))
+
+    def _retry_line(self, event: dict[str, Any], step: str) -> None:
+        """`↻ fetch 2/5 in 4s: HTTP 404`: which attempt comes next, when, and why."""
+        raw = event.get("after")
+        after: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        code = after.get("status_code")
+        why = f"HTTP {code}" if isinstance(code, int) else _short(after.get("error") or "", 200)
+        of = f"/{event['max_attempts']}" if event.get("max_attempts") else ""
+        task = event.get("task")
+        # A step's only task is named after it (dsl/parsing/tasks.py): the step says it all.
+        where = step if task in (None, f"{step}_task") else f"{step}.{task}"
+        delay = event.get("delay_s")
+        when = f" in {_duration(round(float(delay), 2))}" if isinstance(delay, (int, float)) else ""
+        iteration = event.get("iteration")
+        item = f" #{iteration}" if iteration is not None else ""
+        self._line(self._c("33", f"↻ {where}{item}") + f" {event.get('attempt')}{of}{when}"
+                   + (f": {why}" if why else ""))
 
     def _loop_line(self, etype: str, event: dict[str, Any], step: str) -> None:
         if etype == "loop.started":

@@ -287,7 +287,13 @@ class Pipeline:
         if (failed := await self._finish_sinks(s, pos)) is not None:
             return failed
         await self._close_chain("error")
-        return self._failed(self._error_message(s.task, s.outcome), "task", s.outcome, s.task)
+        failed = self._failed(self._error_message(s.task, s.outcome, pos.attempt), "task",
+                              s.outcome, s.task)
+        if failed.error is not None and (pos.attempt > 1 or self.chain > 1):
+            failed.error["attempts"] = pos.attempt
+            if self.chain > 1:
+                failed.error["chain_attempts"] = self.chain
+        return failed
 
     async def _on_continue(self, s: _Settled, pos: _Position) -> PipelineResult | None:
         return await self._move_on(s, pos, pos.pc + 1)
@@ -544,9 +550,13 @@ class Pipeline:
                 return self._failed(self._error_message(sink, outcome), "sink", outcome, sink)
         return None
 
-    def _error_message(self, task: Task, outcome: Outcome) -> str:
+    def _error_message(self, task: Task, outcome: Outcome, attempt: int = 1) -> str:
         message = (outcome.error or {}).get("message", "task failed")
-        return f'task "{task.name}" ({task.kind}) failed: {message}'
+        tries = [f"{attempt} attempts"] if attempt > 1 else []
+        if self.chain > 1:
+            tries.append(f"{self.chain} runs of the pipeline")
+        after = f" after {' and '.join(tries)}" if tries else ""
+        return f'task "{task.name}" ({task.kind}) failed{after}: {message}'
 
     def _failed(self, message: str, kind: str, outcome: Outcome | None,
                 task: Task | None = None) -> PipelineResult:
