@@ -40,3 +40,6 @@ def configure(level: int, fmt: str = "text") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    # JSON is what log shippers read: give them a line per task call without -v (task_log.py).
+    logging.getLogger("noetl_stream.tasks").setLevel(
+        min(level, logging.INFO) if fmt == "json" else logging.NOTSET)

@@ -22,7 +22,7 @@ from typing import Any
 from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
-from noetl_stream.observe import tracing
+from noetl_stream.observe import task_log, tracing
 from noetl_stream.router.context import build_context, step_view
 from noetl_stream.runtime import cursor
 from noetl_stream.runtime.clock import SYSTEM_CLOCK, Clock
@@ -445,12 +445,15 @@ class Pipeline:
             timeout_s=layering.timeout_s(task.spec), iteration=self._iteration(),
             step_run_id=self.cmd.get("step_run_id"), command_iteration=self.cmd.get("iteration"),
             context=context if task.kind == "python" else None)
-        with tracing.task_span(task.name, task.kind, attempt) as span:
+        with tracing.task_span(task.name, task.kind, attempt) as span, task_log.logged(
+                execution_id=call.execution_id, step=self.step, task=task.name, kind=task.kind,
+                attempt=attempt, iteration=call.command_iteration) as ended:
             try:
                 outcome = await self.tools.get(task.kind).run(call)
             except NoetlStreamError as exc:
                 outcome = Outcome.failure(str(exc), "tool")
             tracing.finish(span, outcome.ok, outcome.error)
+            ended(outcome.ok, outcome.error)
         printed = outcome.meta.get("output")
         if isinstance(printed, dict) and (printed.get("stdout_bytes") or printed.get("stderr_bytes")):
             self.captured[task.name] = {**printed, "attempt": attempt}

@@ -1,0 +1,43 @@
+"""One log line per task call on the `noetl_stream.tasks` logger: `task started`, `task done`
+and `task failed`, each with the execution id, step, task, kind, attempt and iteration, and the
+duration once it ended, so a log shipper (Loki, ELK) shows runs without reading the stream.
+
+Start and end are INFO, failures WARNING; `--log-format json` turns this logger on at INFO
+(logfmt.configure) since that is the format such shippers read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+LOGGER = "noetl_stream.tasks"
+log = logging.getLogger(LOGGER)
+
+
+@contextmanager
+def logged(*, execution_id: str, step: str, task: str, kind: str, attempt: int,
+           iteration: Any) -> Iterator[Callable[[bool, dict[str, Any] | None], None]]:
+    """Log the start now; the callable it yields logs the end with its duration."""
+    fields: dict[str, Any] = {"execution_id": execution_id, "step": step, "task": task,
+                              "kind": kind, "attempt": attempt, "iteration": iteration}
+    info = log.isEnabledFor(logging.INFO)
+    if info:
+        log.info("task started", extra=fields)
+    started = time.monotonic()
+
+    def ended(ok: bool, error: dict[str, Any] | None) -> None:
+        if ok and not info:
+            return
+        done = {**fields, "duration_ms": round((time.monotonic() - started) * 1000, 3)}
+        if ok:
+            log.info("task done", extra=done)
+            return
+        error = error or {}
+        log.warning("task failed: %s", str(error.get("message", ""))[:500],
+                    extra={**done, "error_kind": error.get("kind")})
+
+    yield ended
