@@ -187,6 +187,15 @@ async def test_register_over_http_puts_the_playbook_in_the_catalog(
     assert f"{playbook}: registered remote/registered version 1.0 (pb_" in out.stdout
     catalog = await remote.get("/api/catalog/remote/registered?version=1.0")
     assert catalog["content"] == REGISTERED
+    listed = await remote.cli("catalog", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [entry] = [e for e in json.loads(listed.stdout) if e["path"] == "remote/registered"]
+    assert list(entry["versions"]) == ["1.0"] and entry["latest"].startswith("pb_")
+    shown = await remote.cli("catalog", "show", "remote/registered", "--version", "1.0")
+    assert shown.returncode == 0 and shown.stdout == REGISTERED.rstrip("\n") + "\n"
+    missing = await remote.cli("catalog", "show", "remote/registered", "--version", "9")
+    assert missing.returncode == 2 and 'playbook "remote/registered" version "9" is not' in \
+        missing.stderr
     # This one names ./grandchild.yaml: a file the server cannot read.
     refused = await remote.cli("register", str(PLAYBOOKS / "subplaybook" / "child.yaml"))
     assert refused.returncode == 2

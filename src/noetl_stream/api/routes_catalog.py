@@ -29,7 +29,14 @@ from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.composition import PlaybookFile, file_references
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import Issue, PlaybookError
-from noetl_stream.state.catalog import CATALOG_BUCKET, path_key, register_files, register_path
+from noetl_stream.state.catalog import (
+    CATALOG_BUCKET,
+    list_paths,
+    path_key,
+    register_files,
+    register_path,
+    split_path_key,
+)
 from noetl_stream.state.kv_keys import bucket_keys
 
 PLAYBOOK_ID = re.compile(r"pb_[0-9a-f]{32}")  # a content key (ids.playbook_key)
@@ -73,47 +80,21 @@ async def register(request: web.Request) -> web.StreamResponse:
                                            playbook_id=key, warnings=warnings), 201)
 
 
-def _split(key: str) -> tuple[str, str] | None:
-    """`path.<p>.latest` -> (<p>, "latest"); `path.<p>.version.<v>` -> (<p>, <v>)."""
-    rest = key.removeprefix("path.")
-    if rest.endswith(".latest") and "." not in rest[:-7]:
-        return rest[:-7], "latest"
-    token, sep, version = rest.partition(".version.")
-    return (token, version) if sep and "." not in token else None
-
-
-async def _describe(ctx: ApiContext, playbook_id: str) -> Playbook | None:
+async def _describe(ctx: ApiContext, playbook_id: str) -> tuple[str | None, str | None]:
     text = await read_text(ctx, playbook_id)
     if text is None:
-        return None
+        return None, None
     try:
-        return parse(ctx, text)[0]
+        playbook = parse(ctx, text)[0]
     except PlaybookError:  # registered under other installed kinds; still listed by its key
-        return None
+        return None, None
+    return playbook.path, playbook.version
 
 
 async def list_catalog(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
-    latest: dict[str, str] = {}
-    versions: dict[str, dict[str, str]] = {}
-    for key in await bucket_keys(ctx.bus.js, CATALOG_BUCKET, "path.>"):
-        split = _split(key)
-        pointer = await read_text(ctx, key)
-        if split is None or pointer is None:
-            continue
-        path, version = split
-        if path.startswith("h-") or version.startswith("h-"):
-            # Hashed in the key (characters a key cannot hold): the playbook says its real names.
-            described = await _describe(ctx, pointer)
-            if described is not None and described.path:
-                path = described.path
-                version = version if version == "latest" else described.version or version
-        if version == "latest":
-            latest[path] = pointer
-        else:
-            versions.setdefault(path, {})[version] = pointer
-    items = [CatalogPath(path=p, latest=latest.get(p), versions=versions.get(p, {}))
-             for p in sorted(latest.keys() | versions.keys())]
+    paths = await list_paths(ctx.bus.js, lambda key: _describe(ctx, key))
+    items = [CatalogPath(path=p.path, latest=p.latest, versions=p.versions) for p in paths]
     return json_response(CatalogList(items=items))
 
 
@@ -155,7 +136,7 @@ async def delete_playbook(request: web.Request) -> web.StreamResponse:
         raise not_found(f'playbook "{path}"')
     for key in keys:
         await ctx.catalog.purge(key)
-    removed = sorted(v for k in keys if (s := _split(k)) for v in [s[1]])
+    removed = sorted(v for k in keys if (s := split_path_key(k)) for v in [s[1]])
     return json_response(CatalogDeleted(path=path, removed=removed))
 
 

@@ -13,6 +13,7 @@ from noetl_stream import __version__
 from noetl_stream.cli.backup_cmd import backup, restore
 from noetl_stream.cli.cancel_cmd import cancel
 from noetl_stream.cli.catalog_cmd import register
+from noetl_stream.cli.catalog_view_cmd import catalog
 from noetl_stream.cli.common import setup_logging, verbosity
 from noetl_stream.cli.credential import credential
 from noetl_stream.cli.dlq_cmd import dlq
@@ -87,6 +88,6 @@ def completion(shell: str) -> None:
     click.echo(completion_class(main, {}, "noetl-stream", "_NOETL_STREAM_COMPLETE").source())
 
 
-for command in (run, validate, server, worker, init, watch, nats_cmd, tools, credential, register,
+for command in (run, validate, server, worker, init, watch, nats_cmd, tools, credential, register, catalog,
                 send_signal, user, apikey, cancel, status, dlq, executions, backup, restore, logs):
     main.add_command(command)

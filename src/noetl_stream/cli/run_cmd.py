@@ -17,6 +17,7 @@ from noetl_stream.cli.common import (
 from noetl_stream.cli.running import (
     RunRequest,
     load_or_exit,
+    load_registered,
     parse_payload,
     report_outcome,
     run_playbook,
@@ -48,7 +49,8 @@ from noetl_stream.cli.services import http_address
 def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | None, token: str | None,
         payload: str | None, sets: tuple[str, ...], as_json: bool, strict: bool,
         timeout_s: float | None, detach: bool, quiet: bool, ui: bool, ui_address: str) -> None:
-    """Run PLAYBOOK and wait for its result, showing live progress on stderr.
+    """Run PLAYBOOK (a file, or a path registered in the catalog) and wait for its result,
+    showing live progress on stderr.
 
     Without --nats-url this starts an embedded nats-server, a server and a worker in this process:
     the same code path as the distributed deployment. With --server it runs on that server,
@@ -61,7 +63,11 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
         fail(EXIT_REJECTED, "--detach needs --nats-url or --server, where services run the "
                             "execution after this command exits" + (", and no --ui" if ui else ""))
     ui_at = http_address(ui_address) if ui else None
-    text, files = load_or_exit(playbook, strict)
+    if playbook.exists() or playbook.suffix in (".yaml", ".yml"):
+        text, files = load_or_exit(playbook, strict)
+    else:  # not a file: a catalog path (`register` put it there)
+        text, files = load_registered(str(playbook), strict, nats_url=nats_url, prefix=prefix,
+                                      server_url=server_url, token=token)
     if server_url is not None:
         from noetl_stream.cli.remote_cmds import refuse_file_children
 

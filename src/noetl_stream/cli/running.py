@@ -116,6 +116,38 @@ def load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
     return result.files[0].text, result.files
 
 
+def load_registered(path: str, strict: bool, *, nats_url: str | None, prefix: str,
+                    server_url: str | None, token: str | None) -> tuple[str, list[PlaybookFile]]:
+    """The text registered under catalog path `path`, validated, or exit 2 saying why. Its
+    children by file were registered with it (under its content key), so none is read here.
+    """
+    from noetl_stream import ids
+    from noetl_stream.cli.catalog_view_cmd import fetch_text
+    from noetl_stream.cli.remote import RemoteError
+    from noetl_stream.dsl import parse_playbook
+
+    try:
+        text = run_async(fetch_text(path, None, nats_url=nats_url, prefix=prefix,
+                                    server_url=server_url, token=token))
+    except RemoteError as exc:
+        fail(exc.exit_code, str(exc))
+    except InfrastructureError as exc:
+        fail(EXIT_INFRA, str(exc))
+    if text is None:
+        fail(EXIT_REJECTED, f"{path}: no such file, and no playbook is registered under that "
+                            "catalog path (`noetl-stream catalog list` shows what is)")
+    shown = f"catalog:{path}"
+    try:
+        result = parse_playbook(text, shown, kinds=installed_kinds(), strict=strict)
+    except PlaybookError as exc:
+        for issue in exc.issues:
+            click.echo(str(issue), err=True)
+        fail(EXIT_REJECTED, f"{shown}: rejected; nothing was run")
+    for warning in result.warnings:
+        click.echo(str(warning), err=True)
+    return text, [PlaybookFile(shown, text, ids.playbook_key(text), result.playbook)]
+
+
 def run_playbook(request: RunRequest, text: str, files: list[PlaybookFile]) -> dict[str, Any]:
     """Run the playbook and wait for its final event; exit with the matching code on errors."""
     from noetl_stream.cli.remote import RemoteError

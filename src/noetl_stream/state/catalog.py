@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from nats.js.errors import KeyNotFoundError
@@ -25,6 +27,7 @@ from noetl_stream import jsonutil
 from noetl_stream.dsl.composition import PlaybookFile, is_file_reference
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import CatalogError
+from noetl_stream.state.kv_keys import bucket_keys
 
 CATALOG_BUCKET = "noetl_catalog"
 _PATH_SAFE = re.compile(r"[-/_=A-Za-z0-9]+")
@@ -106,3 +109,63 @@ async def resolve_child(js: Any, *, parent_key: str | None, path: str,
     if text is None:
         raise CatalogError(f'catalog entry "{key}" for "{path}" is gone')
     return text.decode(), key
+
+
+@dataclass
+class CatalogPath:
+    """One catalog path: the playbook id its `latest` names and each version's."""
+
+    path: str
+    latest: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+# (path, version) a stored text declares, for keys that hold a hash instead of its names.
+Describe = Callable[[str], Awaitable[tuple[str | None, str | None]]]
+
+
+def split_path_key(key: str) -> tuple[str, str] | None:
+    """`path.<p>.latest` -> (<p>, "latest"); `path.<p>.version.<v>` -> (<p>, <v>)."""
+    rest = key.removeprefix("path.")
+    if rest.endswith(".latest") and "." not in rest[:-7]:
+        return rest[:-7], "latest"
+    token, sep, version = rest.partition(".version.")
+    return (token, version) if sep and "." not in token else None
+
+
+async def read_entry(js: Any, key: str) -> str | None:
+    """The text stored under `key`, or None."""
+    raw = await _get(await js.key_value(CATALOG_BUCKET), key)
+    return raw.decode() if raw else None
+
+
+async def list_paths(js: Any, describe: Describe) -> list[CatalogPath]:
+    """Every catalog path with its latest and versioned playbook ids, sorted by path."""
+    kv = await js.key_value(CATALOG_BUCKET)
+    found: dict[str, CatalogPath] = {}
+    for key in await bucket_keys(js, CATALOG_BUCKET, "path.>"):
+        split = split_path_key(key)
+        raw = await _get(kv, key)
+        if split is None or not raw:
+            continue
+        pointer = raw.decode()
+        path, version = split
+        if path.startswith("h-") or version.startswith("h-"):
+            # Hashed in the key (characters a key cannot hold): the playbook says its real names.
+            real_path, real_version = await describe(pointer)
+            if real_path:
+                path = real_path
+                version = version if version == "latest" else real_version or version
+        entry = found.setdefault(path, CatalogPath(path))
+        if version == "latest":
+            entry.latest = pointer
+        else:
+            entry.versions[version] = pointer
+    return [found[p] for p in sorted(found)]
+
+
+async def read_path(js: Any, path: str, version: str | None = None) -> tuple[str, str] | None:
+    """The (text, playbook id) a catalog path (latest, or one version) names, or None."""
+    pointer = await read_entry(js, path_key(path, version))
+    text = await read_entry(js, pointer) if pointer else None
+    return (text, pointer) if pointer and text is not None else None
