@@ -60,4 +60,4 @@ async def test_a_json_worker_log_has_a_line_per_task_start_end_and_failure(
         assert line["attempt"] == 1
     assert all(isinstance(line["duration_ms"], float) for line in lines[1::2])
     failed = lines[3]
-    assert failed["level"] == "WARNING" and "disk quota exceeded" in failed["message"]
+    assert failed["level"] == "INFO" and "disk quota exceeded" in failed["message"]

@@ -2,8 +2,8 @@
 and `task failed`, each with the execution id, step, task, kind, attempt and iteration, and the
 duration once it ended, so a log shipper (Loki, ELK) shows runs without reading the stream.
 
-Start and end are INFO, failures WARNING; `--log-format json` turns this logger on at INFO
-(logfmt.configure) since that is the format such shippers read.
+All three are INFO, so `run`'s own progress is not interleaved with them; `--log-format json`
+turns this logger on at INFO (logfmt.configure) since that is the format such shippers read.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ def logged(*, execution_id: str, step: str, task: str, kind: str, attempt: int,
     started = time.monotonic()
 
     def ended(ok: bool, error: dict[str, Any] | None) -> None:
-        if ok and not info:
+        if not info:
             return
         done = {**fields, "duration_ms": round((time.monotonic() - started) * 1000, 3)}
         if ok:
             log.info("task done", extra=done)
             return
         error = error or {}
-        log.warning("task failed: %s", str(error.get("message", ""))[:500],
+        log.info("task failed: %s", str(error.get("message", ""))[:500],
                     extra={**done, "error_kind": error.get("kind")})
 
     yield ended
