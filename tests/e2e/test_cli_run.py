@@ -134,16 +134,21 @@ async def test_failed_step_does_not_follow_an_arc_whose_guard_ignores_the_failur
     assert "b" not in summary["steps"] or summary["steps"]["b"]["runs"] == 0
 
 
-async def test_reading_a_field_of_a_misspelt_name_fails_the_step_with_a_suggestion() -> None:
+async def test_a_misspelt_workload_key_is_refused_before_anything_runs() -> None:
     out = await run_playbook("template_typo.yaml")
 
-    assert out.returncode == 1
-    error = out.summary["error"]
-    assert error["step"] == "start"
-    assert "`traget` is undefined; did you mean `target`?" in error["message"]
-    assert "workload.traget.region" in error["message"]
+    assert out.returncode == 2 and out.stdout == ""
+    warning, refusal = out.stderr.strip().splitlines()
     # Located as a parse error is: the file and the line of the task holding the template.
-    assert "template_typo.yaml:10: step \"start\" field \"tool.input.region\"" in error["message"]
+    assert warning.endswith('template_typo.yaml:10: step "start" field "tool.input": warning: '
+                            'reads workload.traget, which the workload does not define; did you '
+                            'mean "target"?')
+    assert refusal.endswith("template_typo.yaml: rejected: templates read workload 'traget', "
+                            "which neither the workload nor the payload gives (pass --set "
+                            "KEY=VALUE or --payload); nothing was run")
+    # A payload that gives the key runs it.
+    given = await run_playbook("template_typo.yaml", "--payload", '{"traget": {"region": "x"}}')
+    assert given.returncode == 0 and given.summary["result"] == "x", given.stderr
 
 
 async def test_routed_failure_continues_on_the_failure_arc() -> None:

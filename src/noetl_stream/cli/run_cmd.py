@@ -19,6 +19,7 @@ from noetl_stream.cli.running import (
     load_or_exit,
     load_registered,
     parse_payload,
+    refuse_missing_workload,
     report_outcome,
     run_playbook,
 )
@@ -72,7 +73,9 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
         from noetl_stream.cli.remote_cmds import refuse_file_children
 
         refuse_file_children(playbook, files)
+    payload_data = parse_payload(payload, sets)
+    refuse_missing_workload(playbook, files[0].playbook, payload_data)
     request = RunRequest(playbook=playbook, nats_url=nats_url, prefix=prefix, server_url=server_url,
-                         token=token, payload=parse_payload(payload, sets), timeout_s=timeout_s,
+                         token=token, payload=payload_data, timeout_s=timeout_s,
                          quiet=quiet, detach=detach, show_output=verbosity() > 0, ui_at=ui_at)
     report_outcome(run_playbook(request, text, files), as_json, quiet=quiet)

@@ -33,6 +33,7 @@ from noetl_stream.cli.pickup import PickupWatch
 from noetl_stream.cli.progress import ProgressPrinter
 from noetl_stream.cli.services import announce, serve_forever
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
+from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import InfrastructureError, PlaybookError
 from noetl_stream.tools.registry import installed_kinds
 
@@ -114,6 +115,19 @@ def load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
     for warning in result.warnings:
         click.echo(str(warning), err=True)
     return result.files[0].text, result.files
+
+
+def refuse_missing_workload(path: Path, playbook: Playbook, payload: dict[str, Any]) -> None:
+    """Exit 2 before publishing when a template reads a workload key that neither the playbook's
+    workload nor the payload gives (dsl/checks.py): it would render empty and fail later.
+    """
+    from noetl_stream.dsl.checks import missing_workload_keys
+
+    missing = missing_workload_keys(playbook, set(playbook.workload) | set(payload))
+    if missing:  # each read was shown as a warning, with its line, when the playbook was loaded
+        fail(EXIT_REJECTED, f"{path}: rejected: templates read workload "
+                            f"{', '.join(repr(k) for k in missing)}, which neither the workload nor "
+                            "the payload gives (pass --set KEY=VALUE or --payload); nothing was run")
 
 
 def load_registered(path: str, strict: bool, *, nats_url: str | None, prefix: str,
