@@ -326,7 +326,7 @@ class Pipeline:
 
     def _hand_on(self, s: _Settled, pos: _Position) -> None:
         """Apply the writes and case of a finished task and hand its result to the next task."""
-        self._apply_writes(s.task, s.rule, s.extra)
+        self._apply_writes(s.task, s.rule, s.extra, s.read)
         value = s.outcome.result
         if s.rule is not None:
             value = self._apply_case(s.task, s.rule, s.extra, value)
@@ -509,16 +509,24 @@ class Pipeline:
             value = templating.render(rule.result, context, step=self.step, field="case.result")
         return value
 
-    def _apply_writes(self, task: Task, rule: Rule | None, extra: dict[str, Any]) -> None:
+    def _apply_writes(self, task: Task, rule: Rule | None, extra: dict[str, Any],
+                      read: Any) -> None:
+        """A rule's writes, then the task's own `set:`.
+
+        A policy rule reads `output` as the outcome envelope (`output.status`, `output.data`);
+        the task's own `set:` reads it as the result the tool returned, read by name (NoETL's
+        task sequence binds the raw result there: `set: {row: "{{ output }}"}` then
+        `{{ row.data.id }}` reads the result's own `data`).
+        """
         if rule is not None and rule.event is not None:  # a case rule's writes read event.name
             extra = {**extra, "event": {"name": rule.event, "payload": {
                 "result": extra["result"], "error": extra["error"]}}}
-        groups = [(rule.set_iter, rule.set_ctx, rule.set_locals)] if rule is not None else []
-        groups.append((task.set_iter, task.set_ctx, task.set_locals))
-        for set_iter, set_ctx, set_locals in groups:
+        groups = [(rule.set_iter, rule.set_ctx, rule.set_locals, extra)] if rule is not None else []
+        groups.append((task.set_iter, task.set_ctx, task.set_locals, {**extra, "output": read}))
+        for set_iter, set_ctx, set_locals, names in groups:
             if not (set_iter or set_ctx or set_locals):
                 continue
-            context = self.context(extra)
+            context = self.context(names)
             self.iter.update(templating.render(set_iter, context, step=self.step, field="set_iter"))
             written = templating.render(set_ctx, context, step=self.step, field="set_ctx")
             self.ctx.update(written)
