@@ -56,12 +56,15 @@ def build_context(*, workload: Mapping[str, Any], ctx: Mapping[str, Any],
     return context
 
 
-def pick_steps(names: Iterable[str], records: Mapping[str, Any]) -> dict[str, Any]:
-    """The finished steps' results among `names` (the names a step's templates read)."""
+def pick_steps(names: Iterable[str], records: Mapping[str, Any],
+               execution_id: str | None = None) -> dict[str, Any]:
+    """The finished steps' results among `names` (the names a step's templates read); given the
+    execution, large ones also answer NoETL's locators (`step_view`).
+    """
     out: dict[str, Any] = {}
     # Sorted: a set's order follows PYTHONHASHSEED, and this order reaches the command's bytes.
     for name in sorted(names):
         rec = records.get(name)
         if rec is not None and rec.status in ("completed", "failed") and rec.runs:
-            out[name] = step_view(rec.result, rec.http, rec.loop)
+            out[name] = step_view(rec.result, rec.http, rec.loop, execution_id=execution_id)
     return out

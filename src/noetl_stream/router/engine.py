@@ -58,7 +58,7 @@ class Engine:
         """A router-side template context: the finished steps among the names the templates in
         `reads` name, beside the workload, ctx, vars and `args` they may always read.
         """
-        steps = pick_steps(names_read(reads), self.state.steps)
+        steps = pick_steps(names_read(reads), self.state.steps, self.state.execution_id)
         return build_context(workload=self.state.workload, ctx=self.state.ctx, args=args,
                              vars_=self.state.vars, iter_vars=self.inherited_iter(), steps=steps,
                              execution_id=self.state.execution_id, extra=extra)

@@ -140,7 +140,7 @@ class Pipeline:
         self.vars: dict[str, Any] = ctx_in.get("vars", {})
         http = ctx_in.get("steps_http", {})
         loops = set(ctx_in.get("steps_loop", ()))
-        self.steps = {n: step_view(r, http.get(n), n in loops)
+        self.steps = {n: step_view(r, http.get(n), n in loops, execution_id=command["execution_id"])
                       for n, r in ctx_in.get("steps", {}).items()}
         self.token_args: dict[str, Any] = ctx_in.get("args", {})
         self.args: dict[str, Any] = dict(self.token_args)
