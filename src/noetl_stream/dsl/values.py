@@ -69,6 +69,30 @@ class LoopResults(ListView):
         self._names = {"count": total, "stats": {"total": total, "success": total, "failed": 0}}
 
 
+class EventName(str):
+    """The name of the event an arc's guard reads (`event.name`), which also compares equal to
+    the names NoETL's engines give the same moment (`aliases`): a plain step's arcs are routed
+    on its call's `call.done` / `call.error` by NoETL's Python engine and on `step.done` /
+    `step.failed` by spec 003, so both `{{ event.name == 'call.done' }}` and
+    `{{ event.name == 'step.done' }}` hold after it succeeds. It prints as its own name.
+    """
+
+    _aliases: frozenset[str]
+
+    def __new__(cls, name: str, aliases: Iterable[str] = ()) -> EventName:
+        made = super().__new__(cls, name)
+        made._aliases = frozenset(aliases)
+        return made
+
+    def __eq__(self, other: object) -> bool:
+        return str.__eq__(self, other) is True or (isinstance(other, str) and other in self._aliases)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
 LOCATOR_NAMES = frozenset({"_ref", "_uri", "_store"})
 Locate = Callable[[], "dict[str, str] | None"]
 

@@ -17,6 +17,7 @@ from typing import Any
 from noetl_stream import ids, jsonutil, messages
 from noetl_stream.dsl import guards, keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
+from noetl_stream.dsl.values import EventName
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import cancel, case_events, children, listeners, loops, watchdog
 from noetl_stream.router.context import build_context, output_view, pick_steps
@@ -26,6 +27,8 @@ from noetl_stream.router.reads import names_read, only, rule_templates
 from noetl_stream.router.state import Decision, Delayed, ExecutionState, Join, Outgoing, Run
 
 DEFAULT_POOL = "default"
+# What NoETL's Python engine calls the end of a plain step's call, when its arcs are evaluated.
+CALL_EVENTS = {"step.done": ("call.done",), "step.failed": ("call.error",)}
 PROGRESS_EVENTS = frozenset({"step.started", "step.skipped", "loop.started", "loop.progress",
                              *case_events.EVENTS})
 
@@ -252,7 +255,8 @@ class Engine:
                 self.emit(etype, ids.event_msg_id(self.state.execution_id, etype, run.run_id),
                           step=run.step, step_run_id=run.run_id, status="ok" if ok else "error",
                           error=error)
-        context_extra = {"event": {"name": event_name, "payload": {"result": result, "error": error}},
+        name = EventName(event_name, CALL_EVENTS.get(event_name, ()) if step.loop is None else ())
+        context_extra = {"event": {"name": name, "payload": {"result": result, "error": error}},
                          "result": result, "error": error,
                          "output": output_view(result, error, rec.http, loop=rec.loop)}
         try:
