@@ -10,10 +10,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from noetl_stream.dsl.values import LIST_MARK, ListView, LoopResults
-from noetl_stream.router.views import http_view, output_view, step_view
+from noetl_stream.router.views import http_view, output_view, step_view, task_view
 
 __all__ = ["LIST_MARK", "ListView", "LoopResults", "build_context", "http_view", "job_view",
-           "output_view", "pick_steps", "step_view"]
+           "output_view", "pick_steps", "step_view", "task_view"]
 
 RESERVED = ("workload", "ctx", "args", "input", "iter", "vars", "execution_id", "event", "result",
             "output", "outcome", "response", "error", "_prev", "_task", "_attempt", "keychain")

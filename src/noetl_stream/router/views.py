@@ -43,6 +43,19 @@ def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool, *,
     return ResultMapping(view, locate=locate) if isinstance(view, dict) and locate else view
 
 
+def task_view(result: Any, http: Mapping[str, Any] | None) -> Any:
+    """A task's result as the later tasks of its pipeline, and its own `set:` as `output`, read it.
+
+    For http this is NoETL's Rust task sequence shape `{status_code, headers, data: <body>, body:
+    <body>}`: there those four names are the reply's even when the body has keys of those names
+    (a body `{data: [...], paging}` reads as `fetch.data.paging`, and `fetch.data.data` is its
+    list); the body's other keys read too. Any other result reads as a finished step's.
+    """
+    if http and isinstance(result, dict):
+        return {**result, **_http_envelope(result, http)}
+    return step_view(result, http, False)
+
+
 def stored_key(data: bytes) -> str:
     """The key a step result's JSON is stored under, after `<execution_id>.` (its content's)."""
     return hashlib.sha256(data).hexdigest()[:32]

@@ -23,7 +23,7 @@ from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
 from noetl_stream.observe import tracing
-from noetl_stream.router.context import build_context, step_view
+from noetl_stream.router.context import build_context, step_view, task_view
 from noetl_stream.runtime import cursor
 from noetl_stream.runtime.clock import SYSTEM_CLOCK, Clock
 from noetl_stream.runtime.keychain import KeychainResolver
@@ -251,7 +251,7 @@ class Pipeline:
                  "_task": task.name, "_attempt": pos.attempt, "result": outcome.result,
                  "error": outcome.error, "_chain_attempt": self.chain,
                  "_retry": retry_names(outcome, pos.attempt)}
-        read = step_view(outcome.result, outcome.http, False)  # the result read by name
+        read = task_view(outcome.result, outcome.http)  # the result read by name
         if task.name == self.own_task:
             extra.setdefault(self.step, read)
         rule, directive = self._decide(task, extra, outcome.ok, pos.attempt)
@@ -547,7 +547,7 @@ class Pipeline:
                 continue
             outcome = await self._call(sink, 1, view["result"], view)
             await self.sinks.processed(sink, 1, outcome, self.chain)
-            self._bind(sink, step_view(outcome.result, outcome.http, False))
+            self._bind(sink, task_view(outcome.result, outcome.http))
             if not outcome.ok:
                 return self._failed(self._error_message(sink, outcome), "sink", outcome, sink)
         return None
