@@ -48,3 +48,52 @@ async def test_later_tasks_and_a_task_set_read_an_http_result_as_noetl_s_task_se
     assert final["event_type"] == "execution.completed", final
     assert final["steps"]["start"]["result"] == {
         "next_page": 2, "n": 3, "page": 1, "ids": [1, 2, 3], "code": 200, "total": 10}
+
+
+PAGES = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: pipeline-task-results}
+workflow:
+  - step: start
+    tool: {kind: noop}
+    set: {ctx.number: 1}
+    next: page
+  - step: page
+    tool:
+      - name: fetch
+        kind: http
+        url: "{{ workload.url }}/records"
+        params: {page: "{{ ctx.number }}", size: 4}
+      - name: check
+        kind: python
+        input: {resp: "{{ fetch }}"}
+        code: |
+          result = {"more": resp["data"]["paging"]["next_page"] is not None,
+                    "n": len(resp["data"]["data"])}
+    set: {ctx.number: "{{ ctx.number + 1 }}"}
+    next:
+      spec: {mode: exclusive}
+      arcs:
+        - step: page
+          when: "{{ page.results.check.more }}"
+        - step: report
+  - step: report
+    tool:
+      kind: noop
+      input:
+        pages: "{{ ctx.number - 1 }}"
+        last_code: "{{ page.results.fetch.status_code }}"
+        last_ids: "{{ page.results.fetch.data.data | map(attribute='id') | list }}"
+"""
+
+
+@pytest.mark.usefixtures("services")
+async def test_a_pipeline_step_s_per_task_results_route_its_arcs(
+        client: PlainClient, http_service: HttpService) -> None:
+    feed = await client.run("pipeline-pages-1", PAGES, payload={"url": http_service.url})
+
+    final = feed.final
+    assert final["event_type"] == "execution.completed", final.get("error")
+    assert final["result"] == {"pages": 3, "last_code": 200, "last_ids": [9, 10]}
+    assert http_service.calls["records"] == 3

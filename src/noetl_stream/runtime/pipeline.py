@@ -38,7 +38,14 @@ from noetl_stream.runtime.retrying import (
 )
 from noetl_stream.runtime.sinks import SinkRuns
 from noetl_stream.runtime.task_cache import command_tasks
-from noetl_stream.runtime.task_views import case_views, outcome_views, rendered_field, sink_view
+from noetl_stream.runtime.task_views import (
+    case_views,
+    kept_task_result,
+    outcome_views,
+    rendered_field,
+    sink_view,
+    with_task_results,
+)
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -151,6 +158,7 @@ class Pipeline:
         self.route_priority = 0  # of `route`: a later route replaces it only with a higher one
         self.case_matched: list[Any] | None = None
         self.secrets: set[str] = set()  # values tools marked secret; the worker masks them
+        self.kept: dict[str, Any] | None = {} if command.get("task_results") else None
         self.step = command["step"]
         self.own_task = self._own_task()
 
@@ -226,7 +234,8 @@ class Pipeline:
                 return failed
         assert pos.last is not None
         await self._close_chain("ok")
-        return PipelineResult(True, result=pos.prev, ctx_patch=self.ctx_patch, http=pos.last.http,
+        result = pos.prev if self.kept is None else with_task_results(pos.prev, self.kept)
+        return PipelineResult(True, result=result, ctx_patch=self.ctx_patch, http=pos.last.http,
                               tasks_run=pos.executed, route=self.route,
                               case_matched=self.case_matched)
 
@@ -333,6 +342,8 @@ class Pipeline:
         self._bind(s.task, s.read if value is s.outcome.result else value)
         if s.task.sink is None:  # a sink stores the result; it does not replace it
             pos.prev = value
+            if self.kept is not None:
+                self.kept[s.task.name] = kept_task_result(s.outcome, value)
         pos.attempt = 1
 
     def _bind(self, task: Task, view: Any) -> None:
