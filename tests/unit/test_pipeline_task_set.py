@@ -41,8 +41,8 @@ async def run_step(body: str, results: list[Any]) -> tuple[Scripted, Any]:
     return tool, outcome
 
 
-async def test_a_task_set_binds_the_tool_result_its_own_data_key_included() -> None:
-    tool, _ = await run_step("""
+async def test_a_task_set_binds_the_tool_result_a_policy_rule_set_the_envelope() -> None:
+    tool, outcome = await run_step("""
         workflow:
           - step: start
             tool:
@@ -51,38 +51,7 @@ async def test_a_task_set_binds_the_tool_result_its_own_data_key_included() -> N
                 code: "pass"
                 set:
                   generated: "{{ output }}"
-              - name: save
-                kind: postgres
-                command: "VALUES ('{{ generated.data.record_id }}', '{{ generated.status }}')"
-    """, [{"status": "success", "data": {"record_id": 100}}, {"affected_rows": 1}])
-    assert tool.configs[1]["command"] == "VALUES ('100', 'success')"
-
-
-async def test_a_task_set_reads_fields_of_the_result_and_writes_ctx() -> None:
-    _, outcome = await run_step("""
-        workflow:
-          - step: start
-            tool:
-              - name: make
-                kind: python
-                code: "pass"
-                set:
-                  ctx.nested_id: "{{ output.nested_id }}"
-              - name: save
-                kind: python
-                code: "pass"
-    """, [{"nested_id": 200}, {"ok": True}])
-    assert outcome.ctx_patch == {"nested_id": 200}
-
-
-async def test_a_policy_rule_set_still_reads_the_outcome_envelope() -> None:
-    _, outcome = await run_step("""
-        workflow:
-          - step: start
-            tool:
-              - name: make
-                kind: python
-                code: "pass"
+                  ctx.record_id: "{{ output.data.record_id }}"
                 spec:
                   policy:
                     rules:
@@ -92,5 +61,9 @@ async def test_a_policy_rule_set_still_reads_the_outcome_envelope() -> None:
                             set:
                               ctx.outcome_status: "{{ output.status }}"
                               ctx.inner: "{{ output.data.data.record_id }}"
-    """, [{"status": "success", "data": {"record_id": 7}}])
-    assert outcome.ctx_patch == {"outcome_status": "ok", "inner": 7}
+              - name: save
+                kind: postgres
+                command: "VALUES ('{{ generated.data.record_id }}', '{{ generated.status }}')"
+    """, [{"status": "success", "data": {"record_id": 100}}, {"affected_rows": 1}])
+    assert tool.configs[1]["command"] == "VALUES ('100', 'success')"
+    assert outcome.ctx_patch == {"record_id": 100, "outcome_status": "ok", "inner": 100}

@@ -30,12 +30,31 @@ CALL_NAMES = """
       - step: failed_by_call
 """
 
+LOOP = """
+    workflow:
+      - step: start
+        loop: {in: "{{ [1, 2] }}", iterator: x}
+        tool: {kind: python, code: "result = x"}
+        next:
+          spec: {mode: exclusive}
+          arcs:
+            - step: per_call
+              when: "{{ event.name == 'call.done' }}"
+            - step: after_loop
+              when: "{{ event.name == 'loop.done' }}"
+      - step: per_call
+      - step: after_loop
+"""
 
-def test_a_plain_step_routes_on_call_done_and_on_step_done() -> None:
+
+def test_a_plain_step_routes_on_call_done_and_on_step_done_a_loop_step_on_loop_done() -> None:
     harness = RouterHarness(parse(CALL_NAMES))
     harness.run(lambda c: Reply(result={"n": 1}))
     assert harness.fired_steps() == ["start", "done_by_call", "done_by_step"]
     assert harness.state.status == "completed"
+    looped = RouterHarness(parse(LOOP))
+    looped.run(lambda c: Reply(result=1))
+    assert looped.fired_steps() == ["start", "after_loop"]
 
 
 def test_a_failed_plain_step_routes_on_call_error() -> None:
@@ -44,26 +63,6 @@ def test_a_failed_plain_step_routes_on_call_error() -> None:
                 if c["step"] == "start" else Reply())
     assert harness.fired_steps() == ["start", "failed_by_call"]
     assert harness.state.status == "completed"
-
-
-def test_a_loop_step_routes_on_loop_done_not_on_call_done() -> None:
-    harness = RouterHarness(parse("""
-        workflow:
-          - step: start
-            loop: {in: "{{ [1, 2] }}", iterator: x}
-            tool: {kind: python, code: "result = x"}
-            next:
-              spec: {mode: exclusive}
-              arcs:
-                - step: per_call
-                  when: "{{ event.name == 'call.done' }}"
-                - step: after_loop
-                  when: "{{ event.name == 'loop.done' }}"
-          - step: per_call
-          - step: after_loop
-    """))
-    harness.run(lambda c: Reply(result=1))
-    assert harness.fired_steps() == ["start", "after_loop"]
 
 
 def test_an_event_name_prints_and_serialises_as_itself() -> None:
