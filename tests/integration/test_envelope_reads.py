@@ -44,7 +44,7 @@ workflow:
           posts_code: "{{ fetch_posts.status_code }}"
           posts_n: "{{ fetch_posts.data | length }}"
           records_code: "{{ fetch_records.status_code }}"
-          records_first: "{{ fetch_records.data[0].id }}"
+          records_first: "{{ fetch_records.data.data[0].id }}"
         code: |
           result = {"status": resp["status_code"], "n": len(resp["data"]),
                     "ids": [post["id"] for post in resp], "lang": resp.get("body")[0]["meta"]["lang"],

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, SupportsIndex, overload
 
 # How a ListView crosses to the python tool's child process, which rebuilds it
@@ -69,7 +69,58 @@ class LoopResults(ListView):
         self._names = {"count": total, "stats": {"total": total, "success": total, "failed": 0}}
 
 
-class DataEnvelope(dict[str, Any]):
+class EventName(str):
+    """The name of the event an arc's guard reads (`event.name`), which also compares equal to
+    the names NoETL's engines give the same moment (`aliases`): a plain step's arcs are routed
+    on its call's `call.done` / `call.error` by NoETL's Python engine and on `step.done` /
+    `step.failed` by spec 003, so both `{{ event.name == 'call.done' }}` and
+    `{{ event.name == 'step.done' }}` hold after it succeeds. It prints as its own name.
+    """
+
+    _aliases: frozenset[str]
+
+    def __new__(cls, name: str, aliases: Iterable[str] = ()) -> EventName:
+        made = super().__new__(cls, name)
+        made._aliases = frozenset(aliases)
+        return made
+
+    def __eq__(self, other: object) -> bool:
+        return str.__eq__(self, other) is True or (isinstance(other, str) and other in self._aliases)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
+LOCATOR_NAMES = frozenset({"_ref", "_uri", "_store"})
+Locate = Callable[[], "dict[str, str] | None"]
+
+
+class ResultMapping(dict[str, Any]):
+    """A mapping result read by name that may also answer NoETL's locator names of a result
+    stored apart (`_ref`, `_uri`, `_store`; router/views.py says when).
+
+    `locate` gives them, or None when the result has none; it runs on the first read of such a
+    name (in templates, `{{ step._ref }}`), never for other reads, and never for the JSON or
+    python form of the mapping, which is just its keys. The result's own keys win.
+    """
+
+    def __init__(self, items: Mapping[str, Any], *, locate: Locate | None = None) -> None:
+        super().__init__(items)
+        self._locate = locate
+        self._located: dict[str, str] | None = None
+
+    def __missing__(self, key: str) -> Any:
+        if self._locate is not None and key in LOCATOR_NAMES:
+            if self._located is None:
+                self._located = self._locate() or {}
+            if key in self._located:
+                return self._located[key]
+        raise KeyError(key)
+
+
+class DataEnvelope(ResultMapping):
     """A mapping whose `.data` read in a template is NoETL's envelope `data`.
 
     The read is answered in dsl/templating.py, ahead of the mapping's own `data` key; as JSON, or
@@ -81,8 +132,8 @@ class DataEnvelope(dict[str, Any]):
       `data` key, which the mapping keeps for code (`http_output_data`).
     """
 
-    def __init__(self, items: Mapping[str, Any], *, data: Any) -> None:
-        super().__init__(items)
+    def __init__(self, items: Mapping[str, Any], *, data: Any, locate: Locate | None = None) -> None:
+        super().__init__(items, locate=locate)
         self._data = data
 
     @property

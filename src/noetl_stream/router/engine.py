@@ -17,6 +17,7 @@ from typing import Any
 from noetl_stream import ids, jsonutil, messages
 from noetl_stream.dsl import guards, keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
+from noetl_stream.dsl.values import EventName
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import cancel, case_events, children, listeners, loops, watchdog
 from noetl_stream.router.context import build_context, output_view, pick_steps
@@ -26,6 +27,8 @@ from noetl_stream.router.reads import names_read, only, rule_templates
 from noetl_stream.router.state import Decision, Delayed, ExecutionState, Join, Outgoing, Run
 
 DEFAULT_POOL = "default"
+# What NoETL's Python engine calls the end of a plain step's call, when its arcs are evaluated.
+CALL_EVENTS = {"step.done": ("call.done",), "step.failed": ("call.error",)}
 PROGRESS_EVENTS = frozenset({"step.started", "step.skipped", "loop.started", "loop.progress",
                              *case_events.EVENTS})
 
@@ -58,7 +61,7 @@ class Engine:
         """A router-side template context: the finished steps among the names the templates in
         `reads` name, beside the workload, ctx, vars and `args` they may always read.
         """
-        steps = pick_steps(names_read(reads), self.state.steps)
+        steps = pick_steps(names_read(reads), self.state.steps, self.state.execution_id)
         return build_context(workload=self.state.workload, ctx=self.state.ctx, args=args,
                              vars_=self.state.vars, iter_vars=self.inherited_iter(), steps=steps,
                              execution_id=self.state.execution_id, extra=extra)
@@ -190,7 +193,7 @@ class Engine:
                 first=run.run_no == 1 and step.name == self.graph.start),
             max_payload_bytes=self.graph.max_payload_bytes,
             source_file=self.pb.file, step_line=step.line,
-            **loops.command_fields(step))
+            task_results=step.name in self.graph.task_results, **loops.command_fields(step))
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.send(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
                            pool=step.pool or DEFAULT_POOL, tool_kind=kind))
@@ -252,7 +255,8 @@ class Engine:
                 self.emit(etype, ids.event_msg_id(self.state.execution_id, etype, run.run_id),
                           step=run.step, step_run_id=run.run_id, status="ok" if ok else "error",
                           error=error)
-        context_extra = {"event": {"name": event_name, "payload": {"result": result, "error": error}},
+        name = EventName(event_name, CALL_EVENTS.get(event_name, ()) if step.loop is None else ())
+        context_extra = {"event": {"name": name, "payload": {"result": result, "error": error}},
                          "result": result, "error": error,
                          "output": output_view(result, error, rec.http, loop=rec.loop)}
         try:

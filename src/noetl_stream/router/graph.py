@@ -16,7 +16,7 @@ from noetl_stream import refs
 from noetl_stream.dsl import keychain
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.router.budgets import budget_s
-from noetl_stream.router.reads import reads_context, step_reads
+from noetl_stream.router.reads import reads_context, step_reads, task_results_read
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,9 @@ class NetGraph:
     # and the playbook's payload limit, which every command carries.
     budgets: dict[str, float | None] = field(default_factory=dict)
     max_payload_bytes: int = refs.DEFAULT_MAX_PAYLOAD_BYTES
+    # Pipeline steps whose per-task results a template reads (`<step>.results.<task>`): their
+    # commands ask the worker to keep them in the step's result.
+    task_results: frozenset[str] = frozenset()
 
     def is_join(self, step: str) -> bool:
         return len(self.forward_preds.get(step, ())) > 1
@@ -105,7 +108,8 @@ def _build(playbook: Playbook) -> NetGraph:
                                    for s in playbook.steps},
                     reads_context=frozenset(s.name for s in playbook.steps if reads_context(s)),
                     budgets={s.name: budget_s(playbook, s) for s in playbook.steps},
-                    max_payload_bytes=refs.max_payload_bytes(playbook.executor))
+                    max_payload_bytes=refs.max_payload_bytes(playbook.executor),
+                    task_results=task_results_read(playbook))
 
 
 def _components(order: list[str], succ: dict[str, list[str]]) -> dict[str, int]:

@@ -13,8 +13,10 @@ from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from jinja2 import TemplateSyntaxError, nodes
+
 from noetl_stream.dsl import pycode, templating
-from noetl_stream.dsl.models import Rule, Step, Task
+from noetl_stream.dsl.models import Playbook, Rule, Step, Task
 
 
 def names_read(values: Iterable[Any]) -> set[str]:
@@ -23,6 +25,33 @@ def names_read(values: Iterable[Any]) -> set[str]:
     for value in values:
         names |= templating.referenced_names(value)
     return names
+
+
+def task_results_read(playbook: Playbook) -> frozenset[str]:
+    """The pipeline steps whose per-task results some template of the playbook reads as
+    `<step>.results` (NoETL's Python engine keeps them there: `{{ page.results.check.more }}`).
+    A loop step's `results` are its iterations' (router/views.py), so loop steps are not among them.
+    """
+    pipelines = {s.name for s in playbook.steps if s.tasks and s.loop is None}
+    found: set[str] = set()
+    for text in templating.template_strings(playbook.model_dump(mode="json")):
+        if "results" in text:
+            found |= _fields_of(text, "results") & pipelines
+    return frozenset(found)
+
+
+def _fields_of(text: str, field_name: str) -> set[str]:
+    """Names whose `field_name` the template reads (`name.field_name` or `name['field_name']`)."""
+    try:
+        ast = templating.parse_template(text)
+    except TemplateSyntaxError:
+        return set()
+    out = {n.node.name for n in ast.find_all(nodes.Getattr)
+           if n.attr == field_name and isinstance(n.node, nodes.Name)}
+    out |= {n.node.name for n in ast.find_all(nodes.Getitem)
+            if isinstance(n.node, nodes.Name) and isinstance(n.arg, nodes.Const)
+            and n.arg.value == field_name}
+    return out
 
 
 def rule_templates(rules: Iterable[Rule]) -> list[Any]:

@@ -11,22 +11,64 @@ extra shapes cost no bytes in router state, commands or events. Pure, shared by 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from noetl_stream.dsl.values import DataEnvelope, ListView, LoopResults
+from noetl_stream import jsonutil
+from noetl_stream.dsl.values import DataEnvelope, ListView, Locate, LoopResults, ResultMapping
 
 _SQL_ROWS = ("columns", "rows", "row_count")
+STORED_APART_BYTES = 100 * 1024  # NoETL's worker inline budget (NOETL_EVENT_RESULT_CONTEXT_MAX_BYTES)
+STEP_RESULTS_BUCKET = "noetl_step_results"
 
 
-def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool) -> Any:
-    """A finished step's result as templates read it."""
+def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool, *,
+              execution_id: str | None = None) -> Any:
+    """A finished step's result as templates read it.
+
+    Given the execution, a mapping result whose JSON is larger than NoETL's worker keeps inline
+    also answers the locators NoETL gives a result it stores apart: `_ref` and `_uri` name
+    where this result is stored (`noetl_step_results/<execution>.<key>`), `_store` is `kv`.
+    """
     if loop and isinstance(result, list):
         return LoopResults(result)
+    locate = _locator(result, execution_id) if execution_id else None
     if http:
-        return http_view(result, http)
+        view = http_view(result, http)
+        return ResultMapping(view, locate=locate) if isinstance(view, dict) and locate else view
     view = sql_view(result)
-    return DataEnvelope(view, data=view) if isinstance(view, dict) and "data" not in view else view
+    if isinstance(view, dict) and "data" not in view:
+        return DataEnvelope(view, data=view, locate=locate)
+    return ResultMapping(view, locate=locate) if isinstance(view, dict) and locate else view
+
+
+def task_view(result: Any, http: Mapping[str, Any] | None) -> Any:
+    """A task's result as the later tasks of its pipeline, and its own `set:` as `output`, read it.
+
+    For http this is NoETL's Rust task sequence shape `{status_code, headers, data: <body>, body:
+    <body>}`: there those four names are the reply's even when the body has keys of those names
+    (a body `{data: [...], paging}` reads as `fetch.data.paging`, and `fetch.data.data` is its
+    list); the body's other keys read too. Any other result reads as a finished step's.
+    """
+    if http and isinstance(result, dict):
+        return {**result, **_http_envelope(result, http)}
+    return step_view(result, http, False)
+
+
+def stored_key(data: bytes) -> str:
+    """The key a step result's JSON is stored under, after `<execution_id>.` (its content's)."""
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def _locator(result: Any, execution_id: str) -> Locate:
+    def locate() -> dict[str, str] | None:
+        data = jsonutil.dumps(result)
+        if len(data) <= STORED_APART_BYTES:
+            return None
+        ref = f"{STEP_RESULTS_BUCKET}/{execution_id}.{stored_key(data)}"
+        return {"_ref": ref, "_uri": ref, "_store": "kv"}
+    return locate
 
 
 def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:

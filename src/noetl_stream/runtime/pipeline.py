@@ -23,7 +23,7 @@ from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
 from noetl_stream.observe import task_log, tracing
-from noetl_stream.router.context import build_context, step_view
+from noetl_stream.router.context import build_context, step_view, task_view
 from noetl_stream.runtime import cursor
 from noetl_stream.runtime.clock import SYSTEM_CLOCK, Clock
 from noetl_stream.runtime.keychain import KeychainResolver
@@ -38,7 +38,14 @@ from noetl_stream.runtime.retrying import (
 )
 from noetl_stream.runtime.sinks import SinkRuns
 from noetl_stream.runtime.task_cache import command_tasks
-from noetl_stream.runtime.task_views import case_views, outcome_views, rendered_field, sink_view
+from noetl_stream.runtime.task_views import (
+    case_views,
+    kept_task_result,
+    outcome_views,
+    rendered_field,
+    sink_view,
+    with_task_results,
+)
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -140,7 +147,7 @@ class Pipeline:
         self.vars: dict[str, Any] = ctx_in.get("vars", {})
         http = ctx_in.get("steps_http", {})
         loops = set(ctx_in.get("steps_loop", ()))
-        self.steps = {n: step_view(r, http.get(n), n in loops)
+        self.steps = {n: step_view(r, http.get(n), n in loops, execution_id=command["execution_id"])
                       for n, r in ctx_in.get("steps", {}).items()}
         self.token_args: dict[str, Any] = ctx_in.get("args", {})
         self.args: dict[str, Any] = dict(self.token_args)
@@ -151,6 +158,7 @@ class Pipeline:
         self.route_priority = 0  # of `route`: a later route replaces it only with a higher one
         self.case_matched: list[Any] | None = None
         self.secrets: set[str] = set()  # values tools marked secret; the worker masks them
+        self.kept: dict[str, Any] | None = {} if command.get("task_results") else None
         self.step = command["step"]
         self.own_task = self._own_task()
 
@@ -226,7 +234,8 @@ class Pipeline:
                 return failed
         assert pos.last is not None
         await self._close_chain("ok")
-        return PipelineResult(True, result=pos.prev, ctx_patch=self.ctx_patch, http=pos.last.http,
+        result = pos.prev if self.kept is None else with_task_results(pos.prev, self.kept)
+        return PipelineResult(True, result=result, ctx_patch=self.ctx_patch, http=pos.last.http,
                               tasks_run=pos.executed, route=self.route,
                               case_matched=self.case_matched)
 
@@ -251,7 +260,7 @@ class Pipeline:
                  "_task": task.name, "_attempt": pos.attempt, "result": outcome.result,
                  "error": outcome.error, "_chain_attempt": self.chain,
                  "_retry": retry_names(outcome, pos.attempt)}
-        read = step_view(outcome.result, outcome.http, False)  # the result read by name
+        read = task_view(outcome.result, outcome.http)  # the result read by name
         if task.name == self.own_task:
             extra.setdefault(self.step, read)
         rule, directive = self._decide(task, extra, outcome.ok, pos.attempt)
@@ -332,13 +341,15 @@ class Pipeline:
 
     def _hand_on(self, s: _Settled, pos: _Position) -> None:
         """Apply the writes and case of a finished task and hand its result to the next task."""
-        self._apply_writes(s.task, s.rule, s.extra)
+        self._apply_writes(s.task, s.rule, s.extra, s.read)
         value = s.outcome.result
         if s.rule is not None:
             value = self._apply_case(s.task, s.rule, s.extra, value)
         self._bind(s.task, s.read if value is s.outcome.result else value)
         if s.task.sink is None:  # a sink stores the result; it does not replace it
             pos.prev = value
+            if self.kept is not None:
+                self.kept[s.task.name] = kept_task_result(s.outcome, value)
         pos.attempt = 1
 
     def _bind(self, task: Task, view: Any) -> None:
@@ -518,16 +529,24 @@ class Pipeline:
             value = templating.render(rule.result, context, step=self.step, field="case.result")
         return value
 
-    def _apply_writes(self, task: Task, rule: Rule | None, extra: dict[str, Any]) -> None:
+    def _apply_writes(self, task: Task, rule: Rule | None, extra: dict[str, Any],
+                      read: Any) -> None:
+        """A rule's writes, then the task's own `set:`.
+
+        A policy rule reads `output` as the outcome envelope (`output.status`, `output.data`);
+        the task's own `set:` reads it as the result the tool returned, read by name (NoETL's
+        task sequence binds the raw result there: `set: {row: "{{ output }}"}` then
+        `{{ row.data.id }}` reads the result's own `data`).
+        """
         if rule is not None and rule.event is not None:  # a case rule's writes read event.name
             extra = {**extra, "event": {"name": rule.event, "payload": {
                 "result": extra["result"], "error": extra["error"]}}}
-        groups = [(rule.set_iter, rule.set_ctx, rule.set_locals)] if rule is not None else []
-        groups.append((task.set_iter, task.set_ctx, task.set_locals))
-        for set_iter, set_ctx, set_locals in groups:
+        groups = [(rule.set_iter, rule.set_ctx, rule.set_locals, extra)] if rule is not None else []
+        groups.append((task.set_iter, task.set_ctx, task.set_locals, {**extra, "output": read}))
+        for set_iter, set_ctx, set_locals, names in groups:
             if not (set_iter or set_ctx or set_locals):
                 continue
-            context = self.context(extra)
+            context = self.context(names)
             self.iter.update(templating.render(set_iter, context, step=self.step, field="set_iter"))
             written = templating.render(set_ctx, context, step=self.step, field="set_ctx")
             self.ctx.update(written)
@@ -548,7 +567,7 @@ class Pipeline:
                 continue
             outcome = await self._call(sink, 1, view["result"], view)
             await self.sinks.processed(sink, 1, outcome, self.chain)
-            self._bind(sink, step_view(outcome.result, outcome.http, False))
+            self._bind(sink, task_view(outcome.result, outcome.http))
             if not outcome.ok:
                 return self._failed(self._error_message(sink, outcome), "sink", outcome, sink)
         return None

@@ -58,3 +58,22 @@ def rendered_field(task: Task, key: str, value: Any, context: dict[str, Any], st
     if key == "code" and not isinstance(rendered, str):
         rendered = "" if rendered is None else str(rendered)
     return rendered
+
+
+def kept_task_result(outcome: Outcome, value: Any) -> Any:
+    """A task's result as a step's per-task map keeps it: an http call's as NoETL's Python engine
+    hands it on (`{status_code, headers, data: <body>}`), any other as the task left it.
+    """
+    if outcome.http is not None and value is outcome.result:
+        return {"status_code": outcome.http.get("status"), "headers": outcome.http.get("headers") or {},
+                "data": value}
+    return value
+
+
+def with_task_results(result: Any, kept: dict[str, Any]) -> Any:
+    """The step's result with its per-task map as `results`, as NoETL's Python engine shapes a
+    pipeline's result; a result that is not a mapping, or has its own `results`, stays as it is.
+    """
+    if isinstance(result, dict) and "results" not in result:
+        return {**result, "results": kept}
+    return result

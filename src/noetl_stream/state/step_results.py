@@ -23,7 +23,6 @@ parent's `return_step` (tools/playbook.py) resolve.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections import OrderedDict
 from typing import Any
 
@@ -34,9 +33,10 @@ from nats.js.kv import KeyValue
 from noetl_stream import jsonutil
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.router.state import ExecutionState, LoopState, Outgoing, StepRecord
+from noetl_stream.router.views import STEP_RESULTS_BUCKET, stored_key
 from noetl_stream.state.results import ResultStore
 
-BUCKET = "noetl_step_results"
+BUCKET = STEP_RESULTS_BUCKET
 LARGEST_INLINE = 512 * 1024  # bytes of a KV entry; larger values go to the object store
 CACHE_BYTES = 128 * 1024 * 1024
 SUMMARY_FIELDS = ("steps", "result")  # moved out of a large summary, in this order
@@ -179,7 +179,7 @@ def _keyed(value: Any) -> tuple[str, bytes]:
 
 
 def _hash(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()[:32]
+    return stored_key(data)  # the name a template's `{{ step._ref }}` gives (router/views.py)
 
 
 def _distinct(writes: list[tuple[str, bytes, Any]]) -> list[tuple[str, bytes, Any]]:
