@@ -19,7 +19,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
                            "as_objects", "timeout", "script"}),
     "duckdb": frozenset({"command", "command_b64", "query", "params", "auth", "db_path",
                          "as_objects", "timeout", "script"}),
-    "shell": frozenset({"command", "cwd", "env", "timeout"}),
+    "shell": frozenset({"command", "cmds", "cmd", "shell", "cwd", "env", "timeout"}),
     "secrets": frozenset({"name", "provider"}),
     "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "stream", "seq",
                        "auth"}),
@@ -27,8 +27,9 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
 }
 
 # Older spellings of a field that NoETL still accepts: old name -> the field it stands for. The
-# parser rewrites them, so tools only ever see the new name.
-FIELD_ALIASES: dict[str, str] = {"credential": "auth"}
+# parser rewrites them, so tools only ever see the new name. `timeout_seconds` is the name NoETL's
+# Rust tools give a task's timeout (http, shell, python, ...).
+FIELD_ALIASES: dict[str, str] = {"credential": "auth", "timeout_seconds": "timeout"}
 
 
 def field_aliases(kind: str) -> dict[str, str]:

@@ -1,0 +1,109 @@
+"""NoETL's forms (its filters, `cmds:`, `timeout_seconds:`, `.result`) through the real server and
+worker on NATS.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from local_http import HttpService
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.services import run_services, submit_and_watch
+
+pytestmark = pytest.mark.integration
+
+SHELL_CMDS = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: noetl-forms, path: tests/noetl-forms}
+workload: {user: alice, password: s3cret}
+workflow:
+  - step: start
+    tool:
+      kind: shell
+      timeout_seconds: 20
+      cmds:
+        - echo "user {{ workload.user }}"
+        - |
+          echo second >&2
+          echo "{{ (workload.user ~ ':' ~ workload.password) | b64encode }}"
+    next:
+      - step: check
+  - step: check
+    tool:
+      kind: noop
+      args:
+        commands: "{{ start.result.commands | len }}"
+        code: "{{ start.result.returncode | int }}"
+        basic: "{{ (start.result.stdout | trim).split('\\n') | last | b64decode }}"
+        parsed: "{{ '{\\"k\\": [1, 2]}' | fromjson | d({}) }}"
+        not_a_number: "{{ start.stderr | int }}"
+    next:
+      - step: end
+  - step: end
+"""
+
+FAILING_CMDS = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: noetl-forms-fail}
+workflow:
+  - step: start
+    tool:
+      kind: shell
+      cmds:
+        - echo before
+        - exit 7
+        - echo never
+"""
+
+
+async def test_shell_cmds_and_noetl_filters_run_through_server_and_worker(bus: Bus) -> None:
+    async with run_services(bus, python_children=1):
+        final = await submit_and_watch(bus, playbook_text=SHELL_CMDS, playbook_file="forms.yaml",
+                                       payload={}, on_event=lambda e: None, timeout_s=60)
+
+    assert final["status"] == "completed", final.get("error")
+    start = final["steps"]["start"]["result"]
+    assert start["stdout"] == "user alice\n\nYWxpY2U6czNjcmV0\n"
+    assert start["stderr"] == "second\n"
+    assert [c["returncode"] for c in start["commands"]] == [0, 0]
+    assert final["steps"]["check"]["result"] == {
+        "commands": 2, "code": 0, "basic": "alice:s3cret", "parsed": {"k": [1, 2]},
+        "not_a_number": 0}
+
+
+async def test_shell_cmds_stop_at_the_first_failure_and_fail_the_step(bus: Bus) -> None:
+    async with run_services(bus, python_children=1):
+        final = await submit_and_watch(bus, playbook_text=FAILING_CMDS, playbook_file="f.yaml",
+                                       payload={}, on_event=lambda e: None, timeout_s=60)
+
+    assert final["status"] == "failed"
+    assert "command 2 of 3 ('exit 7') exited with code 7" in final["error"]["message"]
+    assert final["error"]["stdout"] == "before\n"
+    assert [c["returncode"] for c in final["error"]["commands"]] == [0, 7]
+
+
+async def test_http_timeout_seconds_bounds_the_request(bus: Bus, http_service: HttpService) -> None:
+    playbook = f"""\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: http-timeout-seconds}}
+workflow:
+  - step: start
+    tool:
+      kind: http
+      url: "{http_service.url}/slow"
+      params: {{s: 20}}
+      timeout_seconds: 1
+"""
+    started = time.monotonic()
+    async with run_services(bus, python_children=1):
+        final = await submit_and_watch(bus, playbook_text=playbook, playbook_file="h.yaml",
+                                       payload={}, on_event=lambda e: None, timeout_s=60)
+
+    assert final["status"] == "failed"
+    assert final["error"]["kind"] == "timeout", final["error"]
+    assert time.monotonic() - started < 15

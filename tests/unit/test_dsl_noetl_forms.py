@@ -1,0 +1,57 @@
+"""NoETL's spellings of tool fields the parser accepts: `cmds:`/`cmd:`/`shell:` of a shell task,
+`timeout_seconds:` of any kind with a timeout.
+"""
+
+from __future__ import annotations
+
+import pytest
+from unit_helpers import parse
+
+from noetl_stream.errors import PlaybookError
+
+
+def test_shell_cmds_cmd_and_shell_are_fields_of_a_shell_task() -> None:
+    playbook = parse("""
+        workflow:
+          - step: start
+            tool:
+              kind: shell
+              shell: bash
+              cmds:
+                - echo "{{ workload.x | default('a') }}"
+                - |
+                  set -e
+                  ls
+            next: [one]
+          - step: one
+            tool: {kind: shell, cmd: "echo one"}
+    """, strict=True)
+
+    assert playbook.step("start").tasks[0].config == {
+        "shell": "bash", "cmds": ["echo \"{{ workload.x | default('a') }}\"", "set -e\nls\n"]}
+    assert playbook.step("one").tasks[0].config == {"cmd": "echo one"}
+
+
+@pytest.mark.parametrize("kind_fields", [
+    "kind: http, url: 'http://x'", "kind: shell, cmds: [true]", "kind: python, code: 'result = 1'",
+    "kind: postgres, query: 'select 1', auth: pg", "kind: duckdb, query: 'select 1'",
+])
+def test_timeout_seconds_is_read_as_the_task_timeout(kind_fields: str) -> None:
+    playbook = parse(f"""
+        workflow:
+          - step: start
+            tool: {{{kind_fields}, timeout_seconds: 7}}
+    """, strict=True)
+
+    config = playbook.step("start").tasks[0].config
+    assert config["timeout"] == 7
+    assert "timeout_seconds" not in config
+
+
+def test_timeout_seconds_and_a_different_timeout_is_an_error() -> None:
+    with pytest.raises(PlaybookError, match='"timeout_seconds" is the older spelling of "timeout"'):
+        parse("""
+            workflow:
+              - step: start
+                tool: {kind: http, url: "http://x", timeout: 3, timeout_seconds: 7}
+        """)
