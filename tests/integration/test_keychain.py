@@ -65,7 +65,7 @@ async def tokens() -> AsyncIterator[TokenService]:
 
     async def protected(request: web.Request) -> web.Response:
         ok = request.headers.get("Authorization") == f"Bearer {service.current}"
-        return web.json_response({"authorized": ok, "seen": request.headers.get("Authorization")},
+        return web.json_response({"accepted": ok, "seen": request.headers.get("Authorization")},
                                  status=200 if ok else 401)
 
     app = web.Application()
@@ -107,9 +107,9 @@ async def test_oauth2_token_is_fetched_once_per_execution_and_never_stored_in_cl
     final = await _run(bus, fill(OAUTH_PLAYBOOK, url=tokens.url, pause=0))
 
     assert final["status"] == "completed", final
-    assert final["steps"]["start"]["result"]["authorized"] is True
-    assert final["steps"]["again"]["result"]["authorized"] is True
-    assert final["steps"]["start"]["result"]["seen"] == "Bearer ***"  # masked in the event
+    assert final["steps"]["start"]["result"]["accepted"] is True
+    assert final["steps"]["again"]["result"]["accepted"] is True
+    assert final["steps"]["start"]["result"]["seen"] == "[REDACTED]"  # a bearer credential
     assert len(tokens.issued) == 1
     assert tokens.forms[0] == {"grant_type": "client_credentials", "scope": "read"}
     stored = await _stored_text(bus, final["execution_id"])
@@ -134,7 +134,7 @@ async def test_oauth2_token_is_fetched_again_after_it_expires(
 
     assert final["status"] == "completed", final
     assert len(tokens.issued) == 2
-    assert final["steps"]["again"]["result"]["authorized"] is True
+    assert final["steps"]["again"]["result"]["accepted"] is True
 
 
 async def test_a_new_execution_fetches_its_own_token(

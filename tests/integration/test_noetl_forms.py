@@ -5,6 +5,7 @@ worker on NATS.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -107,3 +108,40 @@ workflow:
     assert final["status"] == "failed"
     assert final["error"]["kind"] == "timeout", final["error"]
     assert time.monotonic() - started < 15
+
+
+SECRET_RESULT = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: redacted-result}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: |
+        result = {"user": "alice", "db_password": "hunter2-long", "note": "Bearer abcdefgh123",
+                  "rows": [{"api_key": "k-123456789"}]}
+    next:
+      - step: read
+  - step: read
+    tool:
+      kind: noop
+      args:
+        user: "{{ start.user }}"
+        password: "{{ start.db_password }}"
+"""
+
+
+async def test_secret_named_fields_are_redacted_in_stored_results(bus: Bus) -> None:
+    events: list[dict[str, Any]] = []
+    async with run_services(bus, python_children=1):
+        final = await submit_and_watch(bus, playbook_text=SECRET_RESULT, playbook_file="r.yaml",
+                                       payload={}, on_event=events.append, timeout_s=60)
+
+    assert final["status"] == "completed", final.get("error")
+    assert final["steps"]["start"]["result"] == {
+        "user": "alice", "db_password": "[REDACTED]", "note": "[REDACTED]",
+        "rows": [{"api_key": "[REDACTED]"}]}
+    # The next step reads the stored result, as on NoETL; its own `password` key is redacted too.
+    assert final["steps"]["read"]["result"] == {"user": "alice", "password": "[REDACTED]"}
+    assert "hunter2-long" not in str(events)
