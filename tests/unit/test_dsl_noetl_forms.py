@@ -55,3 +55,21 @@ def test_timeout_seconds_and_a_different_timeout_is_an_error() -> None:
               - step: start
                 tool: {kind: http, url: "http://x", timeout: 3, timeout_seconds: 7}
         """)
+
+
+@pytest.mark.parametrize("tool", [
+    "{kind: result_fetch, ref: '{{ big.result.reference.ref }}'}",
+    "{kind: artifact, action: get, input: {result_ref: '{{ big._ref }}'}}",
+])
+def test_kinds_reading_noetl_result_store_are_refused_with_what_to_write_instead(tool: str) -> None:
+    with pytest.raises(PlaybookError) as caught:
+        parse(f"""
+            workflow:
+              - step: start
+                tool: {tool}
+        """)
+
+    (issue,) = caught.value.issues
+    assert issue.step == "start" and issue.field == "tool.kind"
+    assert "is not supported: it reads NoETL's result store" in issue.message
+    assert "read directly in templates however large it is" in issue.message

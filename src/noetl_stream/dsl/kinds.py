@@ -41,8 +41,18 @@ def field_aliases(kind: str) -> dict[str, str]:
 # NoETL's tool kinds that this build does not run: a playbook naming one is refused at
 # validation with that said, rather than as a misspelling.
 NOETL_KINDS_NOT_BUILT = frozenset({"snowflake", "gcs", "s3", "container", "agent", "mcp",
-                                   "subscription", "ducklake", "artifact", "rhai", "script",
+                                   "subscription", "ducklake", "rhai", "script",
                                    "kafka", "pubsub", "sink", "iterator"})
+
+# NoETL's tool kinds that read NoETL's own result store (a `noetl://execution/...` reference, the
+# `_ref` / `reference` its workers put in place of a large result): refused with the reason and
+# what to write instead, since results here are read where they are, whatever their size.
+_READ_RESULTS_DIRECTLY = (
+    "it reads NoETL's result store (a noetl:// reference); here a step's result is read "
+    "directly in templates however large it is (`{{ big_step.rows }}`: a result kept in the "
+    "object store is fetched for the reader), so drop this step and read the step it names")
+NOETL_KINDS_REFUSED: dict[str, str] = {"result_fetch": _READ_RESULTS_DIRECTLY,
+                                       "artifact": _READ_RESULTS_DIRECTLY}
 
 # Kinds this build can execute; the others are known words that a later build runs.
 RUNNABLE_KINDS = frozenset({"python", "http", "noop", "workbook", "shell", "nats", "secrets",

@@ -11,7 +11,13 @@ from pydantic import ValidationError
 
 from noetl_stream.dsl import pycode, scripts, support, transfer
 from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
-from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, NOETL_KINDS_NOT_BUILT, field_aliases
+from noetl_stream.dsl.kinds import (
+    COMMON_TASK_KEYS,
+    KIND_FIELDS,
+    NOETL_KINDS_NOT_BUILT,
+    NOETL_KINDS_REFUSED,
+    field_aliases,
+)
 from noetl_stream.dsl.models import PollSpec, Rule, Task
 from noetl_stream.dsl.parsing.base import ParserBase, Workbook, opt_str, split_set
 from noetl_stream.dsl.source import line_of, plain, suggest
@@ -118,7 +124,10 @@ class TaskParser(ParserBase):
         if kind in self.kinds:
             return True
         known = sorted(set(self.kinds) | set(KIND_FIELDS))
-        if kind in KIND_FIELDS or kind in NOETL_KINDS_NOT_BUILT:
+        if kind in NOETL_KINDS_REFUSED:
+            self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not supported: '
+                       f"{NOETL_KINDS_REFUSED[kind]}", step, "tool.kind")
+        elif kind in KIND_FIELDS or kind in NOETL_KINDS_NOT_BUILT:
             self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not available in '
                        "this version of noetl-stream yet", step, "tool.kind")
         else:
