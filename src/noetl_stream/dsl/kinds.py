@@ -14,7 +14,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "noop": frozenset(),
     "workbook": frozenset({"name"}),
     "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id",
-                           "return_step"}),
+                           "return_step", "payload", "return_result", "result_step"}),
     "postgres": frozenset({"command", "command_b64", "query", "params", "auth", "connection",
                            "as_objects", "timeout", "script"}),
     "duckdb": frozenset({"command", "command_b64", "query", "params", "auth", "db_path",

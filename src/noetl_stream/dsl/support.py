@@ -50,6 +50,8 @@ SHADOWED: dict[str, tuple[tuple[str, ...], ...]] = {
     "python": (("script", "code"),),
     "postgres": (("script", "command", "query"), ("auth", "connection")),
     "duckdb": (("script", "command", "query"),),
+    "playbook": (("return_step", "result_step"),),
+    "shell": (("cmds", "cmd", "command"),),
 }
 
 NATS_OPERATION_FIELDS: dict[str, frozenset[str]] = {
