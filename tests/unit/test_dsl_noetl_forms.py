@@ -73,3 +73,27 @@ def test_kinds_reading_noetl_result_store_are_refused_with_what_to_write_instead
     assert issue.step == "start" and issue.field == "tool.kind"
     assert "is not supported: it reads NoETL's result store" in issue.message
     assert "read directly in templates however large it is" in issue.message
+
+
+def test_playbook_task_reads_noetl_fields_and_warns_on_those_without_effect() -> None:
+    from unit_helpers import playbook_text
+
+    from noetl_stream.dsl import parse_playbook
+
+    parsed = parse_playbook(playbook_text("""
+        workflow:
+          - step: start
+            tool:
+              kind: playbook
+              path: catalog/child
+              payload: {n: 1}
+              return_result: true
+              result_step: compute
+              timeout_seconds: 30
+              poll_interval: 2
+    """), "p.yaml")
+
+    config = parsed.playbook.step("start").tasks[0].config
+    assert config == {"path": "catalog/child", "payload": {"n": 1}, "return_result": True,
+                      "result_step": "compute", "timeout": 30, "poll_interval": 2}
+    assert [w.field for w in parsed.warnings] == ["tool.poll_interval"]

@@ -35,6 +35,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "playbook": {
         "catalog_id": "starting a child by NoETL catalog id; name it by `path:`",
         "playbook_id": "starting a child by catalog content key; name it by `path:`",
+        "poll_interval": "polling a child's status (a child's end is followed on its events)",
+        "parent_execution_id": "naming another parent (the calling execution is the parent)",
     },
 }
 

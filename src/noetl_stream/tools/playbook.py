@@ -108,12 +108,14 @@ class PlaybookTool:
                                           **tracing.current_headers()})
             if is_async:
                 return _started(child_id)
+            # NoETL's `timeout:` bounds the wait; else the command's timeout does.
+            wait_s = float(call.config["timeout"]) if call.config.get("timeout") else call.timeout_s
             try:
-                end = await asyncio.wait_for(asyncio.shield(final), call.timeout_s)
+                end = await asyncio.wait_for(asyncio.shield(final), wait_s)
             except TimeoutError:
                 await self._cancel_child(js, child_id, call)  # nobody waits for it any more
                 return Outcome.failure(f"child execution {child_id} did not finish within "
-                                       f"{call.timeout_s:g}s", "timeout", execution_id=child_id)
+                                       f"{wait_s:g}s", "timeout", execution_id=child_id)
         except asyncio.CancelledError as exc:
             if exc.args[:1] == (WITHDRAWN,) and not is_async:
                 await self._cancel_child(js, child_id, call)
