@@ -145,3 +145,32 @@ async def test_secret_named_fields_are_redacted_in_stored_results(bus: Bus) -> N
     # The next step reads the stored result, as on NoETL; its own `password` key is redacted too.
     assert final["steps"]["read"]["result"] == {"user": "alice", "password": "[REDACTED]"}
     assert "hunter2-long" not in str(events)
+
+
+SCRIPT_SOURCE_CODE = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: script-source-code}
+workload:
+  test_code: |
+    result = {"message": "Script loading works!", "doubled": n * 2}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      script:
+        uri: inline
+        source:
+          type: inline
+          code: "{{ test_code }}"
+      input: {n: 21}
+"""
+
+
+async def test_python_script_source_code_runs_as_the_tasks_code(bus: Bus) -> None:
+    async with run_services(bus, python_children=1):
+        final = await submit_and_watch(bus, playbook_text=SCRIPT_SOURCE_CODE, playbook_file="s.yaml",
+                                       payload={}, on_event=lambda e: None, timeout_s=60)
+
+    assert final["status"] == "completed", final.get("error")
+    assert final["result"] == {"message": "Script loading works!", "doubled": 42}

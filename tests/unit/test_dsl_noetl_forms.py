@@ -97,3 +97,67 @@ def test_playbook_task_reads_noetl_fields_and_warns_on_those_without_effect() ->
     assert config == {"path": "catalog/child", "payload": {"n": 1}, "return_result": True,
                       "result_step": "compute", "timeout": 30, "poll_interval": 2}
     assert [w.field for w in parsed.warnings] == ["tool.poll_interval"]
+
+
+def test_script_source_code_is_the_python_code_and_is_rendered_like_it() -> None:
+    playbook = parse("""
+        workload: {test_code: "result = 1"}
+        workflow:
+          - step: start
+            tool:
+              kind: python
+              script: {uri: inline, source: {type: inline, code: "{{ test_code }}"}}
+            next: [untyped]
+          - step: untyped
+            tool: {kind: python, script: {source: {code: "result = 2"}}}
+    """, strict=True)
+
+    assert playbook.step("start").tasks[0].config == {"code": "{{ test_code }}"}
+    assert playbook.step("untyped").tasks[0].config == {"code": "result = 2"}
+
+
+def test_flat_code_beside_script_source_code_wins_with_a_warning() -> None:
+    from unit_helpers import playbook_text
+
+    from noetl_stream.dsl import parse_playbook
+
+    parsed = parse_playbook(playbook_text("""
+        workflow:
+          - step: flat
+            tool: {kind: python, code: "result = 3", script: {source: {code: "result = 4"}}}
+    """), "p.yaml")
+
+    assert parsed.playbook.step("flat").tasks[0].config == {"code": "result = 3"}
+    (warning,) = parsed.warnings
+    assert warning.field == "tool.script" and "script.source.code is ignored" in warning.message
+
+
+def test_script_source_code_with_a_file_type_is_an_error() -> None:
+    with pytest.raises(PlaybookError, match=r"script.source.code is the text of an inline source, "
+                                            r'but script.source.type is "file"'):
+        parse("""
+            workflow:
+              - step: start
+                tool:
+                  kind: python
+                  script: {uri: ./x.py, source: {type: file, code: "result = 1"}}
+        """)
+
+
+@pytest.mark.parametrize(("uri", "source_type"), [
+    ("gs://bucket/x.py", "gcs"), ("s3://bucket/x.py", "s3"), ("https://host/x.py", "http")])
+def test_remote_script_sources_are_refused_naming_the_source_and_what_to_write(
+        uri: str, source_type: str) -> None:
+    with pytest.raises(PlaybookError) as caught:
+        parse(f"""
+            workflow:
+              - step: start
+                tool:
+                  kind: python
+                  script: {{uri: "{uri}", source: {{type: {source_type}}}}}
+        """)
+
+    (issue,) = caught.value.issues
+    assert issue.field == "tool.script.source.type"
+    assert f'script source "{source_type}" ({uri}) is not supported' in issue.message
+    assert "use `source: {type: file}`" in issue.message

@@ -148,8 +148,16 @@ class TaskParser(ParserBase):
         # Older spellings count under the field's name: `credential` beside `connection` is
         # shadowed like `auth` is.
         spelled = {k: v for k, v in body.items() if k not in field_aliases(kind)} | config
+        inline = scripts.inline_code(kind, config)
+        if "script" in config and "script" not in inline:  # NoETL's script.source.code
+            del spelled["script"]
+            if inline[scripts.SCRIPT_FIELD[kind]] != config["script"]["source"]["code"]:
+                self.not_supported(line_of(body, "script") or line, "script.source.code is "
+                                   "ignored: the flat field is given, and it wins", step,
+                                   "tool.script")
         for key, why in support.ignored_fields(kind, spelled):
             self.not_supported(line_of(body, key) or line, why, step, f"tool.{key}")
+        config = inline
         if "script" in config and kind in scripts.SCRIPT_FIELD:
             config = self.load_script(kind, config, body, line, step)
         else:
