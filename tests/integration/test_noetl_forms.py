@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+from api_client import running_api
 
 from local_http import HttpService
 from noetl_stream.runtime.connection import Bus
@@ -174,3 +175,43 @@ async def test_python_script_source_code_runs_as_the_tasks_code(bus: Bus) -> Non
 
     assert final["status"] == "completed", final.get("error")
     assert final["result"] == {"message": "Script loading works!", "doubled": 42}
+
+
+SUBSCRIPTION = """\
+apiVersion: noetl.io/v1
+kind: Subscription
+metadata: {name: api_orders, path: tests/subscriptions/api_orders}
+spec:
+  source: nats
+  mode: pull
+  stream: ORDERS
+  dispatch: {playbook: tests/handle_order}
+"""
+
+
+async def test_the_catalog_api_registers_lists_and_reads_a_subscription_and_runs_none(
+        bus: Bus) -> None:
+    async with run_services(bus, python_children=1), running_api(bus, auth=False) as api:
+        status, registered = await api.call("POST", "/api/catalog",
+                                            json={"content": SUBSCRIPTION})
+        assert status == 201, registered
+        assert registered["path"] == "tests/subscriptions/api_orders"
+        assert registered["warnings"] == [
+            "a Subscription: register stores it and the catalog lists it; this build does not "
+            "run subscriptions"]
+        status, catalog = await api.call("GET", "/api/catalog")
+        assert status == 200
+        assert {"path": "tests/subscriptions/api_orders", "latest": registered["playbook_id"],
+                "versions": {}} in catalog["items"]
+        status, read = await api.call("GET", "/api/catalog/tests/subscriptions/api_orders")
+        assert status == 200 and read["content"] == SUBSCRIPTION and read["name"] == "api_orders"
+
+        status, started = await api.call("POST", "/api/executions",
+                                         json={"path": "tests/subscriptions/api_orders"})
+        assert status == 422, started
+        assert "this build does not run subscriptions" in str(started)
+
+        bad = SUBSCRIPTION.replace("mode: pull", "mode: sideways")
+        status, refused = await api.call("POST", "/api/catalog", json={"content": bad})
+        assert status == 422
+        assert "'mode' must be one of pull, push" in str(refused)
