@@ -52,6 +52,14 @@ CONTEXT: dict[str, Any] = {
     ("{{ fetch | values | last }}", "ok"),
     ("{{ fetch | get('status') }}", "ok"),
     ("{{ fetch | get('nope', 'd') }}", "d"),
+    ("{{ 'a,b,c' | split(',') }}", ["a", "b", "c"]),
+    ("{{ 'a b  c' | split }}", ["a", "b", "c"]),
+    ("{{ 'x\ny' | lines }}", ["x", "y"]),
+    ("{{ fetch.rows | bool }}", True),
+    ("{{ missing | bool }}", False),
+    ("{{ 'prefix-x' is startingwith('prefix') }}", True),
+    ("{{ 'x.yaml' is endingwith('.yml') }}", False),
+    ("{{ fetch.rows is containing(2) }}", True),
 ])
 def test_noetl_filters_render_as_noetl_renders_them(text: str, value: Any) -> None:
     assert render_string(text, CONTEXT) == value

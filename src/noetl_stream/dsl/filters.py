@@ -12,7 +12,9 @@ since that is where a playbook's authors saw it work:
 - `default` / `d` replace a missing value and a null one;
 - `fromjson` is null for text that is not JSON; `tojson` writes a missing value as `null`;
 - `b64encode` encodes the value's text as UTF-8; `b64decode` fails on what is not base64 or
-  not UTF-8 once decoded.
+  not UTF-8 once decoded;
+- minijinja's own `split`, `lines`, `bool` filters and `startingwith`, `endingwith`,
+  `containing` tests, which Jinja lacks.
 
 A field read of an undefined value (`a.b` with `a` missing) still fails in every filter but
 `default` (dsl/templating.py, `_BrokenRead`): a misspelt path never becomes a silent 0.
@@ -117,6 +119,36 @@ def get(value: Any, key: Any, fallback: Any = None) -> Any:
     return fallback
 
 
+def split(value: Any, separator: str | None = None, max_splits: int = -1) -> list[str]:
+    """NoETL's engines register `split` (Jinja has none): the text's parts, on whitespace when
+    no separator is given.
+    """
+    return _text(value).split(separator, max_splits)
+
+
+def lines(value: Any) -> list[str]:
+    return _text(value).splitlines()
+
+
+def to_bool(value: Any) -> bool:
+    return not _missing(value) and bool(value)
+
+
+def starting_with(value: Any, prefix: str) -> bool:
+    return isinstance(value, str) and value.startswith(prefix)
+
+
+def ending_with(value: Any, suffix: str) -> bool:
+    return isinstance(value, str) and value.endswith(suffix)
+
+
+def containing(value: Any, item: Any) -> bool:
+    try:
+        return item in value
+    except TypeError:
+        return False
+
+
 def encrypt_secret(value: Any) -> Any:
     raise FilterArgumentError(
         "encrypt_secret encrypts with NoETL's server key, which this runtime does not hold; keep "
@@ -129,5 +161,9 @@ FILTERS: dict[str, Any] = {
     "default": default, "d": default, "tojson": to_json, "to_json": to_json,
     "fromjson": from_json, "from_json": from_json, "b64encode": b64encode,
     "b64decode": b64decode, "keys": keys, "values": values, "get": get,
-    "encrypt_secret": encrypt_secret,
+    "encrypt_secret": encrypt_secret, "split": split, "lines": lines, "bool": to_bool,
 }
+
+# Tests minijinja (NoETL's Rust engines) has and Jinja lacks.
+TESTS: dict[str, Any] = {"startingwith": starting_with, "endingwith": ending_with,
+                         "containing": containing}

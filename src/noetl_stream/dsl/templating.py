@@ -29,7 +29,7 @@ from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing
 
-from noetl_stream.dsl.filters import FILTERS
+from noetl_stream.dsl.filters import FILTERS, TESTS
 from noetl_stream.dsl.values import DataEnvelope, ListView
 from noetl_stream.errors import TemplateError
 
@@ -224,6 +224,7 @@ del _ENV.filters["random"]
 del _ENV.globals["lipsum"]
 _ENV.globals["range"] = _bounded_range
 _ENV.filters.update(FILTERS)
+_ENV.tests.update(TESTS)
 
 
 def has_template(value: Any) -> bool:
