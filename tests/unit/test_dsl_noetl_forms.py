@@ -161,3 +161,18 @@ def test_remote_script_sources_are_refused_naming_the_source_and_what_to_write(
     assert issue.field == "tool.script.source.type"
     assert f'script source "{source_type}" ({uri}) is not supported' in issue.message
     assert "use `source: {type: file}`" in issue.message
+
+
+def test_shell_capture_is_accepted_and_reported_as_without_effect() -> None:
+    from unit_helpers import playbook_text
+
+    from noetl_stream.dsl import parse_playbook
+
+    parsed = parse_playbook(playbook_text("""
+        workflow:
+          - step: start
+            tool: {kind: shell, cmds: ["true"], capture: false}
+    """), "p.yaml")
+
+    (warning,) = parsed.warnings
+    assert warning.field == "tool.capture" and "output is always captured" in warning.message

@@ -20,7 +20,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
                            "as_objects", "timeout", "script"}),
     "duckdb": frozenset({"command", "command_b64", "query", "params", "auth", "db_path",
                          "as_objects", "timeout", "script"}),
-    "shell": frozenset({"command", "cmds", "cmd", "shell", "cwd", "env", "timeout"}),
+    "shell": frozenset({"command", "cmds", "cmd", "shell", "cwd", "env", "timeout", "capture"}),
     "secrets": frozenset({"name", "provider"}),
     "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "stream", "seq",
                        "auth"}),

@@ -32,6 +32,9 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "module": "calling an installed module's function instead of `code:`",
         "function": "calling an installed module's function instead of `code:`",
     },
+    "shell": {
+        "capture": "NoETL's `capture:` switch (output is always captured into the result)",
+    },
     "playbook": {
         "catalog_id": "starting a child by NoETL catalog id; name it by `path:`",
         "playbook_id": "starting a child by catalog content key; name it by `path:`",
