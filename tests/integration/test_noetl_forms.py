@@ -32,7 +32,9 @@ workflow:
           echo second >&2
           echo "{{ (workload.user ~ ':' ~ workload.password) | b64encode }}"
     next:
+      # Rendered by the router: the same filters and `.result` there.
       - step: check
+        when: "{{ (start.result.commands | len) == 2 and (workload.user | b64encode) == 'YWxpY2U=' }}"
   - step: check
     tool:
       kind: noop
