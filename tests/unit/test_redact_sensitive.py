@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from noetl_stream.runtime.redact import REDACTED, is_sensitive_key, looks_like_secret, redact_sensitive
+from noetl_stream.runtime.redact import (
+    REDACTED,
+    is_sensitive_key,
+    looks_like_secret,
+    redact_secret_texts,
+    redact_sensitive,
+)
 
 
 @pytest.mark.parametrize("key", [
@@ -57,3 +63,12 @@ def test_a_result_is_redacted_by_key_at_any_depth_and_by_value_anywhere() -> Non
         "count": 3,
     }
     assert result["rows"][0]["password"] == "hunter2"  # a copy; the original is kept
+
+
+def test_printed_output_keyed_by_task_names_is_redacted_by_shape_only() -> None:
+    output = {"fetch_token": {"stdout": "Bearer abcdefgh12", "stderr": "", "stdout_bytes": 20,
+                              "stderr_bytes": 0, "truncated": False}}
+
+    assert redact_secret_texts(output) == {
+        "fetch_token": {"stdout": REDACTED, "stderr": "", "stdout_bytes": 20, "stderr_bytes": 0,
+                        "truncated": False}}

@@ -165,3 +165,29 @@ def redact_sensitive(value: Any) -> Any:
     if isinstance(value, str) and looks_like_secret(value):
         return REDACTED
     return value
+
+
+def redact_secret_texts(value: Any) -> Any:
+    """`value` with only secret-shaped texts redacted, its keys left alone: for what is keyed by
+    names of ours (a step's printed output, keyed by task name), not by the tool's data.
+    """
+    if isinstance(value, dict):
+        return {key: redact_secret_texts(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_secret_texts(item) for item in value]
+    if isinstance(value, str) and looks_like_secret(value):
+        return REDACTED
+    return value
+
+
+def redact_outcome(body: dict[str, Any]) -> dict[str, Any]:
+    """An outcome event's body with its result and error redacted by name and shape, and the
+    printed output (keyed by task names) by shape only.
+    """
+    out = dict(body)
+    for part in ("result", "error"):
+        if out.get(part) is not None:
+            out[part] = redact_sensitive(out[part])
+    if out.get("output") is not None:
+        out["output"] = redact_secret_texts(out["output"])
+    return out

@@ -42,7 +42,7 @@ from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.pull import PullConsumer, open_pull
-from noetl_stream.runtime.redact import redact_sensitive, scrub
+from noetl_stream.runtime.redact import redact_outcome, scrub
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.state.results import ResultStore, holds_ref
 from noetl_stream.subjects import DEFAULT_POOL
@@ -295,9 +295,7 @@ class Worker:
             body["output"] = outcome.output  # what python tasks printed (events.py TaskOutput)
         if outcome.cursor is not None:
             body["cursor"] = outcome.cursor  # a cursor loop's claim: `exhausted` retires the slot
-        for part in ("result", "error", "output"):  # what the step stores (runtime/redact.py)
-            if body.get(part) is not None:
-                body[part] = redact_sensitive(body[part])
+        body = redact_outcome(body)  # what the step stores, as NoETL's workers redact it
         body = scrub(body, secrets)
         body = await self.results.externalize_outcome(body, command.get("max_payload_bytes"))
         await publish_event(self.bus, execution_id, etype,
