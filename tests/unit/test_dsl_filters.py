@@ -30,6 +30,8 @@ CONTEXT: dict[str, Any] = {
     ("{{ fetch | len }}", 2),
     ("{{ 7 | len }}", 0),
     ("{{ missing | length }}", 0),
+    ("{{ fetch.rows | select('odd') | length }}", 2),
+    ("{{ fetch.rows | map('string') | len }}", 3),
     ("{{ doc | fromjson }}", {"a": [1, 2]}),
     ("{{ 'not json' | fromjson }}", None),
     ("{{ (doc | fromjson).a | last }}", 2),

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -54,6 +54,8 @@ def length(value: Any) -> int:
         return 0
     if isinstance(value, (str, list, tuple, Mapping)):
         return len(value)
+    if isinstance(value, Iterable):  # what `select`, `map`, ... hand on
+        return sum(1 for _ in value)
     return 0
 
 
