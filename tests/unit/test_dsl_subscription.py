@@ -147,3 +147,31 @@ def test_subscription_in_tells_subscriptions_from_playbooks() -> None:
     assert subscription_in("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: x}\n") is None
     with pytest.raises(PlaybookError):
         subscription_in(PUSH.replace("mode: push", "mode: sideways"))
+
+
+@pytest.mark.parametrize("value", ["[1, 2]", "{a: 1}", "7", "null", "true", "''"])
+@pytest.mark.parametrize("key", [
+    "source", "mode", "activation", "auth", "dispatch", "ingress", "runtime", "headers", "dedup",
+    "limits", "spool"])
+def test_any_value_in_any_field_is_a_located_issue_never_a_crash(key: str, value: str) -> None:
+    base = PUSH if key == "ingress" else PULL
+    spec_line = next(line for line in base.splitlines() if line.startswith(f"  {key}:")) \
+        if f"\n  {key}:" in base else None
+    text = base.replace(spec_line, f"  {key}: {value}") if spec_line else \
+        base + f"  {key}: {value}\n"
+    try:
+        subscription_in(text, "s.yaml")
+    except PlaybookError as exc:
+        assert all(issue.file == "s.yaml" and issue.line for issue in exc.issues)
+
+
+@pytest.mark.parametrize("value", ["[1]", "{x: 1}", "7"])
+@pytest.mark.parametrize("field", ["type", "header", "gateway_path"])
+def test_odd_ingress_values_are_issues(field: str, value: str) -> None:
+    text = PUSH.replace("type: hmac_sha256", f"type: {value}" if field == "type" else
+                        "type: hmac_sha256").replace(
+        "header: X-Signature", f"header: {value}" if field == "header" else "header: X-Signature"
+    ).replace("gateway_path: /ingress/orders",
+              f"gateway_path: {value}" if field == "gateway_path" else "gateway_path: /ingress/orders")
+    with pytest.raises(PlaybookError):
+        subscription_in(text)

@@ -137,7 +137,7 @@ def _check_ingress(spec: dict[str, Any], report: Report) -> None:
                "(push always verifies)")
         return
     kind = verify.get("type")
-    if kind not in VERIFY_TYPES:
+    if not isinstance(kind, str) or kind not in VERIFY_TYPES:
         report(verify, "spec.ingress.verify.type", "subscription 'ingress.verify.type' must be "
                f"one of {', '.join(VERIFY_TYPES)}, not {kind!r} (push ingress always verifies)")
         return
@@ -221,7 +221,7 @@ def _check_spool(spec: dict[str, Any], report: Report) -> None:
     if mode == "off":
         return
     backend = spool.get("backend", "nats_object")
-    needs = {"local_disk": "path"}.get(backend, "bucket")
+    needs = "path" if backend == "local_disk" else "bucket"
     if backend not in SPOOL_BACKENDS:
         report(spool, "spec.spool.backend", f"subscription 'spool.backend' must be one of "
                f"{', '.join(SPOOL_BACKENDS)}, not {backend!r}")
