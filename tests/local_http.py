@@ -21,7 +21,7 @@ class HttpService:
     GET  /records?page=N&size=S  the items as a body with its own `data` key: {data: [{id}],
                                paging: {page, next_page}, meta: {total}}
     ANY  /flaky/{key}?fail=N   503 for the first N calls per key, then 200 {key, calls}
-    ANY  /echo                 {method, path, query, json, headers}
+    ANY  /echo                 {method, path, query, json, headers}; `echoed` keeps the headers
     ANY  /status/{code}/{key}?times=N  `code` (with Retry-After: 1 for 429) for the first N calls per
                                key (every call without `times`), then 200 {key, calls}
     ANY  /slow?s=S             answers {"slept": S} after S seconds
@@ -31,6 +31,7 @@ class HttpService:
     url: str
     calls: Counter[str] = field(default_factory=Counter)
     ledger: list[dict[str, Any]] = field(default_factory=list)
+    echoed: list[dict[str, str]] = field(default_factory=list)  # request headers /echo saw
 
 
 def http_app(service: HttpService) -> web.Application:
@@ -87,6 +88,7 @@ def http_app(service: HttpService) -> web.Application:
 
     async def echo(request: web.Request) -> web.Response:
         service.calls["echo"] += 1
+        service.echoed.append(dict(request.headers))
         body = await request.json() if request.can_read_body else None
         return web.json_response({"method": request.method, "path": request.path,
                                   "query": dict(request.query), "json": body,

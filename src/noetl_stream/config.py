@@ -124,3 +124,15 @@ def retention_s() -> float:
         return parse_age(raw)
     except ValueError as exc:
         raise InfrastructureError(f"{ENV_RETENTION}: {exc}") from None
+
+
+# NoETL's workers redact secret-named fields and secret-shaped texts in what a step stores
+# (runtime/redact.py). Off by default: a result is stored as the tool returned it, which a
+# playbook that echoes a header it sent relies on; credential values read through the keychain
+# or the secrets tool are masked either way.
+ENV_REDACT_RESULTS = "NOETL_STREAM_REDACT_RESULTS"
+
+
+def redact_results() -> bool:
+    """Whether workers redact step results as NoETL's do (NOETL_STREAM_REDACT_RESULTS=1)."""
+    return os.environ.get(ENV_REDACT_RESULTS, "").strip().lower() in ("1", "true", "yes", "on")

@@ -123,3 +123,55 @@ async def test_shell_missing_program_or_cwd_is_a_config_error(shell: ShellTool, 
 
     for outcome in (missing_program, missing_cwd, no_command):
         assert outcome.error is not None and outcome.error["kind"] == "config"
+
+
+async def test_cmds_run_in_order_with_noetl_result_shape(shell: ShellTool, tmp_path: Path) -> None:
+    outcome = await shell.run(call(cmds=["echo one", "echo two; echo warn >&2", "pwd"],
+                                   cwd=str(tmp_path)))
+
+    assert outcome.ok, outcome.error
+    result = outcome.result
+    assert result["stdout"] == f"one\n\ntwo\n\n{tmp_path.resolve()}\n"
+    assert result["stderr"] == "warn\n"
+    assert result["returncode"] == 0 and result["exit_code"] == 0
+    assert [c["cmd_preview"] for c in result["commands"]] == ["echo one", "echo two; echo warn >&2",
+                                                              "pwd"]
+    assert [c["returncode"] for c in result["commands"]] == [0, 0, 0]
+    assert result["commands"][1] == {"cmd_preview": "echo two; echo warn >&2", "returncode": 0,
+                                     "stdout": "two\n", "stderr": "warn\n",
+                                     "duration_ms": result["commands"][1]["duration_ms"]}
+    assert all(isinstance(c["duration_ms"], int) for c in result["commands"])
+
+
+async def test_cmds_stop_at_the_first_program_that_fails(shell: ShellTool, tmp_path: Path) -> None:
+    marker = tmp_path / "third-ran"
+    outcome = await shell.run(call(cmds=[
+        "echo first", "echo 'no space left' >&2\nexit 4", f"touch {marker}"]))
+
+    assert not outcome.ok
+    assert outcome.error is not None and outcome.error["kind"] == "shell"
+    assert outcome.error["message"].startswith(
+        """command 2 of 3 ("echo 'no space left' >&2") exited with code 4""")
+    assert "no space left" in outcome.error["message"]
+    assert outcome.result["returncode"] == 4
+    assert [c["returncode"] for c in outcome.result["commands"]] == [0, 4]
+    assert not marker.exists()
+
+
+async def test_cmds_timeout_bounds_each_program(shell: ShellTool, tmp_path: Path) -> None:
+    outcome = await shell.run(call(cmds=["sleep 0.6", "sleep 0.6", "sleep 30"], timeout=1.5))
+
+    assert not outcome.ok
+    assert outcome.error is not None and outcome.error["kind"] == "timeout"
+    assert outcome.error["message"].startswith("command 3 of 3 ('sleep 30') ran longer than")
+    assert [c["returncode"] for c in outcome.result["commands"]] == [0, 0, -1]
+
+
+async def test_cmd_string_and_the_shell_field(shell: ShellTool) -> None:
+    one = await shell.run(call(cmd="echo $0"))
+    bash = await shell.run(call(cmds=["echo ${BASH_VERSION:+bash}"], shell="bash"))
+    empty = await shell.run(call(cmds=[]))
+
+    assert one.ok and one.result["stdout"] == "/bin/sh\n"
+    assert bash.ok and bash.result["stdout"] == "bash\n"
+    assert empty.error is not None and empty.error["kind"] == "config"

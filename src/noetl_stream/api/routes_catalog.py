@@ -28,6 +28,7 @@ from noetl_stream.api.models import (
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.composition import PlaybookFile, file_references
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.dsl.subscription import STORED, Subscription, subscription_in
 from noetl_stream.errors import Issue, PlaybookError
 from noetl_stream.state.catalog import (
     CATALOG_BUCKET,
@@ -35,6 +36,7 @@ from noetl_stream.state.catalog import (
     path_key,
     register_files,
     register_path,
+    register_subscription,
     split_path_key,
 )
 from noetl_stream.state.kv_keys import bucket_keys
@@ -64,6 +66,9 @@ async def register(request: web.Request) -> web.StreamResponse:
         body = CatalogRegister(content=await request.text())
     else:
         body = await read_body(request, CatalogRegister)
+    subscription = subscription_in(body.content, REQUEST_FILE)
+    if subscription is not None:
+        return await _register_subscription(ctx, body.content, subscription)
     playbook, warnings = parse(ctx, body.content, strict=body.strict)
     if not playbook.path:
         raise PlaybookError([Issue(REQUEST_FILE, None, "metadata.path is required to register a "
@@ -78,6 +83,17 @@ async def register(request: web.Request) -> web.StreamResponse:
     await register_path(ctx.bus.js, playbook, key)
     return json_response(CatalogRegistered(path=playbook.path, version=playbook.version,
                                            playbook_id=key, warnings=warnings), 201)
+
+
+async def _register_subscription(ctx: ApiContext, text: str,
+                                 subscription: Subscription) -> web.StreamResponse:
+    if not subscription.path:
+        raise PlaybookError([Issue(REQUEST_FILE, None, "metadata.path is required to register a "
+                                   "Subscription", field="metadata.path")])
+    key = await register_subscription(ctx.bus.js, text, subscription)
+    return json_response(CatalogRegistered(path=subscription.path, version=subscription.version,
+                                           playbook_id=key,
+                                           warnings=[f"a Subscription: {STORED}"]), 201)
 
 
 async def _describe(ctx: ApiContext, playbook_id: str) -> tuple[str | None, str | None]:
@@ -107,9 +123,11 @@ async def get_playbook(request: web.Request) -> web.StreamResponse:
     if pointer is None or text is None:
         shown = f'"{path}"' + (f' version "{query.version}"' if query.version else "")
         raise not_found(f"playbook {shown}")
-    playbook, _ = parse(ctx, text)
-    return json_response(CatalogPlaybook(path=playbook.path or path, version=playbook.version,
-                                         playbook_id=pointer, name=playbook.name, content=text))
+    document: Playbook | Subscription | None = subscription_in(text, REQUEST_FILE)
+    if document is None:
+        document, _ = parse(ctx, text)
+    return json_response(CatalogPlaybook(path=document.path or path, version=document.version,
+                                         playbook_id=pointer, name=document.name, content=text))
 
 
 async def delete_playbook(request: web.Request) -> web.StreamResponse:

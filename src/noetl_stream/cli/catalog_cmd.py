@@ -23,8 +23,10 @@ from noetl_stream.cli.common import (
     prefix_option,
     remote_options,
 )
-from noetl_stream.cli.loading import load_reporting
+from noetl_stream.cli.loading import load_reporting, subscription_reporting
 from noetl_stream.dsl.composition import ComposedResult
+from noetl_stream.dsl.subscription import STORED as SUBSCRIPTION_STORED
+from noetl_stream.dsl.subscription import Subscription
 from noetl_stream.errors import InfrastructureError
 
 
@@ -41,19 +43,28 @@ def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, ser
     from noetl_stream.cli.remote import RemoteError
     from noetl_stream.cli.remote_cmds import refuse_file_children, register_remote
     from noetl_stream.runtime.services import open_stack
-    from noetl_stream.state.catalog import register_files, register_path
+    from noetl_stream.state.catalog import register_files, register_path, register_subscription
 
-    loaded = _load_all(playbooks, strict)
+    loaded, subscriptions = _load_all(playbooks, strict)
 
     if server_url is not None:
         for path, result in loaded:
             refuse_file_children(path, result.files)
+        if subscriptions:
+            fail(EXIT_REJECTED, f"{subscriptions[0][0]}: a Subscription is registered on the "
+                 "catalog directly (without --server); nothing was registered")
 
     async def go() -> list[str]:
         if server_url is not None:
             return await register_remote(server_url, token, loaded, strict)
         lines = []
         async with open_stack(nats_url, prefix=prefix, name="noetl-stream-register") as stack:
+            for path, subscription in subscriptions:
+                key = await register_subscription(stack.bus.js, path.read_text(encoding="utf-8"),
+                                                  subscription)
+                version = f" version {subscription.version}" if subscription.version else ""
+                lines.append(f"{path}: registered Subscription {subscription.path}{version} "
+                             f"({key}); {SUBSCRIPTION_STORED}")
             for path, result in loaded:
                 await register_files(stack.bus.js, result.files)
                 root = result.files[0]
@@ -72,11 +83,25 @@ def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, ser
         fail(EXIT_INFRA, str(exc))
 
 
-def _load_all(playbooks: tuple[Path, ...], strict: bool) -> list[tuple[Path, ComposedResult]]:
-    """Every playbook validated and with a catalog path, or exit 2 having said what is wrong."""
+def _load_all(playbooks: tuple[Path, ...], strict: bool
+              ) -> tuple[list[tuple[Path, ComposedResult]], list[tuple[Path, Subscription]]]:
+    """Every playbook (and Subscription document) validated and with a catalog path, or exit 2
+    having said what is wrong.
+    """
     loaded: list[tuple[Path, ComposedResult]] = []
+    subscriptions: list[tuple[Path, Subscription]] = []
     bad = 0
     for path in playbooks:
+        subscription = subscription_reporting(path)
+        if subscription is not True:
+            if not isinstance(subscription, Subscription) or not subscription.path:
+                bad += 1
+                if subscription is not False:
+                    click.echo(f"{path}: metadata.path is required to register a Subscription",
+                               err=True)
+            else:
+                subscriptions.append((path, subscription))
+            continue
         result = load_reporting(path, strict=strict)
         if result is None:
             bad += 1
@@ -89,4 +114,4 @@ def _load_all(playbooks: tuple[Path, ...], strict: bool) -> list[tuple[Path, Com
     if bad:
         fail(EXIT_REJECTED, f"{bad} playbook{'s' if bad != 1 else ''} rejected; nothing was "
               "registered")
-    return loaded
+    return loaded, subscriptions

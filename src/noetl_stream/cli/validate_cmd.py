@@ -8,7 +8,9 @@ from pathlib import Path
 import click
 
 from noetl_stream.cli.common import EXIT_OK, EXIT_REJECTED
-from noetl_stream.cli.loading import load_reporting
+from noetl_stream.cli.loading import load_reporting, subscription_reporting
+from noetl_stream.dsl.subscription import STORED as SUBSCRIPTION_STORED
+from noetl_stream.dsl.subscription import Subscription
 
 
 @click.command()
@@ -19,6 +21,15 @@ def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
     """Check PLAYBOOKS and print every problem as FILE:LINE: step "S" field "F": message."""
     bad = 0
     for path in playbooks:
+        subscription = subscription_reporting(path)
+        if subscription is not True:
+            if isinstance(subscription, Subscription):
+                click.echo(f"{path}: ok (Subscription, {subscription.spec.source} "
+                           f"{subscription.spec.mode} to {subscription.spec.dispatch.playbook}; "
+                           f"{SUBSCRIPTION_STORED})")
+            else:
+                bad += 1
+            continue
         result = load_reporting(path, strict=strict)
         if result is None:
             bad += 1

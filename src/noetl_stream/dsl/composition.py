@@ -100,7 +100,7 @@ class _Loader:
         return key
 
     def child(self, parent: Path, ref: str, step: str, line: int | None, depth: int) -> str | None:
-        target = (parent.parent / ref) if not ref.startswith("/") else Path(ref)
+        target = _child_file((parent.parent / ref) if not ref.startswith("/") else Path(ref))
         known = self.files.get(target.resolve())
         if known is not None:  # already loaded, or a cycle back to a file being loaded
             return known.key
@@ -126,3 +126,16 @@ class _Loader:
             return None
         self.warnings.extend(parsed.warnings)
         return self.add(target, parsed, depth + 1)
+
+
+def _child_file(target: Path) -> Path:
+    """`./child` names `child`, else `child.yaml`, else `child.yml` beside the parent: NoETL's
+    CLI joins the path to the parent's folder and its Python loader adds `.yaml`.
+    """
+    if target.exists() or target.suffix in (".yaml", ".yml"):
+        return target
+    for suffix in (".yaml", ".yml"):
+        candidate = target.with_name(target.name + suffix)
+        if candidate.exists():
+            return candidate
+    return target

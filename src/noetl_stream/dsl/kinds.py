@@ -14,12 +14,13 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "noop": frozenset(),
     "workbook": frozenset({"name"}),
     "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id",
-                           "return_step"}),
+                           "return_step", "payload", "return_result", "result_step",
+                           "timeout", "poll_interval", "parent_execution_id"}),
     "postgres": frozenset({"command", "command_b64", "query", "params", "auth", "connection",
                            "as_objects", "timeout", "script"}),
     "duckdb": frozenset({"command", "command_b64", "query", "params", "auth", "db_path",
                          "as_objects", "timeout", "script"}),
-    "shell": frozenset({"command", "cwd", "env", "timeout"}),
+    "shell": frozenset({"command", "cmds", "cmd", "shell", "cwd", "env", "timeout", "capture"}),
     "secrets": frozenset({"name", "provider"}),
     "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "stream", "seq",
                        "auth"}),
@@ -27,8 +28,9 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
 }
 
 # Older spellings of a field that NoETL still accepts: old name -> the field it stands for. The
-# parser rewrites them, so tools only ever see the new name.
-FIELD_ALIASES: dict[str, str] = {"credential": "auth"}
+# parser rewrites them, so tools only ever see the new name. `timeout_seconds` is the name NoETL's
+# Rust tools give a task's timeout (http, shell, python, ...).
+FIELD_ALIASES: dict[str, str] = {"credential": "auth", "timeout_seconds": "timeout"}
 
 
 def field_aliases(kind: str) -> dict[str, str]:
@@ -40,8 +42,18 @@ def field_aliases(kind: str) -> dict[str, str]:
 # NoETL's tool kinds that this build does not run: a playbook naming one is refused at
 # validation with that said, rather than as a misspelling.
 NOETL_KINDS_NOT_BUILT = frozenset({"snowflake", "gcs", "s3", "container", "agent", "mcp",
-                                   "subscription", "ducklake", "artifact", "rhai", "script",
+                                   "subscription", "ducklake", "rhai", "script",
                                    "kafka", "pubsub", "sink", "iterator"})
+
+# NoETL's tool kinds that read NoETL's own result store (a `noetl://execution/...` reference, the
+# `_ref` / `reference` its workers put in place of a large result): refused with the reason and
+# what to write instead, since results here are read where they are, whatever their size.
+_READ_RESULTS_DIRECTLY = (
+    "it reads NoETL's result store (a noetl:// reference); here a step's result is read "
+    "directly in templates however large it is (`{{ big_step.rows }}`: a result kept in the "
+    "object store is fetched for the reader), so drop this step and read the step it names")
+NOETL_KINDS_REFUSED: dict[str, str] = {"result_fetch": _READ_RESULTS_DIRECTLY,
+                                       "artifact": _READ_RESULTS_DIRECTLY}
 
 # Kinds this build can execute; the others are known words that a later build runs.
 RUNNABLE_KINDS = frozenset({"python", "http", "noop", "workbook", "shell", "nats", "secrets",

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from noetl_stream import refs
-from noetl_stream.dsl import checks, layering, scripts
+from noetl_stream.dsl import checks, layering, scripts, subscription
 from noetl_stream.dsl.implicit_end import route_leaves_to_end
 from noetl_stream.dsl.keychain import parse_keychain
 from noetl_stream.dsl.kinds import RUNNABLE_KINDS
@@ -152,6 +152,10 @@ def parse_playbook(text: str, file: str = "<string>", *, kinds: Collection[str] 
         doc = load_yaml(own_text)
     except YamlSyntaxError as exc:
         raise PlaybookError([Issue(file, exc.line, str(exc))]) from None
+    if subscription.is_subscription(doc):
+        subscription.subscription_from_doc(doc, file)  # its own issues first
+        raise PlaybookError([Issue(file, line_of(doc, "kind") or 1, subscription.NOT_RUN,
+                                   field="kind")])
     try:
         playbook = parser.parse(doc)
     except Exception as exc:

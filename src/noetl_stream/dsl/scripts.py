@@ -32,7 +32,7 @@ SOURCE_TYPES = ("file", "inline", "gcs", "s3", "http")
 REMOTE_TYPES = frozenset({"gcs", "s3", "http"})
 SCRIPT_KEYS = frozenset({"uri", "source", "encoding", "content"})
 SOURCE_KEYS = frozenset({"type", "auth", "region", "endpoint", "method", "headers", "timeout",
-                         "bucket", "content"})
+                         "bucket", "content", "code"})
 # The config field a script stands in for, per kind that accepts `script:`.
 SCRIPT_FIELD = {"python": "code", "postgres": "command", "duckdb": "command"}
 # What a script replaces: its field and the field's other names (NoETL: script wins over them,
@@ -66,12 +66,9 @@ def parse_script(raw: Any, report: Report,
     for key in raw:
         if key not in SCRIPT_KEYS:
             report(f"script.{key}", f'unknown key "{key}" in script; it takes uri, source, encoding')
-    source = raw.get("source") or {}
-    if not isinstance(source, Mapping):
-        report("script.source", "script.source must be a mapping with `type`")
+    source = _source(raw, report)
+    if source is None:
         return None
-    for key in (k for k in source if k not in SOURCE_KEYS):
-        report(f"script.source.{key}", f'unknown key "{key}" in script.source')
     if (source.get("type") or ("inline" if "content" in raw else None)) == "inline":
         return _inline(raw, source, report)
     uri = raw.get("uri")
@@ -90,6 +87,21 @@ def parse_script(raw: Any, report: Report,
         report("script.encoding", "script.encoding must be a text encoding name such as utf-8")
         return None
     return ScriptRef(uri=uri.removeprefix("file://"), encoding=encoding)
+
+
+def _source(raw: Mapping[str, Any], report: Report) -> Mapping[str, Any] | None:
+    """A script's `source:` with its keys checked; None after reporting."""
+    source = raw.get("source") or {}
+    if not isinstance(source, Mapping):
+        report("script.source", "script.source must be a mapping with `type`")
+        return None
+    for key in (k for k in source if k not in SOURCE_KEYS):
+        report(f"script.source.{key}", f'unknown key "{key}" in script.source')
+    if "code" in source:  # an inline source was taken as the kind's code (inline_code)
+        report("script.source.code", f'script.source.code is the text of an inline source, but '
+               f'script.source.type is "{source.get("type")}"; drop one of them')
+        return None
+    return source
 
 
 def _file_source(source: Mapping[str, Any], uri: str, report: Report) -> bool:
@@ -133,6 +145,23 @@ def _inline(raw: Mapping[str, Any], source: Mapping[str, Any], report: Report) -
         report("script.content", "an inline script needs its text in `content:`")
         return None
     return ScriptRef(uri=str(raw.get("uri") or "inline"), content=content)
+
+
+def inline_code(kind: str, config: dict[str, Any]) -> dict[str, Any]:
+    """NoETL's `script: {source: {type: inline, code: TEXT}}` (the type may be left out) is the
+    kind's inline field written another way: `code` is then rendered and run as `code:` is, and
+    a flat `code:` beside it wins, as in NoETL's Rust python tool.
+    """
+    field = SCRIPT_FIELD.get(kind)
+    script = config.get("script")
+    source = script.get("source") if isinstance(script, Mapping) else None
+    if field is None or not isinstance(source, Mapping) or "code" not in source \
+            or (source.get("type") or "inline") != "inline":
+        return config
+    out = {k: v for k, v in config.items() if k != "script"}
+    if not any(name in out for name in REPLACED_FIELDS[kind]):
+        out[field] = source["code"]
+    return out
 
 
 def decode_b64(kind: str, config: dict[str, Any], report: Report) -> dict[str, Any]:

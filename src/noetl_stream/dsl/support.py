@@ -32,9 +32,14 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "module": "calling an installed module's function instead of `code:`",
         "function": "calling an installed module's function instead of `code:`",
     },
+    "shell": {
+        "capture": "NoETL's `capture:` switch (output is always captured into the result)",
+    },
     "playbook": {
         "catalog_id": "starting a child by NoETL catalog id; name it by `path:`",
         "playbook_id": "starting a child by catalog content key; name it by `path:`",
+        "poll_interval": "polling a child's status (a child's end is followed on its events)",
+        "parent_execution_id": "naming another parent (the calling execution is the parent)",
     },
 }
 
@@ -50,6 +55,8 @@ SHADOWED: dict[str, tuple[tuple[str, ...], ...]] = {
     "python": (("script", "code"),),
     "postgres": (("script", "command", "query"), ("auth", "connection")),
     "duckdb": (("script", "command", "query"),),
+    "playbook": (("return_step", "result_step"),),
+    "shell": (("cmds", "cmd", "command"),),
 }
 
 NATS_OPERATION_FIELDS: dict[str, frozenset[str]] = {

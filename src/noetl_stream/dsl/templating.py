@@ -23,13 +23,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
-import orjson
 from jinja2 import TemplateSyntaxError, Undefined, nodes
 from jinja2.exceptions import TemplateError as JinjaTemplateError
 from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing
 
+from noetl_stream.dsl.filters import FILTERS, TESTS
 from noetl_stream.dsl.values import DataEnvelope, ListView
 from noetl_stream.errors import TemplateError
 
@@ -116,14 +116,6 @@ SINGLE_EXPRESSION = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.DOTALL)
 """Text that starts with `{{` and ends with `}}` (space around allowed): one expression, maybe."""
 
 
-def _to_json(value: Any) -> str:
-    return orjson.dumps(value, default=str).decode()
-
-
-def _from_json(value: Any) -> Any:
-    return orjson.loads(value) if isinstance(value, (str, bytes)) else value
-
-
 class ReadOfUndefined(UndefinedError):
     """A template read a field of a value that is undefined. Carries what the message needs;
     `render_string` adds the did-you-mean, which needs the context.
@@ -171,6 +163,11 @@ def _read_of_undefined(obj: Undefined, field: str) -> Undefined:
     return _BrokenRead(ReadOfUndefined(obj, field))
 
 
+# NoETL's engines read `x.result` of a mapping without a `result` key as the mapping itself, so
+# `{{ step.result.rows }}` reads `step.rows` (its `StepResultProxy`); a real `result` key wins.
+RESULT_KEY = "result"
+
+
 class _Environment(ImmutableSandboxedEnvironment):
     """Playbook data is JSON: `x.items` must read the key "items", not the dict method.
 
@@ -190,12 +187,15 @@ class _Environment(ImmutableSandboxedEnvironment):
             try:
                 return obj[attribute]
             except (KeyError, TypeError):
-                pass
+                if attribute == RESULT_KEY:
+                    return obj
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
         if isinstance(obj, Undefined):
             return _read_of_undefined(obj, str(argument))
+        if argument == RESULT_KEY and isinstance(obj, Mapping) and RESULT_KEY not in obj:
+            return obj
         return super().getitem(obj, argument)
 
     # `*` and `**` are checked before they run: `'x' * 10**10` or `10**10**10` would otherwise
@@ -223,10 +223,8 @@ _ENV = _Environment(undefined=Undefined, autoescape=False, keep_trailing_newline
 del _ENV.filters["random"]
 del _ENV.globals["lipsum"]
 _ENV.globals["range"] = _bounded_range
-_ENV.filters["tojson"] = _to_json
-_ENV.filters["to_json"] = _to_json
-_ENV.filters["fromjson"] = _from_json
-_ENV.filters["from_json"] = _from_json
+_ENV.filters.update(FILTERS)
+_ENV.tests.update(TESTS)
 
 
 def has_template(value: Any) -> bool:

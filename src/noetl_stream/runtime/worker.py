@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from nats.aio.msg import Msg
 from pydantic import ValidationError
 
-from noetl_stream import ids, jsonutil, messages
+from noetl_stream import config, ids, jsonutil, messages
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.messages import Command, Malformed, checked, parse_object
 from noetl_stream.observe import metrics, tracing
@@ -42,7 +42,7 @@ from noetl_stream.runtime.keychain import KeychainResolver
 from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.pull import PullConsumer, open_pull
-from noetl_stream.runtime.redact import scrub
+from noetl_stream.runtime.redact import redact_outcome, scrub
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.state.results import ResultStore, holds_ref
 from noetl_stream.subjects import DEFAULT_POOL
@@ -63,6 +63,7 @@ class Worker:
         self.results = ResultStore(bus.js)
         self.pool = pool
         self.concurrency = concurrency
+        self.redact = config.redact_results()
         self._running: set[asyncio.Task[None]] = set()
         self.heartbeat = Heartbeat(bus, role="worker", pool=pool,
                                    load=lambda: {"running": len(self._running),
@@ -295,6 +296,8 @@ class Worker:
             body["output"] = outcome.output  # what python tasks printed (events.py TaskOutput)
         if outcome.cursor is not None:
             body["cursor"] = outcome.cursor  # a cursor loop's claim: `exhausted` retires the slot
+        if self.redact:
+            body = redact_outcome(body)  # what the step stores, as NoETL's workers redact it
         body = scrub(body, secrets)
         body = await self.results.externalize_outcome(body, command.get("max_payload_bytes"))
         await publish_event(self.bus, execution_id, etype,

@@ -23,9 +23,10 @@ from typing import Any
 
 from nats.js.errors import KeyNotFoundError
 
-from noetl_stream import jsonutil
+from noetl_stream import ids, jsonutil
 from noetl_stream.dsl.composition import PlaybookFile, is_file_reference
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.dsl.subscription import Subscription
 from noetl_stream.errors import CatalogError
 from noetl_stream.state.kv_keys import bucket_keys
 
@@ -63,15 +64,29 @@ async def register_files(js: Any, files: list[PlaybookFile]) -> None:
 
 async def register_path(js: Any, playbook: Playbook, key: str) -> list[str]:
     """Point the playbook's `metadata.path` (latest, and its version if it has one) at `key`."""
-    if not playbook.path:
+    return await point_path(js, playbook.path, playbook.version, key)
+
+
+async def point_path(js: Any, path: str | None, version: str | None, key: str) -> list[str]:
+    """Point a catalog document's `metadata.path` (latest, and `version` if set) at `key`."""
+    if not path:
         return []
     kv = await js.key_value(CATALOG_BUCKET)
-    names = [path_key(playbook.path)]
-    if playbook.version:
-        names.append(path_key(playbook.path, playbook.version))
+    names = [path_key(path)]
+    if version:
+        names.append(path_key(path, version))
     for name in names:
         await kv.put(name, key.encode())
     return names
+
+
+async def register_subscription(js: Any, text: str, subscription: Subscription) -> str:
+    """Store a `kind: Subscription` document's text and point its path at it; its key."""
+    key = ids.playbook_key(text)
+    kv = await js.key_value(CATALOG_BUCKET)
+    await kv.put(key, text.encode())
+    await point_path(js, subscription.path, subscription.version, key)
+    return key
 
 
 async def _get(kv: Any, key: str) -> bytes | None:

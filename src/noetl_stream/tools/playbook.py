@@ -71,11 +71,15 @@ class PlaybookTool:
             return Outcome.failure("the playbook tool needs the worker's NATS connection and "
                                    "event follower", "config")
         path = call.config.get("path")
-        if not isinstance(path, str) or not path:
-            return Outcome.failure("playbook task needs `path:`", "config")
+        payload = _payload(call)
+        if not isinstance(path, str) or not path or payload is None:
+            return Outcome.failure("playbook task needs `path:`" if payload is not None else
+                                   "playbook task field payload must be a mapping", "config")
         version = call.config.get("version")
         version = None if version is None else str(version)
-        is_async = _flag(call.config.get("async", False))
+        # NoETL's `return_result: true` waits for the child and returns its result.
+        is_async = _flag(call.config.get("async", False)) and \
+            not _flag(call.config.get("return_result", False))
         child_id = ids.child_execution_id(call.execution_id, call.idempotency_key)
         js = self.nc.jetstream()
         known = await self._child_state(js, child_id)
@@ -95,7 +99,7 @@ class PlaybookTool:
                     return Outcome.failure(str(exc), "catalog", path=path)
                 request = ExecutionRequest(
                     execution_id=child_id, playbook=text, playbook_file=path,
-                    payload=dict(call.input), parent_execution_id=call.execution_id,
+                    payload=payload, parent_execution_id=call.execution_id,
                     parent_iter=call.iteration, parent_step_run_id=call.step_run_id,
                     parent_iteration=call.command_iteration, detached=is_async)
                 await js.publish(f"{self.prefix}.requests.execute",
@@ -104,12 +108,14 @@ class PlaybookTool:
                                           **tracing.current_headers()})
             if is_async:
                 return _started(child_id)
+            # NoETL's `timeout:` bounds the wait; else the command's timeout does.
+            wait_s = float(call.config["timeout"]) if call.config.get("timeout") else call.timeout_s
             try:
-                end = await asyncio.wait_for(asyncio.shield(final), call.timeout_s)
+                end = await asyncio.wait_for(asyncio.shield(final), wait_s)
             except TimeoutError:
                 await self._cancel_child(js, child_id, call)  # nobody waits for it any more
                 return Outcome.failure(f"child execution {child_id} did not finish within "
-                                       f"{call.timeout_s:g}s", "timeout", execution_id=child_id)
+                                       f"{wait_s:g}s", "timeout", execution_id=child_id)
         except asyncio.CancelledError as exc:
             if exc.args[:1] == (WITHDRAWN,) and not is_async:
                 await self._cancel_child(js, child_id, call)
@@ -170,13 +176,15 @@ class PlaybookTool:
         meta = {"execution_id": child_id}
         if status == "completed":
             result = end.get("result")
-            return_step = call.config.get("return_step")
+            return_step = _returned_step(call)
             if return_step:
                 step = (end.get("steps") or {}).get(str(return_step))
                 if not isinstance(step, dict):
                     return Outcome.failure(f'child execution {child_id} has no step "{return_step}" '
                                            "to return", "playbook", execution_id=child_id)
                 result = step.get("result")
+            elif result is None and _flag(call.config.get("return_result", False)):
+                result = _latest_result(end.get("steps"))
             return Outcome.success(result, meta=meta)
         if status == "rejected":
             errors = end.get("errors") or []
@@ -190,6 +198,38 @@ class PlaybookTool:
 
     async def close(self) -> None:
         return None
+
+
+def _payload(call: TaskCall) -> dict[str, Any] | None:
+    """The child's payload: `args`/`input` when given, else NoETL's `payload:` (its Rust tool lets
+    a non-empty `args` win over `payload`); None when `payload` is not a mapping.
+    """
+    if call.input:
+        return dict(call.input)
+    payload = call.config.get("payload")
+    if payload is None:
+        return {}
+    return dict(payload) if isinstance(payload, dict) else None
+
+
+def _returned_step(call: TaskCall) -> str | None:
+    """The child step whose result the task returns: `return_step`, or NoETL's `result_step`."""
+    step = call.config.get("return_step") or call.config.get("result_step")
+    return str(step) if step else None
+
+
+def _latest_result(steps: Any) -> Any:
+    """NoETL's `return_result` without `result_step`: the latest step result that is not null
+    (a child ending on a step without a result, a bare `end`, returns what came before it).
+    Steps are in the order they first ran.
+    """
+    if not isinstance(steps, dict):
+        return None
+    for record in reversed(list(steps.values())):
+        if isinstance(record, dict) and record.get("status") == "completed" \
+                and record.get("result") is not None:
+            return record["result"]
+    return None
 
 
 def _started(child_id: str) -> Outcome:
@@ -211,6 +251,8 @@ async def _with_steps(js: Any, end: dict[str, Any], call: TaskCall) -> dict[str,
     reference and the task returns one of them.
     """
     steps = end.get("steps")
-    if call.config.get("return_step") and refs.is_json_ref(steps):
+    wants_steps = _returned_step(call) or (_flag(call.config.get("return_result", False))
+                                           and end.get("result") is None)
+    if wants_steps and refs.is_json_ref(steps):
         return {**end, "steps": await ResultStore(js).resolve(steps)}
     return end

@@ -11,7 +11,13 @@ from pydantic import ValidationError
 
 from noetl_stream.dsl import pycode, scripts, support, transfer
 from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
-from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, NOETL_KINDS_NOT_BUILT, field_aliases
+from noetl_stream.dsl.kinds import (
+    COMMON_TASK_KEYS,
+    KIND_FIELDS,
+    NOETL_KINDS_NOT_BUILT,
+    NOETL_KINDS_REFUSED,
+    field_aliases,
+)
 from noetl_stream.dsl.models import PollSpec, Rule, Task
 from noetl_stream.dsl.parsing.base import ParserBase, Workbook, opt_str, split_set
 from noetl_stream.dsl.source import line_of, plain, suggest
@@ -118,7 +124,10 @@ class TaskParser(ParserBase):
         if kind in self.kinds:
             return True
         known = sorted(set(self.kinds) | set(KIND_FIELDS))
-        if kind in KIND_FIELDS or kind in NOETL_KINDS_NOT_BUILT:
+        if kind in NOETL_KINDS_REFUSED:
+            self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not supported: '
+                       f"{NOETL_KINDS_REFUSED[kind]}", step, "tool.kind")
+        elif kind in KIND_FIELDS or kind in NOETL_KINDS_NOT_BUILT:
             self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not available in '
                        "this version of noetl-stream yet", step, "tool.kind")
         else:
@@ -139,8 +148,16 @@ class TaskParser(ParserBase):
         # Older spellings count under the field's name: `credential` beside `connection` is
         # shadowed like `auth` is.
         spelled = {k: v for k, v in body.items() if k not in field_aliases(kind)} | config
+        inline = scripts.inline_code(kind, config)
+        if "script" in config and "script" not in inline:  # NoETL's script.source.code
+            del spelled["script"]
+            if inline[scripts.SCRIPT_FIELD[kind]] != config["script"]["source"]["code"]:
+                self.not_supported(line_of(body, "script") or line, "script.source.code is "
+                                   "ignored: the flat field is given, and it wins", step,
+                                   "tool.script")
         for key, why in support.ignored_fields(kind, spelled):
             self.not_supported(line_of(body, key) or line, why, step, f"tool.{key}")
+        config = inline
         if "script" in config and kind in scripts.SCRIPT_FIELD:
             config = self.load_script(kind, config, body, line, step)
         else:
