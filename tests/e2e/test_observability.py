@@ -167,7 +167,7 @@ async def test_metrics_traces_logs_and_health_of_real_processes(
         await assert_eventually(no_worker, timeout_s=10)
         stuck = await run_cli("run", str(OBSERVED), "--nats-url", url, "--quiet", "--json",
                               "--timeout", "4", env={"NOETL_STREAM_PICKUP_WARN_S": "1"})
-        assert stuck.returncode == 3
+        assert stuck.returncode == 4  # --timeout: the execution keeps waiting
         assert "no worker has taken a command of" in stuck.stderr
         assert "pool 'default' has 1 waiting and no live worker" in stuck.stderr
         status, body = await health(srv.metrics_url)
@@ -223,3 +223,25 @@ async def test_metrics_traces_logs_and_health_of_real_processes(
     # The worker's span also covers acknowledging the command, after the server may have ended
     # the execution: only the starts are ordered.
     assert root["end_ns"] >= max(s["start_ns"] for s in steps)
+
+
+async def test_a_worker_s_health_says_when_its_nats_connection_passes_nothing(
+        nats_server: NatsServer, tmp_path: Path) -> None:
+    async with service("worker", nats_server.url, tmp_path) as wrk:
+        status, body = await health(wrk.metrics_url)
+        assert (status, body) == (200, {"status": "ok"})
+        # nats-server stopped (not gone): the connection stays open and carries nothing, as in a
+        # hung worker's view; the probe answers 503 instead of hanging.
+        assert nats_server.process is not None
+        nats_server.process.send_signal(signal.SIGSTOP)
+        try:
+            status, body = await asyncio.wait_for(health(wrk.metrics_url), 10)
+        finally:
+            nats_server.process.send_signal(signal.SIGCONT)
+        assert status == 503 and body["status"] == "degraded"
+        assert body["problems"] == ["no round trip to NATS within 3 s (FlushTimeoutError)"]
+
+        async def healthy_again() -> None:
+            assert await health(wrk.metrics_url) == (200, {"status": "ok"})
+
+        await assert_eventually(healthy_again, timeout_s=30, interval_s=0.5)

@@ -198,6 +198,11 @@ async def test_the_ui_shows_executions_live_and_acts_on_them(stack: Stack, brows
     await error.locator("summary").click()
     await expect(error.locator("pre")).to_be_visible()
     await expect(error.locator("pre")).to_contain_text("the warehouse refused the batch")
+    await expect(error.locator("summary")).to_contain_text("failed after 2 attempts")
+    await expect(page.locator("#step-detail .step-events")).to_contain_text(
+        "retry.started attempt 2/2 in 0.10 s: RuntimeError: the warehouse refused the batch")
+    await expect(page.locator('#timeline tr[data-type="retry.started"] td').nth(3)).to_have_text(
+        "attempt 2/2 in 0.10 s: RuntimeError: the warehouse refused the batch")
     await expect(page.locator("#exec-status")).to_have_text("failed")
 
     # A viewer may look but not cancel.
@@ -231,6 +236,12 @@ async def test_the_ui_shows_executions_live_and_acts_on_them(stack: Stack, brows
     await page.wait_for_selector(node(page, "ship", "completed"))
     await expect(page.locator("#exec-status")).to_have_text("completed")
     await expect(page.locator('#timeline tr[data-type="signal.approve"]')).to_have_count(1)
+    # Every row is dated: the signal by when the stream stored it, the timer by when it was set.
+    signal_at = await page.locator('#timeline tr[data-type="signal.approve"] td').first.inner_text()
+    timer = page.locator('#timeline tr[data-type="timer.scheduled"] td')
+    assert 0 <= float(signal_at) < 60
+    assert 0 <= float(await timer.first.inner_text()) < 60
+    await expect(timer.nth(3)).to_have_text("timeout fires in 1 h 0 m")
 
     # The list: all four with their statuses, and a filter that keeps only the failed one.
     await page.goto(stack.base + "/")

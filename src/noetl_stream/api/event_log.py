@@ -36,6 +36,9 @@ def stored_event(bus: Bus, msg: Msg) -> StoredEvent | None:
         event = decode_event(bus.topology, msg.subject, msg.data, seq)
     except ValueError:
         return None  # not an event envelope; the router terminates such messages too
+    if not isinstance(event.get("timestamp"), (int, float)) and msg.metadata.timestamp:
+        # A signal's body is the client's data: it is dated by when the stream stored it.
+        event["timestamp"] = msg.metadata.timestamp.timestamp()
     return StoredEvent(seq=seq, event_type=str(event["event_type"]), event=event)
 
 

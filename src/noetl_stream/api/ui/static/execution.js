@@ -186,7 +186,8 @@
         el("ul", { class: "step-events" }, recent.map((e) =>
         el("li", {}, `+${offset(e.event)} ${e.type}`,
           e.event.iteration !== null && e.event.iteration !== undefined ? ` #${e.event.iteration}` : "",
-          e.event.duration_ms !== undefined ? ` (${duration(e.event.duration_ms)})` : ""))));
+          e.event.duration_ms !== undefined ? ` (${duration(e.event.duration_ms)})` : "",
+          e.type === "retry.started" ? ` ${describe(e.type, e.event)}` : ""))));
     }
   }
 
@@ -207,9 +208,13 @@
     }
   }
 
+  // When the event happened: a timer's schedule is dated by when it was set (its `timestamp`
+  // is when it will fire, shown in its detail).
   function offset(event) {
-    if (firstTs === null || typeof event.timestamp !== "number") return "";
-    return (event.timestamp - firstTs).toFixed(2);
+    const ts = event.event_type === "timer.scheduled" && typeof event.set_at === "number"
+      ? event.set_at : event.timestamp;
+    if (firstTs === null || typeof ts !== "number") return "";
+    return (ts - firstTs).toFixed(2);
   }
 
   function describe(type, e) {
@@ -227,6 +232,14 @@
     if (type === "execution.failed" || type === "execution.cancelled") return errorBlock(e.error, false);
     if (type === "execution.started") return e.playbook || "";
     if (type.startsWith("signal.")) return short(e.data, 160);
+    if (type === "timer.scheduled" && typeof e.fire_at === "number" && typeof e.set_at === "number") {
+      return `${e.timer_id || "timer"} fires in ${duration((e.fire_at - e.set_at) * 1000)}`;
+    }
+    if (type === "retry.started") {
+      const why = e.after && (e.after.status_code ? `HTTP ${e.after.status_code}` : e.after.error);
+      return `attempt ${e.attempt}${e.max_attempts ? "/" + e.max_attempts : ""}` +
+        `${typeof e.delay_s === "number" ? ` in ${e.delay_s.toFixed(2)} s` : ""}${why ? ": " + short(why, 120) : ""}`;
+    }
     if (type === "task.started") return e.iteration !== null && e.iteration !== undefined ? `#${e.iteration}` : (e.pool ? `pool ${e.pool}` : "");
     return "";
   }
