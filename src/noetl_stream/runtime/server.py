@@ -52,7 +52,7 @@ from noetl_stream.runtime.retention import (
     write_finished_state,
 )
 from noetl_stream.runtime.signals import decode_event
-from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault
+from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault, writable
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
@@ -264,7 +264,7 @@ class Server:
         except KeyWrongLastSequenceError:
             # Already started (a redelivered or repeated request): re-publish what it committed.
             entry = await self._executions.get(execution_id)
-            state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
+            state = writable(ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}")))
             await self._step_results.load(state)
             revision = int(entry.revision or 0)
             created = False
@@ -535,7 +535,9 @@ class Server:
             return None
         if entry.value is None:
             return None
-        state = ExecutionState.from_dict(jsonutil.loads(entry.value))
+        # A state a newer release wrote is refused here, before anything changes it: its events
+        # are handed back (dispositions.py `newer_format`) for a server that reads it.
+        state = writable(ExecutionState.from_dict(jsonutil.loads(entry.value)))
         await self._step_results.load(state)
         playbook = await self._playbook(state.playbook_key)
         # Whatever the last committer may not have published goes out again (outbox_marks.py).
