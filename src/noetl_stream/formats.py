@@ -109,13 +109,15 @@ STATE = Format("execution state", 2, {1: _unchanged})
 # An entry of KV noetl_step_results: {"v": value} or {"o": object reference} (a result, a page
 # of loop results or of settled step records).
 STEP_RESULT = Format("stored step result", 2, {1: _unchanged})
-# The claim of a command's attempt (runtime/attempt_claims.py), new in version 2.
+# The claim of a command's attempt (runtime/attempt_claims.py) and the mark of an outbox
+# published (runtime/outbox_marks.py), both new in version 2: no version 1 was ever written.
 CLAIM = Format("attempt claim", 2, {1: _unchanged})
+OUTBOX_MARK = Format("outbox mark", 2, {1: _unchanged})
 
 
 def _links_v1(record: dict[str, Any]) -> dict[str, Any]:
     """Version 1 of a catalog entry's links was the mapping itself (path as written -> key)."""
-    return {"links": {k: v for k, v in record.items() if isinstance(v, str)}}
+    return {"links": {k: v for k, v in record.items() if k != VERSION_FIELD and isinstance(v, str)}}
 
 
 # The links of a catalog text (`pb_<hash>.links`, state/catalog.py): {"links": {path: key}}.
@@ -127,5 +129,5 @@ API_KEY = Format("API key", 2, {1: _unchanged})
 SESSION = Format("session", 2, {1: _unchanged})
 AUTH_CACHE = Format("resolved credential", 2, {1: _unchanged})
 
-FORMATS: tuple[Format, ...] = (STATE, STEP_RESULT, CLAIM, CATALOG_LINKS, CREDENTIAL, USER,
+FORMATS: tuple[Format, ...] = (STATE, STEP_RESULT, CLAIM, OUTBOX_MARK, CATALOG_LINKS, CREDENTIAL, USER,
                                API_KEY, SESSION, AUTH_CACHE)

@@ -24,13 +24,11 @@ from nats.aio.msg import Msg
 from nats.js.errors import KeyWrongLastSequenceError
 
 from noetl_stream import jsonutil
+from noetl_stream.formats import CLAIM
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.step_results import BUCKET
 
 log = logging.getLogger("noetl_stream.worker")
-
-CLAIM_FORMAT = 1  # schema of a claim's value
-
 
 def claim_key(execution_id: str, msg_id: str) -> str:
     return f"{execution_id}.claim.{hashlib.sha256(msg_id.encode()).hexdigest()[:32]}"
@@ -44,7 +42,7 @@ async def first_copy(bus: Bus, msg: Msg, execution_id: str, delivered: int) -> b
     msg_id = (msg.headers or {}).get("Nats-Msg-Id")
     if delivered > 1 or not msg_id:
         return True
-    claim = jsonutil.dumps({"schema": CLAIM_FORMAT, "msg_id": msg_id, "claimed_at": time.time()})
+    claim = jsonutil.dumps(CLAIM.stamp({"msg_id": msg_id, "claimed_at": time.time()}))
     try:
         await bus.stored.update(BUCKET, claim_key(execution_id, msg_id), claim, 0)
     except KeyWrongLastSequenceError:

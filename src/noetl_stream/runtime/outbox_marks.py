@@ -5,7 +5,8 @@ server that reads the state cold (its start, a partition's pin moving here, a ca
 revision conflict) cannot tell from the state whether the committer published before it
 stopped, and a copy published after the streams' duplicate window is stored again: a command
 would reach a worker twice. So once an outbox has been published the server marks it: KV
-`noetl_step_results`, key `<execution_id>.outbox`, holds the revision whose outbox went out. A
+`noetl_step_results`, key `<execution_id>.outbox`, holds `{"revision": N}` (and its format's
+`schema_version`), the revision whose outbox went out. A
 state read cold at the marked revision is not published again. One without the mark (its
 committer stopped between the publish and the mark) is: inside the window the streams drop the
 copies; after it a command's copy meets its attempt's claim (runtime/attempt_claims.py) and is
@@ -24,6 +25,8 @@ import logging
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
+from noetl_stream import jsonutil
+from noetl_stream.formats import OUTBOX_MARK
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.publish import publish_outbox
@@ -47,7 +50,7 @@ class OutboxMarks:
         await publish_outbox(self.bus, outbox, trace_headers)
         if outbox:
             await self.bus.nc.publish(f"$KV.{BUCKET}.{mark_key(execution_id)}",
-                                      str(revision).encode())
+                                      jsonutil.dumps(OUTBOX_MARK.stamp({"revision": revision})))
 
     async def republish(self, execution_id: str, revision: int, outbox: list[Outgoing],
                         trace_headers: dict[str, str] | None) -> None:
@@ -65,4 +68,8 @@ class OutboxMarks:
             entry = await self._kv.get(mark_key(execution_id))
         except KeyNotFoundError:
             return False
-        return entry.value == str(revision).encode()
+        mark = jsonutil.loads_object(entry.value or b"")
+        # A mark this release cannot read vouches for nothing: publishing again is safe.
+        if mark is None or OUTBOX_MARK.is_newer(mark):
+            return False
+        return bool(OUTBOX_MARK.read(mark).get("revision") == revision)
