@@ -3,15 +3,16 @@
 A command's `Nats-Msg-Id` names its attempt (`cmd:<step_run>:<iteration>:<attempt>`). The stream
 drops a second copy published inside its duplicate window, but not one published after it: a
 server that reads a state cold and cannot tell whether its outbox went out publishes it again
-(runtime/outbox_marks.py). Such a copy is a new message, delivered for the first time; the same
-message handed to another worker after a lease ran out is delivered again (its delivery count is
-above one) and must run, since its first worker may have died with it.
+(runtime/outbox_marks.py). Such a copy is another stored message, with its own stream sequence;
+the same message handed to another worker after a lease ran out keeps its sequence, and must run
+again, since its first worker may have died with it.
 
-So on a first delivery the worker writes the claim `<execution_id>.claim.<digest of the msg id>`
-to KV `noetl_step_results` only if the key is new (a revision-checked write at 0). If it exists,
-another copy of the attempt was taken before (it runs, ran, or was handed back and will be
-redelivered): this copy is acknowledged without running. A redelivery never asks. The claim goes
-with the execution's step results (purged by key prefix).
+So before running, the worker writes the claim `<execution_id>.claim.<digest of the msg id>` to KV
+`noetl_step_results`, holding the message's stream sequence, only if the key is new (a
+revision-checked write at 0). If the key exists, the claim is read: the same sequence is this
+message (an earlier delivery claimed it and was lost), which runs; another sequence is another
+copy of the attempt, taken before (it runs, ran, or comes back itself): this one is acknowledged
+without running. The claim goes with the execution's step results (purged by key prefix).
 """
 
 from __future__ import annotations
@@ -21,32 +22,57 @@ import logging
 import time
 
 from nats.aio.msg import Msg
-from nats.js.errors import KeyWrongLastSequenceError
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 
 from noetl_stream import jsonutil
 from noetl_stream.formats import CLAIM
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.delivery import delivery_of
 from noetl_stream.state.step_results import BUCKET
 
 log = logging.getLogger("noetl_stream.worker")
+
 
 def claim_key(execution_id: str, msg_id: str) -> str:
     return f"{execution_id}.claim.{hashlib.sha256(msg_id.encode()).hexdigest()[:32]}"
 
 
-async def first_copy(bus: Bus, msg: Msg, execution_id: str, delivered: int) -> bool:
-    """Whether this delivery of a command may run: a redelivery always may, a first delivery
-    when it claims its attempt first. A command without a msg id (not published by a server)
-    has nothing to claim by and runs.
+async def first_copy(bus: Bus, msg: Msg, execution_id: str) -> bool:
+    """Whether this delivery of a command may run: when it claims its attempt, or the claim is
+    its own message's. A command without a msg id, or not delivered by JetStream, has nothing to
+    claim by and runs.
     """
     msg_id = (msg.headers or {}).get("Nats-Msg-Id")
-    if delivered > 1 or not msg_id:
+    delivery = delivery_of(msg)
+    if not msg_id or delivery is None:
         return True
-    claim = jsonutil.dumps(CLAIM.stamp({"msg_id": msg_id, "claimed_at": time.time()}))
+    key = claim_key(execution_id, msg_id)
+    claim = CLAIM.stamp({"msg_id": msg_id, "stream_seq": delivery.stream_seq,
+                         "claimed_at": time.time()})
     try:
-        await bus.stored.update(BUCKET, claim_key(execution_id, msg_id), claim, 0)
+        await bus.stored.update(BUCKET, key, jsonutil.dumps(claim), 0)
+        return True
     except KeyWrongLastSequenceError:
-        log.warning("command %s was published again after the duplicate window and another copy "
-                    "of it was taken before: acknowledged without running", msg_id)
-        return False
-    return True
+        pass
+    holder = await _claimed_by(bus, key)
+    if holder is None or holder == delivery.stream_seq:
+        return True  # this message's own claim (an earlier delivery), or one removed since
+    log.warning("command %s (stream sequence %d) is a copy published again after the duplicate "
+                "window; the copy at sequence %d took the attempt: acknowledged without running",
+                msg_id, delivery.stream_seq, holder)
+    return False
+
+
+async def _claimed_by(bus: Bus, key: str) -> int | None:
+    """The stream sequence a claim holds; None when it is gone (a get of the key's last message,
+    without opening the bucket: a worker's NATS user may not list it, deploy/nats/accounts).
+    """
+    try:
+        raw = await bus.js.get_msg(f"KV_{BUCKET}", subject=f"$KV.{BUCKET}.{key}")
+    except NotFoundError:
+        return None
+    if not raw.data:
+        return None  # a delete marker: no claim
+    claim = CLAIM.read(jsonutil.loads_object(raw.data) or {})
+    seq = claim.get("stream_seq")
+    return seq if isinstance(seq, int) else -1  # a claim without one is another copy's

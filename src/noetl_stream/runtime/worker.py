@@ -168,7 +168,7 @@ class Worker:
             log.info("command %s of %s withdrawn before it ran: acknowledged", key, execution_id)
             await msg.ack()
             return
-        if not await first_copy(self.bus, msg, execution_id, _deliveries(msg)):
+        if not await first_copy(self.bus, msg, execution_id):
             await msg.ack()  # another copy of this attempt runs or ran (attempt_claims.py)
             return
         task = asyncio.current_task()
