@@ -1,7 +1,8 @@
 """A worker runs one copy of a command per attempt (runtime/attempt_claims.py): a copy stored
 again after the duplicate window is acknowledged without running, while a delivery of the message
-that holds the claim runs. The command is one a server wrote (tests/fixtures/inflight-schema-2.json),
-run by a real worker on a real nats-server whose window is one second."""
+that holds the claim runs, unless that message's run already stored its outcome. The command is
+one a server wrote (tests/fixtures/inflight-schema-2.json), run by a real worker on a real
+nats-server whose window is one second."""
 
 from __future__ import annotations
 
@@ -80,19 +81,25 @@ async def test_a_copy_stored_after_the_window_is_not_run_again(one_second_window
     assert len(await runs(bus)) == 1
     claim = await (await bus.js.key_value("noetl_step_results")).get(
         claim_key(EXECUTION_ID, MSG_ID))
-    assert CLAIM.read(jsonutil.loads(claim.value or b""))["stream_seq"] == first
+    held = CLAIM.read(jsonutil.loads(claim.value or b""))
+    assert (held["stream_seq"], held["finished"]) == (first, True)
 
 
-@pytest.mark.parametrize(("holder", "ran"), [("this message", 1), ("another copy", 0)])
-async def test_a_claimed_attempt_runs_only_for_the_message_that_holds_the_claim(
-        one_second_window: Bus, holder: str, ran: int) -> None:
+@pytest.mark.parametrize(("holder", "ended", "ran"), [
+    ("this message", False, 1),  # its earlier delivery was lost before an outcome: run again
+    ("this message", True, 0),  # its outcome is stored, only the ack was lost: not again
+    ("another copy", False, 0),  # a copy stored again after the window: never
+])
+async def test_a_claimed_attempt_runs_only_for_the_message_that_holds_the_claim_unfinished(
+        one_second_window: Bus, holder: str, ended: bool, ran: int) -> None:
     bus = one_second_window
     seq = (await bus.js.stream_info("NOETL_COMMANDS")).state.last_seq + 1
-    # The claim an earlier delivery wrote before it was lost (its worker died, say).
+    # The claim an earlier delivery wrote (its worker died, or its ack was lost).
     claimed = seq if holder == "this message" else seq + 1000
     await (await bus.js.key_value("noetl_step_results")).create(
         claim_key(EXECUTION_ID, MSG_ID),
-        jsonutil.dumps(CLAIM.stamp({"msg_id": MSG_ID, "stream_seq": claimed, "claimed_at": 0.0})))
+        jsonutil.dumps(CLAIM.stamp({"msg_id": MSG_ID, "stream_seq": claimed, "claimed_at": 0.0,
+                                    "finished": ended})))
     assert await publish_command(bus) == seq
     async with run_services(bus, server=False, pool="later", python_children=1):
         await assert_eventually(lambda: queue_empty(bus), timeout_s=20)

@@ -12,7 +12,9 @@ So before running, the worker writes the claim `<execution_id>.claim.<digest of 
 revision-checked write at 0). If the key exists, the claim is read: the same sequence is this
 message (an earlier delivery claimed it and was lost), which runs; another sequence is another
 copy of the attempt, taken before (it runs, ran, or comes back itself): this one is acknowledged
-without running. The claim goes with the execution's step results (purged by key prefix).
+without running. Once the outcome is stored the claim is marked finished, so a redelivery of a
+message whose run ended (its acknowledgement was lost) does not run it again either. The claim
+goes with the execution's step results (purged by key prefix).
 """
 
 from __future__ import annotations
@@ -54,7 +56,11 @@ async def first_copy(bus: Bus, msg: Msg, execution_id: str) -> bool:
         return True
     except KeyWrongLastSequenceError:
         pass
-    holder = await _claimed_by(bus, key)
+    holder, finished = await _claimed_by(bus, key)
+    if holder == delivery.stream_seq and finished:
+        log.info("command %s already ran to its outcome (its acknowledgement was lost): "
+                 "acknowledged without running again", msg_id)
+        return False
     if holder is None or holder == delivery.stream_seq:
         return True  # this message's own claim (an earlier delivery), or one removed since
     log.warning("command %s (stream sequence %d) is a copy published again after the duplicate "
@@ -63,16 +69,33 @@ async def first_copy(bus: Bus, msg: Msg, execution_id: str) -> bool:
     return False
 
 
-async def _claimed_by(bus: Bus, key: str) -> int | None:
-    """The stream sequence a claim holds; None when it is gone (a get of the key's last message,
-    without opening the bucket: a worker's NATS user may not list it, deploy/nats/accounts).
+async def finished(bus: Bus, msg: Msg, execution_id: str) -> None:
+    """Mark the claim of this message's attempt finished, once its outcome is stored: a
+    redelivery (the acknowledgement that follows was lost) is then acknowledged without running
+    again. A plain publish: a mark that is lost costs only that re-run, as before claims.
+    """
+    msg_id = (msg.headers or {}).get("Nats-Msg-Id")
+    delivery = delivery_of(msg)
+    if not msg_id or delivery is None:
+        return
+    claim = CLAIM.stamp({"msg_id": msg_id, "stream_seq": delivery.stream_seq,
+                         "claimed_at": time.time(), "finished": True})
+    await bus.nc.publish(f"$KV.{BUCKET}.{claim_key(execution_id, msg_id)}",
+                         jsonutil.dumps(claim))
+
+
+async def _claimed_by(bus: Bus, key: str) -> tuple[int | None, bool]:
+    """The stream sequence a claim holds (None when it is gone) and whether its run finished;
+    a get of the key's last message, without opening the bucket (a worker's NATS user may not
+    list it, deploy/nats/accounts).
     """
     try:
         raw = await bus.js.get_msg(f"KV_{BUCKET}", subject=f"$KV.{BUCKET}.{key}")
     except NotFoundError:
-        return None
+        return None, False
     if not raw.data:
-        return None  # a delete marker: no claim
+        return None, False  # a delete marker: no claim
     claim = CLAIM.read(jsonutil.loads_object(raw.data) or {})
     seq = claim.get("stream_seq")
-    return seq if isinstance(seq, int) else -1  # a claim without one is another copy's
+    # A claim without a sequence is another copy's.
+    return (seq if isinstance(seq, int) else -1), claim.get("finished") is True

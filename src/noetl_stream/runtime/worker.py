@@ -30,7 +30,7 @@ from noetl_stream import ids, jsonutil, messages
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.messages import Command, Malformed, checked, parse_object
 from noetl_stream.observe import metrics, tracing
-from noetl_stream.runtime.attempt_claims import first_copy
+from noetl_stream.runtime.attempt_claims import finished, first_copy
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.credential_guard import CommandInUse, running_command
 from noetl_stream.runtime.dead_letters import (
@@ -305,6 +305,7 @@ class Worker:
         body = await self.results.externalize_outcome(body, command.get("max_payload_bytes"))
         await publish_event(self.bus, execution_id, etype,
                             ids.event_msg_id(execution_id, etype, step_run_id, iteration), body)
+        await finished(self.bus, msg, execution_id)  # a lost ack no longer re-runs it
         # A plain ack: the outcome is stored by now. A lost ack brings the command back after
         # AckWait, and a double ack would not avoid that: its timeout hands the command back too.
         await msg.ack()
