@@ -20,6 +20,7 @@ from noetl_stream.formats import CLAIM
 from noetl_stream.runtime.attempt_claims import claim_key
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.provision import provision
+from noetl_stream.runtime.publish import PUBLISH_ID_HEADER
 from noetl_stream.runtime.services import run_services
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.events import stored_events
@@ -48,10 +49,12 @@ async def one_second_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
         load_topology.cache_clear()
 
 
-async def publish_command(bus: Bus) -> int:
-    """The command as its server published it; the stream sequence it is stored at."""
+async def publish_command(bus: Bus, publish_id: str | None = None) -> int:
+    """The command as its server published it (this release's servers name each publish; the
+    fixture's was written before they did); the stream sequence it is stored at."""
+    headers = {**COMMAND["headers"], **({PUBLISH_ID_HEADER: publish_id} if publish_id else {})}
     ack = await bus.js.publish(COMMAND["subject"], base64.b64decode(COMMAND["data"]),
-                               headers=COMMAND["headers"])
+                               headers=headers)
     assert not ack.duplicate
     return ack.seq
 
@@ -67,40 +70,51 @@ async def queue_empty(bus: Bus) -> None:
     assert (await bus.js.stream_info("NOETL_COMMANDS")).state.messages == 0
 
 
-async def test_a_copy_stored_after_the_window_is_not_run_again(one_second_window: Bus) -> None:
+@pytest.mark.parametrize(("first_id", "copy_id", "holder"), [
+    ("a1", "b2", "publish:a1"),  # named publishes, as this release's servers make them
+    (None, None, "seq:1"),  # an earlier release's: told apart by stream sequence
+])
+async def test_a_copy_stored_after_the_window_is_not_run_again(
+        one_second_window: Bus, first_id: str | None, copy_id: str | None, holder: str) -> None:
     bus = one_second_window
     async with run_services(bus, server=False, pool="later", python_children=1):
-        first = await publish_command(bus)
+        first = await publish_command(bus, first_id)
         await assert_eventually(lambda: queue_empty(bus), timeout_s=20)
         assert len(await runs(bus)) == 1
         await asyncio.sleep(1.5)  # past the window: the same msg id is stored again
-        copy = await publish_command(bus)
-        assert copy != first
+        copy = await publish_command(bus, copy_id)
+        assert copy != first == 1
         await assert_eventually(lambda: queue_empty(bus), timeout_s=20)
         await asyncio.sleep(1.5)  # a second run would have published its outcome by now
     assert len(await runs(bus)) == 1
     claim = await (await bus.js.key_value("noetl_step_results")).get(
         claim_key(EXECUTION_ID, MSG_ID))
     held = CLAIM.read(jsonutil.loads(claim.value or b""))
-    assert (held["stream_seq"], held["finished"]) == (first, True)
+    assert (held["copy"], held["finished"]) == (holder, True)
 
 
-@pytest.mark.parametrize(("holder", "ended", "ran"), [
-    ("this message", False, 1),  # its earlier delivery was lost before an outcome: run again
-    ("this message", True, 0),  # its outcome is stored, only the ack was lost: not again
-    ("another copy", False, 0),  # a copy stored again after the window: never
+@pytest.mark.parametrize(("publish_id", "claimed", "ended", "ran"), [
+    # Its earlier delivery was lost before an outcome: it runs again. Restored from a backup,
+    # the message has another stream sequence but the same publish id.
+    ("a1", "publish:a1", False, 1),
+    (None, "seq:1", False, 1),
+    # Its outcome is stored, only the ack was lost: not again.
+    ("a1", "publish:a1", True, 0),
+    (None, "seq:1", True, 0),
+    # A copy stored again after the window: never.
+    ("b2", "publish:a1", False, 0),
+    (None, "seq:77", False, 0),
 ])
 async def test_a_claimed_attempt_runs_only_for_the_message_that_holds_the_claim_unfinished(
-        one_second_window: Bus, holder: str, ended: bool, ran: int) -> None:
+        one_second_window: Bus, publish_id: str | None, claimed: str, ended: bool,
+        ran: int) -> None:
     bus = one_second_window
-    seq = (await bus.js.stream_info("NOETL_COMMANDS")).state.last_seq + 1
     # The claim an earlier delivery wrote (its worker died, or its ack was lost).
-    claimed = seq if holder == "this message" else seq + 1000
     await (await bus.js.key_value("noetl_step_results")).create(
         claim_key(EXECUTION_ID, MSG_ID),
-        jsonutil.dumps(CLAIM.stamp({"msg_id": MSG_ID, "stream_seq": claimed, "claimed_at": 0.0,
+        jsonutil.dumps(CLAIM.stamp({"msg_id": MSG_ID, "copy": claimed, "claimed_at": 0.0,
                                     "finished": ended})))
-    assert await publish_command(bus) == seq
+    assert await publish_command(bus, publish_id) == 1
     async with run_services(bus, server=False, pool="later", python_children=1):
         await assert_eventually(lambda: queue_empty(bus), timeout_s=20)
         await asyncio.sleep(1.0)
