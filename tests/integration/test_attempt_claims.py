@@ -52,7 +52,7 @@ async def one_second_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
 async def publish_command(bus: Bus, publish_id: str | None = None) -> int:
     """The command as its server published it (this release's servers name each publish; the
     fixture's was written before they did); the stream sequence it is stored at."""
-    headers = {**COMMAND["headers"], **({PUBLISH_ID_HEADER: publish_id} if publish_id else {})}
+    headers = {"Nats-Msg-Id": MSG_ID, **({PUBLISH_ID_HEADER: publish_id} if publish_id else {})}
     ack = await bus.js.publish(COMMAND["subject"], base64.b64decode(COMMAND["data"]),
                                headers=headers)
     assert not ack.duplicate
