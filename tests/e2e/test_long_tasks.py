@@ -4,7 +4,9 @@ longer than the duplicate window").
 
 The window is 2 s and the http task 8 s; server and worker are `noetl-stream` processes on one
 nats-server and the server is killed with SIGKILL while the task runs. The restarted server reads
-the state cold twice: for a signal sent while the task still runs, and for the task's outcome.
+the state cold, after the window, for a signal sent while the task still runs: its committed
+outbox still holds the task's command (before the marks, the server published it again and a
+worker ran the task twice).
 """
 
 from __future__ import annotations
