@@ -24,7 +24,7 @@ class HttpService:
     ANY  /echo                 {method, path, query, json, headers}; `echoed` keeps the headers
     ANY  /status/{code}/{key}?times=N  `code` (with Retry-After: 1 for 429) for the first N calls per
                                key (every call without `times`), then 200 {key, calls}
-    ANY  /slow?s=S             answers {"slept": S} after S seconds
+    ANY  /slow?s=S&key=K       answers {"slept": S} after S seconds (calls counted per key)
     POST /ledger               records {key: Idempotency-Key header, body}; GET /ledger lists them
     """
 
@@ -82,6 +82,7 @@ def http_app(service: HttpService) -> web.Application:
         return web.json_response({"key": key, "calls": calls})
 
     async def slow(request: web.Request) -> web.Response:
+        service.calls[f"slow:{request.query.get('key', '')}"] += 1
         seconds = float(request.query.get("s", "1"))
         await asyncio.sleep(seconds)
         return web.json_response({"slept": seconds})

@@ -136,3 +136,29 @@ ENV_REDACT_RESULTS = "NOETL_STREAM_REDACT_RESULTS"
 def redact_results() -> bool:
     """Whether workers redact step results as NoETL's do (NOETL_STREAM_REDACT_RESULTS=1)."""
     return os.environ.get(ENV_REDACT_RESULTS, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+# The duplicate window of the streams publishers write to (requests, commands, events, dead
+# letters): how long JetStream remembers a `Nats-Msg-Id`. A duration like the retention, from 1 s
+# up; 20 minutes by default. It never exceeds a stream's max age (subjects.py caps it there), and
+# nothing that could run twice depends on it (docs/reliability.md, "Settings").
+ENV_DUPLICATE_WINDOW = "NOETL_STREAM_DUPLICATE_WINDOW"
+DEFAULT_DUPLICATE_WINDOW_S = 1200.0
+
+
+def duplicate_window_s() -> float:
+    return _duration(ENV_DUPLICATE_WINDOW, DEFAULT_DUPLICATE_WINDOW_S)
+
+
+def _duration(name: str, default: float) -> float:
+    """A duration setting of at least one second; `default` when unset."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = parse_age(raw)
+    except ValueError as exc:
+        raise InfrastructureError(f"{name}: {exc}") from None
+    if value < 1:
+        raise InfrastructureError(f'{name}="{raw}": at least one second (1s)')
+    return value

@@ -182,6 +182,17 @@ class Topology:
         return tuple(c for c in self.consumers if not c.per_pool)
 
 
+def _window(stream: dict[str, Any], configured: float, retention: float) -> float:
+    """A stream's duplicate window: NOETL_STREAM_DUPLICATE_WINDOW for the streams publishers
+    write to (`follows_duplicate_window`), its own otherwise; never longer than the stream's max
+    age (JetStream refuses a window beyond it), so a short retention shortens the window too.
+    """
+    own = float(stream["duplicate_window_s"])
+    window = configured if stream.get("follows_duplicate_window") else own
+    max_age = retention if stream.get("follows_retention") else float(stream.get("max_age_s", 0))
+    return min(window, max_age) if max_age > 0 else window
+
+
 def _topology_text() -> str:
     packaged = resources.files("noetl_stream").joinpath("topology.yaml")
     if packaged.is_file():
@@ -199,15 +210,14 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         return text.replace("{prefix}", prefix)
 
     retention = config.retention_s()
+    window = config.duplicate_window_s()
     streams = tuple(
         StreamDecl(
             name=s["name"],
             subjects=tuple(fill(x) for x in s.get("subjects") or ()),
             retention=s["retention"],
-            duplicate_window_s=float(s["duplicate_window_s"]),
-            # A stream's max age may not be below its duplicate window (JetStream refuses it).
-            max_age_s=max(retention, float(s["duplicate_window_s"])) if s.get("follows_retention")
-            else float(s["max_age_s"]),
+            duplicate_window_s=_window(s, window, retention),
+            max_age_s=retention if s.get("follows_retention") else float(s["max_age_s"]),
             allow_msg_schedules=bool(s.get("allow_msg_schedules", False)),
             source=s.get("source"),
             source_subjects=tuple(fill(x) for x in s.get("source_subjects") or ()),

@@ -134,3 +134,21 @@ async def test_credential_set_rejects_bad_input_with_exit_2(home_nats: NatsServe
     assert "not valid JSON" in bad_json.err
     assert "cannot read" in missing_file.err
     assert 'did you mean "password"' in bad_field.err
+
+
+async def test_credential_a_newer_release_stored_is_one_line_and_exit_2(
+        home_nats: NatsServer) -> None:
+    assert (await cli("credential", "list")).code == 0  # provisions the store
+    bus = await connect(home_nats.url, name="newer-record")
+    try:
+        record = {"schema_version": 99, "name": "later", "kind": "bearer", "tags": [],
+                  "created_at": "2026-11-26T12:00:00Z", "updated_at": "2026-11-26T12:00:00Z",
+                  "data": "sealed"}
+        await (await bus.js.key_value("noetl_credentials")).put("later", jsonutil.dumps(record))
+    finally:
+        await bus.close()
+    got = await cli("credential", "get", "later")
+    assert got.code == 2
+    assert got.err.strip() == ("noetl-stream: credential has schema version 99; this release "
+                               "reads versions up to 2: it is left as it is for a release that "
+                               "reads it")

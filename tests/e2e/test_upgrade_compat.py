@@ -5,6 +5,7 @@ messages of the previous version still validate."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from pathlib import Path
@@ -13,9 +14,11 @@ from typing import Any
 import pytest
 
 from noetl_stream import ids, jsonutil
+from noetl_stream.formats import STATE
 from noetl_stream.messages import ExecutionRequest, RequestReply
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.services import run_services
 from noetl_stream.runtime.signals import publish_signal
 from noetl_stream.runtime.watcher import ExecutionWatch
@@ -90,3 +93,41 @@ async def test_a_previous_state_resumes_on_this_version(bus: Bus) -> None:
         await watch.stop()
     assert final["status"] == "completed", final.get("error")
     assert final["result"] == {"shipped": 7, "approved_by": "ada"}
+
+
+# Executions left in flight by earlier builds, each as its build stored it (state, results, vars,
+# catalog, events and its loop's three commands, waiting for pool `later`), written by
+# tests/fixtures/capture_inflight.py. Every later release finishes each of them.
+IN_FLIGHT = sorted((Path(__file__).parents[1] / "fixtures").glob("inflight-schema-*.json"))
+
+
+@pytest.mark.parametrize("fixture", IN_FLIGHT, ids=[p.stem for p in IN_FLIGHT])
+async def test_an_execution_in_flight_of_an_earlier_build_finishes_on_this_one(
+        bus: Bus, fixture: Path) -> None:
+    written = json.loads(fixture.read_text())
+    execution_id = written["execution_id"]
+    await provision(bus, pools=("default", "later"))
+    for bucket, entries in written["kv"].items():
+        kv = await bus.js.key_value(bucket)
+        for key, value in entries.items():
+            await kv.put(key, base64.b64decode(value))
+    # Its events are the execution's history, and those the router acts on reach it again
+    # (applied before: a no-op); its commands wait in the work queue, as that build wrote them.
+    for message in [*written["events"], *written["commands"]]:
+        await bus.js.publish(message["subject"], base64.b64decode(message["data"]),
+                             headers=message["headers"] or None)
+
+    watch = ExecutionWatch(bus, execution_id)
+    await watch.start()
+    try:
+        async with run_services(bus, python_children=1), \
+                run_services(bus, server=False, pool="later", python_children=1):
+            final = await watch.wait(60)
+    finally:
+        await watch.stop()
+    assert final["status"] == "completed", final.get("error")
+    assert final["result"] == {"total": 18}  # (1 + 2 + 3) x the factor 3 its vars hold
+    assert [final["steps"][s]["status"] for s in ("prepare", "work", "finish")] == \
+        ["completed"] * 3
+    state = (await (await bus.js.key_value("noetl_executions")).get(execution_id)).value
+    assert jsonutil.loads(state or b"{}")["schema_version"] == STATE.current

@@ -154,3 +154,16 @@ async def test_api_reports_a_request_the_server_refused_as_rejected(api: Api, bu
     assert status == 409 and error["error"]["details"] == {"status": "rejected"}
     status, page = await api.call("GET", "/api/executions/refused1/events")
     assert status == 200 and [i["event_type"] for i in page["items"]] == ["execution.rejected"]
+
+
+async def test_api_record_a_newer_release_stored_is_409_newer_format(api: Api, bus: Bus) -> None:
+    record = {"schema_version": 99, "name": "later", "kind": "postgres", "tags": [],
+              "created_at": "2026-11-26T12:00:00Z", "updated_at": "2026-11-26T12:00:00Z",
+              "data": "sealed", "added_later": True}
+    await (await bus.js.key_value("noetl_credentials")).put("later", jsonutil.dumps(record))
+    status, body = await api.call("GET", "/api/credentials/later")
+    assert status == 409
+    assert_error_shape(body, "newer_format")
+    assert body["error"]["message"] == ("credential has schema version 99; this release reads "
+                                        "versions up to 2: it is left as it is for a release "
+                                        "that reads it")

@@ -7,9 +7,11 @@ from nats import errors as nats_errors
 from nats.js import errors as js_errors
 
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.formats import NewerFormat
 from noetl_stream.messages import Malformed
 from noetl_stream.runtime.dispositions import (
     NAK_DELAY_S,
+    NEWER_FORMAT_NAK_DELAY_S,
     RULES,
     Disposition,
     Failure,
@@ -26,6 +28,7 @@ TABLE = [
     (Failure.REFUSED, Disposition.TERM),
     (Failure.UNKNOWN_EXECUTION, Disposition.ACK),
     (Failure.TRANSIENT, Disposition.NAK),
+    (Failure.NEWER_FORMAT, Disposition.NAK),
     (Failure.HANDLER_BUG, Disposition.TERM),
 ]
 
@@ -63,14 +66,17 @@ def test_each_failure_class_is_settled_as_the_table_says(failure: Failure,
     assert disposition(failure) is expected
 
 
-def test_only_a_transient_failure_is_ever_redelivered() -> None:
-    assert [f for f in Failure if disposition(f) is Disposition.NAK] == [Failure.TRANSIENT]
+def test_only_what_a_later_delivery_may_handle_is_redelivered() -> None:
+    # NATS trouble, or an execution a newer release stored (a server of that release takes it).
+    assert [f for f in Failure if disposition(f) is Disposition.NAK] == [
+        Failure.TRANSIENT, Failure.NEWER_FORMAT]
 
 
 @pytest.mark.parametrize(("failure", "call"), [
     (Failure.SCHEMA, ("term", None)),
     (Failure.UNKNOWN_EXECUTION, ("ack", None)),
     (Failure.TRANSIENT, ("nak", NAK_DELAY_S)),
+    (Failure.NEWER_FORMAT, ("nak", NEWER_FORMAT_NAK_DELAY_S)),
     (Failure.HANDLER_BUG, ("term", None)),
 ])
 async def test_settle_makes_the_call_of_the_table(failure: Failure, call: tuple[str, float]) -> None:
@@ -101,6 +107,7 @@ async def test_settle_on_a_lost_connection_leaves_the_message_to_ack_wait() -> N
     (js_errors.ServiceUnavailableError(), Failure.TRANSIENT),
     (js_errors.KeyWrongLastSequenceError(), Failure.TRANSIENT),
     (InfrastructureError("NATS went away"), Failure.TRANSIENT),
+    (NewerFormat("the state of execution 1", 3, 2), Failure.NEWER_FORMAT),
     # NATS refusing what we asked is deterministic: it would refuse it on every delivery.
     (js_errors.InvalidKeyError(), Failure.HANDLER_BUG),
     (js_errors.BadRequestError(), Failure.HANDLER_BUG),

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from noetl_stream import jsonutil
 from noetl_stream.errors import CatalogError, CredentialError, NoetlStreamError, PlaybookError
+from noetl_stream.formats import NewerFormat
 from noetl_stream.state.users import AccountError
 
 log = logging.getLogger("noetl_stream.api")
@@ -80,6 +81,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(404, "not_found", str(exc))
     except (CredentialError, AccountError) as exc:
         return error_response(422, "invalid", str(exc))
+    except NewerFormat as exc:
+        # A record a newer release stored: this server neither shows nor rewrites it.
+        log.warning("%s %s: %s", request.method, request.path, exc)
+        return error_response(409, "newer_format", str(exc))
     except Exception:
         # The request boundary: whatever went wrong is logged here with its traceback, and the
         # client gets a fixed text, since an exception's message may hold internals or secrets.

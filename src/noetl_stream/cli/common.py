@@ -15,6 +15,7 @@ import click
 
 from noetl_stream import config
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.formats import NewerFormat
 
 if TYPE_CHECKING:
     from noetl_stream.runtime.connection import Bus
@@ -82,6 +83,8 @@ def on_stack(nats_url: str | None, prefix: str, name: str, action: Callable[[Bus
     try:
         return asyncio.run(go())
     except rejected as exc:
+        fail(EXIT_REJECTED, str(exc))
+    except NewerFormat as exc:  # a record a newer release stored: read by that release only
         fail(EXIT_REJECTED, str(exc))
     except InfrastructureError as exc:
         fail(EXIT_INFRA, str(exc))

@@ -28,6 +28,7 @@ from typing import Any, Literal, NamedTuple
 import orjson
 
 from noetl_stream import jsonutil
+from noetl_stream.formats import STATE, VERSION_FIELD
 
 OutgoingKind = Literal["command", "event", "timer", "cancel"]
 LoopMode = Literal["sequential", "parallel", "cursor"]
@@ -185,6 +186,9 @@ class ExecutionState:
     trace: dict[str, str] | None = None  # root span ids when traced (observe/tracing.py)
     outbox: list[Outgoing] = field(default_factory=list)
     applied: int = 0  # events applied, for progress and diagnostics
+    # The format this state is written in (formats.py); a state read keeps the version it was
+    # written in when that is newer than this release's, so the server can refuse to rewrite it.
+    schema_version: int = STATE.current
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
@@ -333,8 +337,10 @@ class ExecutionState:
     def from_dict(cls, data: dict[str, Any]) -> ExecutionState:
         """Read a stored state. Fields this version does not know are ignored, so a state a newer
         version wrote stays readable during a rolling upgrade (docs/deploy.md, "Upgrading");
-        fields it lacks take their defaults.
+        fields it lacks take their defaults. An older format is migrated to this release's
+        first (formats.py).
         """
+        data = STATE.read_newer(data)
         runs = {}
         for key, raw in data.get("runs", {}).items():
             loop = raw.get("loop")
@@ -365,6 +371,7 @@ class ExecutionState:
             trace=data.get("trace"),
             outbox=[Outgoing(**_known(Outgoing, o)) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),
+            schema_version=data[VERSION_FIELD],
         )
         if state.step_pages:
             state._inline = dict.fromkeys(state.steps)

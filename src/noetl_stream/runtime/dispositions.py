@@ -19,11 +19,15 @@ from nats import errors as nats_errors
 from nats.js import errors as js_errors
 
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.formats import NewerFormat
 from noetl_stream.messages import Malformed
 
 log = logging.getLogger("noetl_stream.dispositions")
 
 NAK_DELAY_S = 1.0  # a transient failure waits this long before its message comes back
+# A message whose execution a newer release stored waits longer: no retry soon will help, and
+# its deliveries (the consumer's max_deliver) must last while the servers are upgraded.
+NEWER_FORMAT_NAK_DELAY_S = 30.0
 
 
 class Failure(StrEnum):
@@ -33,6 +37,7 @@ class Failure(StrEnum):
     REFUSED = "refused"  # well formed, refused for what it asks: invalid playbook, id taken
     UNKNOWN_EXECUTION = "unknown_execution"  # names no execution this cluster knows
     TRANSIENT = "transient"  # NATS or a bucket unreachable, a timeout, a lost revision race
+    NEWER_FORMAT = "newer_format"  # stored by a newer release: one that reads it handles it
     HANDLER_BUG = "handler_bug"  # our code raised anything else
 
 
@@ -58,6 +63,9 @@ RULES: dict[Failure, Rule] = {
                           "playbook (an id taken by another request: reply only)"),
     Failure.UNKNOWN_EXECUTION: Rule(Disposition.ACK, "a cancel: reply; an event: logged"),
     Failure.TRANSIENT: Rule(Disposition.NAK, "none: it is handled again once NATS answers"),
+    Failure.NEWER_FORMAT: Rule(Disposition.NAK, "logged: it comes back every "
+                               f"{NEWER_FORMAT_NAK_DELAY_S:g} s until a server of the newer "
+                               "release handles it"),
     Failure.HANDLER_BUG: Rule(Disposition.TERM, "dead letter with the error; logged with its "
                               "traceback"),
 }
@@ -80,6 +88,8 @@ def classify(exc: BaseException) -> Failure:
     """The class of a failure raised while a message was handled."""
     if isinstance(exc, Malformed):
         return Failure(exc.failure)
+    if isinstance(exc, NewerFormat):
+        return Failure.NEWER_FORMAT
     if isinstance(exc, TRANSIENT_ERRORS):
         return Failure.TRANSIENT
     return Failure.HANDLER_BUG
@@ -108,7 +118,8 @@ async def settle(msg: Settleable, failure: Failure) -> Disposition:
         if chosen is Disposition.ACK:
             await msg.ack()
         elif chosen is Disposition.NAK:
-            await msg.nak(delay=NAK_DELAY_S)
+            await msg.nak(delay=NEWER_FORMAT_NAK_DELAY_S if failure is Failure.NEWER_FORMAT
+                          else NAK_DELAY_S)
         else:
             await msg.term()
     except nats_errors.MsgAlreadyAckdError:

@@ -7,6 +7,7 @@ count on (noetl_stream/events.py): `event_id` (its msg id) and `time` (ISO-8601 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable
 from typing import Any
 
@@ -15,6 +16,8 @@ from noetl_stream.events import iso_time
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.timers import publish_timer
+
+PUBLISH_ID_HEADER = "Noetl-Publish-Id"
 
 
 def stamp(body: dict[str, Any], msg_id: str) -> dict[str, Any]:
@@ -46,14 +49,19 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
     # Coroutines are started in outbox order and each writes its message first, so watchers see
     # events in the order the router produced them.
     sends: list[Awaitable[Any]] = []
+    # Which publish a stored command came from: the same on every delivery of it (and after a
+    # backup's restore), another on a copy published again (runtime/attempt_claims.py).
+    publish_id = secrets.token_hex(8)
     for m in outbox:
         if m.kind == "timer":
             sends.append(publish_timer(bus, m))
             continue
         data = jsonutil.dumps(stamp(m.body, m.msg_id) if m.kind == "event" else m.body)
         headers = {"Nats-Msg-Id": m.msg_id}
-        if trace_headers and m.kind == "command":
-            headers.update(trace_headers)
+        if m.kind == "command":
+            headers[PUBLISH_ID_HEADER] = publish_id
+            if trace_headers:
+                headers.update(trace_headers)
         if m.progress:
             sends.append(bus.nc.publish(subject_of(bus, m), data, headers=headers))
         else:

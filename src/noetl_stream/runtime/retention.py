@@ -4,7 +4,7 @@ Three things make a finished execution go away after NOETL_STREAM_RETENTION (def
 - its state in KV `noetl_executions` is written, when it finishes, with a per-key TTL
   (`Nats-TTL`) of the retention, so NATS drops it on its own;
 - the events stream `NOETL_EVENTS` and the object store `noetl_results` have that max age (the
-  stream never below its 20-minute duplicate window);
+  stream's duplicate window is cut to it when longer, subjects.py);
 - every server sweeps once an hour (`RetentionSweeper`): finished executions older than the
   retention lose their events, vars, step results and state, and vars and step results whose
   execution is gone are removed.

@@ -2,8 +2,9 @@
 
 Per event batch of one execution: load state -> apply each event (pure) -> commit the new state
 with its outbox by revision-checked KV update (retry on conflict) -> publish the outbox with
-deterministic msg ids -> ack. A state loaded fresh from KV has its outbox re-published first, so
-a crash between commit and publish loses nothing (the stream drops the duplicates).
+deterministic msg ids -> mark the outbox published -> ack. A state loaded fresh from KV whose
+outbox is not marked has it re-published first, so a crash between commit and publish loses
+nothing, and a copy can never run a command twice (runtime/outbox_marks.py).
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_message
 from noetl_stream.runtime.dispositions import Failure, classify, settle
 from noetl_stream.runtime.execution_ids import new_execution_id
+from noetl_stream.runtime.outbox_marks import OutboxMarks
 from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
 from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
-from noetl_stream.runtime.publish import publish_outbox
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.retention import (
     EXECUTIONS_BUCKET,
@@ -51,7 +52,7 @@ from noetl_stream.runtime.retention import (
     write_finished_state,
 )
 from noetl_stream.runtime.signals import decode_event
-from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault
+from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault, writable
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
@@ -97,6 +98,7 @@ class Server:
         self._results = ResultStore(bus.js)
         self._step_results = StepResults(bus.js, self._results)
         self._codec = StateCodec(bus.nc, self._results, self._step_results)
+        self._marks = OutboxMarks(bus)  # which committed outbox went out (outbox_marks.py)
         # A finished state is written with this per-key TTL (runtime/retention.py).
         self._retention_s = config.retention_s()
         self._state_ttl = False
@@ -262,7 +264,7 @@ class Server:
         except KeyWrongLastSequenceError:
             # Already started (a redelivered or repeated request): re-publish what it committed.
             entry = await self._executions.get(execution_id)
-            state = ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}"))
+            state = writable(ExecutionState.from_dict(jsonutil.loads(entry.value or b"{}")))
             await self._step_results.load(state)
             revision = int(entry.revision or 0)
             created = False
@@ -273,7 +275,9 @@ class Server:
         # Before the child's first command: its end can then never reach the parent's log
         # ahead of its start, so the parent's router hears of it while its step still waits.
         await answers.publish_child_started(self.bus, request, state, self.clock())
-        await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))
+        # A repeated request re-publishes what the start committed, unless it went out.
+        publish = self._marks.publish if created else self._marks.republish
+        await publish(execution_id, revision, state.outbox, tracing.command_headers(state.trace))
         if created:
             _count(state, state.outbox, playbook)
         await answers.reply(self.bus, request.reply_to, execution_id, [])
@@ -432,7 +436,8 @@ class Server:
                       cached.revision)
             # Vars go to KV before the outbox: whoever sees `execution.completed` can read them.
             await self._vars.commit_vars(execution_id, vars_before, state.vars)
-            await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))
+            await self._marks.publish(execution_id, cached.revision, state.outbox,
+                                      tracing.command_headers(state.trace))
             _count(state, state.outbox, cached.playbook)
             if state.status != "running":
                 self._cache.pop(execution_id, None)
@@ -530,12 +535,16 @@ class Server:
             return None
         if entry.value is None:
             return None
-        state = ExecutionState.from_dict(jsonutil.loads(entry.value))
+        # A state a newer release wrote is refused here, before anything changes it: its events
+        # are handed back (dispositions.py `newer_format`) for a server that reads it.
+        state = writable(ExecutionState.from_dict(jsonutil.loads(entry.value)))
         await self._step_results.load(state)
         playbook = await self._playbook(state.playbook_key)
-        # Whatever the last committer had not yet published goes out again; duplicates drop.
-        await publish_outbox(self.bus, state.outbox, tracing.command_headers(state.trace))
-        cached = _Cached(state, int(entry.revision or 0), playbook)
+        # Whatever the last committer may not have published goes out again (outbox_marks.py).
+        revision = int(entry.revision or 0)
+        await self._marks.republish(execution_id, revision, state.outbox,
+                                    tracing.command_headers(state.trace))
+        cached = _Cached(state, revision, playbook)
         self._remember(execution_id, cached)
         return cached
 

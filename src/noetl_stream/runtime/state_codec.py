@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from noetl_stream.errors import TemplateError
+from noetl_stream.formats import STATE, NewerFormat
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.state_size import shrink
 from noetl_stream.state.results import ResultStore
@@ -89,6 +90,16 @@ class StateCodec:
         except Unstorable as exc:
             log.warning("state of %s cannot be stored: %s", state.execution_id, exc)
             return None
+
+
+def writable(state: ExecutionState) -> ExecutionState:
+    """`state`, read to be applied to and written again; NewerFormat when a newer release wrote
+    it: this one would drop what it does not know, so it never rewrites it (formats.py).
+    """
+    if state.schema_version > STATE.current:
+        raise NewerFormat(f"the state of execution {state.execution_id}", state.schema_version,
+                          STATE.current)
+    return state
 
 
 def encoding_problem(exc: Exception) -> str:

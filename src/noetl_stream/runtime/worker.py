@@ -1,8 +1,10 @@
 """The worker: pull commands of one pool, run their pipelines, publish outcomes (ARCHITECTURE §6.3).
 
-Per command: publish `task.started` -> run the pipeline with in-progress acks every AckWait/3 ->
-publish the terminal event (deterministic msg id) -> ack. A worker that dies mid-command is
-replaced by redelivery; the re-run publishes the same msg id, so the router sees one outcome.
+Per command: claim its attempt (a copy published again after the duplicate window is acked
+without running, runtime/attempt_claims.py) -> publish `task.started` -> run the pipeline with
+in-progress acks every AckWait/3 -> publish the terminal event (deterministic msg id) -> ack. A
+worker that dies mid-command is replaced by redelivery; the re-run publishes the same msg id, so
+the router sees one outcome.
 
 Commands the router no longer wants are withdrawn: the worker hears `execution.cancelled` and
 `step.timeout` (core subscriptions), cancels the tasks running those commands (a python child is
@@ -28,6 +30,7 @@ from noetl_stream import config, ids, jsonutil, messages
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.messages import Command, Malformed, checked, parse_object
 from noetl_stream.observe import metrics, tracing
+from noetl_stream.runtime.attempt_claims import finished, first_copy
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.credential_guard import CommandInUse, running_command
 from noetl_stream.runtime.dead_letters import (
@@ -166,6 +169,9 @@ class Worker:
             log.info("command %s of %s withdrawn before it ran: acknowledged", key, execution_id)
             await msg.ack()
             return
+        if not await first_copy(self.bus, msg, execution_id):
+            await msg.ack()  # another copy of this attempt runs or ran (attempt_claims.py)
+            return
         task = asyncio.current_task()
         assert task is not None
         self._commands[task] = _Running(execution_id, key, msg)
@@ -302,6 +308,7 @@ class Worker:
         body = await self.results.externalize_outcome(body, command.get("max_payload_bytes"))
         await publish_event(self.bus, execution_id, etype,
                             ids.event_msg_id(execution_id, etype, step_run_id, iteration), body)
+        await finished(self.bus, msg, execution_id)  # a lost ack no longer re-runs it
         # A plain ack: the outcome is stored by now. A lost ack brings the command back after
         # AckWait, and a double ack would not avoid that: its timeout hands the command back too.
         await msg.ack()

@@ -22,13 +22,15 @@ from nats.js import JetStreamContext
 from nats.js.api import Header
 from nats.js.errors import APIError, BucketNotFoundError, KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.credentials import Credential
 from noetl_stream.errors import CredentialError, ToolError
+from noetl_stream.formats import AUTH_CACHE
 from noetl_stream.state.credentials import CredentialStore, check_name
 from noetl_stream.state.crypto import SecretBox
+from noetl_stream.state.versioned import Versioned
 
 AUTH_CACHE_BUCKET = "noetl_auth_cache"
 DEFAULT_TTL = timedelta(hours=1)
@@ -36,10 +38,11 @@ MAX_UPDATE_ATTEMPTS = 200
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 
 
-class CacheEntry(BaseModel):
+class CacheEntry(Versioned):
     """One cached resolution, as stored (the material stays sealed in `data_encrypted`)."""
 
     model_config = ConfigDict(frozen=True)
+    FORMAT = AUTH_CACHE
 
     cache_key: str
     credential_name: str

@@ -4,7 +4,8 @@ children it names by file, and catalog paths (`metadata.path`, optionally a vers
 Keys:
 
     pb_<hash>                       a playbook's text (the server stores every request's text here)
-    pb_<hash>.links                 JSON {path as written: child's pb key}, for `./child.yaml` paths
+    pb_<hash>.links                 JSON {"links": {path as written: child's pb key}} (with its
+                                    `schema_version`), for `./child.yaml` paths
     path.<path>.latest              pb key of the last registration of metadata.path <path>
     path.<path>.version.<version>   pb key of that version
 
@@ -28,6 +29,7 @@ from noetl_stream.dsl.composition import PlaybookFile, is_file_reference
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.dsl.subscription import Subscription
 from noetl_stream.errors import CatalogError
+from noetl_stream.formats import CATALOG_LINKS, UNVERSIONED, VERSION_FIELD
 from noetl_stream.state.kv_keys import bucket_keys
 
 CATALOG_BUCKET = "noetl_catalog"
@@ -59,7 +61,7 @@ async def register_files(js: Any, files: list[PlaybookFile]) -> None:
     for f in files:
         await kv.put(f.key, f.text.encode())
         if f.links:
-            await kv.put(links_key(f.key), jsonutil.dumps(f.links))
+            await kv.put(links_key(f.key), jsonutil.dumps(CATALOG_LINKS.stamp({"links": f.links})))
 
 
 async def register_path(js: Any, playbook: Playbook, key: str) -> list[str]:
@@ -89,6 +91,18 @@ async def register_subscription(js: Any, text: str, subscription: Subscription) 
     return key
 
 
+def read_links(stored: Any) -> dict[str, str]:
+    """The links of a catalog text as stored by any release: version 1 was the mapping itself,
+    whose values are keys (text); a versioned entry holds it under `links` (formats.py).
+    """
+    if not isinstance(stored, dict):
+        return {}
+    versioned = isinstance(stored.get(VERSION_FIELD), int) and isinstance(stored.get("links"), dict)
+    record = CATALOG_LINKS.read(stored if versioned else {**stored, VERSION_FIELD: UNVERSIONED})
+    links = record.get("links")
+    return {k: v for k, v in links.items() if isinstance(v, str)} if isinstance(links, dict) else {}
+
+
 async def _get(kv: Any, key: str) -> bytes | None:
     try:
         entry = await kv.get(key)
@@ -106,8 +120,8 @@ async def resolve_child(js: Any, *, parent_key: str | None, path: str,
     kv = await js.key_value(CATALOG_BUCKET)
     if is_file_reference(path):
         raw = await _get(kv, links_key(parent_key)) if parent_key else None
-        links = jsonutil.loads(raw) if raw else {}
-        key = links.get(path) if isinstance(links, dict) else None
+        links = read_links(jsonutil.loads(raw)) if raw else {}
+        key = links.get(path)
         if not isinstance(key, str):
             raise CatalogError(
                 f'"{path}" names a file, and no file was registered under that name with the '

@@ -23,7 +23,9 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from noetl_stream import jsonutil
 from noetl_stream.credentials import Credential, CredentialScope
 from noetl_stream.errors import CredentialError
+from noetl_stream.formats import CREDENTIAL
 from noetl_stream.state.crypto import SecretBox
+from noetl_stream.state.versioned import Versioned
 
 CREDENTIALS_BUCKET = "noetl_credentials"
 MASK = "***"
@@ -143,8 +145,10 @@ class CredentialInfo(BaseModel):
     updated_at: datetime
 
 
-class CredentialRecord(CredentialInfo):
+class CredentialRecord(CredentialInfo, Versioned):
     """The KV value: the info plus `data`, a Fernet token of the material."""
+
+    FORMAT = CREDENTIAL
 
     data: str
 

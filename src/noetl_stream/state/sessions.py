@@ -29,8 +29,10 @@ from nats.js.errors import APIError, KeyNotFoundError
 from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 
+from noetl_stream.formats import SESSION
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.users import Role
+from noetl_stream.state.versioned import Versioned
 
 SESSIONS_BUCKET = "noetl_sessions"
 SESSION_TOKEN_PREFIX = "nss_"
@@ -54,7 +56,9 @@ class SessionInfo(BaseModel):
     client: str | None = Field(None, description="Remote address at login")
 
 
-class SessionRecord(SessionInfo):
+class SessionRecord(SessionInfo, Versioned):
+    FORMAT = SESSION
+
     digest: str = Field(description="sha256 hex of the token")
     ttl_s: float
 

@@ -1,7 +1,8 @@
 """Step results outside the execution's state: KV `noetl_step_results` (router/state.py says why).
 
 Each result is written once, before the state that refers to it is committed, under
-`<execution_id>.<sha256 of its JSON, 32 hex digits>`; the state keeps only that key. A key names
+`<execution_id>.<sha256 of its JSON, 32 hex digits>` (with its format's `schema_version`,
+formats.py); the state keeps only that key. A key names
 its content, so a server that dies after writing and before committing, or two servers that
 apply the same events, write the same entry again, and a stale writer can never change what a
 committed state refers to. A loop's iteration results are written a page at a time (a mapping of
@@ -32,6 +33,7 @@ from nats.js.kv import KeyValue
 
 from noetl_stream import jsonutil
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.formats import STEP_RESULT, VERSION_FIELD
 from noetl_stream.router.state import ExecutionState, LoopState, Outgoing, StepRecord
 from noetl_stream.router.views import STEP_RESULTS_BUCKET, stored_key
 from noetl_stream.state.results import ResultStore
@@ -40,6 +42,8 @@ BUCKET = STEP_RESULTS_BUCKET
 LARGEST_INLINE = 512 * 1024  # bytes of a KV entry; larger values go to the object store
 CACHE_BYTES = 128 * 1024 * 1024
 SUMMARY_FIELDS = ("steps", "result")  # moved out of a large summary, in this order
+# An entry is {"schema_version": N, "v": value} or, for a large value, {..., "o": reference}.
+ENTRY_HEAD = b'{"' + VERSION_FIELD.encode() + b'":' + str(STEP_RESULT.current).encode() + b',"v":'
 
 Holder = StepRecord | ExecutionState
 
@@ -97,10 +101,10 @@ class StepResults:
         name = f"{execution_id}.{key}"
         if name in self._cache:
             return  # stored by this process already: same key, same bytes
-        entry = b'{"v":' + data + b"}"
+        entry = ENTRY_HEAD + data + b"}"
         if len(entry) > LARGEST_INLINE:
             ref = await self.objects.put_bytes(data)
-            entry = jsonutil.dumps({"o": ref})
+            entry = jsonutil.dumps(STEP_RESULT.stamp({"o": ref}))
         await (await self._bucket()).put(name, entry)
         self._remember(name, value, len(data))
 
@@ -137,7 +141,8 @@ class StepResults:
             raise InfrastructureError(f'result "{key}" of execution {execution_id} is missing '
                                       f'from "{BUCKET}" (expired or removed)') from None
         raw = entry.value or b"{}"
-        body = jsonutil.loads(raw)
+        # Older entries are migrated; one a newer release wrote raises NewerFormat.
+        body = STEP_RESULT.read(jsonutil.loads(raw), f'result "{key}" of execution {execution_id}')
         # An object's bytes are checked against their hash by the object store.
         value = jsonutil.loads(await self.objects.fetch(body["o"]["$ref"])) if "o" in body \
             else body.get("v")

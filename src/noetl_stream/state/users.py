@@ -28,7 +28,9 @@ from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from noetl_stream.errors import NoetlStreamError
+from noetl_stream.formats import API_KEY, USER
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.versioned import Versioned
 
 USERS_BUCKET = "noetl_users"
 API_KEYS_BUCKET = "noetl_api_keys"
@@ -113,7 +115,9 @@ class UserInfo(BaseModel):
     created_at: datetime
 
 
-class UserRecord(UserInfo):
+class UserRecord(UserInfo, Versioned):
+    FORMAT = USER
+
     password: PasswordHash | None = Field(None, description="None: the user logs in by API key only")
 
     def info(self) -> UserInfo:
@@ -191,7 +195,9 @@ class ApiKeyInfo(BaseModel):
     created_at: datetime
 
 
-class ApiKeyRecord(ApiKeyInfo):
+class ApiKeyRecord(ApiKeyInfo, Versioned):
+    FORMAT = API_KEY
+
     digest: str = Field(description="sha256 hex of the whole key")
 
     def info(self) -> ApiKeyInfo:

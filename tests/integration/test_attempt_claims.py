@@ -1,0 +1,121 @@
+"""A worker runs one copy of a command per attempt (runtime/attempt_claims.py): a copy stored
+again after the duplicate window is acknowledged without running, while a delivery of the message
+that holds the claim runs, unless that message's run already stored its outcome. The command is
+one a server wrote (tests/fixtures/inflight-schema-2.json), run by a real worker on a real
+nats-server whose window is one second."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noetl_stream import jsonutil
+from noetl_stream.formats import CLAIM
+from noetl_stream.runtime.attempt_claims import claim_key
+from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.provision import provision
+from noetl_stream.runtime.publish import PUBLISH_ID_HEADER
+from noetl_stream.runtime.services import run_services
+from noetl_stream.subjects import load_topology
+from noetl_stream.testing.events import stored_events
+from noetl_stream.testing.nats import run_nats_server
+from noetl_stream.testing.waiting import assert_eventually
+
+WRITTEN = json.loads((Path(__file__).parents[1] / "fixtures" / "inflight-schema-2.json").read_text())
+COMMAND = WRITTEN["commands"][0]
+EXECUTION_ID = WRITTEN["execution_id"]
+MSG_ID = COMMAND["headers"]["Nats-Msg-Id"]
+
+
+@pytest.fixture
+async def one_second_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Bus]:
+    monkeypatch.setenv("NOETL_STREAM_DUPLICATE_WINDOW", "1s")
+    load_topology.cache_clear()
+    try:
+        async with run_nats_server(tmp_path / "nats") as server:
+            bus = await connect(server.url, name="claims-test")
+            try:
+                await provision(bus, pools=("later",))
+                yield bus
+            finally:
+                await bus.close()
+    finally:
+        load_topology.cache_clear()
+
+
+async def publish_command(bus: Bus, publish_id: str | None = None) -> int:
+    """The command as its server published it (this release's servers name each publish; the
+    fixture's was written before they did); the stream sequence it is stored at."""
+    headers = {"Nats-Msg-Id": MSG_ID, **({PUBLISH_ID_HEADER: publish_id} if publish_id else {})}
+    ack = await bus.js.publish(COMMAND["subject"], base64.b64decode(COMMAND["data"]),
+                               headers=headers)
+    assert not ack.duplicate
+    return ack.seq
+
+
+async def runs(bus: Bus) -> list[dict[str, Any]]:
+    """The iteration's outcomes in the events stream: one per run (the window is past between
+    runs, so a second outcome would be stored too)."""
+    return [e for e in await stored_events(bus.js, EXECUTION_ID)
+            if e["event_type"] == "loop.iteration.done"]
+
+
+async def queue_empty(bus: Bus) -> None:
+    assert (await bus.js.stream_info("NOETL_COMMANDS")).state.messages == 0
+
+
+@pytest.mark.parametrize(("first_id", "copy_id", "holder"), [
+    ("a1", "b2", "publish:a1"),  # named publishes, as this release's servers make them
+    (None, None, "seq:1"),  # an earlier release's: told apart by stream sequence
+])
+async def test_a_copy_stored_after_the_window_is_not_run_again(
+        one_second_window: Bus, first_id: str | None, copy_id: str | None, holder: str) -> None:
+    bus = one_second_window
+    async with run_services(bus, server=False, pool="later", python_children=1):
+        first = await publish_command(bus, first_id)
+        await assert_eventually(lambda: queue_empty(bus), timeout_s=20)
+        assert len(await runs(bus)) == 1
+        await asyncio.sleep(1.5)  # past the window: the same msg id is stored again
+        copy = await publish_command(bus, copy_id)
+        assert copy != first == 1
+        await assert_eventually(lambda: queue_empty(bus), timeout_s=20)
+        await asyncio.sleep(1.5)  # a second run would have published its outcome by now
+    assert len(await runs(bus)) == 1
+    claim = await (await bus.js.key_value("noetl_step_results")).get(
+        claim_key(EXECUTION_ID, MSG_ID))
+    held = CLAIM.read(jsonutil.loads(claim.value or b""))
+    assert (held["copy"], held["finished"]) == (holder, True)
+
+
+@pytest.mark.parametrize(("publish_id", "claimed", "ended", "ran"), [
+    # Its earlier delivery was lost before an outcome: it runs again. Restored from a backup,
+    # the message has another stream sequence but the same publish id.
+    ("a1", "publish:a1", False, 1),
+    (None, "seq:1", False, 1),
+    # Its outcome is stored, only the ack was lost: not again.
+    ("a1", "publish:a1", True, 0),
+    (None, "seq:1", True, 0),
+    # A copy stored again after the window: never.
+    ("b2", "publish:a1", False, 0),
+    (None, "seq:77", False, 0),
+])
+async def test_a_claimed_attempt_runs_only_for_the_message_that_holds_the_claim_unfinished(
+        one_second_window: Bus, publish_id: str | None, claimed: str, ended: bool,
+        ran: int) -> None:
+    bus = one_second_window
+    # The claim an earlier delivery wrote (its worker died, or its ack was lost).
+    await (await bus.js.key_value("noetl_step_results")).create(
+        claim_key(EXECUTION_ID, MSG_ID),
+        jsonutil.dumps(CLAIM.stamp({"msg_id": MSG_ID, "copy": claimed, "claimed_at": 0.0,
+                                    "finished": ended})))
+    assert await publish_command(bus, publish_id) == 1
+    async with run_services(bus, server=False, pool="later", python_children=1):
+        await assert_eventually(lambda: queue_empty(bus), timeout_s=20)
+        await asyncio.sleep(1.0)
+    assert len(await runs(bus)) == ran
