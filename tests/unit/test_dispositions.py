@@ -11,6 +11,7 @@ from noetl_stream.messages import Malformed
 from noetl_stream.runtime.dispositions import (
     NAK_DELAY_S,
     RULES,
+    STORAGE_NAK_DELAY_S,
     Disposition,
     Failure,
     classify,
@@ -26,6 +27,7 @@ TABLE = [
     (Failure.REFUSED, Disposition.TERM),
     (Failure.UNKNOWN_EXECUTION, Disposition.ACK),
     (Failure.TRANSIENT, Disposition.NAK),
+    (Failure.STORAGE, Disposition.NAK),
     (Failure.HANDLER_BUG, Disposition.TERM),
 ]
 
@@ -63,14 +65,16 @@ def test_each_failure_class_is_settled_as_the_table_says(failure: Failure,
     assert disposition(failure) is expected
 
 
-def test_only_a_transient_failure_is_ever_redelivered() -> None:
-    assert [f for f in Failure if disposition(f) is Disposition.NAK] == [Failure.TRANSIENT]
+def test_only_a_transient_failure_or_a_full_store_is_ever_redelivered() -> None:
+    assert [f for f in Failure if disposition(f) is Disposition.NAK] == [Failure.TRANSIENT,
+                                                                          Failure.STORAGE]
 
 
 @pytest.mark.parametrize(("failure", "call"), [
     (Failure.SCHEMA, ("term", None)),
     (Failure.UNKNOWN_EXECUTION, ("ack", None)),
     (Failure.TRANSIENT, ("nak", NAK_DELAY_S)),
+    (Failure.STORAGE, ("nak", STORAGE_NAK_DELAY_S)),
     (Failure.HANDLER_BUG, ("term", None)),
 ])
 async def test_settle_makes_the_call_of_the_table(failure: Failure, call: tuple[str, float]) -> None:
@@ -101,6 +105,15 @@ async def test_settle_on_a_lost_connection_leaves_the_message_to_ack_wait() -> N
     (js_errors.ServiceUnavailableError(), Failure.TRANSIENT),
     (js_errors.KeyWrongLastSequenceError(), Failure.TRANSIENT),
     (InfrastructureError("NATS went away"), Failure.TRANSIENT),
+    # No room: the store, an account's limit, a stream's bound (runtime/storage.py).
+    (js_errors.ServiceUnavailableError(code=503, err_code=10023,
+                                       description="insufficient resources"), Failure.STORAGE),
+    (js_errors.APIError(code=400, err_code=10002,
+                        description="resource limits exceeded for account"), Failure.STORAGE),
+    (js_errors.ServiceUnavailableError(code=503, err_code=10077,
+                                       description="maximum bytes exceeded"), Failure.STORAGE),
+    (js_errors.ServiceUnavailableError(code=503, err_code=10077,
+                                       description="stream sealed"), Failure.TRANSIENT),
     # NATS refusing what we asked is deterministic: it would refuse it on every delivery.
     (js_errors.InvalidKeyError(), Failure.HANDLER_BUG),
     (js_errors.BadRequestError(), Failure.HANDLER_BUG),

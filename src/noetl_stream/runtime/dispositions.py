@@ -20,10 +20,14 @@ from nats.js import errors as js_errors
 
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.messages import Malformed
+from noetl_stream.runtime.storage import storage_refusal
 
 log = logging.getLogger("noetl_stream.dispositions")
 
 NAK_DELAY_S = 1.0  # a transient failure waits this long before its message comes back
+# A message whose writes JetStream still refused for lack of room after the handler's own retries
+# (runtime/storage.py) waits longer: space comes back in minutes, not seconds.
+STORAGE_NAK_DELAY_S = 30.0
 
 
 class Failure(StrEnum):
@@ -33,6 +37,7 @@ class Failure(StrEnum):
     REFUSED = "refused"  # well formed, refused for what it asks: invalid playbook, id taken
     UNKNOWN_EXECUTION = "unknown_execution"  # names no execution this cluster knows
     TRANSIENT = "transient"  # NATS or a bucket unreachable, a timeout, a lost revision race
+    STORAGE = "storage"  # JetStream refused a write for lack of room (disk, account, stream bound)
     HANDLER_BUG = "handler_bug"  # our code raised anything else
 
 
@@ -46,6 +51,7 @@ class Disposition(StrEnum):
 class Rule:
     disposition: Disposition
     answer: str  # how whoever sent it learns of it
+    delay_s: float = NAK_DELAY_S  # a nak's wait before redelivery
 
 
 RULES: dict[Failure, Rule] = {
@@ -58,6 +64,9 @@ RULES: dict[Failure, Rule] = {
                           "playbook (an id taken by another request: reply only)"),
     Failure.UNKNOWN_EXECUTION: Rule(Disposition.ACK, "a cancel: reply; an event: logged"),
     Failure.TRANSIENT: Rule(Disposition.NAK, "none: it is handled again once NATS answers"),
+    Failure.STORAGE: Rule(Disposition.NAK, "none: written again in place with backoff for up "
+                          "to NOETL_STREAM_STORAGE_RETRY_S, then handed back",
+                          STORAGE_NAK_DELAY_S),
     Failure.HANDLER_BUG: Rule(Disposition.TERM, "dead letter with the error; logged with its "
                               "traceback"),
 }
@@ -80,6 +89,8 @@ def classify(exc: BaseException) -> Failure:
     """The class of a failure raised while a message was handled."""
     if isinstance(exc, Malformed):
         return Failure(exc.failure)
+    if storage_refusal(exc):  # before TRANSIENT_ERRORS, which hold its class (503)
+        return Failure.STORAGE
     if isinstance(exc, TRANSIENT_ERRORS):
         return Failure.TRANSIENT
     return Failure.HANDLER_BUG
@@ -108,7 +119,7 @@ async def settle(msg: Settleable, failure: Failure) -> Disposition:
         if chosen is Disposition.ACK:
             await msg.ack()
         elif chosen is Disposition.NAK:
-            await msg.nak(delay=NAK_DELAY_S)
+            await msg.nak(delay=RULES[failure].delay_s)
         else:
             await msg.term()
     except nats_errors.MsgAlreadyAckdError:

@@ -52,6 +52,7 @@ from noetl_stream.runtime.retention import (
 )
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault
+from noetl_stream.runtime.storage import while_storage_refused
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
@@ -186,7 +187,8 @@ class Server:
         dead-lettered, NATS trouble handed back), instead of failing the batch.
         """
         try:
-            await handle(msg)
+            await while_storage_refused(lambda: handle(msg), what=f"message on {msg.subject[:200]}",
+                                        keep=lambda: _renew([msg]))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -383,8 +385,18 @@ class Server:
         await settle(msg, failure)
 
     async def _apply_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
+        async def commit() -> None:
+            try:
+                await self._commit_group(execution_id, items)
+            except Exception:
+                self._cache.pop(execution_id, None)  # half-applied: the next try reloads
+                raise
+
         try:
-            await self._commit_group(execution_id, items)
+            # A full store is waited out holding the group's events (their leases renewed), so
+            # none is spent on redeliveries while nothing can be written (runtime/storage.py).
+            await while_storage_refused(commit, what=f"events of {execution_id}",
+                                        keep=lambda: _renew([m for m, _ in items]))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -566,6 +578,15 @@ def _count(state: ExecutionState, outbox: list[Any], playbook: Playbook) -> None
         tracing.record_execution(state.trace, execution_id=state.execution_id, playbook=name,
                                  status=state.status, started_at=state.started_at,
                                  ended_at=state.ended_at)
+
+
+async def _renew(msgs: list[Msg]) -> None:
+    """A progress ack for each message: its lease starts again (a lost one costs a redelivery,
+    which applying again makes harmless).
+    """
+    for m in msgs:
+        with contextlib.suppress(Exception):
+            await m.in_progress()
 
 
 def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> None:

@@ -1,0 +1,178 @@
+"""A full JetStream store while steps run: `noetl-stream server` and `worker` as separate processes
+on a nats-server whose `max_file_store` is filled up while every execution has a step running.
+
+The outcomes that find no room are kept by their workers and written again once space comes back,
+with the commands' leases held meanwhile, so no command burns its deliveries (the worker would
+otherwise run the step again and again and, at max deliveries, its advisory would find no room
+either: the execution stayed `running` for good). Every execution completes once space is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli import CLI
+from nats.js.api import StreamConfig
+from nats.js.errors import APIError, KeyNotFoundError
+
+from noetl_stream import jsonutil
+from noetl_stream.messages import ExecutionRequest, RequestReply
+from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.nats_server import MAX_PAYLOAD, free_port
+from noetl_stream.runtime.storage import storage_refusal
+from noetl_stream.testing.cluster import start_node, stop_node
+from noetl_stream.testing.events import stored_events
+from noetl_stream.testing.waiting import assert_eventually
+
+pytestmark = pytest.mark.e2e
+
+EXECUTIONS = 6
+STORE_LIMIT = 48 * 1024 * 1024
+FULL_FOR_S = 20.0  # longer than a command's max deliveries take on a 2 s lease
+PLAYBOOK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: through-a-full-disk
+workflow:
+  - step: slow
+    tool:
+      kind: python
+      code: |
+        import time
+        time.sleep(3)
+        result = {"slept": 3}
+    next: [{step: after}]
+  - step: after
+    tool:
+      kind: python
+      input: {slept: "{{ slow.slept }}"}
+      code: 'result = {"after": slept}'
+"""
+
+
+@pytest.fixture
+async def small_store(tmp_path: Path) -> AsyncIterator[tuple[str, Bus]]:
+    """A nats-server whose JetStream may hold 48 MB in all (the server process provisions it,
+    with the short leases of the test's environment)."""
+    port = free_port()
+    conf = tmp_path / "small.conf"
+    conf.write_text(f"listen: 127.0.0.1:{port}\nmax_payload: {MAX_PAYLOAD}\n"
+                    f'jetstream {{\n  store_dir: "{tmp_path / "js"}"\n'
+                    f"  max_file_store: {STORE_LIMIT}\n}}\n")
+    process = start_node(conf, tmp_path / "nats-server.log")
+    url = f"nats://127.0.0.1:{port}"
+    try:
+        async def connected() -> Bus:
+            assert process.poll() is None, (tmp_path / "nats-server.log").read_text()
+            try:
+                return await connect(url, name="disk-full-test")
+            except Exception as exc:
+                raise AssertionError(f"nats-server not up yet: {exc}") from exc
+
+        bus = await assert_eventually(connected)
+        try:
+            yield url, bus
+        finally:
+            await bus.close()
+    finally:
+        stop_node(process)
+
+
+async def fill(bus: Bus) -> int:
+    """Fill the store to the last byte with a stream of its own; the bytes written."""
+    await bus.js.add_stream(StreamConfig(name="FILLER", subjects=["filler.>"]))
+    written = 0
+    for size in (1024 * 1024, 64 * 1024, 1024, 64):
+        while True:
+            try:
+                await bus.js.publish("filler.x", b"x" * size)
+            except APIError as exc:
+                assert storage_refusal(exc), exc
+                break
+            written += size
+    return written
+
+
+async def submit(bus: Bus, execution_id: str) -> None:
+    inbox = bus.nc.new_inbox()
+    sub = await bus.nc.subscribe(inbox, max_msgs=1)
+    request = ExecutionRequest(execution_id=execution_id, playbook=PLAYBOOK,
+                               playbook_file="disk_full.yaml", reply_to=inbox)
+    await bus.nc.publish("noetl.requests.execute", request.model_dump_json().encode())
+    reply = RequestReply.model_validate_json((await sub.next_msg(timeout=30)).data)
+    assert reply.accepted, reply.errors
+
+
+async def status(bus: Bus, execution_id: str) -> dict[str, Any]:
+    kv = await bus.js.key_value("noetl_executions")
+    try:
+        entry = await kv.get(execution_id)
+    except KeyNotFoundError:
+        return {}
+    value = jsonutil.loads_object(entry.value or b"{}")
+    return value or {}
+
+
+@pytest.mark.timeout(180)
+async def test_a_full_store_while_steps_run_leaves_no_execution_running_once_space_is_back(
+        small_store: tuple[str, Bus], tmp_path: Path) -> None:
+    url, bus = small_store
+    env = {**os.environ, "NOETL_STREAM_NATS_URL": url, "NOETL_STREAM_COMMAND_ACK_WAIT_S": "2",
+           "NOETL_STREAM_COMMAND_MAX_DELIVER": "3", "NOETL_STREAM_STORAGE_RETRY_S": "120"}
+    procs = []
+    for role, extra in (("server", []), ("worker", ["--python-processes", str(EXECUTIONS)])):
+        with open(tmp_path / f"{role}.log", "wb") as log:
+            procs.append(await asyncio.create_subprocess_exec(
+                str(CLI), role, *extra, stdin=asyncio.subprocess.DEVNULL, stdout=log,
+                stderr=log, env=env))
+    ids = [f"full{i}" for i in range(EXECUTIONS)]
+    try:
+        async def provisioned() -> None:
+            try:
+                info = await bus.js.consumer_info("NOETL_COMMANDS", "noetl-workers-default")
+            except Exception as exc:
+                raise AssertionError(f"not provisioned yet: {exc}") from exc
+            assert info.config.max_deliver == 3, info.config
+
+        await assert_eventually(provisioned, timeout_s=30, interval_s=0.2)
+        await asyncio.gather(*(submit(bus, eid) for eid in ids))
+
+        async def every_slow_step_started() -> None:
+            for eid in ids:
+                events = await stored_events(bus.js, eid)
+                assert any(e["event_type"] == "task.started" for e in events), eid
+
+        await assert_eventually(every_slow_step_started, timeout_s=30, interval_s=0.2)
+        assert await fill(bus) > 0
+        await asyncio.sleep(FULL_FOR_S)  # every slow step ends meanwhile, its outcome refused
+        states = [await status(bus, eid) for eid in ids]
+        assert all(s.get("status") == "running" for s in states), states
+        await bus.js.delete_stream("FILLER")  # space comes back
+
+        async def every_execution_ended() -> list[dict[str, Any]]:
+            ended = [await status(bus, eid) for eid in ids]
+            assert all(s.get("status") != "running" for s in ended), \
+                [(eid, s.get("status")) for eid, s in zip(ids, ended, strict=True)]
+            return ended
+
+        ended = await assert_eventually(every_execution_ended, timeout_s=90, interval_s=0.5)
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            await proc.wait()
+    assert [s.get("status") for s in ended] == ["completed"] * EXECUTIONS, ended
+    for eid in ids:
+        events = await stored_events(bus.js, eid)
+        # The outcome waited for room: the slow step ran once, with no redelivery.
+        assert [e["event_type"] for e in events].count("task.redelivered") == 0, eid
+        done = [e for e in events if e["event_type"] == "step.done"]
+        assert sorted(e["step"] for e in done) == ["after", "slow"], eid
