@@ -125,7 +125,9 @@ async def test_a_full_store_while_steps_run_leaves_no_execution_running_once_spa
         small_store: tuple[str, Bus], tmp_path: Path) -> None:
     url, bus = small_store
     env = {**os.environ, "NOETL_STREAM_NATS_URL": url, "NOETL_STREAM_COMMAND_ACK_WAIT_S": "2",
-           "NOETL_STREAM_COMMAND_MAX_DELIVER": "3", "NOETL_STREAM_STORAGE_RETRY_S": "120"}
+           "NOETL_STREAM_COMMAND_MAX_DELIVER": "3", "NOETL_STREAM_STORAGE_RETRY_S": "120",
+           # the streams' byte bounds fit the small store (JetStream reserves them in it)
+           "NOETL_STREAM_STORE_BYTES": str(STORE_LIMIT // 2)}
     procs = []
     for role, extra in (("server", []), ("worker", ["--python-processes", str(EXECUTIONS)])):
         with open(tmp_path / f"{role}.log", "wb") as log:

@@ -1,0 +1,153 @@
+"""What any client can make JetStream keep is bounded: every stream and the results store has a
+byte bound (its share of NOETL_STREAM_STORE_BYTES), a signal's data at most 64 KiB, and the
+shipped accounts config limits the account. Against a real nats-server, server and worker.
+On the build before, no stream had a byte limit: 2,000 signals of 512 KB added 1 GB to the events
+stream and 500 MB to the dead letters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.execution_ids import new_execution_id
+from noetl_stream.runtime.nats_server import free_port
+from noetl_stream.runtime.provision import provision
+from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.subjects import load_topology
+from noetl_stream.testing.cluster import render_node_config, start_node, stop_node
+from noetl_stream.testing.nats import run_nats_server
+from noetl_stream.testing.waiting import assert_eventually
+from playbook_files import read_playbook
+
+pytestmark = pytest.mark.integration
+
+BUDGET = 64 * 1024 * 1024
+WAITS = read_playbook("integration", "hostile_messages_waits.yaml")
+ONE_STEP = read_playbook("integration", "hostile_messages_one_step.yaml")
+ACCOUNTS_CONF = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "accounts" / "accounts.conf"
+# What a client can write: requests, signals (events, and their copies for the router), and the
+# dead letters of what it sent; the results store holds what steps return.
+CLIENT_REACHABLE = ("NOETL_REQUESTS", "NOETL_EVENTS", "NOETL_ROUTER", "NOETL_DLQ",
+                    "NOETL_COMMANDS", "NOETL_ADVISORIES", "OBJ_noetl_results")
+
+
+@pytest.fixture
+async def bounded_bus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Bus]:
+    """A provisioned bus whose topology was loaded with a 64 MiB store budget."""
+    monkeypatch.setenv("NOETL_STREAM_STORE_BYTES", "64MiB")
+    load_topology.cache_clear()  # read again with the budget (and again after the test)
+    try:
+        async with run_nats_server(tmp_path / "nats") as server:
+            bus = await connect(server.url, name="bounds-test")
+            try:
+                await provision(bus)
+                yield bus
+            finally:
+                await bus.close()
+    finally:
+        load_topology.cache_clear()
+
+
+async def _bytes(bus: Bus, stream: str) -> tuple[int, int]:
+    info = await bus.js.stream_info(stream)
+    return int(info.state.bytes), int(info.config.max_bytes or -1)
+
+
+async def test_every_stream_a_client_can_fill_has_a_byte_bound_within_the_budget(
+        bounded_bus: Bus) -> None:
+    bounds = {}
+    for name in CLIENT_REACHABLE:
+        info = await bounded_bus.js.stream_info(name)
+        bounds[name] = (info.config.max_bytes, str(getattr(info.config.discard, "value",
+                                                           info.config.discard)))
+    assert all(max_bytes > 0 for max_bytes, _ in bounds.values()), bounds
+    assert sum(max_bytes for max_bytes, _ in bounds.values()) <= BUDGET, bounds
+    # Work queues refuse past their bound (writers wait for room); the event log and the dead
+    # letters drop their oldest messages.
+    assert {name: discard for name, (_, discard) in bounds.items()} == {
+        "NOETL_REQUESTS": "new", "NOETL_EVENTS": "old", "NOETL_ROUTER": "new", "NOETL_DLQ": "old",
+        "NOETL_COMMANDS": "new", "NOETL_ADVISORIES": "new", "OBJ_noetl_results": "new"}
+    dlq = await bounded_bus.js.stream_info("NOETL_DLQ")
+    assert dlq.config.max_msgs_per_subject == 1000
+
+
+@pytest.mark.timeout(120)
+async def test_a_flood_of_large_signals_stays_within_the_bounds_and_routing_goes_on(
+        bounded_bus: Bus) -> None:
+    bus = bounded_bus
+    victim = new_execution_id()
+    flood, size = 100, 512 * 1024
+    async with run_services(bus, python_children=1):
+        waiting = asyncio.create_task(submit_and_watch(
+            bus, playbook_text=WAITS, playbook_file="waits.yaml", payload={},
+            on_event=lambda e: None, execution_id=victim, timeout_s=90))
+        # Through the client API: refused before anything is stored.
+        with pytest.raises(ValueError, match="at most 65536 bytes"):
+            await publish_signal(bus, victim, "junk", "x" * size)
+        # As a raw NATS client: stored (the stream takes any message up to max_payload), then
+        # refused by the router, which dead-letters it.
+        body = b'"' + b"x" * (size - 2) + b'"'
+        for i in range(flood):
+            await bus.js.publish(f"noetl.events.{victim}.signal.junk", body,
+                                 headers={"Nats-Msg-Id": f"flood-{i}"})
+
+        async def router_drained() -> None:
+            for c in bus.topology.router_decl().consumers():
+                info = await bus.js.consumer_info(c.stream, c.durable)
+                assert (info.num_pending, info.num_ack_pending) == (0, 0), info
+
+        await assert_eventually(router_drained, timeout_s=60, interval_s=0.2)
+        sizes = {name: await _bytes(bus, name) for name in ("NOETL_EVENTS", "NOETL_DLQ",
+                                                             "NOETL_ROUTER")}
+        await publish_signal(bus, victim, "go", {})
+        final: dict[str, Any] = await waiting
+        other = await submit_and_watch(bus, playbook_text=ONE_STEP, playbook_file="one.yaml",
+                                       payload={}, on_event=lambda e: None, timeout_s=20)
+
+    for name, (stored, bound) in sizes.items():
+        assert bound > 0 and stored <= bound, (name, stored, bound)
+    # The flood did land (50 MB against a 26 MB bound) and was refused by the router (too
+    # large), its dead letters kept up to theirs.
+    assert sizes["NOETL_EVENTS"][0] > sizes["NOETL_EVENTS"][1] // 2, sizes
+    assert sizes["NOETL_DLQ"][0] > sizes["NOETL_DLQ"][1] // 2, sizes
+    assert final["event_type"] == "execution.completed", final
+    assert other["event_type"] == "execution.completed", other
+
+
+async def test_the_shipped_accounts_config_limits_what_the_account_may_store(
+        tmp_path: Path) -> None:
+    port = free_port()
+    text = re.sub(r"(?m)^listen:\s*\S+", f"listen: 127.0.0.1:{port}", ACCOUNTS_CONF.read_text())
+    text = render_node_config(text, ports={8222: free_port()}, store_dir=tmp_path / "jetstream")
+    conf = tmp_path / "accounts.conf"
+    conf.write_text(text)
+    process = start_node(conf, tmp_path / "nats-server.log", env={
+        "NOETL_SERVER_PASSWORD": "s", "NOETL_WORKER_DEFAULT_PASSWORD": "w",
+        "NOETL_CLIENT_PASSWORD": "c"})
+    try:
+        async def connected() -> Bus:
+            assert process.poll() is None, (tmp_path / "nats-server.log").read_text()
+            try:
+                return await connect(f"nats://server:s@127.0.0.1:{port}", name="limits-test")
+            except Exception as exc:
+                raise AssertionError(f"not up yet: {exc}") from exc
+
+        bus = await assert_eventually(connected)
+        try:
+            await provision(bus)  # the streams' default bounds fit the account's limit
+            limits = (await bus.js.account_info()).limits
+        finally:
+            await bus.close()
+    finally:
+        stop_node(process)
+    assert limits.max_storage == 8 * 1000**3, limits  # nats-server reads "8G" as 8e9
+    assert limits.max_memory == 256 * 1000**2, limits
+    assert limits.max_streams > 0 and limits.max_consumers > 0, limits
