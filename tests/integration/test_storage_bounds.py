@@ -151,3 +151,34 @@ async def test_the_shipped_accounts_config_limits_what_the_account_may_store(
     assert limits.max_storage == 8 * 1000**3, limits  # nats-server reads "8G" as 8e9
     assert limits.max_memory == 256 * 1000**2, limits
     assert limits.max_streams > 0 and limits.max_consumers > 0, limits
+
+
+BIG_RESULT = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: big-result}
+workflow:
+  - step: big
+    tool:
+      kind: python
+      code: 'result = "x" * (20 * 1024 * 1024)'
+"""
+
+
+@pytest.mark.timeout(120)
+async def test_a_result_the_full_results_store_never_takes_fails_its_step_with_kind_storage(
+        bounded_bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 20 MB against the results store's 16 MiB bound: refused however long it is retried.
+    monkeypatch.setenv("NOETL_STREAM_STORAGE_RETRY_S", "3")
+    async with run_services(bounded_bus, python_children=1):
+        final = await submit_and_watch(bounded_bus, playbook_text=BIG_RESULT,
+                                       playbook_file="big.yaml", payload={},
+                                       on_event=lambda e: None, timeout_s=60)
+        other = await submit_and_watch(bounded_bus, playbook_text=ONE_STEP,
+                                       playbook_file="one.yaml", payload={},
+                                       on_event=lambda e: None, timeout_s=20)
+    assert final["event_type"] == "execution.failed", final
+    error = final["steps"]["big"]["error"]
+    assert error["kind"] == "storage", error
+    assert "maximum bytes exceeded" in error["message"], error
+    assert other["event_type"] == "execution.completed", other
