@@ -120,22 +120,25 @@ async def status(bus: Bus, execution_id: str) -> dict[str, Any]:
     return value or {}
 
 
-@pytest.mark.timeout(180)
-async def test_a_full_store_while_steps_run_leaves_no_execution_running_once_space_is_back(
-        small_store: tuple[str, Bus], tmp_path: Path) -> None:
-    url, bus = small_store
-    env = {**os.environ, "NOETL_STREAM_NATS_URL": url, "NOETL_STREAM_COMMAND_ACK_WAIT_S": "2",
-           "NOETL_STREAM_COMMAND_MAX_DELIVER": "3", "NOETL_STREAM_STORAGE_RETRY_S": "120",
-           # the streams' byte bounds fit the small store (JetStream reserves them in it)
-           "NOETL_STREAM_STORE_BYTES": str(STORE_LIMIT // 2)}
-    procs = []
-    for role, extra in (("server", []), ("worker", ["--python-processes", str(EXECUTIONS)])):
-        with open(tmp_path / f"{role}.log", "wb") as log:
-            procs.append(await asyncio.create_subprocess_exec(
-                str(CLI), role, *extra, stdin=asyncio.subprocess.DEVNULL, stdout=log,
-                stderr=log, env=env))
-    ids = [f"full{i}" for i in range(EXECUTIONS)]
-    try:
+class Processes:
+    """`noetl-stream server` and `worker` as processes on the small store, short leases."""
+
+    def __init__(self, url: str, logs: Path) -> None:
+        self.env = {**os.environ, "NOETL_STREAM_NATS_URL": url,
+                    "NOETL_STREAM_COMMAND_ACK_WAIT_S": "2", "NOETL_STREAM_COMMAND_MAX_DELIVER": "3",
+                    "NOETL_STREAM_STORAGE_RETRY_S": "120",
+                    # the streams' byte bounds fit the small store (JetStream reserves them in it)
+                    "NOETL_STREAM_STORE_BYTES": str(STORE_LIMIT // 2)}
+        self.logs = logs
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+
+    async def start(self, bus: Bus) -> None:
+        for role, extra in (("server", []), ("worker", ["--python-processes", str(EXECUTIONS)])):
+            with open(self.logs / f"{role}.log", "wb") as log:
+                self.procs[role] = await asyncio.create_subprocess_exec(
+                    str(CLI), role, *extra, stdin=asyncio.subprocess.DEVNULL, stdout=log,
+                    stderr=log, env=self.env)
+
         async def provisioned() -> None:
             try:
                 info = await bus.js.consumer_info("NOETL_COMMANDS", "noetl-workers-default")
@@ -144,37 +147,98 @@ async def test_a_full_store_while_steps_run_leaves_no_execution_running_once_spa
             assert info.config.max_deliver == 3, info.config
 
         await assert_eventually(provisioned, timeout_s=30, interval_s=0.2)
-        await asyncio.gather(*(submit(bus, eid) for eid in ids))
 
-        async def every_slow_step_started() -> None:
-            for eid in ids:
-                events = await stored_events(bus.js, eid)
-                assert any(e["event_type"] == "task.started" for e in events), eid
-
-        await assert_eventually(every_slow_step_started, timeout_s=30, interval_s=0.2)
-        assert await fill(bus) > 0
-        await asyncio.sleep(FULL_FOR_S)  # every slow step ends meanwhile, its outcome refused
-        states = [await status(bus, eid) for eid in ids]
-        assert all(s.get("status") == "running" for s in states), states
-        await bus.js.delete_stream("FILLER")  # space comes back
-
-        async def every_execution_ended() -> list[dict[str, Any]]:
-            ended = [await status(bus, eid) for eid in ids]
-            assert all(s.get("status") != "running" for s in ended), \
-                [(eid, s.get("status")) for eid, s in zip(ids, ended, strict=True)]
-            return ended
-
-        ended = await assert_eventually(every_execution_ended, timeout_s=90, interval_s=0.5)
-    finally:
-        for proc in procs:
+    async def stop(self) -> None:
+        for proc in self.procs.values():
             if proc.returncode is None:
+                proc.send_signal(signal.SIGCONT)
                 proc.send_signal(signal.SIGTERM)
-        for proc in procs:
+        for proc in self.procs.values():
             await proc.wait()
-    assert [s.get("status") for s in ended] == ["completed"] * EXECUTIONS, ended
+
+
+@pytest.fixture
+async def processes(small_store: tuple[str, Bus], tmp_path: Path) -> AsyncIterator[Processes]:
+    url, bus = small_store
+    procs = Processes(url, tmp_path)
+    try:
+        await procs.start(bus)
+        yield procs
+    finally:
+        await procs.stop()
+
+
+async def submit_all(bus: Bus, ids: list[str]) -> None:
+    await asyncio.gather(*(submit(bus, eid) for eid in ids))
+
+    async def every_slow_step_started() -> None:
+        for eid in ids:
+            events = await stored_events(bus.js, eid)
+            assert any(e["event_type"] == "task.started" for e in events), eid
+
+    await assert_eventually(every_slow_step_started, timeout_s=30, interval_s=0.2)
+
+
+async def all_ended(bus: Bus, ids: list[str]) -> list[dict[str, Any]]:
+    async def every_execution_ended() -> list[dict[str, Any]]:
+        ended = [await status(bus, eid) for eid in ids]
+        assert all(s.get("status") != "running" for s in ended), \
+            [(eid, s.get("status")) for eid, s in zip(ids, ended, strict=True)]
+        return ended
+
+    return await assert_eventually(every_execution_ended, timeout_s=90, interval_s=0.5)
+
+
+async def ran_once(bus: Bus, ids: list[str]) -> None:
     for eid in ids:
         events = await stored_events(bus.js, eid)
         # The outcome waited for room: the slow step ran once, with no redelivery.
         assert [e["event_type"] for e in events].count("task.redelivered") == 0, eid
         done = [e for e in events if e["event_type"] == "step.done"]
         assert sorted(e["step"] for e in done) == ["after", "slow"], eid
+
+
+@pytest.mark.timeout(180)
+async def test_a_full_store_while_steps_run_leaves_no_execution_running_once_space_is_back(
+        small_store: tuple[str, Bus], processes: Processes) -> None:
+    _, bus = small_store
+    ids = [f"full{i}" for i in range(EXECUTIONS)]
+    await submit_all(bus, ids)
+    assert await fill(bus) > 0
+    await asyncio.sleep(FULL_FOR_S)  # every slow step ends meanwhile, its outcome refused
+    states = [await status(bus, eid) for eid in ids]
+    assert all(s.get("status") == "running" for s in states), states
+    await bus.js.delete_stream("FILLER")  # space comes back
+    ended = await all_ended(bus, ids)
+    assert [s.get("status") for s in ended] == ["completed"] * EXECUTIONS, ended
+    await ran_once(bus, ids)
+
+
+@pytest.mark.timeout(180)
+async def test_outcomes_the_server_cannot_commit_on_a_full_store_are_held_not_dropped(
+        small_store: tuple[str, Bus], processes: Processes) -> None:
+    """The outcomes are stored and copied for the router while the server is stopped; the store
+    fills; the server resumes and cannot commit any state for longer than its events' 20
+    deliveries would last at one a second."""
+    _, bus = small_store
+    ids = [f"held{i}" for i in range(EXECUTIONS)]
+    await submit_all(bus, ids)
+    server = processes.procs["server"]
+    server.send_signal(signal.SIGSTOP)
+
+    async def outcomes_waiting_for_the_router() -> None:
+        pending = 0
+        for c in bus.topology.router_decl().consumers():
+            pending += (await bus.js.consumer_info(c.stream, c.durable)).num_pending
+        assert pending >= EXECUTIONS, pending
+
+    await assert_eventually(outcomes_waiting_for_the_router, timeout_s=30, interval_s=0.2)
+    assert await fill(bus) > 0
+    server.send_signal(signal.SIGCONT)
+    await asyncio.sleep(FULL_FOR_S + 8)
+    states = [await status(bus, eid) for eid in ids]
+    assert all(s.get("status") == "running" for s in states), states
+    await bus.js.delete_stream("FILLER")
+    ended = await all_ended(bus, ids)
+    assert [s.get("status") for s in ended] == ["completed"] * EXECUTIONS, ended
+    await ran_once(bus, ids)
