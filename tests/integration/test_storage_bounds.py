@@ -13,8 +13,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
+from noetl_stream.api import serve
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.nats_server import free_port
@@ -182,3 +184,28 @@ async def test_a_result_the_full_results_store_never_takes_fails_its_step_with_k
     assert error["kind"] == "storage", error
     assert "maximum bytes exceeded" in error["message"], error
     assert other["event_type"] == "execution.completed", other
+
+
+async def test_the_http_api_refuses_signal_data_over_64_kib(bounded_bus: Bus) -> None:
+    execution_id = new_execution_id()
+    async with run_services(bounded_bus, python_children=1), \
+            serve(bounded_bus, host="127.0.0.1", port=0, auth=False) as url, \
+            aiohttp.ClientSession() as http:
+        waiting = asyncio.create_task(submit_and_watch(
+            bounded_bus, playbook_text=WAITS, playbook_file="waits.yaml", payload={},
+            on_event=lambda e: None, execution_id=execution_id, timeout_s=30))
+        base = f"{url}/api/executions/{execution_id}/signals"
+
+        async def refused() -> tuple[int, dict[str, Any]]:
+            async with http.post(f"{base}/go", json={"note": "x" * 70_000}) as resp:
+                answer = (resp.status, await resp.json())
+            # 404 until the request is applied, 409 until the listening step waits
+            assert answer[0] not in (404, 409), answer
+            return answer
+
+        status, body = await assert_eventually(refused, timeout_s=15)
+        async with http.post(f"{base}/go", json={"note": "small"}) as resp:
+            assert resp.status == 202, await resp.text()
+        final = await waiting
+    assert status == 422 and "at most 65536 bytes" in body["error"]["message"], body
+    assert final["event_type"] == "execution.completed", final
