@@ -506,7 +506,8 @@ async def fill_store(run: Run) -> None:
                     run.problems.append(f"filling the store: {exc!r}")
                 break
             written += size
-    held = run.rng.uniform(10.0, 15.0)
+    # Longer than a router event's 20 deliveries last at one a second.
+    held = run.rng.uniform(25.0, 30.0)
     ended = len(run.terminal)
     await asyncio.sleep(held)
     run.notes.append(f"store full for {held:.1f} s (the last {written // (1024 * 1024)} MB filled); "
@@ -536,7 +537,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              stack=cluster_stack, unavailable=_cluster_missing),
     Scenario("two-workers-kill", "kill -9 of both workers at once", kill_two_workers),
     Scenario("disk-full", "JetStream's store filled to its max_file_store mid-run, freed after "
-             "10-15 s", fill_store, stack=small_store_stack),
+             "25-30 s", fill_store, stack=small_store_stack),
     Scenario("two-servers-kill", "two servers, kill -9 of one", kill_one_of_two_servers, servers=2),
     Scenario("two-servers-kill-for-good", "two servers, kill -9 of one, never restarted",
              kill_one_of_two_servers_for_good, servers=2),
