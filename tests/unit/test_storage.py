@@ -7,6 +7,8 @@ import time
 import pytest
 from nats.js import errors as js_errors
 
+from noetl_stream import config
+from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.storage import storage_refusal, while_storage_refused
 
 FULL = js_errors.ServiceUnavailableError(code=503, err_code=10023,
@@ -54,3 +56,21 @@ async def test_any_other_error_is_raised_at_once() -> None:
     with pytest.raises(js_errors.ServiceUnavailableError):
         await while_storage_refused(store.write, what="test", bound_s=10)
     assert store.writes == 1
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    ("", 4 * 1024**3), ("8GiB", 8 * 1024**3), ("512MiB", 512 * 1024**2), ("2GB", 2 * 1000**3),
+    ("1048576", 1024**2), ("0", 0),
+])
+def test_the_store_budget_reads_bytes_with_units(raw: str, expected: int,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOETL_STREAM_STORE_BYTES", raw)
+    assert config.store_bytes() == expected
+
+
+@pytest.mark.parametrize("raw", ["lots", "-1GiB", "GiB"])
+def test_a_store_budget_that_is_no_size_is_refused_with_its_name(
+        raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOETL_STREAM_STORE_BYTES", raw)
+    with pytest.raises(InfrastructureError, match="NOETL_STREAM_STORE_BYTES"):
+        config.store_bytes()
