@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from noetl_stream.api import serve
+from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.nats_server import free_port
@@ -209,3 +210,31 @@ async def test_the_http_api_refuses_signal_data_over_64_kib(bounded_bus: Bus) ->
         final = await waiting
     assert status == 422 and "at most 65536 bytes" in body["error"]["message"], body
     assert final["event_type"] == "execution.completed", final
+
+
+async def test_bounds_larger_than_the_store_are_refused_naming_the_setting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NOETL_STREAM_STORE_BYTES", "1GiB")
+    load_topology.cache_clear()
+    port = free_port()
+    conf = tmp_path / "small.conf"
+    conf.write_text(f'listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: "{tmp_path / "js"}"\n'
+                    "  max_file_store: 64MB\n}\n")
+    process = start_node(conf, tmp_path / "nats-server.log")
+    try:
+        async def connected() -> Bus:
+            assert process.poll() is None, (tmp_path / "nats-server.log").read_text()
+            try:
+                return await connect(f"nats://127.0.0.1:{port}", name="too-small")
+            except Exception as exc:
+                raise AssertionError(f"not up yet: {exc}") from exc
+
+        bus = await assert_eventually(connected)
+        try:
+            with pytest.raises(InfrastructureError, match="NOETL_STREAM_STORE_BYTES"):
+                await provision(bus)
+        finally:
+            await bus.close()
+    finally:
+        stop_node(process)
+        load_topology.cache_clear()

@@ -34,11 +34,12 @@ from nats.js.api import (
     StreamSource,
     SubjectTransform,
 )
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from noetl_stream import config
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.storage import STORAGE_RESOURCES_EXCEEDED
 from noetl_stream.subjects import ConsumerDecl, RouterDecl, StreamDecl
 
 _RETENTION = {"workqueue": RetentionPolicy.WORK_QUEUE, "limits": RetentionPolicy.LIMITS}
@@ -70,6 +71,15 @@ async def _create(report: ProvisionReport, name: str, create: Awaitable[Any],
     """
     try:
         await create
+    except APIError as exc:
+        if getattr(exc, "err_code", None) != STORAGE_RESOURCES_EXCEEDED:
+            raise
+        # JetStream reserves each stream's max_bytes in its store when it is created.
+        raise InfrastructureError(
+            f"cannot create {name}: JetStream has no room to reserve its byte bound "
+            f"({exc.description}); NOETL_STREAM_STORE_BYTES ({config.store_bytes()} bytes in all) "
+            "must fit in JetStream's store (max_file_store, or 75% of the free disk) and the "
+            "account's max_file: set it lower or give JetStream more") from None
     except TimeoutError:
         if not await exists():
             raise InfrastructureError(
