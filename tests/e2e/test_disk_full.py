@@ -4,7 +4,10 @@ on a nats-server whose `max_file_store` is filled up while every execution has a
 The outcomes that find no room are kept by their workers and written again once space comes back,
 with the commands' leases held meanwhile, so no command burns its deliveries (the worker would
 otherwise run the step again and again and, at max deliveries, its advisory would find no room
-either: the execution stayed `running` for good). Every execution completes once space is back.
+either: the execution stayed `running` for good). Outcomes already stored when the store fills
+are held by the server, which cannot commit their states, with their leases renewed (they used
+to be handed back once a second until their 20 deliveries were spent, and then never again).
+Every execution completes once space is back.
 """
 
 from __future__ import annotations
