@@ -22,6 +22,7 @@ from typing import TypeVar
 from nats.js import errors as js_errors
 
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.observe import metrics
 
 log = logging.getLogger("noetl_stream.storage")
 
@@ -98,6 +99,7 @@ async def while_storage_refused(write: Callable[[], Awaitable[T]], *, what: str,
             if not storage_refusal(exc) or time.monotonic() + wait > deadline:
                 raise
             refusals += 1
+            metrics.STORAGE_REFUSALS.inc()
             if refusals == 1:
                 log.warning("%s: %s; writing again with backoff for up to %gs", what,
                             describe(exc), bound)
