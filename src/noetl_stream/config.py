@@ -116,6 +116,33 @@ def parse_age(text: str) -> float:
     return value * _UNITS[unit]
 
 
+# What the streams and the results store may hold together, in bytes (`8GiB`, `512MiB`, or a
+# number): each gets its share (subjects/topology.yaml `store_share`) as its `max_bytes`. 0: no
+# byte limits. JetStream reserves these bytes in its store when a stream is created, so the budget
+# must fit in the store (max_file_store, or 75% of the free disk when unset).
+ENV_STORE_BYTES = "NOETL_STREAM_STORE_BYTES"
+DEFAULT_STORE_BYTES = 4 * 1024**3
+_BYTE_UNITS = {"kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
+               "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4, "b": 1}
+
+
+def store_bytes() -> int:
+    raw = os.environ.get(ENV_STORE_BYTES, "").strip()
+    if not raw:
+        return DEFAULT_STORE_BYTES
+    text = raw.lower()
+    unit = next((u for u in _BYTE_UNITS if text.endswith(u)), "b")
+    number = text[: len(text) - len(unit)] if text.endswith(unit) else text
+    try:
+        value = float(number) * _BYTE_UNITS[unit]
+    except ValueError:
+        value = -1.0
+    if value < 0 or value != value:
+        raise InfrastructureError(f'{ENV_STORE_BYTES}="{raw}": a number of bytes, 0 or more, '
+                                  "optionally with KiB, MiB, GiB (8GiB, 512MiB)")
+    return int(value)
+
+
 def retention_s() -> float:
     raw = os.environ.get(ENV_RETENTION, "").strip()
     if not raw:

@@ -36,6 +36,9 @@ OutcomeErrorKind = Literal[
     "python", "import",
     # the pipeline around the tools
     "template", "keychain", "tool", "task", "sink", "pipeline", "poll_timeout",
+    # JetStream refused to store the outcome for lack of room, for the whole storage bound
+    # (runtime/storage.py)
+    "storage",
 ]
 """`error.kind` of a failed outcome (tools/base.py `Outcome.failure`); the router adds its own
 (`case`, `loop`, `cancelled`, ...) to the errors of steps it fails itself.

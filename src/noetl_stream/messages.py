@@ -38,6 +38,9 @@ INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 # A step's value may nest jsonutil.MAX_DEPTH levels; the message around it a few more
 # (a command's `context.steps.<name>`, an event's `result`).
 MESSAGE_DEPTH = jsonutil.MAX_DEPTH + 16
+# A signal's data as JSON. Any client may send signals, and each is stored in the events stream
+# (and copied for the router): a listener needs a decision and a few fields, not a document.
+MAX_SIGNAL_BYTES = 64 * 1024
 
 _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_-]*(\.[A-Za-z0-9_-]+)+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -438,8 +441,16 @@ def decode_event(prefix: str, subject: str, data: bytes, seq: int | None = None)
     return event
 
 
+def signal_size_problem(data: bytes) -> str | None:
+    """Why a signal body of these bytes is refused (too large), or None."""
+    if len(data) > MAX_SIGNAL_BYTES:
+        return (f"a signal's data has at most {MAX_SIGNAL_BYTES} bytes as JSON "
+                f"(this one {len(data)})")
+    return None
+
+
 def _signal(execution_id: str, event_type: str, data: bytes, seq: int | None) -> dict[str, Any]:
-    problem = signal_name_problem(event_type[len(SIGNAL_PREFIX):])
+    problem = signal_name_problem(event_type[len(SIGNAL_PREFIX):]) or signal_size_problem(data)
     if problem is not None:
         raise Malformed("schema", problem)
     try:

@@ -36,6 +36,11 @@ class StreamDecl:
     source: str | None = None
     source_subjects: tuple[str, ...] = ()
     transforms: tuple[tuple[str, str], ...] = ()
+    # What it may hold (its share of NOETL_STREAM_STORE_BYTES; -1: unbounded), what a write past
+    # that does (`new`: refused, `old`: the oldest messages go), and messages kept per subject.
+    max_bytes: int = -1
+    discard: str = "old"
+    max_msgs_per_subject: int = -1
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class BucketDecl:
 class ObjectStoreDecl:
     name: str
     ttl_s: float | None = None
+    max_bytes: int = -1
 
 
 @dataclass(frozen=True)
@@ -211,6 +217,11 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
 
     retention = config.retention_s()
     window = config.duplicate_window_s()
+    budget = config.store_bytes()
+
+    def share(decl: dict[str, Any]) -> int:
+        return int(budget * float(decl["store_share"])) if budget and "store_share" in decl else -1
+
     streams = tuple(
         StreamDecl(
             name=s["name"],
@@ -223,6 +234,8 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
             source_subjects=tuple(fill(x) for x in s.get("source_subjects") or ()),
             transforms=tuple((fill(x), _router_copy_subject(fill(x), prefix, raw["router"]))
                              for x in s.get("source_subjects") or ()),
+            max_bytes=share(s), discard=str(s.get("discard", "old")),
+            max_msgs_per_subject=int(s.get("max_msgs_per_subject", -1)),
         )
         for s in raw["streams"]
     )
@@ -253,7 +266,7 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         for b in raw["buckets"]
     )
     object_stores = tuple(ObjectStoreDecl(name=o["name"], ttl_s=retention if o.get("follows_retention")
-                                          else o.get("ttl_s"))
+                                          else o.get("ttl_s"), max_bytes=share(o))
                           for o in raw.get("object_stores") or ())
     return Topology(prefix, streams, consumers, buckets, dict(raw["subjects"]), object_stores,
                     _router(raw["router"], prefix, router_ack_wait))

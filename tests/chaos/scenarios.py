@@ -14,14 +14,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import nats
 from harness import INJECTED, PLAYBOOKS, Fault, Knobs, Run, Service, Stack, read_stream
 from ledger import Phase
 from nats.errors import MaxPayloadError
+from nats.js.api import StreamConfig
+from nats.js.errors import APIError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.messages import ExecutionRequest
+from noetl_stream.runtime.nats_server import MAX_PAYLOAD, NatsServer, find_binary, free_port
+from noetl_stream.runtime.storage import storage_refusal
 from noetl_stream.state.results import ResultStore
 from noetl_stream.subjects import load_topology
+from noetl_stream.testing.cluster import start_node
 
 
 @dataclass(frozen=True)
@@ -426,6 +432,90 @@ async def kill_cluster_node(run: Run) -> None:
     await stack.node("restart", index)
 
 
+# -- 8. a full store ------------------------------------------------------------------------
+SMALL_STORE = 256 * 1024 * 1024  # max_file_store of the disk-full scenario's nats-server
+LEFT_FREE = 48 * 1024 * 1024  # what the stack leaves free for the run; the fault fills it
+FILLER = "CHAOS_FILLER"
+
+
+class SmallStoreStack(Stack):
+    """One nats-server whose JetStream may hold SMALL_STORE bytes in all, as a small disk would."""
+
+    async def start_nats(self) -> None:
+        folder = self.folder / "nats"
+        folder.mkdir(parents=True, exist_ok=True)
+        port = self.nats_port or free_port()
+        conf = folder / "small.conf"
+        conf.write_text(f"listen: 127.0.0.1:{port}\nmax_payload: {MAX_PAYLOAD}\n"
+                        f'jetstream {{\n  store_dir: "{folder / "jetstream"}"\n'
+                        f"  max_file_store: {SMALL_STORE}\n}}\n")
+        process = start_node(conf, folder / "nats-server.log")
+        deadline = time.monotonic() + 15
+        while not await _listening(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"nats-server did not start on {conf}")
+            await asyncio.sleep(0.05)
+        self.nats = NatsServer(f"nats://127.0.0.1:{port}", port, folder / "jetstream", process,
+                               find_binary(), owned=True)
+        self.nats_port = port
+        self.urls = [self.nats.url]
+
+
+async def _listening(port: int) -> bool:
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    await writer.wait_closed()
+    return True
+
+
+async def small_store_stack(folder: Path, knobs: Knobs) -> Stack:
+    """The small store, already filled but for LEFT_FREE bytes, so the fault fills the rest in a
+    moment; the streams' byte bounds sized to fit it (NOETL_STREAM_STORE_BYTES).
+    """
+    stack = SmallStoreStack(folder, knobs, servers=1, workers=2)
+    stack.extra_env = {"NOETL_STREAM_STORE_BYTES": str(SMALL_STORE - LEFT_FREE)}
+    await stack.start_nats()
+    assert stack.nats is not None
+    nc = await nats.connect(stack.nats.url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name=FILLER, subjects=["chaos.filler.>"]))
+        chunk = b"x" * (MAX_PAYLOAD - 4096)
+        for _ in range((SMALL_STORE - LEFT_FREE) // len(chunk)):
+            await js.publish("chaos.filler.x", chunk)
+    finally:
+        await nc.close()
+    return stack
+
+
+async def fill_store(run: Run) -> None:
+    """The store filled to its last byte while executions run, held full, then space freed: every
+    execution must still complete, with the same results and no duplicate."""
+    js = run.client.js
+    await asyncio.sleep(run.moment(0.1, 0.3))
+    written = 0
+    for size in (1024 * 1024, 64 * 1024, 4096, 64):
+        while True:
+            try:
+                await js.publish("chaos.filler.x", b"x" * size)
+            except APIError as exc:
+                if not storage_refusal(exc):
+                    run.problems.append(f"filling the store: {exc!r}")
+                break
+            written += size
+    # Longer than a router event's 20 deliveries last at one a second.
+    held = run.rng.uniform(25.0, 30.0)
+    ended = len(run.terminal)
+    await asyncio.sleep(held)
+    run.notes.append(f"store full for {held:.1f} s (the last {written // (1024 * 1024)} MB filled); "
+                     f"{len(run.terminal) - ended} execution(s) ended meanwhile, "
+                     f"{len(run.planned) - len(run.terminal)} waited for space")
+    await js.delete_stream(FILLER)
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("baseline", "no fault: the reference results", None),
     Scenario("server-kill", "kill -9 of the server twice, restarted", kill_server),
@@ -446,6 +536,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("cluster-node-kill", "3-node cluster (R3), kill -9 of one node", kill_cluster_node,
              stack=cluster_stack, unavailable=_cluster_missing),
     Scenario("two-workers-kill", "kill -9 of both workers at once", kill_two_workers),
+    Scenario("disk-full", "JetStream's store filled to its max_file_store mid-run, freed after "
+             "25-30 s", fill_store, stack=small_store_stack),
     Scenario("two-servers-kill", "two servers, kill -9 of one", kill_one_of_two_servers, servers=2),
     Scenario("two-servers-kill-for-good", "two servers, kill -9 of one, never restarted",
              kill_one_of_two_servers_for_good, servers=2),

@@ -13,6 +13,7 @@ from noetl_stream.runtime.dispositions import (
     NAK_DELAY_S,
     NEWER_FORMAT_NAK_DELAY_S,
     RULES,
+    STORAGE_NAK_DELAY_S,
     Disposition,
     Failure,
     classify,
@@ -29,6 +30,7 @@ TABLE = [
     (Failure.UNKNOWN_EXECUTION, Disposition.ACK),
     (Failure.TRANSIENT, Disposition.NAK),
     (Failure.NEWER_FORMAT, Disposition.NAK),
+    (Failure.STORAGE, Disposition.NAK),
     (Failure.HANDLER_BUG, Disposition.TERM),
 ]
 
@@ -67,9 +69,10 @@ def test_each_failure_class_is_settled_as_the_table_says(failure: Failure,
 
 
 def test_only_what_a_later_delivery_may_handle_is_redelivered() -> None:
-    # NATS trouble, or an execution a newer release stored (a server of that release takes it).
+    # NATS trouble, a full store, or an execution a newer release stored (a server of that
+    # release takes it).
     assert [f for f in Failure if disposition(f) is Disposition.NAK] == [
-        Failure.TRANSIENT, Failure.NEWER_FORMAT]
+        Failure.TRANSIENT, Failure.NEWER_FORMAT, Failure.STORAGE]
 
 
 @pytest.mark.parametrize(("failure", "call"), [
@@ -77,6 +80,7 @@ def test_only_what_a_later_delivery_may_handle_is_redelivered() -> None:
     (Failure.UNKNOWN_EXECUTION, ("ack", None)),
     (Failure.TRANSIENT, ("nak", NAK_DELAY_S)),
     (Failure.NEWER_FORMAT, ("nak", NEWER_FORMAT_NAK_DELAY_S)),
+    (Failure.STORAGE, ("nak", STORAGE_NAK_DELAY_S)),
     (Failure.HANDLER_BUG, ("term", None)),
 ])
 async def test_settle_makes_the_call_of_the_table(failure: Failure, call: tuple[str, float]) -> None:
@@ -108,6 +112,15 @@ async def test_settle_on_a_lost_connection_leaves_the_message_to_ack_wait() -> N
     (js_errors.KeyWrongLastSequenceError(), Failure.TRANSIENT),
     (InfrastructureError("NATS went away"), Failure.TRANSIENT),
     (NewerFormat("the state of execution 1", 3, 2), Failure.NEWER_FORMAT),
+    # No room: the store, an account's limit, a stream's bound (runtime/storage.py).
+    (js_errors.ServiceUnavailableError(code=503, err_code=10023,
+                                       description="insufficient resources"), Failure.STORAGE),
+    (js_errors.APIError(code=400, err_code=10002,
+                        description="resource limits exceeded for account"), Failure.STORAGE),
+    (js_errors.ServiceUnavailableError(code=503, err_code=10077,
+                                       description="maximum bytes exceeded"), Failure.STORAGE),
+    (js_errors.ServiceUnavailableError(code=503, err_code=10077,
+                                       description="stream sealed"), Failure.TRANSIENT),
     # NATS refusing what we asked is deterministic: it would refuse it on every delivery.
     (js_errors.InvalidKeyError(), Failure.HANDLER_BUG),
     (js_errors.BadRequestError(), Failure.HANDLER_BUG),

@@ -30,6 +30,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -41,6 +42,7 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dispositions import classify, settle
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.runtime.storage import while_storage_refused
 
 log = logging.getLogger("noetl_stream.dead_letters")
 
@@ -193,7 +195,10 @@ class DeadLetters:
             msgs = await consumer.next_batch(ADVISORY_BATCH)
             for m in msgs:
                 try:
-                    await self.handle_advisory(m)
+                    # A full store is waited out holding the advisory (runtime/storage.py).
+                    await while_storage_refused(partial(self.handle_advisory, m),
+                                                what=f"dead letter for {m.subject[:200]}",
+                                                keep=m.in_progress)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:

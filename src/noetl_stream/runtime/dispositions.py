@@ -21,6 +21,7 @@ from nats.js import errors as js_errors
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.formats import NewerFormat
 from noetl_stream.messages import Malformed
+from noetl_stream.runtime.storage import storage_refusal
 
 log = logging.getLogger("noetl_stream.dispositions")
 
@@ -28,6 +29,9 @@ NAK_DELAY_S = 1.0  # a transient failure waits this long before its message come
 # A message whose execution a newer release stored waits longer: no retry soon will help, and
 # its deliveries (the consumer's max_deliver) must last while the servers are upgraded.
 NEWER_FORMAT_NAK_DELAY_S = 30.0
+# A message whose writes JetStream still refused for lack of room after the handler's own retries
+# (runtime/storage.py) waits longer: space comes back in minutes, not seconds.
+STORAGE_NAK_DELAY_S = 30.0
 
 
 class Failure(StrEnum):
@@ -38,6 +42,7 @@ class Failure(StrEnum):
     UNKNOWN_EXECUTION = "unknown_execution"  # names no execution this cluster knows
     TRANSIENT = "transient"  # NATS or a bucket unreachable, a timeout, a lost revision race
     NEWER_FORMAT = "newer_format"  # stored by a newer release: one that reads it handles it
+    STORAGE = "storage"  # JetStream refused a write for lack of room (disk, account, stream bound)
     HANDLER_BUG = "handler_bug"  # our code raised anything else
 
 
@@ -51,6 +56,7 @@ class Disposition(StrEnum):
 class Rule:
     disposition: Disposition
     answer: str  # how whoever sent it learns of it
+    delay_s: float = NAK_DELAY_S  # a nak's wait before redelivery
 
 
 RULES: dict[Failure, Rule] = {
@@ -65,7 +71,10 @@ RULES: dict[Failure, Rule] = {
     Failure.TRANSIENT: Rule(Disposition.NAK, "none: it is handled again once NATS answers"),
     Failure.NEWER_FORMAT: Rule(Disposition.NAK, "logged: it comes back every "
                                f"{NEWER_FORMAT_NAK_DELAY_S:g} s until a server of the newer "
-                               "release handles it"),
+                               "release handles it", NEWER_FORMAT_NAK_DELAY_S),
+    Failure.STORAGE: Rule(Disposition.NAK, "none: written again in place with backoff for up "
+                          "to NOETL_STREAM_STORAGE_RETRY_S, then handed back",
+                          STORAGE_NAK_DELAY_S),
     Failure.HANDLER_BUG: Rule(Disposition.TERM, "dead letter with the error; logged with its "
                               "traceback"),
 }
@@ -90,6 +99,8 @@ def classify(exc: BaseException) -> Failure:
         return Failure(exc.failure)
     if isinstance(exc, NewerFormat):
         return Failure.NEWER_FORMAT
+    if storage_refusal(exc):  # before TRANSIENT_ERRORS, which hold its class (503)
+        return Failure.STORAGE
     if isinstance(exc, TRANSIENT_ERRORS):
         return Failure.TRANSIENT
     return Failure.HANDLER_BUG
@@ -118,8 +129,7 @@ async def settle(msg: Settleable, failure: Failure) -> Disposition:
         if chosen is Disposition.ACK:
             await msg.ack()
         elif chosen is Disposition.NAK:
-            await msg.nak(delay=NEWER_FORMAT_NAK_DELAY_S if failure is Failure.NEWER_FORMAT
-                          else NAK_DELAY_S)
+            await msg.nak(delay=RULES[failure].delay_s)
         else:
             await msg.term()
     except nats_errors.MsgAlreadyAckdError:

@@ -24,6 +24,7 @@ from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
     DeliverPolicy,
+    DiscardPolicy,
     KeyValueConfig,
     ObjectStoreConfig,
     RetentionPolicy,
@@ -33,11 +34,12 @@ from nats.js.api import (
     StreamSource,
     SubjectTransform,
 )
-from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from noetl_stream import config
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.storage import STORAGE_RESOURCES_EXCEEDED
 from noetl_stream.subjects import ConsumerDecl, RouterDecl, StreamDecl
 
 _RETENTION = {"workqueue": RetentionPolicy.WORK_QUEUE, "limits": RetentionPolicy.LIMITS}
@@ -69,6 +71,15 @@ async def _create(report: ProvisionReport, name: str, create: Awaitable[Any],
     """
     try:
         await create
+    except APIError as exc:
+        if getattr(exc, "err_code", None) != STORAGE_RESOURCES_EXCEEDED:
+            raise
+        # JetStream reserves each stream's max_bytes in its store when it is created.
+        raise InfrastructureError(
+            f"cannot create {name}: JetStream has no room to reserve its byte bound "
+            f"({exc.description}); NOETL_STREAM_STORE_BYTES ({config.store_bytes()} bytes in all) "
+            "must fit in JetStream's store (max_file_store, or 75% of the free disk) and the "
+            "account's max_file: set it lower or give JetStream more") from None
     except TimeoutError:
         if not await exists():
             raise InfrastructureError(
@@ -167,7 +178,16 @@ def _stream_config(s: StreamDecl, replicas: int | None, start_seq: int | None = 
                         retention=_RETENTION[s.retention], storage=StorageType.FILE,
                         duplicate_window=s.duplicate_window_s, max_age=s.max_age_s,
                         allow_msg_schedules=True if s.allow_msg_schedules else None,
-                        num_replicas=replicas or 1, sources=sources)
+                        num_replicas=replicas or 1, sources=sources, max_bytes=s.max_bytes,
+                        discard=DiscardPolicy.NEW if s.discard == "new" else DiscardPolicy.OLD,
+                        max_msgs_per_subject=s.max_msgs_per_subject)
+
+
+def _bounds_of(config: StreamConfig) -> tuple[int, str, int]:
+    # A config read back from the server holds the policy as text, one we build as the enum.
+    discard = str(getattr(config.discard, "value", config.discard or DiscardPolicy.OLD.value))
+    return (config.max_bytes if config.max_bytes is not None else -1, discard,
+            config.max_msgs_per_subject if config.max_msgs_per_subject is not None else -1)
 
 
 def _transforms_of(config: StreamConfig) -> list[tuple[str, str, str]]:
@@ -195,7 +215,7 @@ async def _ensure_stream(bus: Bus, s: StreamDecl, infos: dict[str, StreamInfo],
             abs((have.max_age or 0) - s.max_age_s) > 1 or \
             (replicas is not None and (have.num_replicas or 1) != replicas) or \
             (s.allow_msg_schedules and not have.allow_msg_schedules) or \
-            _transforms_of(have) != _transforms_of(want):
+            _transforms_of(have) != _transforms_of(want) or _bounds_of(have) != _bounds_of(want):
         try:
             await bus.js.update_stream(want)
             report.updated.append(f"stream {s.name}")
@@ -319,14 +339,29 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",),
                 partial(_stream_exists, bus, f"KV_{b.name}"))
     for o in topo.object_stores:
         if (obj_info := infos.get(f"OBJ_{o.name}")) is not None:
-            report.unchanged.append(f"object store {o.name}")
+            await _bound_object_store(bus, o.max_bytes, obj_info, report)
             _check_replicas(f"object store {o.name}", obj_info, replicas, report)
         else:
             await _create(report, f"object store {o.name}", bus.js.create_object_store(
                 o.name, ObjectStoreConfig(bucket=o.name, ttl=o.ttl_s, storage=StorageType.FILE,
-                                          replicas=replicas or 1)),
+                                          replicas=replicas or 1, max_bytes=o.max_bytes)),
                 partial(_stream_exists, bus, f"OBJ_{o.name}"))
     return report
+
+
+async def _bound_object_store(bus: Bus, max_bytes: int, info: StreamInfo,
+                              report: ProvisionReport) -> None:
+    """An object store made before it had a byte bound (or with another) gets the declared one."""
+    name = f"object store {(info.config.name or '').removeprefix('OBJ_')}"
+    if (info.config.max_bytes if info.config.max_bytes is not None else -1) == max_bytes:
+        report.unchanged.append(name)
+        return
+    info.config.max_bytes = max_bytes
+    try:
+        await bus.js.update_stream(info.config)
+        report.updated.append(name)
+    except Exception as exc:  # see ensure_consumer
+        report.drift.append(f"{name}: {exc}")
 
 
 async def provision_patiently(bus: Bus, pools: tuple[str, ...] = ("default",),

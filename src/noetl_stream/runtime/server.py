@@ -34,13 +34,15 @@ from noetl_stream.messages import (
     validated,
 )
 from noetl_stream.observe import tracing
-from noetl_stream.observe.metrics import COMMIT_CONFLICTS, observe_outbox
+from noetl_stream.observe.metrics import COMMIT_CONFLICTS
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime import request_answers as answers
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_message
+from noetl_stream.runtime.delivery import renew_leases
 from noetl_stream.runtime.dispositions import Failure, classify, settle
 from noetl_stream.runtime.execution_ids import new_execution_id
+from noetl_stream.runtime.execution_metrics import count_execution
 from noetl_stream.runtime.outbox_marks import OutboxMarks
 from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
 from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
@@ -53,6 +55,7 @@ from noetl_stream.runtime.retention import (
 )
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault, writable
+from noetl_stream.runtime.storage import while_storage_refused
 from noetl_stream.runtime.vars_store import VarsStore
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
@@ -188,7 +191,8 @@ class Server:
         dead-lettered, NATS trouble handed back), instead of failing the batch.
         """
         try:
-            await handle(msg)
+            await while_storage_refused(lambda: handle(msg), what=f"message on {msg.subject[:200]}",
+                                        keep=lambda: renew_leases([msg]))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -279,7 +283,7 @@ class Server:
         publish = self._marks.publish if created else self._marks.republish
         await publish(execution_id, revision, state.outbox, tracing.command_headers(state.trace))
         if created:
-            _count(state, state.outbox, playbook)
+            count_execution(state, state.outbox, playbook)
         await answers.reply(self.bus, request.reply_to, execution_id, [])
         await msg.ack_sync()
 
@@ -387,8 +391,18 @@ class Server:
         await settle(msg, failure)
 
     async def _apply_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
+        async def commit() -> None:
+            try:
+                await self._commit_group(execution_id, items)
+            except Exception:
+                self._cache.pop(execution_id, None)  # half-applied: the next try reloads
+                raise
+
         try:
-            await self._commit_group(execution_id, items)
+            # A full store is waited out holding the group's events (their leases renewed), so
+            # none is spent on redeliveries while nothing can be written (runtime/storage.py).
+            await while_storage_refused(commit, what=f"events of {execution_id}",
+                                        keep=lambda: renew_leases([m for m, _ in items]))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -438,7 +452,7 @@ class Server:
             await self._vars.commit_vars(execution_id, vars_before, state.vars)
             await self._marks.publish(execution_id, cached.revision, state.outbox,
                                       tracing.command_headers(state.trace))
-            _count(state, state.outbox, cached.playbook)
+            count_execution(state, state.outbox, cached.playbook)
             if state.status != "running":
                 self._cache.pop(execution_id, None)
             break
@@ -561,20 +575,6 @@ class Server:
             pb = parse_playbook(bytes(entry.value or b"").decode(), key, kinds=self._kinds).playbook
             _bounded_put(self._playbooks, key, pb, PLAYBOOK_CACHE_SIZE)
         return pb
-
-
-def _count(state: ExecutionState, outbox: list[Any], playbook: Playbook) -> None:
-    """Executions started and ended, for /metrics (commands are counted by workers) and the
-    execution's root span once it has ended.
-    """
-    name = playbook.path or playbook.name
-    observe_outbox(((m.event_type, m.body) for m in outbox
-                    if m.kind == "event" and m.event_type.startswith("execution.")), name)
-    if state.trace and state.status != "running" and state.ended_at is not None and any(
-            m.event_type == f"execution.{state.status}" for m in outbox):
-        tracing.record_execution(state.trace, execution_id=state.execution_id, playbook=name,
-                                 status=state.status, started_at=state.started_at,
-                                 ended_at=state.ended_at)
 
 
 def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> None:

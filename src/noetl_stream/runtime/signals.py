@@ -49,11 +49,13 @@ async def publish_signal(bus: Bus, execution_id: str, name: str, data: Any, *,
     """
     problem = messages.execution_id_problem(execution_id) or messages.signal_name_problem(name) \
         or messages.bounded_json_problem(data)
+    body = jsonutil.dumps(data) if problem is None else b""
+    problem = problem or messages.signal_size_problem(body)
     if problem is not None:
         raise ValueError(problem)
     headers = {"Nats-Msg-Id": msg_id} if msg_id else None
-    ack = await bus.js.publish(bus.topology.signal_subject(execution_id, name),
-                               jsonutil.dumps(data), headers=headers)
+    ack = await bus.js.publish(bus.topology.signal_subject(execution_id, name), body,
+                               headers=headers)
     return int(ack.seq)
 
 

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from nats.aio.msg import Msg
+from nats.js import errors as js_errors
 from pydantic import ValidationError
 
 from noetl_stream import config, ids, jsonutil, messages
@@ -47,6 +48,12 @@ from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.redact import redact_outcome, scrub
 from noetl_stream.runtime.signals import decode_event
+from noetl_stream.runtime.storage import (
+    describe,
+    retry_bound_s,
+    storage_refusal,
+    while_storage_refused,
+)
 from noetl_stream.state.results import ResultStore, holds_ref
 from noetl_stream.subjects import DEFAULT_POOL
 from noetl_stream.tools.playbook import WITHDRAWN
@@ -305,14 +312,50 @@ class Worker:
         if self.redact:
             body = redact_outcome(body)  # what the step stores, as NoETL's workers redact it
         body = scrub(body, secrets)
-        body = await self.results.externalize_outcome(body, command.get("max_payload_bytes"))
-        await publish_event(self.bus, execution_id, etype,
-                            ids.event_msg_id(execution_id, etype, step_run_id, iteration), body)
+        identity = {"execution_id": execution_id, "step": step, "step_run_id": step_run_id,
+                    "iteration": iteration, "parent_execution_id": parent}
+        outcome = await self._store_outcome(etype, body, command.get("max_payload_bytes"),
+                                            identity, outcome)
         await finished(self.bus, msg, execution_id)  # a lost ack no longer re-runs it
         # A plain ack: the outcome is stored by now. A lost ack brings the command back after
         # AckWait, and a double ack would not avoid that: its timeout hands the command back too.
         await msg.ack()
         return outcome.ok, outcome.error
+
+    async def _store_outcome(self, etype: str, body: dict[str, Any], max_payload: Any,
+                             identity: dict[str, Any], outcome: PipelineResult
+                             ) -> PipelineResult:
+        """Publish the outcome event (its large values to the object store first); returns the
+        outcome the router will see. A full store is waited out here, the command's lease kept
+        by _keep_leases: handing the command back would run its tools again and spend its
+        deliveries (runtime/storage.py).
+        """
+        execution_id, run, iteration = (identity["execution_id"], identity["step_run_id"],
+                                        identity["iteration"])
+
+        async def store() -> None:
+            stored = await self.results.externalize_outcome(body, max_payload)
+            await publish_event(self.bus, execution_id, etype,
+                                ids.event_msg_id(execution_id, etype, run, iteration), stored)
+
+        try:
+            await while_storage_refused(
+                store, what=f"{etype} of {_command_key(run, iteration)} of {execution_id}")
+        except js_errors.APIError as exc:
+            if not storage_refusal(exc):
+                raise
+            return await self._storage_failed(identity, exc)
+        return outcome
+
+    async def _storage_failed(self, identity: dict[str, Any], exc: Exception) -> PipelineResult:
+        """The outcome found no room for the whole storage bound: the step fails with kind
+        `storage`, a small event that may fit where the outcome did not. When it does not fit
+        either, the refusal is raised and the command handed back (dispositions.py).
+        """
+        error = {"kind": "storage", "message": f"the step's outcome could not be stored: "
+                 f"{describe(exc)}; retried for {retry_bound_s():g} s"}
+        await publish_step_failure(self.bus, identity, error, time.time())
+        return PipelineResult(False, error=error)
 
     async def _keep_leases(self) -> None:
         """Every AckWait/3, a progress ack for each command that was already running at the
