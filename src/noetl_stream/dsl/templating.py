@@ -30,6 +30,7 @@ from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing
 
+from noetl_stream.dsl import template_filters
 from noetl_stream.dsl.values import DataEnvelope, ListView
 from noetl_stream.errors import TemplateError
 
@@ -227,6 +228,7 @@ _ENV.filters["tojson"] = _to_json
 _ENV.filters["to_json"] = _to_json
 _ENV.filters["fromjson"] = _from_json
 _ENV.filters["from_json"] = _from_json
+template_filters.install(_ENV)
 
 
 def has_template(value: Any) -> bool:

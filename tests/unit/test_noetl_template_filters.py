@@ -1,0 +1,48 @@
+"""The filters and tests NoETL's minijinja engines have beyond Jinja's: each renders as there."""
+
+from __future__ import annotations
+
+import pytest
+
+from noetl_stream.dsl.templating import render_string
+from noetl_stream.errors import TemplateError
+
+CONTEXT = {"row": {"id": 7, "tags": "a,b,c", "note": "one\ntwo"}, "rows": [10, 20],
+           "path": "s3://bucket/key.csv", "empty": ""}
+
+
+def test_split_with_a_separator_and_on_whitespace() -> None:
+    assert render_string("{{ row.tags | split(',') }}", CONTEXT) == ["a", "b", "c"]
+    assert render_string("{{ 'x  y z' | split }}", CONTEXT) == ["x", "y", "z"]
+    assert render_string("{{ row.tags | split(',', 1) }}", CONTEXT) == ["a", "b,c"]
+    assert render_string("{{ (row.tags | split(','))[1] }}", CONTEXT) == "b"
+
+
+def test_keys_and_values_of_a_mapping_keep_its_order() -> None:
+    assert render_string("{{ row | keys }}", CONTEXT) == ["id", "tags", "note"]
+    assert render_string("{{ row | values | first }}", CONTEXT) == 7
+
+
+def test_keys_of_a_list_is_a_template_error() -> None:
+    with pytest.raises(TemplateError, match="keys requires a mapping"):
+        render_string("{{ rows | keys }}", CONTEXT)
+
+
+def test_get_reads_a_key_or_an_index_and_a_missing_one_is_null_or_the_default() -> None:
+    assert render_string("{{ row | get('id') }}", CONTEXT) == 7
+    assert render_string("{{ rows | get(1) }}", CONTEXT) == 20
+    assert render_string("{{ row | get('missing') }}", CONTEXT) is None
+    assert render_string("{{ row | get('missing', 'n/a') }}", CONTEXT) == "n/a"
+    assert render_string("{{ rows | get(5) is none }}", CONTEXT) is True
+
+
+def test_lines_and_bool() -> None:
+    assert render_string("{{ row.note | lines }}", CONTEXT) == ["one", "two"]
+    assert render_string("{{ empty | bool }}", CONTEXT) is False
+    assert render_string("{{ row.id | bool }}", CONTEXT) is True
+
+
+def test_startingwith_and_endingwith_tests() -> None:
+    assert render_string("{{ path is startingwith 's3://' }}", CONTEXT) is True
+    assert render_string("{{ path is endingwith '.json' }}", CONTEXT) is False
+    assert render_string("{{ row.id is startingwith '7' }}", CONTEXT) is False
