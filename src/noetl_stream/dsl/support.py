@@ -32,6 +32,10 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "module": "calling an installed module's function instead of `code:`",
         "function": "calling an installed module's function instead of `code:`",
     },
+    "postgres": {
+        "schema": "NoETL's postgres `schema:` (NoETL's tool does not read it either; set "
+                  "`search_path` in the SQL)",
+    },
     "playbook": {
         "catalog_id": "starting a child by NoETL catalog id; name it by `path:`",
         "playbook_id": "starting a child by catalog content key; name it by `path:`",

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from noetl_stream.dsl import pycode, scripts, support, transfer
+from noetl_stream.dsl import pg_connection, pycode, scripts, support, transfer
 from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
 from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, NOETL_KINDS_NOT_BUILT, field_aliases
 from noetl_stream.dsl.models import PollSpec, Rule, Task
@@ -136,6 +136,9 @@ class TaskParser(ParserBase):
         config = self.resolve_aliases(kind, body, line, step, {
             k: plain(v) for k, v in body.items()
             if k not in COMMON_TASK_KEYS or (k == "name" and k in fields)})
+        if kind == "postgres":
+            config = pg_connection.fold(config, lambda fld, message: self.error(
+                line_of(body, fld) or line, message, step, f"tool.{fld}"))
         # Older spellings count under the field's name: `credential` beside `connection` is
         # shadowed like `auth` is.
         spelled = {k: v for k, v in body.items() if k not in field_aliases(kind)} | config

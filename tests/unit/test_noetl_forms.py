@@ -1,0 +1,68 @@
+"""NoETL's spellings of task fields, read into the fields the tools here take."""
+
+from __future__ import annotations
+
+import pytest
+from unit_helpers import FILE, parse, playbook_text
+
+from noetl_stream.dsl import parse_playbook
+from noetl_stream.errors import PlaybookError
+
+
+def task_config(kind: str, fields: str) -> dict[str, object]:
+    body = f"workflow:\n  - step: start\n    tool:\n      kind: {kind}\n      {fields}\n"
+    (task,) = parse(body, strict=True).steps[0].tasks
+    return dict(task.config)
+
+
+def task_errors(kind: str, fields: str) -> list[str]:
+    body = f"workflow:\n  - step: start\n    tool:\n      kind: {kind}\n      {fields}\n"
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(playbook_text(body), FILE, strict=False)
+    return [f"{i.field}: {i.message}" for i in caught.value.issues if i.severity == "error"]
+
+
+def test_postgres_flat_fields_of_the_rust_tool_are_one_connection_mapping() -> None:
+    config = task_config("postgres", "host: db\n      port: 6543\n      user: app\n"
+                                     "      password: '{{ workload.pw }}'\n      database: sales\n"
+                                     "      command: SELECT 1")
+    assert config["connection"] == {"host": "db", "port": 6543, "user": "app",
+                                    "password": "{{ workload.pw }}", "database": "sales"}
+    assert not {"host", "port", "user", "password", "database"} & config.keys()
+
+
+def test_postgres_db_fields_of_the_python_tool_are_one_connection_mapping() -> None:
+    config = task_config("postgres", "db_host: db\n      db_port: 5432\n      db_user: app\n"
+                                     "      db_password: pw\n      db_name: sales\n"
+                                     "      command: SELECT 1")
+    assert config["connection"] == {"host": "db", "port": 5432, "user": "app", "password": "pw",
+                                    "database": "sales"}
+
+
+@pytest.mark.parametrize("field", ["connection_string", "db_conn_string"])
+def test_postgres_connection_string_is_the_connection(field: str) -> None:
+    config = task_config("postgres", f"{field}: postgresql://a@b/c\n      command: SELECT 1")
+    assert config["connection"] == "postgresql://a@b/c" and field not in config
+
+
+def test_postgres_connection_fields_beside_auth_are_an_error_naming_both() -> None:
+    (error,) = task_errors("postgres", "auth: pg\n      host: db\n      command: SELECT 1")
+    assert error.startswith("tool.host: ") and "`auth:`" in error
+
+
+def test_postgres_one_setting_under_both_names_with_different_values_is_an_error() -> None:
+    (error,) = task_errors("postgres", "host: a\n      db_host: b\n      command: SELECT 1")
+    assert error.startswith("tool.db_host: ") and '"db_host" and "host"' in error
+
+
+@pytest.mark.parametrize("kind, fields", [("python", "code: 'result = 1'"),
+                                          ("shell", "command: 'true'"),
+                                          ("http", "url: http://x")])
+def test_timeout_seconds_is_the_timeout(kind: str, fields: str) -> None:
+    config = task_config(kind, f"timeout_seconds: 7\n      {fields}")
+    assert config["timeout"] == 7 and "timeout_seconds" not in config
+
+
+def test_duckdb_db_of_noetls_cli_is_the_database_file() -> None:
+    config = task_config("duckdb", "db: /tmp/x.duckdb\n      query: SELECT 1")
+    assert config["db_path"] == "/tmp/x.duckdb" and "db" not in config
