@@ -66,3 +66,27 @@ def test_timeout_seconds_is_the_timeout(kind: str, fields: str) -> None:
 def test_duckdb_db_of_noetls_cli_is_the_database_file() -> None:
     config = task_config("duckdb", "db: /tmp/x.duckdb\n      query: SELECT 1")
     assert config["db_path"] == "/tmp/x.duckdb" and "db" not in config
+
+
+@pytest.mark.parametrize("written, seconds", [("30s", 30.0), ("5m", 300.0), ("1h", 3600.0),
+                                              ("500ms", 0.5), ("1.5m", 90.0), ("1d", 86400.0)])
+def test_step_spec_timeout_as_a_duration_is_every_tasks_timeout_in_seconds(
+        written: str, seconds: float) -> None:
+    body = f"workflow:\n  - step: start\n    spec: {{timeout: '{written}'}}\n" \
+           "    tool:\n      - a: {kind: python, code: 'result = 1'}\n" \
+           "      - b: {kind: shell, command: 'true', spec: {timeout: 2m}}\n"
+    a, b = parse(body, strict=True).steps[0].tasks
+    assert a.spec["timeout"] == seconds and b.spec["timeout"] == 120.0
+
+
+def test_step_spec_timeout_duration_sets_the_watchdog_budget() -> None:
+    from noetl_stream.router.budgets import step_timeout_s
+
+    playbook = parse("workflow:\n  - step: start\n    spec: {timeout: 2m}\n    tool: {kind: noop}\n")
+    assert step_timeout_s(playbook, playbook.steps[0]) == 120.0
+
+
+def test_a_timeout_that_is_no_duration_is_an_error_saying_what_is_accepted() -> None:
+    body = "workflow:\n  - step: start\n    spec: {timeout: soon}\n    tool: {kind: noop}\n"
+    with pytest.raises(PlaybookError, match=r"positive number of seconds or a duration \(30s"):
+        parse_playbook(playbook_text(body), FILE, strict=False)
