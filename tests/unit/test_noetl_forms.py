@@ -90,3 +90,37 @@ def test_a_timeout_that_is_no_duration_is_an_error_saying_what_is_accepted() -> 
     body = "workflow:\n  - step: start\n    spec: {timeout: soon}\n    tool: {kind: noop}\n"
     with pytest.raises(PlaybookError, match=r"positive number of seconds or a duration \(30s"):
         parse_playbook(playbook_text(body), FILE, strict=False)
+
+
+TWO_TARGETS = """workflow:
+  - step: start
+    spec: {next_mode: MODE}
+    tool: {kind: noop}
+    next: NEXT
+  - step: a
+  - step: b
+"""
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "inclusive"])
+@pytest.mark.parametrize("nxt", ["[{step: a, when: '{{ true }}'}, {step: b}]",
+                                 "{arcs: [{step: a, when: '{{ true }}'}, {step: b}]}"])
+def test_step_spec_next_mode_is_the_mode_of_targets_and_of_arcs_without_their_own(
+        mode: str, nxt: str) -> None:
+    playbook = parse(TWO_TARGETS.replace("MODE", mode).replace("NEXT", nxt), strict=True)
+    assert playbook.steps[0].next.mode == mode
+
+
+def test_next_spec_mode_wins_over_step_next_mode_and_bare_names_all_fire() -> None:
+    router = parse(TWO_TARGETS.replace("MODE", "inclusive").replace(
+        "NEXT", "{spec: {mode: exclusive}, arcs: [{step: a}, {step: b}]}"), strict=True)
+    names = parse(TWO_TARGETS.replace("MODE", "exclusive").replace("NEXT", "[a, b]"), strict=True)
+    assert router.steps[0].next.mode == "exclusive" and names.steps[0].next.mode == "inclusive"
+
+
+def test_next_mode_that_is_neither_mode_is_an_error_naming_the_field() -> None:
+    text = playbook_text(TWO_TARGETS.replace("MODE", "first").replace("NEXT", "[a, b]"))
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(text, FILE)
+    (issue,) = caught.value.issues
+    assert issue.field == "spec.next_mode" and 'next_mode "first"' in issue.message

@@ -21,15 +21,20 @@ class ArcParser(ParserBase):
             return NextSpec()
         if isinstance(raw, str):
             return NextSpec(mode="exclusive", arcs=(Arc(step=raw, line=line),))
+        next_mode = self.next_mode(step_node, step)
         if isinstance(raw, list):
             arcs = [a for i, item in enumerate(raw) if (a := self.parse_arc(item, raw, i, step))]
-            return NextSpec(mode="inclusive", arcs=tuple(arcs))
+            # Bare names all fire; `{step, when}` targets follow the step's `spec.next_mode`.
+            targets = any(isinstance(item, dict) for item in raw)
+            return NextSpec(mode=next_mode if targets and next_mode else "inclusive",
+                            arcs=tuple(arcs))
         if isinstance(raw, dict):
             if "to" in raw:  # spec 001: every target fires
                 return structural_next(raw, line=line, report=self.report_for(step))
             self.unknown_keys(raw, {"spec", "arcs"}, step, "next.")
             spec = raw.get("spec") or {}
-            mode = spec.get("mode", "exclusive") if isinstance(spec, dict) else "exclusive"
+            default = next_mode or "exclusive"
+            mode = spec.get("mode", default) if isinstance(spec, dict) else default
             if mode not in ("exclusive", "inclusive"):
                 self.error(line, f'next mode "{mode}" is not exclusive or inclusive', step,
                            "next.spec.mode")
@@ -42,6 +47,20 @@ class ArcParser(ParserBase):
             return NextSpec(mode=mode, arcs=tuple(arcs))
         self.error(line, "next must be a step name, a list, or {spec, arcs}", step, "next")
         return NextSpec()
+
+    def next_mode(self, step_node: dict[str, Any], step: str) -> str | None:
+        """The step's `spec.next_mode` (NoETL's server: the mode of a `next` list of targets and of
+        `{arcs}` without its own `spec.mode`), or None when not given.
+        """
+        spec = step_node.get("spec")
+        mode = spec.get("next_mode") if isinstance(spec, dict) else None
+        if mode is None:
+            return None
+        if mode not in ("exclusive", "inclusive"):
+            self.error(line_of(spec, "next_mode"), f'next_mode "{mode}" is not exclusive or '
+                       "inclusive", step, "spec.next_mode")
+            return None
+        return str(mode)
 
     def parse_arc(self, item: Any, seq: Any, index: int, step: str) -> Arc | None:
         line = line_of(seq, index)
