@@ -16,7 +16,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "http": frozenset({"method", "url", "endpoint", "params", "headers", "json", "body", "data",
                        "payload", "timeout", "auth", "follow_redirects", "verify_ssl", "verify",
                        "response_type", "form"}),
-    "noop": frozenset(),
+    "noop": frozenset({"result", "message"}),
     "workbook": frozenset({"name"}),
     "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id",
                            "return_step"}),
