@@ -27,7 +27,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "shell": frozenset({"command", "cwd", "env", "timeout"}),
     "secrets": frozenset({"name", "provider"}),
     "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "stream", "seq",
-                       "auth"}),
+                       "auth", "pattern", "headers"}),
     "transfer": frozenset({"source", "target", "mode", "chunk_size", "timeout"}),
 }
 
@@ -35,7 +35,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
 # spelling -> the field it stands for. The parser rewrites them, so tools only see the field.
 FIELD_ALIASES: dict[str, str] = {"credential": "auth", "timeout_seconds": "timeout",
                                  "connection_string": "connection", "db_conn_string": "connection",
-                                 "db": "db_path"}
+                                 "db": "db_path", "database": "db_path"}
 
 
 def field_aliases(kind: str) -> dict[str, str]:

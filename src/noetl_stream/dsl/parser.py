@@ -46,7 +46,7 @@ class _Parser(StepParser):
         if not isinstance(doc, dict):
             self.error(1, "a playbook is a YAML mapping with apiVersion, kind, metadata, workflow")
             return None
-        self.unknown_keys(doc, TOP_KEYS, None, "")
+        self.unknown_keys(doc, TOP_KEYS, None, "", where="playbook")
         api, kind, meta = self.parse_header(doc)
         workload = doc.get("workload") or {}
         if not isinstance(workload, dict):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from noetl_stream.dsl import templating
+from noetl_stream.dsl import noetl_refused, templating
 from noetl_stream.dsl.source import line_of, plain, suggest
 from noetl_stream.errors import Issue
 
@@ -39,11 +39,18 @@ class ParserBase:
         self.issues.append(Issue(self.file, line, message, step, field))
 
     def unknown_keys(self, node: Any, known: Collection[str], step: str | None,
-                     prefix: str) -> None:
+                     prefix: str, *, where: str | None = None, kind: str | None = None) -> None:
+        """Keys of `node` not in `known`: a warning (an error under --strict); a NoETL form
+        refused at `where` (noetl_refused.py) is an error that says what to write instead.
+        """
         if not isinstance(node, dict):
             return
         for key in node:
-            if key not in known:
+            refused = noetl_refused.field_message(where, kind, str(key)) \
+                if where is not None and key not in known else None
+            if refused is not None:
+                self.error(line_of(node, key), refused, step, f"{prefix}{key}")
+            elif key not in known:
                 severity = "error" if self.strict else "warning"
                 self.issues.append(Issue(self.file, line_of(node, key),
                                          f'unknown key "{key}"{suggest(str(key), known)}', step,

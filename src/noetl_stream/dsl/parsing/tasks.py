@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from noetl_stream.dsl import pg_connection, pycode, scripts, support, transfer
+from noetl_stream.dsl import noetl_refused, pg_connection, pycode, scripts, support, transfer
 from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
 from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, NOETL_KINDS_NOT_BUILT, field_aliases
 from noetl_stream.dsl.models import PollSpec, Rule, Task
@@ -118,7 +118,10 @@ class TaskParser(ParserBase):
         if kind in self.kinds:
             return True
         known = sorted(set(self.kinds) | set(KIND_FIELDS))
-        if kind in KIND_FIELDS or kind in NOETL_KINDS_NOT_BUILT:
+        refused = noetl_refused.kind_message(kind) if kind not in KIND_FIELDS else None
+        if refused is not None:
+            self.error(line_of(body, "kind") or line, refused, step, "tool.kind")
+        elif kind in KIND_FIELDS or kind in NOETL_KINDS_NOT_BUILT:
             self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not available in '
                        "this version of noetl-stream yet", step, "tool.kind")
         else:
@@ -131,7 +134,7 @@ class TaskParser(ParserBase):
         """The kind's fields of a task body: aliases resolved, scripts read, base64 decoded."""
         fields = KIND_FIELDS.get(kind, frozenset())
         self.unknown_keys(body, COMMON_TASK_KEYS | fields | frozenset(field_aliases(kind)), step,
-                          "tool.")
+                          "tool.", where="tool", kind=kind)
         # `name` is the task's name, except where the kind reads it as a field (secrets).
         config = self.resolve_aliases(kind, body, line, step, {
             k: plain(v) for k, v in body.items()
@@ -144,6 +147,8 @@ class TaskParser(ParserBase):
         spelled = {k: v for k, v in body.items() if k not in field_aliases(kind)} | config
         for key, why in support.ignored_fields(kind, spelled):
             self.not_supported(line_of(body, key) or line, why, step, f"tool.{key}")
+        if kind == "nats" and (problem := support.nats_operation_problem(body)):
+            self.error(line_of(body, "operation") or line, problem, step, "tool.operation")
         if "script" in config and kind in scripts.SCRIPT_FIELD:
             config = self.load_script(kind, config, body, line, step)
         else:
