@@ -124,3 +124,18 @@ def test_next_mode_that_is_neither_mode_is_an_error_naming_the_field() -> None:
         parse_playbook(text, FILE)
     (issue,) = caught.value.issues
     assert issue.field == "spec.next_mode" and 'next_mode "first"' in issue.message
+
+
+def test_arc_spec_placeholder_is_accepted_and_changes_nothing() -> None:
+    body = "workflow:\n  - step: start\n    next: {arcs: [{step: b, spec: {note: x}}]}\n  - step: b\n"
+    (arc,) = parse(body, strict=True).steps[0].next.arcs
+    assert arc.step == "b" and arc.when is None
+
+
+def test_frame_verify_ipc_is_reported_with_the_frame_knobs_not_used() -> None:
+    body = ("workflow:\n  - step: start\n    loop:\n      iterator: row\n"
+            "      cursor: {kind: postgres, auth: pg, claim: 'SELECT 1'}\n"
+            "      spec: {mode: cursor, frame: {verify_ipc: true}}\n")
+    result = parse_playbook(playbook_text(body), FILE, strict=False)
+    (warning,) = [str(w) for w in result.warnings]
+    assert "frame verify_ipc not used" in warning

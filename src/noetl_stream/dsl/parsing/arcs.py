@@ -11,7 +11,8 @@ from noetl_stream.dsl.models import Arc, NextSpec, Step
 from noetl_stream.dsl.parsing.base import ParserBase, split_set
 from noetl_stream.dsl.source import line_of, suggest
 
-ARC_KEYS = frozenset({"step", "when", "args", "set", "input", "desc"})
+# `spec` is NoETL's arc-level placeholder: its engines read nothing from it, and neither does this.
+ARC_KEYS = frozenset({"step", "when", "args", "set", "input", "desc", "spec"})
 
 
 class ArcParser(ParserBase):
