@@ -69,3 +69,11 @@ def test_a_templated_nats_operation_is_left_to_the_tool() -> None:
     text = playbook_text("workflow:\n  - step: start\n    tool:\n      kind: nats\n"
                          "      operation: '{{ workload.op }}'\n      bucket: b\n")
     assert parse_playbook(text, FILE, strict=True).playbook.steps[0].tasks[0].kind == "nats"
+
+
+def test_http_auth_gcp_adc_is_refused_saying_how_to_send_a_token() -> None:
+    text = playbook_text("workflow:\n  - step: start\n    tool:\n      kind: http\n"
+                         "      url: http://x\n      auth: {type: gcp_adc, scopes: [a]}\n")
+    (error,) = errors_of(text)
+    assert error[0] == "tool.auth.type" and 'http auth type "gcp_adc"' in error[2]
+    assert "keychain" in error[2]

@@ -164,3 +164,19 @@ def kind_message(kind: str) -> str | None:
     if instead is None:
         return None
     return f'NoETL form not run here: tool kind "{kind}"; instead, {instead}'
+
+
+# NoETL's inline http `auth: {type: ...}` types this runtime does not present -> instead.
+HTTP_AUTH_TYPES = {
+    "gcp_adc": "declare a token in `keychain:` (kind `oauth2` or `bearer`) and send it with "
+               "`headers: {Authorization: \"Bearer {{ keychain.<name>... }}\"}`",
+}
+
+
+def http_auth_message(auth: object) -> str | None:
+    """The refusal of an http task's inline `auth:` type, or None."""
+    kind = auth.get("type") if isinstance(auth, dict) else None
+    instead = HTTP_AUTH_TYPES.get(kind) if isinstance(kind, str) else None
+    if instead is None:
+        return None
+    return f'NoETL form not run here: http auth type "{kind}"; instead, {instead}'

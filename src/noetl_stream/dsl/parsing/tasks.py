@@ -149,6 +149,8 @@ class TaskParser(ParserBase):
             self.not_supported(line_of(body, key) or line, why, step, f"tool.{key}")
         if kind == "nats" and (problem := support.nats_operation_problem(body)):
             self.error(line_of(body, "operation") or line, problem, step, "tool.operation")
+        if kind == "http" and (problem := noetl_refused.http_auth_message(body.get("auth"))):
+            self.error(line_of(body, "auth") or line, problem, step, "tool.auth.type")
         if "script" in config and kind in scripts.SCRIPT_FIELD:
             config = self.load_script(kind, config, body, line, step)
         else:
