@@ -139,3 +139,41 @@ def test_frame_verify_ipc_is_reported_with_the_frame_knobs_not_used() -> None:
     result = parse_playbook(playbook_text(body), FILE, strict=False)
     (warning,) = [str(w) for w in result.warnings]
     assert "frame verify_ipc not used" in warning
+
+
+ENTRY = """executor:
+  spec: {entry_step: load}
+workflow:
+  - step: start
+  - step: load
+"""
+
+
+def test_executor_entry_step_is_where_the_execution_starts() -> None:
+    assert parse(ENTRY, strict=True).start_step.name == "load"
+
+
+def test_executor_entry_step_naming_no_step_is_an_error() -> None:
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(playbook_text(ENTRY.replace("entry_step: load", "entry_step: lod")), FILE)
+    (issue,) = caught.value.issues
+    assert issue.field == "executor.spec.entry_step" and '"lod" names no step' in issue.message
+
+
+def test_executor_final_step_is_refused_saying_to_name_the_step_end() -> None:
+    text = playbook_text(ENTRY.replace("entry_step: load", "final_step: load"))
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(text, FILE)
+    (issue,) = caught.value.issues
+    assert issue.field == "executor.spec.final_step"
+    assert issue.message.startswith("NoETL form not run here: executor.spec.final_step")
+    assert "name that step `end`" in issue.message
+
+
+def test_executor_requires_tools_names_the_kinds_this_runtime_does_not_run() -> None:
+    text = playbook_text("executor:\n  requires: {tools: [http, snowflake]}\n"
+                         "workflow:\n  - step: start\n")
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(text, FILE)
+    (issue,) = caught.value.issues
+    assert issue.field == "executor.requires.tools" and '"snowflake"' in issue.message

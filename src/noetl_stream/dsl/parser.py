@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from noetl_stream import refs
-from noetl_stream.dsl import layering, scripts
+from noetl_stream.dsl import executor_block, layering, scripts
 from noetl_stream.dsl.implicit_end import route_leaves_to_end
 from noetl_stream.dsl.keychain import parse_keychain
 from noetl_stream.dsl.kinds import RUNNABLE_KINDS
@@ -79,6 +79,9 @@ class _Parser(StepParser):
         except ValidationError as exc:
             self.error(1, f"playbook does not fit the model: {exc}")
             return None
+        for fld, message in executor_block.problems(playbook.executor,
+                                                    {s.name for s in playbook.steps}, self.kinds):
+            self.error(line_of(doc, "executor"), message, None, fld)
         playbook = layering.apply(playbook)
         for step_name, line, fld, message in layering.problems(playbook):
             self.error(line if step_name else line_of(doc, "executor"), message, step_name, fld)
