@@ -193,3 +193,14 @@ async def test_unset_env_variable_fails_the_step_naming_entry_and_variable(
     assert final["error"]["step"] == "start"
     assert final["error"]["message"] == ('step "start" failed: keychain "envs": environment '
                                          'variable "KEYCHAIN_TEST_SECRET" is not set on this worker')
+
+
+async def test_noetl_keychain_spellings_static_map_bearer_access_token_and_credential_ref(
+        bus: Bus, services: None, noetl_home: Path) -> None:
+    await _store(bus, noetl_home, "api_token", "bearer", {"token": STORED_TOKEN})
+
+    final = await _run(bus, read_playbook("integration", "keychain_noetl_forms.yaml"))
+
+    assert final["status"] == "completed", final
+    assert final["result"] == {"region": "eu-west-1", "retries": 3, "header_ok": True,
+                               "stored_kind": "bearer"}

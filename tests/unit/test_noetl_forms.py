@@ -177,3 +177,31 @@ def test_executor_requires_tools_names_the_kinds_this_runtime_does_not_run() -> 
         parse_playbook(text, FILE)
     (issue,) = caught.value.issues
     assert issue.field == "executor.requires.tools" and '"snowflake"' in issue.message
+
+
+def test_keychain_type_map_and_ref_spellings_of_noetls_keychain() -> None:
+    body = ("keychain:\n  - {name: cfg, type: static, map: {region: eu, retries: 3}}\n"
+            "  - {name: pg, kind: credential_ref, ref: pg_local}\n"
+            "workflow:\n  - step: start\n")
+    cfg, pg = parse(body, strict=True).keychain
+    assert (cfg.kind, cfg.config) == ("static", {"region": "eu", "retries": 3})
+    assert (pg.kind, pg.config) == ("credential", {"credential": "pg_local"})
+
+
+@pytest.mark.parametrize("kind", ["secret_manager", "google_id_token", "google_oauth"])
+def test_noetl_keychain_kinds_not_run_here_are_refused_saying_what_to_write(kind: str) -> None:
+    text = playbook_text(f"keychain:\n  - {{name: s, kind: {kind}}}\nworkflow:\n  - step: start\n")
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(text, FILE)
+    (issue,) = caught.value.issues
+    assert issue.message.startswith(f'NoETL form not run here: keychain kind "{kind}"; instead, ')
+
+
+def test_keychain_entry_of_noetls_server_form_without_a_kind_says_what_to_write() -> None:
+    text = playbook_text("keychain:\n  - {name: t, credential: c, token_type: bearer}\n"
+                         "workflow:\n  - step: start\n")
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(text, FILE)
+    (issue,) = caught.value.issues
+    assert "server form without one" in issue.message
+    assert "write `kind: credential` with `credential: NAME`" in issue.message

@@ -20,8 +20,16 @@ from noetl_stream.dsl.source import line_of, plain, suggest
 KINDS = ("static", "bearer", "env", "credential", "oauth2")
 # Kinds spec 002 names in its example: the first resolves a stored credential, the second needs
 # an external secret manager, which this build does not reach.
-ALIASES = {"postgres_credential": "credential"}
-NOT_YET = frozenset({"secret_manager"})
+ALIASES = {"postgres_credential": "credential", "credential_ref": "credential"}
+# NoETL keychain kinds this runtime does not resolve -> what to write instead.
+NOT_RUN = {
+    "secret_manager": "store the secret as a credential (`noetl-stream credential set`) and "
+                      "declare it with `kind: credential`",
+    **dict.fromkeys(("google_id_token", "google_oauth", "google_service_account", "google"),
+                    "fetch the token with a `kind: oauth2` entry (token_url, client_id, "
+                    "client_secret), or store it as a bearer credential and declare it with "
+                    "`kind: credential`"),
+}
 COMMON_KEYS = frozenset({"name", "kind", "desc", "description"})
 CACHE_SCOPES = ("execution", "global")
 FIELDS: dict[str, frozenset[str]] = {
@@ -93,7 +101,7 @@ def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> K
                      if name is None else f"name {name!r} is not usable as keychain.<name>; use "
                      "letters, digits and _", None, f"{where}.name")
         ok = False
-    kind = item.get("kind")
+    kind = item.get("kind", item.get("type"))  # NoETL's keychain also reads `type`
     label = f'keychain entry "{name}"' if isinstance(name, str) else "keychain entry"
     if kind is not None and not isinstance(kind, str):
         report.error(line_of(item, "kind") or line, f"{label} kind must be a word "
@@ -101,20 +109,25 @@ def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> K
         return None
     kind = ALIASES.get(str(kind), kind)
     if kind is None:
-        report.error(line, f"{label} needs a kind ({', '.join(KINDS)})", None, f"{where}.kind")
+        report.error(line, f"{label} needs a kind ({', '.join(KINDS)}); NoETL's server form "
+                     "without one (`credential`, `token_type`, `provider`, `map`) is not run "
+                     "here: write `kind: credential` with `credential: NAME`", None,
+                     f"{where}.kind")
         return None
-    if kind in NOT_YET:
-        report.error(line_of(item, "kind") or line, f'keychain kind "{kind}" is not supported by '
-                     "this version of noetl-stream yet", None, f"{where}.kind")
+    if kind in NOT_RUN:
+        report.error(line_of(item, "kind") or line, f'NoETL form not run here: keychain kind '
+                     f'"{kind}"; instead, {NOT_RUN[kind]}', None, f"{where}.kind")
         return None
     if kind not in KINDS:
         report.error(line_of(item, "kind") or line, f'unknown keychain kind "{kind}"'
                      f"{suggest(str(kind), (*KINDS, *ALIASES))} (known: {', '.join(KINDS)})",
                      None, f"{where}.kind")
         return None
-    config = {k: plain(v) for k, v in item.items() if k not in COMMON_KEYS}
+    config = {k: plain(v) for k, v in item.items() if k not in COMMON_KEYS | {"type"}}
+    config = _noetl_spellings(kind, config)
     if kind != "static":
-        report.unknown_keys(item, COMMON_KEYS | FIELDS[kind], None, f"{where}.")
+        noetl_keys = {"type", "ref"} if kind == "credential" else {"type"}
+        report.unknown_keys(item, COMMON_KEYS | FIELDS[kind] | noetl_keys, None, f"{where}.")
         config = {k: v for k, v in config.items() if k in FIELDS[kind]}
     problems = _missing(kind, config)
     for fld, message in problems:
@@ -125,6 +138,17 @@ def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> K
     if kind == "credential" and "credential" not in config:
         config["credential"] = name  # spec 002's example names the credential by the entry
     return KeychainEntry(name=str(name), kind=str(kind), config=config, line=line)
+
+
+def _noetl_spellings(kind: str, config: dict[str, Any]) -> dict[str, Any]:
+    """NoETL's ways of writing two kinds: a `static` entry's fields under `map:`, and the
+    credential of a `credential_ref` entry as `ref:`.
+    """
+    if kind == "static" and set(config) == {"map"} and isinstance(config["map"], dict):
+        return dict(config["map"])
+    if kind == "credential" and "ref" in config and "credential" not in config:
+        return {**{k: v for k, v in config.items() if k != "ref"}, "credential": config["ref"]}
+    return config
 
 
 def _missing(kind: str, config: dict[str, Any]) -> list[tuple[str, str]]:
