@@ -77,3 +77,29 @@ def test_http_auth_gcp_adc_is_refused_saying_how_to_send_a_token() -> None:
     (error,) = errors_of(text)
     assert error[0] == "tool.auth.type" and 'http auth type "gcp_adc"' in error[2]
     assert "keychain" in error[2]
+
+
+@pytest.mark.parametrize("key", ["rhai", "when_rhai"])
+def test_case_forms_of_noetls_cli_are_refused_saying_what_to_write(key: str) -> None:
+    text = playbook_text("workflow:\n  - step: start\n    tool: {kind: noop}\n    case:\n"
+                         f"      - {{{key}: x, when: 'true', then: {{next: [{{step: b}}]}}}}\n"
+                         "  - step: b\n")
+    errors = errors_of(text)
+    form, instead = noetl_refused.FIELDS[("case", key)]
+    assert ("case[0]." + key, 9, f'NoETL form not run here: "{key}" ({form}); instead, '
+                                 f"{instead}") in errors
+
+
+@pytest.mark.parametrize("entry", ["{when: '{{ true }}', then: [{step: b}]}", "{next: [{step: b}]}"])
+def test_legacy_conditional_next_entries_of_noetls_cli_are_refused(entry: str) -> None:
+    text = playbook_text(f"workflow:\n  - step: start\n    next: [{entry}]\n  - step: b\n")
+    (error,) = errors_of(text)
+    assert error[0] == "next.arcs[0]" and error[2].startswith("NoETL form not run here: ")
+    assert "`{step: NAME, when: ...}`" in error[2]
+
+
+def test_http_auth_provider_form_of_noetls_cli_is_refused() -> None:
+    text = playbook_text("workflow:\n  - step: start\n    tool:\n      kind: http\n"
+                         "      url: http://x\n      auth: {provider: adc, scopes: [a]}\n")
+    (error,) = errors_of(text)
+    assert error[0] == "tool.auth.type" and "`auth: {provider, scopes}`" in error[2]

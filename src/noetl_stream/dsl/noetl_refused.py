@@ -9,11 +9,17 @@ lists every form NoETL accepts and what becomes of it. Pure.
 from __future__ import annotations
 
 # (where, key) -> (the NoETL form, what to write instead). `where` is "playbook" (top level),
-# "arc" (an entry of next.arcs), "frame" (loop.spec.frame), or "tool:<kind>" / "tool:*".
+# "case" (an entry of a step's `case:`), or "tool:<kind>" / "tool:*" (a task's fields).
 FIELDS: dict[tuple[str, str], tuple[str, str]] = {
     ("playbook", "vars"): (
         "NoETL's top-level `vars:` (its server reads the map and no engine uses it)",
         "put the values under `workload:`, or under the first step's `vars:`"),
+    ("case", "rhai"): (
+        "a Rhai condition of NoETL's CLI runtime",
+        "write the condition as a Jinja `when: \"{{ ... }}\"`"),
+    ("case", "when_rhai"): (
+        "a Rhai condition of NoETL's CLI runtime",
+        "write the condition as a Jinja `when: \"{{ ... }}\"`"),
     ("tool:*", "eval"): (
         "NoETL's `tool.eval` list (its server checks it; no engine runs it)",
         "write each entry as a rule under the task's `spec.policy.rules`: `{when: <expr>, then: "
@@ -175,6 +181,9 @@ HTTP_AUTH_TYPES = {
 
 def http_auth_message(auth: object) -> str | None:
     """The refusal of an http task's inline `auth:` type, or None."""
+    if isinstance(auth, dict) and "type" not in auth and ("provider" in auth or "source" in auth):
+        return ("NoETL form not run here: http `auth: {provider, scopes}` (NoETL's CLI runtime's "
+                "cloud sign-in); instead, " + HTTP_AUTH_TYPES["gcp_adc"])
     kind = auth.get("type") if isinstance(auth, dict) else None
     instead = HTTP_AUTH_TYPES.get(kind) if isinstance(kind, str) else None
     if instead is None:

@@ -67,6 +67,11 @@ class ArcParser(ParserBase):
         line = line_of(seq, index)
         if isinstance(item, str):
             return Arc(step=item, line=line)
+        if isinstance(item, dict) and "step" not in item and ("then" in item or "next" in item):
+            self.error(line, "NoETL form not run here: a `next` entry `{when, then: [...]}` or "
+                       "`{next: [...]}` (NoETL's CLI runtime's older conditional); instead, write "
+                       "one target per step: `{step: NAME, when: ...}`", step, f"next.arcs[{index}]")
+            return None
         if not isinstance(item, dict) or "step" not in item:
             self.error(line, "an arc needs `step:`", step, f"next.arcs[{index}]")
             return None
