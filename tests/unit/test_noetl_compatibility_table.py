@@ -24,7 +24,8 @@ class Row:
     cells: dict[str, str]
 
     def __str__(self) -> str:
-        return f"docs/noetl-compatibility.md:{self.line}: {self.cells['form']}"
+        first = next(iter(self.cells.values()))
+        return f"docs/noetl-compatibility.md:{self.line}: {first}"
 
 
 def _cells(line: str) -> list[str]:

@@ -103,3 +103,18 @@ def test_http_auth_provider_form_of_noetls_cli_is_refused() -> None:
                          "      url: http://x\n      auth: {provider: adc, scopes: [a]}\n")
     (error,) = errors_of(text)
     assert error[0] == "tool.auth.type" and "`auth: {provider, scopes}`" in error[2]
+
+
+def test_the_token_template_function_of_noetls_python_engine_is_refused() -> None:
+    text = playbook_text("workflow:\n  - step: start\n    tool:\n      kind: http\n"
+                         "      url: http://x\n"
+                         "      headers: {Authorization: \"Bearer {{ token('gcp') }}\"}\n")
+    (error,) = errors_of(text)
+    assert error[2].startswith("NoETL form not run here: template function token(...)")
+    assert "keychain.<name>.access_token" in error[2]
+
+
+def test_a_workload_value_named_token_is_still_read() -> None:
+    text = playbook_text("workflow:\n  - step: start\n    tool:\n      kind: http\n"
+                         "      url: http://x\n      headers: {Authorization: \"Bearer {{ token }}\"}\n")
+    assert parse_playbook(text, FILE, strict=True).playbook.steps[0].name == "start"

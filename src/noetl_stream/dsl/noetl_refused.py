@@ -189,3 +189,15 @@ def http_auth_message(auth: object) -> str | None:
     if instead is None:
         return None
     return f'NoETL form not run here: http auth type "{kind}"; instead, {instead}'
+
+
+# Functions NoETL's Python engine adds to templates and this runtime does not -> instead.
+TEMPLATE_GLOBALS = {
+    "token": "declare the token in `keychain:` (kind `oauth2`, or `credential` for a stored "
+             "token) and read `{{ keychain.<name>.access_token }}`",
+}
+
+
+def template_global_message(name: str) -> str:
+    return (f"NoETL form not run here: template function {name}(...) (NoETL's Python engine); "
+            f"instead, {TEMPLATE_GLOBALS[name]}")

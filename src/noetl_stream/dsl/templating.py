@@ -399,6 +399,19 @@ def parse_template(text: str) -> nodes.Template:
 
 
 @lru_cache(maxsize=4096)
+def called_names(text: str) -> frozenset[str]:
+    """The bare names a template calls as functions (`token` in `{{ token('x') }}`); none for
+    text that does not parse.
+    """
+    try:
+        tree = parse_template(text)
+    except TemplateSyntaxError:
+        return frozenset()
+    return frozenset(call.node.name for call in tree.find_all(nodes.Call)
+                     if isinstance(call.node, nodes.Name))
+
+
+@lru_cache(maxsize=4096)
 def _names_in(text: str) -> frozenset[str]:
     try:
         ast = parse_template(text)

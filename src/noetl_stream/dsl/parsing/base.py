@@ -72,6 +72,8 @@ class ParserBase:
             if problem:
                 shown = text if len(text) <= 120 else text[:117] + "..."
                 self.error(line, f"template {shown!r} does not parse: {problem}{hint}", step, fld)
+            for name in sorted(templating.called_names(text) & noetl_refused.TEMPLATE_GLOBALS.keys()):
+                self.error(line, noetl_refused.template_global_message(name), step, fld)
 
     def report_for(self, step: str | None) -> Report:
         """The `report` callback the dialect compilers take: errors recorded against `step`."""
