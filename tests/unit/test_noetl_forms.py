@@ -216,3 +216,39 @@ def test_step_server_url_worker_id_and_command_id_are_no_template_globals_here()
     assert [render_string("{{ " + name + " }}", bare)
             for name in ("step", "server_url", "worker_id", "command_id")] == [None] * 4
     assert render_string("{{ step }}", named) == "from-workload"
+
+
+ROUTED = """workflow:
+  - step: start
+    spec: {next_mode: MODE}
+    next: [{step: small, when: "{{ result.n < 10 }}"}, {step: other}]
+  - step: small
+  - step: other
+"""
+
+
+@pytest.mark.parametrize(("mode", "fired"), [("exclusive", ["start", "small"]),
+                                             ("inclusive", ["start", "small", "other"])])
+def test_router_follows_the_step_next_mode_over_a_list_of_targets(mode: str,
+                                                                   fired: list[str]) -> None:
+    from noetl_stream.testing import Reply, RouterHarness
+
+    harness = RouterHarness(parse(ROUTED.replace("MODE", mode)))
+    harness.run(lambda c: Reply(result={"n": 4}))
+    assert harness.fired_steps() == fired and harness.state.status == "completed"
+
+
+@pytest.mark.parametrize("on_no_match", ["complete", "quiet"])
+def test_router_no_matching_arc_ends_the_branch_and_the_execution_completes(
+        on_no_match: str) -> None:
+    from noetl_stream.testing import Reply, RouterHarness
+
+    harness = RouterHarness(parse(f"""workflow:
+  - step: start
+    next:
+      spec: {{mode: exclusive, on_no_match: {on_no_match}}}
+      arcs: [{{step: b, when: "{{{{ result.n > 10 }}}}"}}]
+  - step: b
+"""))
+    harness.run(lambda c: Reply(result={"n": 4}))
+    assert harness.fired_steps() == ["start"] and harness.state.status == "completed"
