@@ -46,7 +46,12 @@ async def test_a_mapping_body_under_any_of_noetls_names_is_sent_as_json(
      "Basic " + base64.b64encode(b"u:p").decode()),
     ({"type": "api_key", "token": "k-1", "header": "X-Key"}, "X-Key", "k-1"),
     ({"type": "api_key", "token": "k-2"}, "X-API-Key", "k-2"),
-], ids=["bearer-token", "basic", "api_key-token-header", "api_key-default-header"])
+    ({"type": "api_key", "key": "X-Token", "value": "k-3"}, "X-Token", "k-3"),
+    ({"type": "basic", "user": "u", "password": "p"}, "Authorization",
+     "Basic " + base64.b64encode(b"u:p").decode()),
+    ({"type": "header", "X-Tenant": "acme"}, "X-Tenant", "acme"),
+], ids=["bearer-token", "basic", "api_key-token-header", "api_key-default-header",
+        "api_key-key-value", "basic-user", "header"])
 async def test_inline_auth_of_noetls_auth_config_presents_the_header(
         http_tool: HttpTool, http_service: HttpService, auth: dict[str, str], header: str,
         value: str) -> None:
