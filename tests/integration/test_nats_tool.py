@@ -226,3 +226,23 @@ async def test_js_publish_headers_travel_with_the_message_beside_the_idempotency
 
     assert got["headers"]["X-Tenant"] == "acme" and got["headers"]["X-Try"] == "2"
     assert got["headers"]["Nats-Msg-Id"] == "e1.s.1:None:t:1"
+
+
+async def test_auth_credential_with_noetls_nats_prefixed_fields_reaches_its_server(
+        tmp_path: Path) -> None:
+    async with run_nats_server(tmp_path / "other") as other:
+        direct = await nats.connect(other.url)
+        try:
+            await direct.jetstream().create_key_value(bucket="remote")
+            creds = Credentials({"nats_e2e": Credential("nats_e2e", "generic",
+                                                        {"nats_url": other.url})})
+            tool = NatsTool(ToolServices(credentials=creds))
+
+            put = await tool.run(call(operation="kv_put", bucket="remote", key="k", value="v",
+                                      auth="nats_e2e"))
+            entry = await (await direct.jetstream().key_value("remote")).get("k")
+        finally:
+            await direct.close()
+
+    assert put.ok, put.error
+    assert entry.value == b"v"

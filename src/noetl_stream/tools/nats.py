@@ -163,6 +163,19 @@ OPERATIONS: dict[str, Operation] = {
 }
 
 
+# NoETL's keychain rows name a NATS connection's fields with a `nats_` prefix.
+_PREFIXED = {"nats_url": "url", "nats_user": "user", "nats_username": "user",
+             "nats_password": "password", "nats_token": "token"}
+
+
+def _connection_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A credential's connection fields under their plain names (`nats_url` -> `url`); a plain
+    name given too wins.
+    """
+    prefixed = {plain: data[name] for name, plain in _PREFIXED.items() if data.get(name)}
+    return {**prefixed, **{k: v for k, v in data.items() if v}}
+
+
 def _alias(auth: Any) -> str | None:
     if auth is None or auth == "":
         return None
@@ -219,11 +232,12 @@ class NatsTool:
                                                                  execution_id=call.execution_id)
         except NoetlStreamError as exc:
             return Outcome.failure(str(exc), "auth")
-        url = credential.data.get("url")
+        data = _connection_fields(credential.data)
+        url = data.get("url")
         if not url:
             return Outcome.failure(f'nats auth "{alias}": the credential has no url', "config")
-        options: dict[str, Any] = {k: credential.data[k] for k in ("user", "password", "token")
-                                   if credential.data.get(k)}
+        options: dict[str, Any] = {k: data[k] for k in ("user", "password", "token")
+                                   if data.get(k)}
         try:
             # nats-py retries the first connect forever at 0 attempts; 1 means one retry.
             nc = await nats.connect(str(url), connect_timeout=CONNECT_TIMEOUT_S,
