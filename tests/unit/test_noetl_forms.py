@@ -252,3 +252,14 @@ def test_router_no_matching_arc_ends_the_branch_and_the_execution_completes(
 """))
     harness.run(lambda c: Reply(result={"n": 4}))
     assert harness.fired_steps() == ["start"] and harness.state.status == "completed"
+
+
+def test_retry_on_error_kinds_status_list_and_number_backoff_of_noetls_playbooks() -> None:
+    body = ("workflow:\n  - step: start\n    tool:\n      kind: http\n      url: http://x\n"
+            "      retry: {max_attempts: 2, retry_on: [timeout, connection_error],"
+            " retry_on_status: [503], backoff: 5}\n")
+    (rule,) = parse(body, strict=True).steps[0].tasks[0].rules
+    assert rule.do == "retry" and rule.attempts == 2
+    assert (rule.backoff, rule.delay) == ("fixed", 5.0)
+    assert rule.when == ("{{ not success and ((error.kind if error else none) in "
+                         "['connection', 'connection_error', 'timeout'] or status_code in [503]) }}")
