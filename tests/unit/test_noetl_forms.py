@@ -263,3 +263,11 @@ def test_retry_on_error_kinds_status_list_and_number_backoff_of_noetls_playbooks
     assert (rule.backoff, rule.delay) == ("fixed", 5.0)
     assert rule.when == ("{{ not success and ((error.kind if error else none) in "
                          "['connection', 'connection_error', 'timeout'] or status_code in [503]) }}")
+
+
+@pytest.mark.parametrize("kind, auth", [("duckdb", ""), ("postgres", "\n      auth: pg")])
+def test_commands_as_text_or_a_list_is_the_command(kind: str, auth: str) -> None:
+    as_text = task_config(kind, f"commands: 'SELECT 1; SELECT 2'{auth}")
+    as_list = task_config(kind, f"commands: ['CREATE TABLE t (a int)', 'SELECT * FROM t;']{auth}")
+    assert as_text["command"] == "SELECT 1; SELECT 2" and "commands" not in as_text
+    assert as_list["command"] == "CREATE TABLE t (a int);\nSELECT * FROM t;"

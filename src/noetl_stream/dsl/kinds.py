@@ -35,7 +35,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
 # spelling -> the field it stands for. The parser rewrites them, so tools only see the field.
 FIELD_ALIASES: dict[str, str] = {"credential": "auth", "timeout_seconds": "timeout",
                                  "connection_string": "connection", "db_conn_string": "connection",
-                                 "db": "db_path", "database": "db_path"}
+                                 "db": "db_path", "database": "db_path", "commands": "command"}
 
 
 def field_aliases(kind: str) -> dict[str, str]:

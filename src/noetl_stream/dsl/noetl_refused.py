@@ -93,12 +93,6 @@ FIELDS: dict[tuple[str, str], tuple[str, str]] = {
     ("tool:nats", "ack"): (
         "a field of NoETL's `js_consume`",
         "read messages with `operation: js_get_msg`, which acknowledges nothing"),
-    ("tool:duckdb", "commands"): (
-        "NoETL's list of duckdb statements",
-        "write the statements in one `command:`, each ending in `;`"),
-    ("tool:postgres", "commands"): (
-        "a list of statements",
-        "write the statements in one `command:`, each ending in `;`"),
     ("tool:duckdb", "credentials"): (
         "credentials NoETL's Python duckdb tool turns into DuckDB secrets",
         "attach PostgreSQL credentials with `auth:`; read cloud storage from a python task"),

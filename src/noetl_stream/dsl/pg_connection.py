@@ -1,4 +1,5 @@
-"""NoETL's flat postgres connection fields as one `connection:` mapping.
+"""NoETL's flat postgres connection fields as one `connection:` mapping, and its `commands:`
+list of statements as one script.
 
 NoETL's tools take the connection of a `postgres` task as separate fields: `host`, `port`,
 `user`, `password`, `database` (its Rust tool) or `db_host`, `db_port`, `db_user`,
@@ -42,3 +43,13 @@ def fold(config: dict[str, Any], report: Report) -> dict[str, Any]:
         settings[setting] = config[name]
     out["connection"] = settings
     return out
+
+
+def joined_statements(statements: list[Any]) -> str:
+    """NoETL's `commands:` list as one script: each statement ends in `;`, one per line."""
+    out = []
+    for statement in statements:
+        text = str(statement).strip()
+        if text:
+            out.append(text if text.endswith(";") else text + ";")
+    return "\n".join(out)

@@ -142,6 +142,8 @@ class TaskParser(ParserBase):
         if kind == "postgres":
             config = pg_connection.fold(config, lambda fld, message: self.error(
                 line_of(body, fld) or line, message, step, f"tool.{fld}"))
+        if isinstance(config.get("command"), list):  # NoETL's `commands:` list of statements
+            config["command"] = pg_connection.joined_statements(config["command"])
         # Older spellings count under the field's name: `credential` beside `connection` is
         # shadowed like `auth` is.
         spelled = {k: v for k, v in body.items() if k not in field_aliases(kind)} | config
