@@ -271,3 +271,10 @@ def test_commands_as_text_or_a_list_is_the_command(kind: str, auth: str) -> None
     as_list = task_config(kind, f"commands: ['CREATE TABLE t (a int)', 'SELECT * FROM t;']{auth}")
     assert as_text["command"] == "SELECT 1; SELECT 2" and "commands" not in as_text
     assert as_list["command"] == "CREATE TABLE t (a int);\nSELECT * FROM t;"
+
+
+def test_playbook_timeout_is_the_tasks_timeout_bounding_the_wait_for_the_child() -> None:
+    body = ("workflow:\n  - step: start\n    tool:\n      kind: playbook\n"
+            "      path: ./child.yaml\n      timeout: 90\n")
+    (task,) = parse(body, strict=True).steps[0].tasks
+    assert task.spec["timeout"] == 90 and "timeout" not in task.config

@@ -19,7 +19,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "noop": frozenset({"result", "message"}),
     "workbook": frozenset({"name"}),
     "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id",
-                           "return_step"}),
+                           "return_step", "timeout"}),
     "postgres": frozenset({"command", "command_b64", "query", "params", "auth", "connection",
                            "as_objects", "timeout", "script", *CONNECTION_FIELDS, "schema"}),
     "duckdb": frozenset({"command", "command_b64", "query", "params", "auth", "db_path",

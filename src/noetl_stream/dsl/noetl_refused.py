@@ -105,9 +105,6 @@ FIELDS: dict[tuple[str, str], tuple[str, str]] = {
     ("tool:playbook", "parent_execution_id"): (
         "NoETL's override of a child's parent execution",
         "remove it: a child's parent is always the execution that starts it"),
-    ("tool:playbook", "timeout"): (
-        "how long NoETL's playbook tool waits for the child",
-        "give the task or its step `spec.timeout`, which bounds the wait for the child here"),
     ("tool:playbook", "poll_interval"): (
         "how often NoETL's playbook tool polls the child's status",
         "remove it: the parent hears of the child's end as an event, without polling"),

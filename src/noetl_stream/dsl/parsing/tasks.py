@@ -108,6 +108,9 @@ class TaskParser(ParserBase):
         self.check_config_templates(kind, config, body, line, step)
         self.check_templates(inputs, line, step, "tool.input")
         spec_plain = {k: v for k, v in plain(spec).items() if k != "policy"} if isinstance(spec, dict) else {}
+        if kind == "playbook" and "timeout" in config:
+            # NoETL's playbook tool waits `timeout` seconds for the child: here the task's timeout.
+            spec_plain.setdefault("timeout", config.pop("timeout"))
         clause, poll = self.parse_retry_poll(body, step, "tool.", line)
         return Task(name=name, kind=kind, config=config, input=inputs, rules=(*clause, *rules),
                     has_policy=has_policy, set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals,
