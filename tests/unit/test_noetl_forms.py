@@ -278,3 +278,10 @@ def test_playbook_timeout_is_the_tasks_timeout_bounding_the_wait_for_the_child()
             "      path: ./child.yaml\n      timeout: 90\n")
     (task,) = parse(body, strict=True).steps[0].tasks
     assert task.spec["timeout"] == 90 and "timeout" not in task.config
+
+
+def test_else_with_then_beside_it_is_the_else_rule() -> None:
+    body = ("workflow:\n  - step: start\n    tool:\n      kind: noop\n      spec:\n"
+            "        policy:\n          rules:\n            - else:\n              then: {do: fail}\n")
+    (rule,) = parse(body, strict=True).steps[0].tasks[0].rules
+    assert rule.when is None and rule.do == "fail"

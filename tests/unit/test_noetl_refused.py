@@ -118,3 +118,13 @@ def test_a_workload_value_named_token_is_still_read() -> None:
     text = playbook_text("workflow:\n  - step: start\n    tool:\n      kind: http\n"
                          "      url: http://x\n      headers: {Authorization: \"Bearer {{ token }}\"}\n")
     assert parse_playbook(text, FILE, strict=True).playbook.steps[0].name == "start"
+
+
+def test_tool_fields_under_the_tasks_spec_are_refused_saying_to_move_them_beside_kind() -> None:
+    text = playbook_text("workflow:\n  - step: start\n    tool:\n      kind: http\n      spec:\n"
+                         "        url: http://x\n        method: GET\n        timeout: 5\n")
+    errors = errors_of(text)
+    assert ("tool.spec.url", 10, "NoETL form not run here: `url` under the task's `spec:` (no NoETL "
+            "engine reads tool fields there); instead, write `url:` beside `kind:`") in errors
+    assert [e[0] for e in errors if e[0] and e[0].startswith("tool.spec.")] == \
+        ["tool.spec.method", "tool.spec.url"]

@@ -92,7 +92,9 @@ class ParserBase:
 
     def split_rule(self, entry: Any, seq: Any, index: int, step: str | None,
                    fld: str) -> tuple[str | None, dict[str, Any] | None, int | None]:
-        """Return (when, then, line) for `{when, then}`, `{else: {then}}` or `{else: {...}}`."""
+        """Return (when, then, line) for `{when, then}`, `{else: {then}}`, `{else: {...}}` or
+        `{else: null, then}`.
+        """
         line = line_of(seq, index)
         if not isinstance(entry, dict):
             self.error(line, "a rule is a mapping with `when` and `then`", step, f"{fld}.rules")
@@ -100,6 +102,8 @@ class ParserBase:
         if "else" in entry:
             body = entry["else"]
             then = body.get("then", body) if isinstance(body, dict) else None
+            if body is None:  # `- else:` with `then:` beside it, as some NoETL examples indent it
+                then = entry.get("then")
             if not isinstance(then, dict):
                 self.error(line, "`else` needs a `then` mapping", step, f"{fld}.rules[{index}]")
                 return None, None, line

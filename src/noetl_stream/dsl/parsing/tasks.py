@@ -104,6 +104,7 @@ class TaskParser(ParserBase):
                                                                f"tool.{name}.set"))
         set_ctx.update(self.mapping(body, "set_ctx", step, f"tool.{name}.set_ctx"))
         set_iter.update(self.mapping(body, "set_iter", step, f"tool.{name}.set_iter"))
+        self.check_spec_fields(kind, spec, line, step)
         self.check_required(kind, body, config, line, step)
         self.check_config_templates(kind, config, body, line, step)
         self.check_templates(inputs, line, step, "tool.input")
@@ -188,6 +189,20 @@ class TaskParser(ParserBase):
         rules = [rule for index, entry in enumerate(raw_rules)
                  if (rule := self.parse_rule(entry, raw_rules, index, step)) is not None]
         return rules, True
+
+    def check_spec_fields(self, kind: str, spec: Any, line: int | None, step: str) -> None:
+        """Tool fields written under `spec:` (the "v10" layout of some NoETL examples): NoETL's
+        engines read them beside `kind:` and so does this runtime; under `spec:` they would do
+        nothing.
+        """
+        if not isinstance(spec, dict):
+            return
+        misplaced = sorted(k for k in spec if k != "timeout" and (
+            k in KIND_FIELDS.get(kind, ()) or k in ("input", "args")))
+        for key in misplaced:
+            self.error(line_of(spec, key) or line, f"NoETL form not run here: `{key}` under the "
+                       f"task's `spec:` (no NoETL engine reads tool fields there); instead, write "
+                       f"`{key}:` beside `kind:`", step, f"tool.spec.{key}")
 
     def check_required(self, kind: str, body: dict[str, Any], config: dict[str, Any],
                        line: int | None, step: str) -> None:
