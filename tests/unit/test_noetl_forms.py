@@ -188,7 +188,7 @@ def test_keychain_type_map_and_ref_spellings_of_noetls_keychain() -> None:
     assert (pg.kind, pg.config) == ("credential", {"credential": "pg_local"})
 
 
-@pytest.mark.parametrize("kind", ["secret_manager", "google_id_token", "google_oauth"])
+@pytest.mark.parametrize("kind", ["secret_manager", "secrets", "google_id_token", "google_oauth"])
 def test_noetl_keychain_kinds_not_run_here_are_refused_saying_what_to_write(kind: str) -> None:
     text = playbook_text(f"keychain:\n  - {{name: s, kind: {kind}}}\nworkflow:\n  - step: start\n")
     with pytest.raises(PlaybookError) as caught:
@@ -285,3 +285,12 @@ def test_else_with_then_beside_it_is_the_else_rule() -> None:
             "        policy:\n          rules:\n            - else:\n              then: {do: fail}\n")
     (rule,) = parse(body, strict=True).steps[0].tasks[0].rules
     assert rule.when is None and rule.do == "fail"
+
+
+def test_keychain_credential_scope_is_its_cache_and_auto_renew_is_accepted() -> None:
+    body = ("keychain:\n  - {name: pg, kind: credential, credential: pg_local, scope: global,"
+            " auto_renew: true}\n  - {name: api, kind: bearer, token: t, auto_renew: true}\n"
+            "workflow:\n  - step: start\n")
+    pg, api = parse(body, strict=True).keychain
+    assert pg.config == {"credential": "pg_local", "cache": "global"}
+    assert api.config == {"token": "t"}

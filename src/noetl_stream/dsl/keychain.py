@@ -23,8 +23,9 @@ KINDS = ("static", "bearer", "env", "credential", "oauth2")
 ALIASES = {"postgres_credential": "credential", "credential_ref": "credential"}
 # NoETL keychain kinds this runtime does not resolve -> what to write instead.
 NOT_RUN = {
-    "secret_manager": "store the secret as a credential (`noetl-stream credential set`) and "
-                      "declare it with `kind: credential`",
+    **dict.fromkeys(("secret_manager", "secrets"),
+                    "store the secret as a credential (`noetl-stream credential set`) and "
+                    "declare it with `kind: credential`"),
     **dict.fromkeys(("google_id_token", "google_oauth", "google_service_account", "google"),
                     "fetch the token with a `kind: oauth2` entry (token_url, client_id, "
                     "client_secret), or store it as a bearer credential and declare it with "
@@ -126,7 +127,8 @@ def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> K
     config = {k: plain(v) for k, v in item.items() if k not in COMMON_KEYS | {"type"}}
     config = _noetl_spellings(kind, config)
     if kind != "static":
-        noetl_keys = {"type", "ref"} if kind == "credential" else {"type"}
+        noetl_keys = {"type", "ref", "scope", "auto_renew"} if kind == "credential" \
+            else {"type", "auto_renew"}
         report.unknown_keys(item, COMMON_KEYS | FIELDS[kind] | noetl_keys, None, f"{where}.")
         config = {k: v for k, v in config.items() if k in FIELDS[kind]}
     problems = _missing(kind, config)
@@ -141,11 +143,16 @@ def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> K
 
 
 def _noetl_spellings(kind: str, config: dict[str, Any]) -> dict[str, Any]:
-    """NoETL's ways of writing two kinds: a `static` entry's fields under `map:`, and the
-    credential of a `credential_ref` entry as `ref:`.
+    """NoETL's ways of writing entries: a `static` entry's fields under `map:`, a credential's
+    cache as `scope:` and its name as `ref:` (`credential_ref`); `auto_renew` is dropped (tokens
+    are fetched again when they expire).
     """
     if kind == "static" and set(config) == {"map"} and isinstance(config["map"], dict):
         return dict(config["map"])
+    config = {k: v for k, v in config.items() if k != "auto_renew"}  # tokens renew here anyway
+    if kind == "credential" and config.get("scope") in CACHE_SCOPES and "cache" not in config:
+        # NoETL's server keychain: `scope: global | execution` is how long a value is cached.
+        config = {**{k: v for k, v in config.items() if k != "scope"}, "cache": config["scope"]}
     if kind == "credential" and "ref" in config and "credential" not in config:
         return {**{k: v for k, v in config.items() if k != "ref"}, "credential": config["ref"]}
     return config
