@@ -294,3 +294,32 @@ def test_keychain_credential_scope_is_its_cache_and_auto_renew_is_accepted() -> 
     pg, api = parse(body, strict=True).keychain
     assert pg.config == {"credential": "pg_local", "cache": "global"}
     assert api.config == {"token": "t"}
+
+
+OAUTH2_PY = """keychain:
+  - name: tok
+    kind: oauth2
+    scope: global
+    endpoint: "{{ workload.api }}/oauth2/token"
+    method: POST
+    headers: {Content-Type: application/x-www-form-urlencoded}
+    data: {grant_type: client_credentials, client_id: app, client_secret: "{{ workload.s }}"DATA}
+workflow:
+  - step: start
+"""
+
+
+def test_keychain_oauth2_of_noetls_python_form_is_a_client_credentials_entry() -> None:
+    (entry,) = parse(OAUTH2_PY.replace("DATA", ", scope: read"), strict=True).keychain
+    assert entry.config == {"token_url": "{{ workload.api }}/oauth2/token", "auth_method": "post",
+                            "client_id": "app", "client_secret": "{{ workload.s }}",
+                            "scope": "read", "cache": "global"}
+
+
+def test_keychain_oauth2_python_form_with_other_data_is_refused_saying_what_to_write() -> None:
+    text = playbook_text(OAUTH2_PY.replace("DATA", ", username: u"))
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(text, FILE)
+    (issue,) = caught.value.issues
+    assert issue.field == "keychain[0].endpoint"
+    assert "NoETL form not run here: an oauth2 entry that POSTs any `data`" in issue.message
