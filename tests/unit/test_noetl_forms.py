@@ -323,3 +323,18 @@ def test_keychain_oauth2_python_form_with_other_data_is_refused_saying_what_to_w
     (issue,) = caught.value.issues
     assert issue.field == "keychain[0].endpoint"
     assert "NoETL form not run here: an oauth2 entry that POSTs any `data`" in issue.message
+
+
+def test_retry_backoff_seconds_is_the_first_wait() -> None:
+    body = ("workflow:\n  - step: start\n    tool:\n      kind: http\n      url: http://x\n"
+            "      retry: {max_attempts: 3, backoff_seconds: 2}\n")
+    (rule,) = parse(body, strict=True).steps[0].tasks[0].rules
+    assert (rule.backoff, rule.delay) == ("fixed", 2.0)
+
+
+def test_postgres_pool_sizing_is_a_warning_that_it_has_no_effect() -> None:
+    body = ("workflow:\n  - step: start\n    tool:\n      kind: postgres\n      auth: pg\n"
+            "      pool: {max_size: 4}\n      command: SELECT 1\n")
+    result = parse_playbook(playbook_text(body), FILE, strict=False)
+    (warning,) = [str(w) for w in result.warnings]
+    assert 'field "tool.pool"' in warning and "NoETL's postgres `pool:` sizing" in warning

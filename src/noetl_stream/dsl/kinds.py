@@ -21,7 +21,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id",
                            "return_step", "timeout"}),
     "postgres": frozenset({"command", "command_b64", "query", "params", "auth", "connection",
-                           "as_objects", "timeout", "script", *CONNECTION_FIELDS, "schema"}),
+                           "as_objects", "timeout", "script", *CONNECTION_FIELDS, "schema", "pool"}),
     "duckdb": frozenset({"command", "command_b64", "query", "params", "auth", "db_path",
                          "as_objects", "timeout", "script"}),
     "shell": frozenset({"command", "cwd", "env", "timeout"}),

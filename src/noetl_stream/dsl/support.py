@@ -33,6 +33,8 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "function": "calling an installed module's function instead of `code:`",
     },
     "postgres": {
+        "pool": "NoETL's postgres `pool:` sizing (each worker here keeps one pool per connection "
+                "target, of up to 10 connections)",
         "schema": "NoETL's postgres `schema:` (NoETL's tool does not read it either; set "
                   "`search_path` in the SQL)",
     },

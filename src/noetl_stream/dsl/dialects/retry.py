@@ -29,7 +29,8 @@ from noetl_stream.dsl.templating import enclosed_expression
 
 RETRY_KEYS = frozenset({"max_attempts", "attempts", "initial_delay", "delay", "backoff_multiplier",
                         "backoff", "max_delay", "max_delay_seconds", "jitter", "retry_when",
-                        "stop_when", "scope", "on", "retry_on", "retry_on_status"})
+                        "stop_when", "scope", "on", "retry_on", "retry_on_status",
+                        "backoff_seconds"})
 BACKOFF_KEYS = frozenset({"type", "delay_seconds", "delay", "initial_delay", "multiplier",
                           "backoff_multiplier", "max_delay_seconds", "max_delay", "jitter"})
 BACKOFF_TYPES = ("exponential", "linear", "fixed", "none")
@@ -119,7 +120,7 @@ def _backoff(raw: dict[str, Any], field: str) -> dict[str, Any]:
     if kind not in BACKOFF_TYPES:
         raise _Invalid(f"{field}.backoff.type", f'backoff type "{kind}" is not one of '
                        "exponential, linear, fixed")
-    delay = pick("delay_seconds", "initial_delay", "delay")
+    delay = pick("delay_seconds", "initial_delay", "delay", "backoff_seconds")
     max_delay = pick("max_delay_seconds", "max_delay")
     jitter = pick("jitter")
     if jitter is not None and not isinstance(jitter, bool):
