@@ -338,3 +338,11 @@ def test_postgres_pool_sizing_is_a_warning_that_it_has_no_effect() -> None:
     result = parse_playbook(playbook_text(body), FILE, strict=False)
     (warning,) = [str(w) for w in result.warnings]
     assert 'field "tool.pool"' in warning and "NoETL's postgres `pool:` sizing" in warning
+
+
+def test_a_workbook_entrys_sink_is_reported_as_having_no_effect() -> None:
+    body = ("workbook:\n  - name: w\n    tool: {kind: noop}\n    sink: {table: t}\n"
+            "workflow:\n  - step: start\n    tool: {kind: workbook, name: w}\n")
+    result = parse_playbook(playbook_text(body), FILE, strict=False)
+    (warning,) = [str(w) for w in result.warnings]
+    assert 'field "workbook[0].sink"' in warning and "put the sink on the step" in warning

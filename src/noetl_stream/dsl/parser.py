@@ -134,8 +134,20 @@ class _Parser(StepParser):
             if not isinstance(entry, dict) or not entry.get("name"):
                 self.error(line, "each workbook entry needs a name", None, f"workbook[{index}]")
                 continue
+            if "tool" in entry:
+                self.check_workbook_entry(entry, index, line)
             book[str(entry["name"])] = (entry, line)
         return book
+
+    def check_workbook_entry(self, entry: dict[str, Any], index: int, line: int | None) -> None:
+        """The keys beside an entry's `tool:`; NoETL's `sink:` there is read by no engine."""
+        if "sink" in entry:
+            self.not_supported(line_of(entry, "sink") or line, "a workbook entry's `sink:` "
+                               "(NoETL's server reads it; no NoETL engine runs it) has no effect: "
+                               "put the sink on the step that calls the task", None,
+                               f"workbook[{index}].sink")
+        self.unknown_keys({k: v for k, v in entry.items() if k != "sink"},
+                          {"name", "tool", "desc", "description"}, None, f"workbook[{index}].")
 
 
 def parse_playbook(text: str, file: str = "<string>", *, kinds: Collection[str] = RUNNABLE_KINDS,
