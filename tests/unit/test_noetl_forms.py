@@ -346,3 +346,31 @@ def test_a_workbook_entrys_sink_is_reported_as_having_no_effect() -> None:
     result = parse_playbook(playbook_text(body), FILE, strict=False)
     (warning,) = [str(w) for w in result.warnings]
     assert 'field "workbook[0].sink"' in warning and "put the sink on the step" in warning
+
+
+CLI_CASE = """workflow:
+  - step: start
+    tool: {kind: noop}
+    case:
+      - when: "{{ result.go }}"
+        then: [{step: b}]ELSE
+  - step: b
+  - step: c
+"""
+
+
+@pytest.mark.parametrize(("go", "fired"), [("true", ["start", "b"]), ("false", ["start"])])
+async def test_a_case_then_list_of_steps_of_noetls_cli_goes_to_those_steps(
+        go: str, fired: list[str]) -> None:
+    from test_router_spec001 import drive
+
+    harness, _, state = await drive(CLI_CASE.replace("ELSE", "").replace("result.go", go))
+    assert harness.fired_steps() == fired and state.status == "completed"
+
+
+def test_else_inside_a_case_entry_of_noetls_cli_is_refused_saying_to_write_its_own_entry() -> None:
+    text = playbook_text(CLI_CASE.replace("ELSE", "\n        else: [{step: c}]"))
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(text, FILE)
+    (issue,) = caught.value.issues
+    assert issue.field == "case[0].else" and "its own last entry" in issue.message
