@@ -374,3 +374,33 @@ def test_else_inside_a_case_entry_of_noetls_cli_is_refused_saying_to_write_its_o
         parse_playbook(text, FILE)
     (issue,) = caught.value.issues
     assert issue.field == "case[0].else" and "its own last entry" in issue.message
+
+
+BARE = """workflow:
+  - step: start
+    next: {arcs: [{step: big, when: "result.n > 5"}, {step: other}]}
+  - step: big
+  - step: other
+    when: "workload.go"
+"""
+
+
+@pytest.mark.parametrize(("n", "go", "statuses"), [
+    (9, True, {"big": "completed", "other": "skipped"}),
+    (1, True, {"big": "skipped", "other": "completed"}),
+    (1, False, {"big": "skipped", "other": "skipped"})])
+def test_guards_written_without_braces_are_expressions(n: int, go: bool,
+                                                       statuses: dict[str, str]) -> None:
+    from noetl_stream.testing import Reply, RouterHarness
+
+    harness = RouterHarness(parse(BARE, strict=True), workload={"go": go})
+    harness.run(lambda c: Reply(result={"n": n}))
+    assert {k: v.status for k, v in harness.state.steps.items() if k != "start"} == statuses
+
+
+def test_a_guard_without_braces_that_does_not_parse_is_an_error_naming_the_field() -> None:
+    text = playbook_text(BARE.replace("result.n > 5", "result.n >"))
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(text, FILE)
+    (issue,) = caught.value.issues
+    assert issue.field == "next.arcs[0]" and "does not parse" in issue.message

@@ -372,7 +372,11 @@ def evaluate_guard(when: str | None, context: Mapping[str, Any], *, step: str | 
     if when is None:
         return True
     if not has_template(when):
-        return truthy(when)
+        # A guard written without braces is one expression (`when: "workload.go"`), as NoETL's
+        # engines read it; empty text is false.
+        if not when.strip():
+            return False
+        when = "{{ " + when + " }}"
     return truthy(render_string(when, context, step=step, field=field))
 
 

@@ -82,7 +82,8 @@ class ArcParser(ParserBase):
         set_ctx, _, set_locals = split_set(self.mapping(item, "set", step, f"{fld}.set"))
         set_ctx.update(set_locals)  # an arc writes only ctx; unscoped keys are ctx keys
         when = item.get("when")
-        self.check_templates([when, args, set_ctx], line, step, f"next.arcs[{index}]")
+        self.check_guard(when, line, step, f"next.arcs[{index}]")
+        self.check_templates([args, set_ctx], line, step, f"next.arcs[{index}]")
         return Arc(step=str(item["step"]), when=None if when is None else str(when), args=args,
                    set_ctx=set_ctx, line=line)
 

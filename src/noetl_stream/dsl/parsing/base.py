@@ -75,6 +75,12 @@ class ParserBase:
             for name in sorted(templating.called_names(text) & noetl_refused.TEMPLATE_GLOBALS.keys()):
                 self.error(line, noetl_refused.template_global_message(name), step, fld)
 
+    def check_guard(self, when: Any, line: int | None, step: str | None, fld: str) -> None:
+        """A `when` guard: a template, or an expression written without braces."""
+        if isinstance(when, str) and when.strip() and not templating.has_template(when):
+            when = "{{ " + when + " }}"
+        self.check_templates(when, line, step, fld)
+
     def report_for(self, step: str | None) -> Report:
         """The `report` callback the dialect compilers take: errors recorded against `step`."""
         def report(line: int | None, message: str, fld: str) -> None:
