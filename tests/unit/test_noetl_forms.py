@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from unit_helpers import FILE, parse, playbook_text
 
@@ -404,3 +406,32 @@ def test_a_guard_without_braces_that_does_not_parse_is_an_error_naming_the_field
         parse_playbook(text, FILE)
     (issue,) = caught.value.issues
     assert issue.field == "next.arcs[0]" and "does not parse" in issue.message
+
+
+@pytest.mark.parametrize(("items", "iterations"), [
+    ("'a, b,c'", ["a", "b", "c"]),
+    ("'[1, 2]'", [1, 2]),
+    ("3", [0, 1, 2]),
+])
+def test_loop_in_text_and_a_number_iterate_as_in_noetls_server(items: str,
+                                                               iterations: list[Any]) -> None:
+    from test_router_loops import loop_playbook, to_plain
+
+    from noetl_stream.testing import RouterHarness
+
+    harness = RouterHarness(loop_playbook("sequential", items=items))
+    harness.run()
+    assert [to_plain(c["context"]["iter"]["item"]) for c in harness.commands_for("each")] == \
+        iterations
+
+
+def test_loop_in_that_gives_null_fails_the_step_saying_how_to_mean_no_items() -> None:
+    from test_router_loops import loop_playbook
+
+    from noetl_stream.testing import RouterHarness
+
+    harness = RouterHarness(loop_playbook("sequential", items="null"))
+    harness.run()
+    assert harness.state.status == "failed" and harness.state.error is not None
+    assert "loop.in gave null" in harness.state.error["message"]
+    assert "`| default([])`" in harness.state.error["message"]
