@@ -56,3 +56,12 @@ def test_minijinja_globals_and_tests_that_jinja_shares_render_alike() -> None:
     assert render_string("{{ [4 is even, 3 is odd, 9 is divisibleby(3), rows is iterable,"
                          " 1 is in(rows), row.id is integer, 1.5 is float, true is boolean] }}",
                          CONTEXT) == [True, True, True, True, False, True, True, True]
+
+
+def test_the_filters_noetls_engines_register_that_jinja_has_too_render_alike() -> None:
+    assert render_string("{{ row | items | list }}", CONTEXT) == [("id", 7), ("tags", "a,b,c"),
+                                                                  ("note", "one\ntwo")]
+    assert render_string("{{ [row.id | string, ' A b ' | trim | upper, 'Ab' | lower,"
+                         " 'a-b' | replace('-', '+'), rows | join(','), rows | first,"
+                         " rows | last, row.tags | length, row | tojson | fromjson | length] }}",
+                         CONTEXT) == ["7", "A B", "ab", "a+b", "10,20", 10, 20, 5, 3]
