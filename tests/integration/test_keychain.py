@@ -57,7 +57,8 @@ async def tokens() -> AsyncIterator[TokenService]:
         form = dict(await request.post())
         service.forms.append({k: str(v) for k, v in form.items()})
         basic = base64.b64encode(f"{CLIENT_ID}:{CLIENT_SECRET}".encode()).decode()
-        if request.headers.get("Authorization") != f"Basic {basic}":
+        in_body = form.get("client_id") == CLIENT_ID and form.get("client_secret") == CLIENT_SECRET
+        if request.headers.get("Authorization") != f"Basic {basic}" and not in_body:
             return web.json_response({"error": "invalid_client"}, status=401)
         service.issued.append(f"access-{len(service.issued) + 1}-f00dfeed")
         return web.json_response({"access_token": service.current, "token_type": "Bearer",
@@ -193,3 +194,27 @@ async def test_unset_env_variable_fails_the_step_naming_entry_and_variable(
     assert final["error"]["step"] == "start"
     assert final["error"]["message"] == ('step "start" failed: keychain "envs": environment '
                                          'variable "KEYCHAIN_TEST_SECRET" is not set on this worker')
+
+
+async def test_noetl_keychain_spellings_static_map_bearer_access_token_and_credential_ref(
+        bus: Bus, services: None, noetl_home: Path) -> None:
+    await _store(bus, noetl_home, "api_token", "bearer", {"token": STORED_TOKEN})
+
+    final = await _run(bus, read_playbook("integration", "keychain_noetl_forms.yaml"))
+
+    assert final["status"] == "completed", final
+    assert final["result"] == {"region": "eu-west-1", "retries": 3, "header_ok": True,
+                               "stored_kind": "bearer"}
+
+
+async def test_oauth2_in_noetls_python_form_posts_its_client_and_authorizes_the_request(
+        bus: Bus, services: None, tokens: TokenService) -> None:
+    playbook = read_playbook("integration", "keychain_oauth_noetl_form.yaml", url=tokens.url,
+                             client_id=CLIENT_ID, client_secret=CLIENT_SECRET)
+
+    final = await _run(bus, playbook)
+
+    assert final["status"] == "completed", final
+    assert final["steps"]["start"]["result"]["authorized"] is True
+    assert tokens.forms == [{"grant_type": "client_credentials", "scope": "read",
+                             "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET}]

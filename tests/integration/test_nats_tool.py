@@ -206,3 +206,43 @@ async def test_auth_to_an_unreachable_server_is_a_retryable_connection_error() -
     assert outcome.error is not None
     assert outcome.error["kind"] == "connection" and outcome.error["retryable"] is True
     assert url not in outcome.error["message"]
+
+
+async def test_kv_keys_pattern_is_noetls_name_for_the_key_filter(tool: NatsTool) -> None:
+    ok(await tool.run(call(operation="kv_put", bucket="cfg", key="limits.max", value="1")))
+    ok(await tool.run(call(operation="kv_put", bucket="cfg", key="other", value="2")))
+
+    keys = ok(await tool.run(call(operation="kv_keys", bucket="cfg", pattern="limits.*")))
+
+    assert keys == {"bucket": "cfg", "keys": ["limits.max"]}
+
+
+async def test_js_publish_headers_travel_with_the_message_beside_the_idempotency_key(
+        tool: NatsTool) -> None:
+    ok(await tool.run(call({"idempotent": True}, operation="js_publish", subject="orders.new",
+                           data="x", headers={"X-Tenant": "acme", "X-Try": 2})))
+
+    got = ok(await tool.run(call(operation="js_get_msg", stream="ORDERS", seq=1)))
+
+    assert got["headers"]["X-Tenant"] == "acme" and got["headers"]["X-Try"] == "2"
+    assert got["headers"]["Nats-Msg-Id"] == "e1.s.1:None:t:1"
+
+
+async def test_auth_credential_with_noetls_nats_prefixed_fields_reaches_its_server(
+        tmp_path: Path) -> None:
+    async with run_nats_server(tmp_path / "other") as other:
+        direct = await nats.connect(other.url)
+        try:
+            await direct.jetstream().create_key_value(bucket="remote")
+            creds = Credentials({"nats_e2e": Credential("nats_e2e", "generic",
+                                                        {"nats_url": other.url})})
+            tool = NatsTool(ToolServices(credentials=creds))
+
+            put = await tool.run(call(operation="kv_put", bucket="remote", key="k", value="v",
+                                      auth="nats_e2e"))
+            entry = await (await direct.jetstream().key_value("remote")).get("k")
+        finally:
+            await direct.close()
+
+    assert put.ok, put.error
+    assert entry.value == b"v"

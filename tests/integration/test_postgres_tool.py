@@ -341,3 +341,12 @@ async def test_policy_rule_reads_the_sqlstate_and_routes_the_failure(pg_dsn: str
 async def test_embedded_server_refuses_a_wrong_password_over_tcp(postgres_server: PostgresServer) -> None:
     with pytest.raises(asyncpg.InvalidPasswordError):
         await asyncpg.connect(f"postgresql://postgres:wrong@127.0.0.1:{postgres_server.port}/postgres")
+
+
+async def test_insert_returning_gives_the_returned_rows(pg_tool: PostgresTool, pg_dsn: str) -> None:
+    await pg_tool.run(call(connection=pg_dsn, command="CREATE TABLE r (id serial, name text)"))
+
+    outcome = await pg_tool.run(call(connection=pg_dsn, command="INSERT INTO r (name) VALUES "
+                                     "('a'), ('b') RETURNING id"))
+
+    assert outcome.result == {"columns": ["id"], "rows": [{"id": 1}, {"id": 2}], "row_count": 2}

@@ -91,8 +91,8 @@ def test_noetl_kind_this_build_does_not_run_says_so_rather_than_suggesting_a_typ
           - step: start
             tool: {{kind: {kind}, command: "select 1"}}
     """)
-    assert message == (f'test.yaml:7: step "start" field "tool.kind": tool kind "{kind}" is not '
-                       "available in this version of noetl-stream yet")
+    assert message.startswith(f'test.yaml:7: step "start" field "tool.kind": NoETL form not run '
+                              f'here: tool kind "{kind}"; instead, ')
 
 
 def test_playbook_task_without_path_names_the_field() -> None:

@@ -128,8 +128,9 @@ def test_keychain_must_be_a_list_and_secret_manager_is_not_built() -> None:
     assert errors_of("keychain: {a: 1}\n") == [
         'test.yaml:5: field "keychain": keychain must be a list of {name, kind, ...}']
     assert errors_of("keychain:\n  - {name: s, kind: secret_manager}\n") == [
-        'test.yaml:6: field "keychain[0].kind": keychain kind "secret_manager" is not supported '
-        "by this version of noetl-stream yet"]
+        'test.yaml:6: field "keychain[0].kind": NoETL form not run here: keychain kind '
+        '"secret_manager"; instead, store the secret as a credential (`noetl-stream credential '
+        "set`) and declare it with `kind: credential`"]
 
 
 def test_unknown_field_of_a_kind_is_a_warning_with_a_suggestion() -> None:

@@ -132,7 +132,8 @@ workflow:
         parse_playbook(text, FILE)
     assert [str(i) for i in info.value.issues] == [
         f'test.yaml:10: step "start" field "tool.start_task.spec.timeout": timeout must be a positive '
-        f"number of seconds, got {value} (set by this task's spec or one around it: step, loop, "
+        f"number of seconds or a duration (30s, 5m, 1h), got {value} (set by this task's spec or "
+        "one around it: step, loop, "
         "executor)"]
 
 

@@ -93,9 +93,10 @@ def test_playbook_task_reads_noetl_fields_and_warns_on_those_without_effect() ->
               poll_interval: 2
     """), "p.yaml")
 
-    config = parsed.playbook.step("start").tasks[0].config
-    assert config == {"path": "catalog/child", "payload": {"n": 1}, "return_result": True,
-                      "result_step": "compute", "timeout": 30, "poll_interval": 2}
+    task = parsed.playbook.step("start").tasks[0]
+    assert task.config == {"path": "catalog/child", "payload": {"n": 1}, "return_result": True,
+                           "result_step": "compute", "poll_interval": 2}
+    assert task.spec["timeout"] == 30  # the task's timeout: the child is waited for that long
     assert [w.field for w in parsed.warnings] == ["tool.poll_interval"]
 
 

@@ -310,3 +310,36 @@ async def test_poll_rounds_are_retried_on_failure(waits: list[float], run_step: 
     assert result.ok
     assert [c.idempotency_key.split(":", 2)[2] for c in tool.calls] == [
         "start_task:1", "start_task:1:p2", "start_task:2:p2"]
+
+
+def failing_with(kinds: list[str]) -> Callable[[TaskCall, int], Outcome]:
+    """Fails with the error kinds in order, then succeeds."""
+    def reply(call: TaskCall, n: int) -> Outcome:
+        if n <= len(kinds):
+            return Outcome.failure(f"{kinds[n - 1]} failure", kinds[n - 1])
+        return Outcome.success({"n": n})
+    return reply
+
+
+async def test_retry_on_retries_only_the_listed_error_kinds_in_either_spelling(
+        waits: list[float], run_step: RunStep) -> None:
+    listed = Scripted("http", failing_with(["timeout", "connection"]))
+    other = Scripted("http", failing_with(["auth"]))
+    clause = "{max_attempts: 3, retry_on: [timeout, connection_error], backoff: 2}"
+
+    retried = await run_step(HTTP_STEP % clause, listed)
+    refused = await run_step(HTTP_STEP % clause, other)
+
+    assert retried.ok and retried.result == {"n": 3} and len(listed.calls) == 3
+    assert not refused.ok and len(other.calls) == 1
+    assert waits == [2.0, 2.0]
+
+
+async def test_retry_on_status_retries_only_the_listed_statuses(
+        waits: list[float], run_step: RunStep) -> None:
+    busy = Scripted("http", flaky(1, status=503))
+    missing = Scripted("http", flaky(1, status=404))
+    clause = "{max_attempts: 2, retry_on_status: [429, 503]}"
+
+    assert (await run_step(HTTP_STEP % clause, busy)).ok and len(busy.calls) == 2
+    assert not (await run_step(HTTP_STEP % clause, missing)).ok and len(missing.calls) == 1

@@ -111,7 +111,7 @@ def test_router_loop_over_a_mapping_iterates_its_items() -> None:
 
 
 def test_router_loop_over_a_non_list_fails_the_step() -> None:
-    harness = RouterHarness(loop_playbook("sequential", items="5"))
+    harness = RouterHarness(loop_playbook("sequential", items="true"))
     harness.run()
     assert harness.state.status == "failed"
     assert harness.state.error is not None

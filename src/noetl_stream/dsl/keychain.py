@@ -20,8 +20,17 @@ from noetl_stream.dsl.source import line_of, plain, suggest
 KINDS = ("static", "bearer", "env", "credential", "oauth2")
 # Kinds spec 002 names in its example: the first resolves a stored credential, the second needs
 # an external secret manager, which this build does not reach.
-ALIASES = {"postgres_credential": "credential"}
-NOT_YET = frozenset({"secret_manager"})
+ALIASES = {"postgres_credential": "credential", "credential_ref": "credential"}
+# NoETL keychain kinds this runtime does not resolve -> what to write instead.
+NOT_RUN = {
+    **dict.fromkeys(("secret_manager", "secrets"),
+                    "store the secret as a credential (`noetl-stream credential set`) and "
+                    "declare it with `kind: credential`"),
+    **dict.fromkeys(("google_id_token", "google_oauth", "google_service_account", "google"),
+                    "fetch the token with a `kind: oauth2` entry (token_url, client_id, "
+                    "client_secret), or store it as a bearer credential and declare it with "
+                    "`kind: credential`"),
+}
 COMMON_KEYS = frozenset({"name", "kind", "desc", "description"})
 CACHE_SCOPES = ("execution", "global")
 FIELDS: dict[str, frozenset[str]] = {
@@ -93,7 +102,7 @@ def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> K
                      if name is None else f"name {name!r} is not usable as keychain.<name>; use "
                      "letters, digits and _", None, f"{where}.name")
         ok = False
-    kind = item.get("kind")
+    kind = item.get("kind", item.get("type"))  # NoETL's keychain also reads `type`
     label = f'keychain entry "{name}"' if isinstance(name, str) else "keychain entry"
     if kind is not None and not isinstance(kind, str):
         report.error(line_of(item, "kind") or line, f"{label} kind must be a word "
@@ -101,20 +110,30 @@ def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> K
         return None
     kind = ALIASES.get(str(kind), kind)
     if kind is None:
-        report.error(line, f"{label} needs a kind ({', '.join(KINDS)})", None, f"{where}.kind")
+        report.error(line, f"{label} needs a kind ({', '.join(KINDS)}); NoETL's server form "
+                     "without one (`credential`, `token_type`, `provider`, `map`) is not run "
+                     "here: write `kind: credential` with `credential: NAME`", None,
+                     f"{where}.kind")
         return None
-    if kind in NOT_YET:
-        report.error(line_of(item, "kind") or line, f'keychain kind "{kind}" is not supported by '
-                     "this version of noetl-stream yet", None, f"{where}.kind")
+    if kind in NOT_RUN:
+        report.error(line_of(item, "kind") or line, f'NoETL form not run here: keychain kind '
+                     f'"{kind}"; instead, {NOT_RUN[kind]}', None, f"{where}.kind")
         return None
     if kind not in KINDS:
         report.error(line_of(item, "kind") or line, f'unknown keychain kind "{kind}"'
                      f"{suggest(str(kind), (*KINDS, *ALIASES))} (known: {', '.join(KINDS)})",
                      None, f"{where}.kind")
         return None
-    config = {k: plain(v) for k, v in item.items() if k not in COMMON_KEYS}
+    config = {k: plain(v) for k, v in item.items() if k not in COMMON_KEYS | {"type"}}
+    translated = _noetl_spellings(kind, config)
+    if isinstance(translated, str):
+        report.error(line_of(item, "endpoint") or line, f"{label}: {translated}", None,
+                     f"{where}.endpoint")
+        return None
+    config = translated
     if kind != "static":
-        report.unknown_keys(item, COMMON_KEYS | FIELDS[kind], None, f"{where}.")
+        report.unknown_keys(item, COMMON_KEYS | FIELDS[kind] | _noetl_keys(kind, item), None,
+                            f"{where}.")
         config = {k: v for k, v in config.items() if k in FIELDS[kind]}
     problems = _missing(kind, config)
     for fld, message in problems:
@@ -125,6 +144,60 @@ def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> K
     if kind == "credential" and "credential" not in config:
         config["credential"] = name  # spec 002's example names the credential by the entry
     return KeychainEntry(name=str(name), kind=str(kind), config=config, line=line)
+
+
+def _noetl_keys(kind: str, item: dict[str, Any]) -> set[str]:
+    """The keys of NoETL's spellings of `kind`, which `_noetl_spellings` reads."""
+    keys = {"type", "auto_renew"}
+    if kind == "credential":
+        keys |= {"ref", "scope"}
+    if kind == "oauth2" and "endpoint" in item:
+        keys |= {"endpoint", "method", "headers", "data"}
+    return keys
+
+
+def _noetl_spellings(kind: str, config: dict[str, Any]) -> dict[str, Any] | str:
+    """NoETL's ways of writing entries: a `static` entry's fields under `map:`, a credential's
+    cache as `scope:` and its name as `ref:` (`credential_ref`); `auto_renew` is dropped (tokens
+    are fetched again when they expire), and its Python engine's oauth2 form (`_noetl_oauth2`);
+    a str says why a form cannot be read.
+    """
+    if kind == "static" and set(config) == {"map"} and isinstance(config["map"], dict):
+        return dict(config["map"])
+    config = {k: v for k, v in config.items() if k != "auto_renew"}  # tokens renew here anyway
+    if kind == "oauth2" and "endpoint" in config and "token_url" not in config:
+        return _noetl_oauth2(config)
+    if kind == "credential" and config.get("scope") in CACHE_SCOPES and "cache" not in config:
+        # NoETL's server keychain: `scope: global | execution` is how long a value is cached.
+        config = {**{k: v for k, v in config.items() if k != "scope"}, "cache": config["scope"]}
+    if kind == "credential" and "ref" in config and "credential" not in config:
+        return {**{k: v for k, v in config.items() if k != "ref"}, "credential": config["ref"]}
+    return config
+
+
+_OAUTH2_FORM = frozenset({"grant_type", "client_id", "client_secret", "scope", "audience"})
+_FORM_TYPE = "application/x-www-form-urlencoded"
+
+
+def _noetl_oauth2(config: dict[str, Any]) -> dict[str, Any] | str:
+    """NoETL's Python keychain form of oauth2 (POST `data` to `endpoint`) as this runtime's
+    client-credentials entry, or why it cannot be. Its entry-level `scope` is a cache scope.
+    """
+    data = config.get("data") or {}
+    headers = {str(k).lower(): v for k, v in (config.get("headers") or {}).items()}
+    method = str(config.get("method") or "POST").upper()
+    if not isinstance(data, dict) or not set(data) <= _OAUTH2_FORM or method != "POST" or \
+            data.get("grant_type", "client_credentials") != "client_credentials" or \
+            set(headers) - {"content-type"} or headers.get("content-type", _FORM_TYPE) != _FORM_TYPE:
+        return ("NoETL form not run here: an oauth2 entry that POSTs any `data`, `method` or "
+                "`headers` to `endpoint` (NoETL's Python keychain); instead, write `token_url`, "
+                "`client_id`, `client_secret` (and `scope`, `audience`) for a client-credentials "
+                "token, or fetch the token with an http step")
+    out = {"token_url": config["endpoint"], "auth_method": "post",
+           **{k: v for k, v in data.items() if k != "grant_type"}}
+    if config.get("scope") in CACHE_SCOPES:
+        out["cache"] = config["scope"]
+    return out
 
 
 def _missing(kind: str, config: dict[str, Any]) -> list[tuple[str, str]]:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+# NoETL's flat postgres connection fields (its Rust tool's names, then its Python tool's), which
+# the parser folds into one `connection:` mapping (dsl/pg_connection.py).
+CONNECTION_FIELDS = ("host", "port", "user", "password", "database",
+                     "db_host", "db_port", "db_user", "db_password", "db_name")
+
 COMMON_TASK_KEYS = frozenset({"name", "kind", "spec", "set", "input", "args", "desc", "description",
                               "output", "outcome", "set_ctx", "set_iter", "meta", "assert",
                               "retry", "poll"})
@@ -11,26 +16,27 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "http": frozenset({"method", "url", "endpoint", "params", "headers", "json", "body", "data",
                        "payload", "timeout", "auth", "follow_redirects", "verify_ssl", "verify",
                        "response_type", "form"}),
-    "noop": frozenset(),
+    "noop": frozenset({"result", "message"}),
     "workbook": frozenset({"name"}),
     "playbook": frozenset({"path", "version", "args", "async", "catalog_id", "playbook_id",
                            "return_step", "payload", "return_result", "result_step",
-                           "timeout", "poll_interval", "parent_execution_id"}),
+                           "timeout", "poll_interval"}),
     "postgres": frozenset({"command", "command_b64", "query", "params", "auth", "connection",
-                           "as_objects", "timeout", "script"}),
+                           "as_objects", "timeout", "script", *CONNECTION_FIELDS, "schema", "pool"}),
     "duckdb": frozenset({"command", "command_b64", "query", "params", "auth", "db_path",
                          "as_objects", "timeout", "script"}),
     "shell": frozenset({"command", "cmds", "cmd", "shell", "cwd", "env", "timeout", "capture"}),
     "secrets": frozenset({"name", "provider"}),
     "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "stream", "seq",
-                       "auth"}),
+                       "auth", "pattern", "headers"}),
     "transfer": frozenset({"source", "target", "mode", "chunk_size", "timeout"}),
 }
 
-# Older spellings of a field that NoETL still accepts: old name -> the field it stands for. The
-# parser rewrites them, so tools only ever see the new name. `timeout_seconds` is the name NoETL's
-# Rust tools give a task's timeout (http, shell, python, ...).
-FIELD_ALIASES: dict[str, str] = {"credential": "auth", "timeout_seconds": "timeout"}
+# Other spellings of a field that NoETL accepts (older ones, its Rust tools' and its CLI's):
+# spelling -> the field it stands for. The parser rewrites them, so tools only see the field.
+FIELD_ALIASES: dict[str, str] = {"credential": "auth", "timeout_seconds": "timeout",
+                                 "connection_string": "connection", "db_conn_string": "connection",
+                                 "db": "db_path", "database": "db_path", "commands": "command"}
 
 
 def field_aliases(kind: str) -> dict[str, str]:

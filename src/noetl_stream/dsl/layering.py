@@ -12,6 +12,7 @@ After `apply`, `Task.spec` is the effective spec; the worker and the tools read 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,11 +60,27 @@ def kind_default(kind: str, key: str) -> Any:
 
 def effective_spec(task: Task, step: Step, executor: Mapping[str, Any]) -> dict[str, Any]:
     loop_spec = step.loop.spec if step.loop is not None else {}
-    return merge(KIND_DEFAULTS.get(task.kind, {}),
+    spec = merge(KIND_DEFAULTS.get(task.kind, {}),
                  layer_of(executor.get("spec")),
                  layer_of(step.spec),
                  layer_of(loop_spec, SCOPED_KEYS | LOOP_OWN_KEYS),
                  layer_of(task.spec))
+    seconds = duration_s(spec.get("timeout"))
+    if seconds is not None:
+        spec["timeout"] = seconds
+    return spec
+
+
+_DURATION = re.compile(r"^\s*(?P<n>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h|d)\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_s(value: Any) -> float | None:
+    """A duration written as NoETL's step specs write it (`30s`, `5m`, `1h`, `500ms`, `1d`) in
+    seconds; None for anything else (numbers are seconds already).
+    """
+    match = _DURATION.match(value) if isinstance(value, str) else None
+    return float(match["n"]) * _UNIT_S[match["unit"]] if match else None
 
 
 def apply(playbook: Playbook) -> Playbook:
@@ -84,12 +101,14 @@ def _layered(task: Task, step: Step, executor: Mapping[str, Any]) -> Task:
 
 
 def timeout_s(spec: Mapping[str, Any]) -> float | None:
-    """`spec.timeout` as seconds, or None when absent or not a number (http also takes a mapping
-    of phases there, which its tool reads itself).
+    """`spec.timeout` as seconds (a number, or a duration: `30s`), or None when absent or neither
+    (http also takes a mapping of phases there, which its tool reads itself).
     """
     value = spec.get("timeout")
     if isinstance(value, bool):
         return None
+    if (seconds := duration_s(value)) is not None:
+        return seconds
     try:
         return float(value) if value is not None else None
     except (TypeError, ValueError):
@@ -110,6 +129,7 @@ def problems(playbook: Playbook) -> list[tuple[str | None, int | None, str, str]
             seconds = timeout_s(task.spec)
             if seconds is None or seconds <= 0:
                 out.append((step.name, task.line, f"tool.{task.name}.spec.timeout",
-                            f"timeout must be a positive number of seconds, got {value!r} "
+                            "timeout must be a positive number of seconds or a duration "
+                            f"(30s, 5m, 1h), got {value!r} "
                             "(set by this task's spec or one around it: step, loop, executor)"))
     return out

@@ -25,7 +25,7 @@ CURSOR_KEYS = frozenset({"kind", "claim", "auth", "connection", "options"})
 # about; `process: frame` would change what the tasks see, so it is refused.
 FRAME_KEYS = frozenset({"max_rows", "max_seconds", "max_bytes", "lease_seconds",
                         "heartbeat_seconds", "row_concurrency", "process", "retry_mode",
-                        "max_attempts"})
+                        "max_attempts", "verify_ipc"})
 MODES = ("sequential", "parallel", "cursor")
 
 

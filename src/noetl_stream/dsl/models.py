@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from noetl_stream.dsl import executor_block
 from noetl_stream.dsl.keychain import KeychainEntry
 
 Template = Any  # a value that may hold "{{ ... }}" strings at any depth
@@ -284,6 +285,11 @@ class Playbook(_Frozen):
 
     @property
     def start_step(self) -> Step:
+        """`executor.spec.entry_step` when given (NoETL's runtimes), else `start`, else the first."""
+        entry = executor_block.entry_step(self.executor)
+        for s in self.steps:
+            if s.name == entry:
+                return s
         for s in self.steps:
             if s.name == "start":
                 return s

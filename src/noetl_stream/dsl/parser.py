@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from noetl_stream import refs
-from noetl_stream.dsl import checks, layering, scripts, subscription
+from noetl_stream.dsl import checks, executor_block, layering, scripts, subscription
 from noetl_stream.dsl.implicit_end import route_leaves_to_end
 from noetl_stream.dsl.keychain import parse_keychain
 from noetl_stream.dsl.kinds import RUNNABLE_KINDS
@@ -46,7 +46,7 @@ class _Parser(StepParser):
         if not isinstance(doc, dict):
             self.error(1, "a playbook is a YAML mapping with apiVersion, kind, metadata, workflow")
             return None
-        self.unknown_keys(doc, TOP_KEYS, None, "")
+        self.unknown_keys(doc, TOP_KEYS, None, "", where="playbook")
         api, kind, meta = self.parse_header(doc)
         workload = doc.get("workload") or {}
         if not isinstance(workload, dict):
@@ -79,6 +79,9 @@ class _Parser(StepParser):
         except ValidationError as exc:
             self.error(1, f"playbook does not fit the model: {exc}")
             return None
+        for fld, message in executor_block.problems(playbook.executor,
+                                                    {s.name for s in playbook.steps}, self.kinds):
+            self.error(line_of(doc, "executor"), message, None, fld)
         playbook = layering.apply(playbook)
         for step_name, line, fld, message in layering.problems(playbook):
             self.error(line if step_name else line_of(doc, "executor"), message, step_name, fld)
@@ -132,8 +135,20 @@ class _Parser(StepParser):
             if not isinstance(entry, dict) or not entry.get("name"):
                 self.error(line, "each workbook entry needs a name", None, f"workbook[{index}]")
                 continue
+            if "tool" in entry:
+                self.check_workbook_entry(entry, index, line)
             book[str(entry["name"])] = (entry, line)
         return book
+
+    def check_workbook_entry(self, entry: dict[str, Any], index: int, line: int | None) -> None:
+        """The keys beside an entry's `tool:`; NoETL's `sink:` there is read by no engine."""
+        if "sink" in entry:
+            self.not_supported(line_of(entry, "sink") or line, "a workbook entry's `sink:` "
+                               "(NoETL's server reads it; no NoETL engine runs it) has no effect: "
+                               "put the sink on the step that calls the task", None,
+                               f"workbook[{index}].sink")
+        self.unknown_keys({k: v for k, v in entry.items() if k != "sink"},
+                          {"name", "tool", "desc", "description"}, None, f"workbook[{index}].")
 
 
 def parse_playbook(text: str, file: str = "<string>", *, kinds: Collection[str] = RUNNABLE_KINDS,

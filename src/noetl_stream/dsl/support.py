@@ -35,11 +35,16 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     "shell": {
         "capture": "NoETL's `capture:` switch (output is always captured into the result)",
     },
+    "postgres": {
+        "pool": "NoETL's postgres `pool:` sizing (each worker here keeps one pool per connection "
+                "target, of up to 10 connections)",
+        "schema": "NoETL's postgres `schema:` (NoETL's tool does not read it either; set "
+                  "`search_path` in the SQL)",
+    },
     "playbook": {
         "catalog_id": "starting a child by NoETL catalog id; name it by `path:`",
         "playbook_id": "starting a child by catalog content key; name it by `path:`",
         "poll_interval": "polling a child's status (a child's end is followed on its events)",
-        "parent_execution_id": "naming another parent (the calling execution is the parent)",
     },
 }
 
@@ -63,14 +68,16 @@ NATS_OPERATION_FIELDS: dict[str, frozenset[str]] = {
     "kv_get": frozenset({"bucket", "key"}),
     "kv_put": frozenset({"bucket", "key", "value"}),
     "kv_delete": frozenset({"bucket", "key"}),
-    "kv_keys": frozenset({"bucket", "key"}),
+    "kv_keys": frozenset({"bucket", "key", "pattern"}),
     "object_put": frozenset({"bucket", "key", "value", "data"}),
     "object_get": frozenset({"bucket", "key"}),
-    "js_publish": frozenset({"subject", "data", "value", "stream"}),
+    "js_publish": frozenset({"subject", "data", "value", "stream", "headers"}),
     "js_get_msg": frozenset({"stream", "seq", "subject"}),
 }
-_NATS_DATA_FIELDS = frozenset({"bucket", "key", "value", "subject", "data", "stream", "seq"})
+_NATS_DATA_FIELDS = frozenset({"bucket", "key", "value", "subject", "data", "stream", "seq",
+                               "pattern", "headers"})
 _NATS_SHADOWED = {"object_put": ("value", "data"), "js_publish": ("data", "value"),
+                  "kv_keys": ("key", "pattern"),
                   "js_get_msg": ("seq", "subject")}
 
 
@@ -117,3 +124,20 @@ def _nats_shadowed(body: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:
     operation = _nats_operation(body)
     group = _NATS_SHADOWED.get(operation or "")
     return (group,) if group else ()
+
+
+# NoETL's nats tool has these operations too; this runtime does not run them.
+NOETL_NATS_OPERATIONS = ("kv_purge", "object_delete", "object_list", "object_info", "js_consume",
+                         "js_stream_info")
+
+
+def nats_operation_problem(body: Mapping[str, Any]) -> str | None:
+    """Why a `nats` task's literal `operation` cannot run here, or None."""
+    operation = body.get("operation")
+    if not isinstance(operation, str) or has_template(operation) or \
+            operation in NATS_OPERATION_FIELDS:
+        return None
+    ours = ", ".join(NATS_OPERATION_FIELDS)
+    if operation in NOETL_NATS_OPERATIONS:
+        return f'NoETL form not run here: nats operation "{operation}"; instead, use one of {ours}'
+    return f'unknown nats operation "{operation}"; the operations are {ours}'

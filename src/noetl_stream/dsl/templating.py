@@ -29,6 +29,7 @@ from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing
 
+from noetl_stream.dsl import template_filters
 from noetl_stream.dsl.filters import FILTERS, TESTS
 from noetl_stream.dsl.values import DataEnvelope, ListView
 from noetl_stream.errors import TemplateError
@@ -223,6 +224,7 @@ _ENV = _Environment(undefined=Undefined, autoescape=False, keep_trailing_newline
 del _ENV.filters["random"]
 del _ENV.globals["lipsum"]
 _ENV.globals["range"] = _bounded_range
+template_filters.install(_ENV)
 _ENV.filters.update(FILTERS)
 _ENV.tests.update(TESTS)
 
@@ -368,7 +370,11 @@ def evaluate_guard(when: str | None, context: Mapping[str, Any], *, step: str | 
     if when is None:
         return True
     if not has_template(when):
-        return truthy(when)
+        # A guard written without braces is one expression (`when: "workload.go"`), as NoETL's
+        # engines read it; empty text is false.
+        if not when.strip():
+            return False
+        when = "{{ " + when + " }}"
     return truthy(render_string(when, context, step=step, field=field))
 
 
@@ -392,6 +398,19 @@ def parse_template(text: str) -> nodes.Template:
     expr = _single_expression(text) if has_template(text) else text
     source = "{{" + expr + "}}" if expr is not None else text
     return _ENV.parse(source)
+
+
+@lru_cache(maxsize=4096)
+def called_names(text: str) -> frozenset[str]:
+    """The bare names a template calls as functions (`token` in `{{ token('x') }}`); none for
+    text that does not parse.
+    """
+    try:
+        tree = parse_template(text)
+    except TemplateSyntaxError:
+        return frozenset()
+    return frozenset(call.node.name for call in tree.find_all(nodes.Call)
+                     if isinstance(call.node, nodes.Name))
 
 
 @lru_cache(maxsize=4096)

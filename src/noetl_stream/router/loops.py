@@ -20,7 +20,10 @@ iterations that ran an item, in iteration order (an exhausted claim has no resul
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+import orjson
 
 from noetl_stream import ids
 from noetl_stream.dsl import templating
@@ -158,15 +161,37 @@ def _collection(router: Router, step: Step, spec: LoopSpec, run: Run) -> list[An
     except TemplateError as exc:
         router.finish_run(run, ok=False, result=None, error=template_failure(router.pb, step, exc))
         return None
-    if items is None:
-        return []
-    if isinstance(items, dict):
-        return list(items.items())
+    items = _as_items(items)
     if not isinstance(items, list):
-        router.finish_run(run, ok=False, result=None, error={
-            "message": f"loop.in must give a list, got {type(items).__name__}", "kind": "loop"})
+        router.finish_run(run, ok=False, result=None, error={"message": items, "kind": "loop"})
         return None
     return items
+
+
+def _as_items(value: Any) -> list[Any] | str:
+    """The iterations of what `loop.in` gave, as NoETL's server reads it, or why there are none:
+    a list as it is; a mapping's items; text holding a JSON list, or else its comma- or
+    line-separated parts; a whole number n as 0..n-1. Null is an error, not an empty loop: it is
+    mostly a missing value (`| default([])` says "none" on purpose).
+    """
+    if isinstance(value, list):
+        return value
+    if isinstance(value, dict):
+        return list(value.items())
+    if isinstance(value, str):
+        try:
+            parsed = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, list):
+            return parsed
+        return [part.strip() for part in re.split(r"[,\n]", value) if part.strip()]
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= templating.MAX_RANGE:
+        return list(range(value))
+    if value is None:
+        return ("loop.in gave null (a missing value?); write `| default([])` where no items "
+                "is meant")
+    return f"loop.in must give a list, got {type(value).__name__}"
 
 
 def _more_to_start(loop: LoopState) -> bool:

@@ -119,7 +119,9 @@ class KeychainResolver:
             token = config.get("token")
             if not token:
                 raise KeychainError(name, "token rendered empty")
-            return {"token": str(token), "type": "bearer"}, DEFAULT_TTL
+            # `access_token` / `token_type` are the names NoETL's keychain gives a bearer entry.
+            return {"token": str(token), "access_token": str(token), "token_type": "Bearer",
+                    "type": "bearer"}, DEFAULT_TTL
         if kind == "env":
             return _from_env(name, config["env"]), DEFAULT_TTL
         if kind == "credential":

@@ -119,6 +119,8 @@ class HttpTool:
                                            "auth")
                 credential = await self.services.credentials.resolve(str(name),
                                                                      execution_id=execution_id)
+            elif isinstance(auth, dict) and auth.get("type") == "none":
+                return {}  # NoETL's explicit "no authentication"
             elif isinstance(auth, dict) and auth.get("type"):
                 data = {k: v for k, v in auth.items() if k != "type"}
                 credential = Credential(name="inline", kind=str(auth["type"]), data=data)
@@ -267,10 +269,16 @@ def auth_headers(credential: Credential) -> dict[str, str]:
         if credential.kind == "bearer":
             return {"Authorization": f"Bearer {data['token']}"}
         if credential.kind == "basic":
-            return {"Authorization": aiohttp.BasicAuth(str(data["username"]),
-                                                       str(data["password"])).encode()}
+            user = data["username"] if "username" in data else data["user"]  # NoETL: either
+            pair = f"{user}:{data['password']}".encode()
+            return {"Authorization": "Basic " + base64.b64encode(pair).decode("ascii")}
         if credential.kind == "api_key":
-            return {str(data.get("header") or "X-API-Key"): str(data["value"])}
+            # `value` here; NoETL's Rust tools carry the key as `token`, and NoETL's Python tool
+            # names the header `key`.
+            value = data["value"] if "value" in data else data["token"]
+            return {str(data.get("header") or data.get("key") or "X-API-Key"): str(value)}
+        if credential.kind == "header":  # NoETL's Python tool: the fields are the headers
+            return {str(k): str(v) for k, v in data.items()}
     except KeyError as exc:
         raise ToolError(f'credential "{credential.name}" ({credential.kind}) has no field '
                         f"{exc.args[0]!r}") from None

@@ -5,10 +5,10 @@ Operations (field `operation`) and the fields each reads:
     kv_get      bucket, key           -> {bucket, key, value, encoding, revision}
     kv_put      bucket, key, value    -> {bucket, key, revision}
     kv_delete   bucket, key           -> {bucket, key, deleted}
-    kv_keys     bucket, [key pattern] -> {bucket, keys}
+    kv_keys     bucket, [key or pattern: a subject pattern] -> {bucket, keys}
     object_put  bucket, key, value    -> {bucket, key, size, digest}
     object_get  bucket, key           -> {bucket, key, data, encoding, size, digest}
-    js_publish  subject, data         -> {stream, seq, duplicate}
+    js_publish  subject, data, [headers] -> {stream, seq, duplicate}
     js_get_msg  stream, seq | subject -> {stream, seq, subject, data, encoding, headers, time}
 
 It runs against the runtime's own connection, or, with `auth:` naming a credential whose data
@@ -94,7 +94,8 @@ async def _kv_keys(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, An
     except NoKeysError:
         keys = []
     # nats-py filters by substring; a key filter here means a subject pattern, as in `nats kv ls`.
-    pattern = str(cfg["key"]) if cfg.get("key") else ">"
+    # `pattern` is NoETL's name for the same filter.
+    pattern = str(cfg.get("key") or cfg.get("pattern") or ">")
     return {"bucket": bucket, "keys": sorted(k for k in keys if _subject_matches(pattern, k))}
 
 
@@ -125,9 +126,11 @@ async def _object_get(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str,
 
 async def _js_publish(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
     subject = _required(cfg, "subject", "js_publish")
-    headers = {"Nats-Msg-Id": call.idempotency_key} if call.spec.get("idempotent") else None
+    headers = {str(k): str(v) for k, v in (cfg.get("headers") or {}).items()}
+    if call.spec.get("idempotent"):
+        headers["Nats-Msg-Id"] = call.idempotency_key
     ack = await js.publish(subject, _encode(cfg.get("data", cfg.get("value"))),
-                           stream=cfg.get("stream") or None, headers=headers)
+                           stream=cfg.get("stream") or None, headers=headers or None)
     return {"stream": ack.stream, "seq": ack.seq, "duplicate": bool(ack.duplicate)}
 
 
@@ -158,6 +161,19 @@ OPERATIONS: dict[str, Operation] = {
     "js_publish": _js_publish,
     "js_get_msg": _js_get_msg,
 }
+
+
+# NoETL's keychain rows name a NATS connection's fields with a `nats_` prefix.
+_PREFIXED = {"nats_url": "url", "nats_user": "user", "nats_username": "user",
+             "nats_password": "password", "nats_token": "token"}
+
+
+def _connection_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """A credential's connection fields under their plain names (`nats_url` -> `url`); a plain
+    name given too wins.
+    """
+    prefixed = {plain: data[name] for name, plain in _PREFIXED.items() if data.get(name)}
+    return {**prefixed, **{k: v for k, v in data.items() if v}}
 
 
 def _alias(auth: Any) -> str | None:
@@ -216,11 +232,12 @@ class NatsTool:
                                                                  execution_id=call.execution_id)
         except NoetlStreamError as exc:
             return Outcome.failure(str(exc), "auth")
-        url = credential.data.get("url")
+        data = _connection_fields(credential.data)
+        url = data.get("url")
         if not url:
             return Outcome.failure(f'nats auth "{alias}": the credential has no url', "config")
-        options: dict[str, Any] = {k: credential.data[k] for k in ("user", "password", "token")
-                                   if credential.data.get(k)}
+        options: dict[str, Any] = {k: data[k] for k in ("user", "password", "token")
+                                   if data.get(k)}
         try:
             # nats-py retries the first connect forever at 0 attempts; 1 means one retry.
             nc = await nats.connect(str(url), connect_timeout=CONNECT_TIMEOUT_S,

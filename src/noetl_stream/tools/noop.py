@@ -1,4 +1,7 @@
-"""`noop`: does nothing; its result is its rendered input (or null), useful for routing steps."""
+"""`noop`: does nothing, useful for routing steps. Its result is its rendered `result:` when given
+(NoETL's noop tool), else `{status: ok, message}` when it has a `message:`, else its rendered
+input (or null).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +15,10 @@ class NoopTool:
         del services  # noop needs nothing
 
     async def run(self, call: TaskCall) -> Outcome:
+        if "result" in call.config:
+            return Outcome.success(call.config["result"])
+        if "message" in call.config:
+            return Outcome.success({"status": "ok", "message": call.config["message"]})
         return Outcome.success(call.input or None)
 
     async def close(self) -> None:

@@ -28,6 +28,7 @@ from typing import Any
 from jinja2 import Environment, TemplateSyntaxError, nodes
 from pydantic import ValidationError
 
+from noetl_stream.dsl import noetl_refused
 from noetl_stream.dsl.dialects.sink import ParseTask, rule_sinks
 from noetl_stream.dsl.models import AdmitRule, Arc, Directive, NextSpec, Rule, Task
 from noetl_stream.dsl.source import line_of, plain, suggest
@@ -150,7 +151,8 @@ class _Compiler:
             return None
         for key in item:
             if key not in ENTRY_KEYS:
-                self.report(line_of(item, key) or line, f'unknown key "{key}"'
+                refused = noetl_refused.field_message("case", None, str(key))
+                self.report(line_of(item, key) or line, refused or f'unknown key "{key}"'
                             f"{suggest(str(key), ENTRY_KEYS)}", f"{fld}.{key}")
         actions = self.actions(item["then"], line_of(item, "then") or line, fld)
         raw_when = item.get("when")

@@ -29,7 +29,8 @@ from noetl_stream.dsl.templating import enclosed_expression
 
 RETRY_KEYS = frozenset({"max_attempts", "attempts", "initial_delay", "delay", "backoff_multiplier",
                         "backoff", "max_delay", "max_delay_seconds", "jitter", "retry_when",
-                        "stop_when", "scope", "on"})
+                        "stop_when", "scope", "on", "retry_on", "retry_on_status",
+                        "backoff_seconds"})
 BACKOFF_KEYS = frozenset({"type", "delay_seconds", "delay", "initial_delay", "multiplier",
                           "backoff_multiplier", "max_delay_seconds", "max_delay", "jitter"})
 BACKOFF_TYPES = ("exponential", "linear", "fixed", "none")
@@ -101,6 +102,8 @@ def _backoff(raw: dict[str, Any], field: str) -> dict[str, Any]:
     block = raw.get("backoff")
     if isinstance(block, str):
         block = {"type": block}
+    elif isinstance(block, int | float) and not isinstance(block, bool):
+        block = {"type": "fixed", "delay": block}  # NoETL's fixtures: `backoff: 5` (seconds)
     if block is None:
         block = {}
     if not isinstance(block, dict):
@@ -117,7 +120,7 @@ def _backoff(raw: dict[str, Any], field: str) -> dict[str, Any]:
     if kind not in BACKOFF_TYPES:
         raise _Invalid(f"{field}.backoff.type", f'backoff type "{kind}" is not one of '
                        "exponential, linear, fixed")
-    delay = pick("delay_seconds", "initial_delay", "delay")
+    delay = pick("delay_seconds", "initial_delay", "delay", "backoff_seconds")
     max_delay = pick("max_delay_seconds", "max_delay")
     jitter = pick("jitter")
     if jitter is not None and not isinstance(jitter, bool):
@@ -130,6 +133,29 @@ def _backoff(raw: dict[str, Any], field: str) -> dict[str, Any]:
             "delay": 0.0 if delay is None else seconds(delay, f"{field}.initial_delay"),
             "max_delay": None if max_delay is None else seconds(max_delay, f"{field}.max_delay"),
             "jitter": bool(jitter)}
+
+
+def _names(value: Any, field: str, kind: type) -> list[Any]:
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(isinstance(i, kind) and not isinstance(i, bool) for i in items):
+        raise _Invalid(field, f"is a list of {'error kinds' if kind is str else 'HTTP statuses'}")
+    return items
+
+
+def _retry_on(raw: dict[str, Any], field: str) -> str | None:
+    """`retry_on: [timeout, connection_error]` (error kinds; `_error` spelled or not) and
+    `retry_on_status: [429, 503]`, as NoETL's playbooks write them: a failed call is retried only
+    when one of them matches. None when neither is given.
+    """
+    tests = []
+    if raw.get("retry_on") is not None:
+        kinds = sorted({spelling for name in _names(raw["retry_on"], f"{field}.retry_on", str)
+                        for spelling in (name, name.removesuffix("_error"))})
+        tests.append(f"(error.kind if error else none) in {kinds!r}")
+    if raw.get("retry_on_status") is not None:
+        statuses = _names(raw["retry_on_status"], f"{field}.retry_on_status", int)
+        tests.append(f"status_code in {sorted(set(statuses))!r}")
+    return f"({' or '.join(tests)})" if tests else None
 
 
 def _rules(raw: Any, line: int | None, field: str) -> tuple[Rule, ...]:
@@ -152,6 +178,8 @@ def _rules(raw: Any, line: int | None, field: str) -> tuple[Rule, ...]:
     stop_expr = None if stop is None else _expression(stop, f"{field}.stop_when")
     retry_when = raw.get("retry_when")
     guard = "not success" if retry_when is None else f"({_expression(retry_when, f'{field}.retry_when')})"
+    if (only := _retry_on(raw, field)) is not None:
+        guard = f"{guard} and {only}"
     if stop_expr is not None:
         guard = f"not ({stop_expr})" if retry_when is None else f"{guard} and not ({stop_expr})"
     rules = []

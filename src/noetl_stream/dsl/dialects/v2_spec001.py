@@ -66,6 +66,12 @@ ParseTask = Callable[[str, Any, int | None], Task | None]
 """parse_task(name, tool body, line): the parser's own task parsing."""
 
 
+def _is_target(item: Any) -> bool:
+    """A `then` item `{step: name}` (NoETL's CLI writes targets there), not a named task."""
+    return isinstance(item, dict) and isinstance(item.get("step"), str) and \
+        set(item) <= {"step", "args", "when"}
+
+
 @dataclass(frozen=True)
 class Spec001IR:
     """What the spec 001 form gives the step."""
@@ -263,6 +269,12 @@ class _Compiler:
                 if key not in ENTRY_KEYS:
                     self.report(line_of(entry, key) or at, f'unknown key "{key}"'
                                 f"{suggest(str(key), ENTRY_KEYS)}", f"{where}.{key}")
+            if "else" in entry and ("when" in entry or "then" in entry):
+                self.report(line_of(entry, "else") or at, "NoETL form not run here: `else:` beside "
+                            "`when`/`then` in one case entry (NoETL's CLI runtime); instead, write "
+                            "the else as its own last entry `{else: {then: [...]}}`",
+                            f"{where}.else")
+                continue
             if "else" in entry:
                 body = entry["else"]
                 then = body.get("then") if isinstance(body, dict) else body
@@ -290,6 +302,9 @@ class _Compiler:
 
     def chain(self, branch: _Branch, raw: Any, policy: str, where: str) -> None:
         items = raw if isinstance(raw, list) else [raw]
+        targets = [item for item in items if _is_target(item)]
+        if targets:  # NoETL's CLI: `then: [{step: b}]` goes to those steps
+            items = [item for item in items if not _is_target(item)] + [{"next": {"to": targets}}]
         after_next: list[str] = []
         for index, item in enumerate(items):
             fld = f"{where}.then[{index}]"

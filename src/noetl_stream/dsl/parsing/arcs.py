@@ -11,7 +11,8 @@ from noetl_stream.dsl.models import Arc, NextSpec, Step
 from noetl_stream.dsl.parsing.base import ParserBase, split_set
 from noetl_stream.dsl.source import line_of, suggest
 
-ARC_KEYS = frozenset({"step", "when", "args", "set", "input", "desc"})
+# `spec` is NoETL's arc-level placeholder: its engines read nothing from it, and neither does this.
+ARC_KEYS = frozenset({"step", "when", "args", "set", "input", "desc", "spec"})
 
 
 class ArcParser(ParserBase):
@@ -21,15 +22,20 @@ class ArcParser(ParserBase):
             return NextSpec()
         if isinstance(raw, str):
             return NextSpec(mode="exclusive", arcs=(Arc(step=raw, line=line),))
+        next_mode = self.next_mode(step_node, step)
         if isinstance(raw, list):
             arcs = [a for i, item in enumerate(raw) if (a := self.parse_arc(item, raw, i, step))]
-            return NextSpec(mode="inclusive", arcs=tuple(arcs))
+            # Bare names all fire; `{step, when}` targets follow the step's `spec.next_mode`.
+            targets = any(isinstance(item, dict) for item in raw)
+            return NextSpec(mode=next_mode if targets and next_mode else "inclusive",
+                            arcs=tuple(arcs))
         if isinstance(raw, dict):
             if "to" in raw:  # spec 001: every target fires
                 return structural_next(raw, line=line, report=self.report_for(step))
             self.unknown_keys(raw, {"spec", "arcs"}, step, "next.")
             spec = raw.get("spec") or {}
-            mode = spec.get("mode", "exclusive") if isinstance(spec, dict) else "exclusive"
+            default = next_mode or "exclusive"
+            mode = spec.get("mode", default) if isinstance(spec, dict) else default
             if mode not in ("exclusive", "inclusive"):
                 self.error(line, f'next mode "{mode}" is not exclusive or inclusive', step,
                            "next.spec.mode")
@@ -43,10 +49,29 @@ class ArcParser(ParserBase):
         self.error(line, "next must be a step name, a list, or {spec, arcs}", step, "next")
         return NextSpec()
 
+    def next_mode(self, step_node: dict[str, Any], step: str) -> str | None:
+        """The step's `spec.next_mode` (NoETL's server: the mode of a `next` list of targets and of
+        `{arcs}` without its own `spec.mode`), or None when not given.
+        """
+        spec = step_node.get("spec")
+        mode = spec.get("next_mode") if isinstance(spec, dict) else None
+        if mode is None:
+            return None
+        if mode not in ("exclusive", "inclusive"):
+            self.error(line_of(spec, "next_mode"), f'next_mode "{mode}" is not exclusive or '
+                       "inclusive", step, "spec.next_mode")
+            return None
+        return str(mode)
+
     def parse_arc(self, item: Any, seq: Any, index: int, step: str) -> Arc | None:
         line = line_of(seq, index)
         if isinstance(item, str):
             return Arc(step=item, line=line)
+        if isinstance(item, dict) and "step" not in item and ("then" in item or "next" in item):
+            self.error(line, "NoETL form not run here: a `next` entry `{when, then: [...]}` or "
+                       "`{next: [...]}` (NoETL's CLI runtime's older conditional); instead, write "
+                       "one target per step: `{step: NAME, when: ...}`", step, f"next.arcs[{index}]")
+            return None
         if not isinstance(item, dict) or "step" not in item:
             self.error(line, "an arc needs `step:`", step, f"next.arcs[{index}]")
             return None
@@ -57,7 +82,8 @@ class ArcParser(ParserBase):
         set_ctx, _, set_locals = split_set(self.mapping(item, "set", step, f"{fld}.set"))
         set_ctx.update(set_locals)  # an arc writes only ctx; unscoped keys are ctx keys
         when = item.get("when")
-        self.check_templates([when, args, set_ctx], line, step, f"next.arcs[{index}]")
+        self.check_guard(when, line, step, f"next.arcs[{index}]")
+        self.check_templates([args, set_ctx], line, step, f"next.arcs[{index}]")
         return Arc(step=str(item["step"]), when=None if when is None else str(when), args=args,
                    set_ctx=set_ctx, line=line)
 

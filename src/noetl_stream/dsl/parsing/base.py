@@ -11,7 +11,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
-from noetl_stream.dsl import templating
+from noetl_stream.dsl import noetl_refused, templating
 from noetl_stream.dsl.source import line_of, plain, suggest
 from noetl_stream.errors import Issue
 
@@ -39,11 +39,18 @@ class ParserBase:
         self.issues.append(Issue(self.file, line, message, step, field))
 
     def unknown_keys(self, node: Any, known: Collection[str], step: str | None,
-                     prefix: str) -> None:
+                     prefix: str, *, where: str | None = None, kind: str | None = None) -> None:
+        """Keys of `node` not in `known`: a warning (an error under --strict); a NoETL form
+        refused at `where` (noetl_refused.py) is an error that says what to write instead.
+        """
         if not isinstance(node, dict):
             return
         for key in node:
-            if key not in known:
+            refused = noetl_refused.field_message(where, kind, str(key)) \
+                if where is not None and key not in known else None
+            if refused is not None:
+                self.error(line_of(node, key), refused, step, f"{prefix}{key}")
+            elif key not in known:
                 severity = "error" if self.strict else "warning"
                 self.issues.append(Issue(self.file, line_of(node, key),
                                          f'unknown key "{key}"{suggest(str(key), known)}', step,
@@ -65,6 +72,14 @@ class ParserBase:
             if problem:
                 shown = text if len(text) <= 120 else text[:117] + "..."
                 self.error(line, f"template {shown!r} does not parse: {problem}{hint}", step, fld)
+            for name in sorted(templating.called_names(text) & noetl_refused.TEMPLATE_GLOBALS.keys()):
+                self.error(line, noetl_refused.template_global_message(name), step, fld)
+
+    def check_guard(self, when: Any, line: int | None, step: str | None, fld: str) -> None:
+        """A `when` guard: a template, or an expression written without braces."""
+        if isinstance(when, str) and when.strip() and not templating.has_template(when):
+            when = "{{ " + when + " }}"
+        self.check_templates(when, line, step, fld)
 
     def report_for(self, step: str | None) -> Report:
         """The `report` callback the dialect compilers take: errors recorded against `step`."""
@@ -83,7 +98,9 @@ class ParserBase:
 
     def split_rule(self, entry: Any, seq: Any, index: int, step: str | None,
                    fld: str) -> tuple[str | None, dict[str, Any] | None, int | None]:
-        """Return (when, then, line) for `{when, then}`, `{else: {then}}` or `{else: {...}}`."""
+        """Return (when, then, line) for `{when, then}`, `{else: {then}}`, `{else: {...}}` or
+        `{else: null, then}`.
+        """
         line = line_of(seq, index)
         if not isinstance(entry, dict):
             self.error(line, "a rule is a mapping with `when` and `then`", step, f"{fld}.rules")
@@ -91,6 +108,8 @@ class ParserBase:
         if "else" in entry:
             body = entry["else"]
             then = body.get("then", body) if isinstance(body, dict) else None
+            if body is None:  # `- else:` with `then:` beside it, as some NoETL examples indent it
+                then = entry.get("then")
             if not isinstance(then, dict):
                 self.error(line, "`else` needs a `then` mapping", step, f"{fld}.rules[{index}]")
                 return None, None, line

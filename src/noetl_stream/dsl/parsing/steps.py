@@ -162,7 +162,7 @@ class StepParser(TaskParser, ArcParser):
         if raw.get("when") is not None:
             # Older playbooks guard a step with `when:`; it means exactly an admission rule.
             rules += [AdmitRule(when=str(raw["when"]), allow=True), AdmitRule(when=None, allow=False)]
-            self.check_templates(raw["when"], line_of(raw, "when"), step, "when")
+            self.check_guard(raw["when"], line_of(raw, "when"), step, "when")
         if not isinstance(spec, dict):
             return tuple(rules)
         admit = (spec.get("policy") or {}).get("admit") if isinstance(spec.get("policy"), dict) else None

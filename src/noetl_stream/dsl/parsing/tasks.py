@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from noetl_stream.dsl import pycode, scripts, support, transfer
+from noetl_stream.dsl import noetl_refused, pg_connection, pycode, scripts, support, transfer
 from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
 from noetl_stream.dsl.kinds import (
     COMMON_TASK_KEYS,
@@ -110,10 +110,14 @@ class TaskParser(ParserBase):
                                                                f"tool.{name}.set"))
         set_ctx.update(self.mapping(body, "set_ctx", step, f"tool.{name}.set_ctx"))
         set_iter.update(self.mapping(body, "set_iter", step, f"tool.{name}.set_iter"))
+        self.check_spec_fields(kind, spec, line, step)
         self.check_required(kind, body, config, line, step)
         self.check_config_templates(kind, config, body, line, step)
         self.check_templates(inputs, line, step, "tool.input")
         spec_plain = {k: v for k, v in plain(spec).items() if k != "policy"} if isinstance(spec, dict) else {}
+        if kind == "playbook" and "timeout" in config:
+            # NoETL's playbook tool waits `timeout` seconds for the child: here the task's timeout.
+            spec_plain.setdefault("timeout", config.pop("timeout"))
         clause, poll = self.parse_retry_poll(body, step, "tool.", line)
         return Task(name=name, kind=kind, config=config, input=inputs, rules=(*clause, *rules),
                     has_policy=has_policy, set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals,
@@ -124,9 +128,13 @@ class TaskParser(ParserBase):
         if kind in self.kinds:
             return True
         known = sorted(set(self.kinds) | set(KIND_FIELDS))
-        if kind in NOETL_KINDS_REFUSED:
-            self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not supported: '
-                       f"{NOETL_KINDS_REFUSED[kind]}", step, "tool.kind")
+        refused = NOETL_KINDS_REFUSED.get(kind)
+        if refused is not None:
+            refused = f'tool kind "{kind}" is not supported: {refused}'
+        elif kind not in KIND_FIELDS:
+            refused = noetl_refused.kind_message(kind)
+        if refused is not None:
+            self.error(line_of(body, "kind") or line, refused, step, "tool.kind")
         elif kind in KIND_FIELDS or kind in NOETL_KINDS_NOT_BUILT:
             self.error(line_of(body, "kind") or line, f'tool kind "{kind}" is not available in '
                        "this version of noetl-stream yet", step, "tool.kind")
@@ -140,11 +148,16 @@ class TaskParser(ParserBase):
         """The kind's fields of a task body: aliases resolved, scripts read, base64 decoded."""
         fields = KIND_FIELDS.get(kind, frozenset())
         self.unknown_keys(body, COMMON_TASK_KEYS | fields | frozenset(field_aliases(kind)), step,
-                          "tool.")
+                          "tool.", where="tool", kind=kind)
         # `name` is the task's name, except where the kind reads it as a field (secrets).
         config = self.resolve_aliases(kind, body, line, step, {
             k: plain(v) for k, v in body.items()
             if k not in COMMON_TASK_KEYS or (k == "name" and k in fields)})
+        if kind == "postgres":
+            config = pg_connection.fold(config, lambda fld, message: self.error(
+                line_of(body, fld) or line, message, step, f"tool.{fld}"))
+        if isinstance(config.get("command"), list):  # NoETL's `commands:` list of statements
+            config["command"] = pg_connection.joined_statements(config["command"])
         # Older spellings count under the field's name: `credential` beside `connection` is
         # shadowed like `auth` is.
         spelled = {k: v for k, v in body.items() if k not in field_aliases(kind)} | config
@@ -158,6 +171,10 @@ class TaskParser(ParserBase):
         for key, why in support.ignored_fields(kind, spelled):
             self.not_supported(line_of(body, key) or line, why, step, f"tool.{key}")
         config = inline
+        if kind == "nats" and (problem := support.nats_operation_problem(body)):
+            self.error(line_of(body, "operation") or line, problem, step, "tool.operation")
+        if kind == "http" and (problem := noetl_refused.http_auth_message(body.get("auth"))):
+            self.error(line_of(body, "auth") or line, problem, step, "tool.auth.type")
         if "script" in config and kind in scripts.SCRIPT_FIELD:
             config = self.load_script(kind, config, body, line, step)
         else:
@@ -190,6 +207,20 @@ class TaskParser(ParserBase):
         rules = [rule for index, entry in enumerate(raw_rules)
                  if (rule := self.parse_rule(entry, raw_rules, index, step)) is not None]
         return rules, True
+
+    def check_spec_fields(self, kind: str, spec: Any, line: int | None, step: str) -> None:
+        """Tool fields written under `spec:` (the "v10" layout of some NoETL examples): NoETL's
+        engines read them beside `kind:` and so does this runtime; under `spec:` they would do
+        nothing.
+        """
+        if not isinstance(spec, dict):
+            return
+        misplaced = sorted(k for k in spec if k != "timeout" and (
+            k in KIND_FIELDS.get(kind, ()) or k in ("input", "args")))
+        for key in misplaced:
+            self.error(line_of(spec, key) or line, f"NoETL form not run here: `{key}` under the "
+                       f"task's `spec:` (no NoETL engine reads tool fields there); instead, write "
+                       f"`{key}:` beside `kind:`", step, f"tool.spec.{key}")
 
     def check_required(self, kind: str, body: dict[str, Any], config: dict[str, Any],
                        line: int | None, step: str) -> None:

@@ -1,0 +1,69 @@
+"""NoETL's ways of writing an http task's body and inline auth, against a real local server."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from local_http import HttpService
+from noetl_stream.tools.base import TaskCall
+from noetl_stream.tools.http import HttpTool
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def http_tool() -> AsyncIterator[HttpTool]:
+    tool = HttpTool()
+    try:
+        yield tool
+    finally:
+        await tool.close()
+
+
+def call(**config: Any) -> TaskCall:
+    return TaskCall(execution_id="e1", step="s", task="t", kind="http", config=config, input={},
+                    spec={}, idempotency_key="e1.s.1:None:t:1")
+
+
+@pytest.mark.parametrize("field", ["body", "data", "payload"])
+async def test_a_mapping_body_under_any_of_noetls_names_is_sent_as_json(
+        http_tool: HttpTool, http_service: HttpService, field: str) -> None:
+    outcome = await http_tool.run(call(url=f"{http_service.url}/echo", method="POST",
+                                       **{field: {"ids": [1, 2]}}))
+
+    assert outcome.ok, outcome.error
+    assert outcome.result["json"] == {"ids": [1, 2]}
+    assert outcome.result["headers"]["Content-Type"] == "application/json"
+
+
+@pytest.mark.parametrize(("auth", "header", "value"), [
+    ({"type": "bearer", "token": "t-1"}, "Authorization", "Bearer t-1"),
+    ({"type": "basic", "username": "u", "password": "p"}, "Authorization",
+     "Basic " + base64.b64encode(b"u:p").decode()),
+    ({"type": "api_key", "token": "k-1", "header": "X-Key"}, "X-Key", "k-1"),
+    ({"type": "api_key", "token": "k-2"}, "X-API-Key", "k-2"),
+    ({"type": "api_key", "key": "X-Token", "value": "k-3"}, "X-Token", "k-3"),
+    ({"type": "basic", "user": "u", "password": "p"}, "Authorization",
+     "Basic " + base64.b64encode(b"u:p").decode()),
+    ({"type": "header", "X-Tenant": "acme"}, "X-Tenant", "acme"),
+], ids=["bearer-token", "basic", "api_key-token-header", "api_key-default-header",
+        "api_key-key-value", "basic-user", "header"])
+async def test_inline_auth_of_noetls_auth_config_presents_the_header(
+        http_tool: HttpTool, http_service: HttpService, auth: dict[str, str], header: str,
+        value: str) -> None:
+    outcome = await http_tool.run(call(url=f"{http_service.url}/echo", auth=auth))
+
+    assert outcome.ok, outcome.error
+    assert outcome.result["headers"][header] == value
+
+
+async def test_auth_type_none_sends_no_credentials(http_tool: HttpTool,
+                                                   http_service: HttpService) -> None:
+    outcome = await http_tool.run(call(url=f"{http_service.url}/echo", auth={"type": "none"}))
+
+    assert outcome.ok, outcome.error
+    assert "Authorization" not in outcome.result["headers"]
