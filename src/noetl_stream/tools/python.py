@@ -150,6 +150,7 @@ class PythonTool:
         self._fresh: list[_Child] = []  # never ran code
         self._idle: dict[str, list[_Child]] = {}  # by the execution whose steps they ran
         self._count = 0  # children alive, being started or being cleared away
+        self._starting = 0  # fresh children being started in the background
         self._slots = asyncio.Semaphore(self.max_children)
         self._chores: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -256,11 +257,22 @@ class PythonTool:
                 self._chore(self._end(stale))
 
     def _refill(self) -> None:
-        """Start fresh children in the background until `warm` are ready or places run out."""
-        missing = min(self.warm - len(self._fresh), self.max_children - self._count)
-        for _ in range(max(0, missing)):
-            self._count += 1
-            self._chore(self._spawn_fresh())
+        """Start fresh children in the background until `warm` are ready or starting; when
+        every place is taken, a child kept idle for another execution makes room (a fresh one
+        serves any execution, a kept one only its own).
+        """
+        if self._closed:
+            return
+        for _ in range(self.warm - len(self._fresh) - self._starting):
+            if self._count < self.max_children:
+                self._count += 1
+                self._starting += 1
+                self._chore(self._spawn_fresh())
+                continue
+            victim = self._oldest_idle()
+            if victim is None:
+                return
+            self._chore(self._end(victim))  # its end calls _refill again, with a free place
 
     async def _spawn_fresh(self) -> None:
         try:
@@ -268,6 +280,8 @@ class PythonTool:
         except BaseException:
             self._count -= 1
             raise
+        finally:
+            self._starting -= 1
         if self._closed:
             await self._end(child)
         else:
