@@ -197,6 +197,16 @@ class Engine:
         watchdog.arm(self, step, run, index)
 
     # -- outcomes --------------------------------------------------------------------------
+    def from_commands_pool(self, event: dict[str, Any]) -> bool:
+        """Whether an outcome event came from the pool its command was sent to (a run it does
+        not name, or no longer running, is for on_outcome to pass over). The event's pool is
+        its subject's, which NATS lets only that pool's workers publish.
+        """
+        run = self.state.runs.get(str(event.get("step_run_id")))
+        if run is None or run.status != "running":
+            return True
+        return event.get("pool") == (self.pb.step(run.step).pool or DEFAULT_POOL)
+
     def on_outcome(self, event: dict[str, Any]) -> None:
         run = self.state.runs.get(str(event.get("step_run_id")))
         if run is None or run.status != "running":
@@ -538,6 +548,9 @@ def _for_listeners(engine: Engine, event: dict[str, Any]) -> bool:
 
 
 def _on_outcome(engine: Engine, event: dict[str, Any]) -> bool:
+    """A worker's outcome; one from another pool than its command's is dropped unheard."""
+    if not engine.from_commands_pool(event):
+        return False
     engine.on_outcome(event)
     return True
 

@@ -199,7 +199,7 @@ class Worker:
                 if identity is not None:
                     await publish_step_failure(self.bus, identity, {
                         "kind": "internal", "message": f"the worker failed on this command: "
-                        f"{type(exc).__name__}: {exc}"}, time.time())
+                        f"{type(exc).__name__}: {exc}"}, time.time(), pool=self.pool)
         await settle(msg, failure)
 
     async def _on_withdrawal(self, msg: Msg) -> None:
@@ -298,7 +298,8 @@ class Worker:
         body = scrub(body, secrets)
         body = await self.results.externalize_outcome(body, command.get("max_payload_bytes"))
         await publish_event(self.bus, execution_id, etype,
-                            ids.event_msg_id(execution_id, etype, step_run_id, iteration), body)
+                            ids.event_msg_id(execution_id, etype, step_run_id, iteration), body,
+                            pool=self.pool)
         # A plain ack: the outcome is stored by now. A lost ack brings the command back after
         # AckWait, and a double ack would not avoid that: its timeout hands the command back too.
         await msg.ack()
