@@ -75,7 +75,8 @@ class Authenticator:
                              session_id=session.session_id)
         if token.startswith(API_KEY_PREFIX):
             key = await self.keys.lookup(token)
-            if key is None or await self.users.get(key.user) is None:
+            owner = await self.users.get(key.user) if key is not None else None
+            if key is None or owner is None or not key.belongs_to(owner):
                 return None
             return Principal(key.user, tuple(key.roles), "api_key", key_id=key.key_id)
         return None
@@ -90,7 +91,7 @@ class Authenticator:
         if key is None:
             return None
         user = await self.users.get(key.user)
-        if user is None:
+        if user is None or not key.belongs_to(user):
             return None
         # A session from a key has the key's roles, which may be fewer than the user's.
         return await self.sessions.create(user.name, list(key.roles), client=client,

@@ -138,9 +138,11 @@ def apikey_create(user_name: str, roles: tuple[str, ...], description: str | Non
     """Create a key for USER with ROLES; prints the key once (only its digest is stored)."""
 
     async def action(users: UserStore, keys: ApiKeyStore) -> tuple[str, str]:
-        if await users.get(user_name) is None:
+        record = await users.get(user_name)
+        if record is None:
             raise AccountError(f'no user named "{user_name}"; add it with `noetl-stream user add`')
-        key, info = await keys.create(user_name, roles, description=description)
+        key, info = await keys.create(user_name, roles, description=description,
+                                      user_since=record.created_at)
         return key, info.key_id
 
     key, key_id = _with_stores(nats_url, prefix, action)

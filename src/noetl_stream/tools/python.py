@@ -153,6 +153,7 @@ class PythonTool:
         self._starting = 0  # fresh children being started in the background
         self._slots = asyncio.Semaphore(self.max_children)
         self._chores: set[asyncio.Task[None]] = set()
+        self._reaper: asyncio.Task[None] | None = None
         self._closed = False
 
     async def sandbox(self) -> Sandbox:
@@ -170,6 +171,7 @@ class PythonTool:
         self._count += self.warm
         children = await asyncio.gather(*(_Child.spawn(sandbox) for _ in range(self.warm)))
         self._fresh.extend(children)
+        self._reaper = asyncio.create_task(self._reap_idle(), name="python-idle-reaper")
 
     async def _check_sandbox(self) -> None:
         """One round trip as a sandbox user. When that user cannot run the interpreter (it
@@ -246,15 +248,24 @@ class PythonTool:
         if self._closed or not child.alive:
             self._chore(self._end(child))
             return
-        now = time.monotonic()
-        child.idle_since = now
+        child.idle_since = time.monotonic()
         self._idle.setdefault(execution_id, []).append(child)
+        self._expire_idle()
+
+    def _expire_idle(self) -> None:
+        """End children whose execution sent no step for IDLE_KEEP_S (their places refill)."""
+        now = time.monotonic()
         expired = [c for cs in self._idle.values() for c in cs if now - c.idle_since > IDLE_KEEP_S]
         if expired:
             self._idle = {k: kept for k, cs in self._idle.items()
                           if (kept := [c for c in cs if c not in expired])}
             for stale in expired:
                 self._chore(self._end(stale))
+
+    async def _reap_idle(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(IDLE_KEEP_S / 3)
+            self._expire_idle()
 
     def _refill(self) -> None:
         """Start fresh children in the background until `warm` are ready or starting; when
@@ -344,6 +355,10 @@ class PythonTool:
 
     async def close(self) -> None:
         self._closed = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
         children = self._fresh + [c for cs in self._idle.values() for c in cs]
         self._fresh, self._idle = [], {}
         for child in children:
