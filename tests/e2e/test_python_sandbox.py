@@ -139,10 +139,9 @@ async def test_a_python_step_sees_none_of_the_workers_environment(
     assert not {n for n in names if n.startswith("NOETL_STREAM_")}, names
     text = orjson.dumps(seen).decode()
     assert SECRET_KEY not in text and NATS_PASSWORD not in text
-    if os.geteuid() != 0 or sandbox_python is not None:
-        # Non-dumpable, or of another user than its children: the worker's environ is closed
-        # (a root child could read it: only root workers without a usable sandbox user).
-        assert seen["parent_environ"] == "PermissionError", seen["parent_environ"][:200]
+    # Non-dumpable, and of another user than its children or a child without capabilities:
+    # the worker's environ is closed, whichever interpreter the children run.
+    assert seen["parent_environ"] == "PermissionError", seen["parent_environ"][:200]
     assert seen["own_session"] is True
     # PWD: the wrapper's shell sets it.
     assert names <= {"PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "HOME", "USER", "LOGNAME", "PYTHONPATH",
@@ -287,3 +286,23 @@ async def test_a_python_step_whose_process_dies_is_retried_under_its_policy(
         shutil.rmtree(folder, ignore_errors=True)
     assert final["event_type"] == "execution.completed", final
     assert final["result"]["attempts"] == 2
+
+
+@pytest.mark.timeout(150)
+async def test_a_python_step_that_stays_root_holds_no_capability(
+        nats_bus: Bus, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a worker that is not root has no root children")
+    # The worker's own user, chosen on purpose: what a root worker falls back to when no other
+    # user can run its interpreter (a virtualenv in a private folder).
+    env = {**_worker_env(None), "NOETL_STREAM_PYTHON_USER": "-"}
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", env)
+    try:
+        final = await _run(nats_bus, worker, SNOOP, "snoop.yaml")
+    finally:
+        await worker.stop()
+    assert final["event_type"] == "execution.completed", final
+    seen = final["result"]
+    assert seen["uid"] == 0
+    assert seen["parent_environ"] == "PermissionError", seen["parent_environ"][:200]
+    assert SECRET_KEY not in orjson.dumps(seen).decode()

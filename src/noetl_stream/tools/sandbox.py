@@ -15,7 +15,8 @@ Its child process gets:
   (processes, files) is gone before it starts; no supplementary groups, a private folder as
   HOME and TMPDIR. Such a child can neither signal the worker or another child nor read their
   `/proc/<pid>/environ`, memory or files. `NOETL_STREAM_PYTHON_USER` names one user for all
-  children instead (they can then reach each other), `-` keeps the worker's.
+  children instead (they can then reach each other), `-` keeps the worker's; a child that
+  stays root holds no capability, so the non-dumpable worker's /proc files stay closed to it.
 - **Non-dumpable** (the runner sets it before any code runs): a process of the same uid cannot
   read its memory or environment under /proc, nor ptrace it.
 
@@ -68,6 +69,8 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,11 @@ class ChildPlace:
     user: SandboxUser | None
     folder: str | None
     env: dict[str, str]
+    # A child that stays root (no user could run the interpreter, or the operator chose the
+    # worker's user) keeps uid 0 but no capability: the worker is non-dumpable, so its
+    # /proc/<pid>/environ and mem need CAP_SYS_PTRACE, which such a child never has. The
+    # highest capability number to drop, -1 for none (read by open_place, off the event loop).
+    last_capability: int = -1
 
     def preexec(self) -> Callable[[], None]:
         """Runs in the child between fork and exec: the user change, the removal of whatever an
@@ -85,6 +93,7 @@ class ChildPlace:
         """
         user = self.user
         libc = _libc()
+        last_cap = self.last_capability
 
         def setup() -> None:
             if user is not None:
@@ -94,9 +103,22 @@ class ChildPlace:
                 if user.exclusive:
                     kill_all_of_this_uid()
             if libc is not None:
+                for cap in range(last_cap + 1):  # empty bounding set: exec grants none
+                    libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+                if last_cap >= 0:
+                    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
                 libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
         return setup
+
+
+@functools.cache
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 40
 
 
 @dataclass
@@ -122,7 +144,8 @@ class Sandbox:
         """A place for one new child (blocking: it makes a folder)."""
         user = self.slots.take() if self.slots is not None else self.user
         if user is None:
-            return ChildPlace(None, None, self.env)
+            return ChildPlace(None, None, self.env,
+                              _last_capability() if os.geteuid() == 0 else -1)
         folder = tempfile.mkdtemp(prefix=f"noetl-python-{user.uid}-")
         os.chown(folder, user.uid, user.gid)
         os.chmod(folder, 0o700)
