@@ -415,6 +415,7 @@ async def test_a_worker_cannot_answer_a_command_sent_to_another_pool(
         accounts: Accounts, server_bus: Bus, worker_bus: Bus, client_bus: Bus,
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    caplog.set_level(logging.WARNING, logger="noetl_stream.server")
     await provision(server_bus, pools=("default", "secure"))
     async with run_services(server_bus, worker=False):
         waiting = asyncio.create_task(submit_and_watch(
@@ -447,6 +448,8 @@ async def test_a_worker_cannot_answer_a_command_sent_to_another_pool(
                                     headers={"Nats-Msg-Id": f"forged:{run}"})
         await asyncio.sleep(3)
         assert not waiting.done(), waiting.result()
+        assert any("from pool 'default' dropped: its command went to pool 'secure'"
+                   in r.getMessage() for r in caplog.records), "the server said nothing"
 
         secure_bus = await accounts.connect("worker-secure")
         try:
