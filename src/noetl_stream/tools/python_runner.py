@@ -20,7 +20,6 @@ its default; `**kwargs` gets the remaining inputs.
 from __future__ import annotations
 
 import ast
-import asyncio
 import contextlib
 import datetime
 import importlib
@@ -272,6 +271,8 @@ def _call_main(main: Callable[..., Any], inputs: dict[str, Any], context: dict[s
         kwargs.update({k: v for k, v in {**data, **inputs}.items() if k not in kwargs})
     value = main(**kwargs)
     if inspect.iscoroutine(value):
+        import asyncio  # only for an `async def main`: it costs every child's start-up otherwise
+
         value = asyncio.run(value)
     return value
 
