@@ -68,6 +68,10 @@ class OutcomeEvent(IterationEvent):
     output: dict[str, TaskOutput] | None = Field(
         None, description="What each task wrote to stdout / stderr (python tasks), by task name; "
         "absent when nothing was written.")
+    pool: str | None = Field(None, description="The pool whose worker published it: the last "
+                             "token of its subject (`...step.done.<pool>`); readers set it from "
+                             "the subject, never from the body. The router takes an outcome "
+                             "only from the pool it sent the command to.")
 
 
 class TaskOutput(BaseModel):

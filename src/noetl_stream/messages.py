@@ -407,17 +407,36 @@ TIMER_FIRED = "timer.fired"
 TIMER_SCHEDULED = "timer.scheduled"
 
 
+# What a worker reports when a command ends; the subject's last token names its pool.
+OUTCOME_EVENTS = ("step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed")
+
+
+def split_outcome_pool(tail: str) -> tuple[str, str | None]:
+    """The event type and pool of a subject's tail after the execution id: `step.done.secure`
+    -> (`step.done`, `secure`); any other event type with no pool.
+    """
+    for etype in OUTCOME_EVENTS:
+        if tail.startswith(etype + ".") and "." not in tail[len(etype) + 1:]:
+            return etype, tail[len(etype) + 1:]
+    return tail, None
+
+
 def decode_event(prefix: str, subject: str, data: bytes, seq: int | None = None) -> dict[str, Any]:
     """The event a message on `<prefix>.events.<execution_id>.<event_type>` carries, checked:
     identifiers valid, and a body's own `execution_id` and `event_type` equal to the subject's
     (a body never moves itself to another execution or type). Raises Malformed.
+
+    An outcome's subject ends with the pool of the worker that published it
+    (`...step.done.<pool>`, subjects.outcome_subject): its `pool` is the subject's, never the
+    body's (a body that names another is refused), and None when the subject names none.
 
     A signal's body is the client's data, never an envelope; a timer's schedule message holds
     the `timer.fired` it becomes, and reads as `timer.scheduled`.
     """
     head = f"{prefix}.events."
     rest = subject[len(head):] if subject.startswith(head) else ""
-    execution_id, _, event_type = rest.partition(".")
+    execution_id, _, tail = rest.partition(".")
+    event_type, pool = split_outcome_pool(tail)
     problem = execution_id_problem(execution_id)
     if problem is not None:
         raise Malformed("schema", f"subject {subject[:200]!r}: {problem}")
@@ -430,6 +449,12 @@ def decode_event(prefix: str, subject: str, data: bytes, seq: int | None = None)
         if got != want:
             raise Malformed("subject_mismatch", f"the body's {name} {str(got)[:200]!r} is not "
                             f"the subject's {want!r}", event)
+    if event_type in OUTCOME_EVENTS:
+        claimed = event.pop("pool", None)
+        if claimed is not None and claimed != pool:
+            raise Malformed("subject_mismatch", f"the body's pool {str(claimed)[:200]!r} is not "
+                            f"the subject's {pool!r}", event)
+        event["pool"] = pool
     try:
         EventEnvelope.model_validate(event)
     except ValidationError as exc:

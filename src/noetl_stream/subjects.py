@@ -14,12 +14,13 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from noetl_stream import config
+from noetl_stream.messages import OUTCOME_EVENTS, split_outcome_pool
 
 DEFAULT_PREFIX = "noetl"
 DEFAULT_POOL = "default"
 
-# Event types that the worker publishes and the router consumes.
-ROUTER_INPUT_EVENTS = ("step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed")
+# Event types that the worker publishes and the router consumes (their subject names the pool).
+ROUTER_INPUT_EVENTS = OUTCOME_EVENTS
 TERMINAL_EXECUTION_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
 
 
@@ -122,11 +123,23 @@ class Topology:
     def command_subject(self, pool: str, kind: str) -> str:
         return f"{self.prefix}.commands.{pool}.{kind}"
 
+    def pool_of_command(self, subject: str) -> str:
+        """`noetl.commands.<pool>.<kind>` -> `<pool>` ("" for another subject)."""
+        head = f"{self.prefix}.commands."
+        return subject[len(head):].split(".", 1)[0] if subject.startswith(head) else ""
+
     def command_filter(self, pool: str) -> str:
         return f"{self.prefix}.commands.{pool}.>"
 
     def event_subject(self, execution_id: str, event_type: str) -> str:
         return f"{self.prefix}.events.{execution_id}.{event_type}"
+
+    def outcome_subject(self, execution_id: str, event_type: str, pool: str) -> str:
+        """An outcome (ROUTER_INPUT_EVENTS) names the pool that ran the command last:
+        `noetl.events.<id>.step.done.<pool>`. NATS lets each pool's worker user publish only
+        its own, and the router accepts an outcome only from its command's pool.
+        """
+        return f"{self.prefix}.events.{execution_id}.{event_type}.{pool}"
 
     def execution_events_filter(self, execution_id: str) -> str:
         return f"{self.prefix}.events.{execution_id}.>"
@@ -146,9 +159,9 @@ class Topology:
         return f"{self.prefix}.dlq.>"
 
     def event_type_of(self, subject: str) -> str:
-        """`noetl.events.<id>.step.done` -> `step.done` (a router copy's subject too)."""
+        """`noetl.events.<id>.step.done.<pool>` -> `step.done` (a router copy's subject too)."""
         parts = self.published_subject(subject).split(".", 3)
-        return parts[3] if len(parts) == 4 else ""
+        return split_outcome_pool(parts[3])[0] if len(parts) == 4 else ""
 
     def published_subject(self, subject: str) -> str:
         """The subject an event was published on, from the subject of its copy in the router's
@@ -288,5 +301,9 @@ def _router_copy_subject(source_subject: str, prefix: str, raw: dict[str, Any]) 
     if not source_subject.startswith(head):
         raise ValueError(f"router source subject {source_subject} is not {head}<event type>")
     partitions = int(raw["partitions"])
+    tail = source_subject[len(head):].split(".")
+    # Later wildcards (an outcome's pool) keep their token in the copy.
+    wildcards = iter(range(2, len(tail) + 2))
+    tail = [f"{{{{wildcard({next(wildcards)})}}}}" if token == "*" else token for token in tail]
     return (f"{prefix}.router.{{{{partition({partitions},1)}}}}.{{{{wildcard(1)}}}}."
-            f"{source_subject[len(head):]}")
+            f"{'.'.join(tail)}")

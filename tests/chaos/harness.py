@@ -39,7 +39,7 @@ from nats.js.api import DeliverPolicy
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
-from noetl_stream.messages import ExecutionRequest
+from noetl_stream.messages import ExecutionRequest, split_outcome_pool
 from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
 from noetl_stream.state.catalog import register_files
 from noetl_stream.state.results import ResultStore
@@ -531,8 +531,8 @@ async def count_duplicate_completions(js: JetStreamContext, ours: tuple[str, ...
     detail: list[str] = []
     outcome_keys: Counter[tuple[str, str, Any]] = Counter()
     started: Counter[tuple[str, str, Any]] = Counter()
-    for subject, counter in (("noetl.events.*.step.done", outcome_keys),
-                             ("noetl.events.*.loop.iteration.done", outcome_keys),
+    for subject, counter in (("noetl.events.*.step.done.*", outcome_keys),
+                             ("noetl.events.*.loop.iteration.done.*", outcome_keys),
                              ("noetl.events.*.step.started", started)):
         stored = await retrying(lambda s=subject: read_stream(js, s), deadline=deadline,
                                 what=f"read {subject}")
@@ -548,7 +548,7 @@ async def count_duplicate_completions(js: JetStreamContext, ours: tuple[str, ...
                 continue
             if not isinstance(event, dict):
                 continue
-            kind = m.subject.split(".", 3)[3]
+            kind = split_outcome_pool(m.subject.split(".", 3)[3])[0]
             counter[(kind, str(event.get("step_run_id")), event.get("iteration"))] += 1
     for counter in (outcome_keys, started):
         for key, count in counter.items():

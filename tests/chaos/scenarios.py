@@ -217,7 +217,7 @@ async def duplicates_and_poison(run: Run) -> None:
     if running:
         eid = run.rng.choice(running).execution_id
         for junk in (b"\x00\xff not an event", b'{"unexpected": true}'):
-            await js.publish(f"noetl.events.{eid}.step.done", junk, headers={INJECTED: "poison"})
+            await js.publish(f"noetl.events.{eid}.step.done.default", junk, headers={INJECTED: "poison"})
         run.notes.append(f"poison command + 2 poison events ({eid})")
     injected = 0
     for p in run.rng.sample(running, min(3, len(running))):
@@ -234,7 +234,7 @@ async def duplicates_and_poison(run: Run) -> None:
 async def _republish(run: Run, execution_id: str, when: str) -> int:
     js = run.client.js
     stored = [m for subject in ("step.done", "loop.iteration.done")
-              for m in await read_stream(js, f"noetl.events.{execution_id}.{subject}", 2.0)]
+              for m in await read_stream(js, f"noetl.events.{execution_id}.{subject}.*", 2.0)]
     if not stored:
         return 0
     m = run.rng.choice(stored)
@@ -335,7 +335,7 @@ async def hostile_input(run: Run) -> None:
     for i in range(2000):
         sends.append(js.publish("noetl.events.c:1.signal.go", b"{}"))
         if i % 4 == 0:
-            sends.append(js.publish(f"noetl.events.{tag}{i}.step.done", jsonutil.dumps(
+            sends.append(js.publish(f"noetl.events.{tag}{i}.step.done.default", jsonutil.dumps(
                 {"execution_id": "has space", "step": "a", "step_run_id": "x.a.1"})))
         if i % 20 == 0:
             sends.append(js.publish(f"noetl.events.{huge}.signal.go", b"{}"))
@@ -346,7 +346,7 @@ async def hostile_input(run: Run) -> None:
     for p in run.running():  # each running execution is asked to cancel, on a subject not its own
         forged = {"event_type": "execution.cancel.requested", "execution_id": p.execution_id,
                   "reason": "forged", "requested_by": "chaos"}
-        sends.append(js.publish(f"noetl.events.{tag}forged.step.done", jsonutil.dumps(forged),
+        sends.append(js.publish(f"noetl.events.{tag}forged.step.done.default", jsonutil.dumps(forged),
                                 headers={INJECTED: "forged"}))
     runaway = f"{tag}runaway"
     sends.append(js.publish("noetl.requests.execute", ExecutionRequest(

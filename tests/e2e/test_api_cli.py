@@ -92,3 +92,52 @@ async def test_cli_made_admin_uses_the_api_of_server_http(nats_server: NatsServe
 async def test_server_http_rejects_a_malformed_address() -> None:
     code, _, err = await cli("server", "--nats-url", "nats://127.0.0.1:1", "--http", "nonsense")
     assert code == 2 and "HOST:PORT" in err
+
+
+async def test_a_removed_users_session_stays_dead_when_the_name_is_added_again(
+        nats_server: NatsServer) -> None:
+    url = ["--nats-url", nats_server.url]
+    assert (await cli("init", *url))[0] == 0
+    assert (await cli("user", "add", "ada", "--role", "admin", "--password-stdin", *url,
+                      stdin=b"a-long-password\n"))[0] == 0
+    port = free_port()
+    server = await asyncio.create_subprocess_exec(
+        CLI, "server", *url, "--http", f"127.0.0.1:{port}", stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL, env=dict(os.environ))
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as http:
+            async def status_of(token: str) -> int:
+                # Another user's sessions: admins only.
+                async with http.get(base + "/api/sessions", params={"user": "someone"},
+                                    headers={"Authorization": f"Bearer {token}"}) as resp:
+                    return resp.status
+
+            async def login(password: str) -> str:
+                async with http.post(base + "/api/sessions",
+                                     json={"user": "ada", "password": password}) as resp:
+                    assert resp.status == 201
+                    token: str = (await resp.json())["token"]
+                    return token
+
+            async def listening() -> None:
+                try:
+                    async with http.get(base + "/health") as resp:
+                        assert resp.status == 200
+                except aiohttp.ClientConnectionError as exc:
+                    raise AssertionError("not listening yet") from exc
+
+            await assert_eventually(listening, timeout_s=30, interval_s=0.1)
+            admin_token = await login("a-long-password")
+            assert await status_of(admin_token) == 200
+
+            assert (await cli("user", "rm", "ada", *url))[0] == 0
+            assert (await cli("user", "add", "ada", "--role", "viewer", "--password-stdin", *url,
+                              stdin=b"another-long-password\n"))[0] == 0
+            assert await status_of(admin_token) == 401
+            viewer_token = await login("another-long-password")
+            assert await status_of(viewer_token) == 403
+            assert await status_of(admin_token) == 401
+    finally:
+        server.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(server.wait(), 30)

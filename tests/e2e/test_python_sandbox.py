@@ -1,17 +1,20 @@
-"""What a python step can reach of the worker that runs it: a real `noetl-stream worker`
-process, started with a credential key and a NATS password in its environment, runs steps that
-look for them, and one that kills its worker (docs/security.md)."""
+"""What a python step can reach of the worker that runs it, and of other executions' steps: a
+real `noetl-stream worker` process, started with a credential key and a NATS password in its
+environment, runs steps that look for them, one that kills its worker, one that poisons its
+interpreter for whoever comes next, and one that reads and kills a concurrent execution's step
+(docs/security.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +26,7 @@ from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.testing.nats import run_nats_server
-from noetl_stream.tools import python_runner
-from playbook_files import read_playbook
+from playbook_files import fill, playbook_path, read_playbook
 
 pytestmark = pytest.mark.e2e
 
@@ -35,19 +37,23 @@ SYSTEM_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info
 SNOOP = read_playbook("e2e", "python_sandbox_snoop.yaml")
 
 KILL_WORKER = read_playbook("e2e", "python_sandbox_kill_worker.yaml")
+POISON = read_playbook("e2e", "python_sandbox_poison.yaml")
+VICTIM = read_playbook("e2e", "python_sandbox_victim.yaml")
+SLOT_UIDS = range(59000, 60000)  # tools/python_slots.py DEFAULT_UIDS
 
 
 class Worker:
     """`noetl-stream worker` as its own process, with secrets in its environment."""
 
-    def __init__(self, url: str, log: Path, env: dict[str, str]) -> None:
-        self.url, self.log, self.env = url, log, env
+    def __init__(self, url: str, log: Path, env: dict[str, str], processes: int = 1) -> None:
+        self.url, self.log, self.env, self.processes = url, log, env, processes
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
         with open(self.log, "wb") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                str(CLI), "worker", "--nats-url", self.url, "--python-processes", "1",
+                str(CLI), "worker", "--nats-url", self.url, "--python-processes",
+                str(self.processes),
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
                 env={**os.environ, **self.env})
 
@@ -69,9 +75,10 @@ async def nats_bus(tmp_path: Path) -> AsyncIterator[Bus]:
 
 
 def _sandbox_interpreter() -> Iterator[Path | None]:
-    """An interpreter `nobody` can run: the system's python of our version, with our orjson on
+    """An interpreter any user can run: the system's python of our version, with our orjson on
     its path through a wrapper script (this checkout's own interpreter may sit in a folder only
-    root can enter). None when the machine has no such python or the runner is out of reach.
+    root can enter; the runner reaches the child as `-c`, wherever the checkout is). None when
+    the machine has no such python.
     """
     if os.geteuid() != 0 or not SYSTEM_PYTHON.exists():
         yield None
@@ -85,10 +92,9 @@ def _sandbox_interpreter() -> Iterator[Path | None]:
             path.chmod(path.stat().st_mode | stat.S_IROTH | stat.S_IXOTH
                        | (stat.S_IXOTH if path.is_dir() else 0))
         wrapper.chmod(0o755)
-        runner = Path(python_runner.__file__)
         reachable = subprocess.run(
-            [str(wrapper), "-c", f"import orjson; open({str(runner)!r}).close()"], user=65534,
-            group=65534, extra_groups=[], capture_output=True, timeout=30)
+            [str(wrapper), "-c", "import orjson"], user=SLOT_UIDS[-1], group=SLOT_UIDS[-1],
+            extra_groups=[], capture_output=True, timeout=30)
         yield wrapper if reachable.returncode == 0 else None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -103,8 +109,7 @@ def _worker_env(sandbox_python: Path | None) -> dict[str, str]:
     env = {"NOETL_STREAM_SECRET_KEY": SECRET_KEY, "NOETL_STREAM_NATS_USER": "worker-default",
            "NOETL_STREAM_NATS_PASSWORD": NATS_PASSWORD}
     if sandbox_python is not None:
-        env |= {"NOETL_STREAM_PYTHON_EXECUTABLE": str(sandbox_python),
-                "NOETL_STREAM_PYTHON_USER": "nobody"}
+        env |= {"NOETL_STREAM_PYTHON_EXECUTABLE": str(sandbox_python)}
     return env
 
 
@@ -134,17 +139,16 @@ async def test_a_python_step_sees_none_of_the_workers_environment(
     assert not {n for n in names if n.startswith("NOETL_STREAM_")}, names
     text = orjson.dumps(seen).decode()
     assert SECRET_KEY not in text and NATS_PASSWORD not in text
-    if os.geteuid() != 0 or sandbox_python is not None:
-        # Non-dumpable, or of another user than its children: the worker's environ is closed
-        # (a root child could read it: only root workers without a usable sandbox user).
-        assert seen["parent_environ"] == "PermissionError", seen["parent_environ"][:200]
+    # Non-dumpable, and of another user than its children or a child without capabilities:
+    # the worker's environ is closed, whichever interpreter the children run.
+    assert seen["parent_environ"] == "PermissionError", seen["parent_environ"][:200]
     assert seen["own_session"] is True
     # PWD: the wrapper's shell sets it.
-    assert names <= {"PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "HOME", "PYTHONPATH",
+    assert names <= {"PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "HOME", "USER", "LOGNAME", "PYTHONPATH",
                      "PYTHONHOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "PWD"} | {
         n for n in names if n.startswith("LC_")}, names
     if sandbox_python is not None:
-        assert seen["uid"] == 65534
+        assert seen["uid"] in SLOT_UIDS
 
 
 @pytest.mark.timeout(150)
@@ -168,3 +172,137 @@ def _url(bus: Bus) -> str:
     url = bus.nc.connected_url
     assert url is not None
     return f"nats://{url.hostname}:{url.port}"
+
+
+def _needs_root_sandbox(sandbox_python: Path | None) -> None:
+    if sandbox_python is None:
+        pytest.skip("needs a root worker and an interpreter every user can run: a worker of "
+                    "the same user as its children cannot give them uids of their own")
+
+
+@contextlib.asynccontextmanager
+async def _serving(bus: Bus, worker: Worker) -> AsyncIterator[
+        Callable[[str, str], Awaitable[dict[str, Any]]]]:
+    async def run(playbook: str, name: str) -> dict[str, Any]:
+        return await submit_and_watch(bus, playbook_text=playbook, playbook_file=name,
+                                      payload={}, on_event=lambda _: None, timeout_s=90)
+
+    async with run_services(bus, worker=False):
+        await worker.start()
+        try:
+            yield run
+        finally:
+            await worker.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "\nState:\tZ" not in state
+
+
+@pytest.mark.timeout(200)
+async def test_an_interpreter_serves_no_other_execution(
+        nats_bus: Bus, tmp_path: Path, sandbox_python: Path | None) -> None:
+    _needs_root_sandbox(sandbox_python)
+    # One python process: every step of every execution meets in it unless it is replaced.
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", _worker_env(sandbox_python))
+    async with _serving(nats_bus, worker) as run:
+        poisoned = await run(POISON, "poison.yaml")
+        victim = await run(VICTIM, "victim.yaml")
+    assert poisoned["event_type"] == "execution.completed", poisoned
+    # The same execution keeps its interpreter: its own change is its own business.
+    assert poisoned["result"]["planted"] == "planted"
+    daemon = int(poisoned["result"]["daemon"])
+    assert victim["event_type"] == "execution.completed", victim
+    assert victim["result"] == {"planted": None, "dumps": '{"a": 1}'}
+    # What the first execution left running as its uid went when its place changed hands.
+    assert not _alive(daemon), "the first execution's daemon outlived its place"
+
+
+async def _attack(nats_bus: Bus, tmp_path: Path, sandbox_python: Path | None,
+                  attempts: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A sleeper execution and, while its step runs, an attacker execution that reads its
+    /proc files and kills it; their final events.
+    """
+    folder = Path(tempfile.mkdtemp(prefix="noetl-sandbox-attack-"))
+    folder.chmod(0o1777)
+    sleeper = fill(playbook_path("e2e", "python_sandbox_sleeper.yaml").read_text(),
+                   folder=folder, attempts=attempts)
+    attacker = fill(playbook_path("e2e", "python_sandbox_attacker.yaml").read_text(),
+                    folder=folder)
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", _worker_env(sandbox_python),
+                    processes=2)
+    try:
+        async with _serving(nats_bus, worker) as run:
+            slept = asyncio.create_task(run(sleeper, "sleeper.yaml"))
+            for _ in range(600):
+                if (folder / "pid").exists() or slept.done():
+                    break
+                await asyncio.sleep(0.1)
+            assert (folder / "pid").exists(), "the sleeper's step never started"
+            attacked = await run(attacker, "attacker.yaml")
+            return await slept, attacked
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.timeout(200)
+async def test_a_step_can_neither_read_nor_kill_a_concurrent_executions_step(
+        nats_bus: Bus, tmp_path: Path, sandbox_python: Path | None) -> None:
+    _needs_root_sandbox(sandbox_python)
+    slept, attacked = await _attack(nats_bus, tmp_path, sandbox_python, attempts=1)
+    assert attacked["event_type"] == "execution.completed", attacked
+    tried = attacked["result"]
+    assert {k: tried[k] for k in ("environ", "maps", "mem", "kill")} == {
+        "environ": "PermissionError", "maps": "PermissionError", "mem": "PermissionError",
+        "kill": "PermissionError"}, tried
+    assert slept["event_type"] == "execution.completed", slept
+    assert slept["result"]["attempts"] == 1
+    assert {slept["result"]["uid"], tried["uid"]} <= set(SLOT_UIDS)
+    assert slept["result"]["uid"] != tried["uid"]
+
+
+@pytest.mark.timeout(200)
+async def test_a_python_step_whose_process_dies_is_retried_under_its_policy(
+        nats_bus: Bus, tmp_path: Path) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="noetl-sandbox-retry-"))
+    folder.chmod(0o1777)
+    sleeper = fill(playbook_path("e2e", "python_sandbox_sleeper.yaml").read_text(),
+                   folder=folder, attempts=3)
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", _worker_env(None))
+    try:
+        async with _serving(nats_bus, worker) as run:
+            slept = asyncio.create_task(run(sleeper, "sleeper.yaml"))
+            for _ in range(600):
+                if (folder / "pid").exists() or slept.done():
+                    break
+                await asyncio.sleep(0.1)
+            os.kill(int((folder / "pid").read_text()), 9)  # from outside, as an attacker would
+            final = await slept
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    assert final["event_type"] == "execution.completed", final
+    assert final["result"]["attempts"] == 2
+
+
+@pytest.mark.timeout(150)
+async def test_a_python_step_that_stays_root_holds_no_capability(
+        nats_bus: Bus, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a worker that is not root has no root children")
+    # The worker's own user, chosen on purpose: what a root worker falls back to when no other
+    # user can run its interpreter (a virtualenv in a private folder).
+    env = {**_worker_env(None), "NOETL_STREAM_PYTHON_USER": "-"}
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", env)
+    try:
+        final = await _run(nats_bus, worker, SNOOP, "snoop.yaml")
+    finally:
+        await worker.stop()
+    assert final["event_type"] == "execution.completed", final
+    seen = final["result"]
+    assert seen["uid"] == 0
+    assert seen["parent_environ"] == "PermissionError", seen["parent_environ"][:200]
+    assert SECRET_KEY not in orjson.dumps(seen).decode()

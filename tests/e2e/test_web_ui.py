@@ -277,14 +277,16 @@ async def test_run_ui_prints_the_execution_page_and_serves_it_until_interrupted(
                     return line
 
         page_url = (await line_with("execution page: ")).split("execution page: ")[1].strip()
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/executions/\d+", page_url)
+        found = re.fullmatch(r"(http://127\.0\.0\.1:\d+)/executions/(\d+)#token=(\S+)", page_url)
+        assert found, page_url
         await line_with("the UI stays at")
-        base, execution_id = page_url.rsplit("/executions/", 1)
+        base, execution_id, token = found.groups()
         async with aiohttp.ClientSession() as http:
             async with http.get(page_url) as resp:
                 assert resp.status == 200 and resp.content_type == "text/html"
-            # The embedded stack is this process's own: its API asks for no token.
-            async with http.get(f"{base}/api/executions/{execution_id}") as resp:
+            # The embedded stack is this process's own: its API asks for the run's token only.
+            async with http.get(f"{base}/api/executions/{execution_id}",
+                                headers={"Authorization": f"Bearer {token}"}) as resp:
                 assert resp.status == 200
                 assert (await resp.json())["status"] == "completed"
         proc.send_signal(signal.SIGINT)

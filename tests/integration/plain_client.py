@@ -11,6 +11,8 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from noetl_stream.messages import split_outcome_pool
+
 END_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled", "execution.rejected")
 
 
@@ -43,7 +45,7 @@ class PlainClient:
 
         async def on_msg(msg: Msg) -> None:
             event = json.loads(msg.data)
-            event.setdefault("event_type", msg.subject.split(".", 3)[3])
+            event.setdefault("event_type", split_outcome_pool(msg.subject.split(".", 3)[3])[0])
             feed.events.append(event)
             if event["event_type"] in END_EVENTS:
                 feed.ended.set()

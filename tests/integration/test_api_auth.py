@@ -194,3 +194,22 @@ async def test_api_throttles_failed_logins_then_lets_the_right_password_in_later
     throttle.window_s = 0.0  # the window has passed
     status, login = await api.call("POST", "/api/sessions", json={"user": "gus", "password": PASSWORD})
     assert status == 201 and login["user"] == "gus"
+
+
+async def test_a_token_of_a_removed_user_stays_dead_when_the_name_returns_even_if_left_behind(
+        api: Api) -> None:
+    # Only the user record goes (as if `user rm` stopped before deleting keys and sessions):
+    # what was made for the old user must not serve the new one of the same name.
+    assert api.auth is not None
+    await api.auth.users.add("ada", ["admin"], PASSWORD)
+    old = await api.auth.users.get("ada")
+    assert old is not None
+    key, _ = await api.auth.keys.create("ada", ["admin"], user_since=old.created_at)
+    _, login = await api.call("POST", "/api/sessions", json={"user": "ada", "password": PASSWORD})
+    for token in (key, login["token"]):
+        assert (await api.call("GET", "/api/sessions", token=token, params={"user": "x"}))[0] == 200
+    await api.auth.users.remove("ada")
+    await api.auth.users.add("ada", ["viewer"], PASSWORD)
+    for token in (key, login["token"]):
+        assert (await api.call("GET", "/api/executions", token=token))[0] == 401
+    assert (await api.call("POST", "/api/sessions", json={"api_key": key}))[0] == 401

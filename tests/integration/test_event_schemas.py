@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 
 from local_http import HttpService
 from noetl_stream import jsonutil
-from noetl_stream.messages import ExecutionRequest
+from noetl_stream.messages import ExecutionRequest, split_outcome_pool
 from noetl_stream.runtime.cancel import request_cancel
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.execution_ids import new_execution_id
@@ -42,7 +42,7 @@ async def raw_events(bus: Bus, execution_id: str) -> list[tuple[str, dict[str, A
     """(event type, body) of every message the stream holds for the execution, as published."""
     out = []
     for subject, data in await stored_messages(bus.js, f"noetl.events.{execution_id}.>"):
-        event_type = subject.split(".", 3)[3]
+        event_type = split_outcome_pool(subject.split(".", 3)[3])[0]
         if event_type.startswith("signal."):
             continue  # a client's data, not an envelope
         if event_type.startswith("timer.schedule."):

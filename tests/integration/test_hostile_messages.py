@@ -106,11 +106,11 @@ async def test_a_flood_of_events_with_invalid_ids_is_dead_lettered_while_routing
                 sends.append(bus.js.publish("noetl.events.c:1.signal.go", b"{}"))
             elif i % 3 == 1:  # a body naming an execution id that is no subject token
                 sends.append(bus.js.publish(
-                    f"noetl.events.e{i}.step.done",
+                    f"noetl.events.e{i}.step.done.default",
                     json.dumps({"execution_id": "has space", "step": "a",
                                 "step_run_id": "x.a.1"}).encode()))
             else:
-                sends.append(bus.js.publish("noetl.events.c:1.step.done",
+                sends.append(bus.js.publish("noetl.events.c:1.step.done.default",
                                             json.dumps({"step": "a"}).encode()))
         await asyncio.gather(*sends)
         final, took = await run_one(bus)
@@ -135,7 +135,7 @@ async def test_a_body_cannot_cancel_another_execution_through_its_subject(bus: B
                                          and e.get("step") == "wait"] or _fail(), timeout_s=15)
         forged = {"event_type": "execution.cancel.requested", "execution_id": victim,
                   "reason": "forged", "timestamp": time.time()}
-        await bus.js.publish(f"noetl.events.{new_execution_id()}.step.done",
+        await bus.js.publish(f"noetl.events.{new_execution_id()}.step.done.default",
                              json.dumps(forged).encode())
         letters = await assert_eventually(lambda: _one_letter(bus), timeout_s=15)
         await router_drained(bus)

@@ -14,6 +14,7 @@ import pytest
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import ConsumerConfig
+from nats.js.errors import NotFoundError
 
 from noetl_stream import config, jsonutil
 from noetl_stream.credentials import CredentialScope
@@ -38,9 +39,11 @@ from playbook_files import fill, read_playbook
 pytestmark = pytest.mark.integration
 
 ACCOUNTS_CONF = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "accounts" / "accounts.conf"
-PASSWORDS = {"server": "server-secret", "worker-default": "worker-secret", "client": "client-secret"}
+PASSWORDS = {"server": "server-secret", "worker-default": "worker-secret", "client": "client-secret",
+             "worker-secure": "secure-worker-secret"}
 ENV = {"NOETL_SERVER_PASSWORD": PASSWORDS["server"],
        "NOETL_WORKER_DEFAULT_PASSWORD": PASSWORDS["worker-default"],
+       "NOETL_WORKER_SECURE_PASSWORD": PASSWORDS["worker-secure"],
        "NOETL_CLIENT_PASSWORD": PASSWORDS["client"]}
 DENIED_WAIT_S = 1.0  # a denied JetStream publish gets no ack; no need to wait the default 10 s
 
@@ -56,11 +59,30 @@ class Accounts:
         return await connect(self.url(user), name=f"test-{user}")
 
 
+def with_pool_user(text: str, pool: str) -> str:
+    """The config with a worker user for `pool`, made from `worker-default` the way
+    deploy/nats/accounts/README.md says ("Adding a pool").
+    """
+    found = re.search(r"(?ms)^      \{\n        user: worker-default\n.*?^      \}\n", text)
+    assert found, "no worker-default user in the shipped config"
+    block = found.group(0)
+    for old, new in (("worker-default", f"worker-{pool}"),
+                     ("NOETL_WORKER_DEFAULT_PASSWORD", f"NOETL_WORKER_{pool.upper()}_PASSWORD"),
+                     ("noetl-workers-default", f"noetl-workers-{pool}"),
+                     ("noetl.dlq.commands.default", f"noetl.dlq.commands.{pool}"),
+                     ("worker.default", f"worker.{pool}"), ('.default"', f'.{pool}"')):
+        block = block.replace(old, new)
+    return text[:found.end()] + "\n" + block + text[found.end():]
+
+
 @pytest.fixture
 async def accounts(tmp_path: Path) -> AsyncIterator[Accounts]:
-    """The shipped config with only its ports and store folder moved; passwords from the env."""
+    """The shipped config with only its ports and store folder moved, and a second pool's
+    worker (`worker-secure`) added as its README says; passwords from the env.
+    """
     port, monitor = free_port(), free_port()
-    text = re.sub(r"(?m)^listen:\s*\S+", f"listen: 127.0.0.1:{port}", ACCOUNTS_CONF.read_text())
+    text = re.sub(r"(?m)^listen:\s*\S+", f"listen: 127.0.0.1:{port}",
+                  with_pool_user(ACCOUNTS_CONF.read_text(), "secure"))
     text = render_node_config(text, ports={8222: monitor}, store_dir=tmp_path / "jetstream")
     conf = tmp_path / "accounts.conf"
     conf.write_text(text)
@@ -143,7 +165,7 @@ async def test_worker_cannot_publish_a_command(worker_bus: Bus, server_bus: Bus,
 async def test_client_cannot_publish_a_step_outcome(client_bus: Bus, server_bus: Bus,
                                                     caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
-    subject = "noetl.events.ex1.step.done"
+    subject = "noetl.events.ex1.step.done.default"
 
     with pytest.raises(NatsTimeoutError):
         await client_bus.js.publish(subject, b'{"status": "ok"}', timeout=DENIED_WAIT_S)
@@ -169,11 +191,12 @@ async def test_worker_fetches_its_pool_commands_and_reports_the_outcome(
     sub = await worker_bus.js.pull_subscribe_bind(decl.durable, stream=decl.stream)
     [msg] = await sub.fetch(1, timeout=5)
     await publish_event(worker_bus, "ex1", "step.done", "ex1:step.done:s1",
-                        {"event_type": "step.done", "execution_id": "ex1", "status": "ok"})
+                        {"event_type": "step.done", "execution_id": "ex1", "status": "ok"},
+                        pool="default")
     await msg.ack_sync()
 
     assert jsonutil.loads(msg.data) == {"n": 1}
-    assert await _stored(server_bus, "NOETL_EVENTS", "noetl.events.ex1.step.done") == 1
+    assert await _stored(server_bus, "NOETL_EVENTS", "noetl.events.ex1.step.done.default") == 1
 
 
 async def test_worker_and_client_start_on_a_provisioned_topology(worker_bus: Bus,
@@ -383,3 +406,56 @@ async def test_a_credential_is_used_only_by_the_playbooks_its_scope_names(
     assert uses[allowed["execution_id"]] == [("prod_db", "reports/daily", True)]
     assert uses[refused["execution_id"]] == [("prod_db", "sandbox/exfiltrate", False)]
     assert [r.getMessage() for r in caplog.records if "violation" in r.getMessage().lower()] == []
+
+
+SECURE = read_playbook("integration", "nats_accounts_secure_pool.yaml")
+
+
+async def test_a_worker_cannot_answer_a_command_sent_to_another_pool(
+        accounts: Accounts, server_bus: Bus, worker_bus: Bus, client_bus: Bus,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    caplog.set_level(logging.WARNING, logger="noetl_stream.server")
+    await provision(server_bus, pools=("default", "secure"))
+    async with run_services(server_bus, worker=False):
+        waiting = asyncio.create_task(submit_and_watch(
+            client_bus, playbook_text=SECURE, playbook_file="secure_pool.yaml", payload={},
+            on_event=lambda _: None, timeout_s=90))
+
+        async def sent() -> dict[str, object]:
+            try:
+                msg = await server_bus.js.get_last_msg("NOETL_COMMANDS",
+                                                       "noetl.commands.secure.python")
+            except NotFoundError as exc:
+                raise AssertionError("no command for pool secure yet") from exc
+            body: dict[str, object] = jsonutil.loads(msg.data)
+            return body
+
+        command = await assert_eventually(sent, timeout_s=30)
+        eid, run = str(command["execution_id"]), str(command["step_run_id"])
+        forged = jsonutil.dumps({"event_type": "step.done", "execution_id": eid, "step": "start",
+                                 "step_run_id": run, "iteration": None, "status": "ok",
+                                 "result": {"from": "forged"}, "error": None, "ctx_patch": {}})
+        # Another pool's outcome subject, or one naming no pool: NATS refuses both.
+        for subject in (f"noetl.events.{eid}.step.done.secure", f"noetl.events.{eid}.step.done"):
+            with pytest.raises(NatsTimeoutError):
+                await worker_bus.js.publish(subject, forged, timeout=DENIED_WAIT_S)
+            assert await _stored(server_bus, "NOETL_EVENTS", subject) == 0
+            await assert_eventually(lambda s=subject: _reported(_violations(caplog, s)))
+        # Its own pool's subject is its to publish, but the router does not take it for a
+        # command it sent to another pool.
+        await worker_bus.js.publish(f"noetl.events.{eid}.step.done.default", forged,
+                                    headers={"Nats-Msg-Id": f"forged:{run}"})
+        await asyncio.sleep(3)
+        assert not waiting.done(), waiting.result()
+        assert any("from pool 'default' dropped: its command went to pool 'secure'"
+                   in r.getMessage() for r in caplog.records), "the server said nothing"
+
+        secure_bus = await accounts.connect("worker-secure")
+        try:
+            async with run_services(secure_bus, server=False, pool="secure", python_children=1):
+                final = await asyncio.wait_for(waiting, 60)
+        finally:
+            await secure_bus.close()
+    assert final["event_type"] == "execution.completed", final
+    assert final["result"] == {"from": "secure"}

@@ -69,11 +69,11 @@ async def test_provision_moves_the_shared_router_consumer_to_partitions(bus: Bus
     router = bus.topology.router_decl()
     await bus.js.delete_stream(router.stream)
     legacy = ConsumerDecl(stream="NOETL_EVENTS", durable=router.legacy_durable,
-                          filter_subjects=("noetl.events.*.step.done", "noetl.events.*.signal.>"),
+                          filter_subjects=("noetl.events.*.step.done.*", "noetl.events.*.signal.>"),
                           ack_wait_s=30, max_deliver=20)
     await bus.js.add_consumer(legacy.stream, consumer_config(legacy))
-    await bus.js.publish("noetl.events.applied.step.done", b"{}")
-    await bus.js.publish("noetl.events.inflight.step.done", b"{}")
+    await bus.js.publish("noetl.events.applied.step.done.default", b"{}")
+    await bus.js.publish("noetl.events.inflight.step.done.default", b"{}")
     await bus.js.publish("noetl.events.inflight.step.started", b"{}")  # not for the router
     await bus.js.publish("noetl.events.waiting.signal.approve", b"{}")
     sub = await bus.js.pull_subscribe_bind(legacy.durable, legacy.stream)
@@ -93,7 +93,7 @@ async def test_provision_moves_the_shared_router_consumer_to_partitions(bus: Bus
         info = await bus.js.stream_info(router.stream, subjects_filter=">")
         stored.update(info.state.subjects or {})
         assert {bus.topology.published_subject(s) for s in stored} == {
-            "noetl.events.inflight.step.done", "noetl.events.waiting.signal.approve"}
+            "noetl.events.inflight.step.done.default", "noetl.events.waiting.signal.approve"}
 
     await assert_eventually(copied)
     # nats-server's partition of the execution id is the one the server computes for it.

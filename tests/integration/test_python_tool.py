@@ -50,6 +50,12 @@ async def test_main_is_called_with_the_inputs_it_names(python_tool: PythonTool) 
     assert outcome.result == [1, "two", None]
 
 
+async def test_an_async_main_is_awaited(python_tool: PythonTool) -> None:
+    code = "async def main(n):\n    return n * 2\n"
+
+    assert (await python_tool.run(call(code, n=21))).result == 42
+
+
 async def test_top_level_return_gives_the_result(python_tool: PythonTool) -> None:
     code = "if n > 1:\n    return {'big': n}\nreturn {'small': n}\n"
 

@@ -72,9 +72,9 @@ async def test_malformed_requests_are_rejected_and_the_server_keeps_serving(
 
 async def test_garbage_on_an_event_subject_does_not_stop_the_server(
         client: PlainClient, bus: Bus) -> None:
-    await bus.js.publish("noetl.events.ghost.step.done", b"\x00\xff not an event")
-    await bus.js.publish("noetl.events.ghost.step.failed", b"[1, 2, 3]")
-    await bus.js.publish("noetl.events.ghost.step.done", b'{"step_run_id": "ghost.start.1"}')
+    await bus.js.publish("noetl.events.ghost.step.done.default", b"\x00\xff not an event")
+    await bus.js.publish("noetl.events.ghost.step.failed.default", b"[1, 2, 3]")
+    await bus.js.publish("noetl.events.ghost.step.done.default", b'{"step_run_id": "ghost.start.1"}')
 
     feed = await client.run("afterpoison", TWO_STEPS)
 

@@ -13,7 +13,8 @@ COMMAND = {"execution_id": "e1", "step": "s", "step_run_id": "e1.s.1", "iteratio
 def test_outcome_event_for_a_plain_step_is_step_done_with_the_result() -> None:
     assert outcome_event(COMMAND, Reply(result=[1], ctx_patch={"k": 1})) == {
         "event_type": "step.done", "execution_id": "e1", "step": "s", "step_run_id": "e1.s.1",
-        "iteration": None, "result": [1], "error": None, "ctx_patch": {"k": 1}, "http": None}
+        "pool": "default", "iteration": None, "result": [1], "error": None, "ctx_patch": {"k": 1},
+        "http": None}
 
 
 def test_outcome_event_failure_carries_a_default_error() -> None:
@@ -52,3 +53,19 @@ def test_harness_run_gives_up_on_an_endless_loop() -> None:
     """))
     with pytest.raises(RuntimeError, match="still running after 5 events"):
         harness.run(max_events=5)
+
+
+def test_an_outcome_counts_only_from_the_pool_its_command_was_sent_to() -> None:
+    harness = RouterHarness(parse("""
+        workflow:
+          - step: start
+            pool: secure
+            tool: {kind: python, code: "result = 1"}
+    """))
+    (command,) = harness.pending_for("start")
+    for forged_pool in ("default", None, "secure.x"):
+        harness.send(outcome_event(command, Reply(result="forged"), pool=forged_pool))  # type: ignore[arg-type]
+    assert harness.state.status == "running" and harness.state.steps["start"].result is None
+    harness.answer(command, Reply(result="real"))
+    assert harness.state.status == "completed"
+    assert harness.state.steps["start"].result == "real"

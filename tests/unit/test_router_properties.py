@@ -156,6 +156,7 @@ def garbage_event(harness: RouterHarness) -> st.SearchStrategy[dict[str, Any]]:
             "error": json_values,
             "ctx_patch": json_values,
             "http": json_values,
+            "pool": st.just("default") | json_values,
         },
     )
 

@@ -6,11 +6,13 @@ where the token is a session token (`nss_...`, from POST /api/sessions) or an AP
 checks the endpoint's permission against the principal's roles before the handler runs. The
 user behind a token must still exist: removing a user locks out their sessions and keys at once.
 
-Without an authenticator (`server --no-auth`) every caller is an anonymous admin.
+Without an authenticator (`server --no-auth`) every caller is an anonymous admin; `run --ui`
+accepts only the random token made for its run (still an anonymous admin).
 """
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass
 from typing import Literal
 
@@ -63,13 +65,18 @@ class Authenticator:
     async def authenticate(self, token: str) -> Principal | None:
         if token.startswith(SESSION_TOKEN_PREFIX):
             session = await self.sessions.lookup(token)
-            if session is None or await self.users.get(session.user) is None:
+            if session is None:
+                return None
+            user = await self.users.get(session.user)
+            # The same name re-added later is another user: the old sessions stay dead.
+            if user is None or session.user_since != user.created_at:
                 return None
             return Principal(session.user, tuple(session.roles), "session",
                              session_id=session.session_id)
         if token.startswith(API_KEY_PREFIX):
             key = await self.keys.lookup(token)
-            if key is None or await self.users.get(key.user) is None:
+            owner = await self.users.get(key.user) if key is not None else None
+            if key is None or owner is None or not key.belongs_to(owner):
                 return None
             return Principal(key.user, tuple(key.roles), "api_key", key_id=key.key_id)
         return None
@@ -84,13 +91,15 @@ class Authenticator:
         if key is None:
             return None
         user = await self.users.get(key.user)
-        if user is None:
+        if user is None or not key.belongs_to(user):
             return None
         # A session from a key has the key's roles, which may be fewer than the user's.
-        return await self.sessions.create(user.name, list(key.roles), client=client)
+        return await self.sessions.create(user.name, list(key.roles), client=client,
+                                          user_since=user.created_at)
 
     async def _open_session(self, user: UserRecord, client: str | None) -> tuple[str, SessionRecord]:
-        return await self.sessions.create(user.name, list(user.roles), client=client)
+        return await self.sessions.create(user.name, list(user.roles), client=client,
+                                          user_since=user.created_at)
 
 
 def principal(request: web.Request) -> Principal:
@@ -112,15 +121,23 @@ def _bearer(request: web.Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def auth_middleware(authenticator: Authenticator | None) -> Middleware:
-    """The middleware for `authenticator` (None: authentication is off)."""
+def auth_middleware(authenticator: Authenticator | None, *,
+                    run_token: str | None = None) -> Middleware:
+    """The middleware for `authenticator` (None: authentication is off; then `run_token`, when
+    given, is the one bearer token accepted, as an admin: `run --ui`).
+    """
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         endpoint = request.app[ENDPOINTS].get(request.match_info.route)
         if (endpoint is not None and endpoint.permission is None) or request.method == "OPTIONS":
             return await handler(request)
-        if authenticator is None:
+        if authenticator is None and run_token is not None:
+            if not hmac.compare_digest((_bearer(request) or "").encode(), run_token.encode()):
+                raise ApiError(401, "missing or wrong bearer token: open the address that "
+                               "`noetl-stream run --ui` printed, which carries this run's token")
+            request[PRINCIPAL] = ANONYMOUS
+        elif authenticator is None:
             request[PRINCIPAL] = ANONYMOUS
         else:
             token = _bearer(request)

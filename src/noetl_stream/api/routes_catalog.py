@@ -25,6 +25,7 @@ from noetl_stream.api.models import (
     CatalogRegister,
     CatalogRegistered,
 )
+from noetl_stream.api.request_guard import YAML_TYPES
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.composition import PlaybookFile, file_references
 from noetl_stream.dsl.models import Playbook
@@ -42,7 +43,6 @@ from noetl_stream.state.catalog import (
 from noetl_stream.state.kv_keys import bucket_keys
 
 PLAYBOOK_ID = re.compile(r"pb_[0-9a-f]{32}")  # a content key (ids.playbook_key)
-YAML_TYPES = ("text/yaml", "application/yaml", "application/x-yaml", "text/plain")
 REQUEST_FILE = "<request>"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -208,7 +209,7 @@ async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
             if ui_url is not None:
                 click.echo(f"execution {final.get('execution_id')} "
                            f"{final.get('status') or final.get('event_type')}; the UI stays "
-                           f"at {ui_url}/ until Ctrl-C", err=True)
+                           f"at {ui_url.page('/')} until Ctrl-C", err=True)
                 await serve_forever(asyncio.Event())
             # Large results arrive as references to the object store; show their values.
             resolved: dict[str, Any] = await ResultStore(stack.bus.js).resolve(final)
@@ -216,7 +217,7 @@ async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
 
 
 async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
-                  ui_url: str | None) -> dict[str, Any]:
+                  ui_url: LocalUi | None) -> dict[str, Any]:
     """Start the execution on the bus and follow it to its final event."""
     from noetl_stream.runtime.services import submit, submit_and_watch
 
@@ -228,7 +229,7 @@ async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
     def on_started(execution_id: str) -> None:
         watch.started.append(execution_id)
         if ui_url is not None:
-            click.echo(f"execution page: {ui_url}/executions/{execution_id}", err=True)
+            click.echo(f"execution page: {ui_url.page(f'/executions/{execution_id}')}", err=True)
 
     # Said even with --quiet (on stderr): a run nobody serves must not look hung.
     warner = asyncio.create_task(watch.pickup.warn_later(
@@ -284,20 +285,37 @@ def failure_reason(error: Any) -> str:
     return "no reason was given" if error is None else " ".join(str(error).split())
 
 
+@dataclass(frozen=True)
+class LocalUi:
+    """Where `run --ui` serves, and the token its pages carry (None: users log in)."""
+
+    base: str
+    token: str | None
+
+    def page(self, path: str) -> str:
+        """The address of `path`; the token rides in the fragment, which browsers never send
+        and the page moves to its own storage at once (api/ui/static/common.js).
+        """
+        return self.base + path + (f"#token={self.token}" if self.token else "")
+
+
 @contextlib.asynccontextmanager
 async def run_ui(bus: Any, address: tuple[str, int] | None, *,
-                  embedded: bool) -> AsyncIterator[str | None]:
+                 embedded: bool) -> AsyncIterator[LocalUi | None]:
     """The API and UI of `run --ui`, or nothing. On the embedded stack nobody else shares the
-    bus and its nats-server already answers anyone on this machine without a password, so the
-    API asks for none either; on a shared bus (--nats-url) users log in as on `server --http`.
+    bus, so there are no users to log in: the API accepts one random token made for this run,
+    which the printed addresses carry, so neither another local user nor a web page the
+    browser visits can use it. On a shared bus (--nats-url) users log in as on `server --http`.
     """
     if address is None:
         yield None
         return
     from noetl_stream.api import serve
 
-    async with serve(bus, host=address[0], port=address[1], auth=not embedded) as url:
-        yield url
+    token = secrets.token_urlsafe(32) if embedded else None
+    async with serve(bus, host=address[0], port=address[1], auth=not embedded,
+                     run_token=token) as url:
+        yield LocalUi(url, token)
 
 
 def still_running(execution_id: str | None, timeout_s: float | None, *, nats_url: str | None,

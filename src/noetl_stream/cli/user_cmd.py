@@ -16,6 +16,7 @@ import click
 from noetl_stream import jsonutil
 from noetl_stream.cli.common import EXIT_REJECTED, T, fail, nats_url_option, on_stack, prefix_option
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.state.sessions import SessionStore
 from noetl_stream.state.users import ROLES, AccountError, ApiKeyInfo, ApiKeyStore, UserInfo, UserStore
 
 role_option = click.option("--role", "roles", multiple=True, required=True,
@@ -98,15 +99,19 @@ def user_list(as_json: bool, nats_url: str | None, prefix: str) -> None:
 @nats_url_option
 @prefix_option
 def user_rm(name: str, nats_url: str | None, prefix: str) -> None:
-    """Remove user NAME; their sessions and API keys stop working at once."""
+    """Remove user NAME; their sessions and API keys stop working at once, for good (a user
+    added again under the same name does not get them back).
+    """
 
-    async def action(users: UserStore, keys: ApiKeyStore) -> bool:
+    async def action(bus: Bus) -> bool:
+        users, keys = await UserStore.open(bus.js), await ApiKeyStore.open(bus.js)
         removed = await users.remove(name)
         for key in await keys.list(user=name):
             await keys.remove(key.key_id)
+        await (await SessionStore.open(bus.js)).end_user(name)
         return removed
 
-    if not _with_stores(nats_url, prefix, action):
+    if not on_stack(nats_url, prefix, "noetl-stream-user", action, rejected=(AccountError,)):
         fail(EXIT_REJECTED, f'no user named "{name}"')
     click.echo(f'user "{name}" removed')
 
@@ -133,9 +138,11 @@ def apikey_create(user_name: str, roles: tuple[str, ...], description: str | Non
     """Create a key for USER with ROLES; prints the key once (only its digest is stored)."""
 
     async def action(users: UserStore, keys: ApiKeyStore) -> tuple[str, str]:
-        if await users.get(user_name) is None:
+        record = await users.get(user_name)
+        if record is None:
             raise AccountError(f'no user named "{user_name}"; add it with `noetl-stream user add`')
-        key, info = await keys.create(user_name, roles, description=description)
+        key, info = await keys.create(user_name, roles, description=description,
+                                      user_since=record.created_at)
         return key, info.key_id
 
     key, key_id = _with_stores(nats_url, prefix, action)

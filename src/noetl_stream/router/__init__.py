@@ -4,7 +4,8 @@
 implies (the outbox); the runtime shell commits the state, then publishes the outbox.
 """
 
-from noetl_stream.router.engine import abort, apply, cause_of, start
+from noetl_stream.router.engine import abort, apply, cause_of, foreign_pool, start
 from noetl_stream.router.state import Decision, ExecutionState, Outgoing
 
-__all__ = ["Decision", "ExecutionState", "Outgoing", "abort", "apply", "cause_of", "start"]
+__all__ = ["Decision", "ExecutionState", "Outgoing", "abort", "apply", "cause_of", "foreign_pool",
+           "start"]

@@ -541,7 +541,25 @@ def _for_listeners(engine: Engine, event: dict[str, Any]) -> bool:
     return True
 
 
+def foreign_pool(playbook: Playbook, state: ExecutionState, event: dict[str, Any]) -> str | None:
+    """The pool a running step's command was sent to, when this outcome came from another
+    (None when it may be applied: from that pool, or for a run no longer running, which
+    on_outcome passes over). The event's pool is its subject's, which NATS lets only that
+    pool's workers publish.
+    """
+    if event.get("event_type") not in messages.OUTCOME_EVENTS:
+        return None
+    run = state.runs.get(str(event.get("step_run_id")))
+    if run is None or run.status != "running":
+        return None
+    expected = playbook.step(run.step).pool or DEFAULT_POOL
+    return None if event.get("pool") == expected else expected
+
+
 def _on_outcome(engine: Engine, event: dict[str, Any]) -> bool:
+    """A worker's outcome; one from another pool than its command's is dropped unheard."""
+    if foreign_pool(engine.pb, engine.state, event) is not None:
+        return False
     engine.on_outcome(event)
     return True
 

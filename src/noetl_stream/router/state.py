@@ -50,7 +50,7 @@ class Outgoing:
     msg_id: str
     body: dict[str, Any]
     event_type: str = ""  # for events
-    pool: str = ""  # for commands
+    pool: str = ""  # for commands; for an outcome the server publishes in a worker's place
     tool_kind: str = ""  # for commands: subject suffix
     progress: bool = False  # informational event: published without waiting for the store
 

@@ -234,24 +234,28 @@ class DeadLetters:
             original_msg_id=(command.headers or {}).get("Nats-Msg-Id"))
         identity = command_identity(data)
         if identity is not None:
-            await self._fail_step(identity, deliveries, dlq_seq)
+            await self._fail_step(identity, deliveries, dlq_seq,
+                                  self.bus.topology.pool_of_command(str(command.subject)))
         log.warning("command %s (stream seq %d) dead-lettered as %d after %d deliveries",
                     command.subject, seq, dlq_seq, deliveries)
         with contextlib.suppress(NotFoundError):
             await self.bus.js.delete_msg(stream, seq)
         await msg.ack()
 
-    async def _fail_step(self, identity: dict[str, Any], deliveries: int, dlq_seq: int) -> None:
+    async def _fail_step(self, identity: dict[str, Any], deliveries: int, dlq_seq: int,
+                         pool: str) -> None:
         error = {"kind": "dead_letter",
                  "message": f"command delivered {deliveries} times without an outcome (worker "
                             f"crashed or lost it); dead-lettered as {dlq_seq}"}
-        await publish_step_failure(self.bus, identity, error, self.clock(), dead_letter=dlq_seq)
+        await publish_step_failure(self.bus, identity, error, self.clock(), pool=pool,
+                                   dead_letter=dlq_seq)
 
 
 async def publish_step_failure(bus: Bus, identity: dict[str, Any], error: dict[str, Any],
-                               now: float, **fields: Any) -> None:
+                               now: float, *, pool: str, **fields: Any) -> None:
     """The outcome a command's worker would have published, as a failure with `error`, under the
-    worker's own msg id: a late real outcome and this one never both count.
+    worker's own msg id and on its pool's subject: a late real outcome and this one never both
+    count, and the router takes it as the command's own pool's.
     """
     execution_id, run, iteration = (identity["execution_id"], identity["step_run_id"],
                                     identity["iteration"])
@@ -262,7 +266,7 @@ async def publish_step_failure(bus: Bus, identity: dict[str, Any], error: dict[s
         result=None, error=error, ctx_patch={}, http=None, route=None, case_matched=None,
         **fields)
     await publish_event(bus, execution_id, etype,
-                        ids.event_msg_id(execution_id, etype, run, iteration), body)
+                        ids.event_msg_id(execution_id, etype, run, iteration), body, pool=pool)
 
 
 # -- reading and removing, for `noetl-stream dlq` --------------------------------------------

@@ -80,5 +80,5 @@ def refuse_commands(outbox: list[Outgoing], unknown: set[str], known: list[str],
                              status="error", result=None,
                              error={"message": message, "kind": "pool", "pool": m.pool})
         out.append(Outgoing("event", ids.event_msg_id(execution_id, etype, run, iteration),
-                            failure, event_type=etype))
+                            failure, event_type=etype, pool=m.pool))
     return out

@@ -16,6 +16,7 @@ from noetl_stream.events import iso_time
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.timers import publish_timer
+from noetl_stream.subjects import ROUTER_INPUT_EVENTS
 
 PUBLISH_ID_HEADER = "Noetl-Publish-Id"
 
@@ -36,7 +37,10 @@ def subject_of(bus: Bus, message: Outgoing) -> str:
         return bus.topology.command_subject(message.pool, message.tool_kind)
     if message.kind == "cancel":  # the router stopping a child execution (router/children.py)
         return bus.topology.cancel_request_subject()
-    return bus.topology.event_subject(str(message.body["execution_id"]), message.event_type)
+    execution_id = str(message.body["execution_id"])
+    if message.pool and message.event_type in ROUTER_INPUT_EVENTS:  # runtime/pools.py
+        return bus.topology.outcome_subject(execution_id, message.event_type, message.pool)
+    return bus.topology.event_subject(execution_id, message.event_type)
 
 
 async def publish_outbox(bus: Bus, outbox: list[Outgoing],
@@ -70,8 +74,13 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
 
 
 async def publish_event(bus: Bus, execution_id: str, event_type: str, msg_id: str,
-                        body: dict[str, Any], *, wait: bool = True) -> None:
-    subject = bus.topology.event_subject(execution_id, event_type)
+                        body: dict[str, Any], *, wait: bool = True, pool: str | None = None) -> None:
+    """Publish a worker's (or the server's) event; an outcome names the `pool` that ran its
+    command in its subject (subjects.outcome_subject).
+    """
+    topo = bus.topology
+    subject = topo.event_subject(execution_id, event_type) if pool is None \
+        else topo.outcome_subject(execution_id, event_type, pool)
     data = jsonutil.dumps(stamp(body, msg_id))
     headers = {"Nats-Msg-Id": msg_id}
     if wait:

@@ -476,6 +476,7 @@ class Server:
         """
         state, outbox = cached.state, []
         for _, event in items:
+            _note_foreign_outcome(cached.playbook, state, event)
             try:
                 router.apply(cached.playbook, state, event, now)
             except Exception:
@@ -494,6 +495,7 @@ class Server:
         state, outbox = cached.state, []
         for _, event in items:
             before = state.to_json()  # storable: it was committed, or checked just now
+            _note_foreign_outcome(cached.playbook, state, event)
             try:
                 router.apply(cached.playbook, state, event, now)
                 await self._codec.encode_fitting(state)
@@ -583,3 +585,11 @@ def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> Non
     cache[key] = value
     while len(cache) > limit:
         del cache[next(iter(cache))]
+
+
+def _note_foreign_outcome(playbook: Any, state: ExecutionState, event: dict[str, Any]) -> None:
+    """Say so when the router is about to drop an outcome from another pool than its command's."""
+    expected = router.foreign_pool(playbook, state, event)
+    if expected is not None:
+        log.warning("%s of %s from pool %r dropped: its command went to pool %r",
+                    router.cause_of(event), state.execution_id, event.get("pool"), expected)

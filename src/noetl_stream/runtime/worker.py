@@ -213,7 +213,7 @@ class Worker:
                 if identity is not None:
                     await publish_step_failure(self.bus, identity, {
                         "kind": "internal", "message": f"the worker failed on this command: "
-                        f"{type(exc).__name__}: {exc}"}, time.time())
+                        f"{type(exc).__name__}: {exc}"}, time.time(), pool=self.pool)
         await settle(msg, failure)
 
     async def _on_withdrawal(self, msg: Msg) -> None:
@@ -336,7 +336,8 @@ class Worker:
         async def store() -> None:
             stored = await self.results.externalize_outcome(body, max_payload)
             await publish_event(self.bus, execution_id, etype,
-                                ids.event_msg_id(execution_id, etype, run, iteration), stored)
+                                ids.event_msg_id(execution_id, etype, run, iteration), stored,
+                                pool=self.pool)
 
         try:
             await while_storage_refused(
@@ -354,7 +355,7 @@ class Worker:
         """
         error = {"kind": "storage", "message": f"the step's outcome could not be stored: "
                  f"{describe(exc)}; retried for {retry_bound_s():g} s"}
-        await publish_step_failure(self.bus, identity, error, time.time())
+        await publish_step_failure(self.bus, identity, error, time.time(), pool=self.pool)
         return PipelineResult(False, error=error)
 
     async def _keep_leases(self) -> None:

@@ -6,6 +6,10 @@ Invariants:
   reader of the bucket cannot use what it reads.
 - Expiry is enforced twice, as in `auth_cache.py`: each write carries a per-message TTL
   (`Nats-TTL`) so the server drops dead sessions, and `expires_at` is checked on every read.
+- A session belongs to one incarnation of its user: it records the user's `created_at`, and
+  authentication refuses it when the user now stored under that name was created at another
+  time. A user removed and added again (with other roles) never gets the old sessions back,
+  even one that `end_user` missed.
 - Sliding expiry: a use moves `expires_at` forward by a revision-checked update, at most once per
   `refresh_every`, so a busy client costs one KV write a minute, not one per request. A lost
   update race is ignored (someone else just refreshed it); a deleted session is never revived,
@@ -21,7 +25,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from nats.js import JetStreamContext
 from nats.js.api import Header
@@ -61,9 +65,13 @@ class SessionRecord(SessionInfo, Versioned):
 
     digest: str = Field(description="sha256 hex of the token")
     ttl_s: float
+    user_since: datetime | None = Field(
+        None, description="created_at of the user the session was opened for (None: written "
+        "before sessions were bound to it, never accepted)")
 
     def info(self) -> SessionInfo:
-        return SessionInfo.model_validate(self.model_dump(exclude={"digest", "ttl_s"}))
+        return SessionInfo.model_validate(
+            self.model_dump(exclude={"digest", "ttl_s", "user_since"}))
 
     def expired(self, now: float) -> bool:
         return now >= self.expires_at
@@ -98,16 +106,18 @@ class SessionStore:
         return cls(js, kv, bucket=bucket, ttl=ttl, refresh_every=refresh_every, clock=clock,
                    server_ttl=bool(getattr(info.config, "allow_msg_ttl", False)))
 
-    async def create(self, user: str, roles: list[Role], *,
-                     client: str | None = None) -> tuple[str, SessionRecord]:
-        """A new session: (its token, shown only now, and its record)."""
+    async def create(self, user: str, roles: list[Role], *, client: str | None = None,
+                     user_since: datetime | None = None) -> tuple[str, SessionRecord]:
+        """A new session: (its token, shown only now, and its record); `user_since` is the
+        user's `created_at`, which authentication checks against the stored user.
+        """
         token = SESSION_TOKEN_PREFIX + secrets.token_urlsafe(32)
         digest = hashlib.sha256(token.encode()).hexdigest()
         now = self.clock()
         ttl_s = self.ttl.total_seconds()
         record = SessionRecord(session_id=digest[:32], user=user, roles=roles, created_at=now,
                                expires_at=now + ttl_s, last_used_at=now, client=client,
-                               digest=digest, ttl_s=ttl_s)
+                               digest=digest, ttl_s=ttl_s, user_since=user_since)
         await self._write(record, revision=0)
         return token, record
 
@@ -146,6 +156,16 @@ class SessionStore:
             return False
         await self.kv.purge(session_id)
         return True
+
+    async def end_user(self, user: str) -> int:
+        """End every session of `user`, expired ones too (their records go); how many."""
+        ended = 0
+        for key in await bucket_keys(self.js, self.bucket):
+            record, _ = await self._read(key)
+            if record is not None and record.user == user:
+                await self.kv.purge(key)
+                ended += 1
+        return ended
 
     async def _read(self, session_id: str) -> tuple[SessionRecord | None, int]:
         if not _SESSION_ID.fullmatch(session_id):

@@ -199,9 +199,15 @@ class ApiKeyRecord(ApiKeyInfo, Versioned):
     FORMAT = API_KEY
 
     digest: str = Field(description="sha256 hex of the whole key")
+    user_since: datetime | None = Field(
+        None, description="created_at of the user the key was made for: a user added again "
+        "under the same name does not get it (None: a key made before keys recorded it)")
 
     def info(self) -> ApiKeyInfo:
-        return ApiKeyInfo.model_validate(self.model_dump(exclude={"digest"}))
+        return ApiKeyInfo.model_validate(self.model_dump(exclude={"digest", "user_since"}))
+
+    def belongs_to(self, user: UserRecord) -> bool:
+        return self.user_since is None or self.user_since == user.created_at
 
 
 def _digest(key: str) -> str:
@@ -222,13 +228,16 @@ class ApiKeyStore:
     async def open(cls, js: JetStreamContext, bucket: str = API_KEYS_BUCKET) -> ApiKeyStore:
         return cls(js, await js.key_value(bucket), bucket)
 
-    async def create(self, user: str, roles: Iterable[str], *,
-                     description: str | None = None) -> tuple[str, ApiKeyInfo]:
-        """A new key for `user`: (the key, shown only now, and its record)."""
+    async def create(self, user: str, roles: Iterable[str], *, description: str | None = None,
+                     user_since: datetime | None = None) -> tuple[str, ApiKeyInfo]:
+        """A new key for `user` (created at `user_since`): (the key, shown only now, and its
+        record).
+        """
         key = API_KEY_PREFIX + secrets.token_urlsafe(32)
         digest = _digest(key)
         record = ApiKeyRecord(key_id=digest[:32], user=check_user_name(user), roles=check_roles(roles),
-                              description=description, created_at=datetime.now(UTC), digest=digest)
+                              description=description, created_at=datetime.now(UTC), digest=digest,
+                              user_since=user_since)
         await self.kv.create(record.key_id, record.model_dump_json().encode())
         return key, record.info()
 

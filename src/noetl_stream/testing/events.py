@@ -14,6 +14,7 @@ from nats.js.api import DeliverPolicy
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
+from noetl_stream.messages import split_outcome_pool
 from noetl_stream.state.kv_keys import bucket_keys
 
 
@@ -47,7 +48,7 @@ async def stored_events(js: JetStreamContext, execution_id: str, *,
     for msg_subject, data in await stored_messages(js, subject):
         event = jsonutil.loads_object(data)
         if event is not None:
-            event.setdefault("event_type", msg_subject.split(".", 3)[-1])
+            event.setdefault("event_type", split_outcome_pool(msg_subject.split(".", 3)[-1])[0])
             events.append(event)
     return events
 

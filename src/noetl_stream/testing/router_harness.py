@@ -18,6 +18,7 @@ from typing import Any
 
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.router import ExecutionState, Outgoing, apply, start
+from noetl_stream.subjects import DEFAULT_POOL
 
 Command = dict[str, Any]
 Event = dict[str, Any]
@@ -39,8 +40,11 @@ Responder = Callable[[Command], Reply | None]
 """Chooses the reply to a command; None leaves the command unanswered."""
 
 
-def outcome_event(command: Command, reply: Reply | None = None) -> Event:
-    """The outcome event a worker publishes for `command` (a command body from the outbox)."""
+def outcome_event(command: Command, reply: Reply | None = None,
+                  pool: str = DEFAULT_POOL) -> Event:
+    """The outcome event a worker of `pool` publishes for `command` (a command body from the
+    outbox), as readers decode it: the pool comes from its subject.
+    """
     reply = reply or Reply()
     iteration = command.get("iteration")
     if iteration is None:
@@ -57,6 +61,7 @@ def outcome_event(command: Command, reply: Reply | None = None) -> Event:
         "execution_id": command.get("execution_id"),
         "step": command.get("step"),
         "step_run_id": command.get("step_run_id"),
+        "pool": pool,
         "iteration": iteration,
         "result": reply.result if reply.ok else None,
         "error": None if reply.ok else error,
@@ -102,7 +107,8 @@ class RouterHarness:
     def answer(self, command: Command, reply: Reply | None = None) -> list[Outgoing]:
         """Answer one pending command (removing it from `pending`)."""
         self.pending = [c for c in self.pending if c is not command]
-        return self.send(outcome_event(command, reply))
+        step = self.playbook.step(str(command.get("step")))
+        return self.send(outcome_event(command, reply, step.pool or DEFAULT_POOL))
 
     def run(self, responder: Responder | None = None, *, max_events: int = 10_000) -> ExecutionState:
         """Answer pending commands oldest first until none is left or the responder holds back."""

@@ -34,7 +34,7 @@ from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import ids, jsonutil, refs
 from noetl_stream.errors import CatalogError
-from noetl_stream.messages import CancelRequest, ExecutionRequest
+from noetl_stream.messages import CancelRequest, ExecutionRequest, split_outcome_pool
 from noetl_stream.observe import tracing
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.state.catalog import resolve_child
@@ -161,7 +161,7 @@ class PlaybookTool:
             event = jsonutil.loads_object(msg.data)
             if event is None:
                 return
-            event.setdefault("event_type", msg.subject.split(".", 3)[-1])
+            event.setdefault("event_type", split_outcome_pool(msg.subject.split(".", 3)[-1])[0])
             if event["event_type"] in END_EVENTS and not final.done():
                 final.set_result(event)
 

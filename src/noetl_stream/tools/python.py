@@ -1,20 +1,25 @@
-"""`python`: user code in a pool of warm child processes, with a timeout (ARCHITECTURE §8).
+"""`python`: user code in warm child processes, one execution's each, with a timeout (ARCHITECTURE §8).
 
 Inputs are globals (and `input_data`); the value is what the code assigns to `result`, returns
 from `main(...)`, or returns at top level. The code also sees `context`, what the task's
 templates see shaped the way NoETL's engines hand it to python code (`python_context`), and the
-modules its `libs:` name. A child that times out or dies is killed and replaced, so a bad script
-can never stop the worker. tools/python_runner.py runs the code.
+modules its `libs:` name. A child serves the steps of one execution only: what a step changes in
+its interpreter (a module replaced, a global set) reaches no other execution. A child that times
+out or dies is killed and replaced, so a bad script can never stop the worker, and its step
+fails as retryable (kind `timeout` or `crash`). tools/python_runner.py runs the code.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
-import shutil
 import struct
+import subprocess
+import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +27,21 @@ from noetl_stream import jsonutil
 from noetl_stream.dsl.layering import kind_default
 from noetl_stream.dsl.values import ListView, job_view
 from noetl_stream.tools.base import Outcome, TaskCall
-from noetl_stream.tools.sandbox import ENV_PYTHON_USER, SAME_USER, Sandbox, SandboxError, make_sandbox
+from noetl_stream.tools.python_slots import ENV_PYTHON_UIDS
+from noetl_stream.tools.sandbox import (
+    ENV_PYTHON_USER,
+    SAME_USER,
+    ChildPlace,
+    Sandbox,
+    SandboxError,
+    make_sandbox,
+)
 
 log = logging.getLogger("noetl_stream.python")
 
 RUNNER = Path(__file__).with_name("python_runner.py")
 DEFAULT_TIMEOUT_S = float(kind_default("python", "timeout"))  # dsl/layering.py: one table
+IDLE_KEEP_S = 30.0  # how long a child waits for its execution's next step
 
 
 def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -62,19 +76,37 @@ def _filename(call: TaskCall) -> str:
     return str(uri) if uri else "<playbook code>"
 
 
+@functools.cache
+def runner_source() -> str:
+    """The runner's code, handed to the interpreter with `-c`: read by the worker, it works
+    wherever the package is installed, even in a folder the children's users cannot enter.
+    """
+    return RUNNER.read_text(encoding="utf-8")
+
+
 class _Child:
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, place: ChildPlace) -> None:
         self.proc = proc
+        self.place = place
+        self.idle_since = 0.0
+        self.ended = False
 
     @classmethod
     async def spawn(cls, sandbox: Sandbox) -> _Child:
-        # Its own session, a clean environment and (under a root worker) another user:
+        # Its own session, a clean environment and (under a root worker) a uid of its own:
         # tools/sandbox.py says what each one keeps from the code.
-        proc = await asyncio.create_subprocess_exec(
-            sandbox.executable, "-u", "-P", str(RUNNER), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=None, env=sandbox.env, cwd=sandbox.cwd,
-            start_new_session=True, preexec_fn=sandbox.preexec())
-        return cls(proc)
+        place = await asyncio.to_thread(sandbox.open_place)
+        try:
+            source = await asyncio.to_thread(runner_source)  # read once, then cached
+            proc = await asyncio.create_subprocess_exec(
+                sandbox.executable, "-u", "-P", "-c", source,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
+                env=place.env, cwd=place.folder, start_new_session=True,
+                preexec_fn=place.preexec())
+        except BaseException:
+            await asyncio.to_thread(sandbox.close_place, place)
+            raise
+        return cls(proc, place)
 
     @property
     def alive(self) -> bool:
@@ -100,25 +132,34 @@ class _Child:
 
 
 class PythonTool:
+    """Interpreters are never shared between executions: a child runs the steps of one
+    execution only (kept warm for its next step, up to IDLE_KEEP_S), and a step of another
+    execution gets a fresh one, started ahead (`warm`) so it pays no start-up.
+    """
+
     kind = "python"
 
     def __init__(self, max_children: int = 8, warm: int = 2,
                  sandbox: Sandbox | None = None, quiet_fallback: bool = False) -> None:
-        self.max_children = max_children
+        self.max_children = max(1, max_children)
         # `noetl-stream run`: the user's own playbook in their own session, where falling back
         # to their user is no news worth a warning on every run (it is still logged, at INFO).
         self.quiet_fallback = quiet_fallback
-        self.warm = warm
+        self.warm = min(warm, self.max_children)
         self._sandbox = sandbox
-        self._idle: list[_Child] = []
-        self._count = 0
-        self._slots = asyncio.Semaphore(max_children)
+        self._fresh: list[_Child] = []  # never ran code
+        self._idle: dict[str, list[_Child]] = {}  # by the execution whose steps they ran
+        self._count = 0  # children alive, being started or being cleared away
+        self._starting = 0  # fresh children being started in the background
+        self._slots = asyncio.Semaphore(self.max_children)
+        self._chores: set[asyncio.Task[None]] = set()
+        self._reaper: asyncio.Task[None] | None = None
         self._closed = False
 
     async def sandbox(self) -> Sandbox:
-        """The children's sandbox, made on first use in a thread: it creates a private folder."""
+        """The children's sandbox, made on first use in a thread: it claims uids."""
         if self._sandbox is None:
-            self._sandbox = await asyncio.to_thread(make_sandbox)
+            self._sandbox = await asyncio.to_thread(make_sandbox, slots=self.max_children)
         return self._sandbox
 
     async def start(self) -> None:
@@ -127,47 +168,153 @@ class PythonTool:
         """
         await self._check_sandbox()
         sandbox = await self.sandbox()
+        self._count += self.warm
         children = await asyncio.gather(*(_Child.spawn(sandbox) for _ in range(self.warm)))
-        self._idle.extend(children)
-        self._count += len(children)
+        self._fresh.extend(children)
+        self._reaper = asyncio.create_task(self._reap_idle(), name="python-idle-reaper")
 
     async def _check_sandbox(self) -> None:
-        """One round trip as the sandbox user. When that user cannot run the interpreter (it
-        sits in a folder only root may enter), a user the operator named is an error; the
-        default `nobody` falls back to the worker's own user with a warning, since a root
+        """One round trip as a sandbox user. When that user cannot run the interpreter (it
+        sits in a folder only root may enter), a user or uids the operator named are an error;
+        by default children fall back to the worker's own user with a warning, since a root
         worker's children then run as root, as they did before users were changed.
         """
         sandbox = await self.sandbox()
-        if sandbox.user is None:
+        if sandbox.other_user is None:
             return
         problem = await _probe(sandbox)
         if problem is None:
             return
-        if os.environ.get(ENV_PYTHON_USER, "").strip():
-            raise SandboxError(f"python steps cannot run as {sandbox.user.name}: {problem}")
+        if any(os.environ.get(name, "").strip() for name in (ENV_PYTHON_USER, ENV_PYTHON_UIDS)):
+            raise SandboxError(f"python steps cannot run as {sandbox.other_user}: {problem}")
         log.log(logging.INFO if self.quiet_fallback else logging.WARNING,
-                "python steps run as root: user %s cannot run %s (%s); make the interpreter "
-                "and its libraries readable by that user, set %s to a user who can, or %s=%s "
-                "to choose the worker's user", sandbox.user.name, sandbox.executable, problem,
-                ENV_PYTHON_USER, ENV_PYTHON_USER, SAME_USER)
+                "python steps run as root: %s cannot run %s (%s); make the interpreter "
+                "and its libraries readable by every user, or set %s=%s to choose the worker's "
+                "user", sandbox.other_user, sandbox.executable, problem, ENV_PYTHON_USER,
+                SAME_USER)
+        await asyncio.to_thread(sandbox.close)
         self._sandbox = await asyncio.to_thread(make_sandbox, same_user=True)
-        if sandbox.cwd:
-            await asyncio.to_thread(shutil.rmtree, sandbox.cwd, ignore_errors=True)
 
-    async def _acquire(self) -> _Child:
-        while self._idle:
-            child = self._idle.pop()
-            if child.alive:
-                return child
-            self._count -= 1
-        self._count += 1
-        return await _Child.spawn(await self.sandbox())
+    def _take_kept(self, execution_id: str) -> _Child | None:
+        own = self._idle.get(execution_id)
+        if not own:
+            return None
+        child = own.pop()
+        if not own:
+            del self._idle[execution_id]
+        return child
 
-    def _release(self, child: _Child) -> None:
+    def _oldest_idle(self) -> _Child | None:
+        oldest: tuple[float, str] | None = None
+        for execution_id, children in self._idle.items():
+            if oldest is None or children[0].idle_since < oldest[0]:
+                oldest = (children[0].idle_since, execution_id)
+        if oldest is None:
+            return None
+        children = self._idle[oldest[1]]
+        child = children.pop(0)
+        if not children:
+            del self._idle[oldest[1]]
+        return child
+
+    async def _acquire(self, execution_id: str) -> _Child:
+        """A child for `execution_id`: one that ran its earlier steps, else a fresh one, else a
+        new one (ending the longest-idle child of another execution when all places are taken).
+        """
+        while True:
+            child = self._take_kept(execution_id)
+            if child is None and self._fresh:
+                child = self._fresh.pop(0)
+                self._refill()
+            if child is not None:
+                if child.alive:
+                    return child
+                await self._end(child)
+                continue
+            if self._count < self.max_children:
+                self._count += 1
+                try:
+                    return await _Child.spawn(await self.sandbox())
+                except BaseException:
+                    self._count -= 1
+                    raise
+            victim = self._oldest_idle()
+            if victim is not None:
+                await self._end(victim)
+            else:  # every place is starting or being cleared: one is free in a moment
+                await asyncio.sleep(0.01)
+
+    def _release(self, child: _Child, execution_id: str) -> None:
         if self._closed or not child.alive:
-            self._count -= 1
+            self._chore(self._end(child))
             return
-        self._idle.append(child)
+        child.idle_since = time.monotonic()
+        self._idle.setdefault(execution_id, []).append(child)
+        self._expire_idle()
+
+    def _expire_idle(self) -> None:
+        """End children whose execution sent no step for IDLE_KEEP_S (their places refill)."""
+        now = time.monotonic()
+        expired = [c for cs in self._idle.values() for c in cs if now - c.idle_since > IDLE_KEEP_S]
+        if expired:
+            self._idle = {k: kept for k, cs in self._idle.items()
+                          if (kept := [c for c in cs if c not in expired])}
+            for stale in expired:
+                self._chore(self._end(stale))
+
+    async def _reap_idle(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(IDLE_KEEP_S / 3)
+            self._expire_idle()
+
+    def _refill(self) -> None:
+        """Start fresh children in the background until `warm` are ready or starting; when
+        every place is taken, a child kept idle for another execution makes room (a fresh one
+        serves any execution, a kept one only its own).
+        """
+        if self._closed:
+            return
+        for _ in range(self.warm - len(self._fresh) - self._starting):
+            if self._count < self.max_children:
+                self._count += 1
+                self._starting += 1
+                self._chore(self._spawn_fresh())
+                continue
+            victim = self._oldest_idle()
+            if victim is None:
+                return
+            self._chore(self._end(victim))  # its end calls _refill again, with a free place
+
+    async def _spawn_fresh(self) -> None:
+        try:
+            child = await _Child.spawn(await self.sandbox())
+        except BaseException:
+            self._count -= 1
+            raise
+        finally:
+            self._starting -= 1
+        if self._closed:
+            await self._end(child)
+        else:
+            self._fresh.append(child)
+
+    async def _end(self, child: _Child) -> None:
+        """Kill `child` and clear its place (its folder; a slot's leftovers) for the next."""
+        if child.ended:
+            return
+        child.ended = True
+        try:
+            await child.kill()
+            await asyncio.to_thread((await self.sandbox()).close_place, child.place)
+        finally:
+            self._count -= 1
+        if not self._closed:
+            self._refill()
+
+    def _chore(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._chores.add(task)
+        task.add_done_callback(_chore_done(self._chores))
 
     async def run(self, call: TaskCall) -> Outcome:
         code = call.config.get("code")
@@ -175,29 +322,25 @@ class PythonTool:
             return Outcome.failure("python task has no code", "config")
         timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
         async with self._slots:
-            child = await self._acquire()
+            child = await self._acquire(call.execution_id)
             try:
                 request = {"code": code, "input": encode_inputs(call.input),
                            "context": python_context(call), "libs": call.config.get("libs"),
                            "filename": _filename(call)}
-                reply = await asyncio.wait_for(child.call(request),
-                                               timeout_s)
+                reply = await asyncio.wait_for(child.call(request), timeout_s)
             except TimeoutError:
-                await child.kill()
-                self._release(child)
+                await self._end(child)
                 return Outcome.failure(f"python code ran longer than its timeout of {timeout_s:g}s",
                                        "timeout", retryable=True)
             except (asyncio.IncompleteReadError, BrokenPipeError, ConnectionResetError):
-                await child.kill()
-                self._release(child)
+                await self._end(child)
                 return Outcome.failure("python process died while running the code", "crash",
                                        retryable=True)
             except BaseException:
                 # Cancelled mid-call: the child may still be busy, so it cannot go back to the pool.
-                await child.kill()
-                self._release(child)
+                self._chore(self._end(child))
                 raise
-            self._release(child)
+            self._release(child, call.execution_id)
         output = reply.get("output") or {}
         # `meta.stdout` as before; the pipeline lifts `meta.output` into the outcome event.
         meta = {"stdout": output.get("stdout", ""), "output": output}
@@ -212,13 +355,28 @@ class PythonTool:
 
     async def close(self) -> None:
         self._closed = True
-        children, self._idle = self._idle, []
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        children = self._fresh + [c for cs in self._idle.values() for c in cs]
+        self._fresh, self._idle = [], {}
         for child in children:
             if child.proc.stdin is not None:
                 child.proc.stdin.close()
-        await asyncio.gather(*(c.kill() for c in children))
-        if self._sandbox is not None and self._sandbox.cwd:
-            await asyncio.to_thread(shutil.rmtree, self._sandbox.cwd, ignore_errors=True)
+        await asyncio.gather(*(self._end(c) for c in children), return_exceptions=True)
+        await asyncio.gather(*list(self._chores), return_exceptions=True)
+        if self._sandbox is not None:
+            await asyncio.to_thread(self._sandbox.close)
+
+
+def _chore_done(chores: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
+    def done(task: asyncio.Task[None]) -> None:
+        chores.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("python child housekeeping failed: %s", task.exception())
+
+    return done
 
 
 PROBE_TIMEOUT_S = 30.0
@@ -228,7 +386,7 @@ async def _probe(sandbox: Sandbox) -> str | None:
     """Why a child cannot run code in `sandbox`, or None when it can."""
     try:
         child = await _Child.spawn(sandbox)
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         return f"{type(exc).__name__}: {exc}"
     try:
         reply = await asyncio.wait_for(child.call({"code": "result = 1", "input": {},
@@ -239,4 +397,5 @@ async def _probe(sandbox: Sandbox) -> str | None:
         if child.proc.stdin is not None:
             child.proc.stdin.close()
         await child.kill()
+        await asyncio.to_thread(sandbox.close_place, child.place)
     return None if reply.get("status") == "ok" else str(reply.get("error"))

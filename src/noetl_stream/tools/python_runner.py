@@ -1,6 +1,7 @@
 """Child process of the `python` tool: runs user code, one request at a time, forever.
 
-Started as a plain script (not through the package) so it boots fast and imports nothing of ours.
+Started as a plain script (`python -c`, with this file's text, not through the package) so it
+boots fast, imports nothing of ours, and runs wherever the package is installed.
 Protocol on a private pipe: 4-byte big-endian length + JSON, request {code, input, context, libs,
 filename}, reply {status, result | error, output}. What the code prints through `sys.stdout` and
 `sys.stderr` is captured per request (`output`: the last OUTPUT_TAIL_BYTES of each stream, their
@@ -19,7 +20,6 @@ its default; `**kwargs` gets the remaining inputs.
 from __future__ import annotations
 
 import ast
-import asyncio
 import contextlib
 import datetime
 import importlib
@@ -271,6 +271,8 @@ def _call_main(main: Callable[..., Any], inputs: dict[str, Any], context: dict[s
         kwargs.update({k: v for k, v in {**data, **inputs}.items() if k not in kwargs})
     value = main(**kwargs)
     if inspect.iscoroutine(value):
+        import asyncio  # only for an `async def main`: it costs every child's start-up otherwise
+
         value = asyncio.run(value)
     return value
 
@@ -338,7 +340,20 @@ def _serve(proto_in: BinaryIO, proto_out: BinaryIO) -> None:
         proto_out.flush()
 
 
+def _close_to_same_user() -> None:
+    """Non-dumpable: another process of this uid (a child of another execution, when the worker
+    cannot give each its own) can then neither read our memory and environment under /proc nor
+    ptrace us. Linux only; elsewhere nothing to do.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+
 def main() -> None:
+    _close_to_same_user()
     # Keep private copies of the pipes, then point fd 0/1 elsewhere so user code cannot touch them.
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
     proto_out = os.fdopen(os.dup(1), "wb")

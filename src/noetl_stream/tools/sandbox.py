@@ -5,14 +5,20 @@ Its child process gets:
 
 - **A clean environment**: only the names Python needs to run (`PATH`, the locale, `TZ`,
   `TMPDIR`, `PYTHONPATH`/`PYTHONHOME`, the CA bundle names) and those an operator lists in
-  `NOETL_STREAM_PYTHON_ENV`; `HOME` is the worker's, or the sandbox folder when the child runs
-  as another user. Never `NOETL_STREAM_SECRET_KEY`, the NATS password or anything else the
+  `NOETL_STREAM_PYTHON_ENV`; `HOME` is the worker's, or the child's own folder when it runs as
+  another user. Never `NOETL_STREAM_SECRET_KEY`, the NATS password or anything else the
   worker was started with.
 - **Its own session** (`setsid`): no signal aimed at the worker's process group or terminal
   reaches it, and it is killed when the worker dies (`PR_SET_PDEATHSIG`).
-- **Another user when the worker runs as root**: `NOETL_STREAM_PYTHON_USER` (default `nobody`),
-  with that user's group and no supplementary groups, in a private working folder. Such a child
-  can neither signal the worker nor read its `/proc/<pid>/environ` or its files.
+- **A uid of its own when the worker runs as root** (tools/python_slots.py): no other child,
+  of this execution or another, shares it while it lives, and what an earlier holder left
+  (processes, files) is gone before it starts; no supplementary groups, a private folder as
+  HOME and TMPDIR. Such a child can neither signal the worker or another child nor read their
+  `/proc/<pid>/environ`, memory or files. `NOETL_STREAM_PYTHON_USER` names one user for all
+  children instead (they can then reach each other), `-` keeps the worker's; a child that
+  stays root holds no capability, so the non-dumpable worker's /proc files stay closed to it.
+- **Non-dumpable** (the runner sets it before any code runs): a process of the same uid cannot
+  read its memory or environment under /proc, nor ptrace it.
 
 A worker that is not root cannot change the child's user: the child can still signal the worker
 (same uid) and read files the worker's user can read. The worker then makes itself non-dumpable
@@ -27,12 +33,23 @@ import functools
 import logging
 import os
 import pwd
+import shutil
 import signal
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from noetl_stream.tools.python_slots import (
+    DEFAULT_UIDS,
+    ENV_PYTHON_UIDS,
+    SandboxUser,
+    SlotError,
+    UidSlots,
+    clear_slot,
+    kill_all_of_this_uid,
+    parse_range,
+)
 
 log = logging.getLogger("noetl_stream.python_sandbox")
 
@@ -52,43 +69,101 @@ SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
 
 
 @dataclass(frozen=True)
-class SandboxUser:
-    """The user python children run as (None: the worker's own user)."""
+class ChildPlace:
+    """Where one child runs: its user, its private folder (its HOME and TMPDIR), environment."""
 
-    name: str
-    uid: int
-    gid: int
-
-
-@dataclass
-class Sandbox:
-    """Everything `_Child.spawn` needs: interpreter, environment, folder, user."""
-
-    executable: str
+    user: SandboxUser | None
+    folder: str | None
     env: dict[str, str]
-    cwd: str | None = None
-    user: SandboxUser | None = None
-    extra: list[str] = field(default_factory=list)
+    # A child that stays root (no user could run the interpreter, or the operator chose the
+    # worker's user) keeps uid 0 but no capability: the worker is non-dumpable, so its
+    # /proc/<pid>/environ and mem need CAP_SYS_PTRACE, which such a child never has. The
+    # highest capability number to drop, -1 for none (read by open_place, off the event loop).
+    last_capability: int = -1
 
     def preexec(self) -> Callable[[], None]:
-        """Runs in the child between fork and exec: the user change, then the death signal
-        (the kernel clears PDEATHSIG when credentials change, so it comes last).
+        """Runs in the child between fork and exec: the user change, the removal of whatever an
+        earlier child of the same slot left running, then the death signal (the kernel clears
+        PDEATHSIG when credentials change, so it comes last).
         """
         user = self.user
         libc = _libc()
+        last_cap = self.last_capability
 
         def setup() -> None:
             if user is not None:
                 os.setgroups([])
                 os.setresgid(user.gid, user.gid, user.gid)
                 os.setresuid(user.uid, user.uid, user.uid)
+                if user.exclusive:
+                    kill_all_of_this_uid()
             if libc is not None:
+                for cap in range(last_cap + 1):  # empty bounding set: exec grants none
+                    libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+                if last_cap >= 0:
+                    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
                 libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
         return setup
+
+
+@functools.cache
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 40
+
+
+@dataclass
+class Sandbox:
+    """Everything `_Child.spawn` needs: interpreter, environment, and who children run as: a
+    uid of their own each (`slots`, a root worker's default), one named user, or the worker's.
+    """
+
+    executable: str
+    env: dict[str, str]
+    user: SandboxUser | None = None
+    extra: list[str] = field(default_factory=list)
+    slots: UidSlots | None = None
+
+    @property
+    def other_user(self) -> str | None:
+        """Whom children run as when it is not the worker's user (for messages), else None."""
+        if self.slots is not None:
+            return f"uids of {ENV_PYTHON_UIDS}"
+        return self.user.name if self.user is not None else None
+
+    def open_place(self) -> ChildPlace:
+        """A place for one new child (blocking: it makes a folder)."""
+        user = self.slots.take() if self.slots is not None else self.user
+        if user is None:
+            return ChildPlace(None, None, self.env,
+                              _last_capability() if os.geteuid() == 0 else -1)
+        folder = tempfile.mkdtemp(prefix=f"noetl-python-{user.uid}-")
+        os.chown(folder, user.uid, user.gid)
+        os.chmod(folder, 0o700)
+        env = {**self.env, "HOME": folder, "TMPDIR": folder, "USER": user.name,
+               "LOGNAME": user.name}
+        return ChildPlace(user, folder, env)
+
+    def close_place(self, place: ChildPlace) -> None:
+        """After the child is gone (blocking): its folder, and a slot's leftovers, go."""
+        if place.folder is not None:
+            shutil.rmtree(place.folder, ignore_errors=True)
+        if place.user is not None and place.user.exclusive and self.slots is not None:
+            clear_slot(place.user)
+            self.slots.give_back(place.user)
+
+    def close(self) -> None:
+        if self.slots is not None:
+            self.slots.close()
 
 
 @functools.cache
@@ -130,13 +205,12 @@ def _extra_names(source: dict[str, str]) -> list[str]:
 
 
 def sandbox_user(source: dict[str, str]) -> SandboxUser | None:
-    """The user children run as: None when the worker is not root (it could not change it) or
-    the operator chose `-`; else NOETL_STREAM_PYTHON_USER (a name or a uid), default nobody.
+    """The one user every child runs as: None when the worker is not root (it could not change
+    it), the operator chose `-`, or named nobody (then each child gets a uid of its own);
+    else NOETL_STREAM_PYTHON_USER (a name or a uid).
     """
-    if os.geteuid() != 0:
-        return None
-    wanted = source.get(ENV_PYTHON_USER, "").strip() or DEFAULT_SANDBOX_USER
-    if wanted == SAME_USER:
+    wanted = source.get(ENV_PYTHON_USER, "").strip()
+    if os.geteuid() != 0 or not wanted or wanted == SAME_USER:
         return None
     try:
         entry = pwd.getpwuid(int(wanted)) if wanted.isdigit() else pwd.getpwnam(wanted)
@@ -154,20 +228,27 @@ class SandboxError(Exception):
     """The python sandbox cannot be set up as configured; the worker does not start."""
 
 
-def make_sandbox(source: dict[str, str] | None = None, *, same_user: bool = False) -> Sandbox:
+def make_sandbox(source: dict[str, str] | None = None, *, same_user: bool = False,
+                 slots: int = 0) -> Sandbox:
     """The sandbox for this worker's python children, from its environment (`same_user`: keep
-    the worker's user whatever NOETL_STREAM_PYTHON_USER says).
+    the worker's user whatever the settings say; `slots`: how many uids a root worker claims
+    for children of their own, when no single user is named).
     """
     source = dict(os.environ if source is None else source)
     executable = source.get(ENV_PYTHON_EXECUTABLE) or sys.executable
-    user = None if same_user else sandbox_user(source)
     extra = _extra_names(source)
-    if user is None:
-        env = clean_environment(source, home=source.get("HOME"), extra_names=extra)
-        return Sandbox(executable, env, None, None, extra)
-    folder = Path(tempfile.mkdtemp(prefix=f"noetl-python-{user.name}-"))
-    os.chown(folder, user.uid, user.gid)
-    folder.chmod(0o700)
-    env = clean_environment(source, home=str(folder), extra_names=extra)
-    env["TMPDIR"] = str(folder)
-    return Sandbox(executable, env, str(folder), user, extra)
+    if same_user:
+        return Sandbox(executable, clean_environment(source, home=source.get("HOME"),
+                                                     extra_names=extra), None, extra)
+    user = sandbox_user(source)
+    env = clean_environment(source, home=None, extra_names=extra)
+    if user is not None:
+        return Sandbox(executable, env, user, extra)
+    if os.geteuid() == 0 and source.get(ENV_PYTHON_USER, "").strip() != SAME_USER and slots > 0:
+        uids = parse_range(source.get(ENV_PYTHON_UIDS, "") or DEFAULT_UIDS)
+        try:
+            return Sandbox(executable, env, None, extra, UidSlots(uids, slots))
+        except SlotError as exc:
+            raise SandboxError(str(exc)) from None
+    return Sandbox(executable, clean_environment(source, home=source.get("HOME"),
+                                                 extra_names=extra), None, extra)

@@ -18,6 +18,25 @@ const NS = (() => {
     localStorage.removeItem(TOKEN);
     localStorage.removeItem(WHO);
   }
+  // `run --ui` prints addresses whose fragment carries the run's token: keep it, and take it
+  // out of the address bar and history (a fragment never reaches the server or its logs).
+  function adoptRunToken() {
+    const found = /^#token=([A-Za-z0-9_-]+)$/.exec(location.hash);
+    if (!found) return;
+    saveLogin({ token: found[1], user: "run", roles: ["admin"] });
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  adoptRunToken();
+
+  // Where a login may send the browser next: a path of this site, else "/". The URL parser
+  // decides, as the browser will (it reads "/\\host" and "/\t/host" as other hosts).
+  function sameSitePath(next) {
+    if (!next || !next.startsWith("/")) return "/";
+    let url;
+    try { url = new URL(next, location.origin); } catch { return "/"; }
+    return url.origin === location.origin ? url.pathname + url.search + url.hash : "/";
+  }
+
   function toLogin() {
     const here = location.pathname + location.search;
     location.assign("/login?next=" + encodeURIComponent(here));
@@ -218,5 +237,5 @@ const NS = (() => {
   document.addEventListener("DOMContentLoaded", header);
 
   return { api, ApiError, followEvents, el, json, short, when, duration, elapsed, badge,
-    mayControl, mayRun, showError, saveLogin, forget, who, TERMINAL };
+    mayControl, mayRun, showError, saveLogin, forget, who, sameSitePath, TERMINAL };
 })();

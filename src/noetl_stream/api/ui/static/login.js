@@ -4,8 +4,7 @@
 document.addEventListener("DOMContentLoaded", () => {
   const form = document.getElementById("login-form");
   const message = document.getElementById("login-message");
-  const next = new URLSearchParams(location.search).get("next");
-  const target = next && next.startsWith("/") && !next.startsWith("//") ? next : "/";
+  const target = NS.sameSitePath(new URLSearchParams(location.search).get("next"));
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const key = document.getElementById("login-key").value.trim();

@@ -1,0 +1,163 @@
+"""One uid per python child under a root worker, so steps of different executions can neither
+signal each other nor read each other's memory, environment or files.
+
+A root worker claims uids from NOETL_STREAM_PYTHON_UIDS (`FIRST-LAST`, default 59000-59999;
+uids with no account, each used with the group of the same number) through lock files in a
+folder only root may write (`flock`): two workers on one machine never share one, and a worker
+that dies frees its claims with its file descriptors. A child runs as its slot's uid alone. When
+a slot changes hands, whatever the last child left behind as that uid is removed: its processes
+(a daemon it forked) are killed before the next child's code starts, and the files it left in
+the world-writable folders are deleted, so nothing passes from one execution to the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_PYTHON_UIDS = "NOETL_STREAM_PYTHON_UIDS"
+DEFAULT_UIDS = "59000-59999"
+LOCK_DIRS = ("/run/noetl-stream/python-uids", f"{tempfile.gettempdir()}/noetl-stream-python-uids")
+# Where any uid may create files; a slot's leftovers there go when the slot changes hands.
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
+_KILL_ROUNDS = 200  # a forking leftover is caught within a few rounds; never loop forever
+
+
+class SlotError(Exception):
+    """The uid range is malformed or exhausted; the worker does not start."""
+
+
+@dataclass(frozen=True)
+class SandboxUser:
+    """The user a python child runs as (None: the worker's own user). `exclusive`: the uid is
+    this child's alone (a slot), so every other process of it is a leftover to kill.
+    """
+
+    name: str
+    uid: int
+    gid: int
+    exclusive: bool = False
+
+
+def parse_range(text: str) -> range:
+    first, sep, last = text.strip().partition("-")
+    try:
+        low, high = int(first), int(last if sep else first)
+    except ValueError:
+        raise SlotError(f'{ENV_PYTHON_UIDS}="{text}": expected FIRST-LAST, e.g. {DEFAULT_UIDS}') \
+            from None
+    if low <= 0 or high < low:
+        raise SlotError(f'{ENV_PYTHON_UIDS}="{text}": uids must be above 0 (root), FIRST <= LAST')
+    return range(low, high + 1)
+
+
+def _lock_dir() -> Path:
+    """A folder of root's that no one else can write, for the claim files."""
+    for candidate in LOCK_DIRS:
+        folder = Path(candidate)
+        with contextlib.suppress(OSError):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = folder.lstat()
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == 0 and not info.st_mode & 0o022:
+                return folder
+    raise SlotError(f"no private folder for python uid claims (tried {', '.join(LOCK_DIRS)})")
+
+
+class UidSlots:
+    """The uids this worker claimed; `take` one per child, `give_back` when the child is gone."""
+
+    def __init__(self, uids: range, count: int) -> None:
+        folder = _lock_dir()
+        self._claims: dict[int, int] = {}
+        for uid in uids:
+            if len(self._claims) == count:
+                break
+            if _has_account(uid):
+                continue  # someone's real user: never run strangers' code as it
+            fd = os.open(folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._claims[uid] = fd
+        if len(self._claims) < count:
+            self.close()
+            raise SlotError(f"only {len(self._claims)} free uids in {uids.start}-{uids.stop - 1} "
+                            f"for {count} python processes: widen {ENV_PYTHON_UIDS}")
+        self._free = sorted(self._claims, reverse=True)
+
+    def take(self) -> SandboxUser:
+        uid = self._free.pop()
+        return SandboxUser(f"noetl-python-{uid}", uid, uid, exclusive=True)
+
+    def give_back(self, user: SandboxUser) -> None:
+        self._free.append(user.uid)
+
+    def close(self) -> None:
+        for fd in self._claims.values():
+            os.close(fd)
+        self._claims.clear()
+
+
+def _has_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def kill_all_of_this_uid() -> None:
+    """Run as the slot's uid (between fork and exec): kill every other process of that uid.
+    kill(-1) reaches exactly the processes this uid may signal, never the caller itself.
+    """
+    for _ in range(_KILL_ROUNDS):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+
+
+def clear_slot(user: SandboxUser) -> None:
+    """What the slot's last child left behind: its processes, then its files in the shared
+    folders. Blocking (run it in a thread).
+    """
+    true = shutil.which("true") or "/bin/true"
+    subprocess.run([true], preexec_fn=_as_user_then(user, kill_all_of_this_uid), check=False,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for shared in SHARED_WRITABLE:
+        with contextlib.suppress(OSError), os.scandir(shared) as entries:
+            for entry in entries:
+                _remove_if_owned(entry, user.uid)
+
+
+def _remove_if_owned(entry: os.DirEntry[str], uid: int) -> None:
+    with contextlib.suppress(OSError):
+        info = entry.stat(follow_symlinks=False)
+        if info.st_uid != uid:
+            return
+        if stat.S_ISDIR(info.st_mode):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            os.unlink(entry.path)
+
+
+def _as_user_then(user: SandboxUser, then: Callable[[], None]) -> Callable[[], None]:
+    def setup() -> None:
+        os.setgroups([])
+        os.setresgid(user.gid, user.gid, user.gid)
+        os.setresuid(user.uid, user.uid, user.uid)
+        then()
+
+    return setup

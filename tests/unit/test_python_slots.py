@@ -1,0 +1,36 @@
+"""The uid range python children of a root worker run as (tools/python_slots.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from noetl_stream.tools.python_slots import SlotError, UidSlots, parse_range
+
+
+def test_a_range_is_first_dash_last_above_root() -> None:
+    assert parse_range("59000-59009") == range(59000, 59010)
+    assert parse_range(" 61000 ") == range(61000, 61001)
+    for bad in ("", "a-b", "0-10", "10-5", "-5"):
+        with pytest.raises(SlotError, match="NOETL_STREAM_PYTHON_UIDS"):
+            parse_range(bad)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="claims live in a folder only root may write")
+def test_two_workers_never_claim_the_same_uid_and_a_full_range_is_an_error() -> None:
+    uids = range(3_999_990_000, 3_999_990_004)  # no account has these
+    first = UidSlots(uids, 2)
+    try:
+        second = UidSlots(uids, 2)
+        try:
+            taken = {first.take().uid, first.take().uid, second.take().uid, second.take().uid}
+            assert taken == set(uids)
+            with pytest.raises(SlotError, match="only 0 free uids"):
+                UidSlots(uids, 1)
+        finally:
+            second.close()
+    finally:
+        first.close()
+    again = UidSlots(uids, 4)  # closing a worker's claims frees them
+    again.close()
