@@ -198,16 +198,13 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
     def fill(text: str) -> str:
         return text.replace("{prefix}", prefix)
 
-    retention = config.retention_s()
     streams = tuple(
         StreamDecl(
             name=s["name"],
             subjects=tuple(fill(x) for x in s.get("subjects") or ()),
             retention=s["retention"],
             duplicate_window_s=float(s["duplicate_window_s"]),
-            # A stream's max age may not be below its duplicate window (JetStream refuses it).
-            max_age_s=max(retention, float(s["duplicate_window_s"])) if s.get("follows_retention")
-            else float(s["max_age_s"]),
+            max_age_s=float(s["max_age_s"]),  # 0: no age limit
             allow_msg_schedules=bool(s.get("allow_msg_schedules", False)),
             source=s.get("source"),
             source_subjects=tuple(fill(x) for x in s.get("source_subjects") or ()),
@@ -242,8 +239,7 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         BucketDecl(name=b["name"], history=int(b["history"]), ttl_s=b.get("ttl_s"))
         for b in raw["buckets"]
     )
-    object_stores = tuple(ObjectStoreDecl(name=o["name"], ttl_s=retention if o.get("follows_retention")
-                                          else o.get("ttl_s"))
+    object_stores = tuple(ObjectStoreDecl(name=o["name"], ttl_s=o.get("ttl_s"))
                           for o in raw.get("object_stores") or ())
     return Topology(prefix, streams, consumers, buckets, dict(raw["subjects"]), object_stores,
                     _router(raw["router"], prefix, router_ack_wait))
