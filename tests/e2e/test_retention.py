@@ -1,6 +1,7 @@
 """Retention: a finished execution is removed by the servers' sweep after the retention while a
-running one keeps its state, events and results however long it runs, and `executions purge` removes finished executions' events, vars, step results and state now,
-never a running one (which still resumes afterwards)."""
+running one keeps its state, events and results however long it runs, and `executions purge`
+removes finished executions' events, vars, step results and state now, never a running one
+(which still resumes afterwards)."""
 
 from __future__ import annotations
 
