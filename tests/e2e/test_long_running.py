@@ -116,6 +116,18 @@ async def test_a_command_waits_for_its_pool_however_long_no_worker_is_alive(
     assert await stored_count(bus, "NOETL_COMMANDS", "noetl.commands.late.>") == 0
 
 
+async def sse_event_types(port: int, execution_id: str) -> list[str]:
+    """The event types the API's live events route sends, from the first to the last."""
+    types: list[str] = []
+    url = f"http://127.0.0.1:{port}/api/executions/{execution_id}/events/stream"
+    async with aiohttp.ClientSession() as http, http.get(url) as resp:
+        assert resp.status == 200
+        async for line in resp.content:
+            if line.startswith(b"data: "):
+                types.append(str(jsonutil.loads(line[6:])["event_type"]))
+    return types
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -149,6 +161,21 @@ async def test_a_three_minute_wait_keeps_its_whole_history(
         assert await stored_count(bus, "NOETL_EVENTS", f"noetl.events.{execution_id}.>") >= first
         await waiting()
 
+    async with aiohttp.ClientSession() as http, http.get(
+            f"http://127.0.0.1:{port}/api/executions/{execution_id}/events",
+            params={"limit": "1000"}) as resp:
+        assert resp.status == 200
+        page = await resp.json()
+    assert page["items"][0]["event_type"] == "execution.started"
+    assert len(page["items"]) == await stored_count(bus, "NOETL_EVENTS",
+                                                    f"noetl.events.{execution_id}.>")
+    # Every reader joins now, reads the history from its first event, and follows it to the end.
+    logs = asyncio.create_task(run_cli("logs", execution_id, "--follow", "--json", *url,
+                                       timeout_s=120))
+    watched = asyncio.create_task(run_cli("watch", execution_id, *url, timeout_s=120))
+    served = asyncio.create_task(sse_event_types(port, execution_id))
+    await asyncio.sleep(3)
+    assert not (logs.done() or watched.done() or served.done())
     signalled = await run_cli("signal", execution_id, "approve", *url)
     assert signalled.returncode == 0, signalled.stderr
     summary = await asyncio.wait_for(run, 60)
@@ -156,28 +183,20 @@ async def test_a_three_minute_wait_keeps_its_whole_history(
     stored = await stored_count(bus, "NOETL_EVENTS", f"noetl.events.{execution_id}.>")
     assert stored > first
 
-    logs = await run_cli("logs", execution_id, "--json", *url)
-    assert logs.returncode == 0, logs.stderr
-    logged = [json.loads(line) for line in logs.stdout.splitlines()]
+    logged_run = await asyncio.wait_for(logs, 120)
+    assert logged_run.returncode == 0, logged_run.stderr
+    logged = [json.loads(line) for line in logged_run.stdout.splitlines()]
+    assert len(logged) == stored
     assert logged[0]["event_type"] == "execution.started"
     assert logged[-1]["event_type"] == "execution.completed"
     assert logged[-1]["timestamp"] - logged[0]["timestamp"] >= 180
 
-    watched = await run_cli("watch", execution_id, *url)
-    assert watched.returncode == 0, watched.stderr
+    watch_run = await asyncio.wait_for(watched, 120)
+    assert watch_run.returncode == 0, watch_run.stderr
     for step in ("start", "approval", "done"):
-        assert f"✓ {step}" in watched.stdout, watched.stdout
+        assert f"✓ {step}" in watch_run.stdout, watch_run.stdout
 
-    async with aiohttp.ClientSession() as http, http.get(
-            f"http://127.0.0.1:{port}/api/executions/{execution_id}/events",
-            params={"limit": "1000"}) as resp:
-        assert resp.status == 200
-        page = await resp.json()
-    served = [e["event_type"] for e in page["items"]]
-    assert len(served) == stored
-    assert served[0] == "execution.started" and served[-1] == "execution.completed"
-    assert [e["event_type"] for e in logged] == [t for t in served if t in
-                                                 {e["event_type"] for e in logged}]
+    assert await asyncio.wait_for(served, 120) == [e["event_type"] for e in logged]
 
     state = await state_of(bus, execution_id)
     assert state is not None

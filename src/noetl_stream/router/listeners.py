@@ -58,6 +58,8 @@ def hear_all(router: Router, run_ids: list[str], event: dict[str, Any]) -> None:
     etype = str(event.get("event_type") or "")
     seq = event.get("seq")
     heard = False
+    if etype == "timer.fired":
+        _timer_fired(router, event)
     for run_id in run_ids:
         run = router.state.runs.get(run_id)
         if run is None or run.status != "running" or router.state.status != "running":
@@ -136,4 +138,13 @@ def set_timer(router: Router, step: Step, run: Run, timer: TimerSpec) -> None:
             "set_at": router.now,
             "data": {"timer_id": timer.name, "name": timer.name, "step": step.name}}
     msg_id = ids.event_msg_id(state.execution_id, "timer", run.run_id, timer.name, state.applied)
+    run.timers[timer.name] = fire_at
     router.send(Outgoing("timer", msg_id, body, event_type="timer.fired"))
+
+
+def _timer_fired(router: Router, event: dict[str, Any]) -> None:
+    """Forget a listener's timer once it fired (a reset one waits for its latest `fire_at`)."""
+    run = router.state.runs.get(str(event.get("step_run_id")))
+    name = event.get("timer_id")
+    if run is not None and isinstance(name, str) and run.timers.get(name) == event.get("fire_at"):
+        del run.timers[name]

@@ -119,6 +119,9 @@ class Run:
     # Child executions started by the run's commands and still waited on: command key ("-" for
     # the run's own command, else the iteration number) -> child execution ids.
     children: dict[str, list[str]] = field(default_factory=dict)
+    # A listener's timers that have not fired yet: name -> fire_at. The server's stall check
+    # (runtime/stalls.py) fails the run when one is overdue and its schedule is gone.
+    timers: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

@@ -1,0 +1,241 @@
+"""The stall check: a running execution never waits in silence for something that cannot come.
+
+The router's own watchdog (router/watchdog.py) bounds how long a command may run, with a durable
+timer. What it cannot see is the loss of what it waits on: a command removed from
+`NOETL_COMMANDS` by hand (or a terminated unreadable one), a timer schedule deleted from
+`NOETL_EVENTS`. Every `every_s` seconds each server reads the state of every running execution
+and looks for what it waits on:
+
+- each command in flight (a step run, or a loop iteration) must be in `NOETL_COMMANDS`: a worker
+  removes it only by acknowledging it, after its outcome is stored. A command issued more than
+  `every_s` ago, missing on two checks in a row while the execution has no event waiting in
+  `NOETL_ROUTER` (so no outcome is on its way), is lost. If it is still in the committed outbox,
+  it was never published (a server stopped between commit and publish) and goes out now;
+  otherwise its step run or iteration fails with error kind `lost` and the reason.
+- each listener timer (`Run.timers`) and each watchdog deadline that is overdue by more than
+  `every_s` on two checks in a row, with no event waiting in `NOETL_ROUTER`, never fired (a
+  listener's schedule message is gone too): the run fails with kind `lost` (a listener) or
+  `timeout` (a watchdog whose timer was lost), and the reason.
+
+The failure is the one the worker would have published, under the worker's msg id
+(runtime/dead_letters.py `publish_step_failure`), so a real outcome and this one never both
+count, and the router applies it like any failure: its retry and failure arcs apply. The check
+is pure reading until it publishes, and several servers checking at once publish the same ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from nats.js.errors import NotFoundError
+
+from noetl_stream import config, ids, jsonutil
+from noetl_stream.dsl import parse_playbook
+from noetl_stream.dsl.models import Playbook
+from noetl_stream.events import iso_time
+from noetl_stream.router.state import ExecutionState, Run
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.dead_letters import publish_step_failure
+from noetl_stream.runtime.publish import subject_of
+from noetl_stream.runtime.retention import EXECUTIONS_BUCKET, sweep_period
+from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.subjects import DEFAULT_POOL
+from noetl_stream.tools.registry import installed_kinds
+
+log = logging.getLogger("noetl_stream.stalls")
+
+COMMANDS_STREAM = "NOETL_COMMANDS"
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One thing a running execution waits for."""
+
+    key: str  # stable across checks
+    what: str  # "command", "timer" or "watchdog"
+    run: Run
+    iteration: int | None
+    pool: str = DEFAULT_POOL
+    msg_id: str = ""  # a command's
+    since: float = 0.0  # a command: issued at; a timer or deadline: due at
+    name: str = ""  # a listener timer's
+
+
+class StallCheck:
+    """Finds the lost waits of running executions and fails them (see the module's docstring)."""
+
+    def __init__(self, bus: Bus, *, every_s: float | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.bus = bus
+        self.every_s = sweep_period(config.retention_s()) if every_s is None else every_s
+        self.clock = clock
+        self._suspects: set[str] = set()
+        self._playbooks: dict[str, Playbook] = {}
+        self._kinds = installed_kinds()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="stall-check")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def check(self) -> int:
+        """One pass; the number of lost waits it acted on."""
+        now = self.clock()
+        waits: list[tuple[ExecutionState, Wait]] = []
+        for execution_id in await bucket_keys(self.bus.js, EXECUTIONS_BUCKET):
+            state = await self._running_state(execution_id)
+            if state is not None:
+                waits += [(state, w) for w in await self._waits(state, now)]
+        present = await self._stored_commands({w.pool for _, w in waits if w.what == "command"})
+        suspects = {w.key for state, w in waits if w.what != "command" or w.msg_id not in present}
+        acted = 0
+        for state, wait in waits:
+            if wait.key in suspects and wait.key in self._suspects and \
+                    not await self._events_pending(state.execution_id):
+                acted += await self._act(state, wait, now)
+        self._suspects = suspects
+        return acted
+
+    async def _running_state(self, execution_id: str) -> ExecutionState | None:
+        try:
+            msg = await self.bus.js.get_msg(f"KV_{EXECUTIONS_BUCKET}",
+                                            subject=f"$KV.{EXECUTIONS_BUCKET}.{execution_id}")
+        except NotFoundError:
+            return None
+        if not msg.data:
+            return None
+        raw = jsonutil.loads(msg.data)
+        if raw.get("status", "running") != "running":
+            return None
+        return ExecutionState.from_dict(raw)
+
+    async def _playbook(self, key: str) -> Playbook:
+        pb = self._playbooks.get(key)
+        if pb is None:
+            entry = await (await self.bus.js.key_value("noetl_catalog")).get(key)
+            pb = parse_playbook(bytes(entry.value or b"").decode(), key, kinds=self._kinds).playbook
+            self._playbooks[key] = pb
+        return pb
+
+    async def _waits(self, state: ExecutionState, now: float) -> list[Wait]:
+        """What the execution waits for and is overdue enough to be suspected."""
+        pb = await self._playbook(state.playbook_key)
+        out: list[Wait] = []
+        for run in state.active_runs:
+            step = pb.step(run.step)
+            base = f"{state.execution_id}|{run.run_id}"
+            if step.eval_mode == "on_event":
+                out += [Wait(f"{base}|timer|{name}", "timer", run, None, since=due, name=name)
+                        for name, due in sorted(run.timers.items())
+                        if now - due > self.every_s]
+                continue
+            pool = step.pool or DEFAULT_POOL
+            commands: list[tuple[int | None, float, float | None]] = (
+                [(None, run.issued_at, run.deadline)] if run.loop is None else
+                [(i, run.loop.issued_at.get(str(i), run.issued_at),
+                  run.loop.deadlines.get(str(i))) for i in run.loop.in_flight])
+            for index, issued, deadline in commands:
+                it = "-" if index is None else str(index)
+                if now - issued > self.every_s:
+                    out.append(Wait(f"{base}|{it}|command", "command", run, index, pool=pool,
+                                    msg_id=ids.command_msg_id(run.run_id, index), since=issued))
+                if deadline is not None and now - deadline > self.every_s:
+                    out.append(Wait(f"{base}|{it}|watchdog", "watchdog", run, index,
+                                    since=deadline))
+        return out
+
+    async def _stored_commands(self, pools: set[str]) -> set[str]:
+        """The msg ids of the commands stored for `pools` (a work queue: none is taken yet)."""
+        found: set[str] = set()
+        for pool in sorted(pools):
+            subject = self.bus.topology.command_filter(pool)
+            seq = 1
+            while True:
+                try:
+                    msg = await self.bus.js.get_msg(COMMANDS_STREAM, seq=seq, subject=subject,
+                                                    next=True)
+                except NotFoundError:
+                    break
+                found.add(str((msg.headers or {}).get("Nats-Msg-Id", "")))
+                seq = int(msg.seq or seq) + 1
+        return found
+
+    async def _events_pending(self, execution_id: str) -> bool:
+        """Whether events of the execution wait in the router's stream (an outcome or a fired
+        timer on its way: nothing is lost yet).
+        """
+        router = self.bus.topology.router_decl()
+        info = await self.bus.js.stream_info(
+            router.stream, subjects_filter=f"{router.subject_prefix}.*.{execution_id}.>")
+        return bool(info.state.subjects)
+
+    async def _act(self, state: ExecutionState, wait: Wait, now: float) -> int:
+        if wait.what == "command":
+            if await self._publish_unpublished(state, wait.msg_id):
+                return 1
+            reason = (f"its command {wait.msg_id} is gone from {COMMANDS_STREAM} (removed) and "
+                      "no outcome came for it")
+            kind = "lost"
+        elif wait.what == "timer":
+            if await self._schedule_exists(state.execution_id, wait.name):
+                return 0  # not fired yet, but still there: nats-server is late, nothing is lost
+            reason = (f"its timer {wait.name}, due at {iso_time(wait.since)}, never fired: its "
+                      "schedule is gone from NOETL_EVENTS")
+            kind = "lost"
+        else:
+            reason = (f"no outcome by its deadline {iso_time(wait.since)} (spec.timeout), and the "
+                      "watchdog timer that should have ended it never fired")
+            kind = "timeout"
+        log.warning("execution %s step %s: %s", state.execution_id, wait.run.step, reason)
+        error: dict[str, Any] = {"message": reason, "kind": kind, "source": "watchdog"}
+        if wait.iteration is not None:
+            error["iteration"] = wait.iteration
+        await publish_step_failure(self.bus, {
+            "execution_id": state.execution_id, "step": wait.run.step,
+            "step_run_id": wait.run.run_id, "iteration": wait.iteration,
+            "parent_execution_id": state.parent_execution_id}, error, now)
+        return 1
+
+    async def _publish_unpublished(self, state: ExecutionState, msg_id: str) -> bool:
+        """Publish the command `msg_id` if the committed outbox holds it and it was never
+        stored; whether it was. One the stream had stored (a duplicate) was removed since.
+        """
+        for m in state.outbox:
+            if m.kind == "command" and m.msg_id == msg_id:
+                ack = await self.bus.js.publish(subject_of(self.bus, m), jsonutil.dumps(m.body),
+                                                headers={"Nats-Msg-Id": m.msg_id})
+                if not ack.duplicate:
+                    log.warning("execution %s: command %s was committed but never published; "
+                                "published it now", state.execution_id, msg_id)
+                return not ack.duplicate
+        return False
+
+    async def _schedule_exists(self, execution_id: str, timer: str) -> bool:
+        subject = self.bus.topology.timer_schedule_subject(execution_id, timer)
+        try:
+            await self.bus.js.get_msg("NOETL_EVENTS", subject=subject)
+        except NotFoundError:
+            return False
+        return True
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.every_s)
+            try:
+                await self.check()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # NATS busy or failing over: the next check tries again
+                log.warning("stall check failed: %s", exc or type(exc).__name__)
