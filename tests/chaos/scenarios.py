@@ -16,6 +16,7 @@ from typing import Any
 
 from harness import INJECTED, PLAYBOOKS, Fault, Knobs, Run, Service, Stack, read_stream
 from ledger import Phase
+from long_running import long_running
 from nats.errors import MaxPayloadError
 
 from noetl_stream import ids, jsonutil
@@ -449,6 +450,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("two-servers-kill", "two servers, kill -9 of one", kill_one_of_two_servers, servers=2),
     Scenario("two-servers-kill-for-good", "two servers, kill -9 of one, never restarted",
              kill_one_of_two_servers_for_good, servers=2),
+    Scenario("long-running", "beside the workload, on a stack with a 3 s retention: a 10 s timer "
+             "and a 12 s signal wait through kill -9 of server and worker, then purged",
+             long_running),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}
