@@ -1,9 +1,9 @@
 """The long-running scenario: executions that outlive the retention many times, with kills.
 
 It runs on a stack of its own (its own nats-server, server and worker processes) whose
-NOETL_STREAM_RETENTION is 3 s, beside the scenario's usual workload (which needs its finished
+NOETL_STREAM_RETENTION is 2 s, beside the scenario's usual workload (which needs its finished
 executions kept until the harness has read them, so it runs on the default retention). There, a
-listener timer due in 10 s and a wait on a signal for 12 s run while the server is killed -9
+listener timer due in 7 s and a wait on a signal for 8 s run while the server is killed -9
 twice and the worker once. Both must complete, the timer not before it was due, the waiting
 execution's first event must still be stored when it is signalled, and both must be purged by the
 retention once they finished, not before.
@@ -20,9 +20,9 @@ from harness import PLAYBOOKS, Run, Stack, connect_client, retrying
 from noetl_stream import ids, jsonutil
 from noetl_stream.messages import ExecutionRequest
 
-RETENTION_S = 3.0
-TIMER_S = 10.0
-WAIT_S = 12.0
+RETENTION_S = 2.0
+TIMER_S = 7.0
+WAIT_S = 8.0
 
 
 async def long_running(run: Run) -> None:
@@ -53,12 +53,12 @@ async def _scenario(run: Run, stack: Stack, js: Any) -> None:
             headers={"Nats-Msg-Id": ids.request_msg_id(r.execution_id)}),
             deadline=deadline, what=f"submit {execution_id}")
     t0 = time.monotonic()
-    for at in sorted(run.rng.uniform(1.0, WAIT_S - 3) for _ in range(2)):
+    for at in sorted(run.rng.uniform(1.0, WAIT_S - 2) for _ in range(2)):
         await asyncio.sleep(max(0.0, at - (time.monotonic() - t0)))
         server = stack.of("server")[0]
         await stack.kill(server)
         run.notes.append(f"long-running: server killed at {time.monotonic() - t0:.1f} s")
-        await asyncio.sleep(run.rng.uniform(0.2, 1.5))
+        await asyncio.sleep(run.rng.uniform(0.2, 1.0))
         await stack.restart(server)
     worker = stack.of("worker")[0]
     await stack.kill(worker)
@@ -71,8 +71,9 @@ async def _scenario(run: Run, stack: Stack, js: Any) -> None:
     await retrying(lambda: js.publish(f"noetl.events.{waits}.signal.approve", b"{}",
                                       headers={"Nats-Msg-Id": f"{tag}-approve"}),
                    deadline=time.monotonic() + 30, what="signal")
+    signalled = time.monotonic() - t0
     for execution_id in (timer, waits):
-        final, ended = await _final(js, execution_id, 60)
+        final, ended = await _final(js, execution_id, 30)
         if final is None or final.get("status") != "completed":
             run.problems.append(f"long-running: {execution_id} ended {final and final.get('status')}")
             continue
@@ -80,8 +81,9 @@ async def _scenario(run: Run, stack: Stack, js: Any) -> None:
             run.problems.append(f"long-running: the {TIMER_S:g} s timer fired after "
                                 f"{ended - started:.1f} s")
         await _purged(run, js, execution_id, ended)
-    run.notes.append(f"long-running: a {TIMER_S:g} s timer and a {WAIT_S:g} s wait completed "
-                     f"under a {RETENTION_S:g} s retention, then were purged")
+    run.notes.append(f"long-running: a {TIMER_S:g} s timer and a {WAIT_S:g} s wait (signalled at "
+                     f"{signalled:.1f} s) completed under a {RETENTION_S:g} s retention, and were "
+                     f"purged by {time.monotonic() - t0:.1f} s")
 
 
 async def _count(js: Any, subject: str) -> int:

@@ -450,8 +450,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("two-servers-kill", "two servers, kill -9 of one", kill_one_of_two_servers, servers=2),
     Scenario("two-servers-kill-for-good", "two servers, kill -9 of one, never restarted",
              kill_one_of_two_servers_for_good, servers=2),
-    Scenario("long-running", "beside the workload, on a stack with a 3 s retention: a 10 s timer "
-             "and a 12 s signal wait through kill -9 of server and worker, then purged",
+    Scenario("long-running", "beside the workload, on a stack with a 2 s retention: a 7 s timer "
+             "and an 8 s signal wait through kill -9 of server and worker, then purged",
              long_running),
 )
 
