@@ -12,7 +12,7 @@ and looks for what it waits on:
   `NOETL_ROUTER` (so no outcome is on its way), is lost. If it is still in the committed outbox,
   it was never published (a server stopped between commit and publish) and goes out now;
   otherwise its step run or iteration fails with error kind `lost` and the reason.
-- each listener timer (`Run.timers`) and each watchdog deadline that is overdue by more than
+- each listener timer (`ExecutionState.timers`) and each watchdog deadline that is overdue by more than
   `every_s` on two checks in a row, with no event waiting in `NOETL_ROUTER`, never fired (a
   listener's schedule message is gone too): the run fails with kind `lost` (a listener) or
   `timeout` (a watchdog whose timer was lost), and the reason.
@@ -104,7 +104,12 @@ class StallCheck:
         for state, wait in waits:
             if wait.key in suspects and wait.key in self._suspects and \
                     not await self._events_pending(state.execution_id):
-                acted += await self._act(state, wait, now)
+                # Read again after looking at the router's stream: an outcome applied since the
+                # first read was committed before it left that stream.
+                fresh = await self._running_state(state.execution_id)
+                if fresh is not None and wait.key in {w.key for w in await self._waits(fresh, now)} \
+                        and not await self._answer_stored(fresh.execution_id, wait):
+                    acted += await self._act(fresh, wait, now)
         self._suspects = suspects
         return acted
 
@@ -138,7 +143,7 @@ class StallCheck:
             base = f"{state.execution_id}|{run.run_id}"
             if step.eval_mode == "on_event":
                 out += [Wait(f"{base}|timer|{name}", "timer", run, None, since=due, name=name)
-                        for name, due in sorted(run.timers.items())
+                        for name, due in sorted(state.timers.get(run.run_id, {}).items())
                         if now - due > self.every_s]
                 continue
             pool = step.pool or DEFAULT_POOL
@@ -180,6 +185,31 @@ class StallCheck:
         info = await self.bus.js.stream_info(
             router.stream, subjects_filter=f"{router.subject_prefix}.*.{execution_id}.>")
         return bool(info.state.subjects)
+
+    async def _answer_stored(self, execution_id: str, wait: Wait) -> bool:
+        """Whether the events stream holds what the wait waits for (an outcome, a fired timer)
+        that has not reached the router's stream yet.
+        """
+        match: dict[str, Any] = {"step_run_id": wait.run.run_id}
+        if wait.what == "command":
+            types = "step.*" if wait.iteration is None else "loop.iteration.*"
+            match["iteration"] = wait.iteration
+        else:
+            types = "timer.fired"
+            match.update({"timer_id": wait.name} if wait.what == "timer" else
+                         {"iteration": wait.iteration})
+        subject = self.bus.topology.event_subject(execution_id, types)
+        seq = 1
+        while True:
+            try:
+                msg = await self.bus.js.get_msg("NOETL_EVENTS", seq=seq, subject=subject, next=True)
+            except NotFoundError:
+                return False
+            body = jsonutil.loads(msg.data or b"{}")
+            if isinstance(body, dict) and all(body.get(k) == v for k, v in match.items()) and \
+                    body.get("event_type") not in ("step.started", "step.skipped"):
+                return True
+            seq = int(msg.seq or seq) + 1
 
     async def _act(self, state: ExecutionState, wait: Wait, now: float) -> int:
         if wait.what == "command":
