@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nats.js.errors import NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from noetl_stream import config, jsonutil
 from noetl_stream.runtime.connection import Bus
@@ -177,9 +177,12 @@ class OrphanEvents:
         self.since = {e: self.since.get(e, now) for e in orphans}
         gone = sorted(e for e, seen in self.since.items() if now - seen >= retention_s)
         for execution_id in gone:
-            await bus.js.purge_stream("NOETL_EVENTS",
-                                      subject=bus.topology.execution_events_filter(execution_id))
             del self.since[execution_id]
+            try:
+                await bus.js.purge_stream("NOETL_EVENTS",
+                                          subject=bus.topology.execution_events_filter(execution_id))
+            except APIError as exc:  # a hostile id no filter can name: tried again later
+                log.warning("retention: events of %r not purged: %s", execution_id[:200], exc)
         return len(gone)
 
 
