@@ -8,14 +8,16 @@ and looks for what it waits on:
 
 - each command in flight (a step run, or a loop iteration) must be in `NOETL_COMMANDS`: a worker
   removes it only by acknowledging it, after its outcome is stored. A command issued more than
-  `every_s` ago, missing on two checks in a row while the execution has no event waiting in
-  `NOETL_ROUTER` (so no outcome is on its way), is lost. If it is still in the committed outbox,
-  it was never published (a server stopped between commit and publish) and goes out now;
-  otherwise its step run or iteration fails with error kind `lost` and the reason.
-- each listener timer (`ExecutionState.timers`) and each watchdog deadline that is overdue by more than
-  `every_s` on two checks in a row, with no event waiting in `NOETL_ROUTER`, never fired (a
-  listener's schedule message is gone too): the run fails with kind `lost` (a listener) or
-  `timeout` (a watchdog whose timer was lost), and the reason.
+  `every_s` ago and missing on two checks in a row is lost if no outcome for it is on its way:
+  nothing of the execution waits in `NOETL_ROUTER`, the state read again after that still waits
+  for it, and `NOETL_EVENTS` holds no outcome of it (one not yet copied to the router's stream).
+  If it is still in the committed outbox, it was never published (a server stopped between
+  commit and publish) and goes out now; otherwise its step run or iteration fails with error
+  kind `lost` and the reason.
+- each listener timer (`ExecutionState.timers`) and each watchdog deadline overdue by more than
+  `every_s` on two checks in a row, under the same conditions (no `timer.fired` for it anywhere;
+  a listener's schedule message gone too), never fired: the run fails with kind `lost` (a
+  listener) or `timeout` (a watchdog whose timer was lost), and the reason.
 
 The failure is the one the worker would have published, under the worker's msg id
 (runtime/dead_letters.py `publish_step_failure`), so a real outcome and this one never both
@@ -38,6 +40,7 @@ from nats.js.errors import NotFoundError
 from noetl_stream import config, ids, jsonutil
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.errors import NoetlStreamError
 from noetl_stream.events import iso_time
 from noetl_stream.router.state import ExecutionState, Run
 from noetl_stream.runtime.connection import Bus
@@ -95,9 +98,12 @@ class StallCheck:
         now = self.clock()
         waits: list[tuple[ExecutionState, Wait]] = []
         for execution_id in await bucket_keys(self.bus.js, EXECUTIONS_BUCKET):
-            state = await self._running_state(execution_id)
-            if state is not None:
-                waits += [(state, w) for w in await self._waits(state, now)]
+            try:
+                state = await self._running_state(execution_id)
+                if state is not None:
+                    waits += [(state, w) for w in await self._waits(state, now)]
+            except (NoetlStreamError, ValueError, KeyError) as exc:  # one unreadable state or playbook
+                log.warning("stall check skips execution %s: %s", execution_id, exc)
         present = await self._stored_commands({w.pool for _, w in waits if w.what == "command"})
         suspects = {w.key for state, w in waits if w.what != "command" or w.msg_id not in present}
         acted = 0
