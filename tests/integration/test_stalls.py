@@ -6,6 +6,7 @@ with the reason, instead of leaving it `running` in silence; what is merely slow
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -105,3 +106,28 @@ async def test_a_deleted_watchdog_timer_still_times_its_step_out(
     error = final["steps"]["start"]["error"]
     assert error["kind"] == "timeout"
     assert "never fired" in error["message"]
+
+
+async def test_a_command_committed_and_never_published_goes_out(bus: Bus, checked: None) -> None:
+    await provision(bus, pools=("default", "late"))  # declared, but no worker serves it
+    run = start(bus, "sent1", LATE_POOL)
+
+    async def waiting(n: int) -> None:
+        assert await stored(bus, "NOETL_COMMANDS", "noetl.commands.late.>") == n
+
+    await assert_eventually(lambda: waiting(1), timeout_s=20)
+    # The state a server committed and died before publishing: the same execution under an id
+    # whose command no stream has seen.
+    kv = await bus.js.key_value("noetl_executions")
+    text = bytes((await kv.get("sent1")).value or b"").decode()
+    assert "cmd:sent1.start.1:-:1" in text
+    await kv.create("unsent1", text.replace("sent1", "unsent1").encode())
+    await assert_eventually(lambda: waiting(2), timeout_s=20)
+    info = await bus.js.stream_info("NOETL_COMMANDS")
+    last = await bus.js.get_msg("NOETL_COMMANDS", seq=int(info.state.last_seq))
+    assert (last.headers or {}).get("Nats-Msg-Id") == "cmd:unsent1.start.1:-:1"
+    state = await kv.get("unsent1")
+    assert b'"status":"running"' in (state.value or b"")  # published, not failed
+    run.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await run
