@@ -22,6 +22,7 @@ pytestmark = pytest.mark.integration
 
 LATE_POOL = read_playbook("integration", "stalls_late_pool.yaml")
 TIMER = read_playbook("integration", "stalls_timer.yaml")
+DELAYED = read_playbook("integration", "stalls_delayed.yaml")
 SLOW = read_playbook("integration", "watchdog_slow.yaml").replace("{timeout: 1}", "{timeout: 3}")
 
 
@@ -131,3 +132,20 @@ async def test_a_command_committed_and_never_published_goes_out(bus: Bus, checke
     run.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await run
+
+
+async def test_a_delayed_token_whose_timer_is_deleted_is_delivered_late(
+        bus: Bus, checked: None) -> None:
+    run = start(bus, "lostdelay1", DELAYED)
+    schedule = "noetl.events.lostdelay1.timer.schedule.next.1"
+
+    async def scheduled() -> None:
+        assert await stored(bus, "NOETL_EVENTS", schedule) == 1
+
+    await assert_eventually(scheduled, timeout_s=20)
+    await bus.js.purge_stream("NOETL_EVENTS", subject=schedule)
+    final = await asyncio.wait_for(run, 30)
+    assert final["status"] == "completed", final
+    assert final["steps"]["later"]["status"] == "completed"
+    fired = await bus.js.get_last_msg("NOETL_EVENTS", "noetl.events.lostdelay1.timer.fired")
+    assert b"its schedule was lost" in fired.data

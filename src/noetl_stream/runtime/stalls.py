@@ -18,6 +18,8 @@ and looks for what it waits on:
   `every_s` on two checks in a row, under the same conditions (no `timer.fired` for it anywhere;
   a listener's schedule message gone too), never fired: the run fails with kind `lost` (a
   listener) or `timeout` (a watchdog whose timer was lost), and the reason.
+- each delayed arc's token (`ExecutionState.delayed`) overdue the same way: no step waits for it,
+  so it is delivered late (its `timer.fired` is published) instead, with a warning in the log.
 
 The failure is the one the worker would have published, under the worker's msg id
 (runtime/dead_letters.py `publish_step_failure`), so a real outcome and this one never both
@@ -42,10 +44,10 @@ from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.events import iso_time
-from noetl_stream.router.state import ExecutionState, Run
+from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import publish_step_failure
-from noetl_stream.runtime.publish import subject_of
+from noetl_stream.runtime.publish import publish_event, subject_of
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET, sweep_period
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.subjects import DEFAULT_POOL
@@ -61,8 +63,9 @@ class Wait:
     """One thing a running execution waits for."""
 
     key: str  # stable across checks
-    what: str  # "command", "timer" or "watchdog"
-    run: Run
+    what: str  # "command", "timer", "watchdog" or "delay"
+    step: str
+    run_id: str  # "" for a delayed token (no run waits for it)
     iteration: int | None
     pool: str = DEFAULT_POOL
     msg_id: str = ""  # a command's
@@ -148,7 +151,8 @@ class StallCheck:
             step = pb.step(run.step)
             base = f"{state.execution_id}|{run.run_id}"
             if step.eval_mode == "on_event":
-                out += [Wait(f"{base}|timer|{name}", "timer", run, None, since=due, name=name)
+                out += [Wait(f"{base}|timer|{name}", "timer", run.step, run.run_id, None,
+                             since=due, name=name)
                         for name, due in sorted(state.timers.get(run.run_id, {}).items())
                         if now - due > self.every_s]
                 continue
@@ -160,11 +164,16 @@ class StallCheck:
             for index, issued, deadline in commands:
                 it = "-" if index is None else str(index)
                 if now - issued > self.every_s:
-                    out.append(Wait(f"{base}|{it}|command", "command", run, index, pool=pool,
+                    out.append(Wait(f"{base}|{it}|command", "command", run.step, run.run_id,
+                                    index, pool=pool,
                                     msg_id=ids.command_msg_id(run.run_id, index), since=issued))
                 if deadline is not None and now - deadline > self.every_s:
-                    out.append(Wait(f"{base}|{it}|watchdog", "watchdog", run, index,
-                                    since=deadline))
+                    out.append(Wait(f"{base}|{it}|watchdog", "watchdog", run.step, run.run_id,
+                                    index, since=deadline))
+        out += [Wait(f"{state.execution_id}|delay|{timer_id}", "delay", token.src, "", None,
+                     since=token.fire_at, name=timer_id)
+                for timer_id, token in sorted(state.delayed.items())
+                if now - token.fire_at > self.every_s]
         return out
 
     async def _stored_commands(self, pools: set[str]) -> set[str]:
@@ -196,14 +205,14 @@ class StallCheck:
         """Whether the events stream holds what the wait waits for (an outcome, a fired timer)
         that has not reached the router's stream yet.
         """
-        match: dict[str, Any] = {"step_run_id": wait.run.run_id}
+        match: dict[str, Any] = {"step_run_id": wait.run_id} if wait.run_id else {}
         if wait.what == "command":
             types = "step.*" if wait.iteration is None else "loop.iteration.*"
             match["iteration"] = wait.iteration
         else:
             types = "timer.fired"
-            match.update({"timer_id": wait.name} if wait.what == "timer" else
-                         {"iteration": wait.iteration})
+            match.update({"iteration": wait.iteration} if wait.what == "watchdog" else
+                         {"timer_id": wait.name})
         subject = self.bus.topology.event_subject(execution_id, types)
         seq = 1
         while True:
@@ -218,6 +227,8 @@ class StallCheck:
             seq = int(msg.seq or seq) + 1
 
     async def _act(self, state: ExecutionState, wait: Wait, now: float) -> int:
+        if wait.what == "delay":
+            return await self._deliver_late(state, wait)
         if wait.what == "command":
             if await self._publish_unpublished(state, wait.msg_id):
                 return 1
@@ -234,14 +245,34 @@ class StallCheck:
             reason = (f"no outcome by its deadline {iso_time(wait.since)} (spec.timeout), and the "
                       "watchdog timer that should have ended it never fired")
             kind = "timeout"
-        log.warning("execution %s step %s: %s", state.execution_id, wait.run.step, reason)
+        log.warning("execution %s step %s: %s", state.execution_id, wait.step, reason)
         error: dict[str, Any] = {"message": reason, "kind": kind, "source": "watchdog"}
         if wait.iteration is not None:
             error["iteration"] = wait.iteration
         await publish_step_failure(self.bus, {
-            "execution_id": state.execution_id, "step": wait.run.step,
-            "step_run_id": wait.run.run_id, "iteration": wait.iteration,
+            "execution_id": state.execution_id, "step": wait.step,
+            "step_run_id": wait.run_id, "iteration": wait.iteration,
             "parent_execution_id": state.parent_execution_id}, error, now)
+        return 1
+
+    async def _deliver_late(self, state: ExecutionState, wait: Wait) -> int:
+        """A delayed arc's token whose timer never fired: no step waits for it, so nothing can
+        fail; its delay has passed, so the token is delivered now, as the timer would have.
+        """
+        if await self._schedule_exists(state.execution_id, wait.name):
+            return 0
+        token = state.delayed[wait.name]
+        log.warning("execution %s: the timer %s of the delayed arc %s -> %s, due at %s, never "
+                    "fired (its schedule is gone); delivering the token now", state.execution_id,
+                    wait.name, token.src, token.dst, iso_time(token.fire_at))
+        body = {"event_type": "timer.fired", "execution_id": state.execution_id,
+                "step": token.src, "timer_id": wait.name, "fire_at": token.fire_at,
+                "timestamp": time.time(), "late": "its schedule was lost",
+                "data": {"timer_id": wait.name, "name": wait.name, "step": token.src,
+                         "to": token.dst}}
+        await publish_event(self.bus, state.execution_id, "timer.fired",
+                            ids.event_msg_id(state.execution_id, "timer.fired", wait.name, "late"),
+                            body)
         return 1
 
     async def _publish_unpublished(self, state: ExecutionState, msg_id: str) -> bool:
