@@ -95,11 +95,12 @@ def router_ack_wait_override() -> float | None:
     return float(raw) if raw else None
 
 
-# How long finished executions' state and events are kept (a duration: `30d`, `12h`, `90m`,
-# `3600s`, or seconds). Read when the topology is loaded (stream max-age, object store TTL) and
-# by the server (per-key TTL of finished states, the sweeper); runtime/retention.py.
+# How long a finished execution is kept after it finished (a duration: `30d`, `12h`, `90m`,
+# `3600s`, or seconds; at least 1 s). Read by the server's retention sweep, which purges finished
+# executions by subject and key (runtime/retention.py); nothing running ever ages out.
 ENV_RETENTION = "NOETL_STREAM_RETENTION"
 DEFAULT_RETENTION_S = 30 * 86400.0
+MIN_RETENTION_S = 1.0
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 
@@ -148,9 +149,12 @@ def retention_s() -> float:
     if not raw:
         return DEFAULT_RETENTION_S
     try:
-        return parse_age(raw)
+        seconds = parse_age(raw)
     except ValueError as exc:
         raise InfrastructureError(f"{ENV_RETENTION}: {exc}") from None
+    if seconds < MIN_RETENTION_S:
+        raise InfrastructureError(f"{ENV_RETENTION}: {raw!r} is shorter than 1 second")
+    return seconds
 
 
 # NoETL's workers redact secret-named fields and secret-shaped texts in what a step stores

@@ -201,14 +201,14 @@ class Topology:
         return tuple(c for c in self.consumers if not c.per_pool)
 
 
-def _window(stream: dict[str, Any], configured: float, retention: float) -> float:
+def _window(stream: dict[str, Any], configured: float) -> float:
     """A stream's duplicate window: NOETL_STREAM_DUPLICATE_WINDOW for the streams publishers
-    write to (`follows_duplicate_window`), its own otherwise; never longer than the stream's max
-    age (JetStream refuses a window beyond it), so a short retention shortens the window too.
+    write to (`follows_duplicate_window`), its own otherwise; never longer than a stream's max
+    age where it has one (JetStream refuses a window beyond it).
     """
     own = float(stream["duplicate_window_s"])
     window = configured if stream.get("follows_duplicate_window") else own
-    max_age = retention if stream.get("follows_retention") else float(stream.get("max_age_s", 0))
+    max_age = float(stream.get("max_age_s", 0))
     return min(window, max_age) if max_age > 0 else window
 
 
@@ -228,7 +228,6 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
     def fill(text: str) -> str:
         return text.replace("{prefix}", prefix)
 
-    retention = config.retention_s()
     window = config.duplicate_window_s()
     budget = config.store_bytes()
 
@@ -240,8 +239,8 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
             name=s["name"],
             subjects=tuple(fill(x) for x in s.get("subjects") or ()),
             retention=s["retention"],
-            duplicate_window_s=_window(s, window, retention),
-            max_age_s=retention if s.get("follows_retention") else float(s["max_age_s"]),
+            duplicate_window_s=_window(s, window),
+            max_age_s=float(s["max_age_s"]),  # 0: no age limit
             allow_msg_schedules=bool(s.get("allow_msg_schedules", False)),
             source=s.get("source"),
             source_subjects=tuple(fill(x) for x in s.get("source_subjects") or ()),
@@ -278,8 +277,7 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         BucketDecl(name=b["name"], history=int(b["history"]), ttl_s=b.get("ttl_s"))
         for b in raw["buckets"]
     )
-    object_stores = tuple(ObjectStoreDecl(name=o["name"], ttl_s=retention if o.get("follows_retention")
-                                          else o.get("ttl_s"), max_bytes=share(o))
+    object_stores = tuple(ObjectStoreDecl(name=o["name"], ttl_s=o.get("ttl_s"), max_bytes=share(o))
                           for o in raw.get("object_stores") or ())
     return Topology(prefix, streams, consumers, buckets, dict(raw["subjects"]), object_stores,
                     _router(raw["router"], prefix, router_ack_wait))

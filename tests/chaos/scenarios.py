@@ -17,6 +17,7 @@ from typing import Any
 import nats
 from harness import INJECTED, PLAYBOOKS, Fault, Knobs, Run, Service, Stack, read_stream
 from ledger import Phase
+from long_running import long_running
 from nats.errors import MaxPayloadError
 from nats.js.api import StreamConfig
 from nats.js.errors import APIError
@@ -541,6 +542,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("two-servers-kill", "two servers, kill -9 of one", kill_one_of_two_servers, servers=2),
     Scenario("two-servers-kill-for-good", "two servers, kill -9 of one, never restarted",
              kill_one_of_two_servers_for_good, servers=2),
+    Scenario("long-running", "beside the workload, on a stack with a 2 s retention: a 7 s timer "
+             "and an 8 s signal wait through kill -9 of server and worker, then purged",
+             long_running),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -137,6 +137,23 @@ def test_router_acts_on_its_timer_firing() -> None:
     assert harness.state.steps["ship"].status == "skipped"
 
 
+def test_a_listener_remembers_its_timer_until_it_fires() -> None:
+    harness = started()
+    (timer,) = harness.timers()
+    (run,) = [r for r in harness.state.active_runs if r.step == "wait_for_approval"]
+    assert harness.state.timers == {run.run_id: {"timeout": timer.body["fire_at"]}}
+    stored = ExecutionState.from_dict(harness.state.to_dict())  # kept across a commit
+    assert stored.timers == harness.state.timers
+    harness.fire_timer(timer)
+    assert harness.state.timers == {}
+
+
+def test_a_listener_that_ends_forgets_its_timers() -> None:
+    harness = started()
+    harness.signal("approve", {"user": "eve"})
+    assert harness.state.timers == {}
+
+
 def test_router_applies_a_redelivered_signal_once() -> None:
     harness = started("""
         workflow:

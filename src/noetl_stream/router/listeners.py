@@ -58,6 +58,8 @@ def hear_all(router: Router, run_ids: list[str], event: dict[str, Any]) -> None:
     etype = str(event.get("event_type") or "")
     seq = event.get("seq")
     heard = False
+    if etype == "timer.fired":
+        _timer_fired(router, event)
     for run_id in run_ids:
         run = router.state.runs.get(run_id)
         if run is None or run.status != "running" or router.state.status != "running":
@@ -121,6 +123,7 @@ def leave(router: Router, run: Run, *, ok: bool, result: Any, error: dict[str, A
     ignores it when it comes back: the run is gone).
     """
     etype = "step.done" if ok else "step.failed"
+    router.state.timers.pop(run.run_id, None)  # its timers, if they fire, change nothing
     router.emit(etype, ids.event_msg_id(router.state.execution_id, etype, run.run_id),
                 step=run.step, step_run_id=run.run_id, status="ok" if ok else "error",
                 result=result, error=error)
@@ -136,4 +139,16 @@ def set_timer(router: Router, step: Step, run: Run, timer: TimerSpec) -> None:
             "set_at": router.now,
             "data": {"timer_id": timer.name, "name": timer.name, "step": step.name}}
     msg_id = ids.event_msg_id(state.execution_id, "timer", run.run_id, timer.name, state.applied)
+    state.timers.setdefault(run.run_id, {})[timer.name] = fire_at
     router.send(Outgoing("timer", msg_id, body, event_type="timer.fired"))
+
+
+def _timer_fired(router: Router, event: dict[str, Any]) -> None:
+    """Forget a listener's timer once it fired (a reset one waits for its latest `fire_at`)."""
+    run_id = str(event.get("step_run_id"))
+    timers = router.state.timers.get(run_id, {})
+    name = event.get("timer_id")
+    if isinstance(name, str) and name in timers and timers[name] == event.get("fire_at"):
+        del timers[name]
+        if not timers:
+            del router.state.timers[run_id]

@@ -176,6 +176,9 @@ class ExecutionState:
     delayed: dict[str, Delayed] = field(default_factory=dict)  # timer id -> token
     delays_set: int = 0  # delayed tokens so far: numbers their timer ids
     watchdogs_set: int = 0  # watchdog timers so far: numbers their timer ids
+    # Listeners' timers not fired yet: run id -> timer name -> fire_at. The servers' stall check
+    # (runtime/stalls.py) fails a listener whose timer is overdue and whose schedule is gone.
+    timers: dict[str, dict[str, float]] = field(default_factory=dict)
     result_key: str | None = None  # where the execution's result is stored, like a step's
     step_pages: list[str] = field(default_factory=list)  # keys of stored pages of step records
     error: dict[str, Any] | None = None
@@ -361,6 +364,7 @@ class ExecutionState:
             delayed={k: Delayed(**_known(Delayed, v)) for k, v in data.get("delayed", {}).items()},
             delays_set=data.get("delays_set", 0),
             watchdogs_set=data.get("watchdogs_set", 0),
+            timers=data.get("timers", {}),
             result_key=data.get("result_key"),
             step_pages=list(data.get("step_pages", [])),
             error=data.get("error"),

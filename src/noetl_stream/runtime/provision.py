@@ -129,6 +129,22 @@ def _check_replicas(name: str, info: StreamInfo, replicas: int | None,
         report.drift.append(f"{name}: {have} replicas, declared {replicas}")
 
 
+async def _ensure_store_age(bus: Bus, name: str, info: StreamInfo, ttl_s: float | None,
+                            report: ProvisionReport) -> None:
+    """Give an existing store the declared age limit: earlier versions created the results
+    store with one, which would drop what running executions still refer to.
+    """
+    if abs((info.config.max_age or 0) - (ttl_s or 0)) <= 1:
+        report.unchanged.append(name)
+        return
+    info.config.max_age = ttl_s or 0
+    try:
+        await bus.js.update_stream(info.config)
+        report.updated.append(f"{name}: max age {ttl_s or 'none'}")
+    except Exception as exc:  # see ensure_consumer
+        report.drift.append(f"{name}: {exc}")
+
+
 def consumer_config(decl: ConsumerDecl) -> ConsumerConfig:
     filters = list(decl.filter_subjects)
     return ConsumerConfig(
@@ -339,6 +355,7 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",),
                 partial(_stream_exists, bus, f"KV_{b.name}"))
     for o in topo.object_stores:
         if (obj_info := infos.get(f"OBJ_{o.name}")) is not None:
+            await _ensure_store_age(bus, f"object store {o.name}", obj_info, o.ttl_s, report)
             await _bound_object_store(bus, o.max_bytes, obj_info, report)
             _check_replicas(f"object store {o.name}", obj_info, replicas, report)
         else:

@@ -1,18 +1,23 @@
-"""How long finished executions are kept, and removing them (`noetl-stream executions purge`).
+"""Retention per execution: nothing of a running execution ages out; a finished one is removed
+NOETL_STREAM_RETENTION (default 30 days) after it finished (`noetl-stream executions purge`
+removes them now).
 
-Three things make a finished execution go away after NOETL_STREAM_RETENTION (default 30 days):
-- its state in KV `noetl_executions` is written, when it finishes, with a per-key TTL
-  (`Nats-TTL`) of the retention, so NATS drops it on its own;
-- the events stream `NOETL_EVENTS` and the object store `noetl_results` have that max age (the
-  stream's duplicate window is cut to it when longer, subjects.py);
-- every server sweeps once an hour (`RetentionSweeper`): finished executions older than the
-  retention lose their events, vars, step results and state, and vars and step results whose
-  execution is gone are removed.
+No stream, bucket or store holding an execution's messages has an age limit (subjects/
+topology.yaml): its events and durable timers in `NOETL_EVENTS`, its commands and requests in
+their work queues until taken, its state, vars and step results in KV, its large results in the
+object store. Every server sweeps every `sweep_period(retention)` (`RetentionSweeper`):
+- a finished execution whose state was last written `retention` ago or more loses its events
+  (a subject purge of `<prefix>.events.<id>.>`, pending timers included), vars, step results and
+  then its state, the state last so that an interrupted purge is found and finished next time;
+- vars and step results whose execution has no state any more go (an interrupted purge, or a
+  state an earlier version wrote with a TTL);
+- events of an execution that has no state (one published after its execution was purged, or
+  left by a state that expired by the TTL of earlier versions) go once they have been seen
+  without a state for `retention`;
+- result objects no execution still kept can refer to go (runtime/result_sweep.py).
 
-A running execution is never purged: its state carries no TTL and the sweeper and `purge` skip
-every state whose status is `running`. The stream's max age bounds the history of any execution
-alike, so a running one older than the retention keeps its state (and resumes) but its oldest
-events are gone from the log.
+A running execution is never purged: the sweeper and `purge` skip every state whose status is
+`running`, however old.
 """
 
 from __future__ import annotations
@@ -20,16 +25,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from nats.js.api import Header
-from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from noetl_stream import config, jsonutil
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.result_sweep import purge_unreferenced_objects
 from noetl_stream.state.kv_keys import bucket_keys
 
 log = logging.getLogger("noetl_stream.retention")
@@ -38,7 +42,13 @@ EXECUTIONS_BUCKET = "noetl_executions"
 VARS_BUCKET = "noetl_vars"
 STEP_RESULTS_BUCKET = "noetl_step_results"  # state/step_results.py
 SWEEP_EVERY_S = 3600.0
-_WRONG_LAST_SEQUENCE = (10071, 10164)
+
+
+def sweep_period(retention_s: float) -> float:
+    """How often a server sweeps: hourly, or a quarter of a shorter retention (at least 1 s), so
+    a finished execution goes at most a quarter of its retention late.
+    """
+    return max(1.0, min(SWEEP_EVERY_S, retention_s / 4))
 
 
 @dataclass(frozen=True)
@@ -50,27 +60,45 @@ class Finished:
     finished_at: float
 
 
-async def state_ttl_supported(bus: Bus) -> bool:
-    """Whether the executions bucket accepts per-key TTLs (KV streams nats-py creates do)."""
-    info = await bus.js.stream_info(f"KV_{EXECUTIONS_BUCKET}")
-    return bool(getattr(info.config, "allow_msg_ttl", False))
+@dataclass(frozen=True)
+class Kept:
+    """An execution that has a state: its status, when it started and was last written."""
+
+    execution_id: str
+    status: str
+    started_at: float
+    written_at: float
 
 
-async def write_finished_state(bus: Bus, execution_id: str, data: bytes, *, last: int,
-                               ttl_s: float) -> int:
-    """`kv.update` of a finished state with a per-key TTL; its new revision. Raises
-    KeyWrongLastSequenceError when someone else wrote the key since revision `last`.
+async def kept_executions(bus: Bus) -> list[Kept]:
+    """Every execution that has a state in KV `noetl_executions`."""
+    found: list[Kept] = []
+    for execution_id in await bucket_keys(bus.js, EXECUTIONS_BUCKET):
+        try:
+            msg = await bus.js.get_msg(f"KV_{EXECUTIONS_BUCKET}",
+                                       subject=f"$KV.{EXECUTIONS_BUCKET}.{execution_id}")
+        except NotFoundError:
+            continue  # removed meanwhile (another purge)
+        if not msg.data or msg.time is None:
+            continue  # a delete marker
+        state = jsonutil.loads(msg.data)
+        written_at = msg.time.timestamp()
+        started = state.get("started_at")
+        found.append(Kept(execution_id, str(state.get("status", "running")),
+                          float(started) if isinstance(started, (int, float)) and started
+                          else written_at, written_at))
+    return found
+
+
+def finished_among(kept: list[Kept], *, older_than_s: float, status: str | None,
+                   now: float) -> list[Finished]:
+    """The executions of `kept` not running whose state was last written `older_than_s` ago or
+    more, with status `status` when given; oldest first.
     """
-    try:
-        ack = await bus.js.publish(
-            f"$KV.{EXECUTIONS_BUCKET}.{execution_id}", data,
-            headers={Header.EXPECTED_LAST_SUBJECT_SEQUENCE.value: str(last)},
-            msg_ttl=max(1, math.ceil(ttl_s)))  # whole seconds, never shorter than asked
-    except APIError as exc:
-        if exc.err_code in _WRONG_LAST_SEQUENCE:
-            raise KeyWrongLastSequenceError(description=exc.description) from None
-        raise
-    return int(ack.seq)
+    found = [Finished(k.execution_id, k.status, k.written_at) for k in kept
+             if k.status != "running" and now - k.written_at >= older_than_s
+             and (status is None or k.status == status)]
+    return sorted(found, key=lambda f: f.finished_at)
 
 
 async def finished_executions(bus: Bus, *, older_than_s: float, status: str | None = None,
@@ -78,28 +106,13 @@ async def finished_executions(bus: Bus, *, older_than_s: float, status: str | No
     """Executions not running whose state was last written `older_than_s` ago or more, with
     status `status` when given; oldest first.
     """
-    now = time.time() if now is None else now
-    found: list[Finished] = []
-    for execution_id in await bucket_keys(bus.js, EXECUTIONS_BUCKET):
-        try:
-            msg = await bus.js.get_msg(f"KV_{EXECUTIONS_BUCKET}",
-                                       subject=f"$KV.{EXECUTIONS_BUCKET}.{execution_id}")
-        except NotFoundError:
-            continue  # removed meanwhile (its TTL, another purge)
-        if not msg.data or msg.time is None:
-            continue  # a delete marker
-        state_status = str(jsonutil.loads(msg.data).get("status", "running"))
-        finished_at = msg.time.timestamp()
-        if state_status == "running" or now - finished_at < older_than_s:
-            continue
-        if status is None or state_status == status:
-            found.append(Finished(execution_id, state_status, finished_at))
-    return sorted(found, key=lambda f: f.finished_at)
+    return finished_among(await kept_executions(bus), older_than_s=older_than_s, status=status,
+                          now=time.time() if now is None else now)
 
 
 async def purge_execution(bus: Bus, execution_id: str) -> None:
-    """Remove one execution's events, vars and state, the state last: an interrupted purge is
-    found and finished by the next one.
+    """Remove one execution's events (its pending timers too), vars, step results and state, the
+    state last: an interrupted purge is found and finished by the next one.
     """
     js = bus.js
     await js.purge_stream("NOETL_EVENTS", subject=bus.topology.execution_events_filter(execution_id))
@@ -120,8 +133,8 @@ async def purge_finished(bus: Bus, *, older_than_s: float, status: str | None = 
 
 
 async def purge_orphan_vars(bus: Bus) -> int:
-    """Remove vars and step results whose execution has no state any more (it expired by its
-    TTL); the number of executions whose vars went.
+    """Remove vars and step results whose execution has no state any more; the number of
+    executions whose vars went.
     """
     count = await _purge_orphans(bus, VARS_BUCKET)
     await _purge_orphans(bus, STEP_RESULTS_BUCKET)
@@ -142,15 +155,49 @@ async def _purge_orphans(bus: Bus, bucket: str) -> int:
     return len(owners - live)
 
 
+async def executions_with_events(bus: Bus) -> set[str]:
+    """The execution ids that have events in `NOETL_EVENTS`."""
+    prefix = bus.topology.execution_events_filter("")[:-2]  # "<prefix>.events."
+    info = await bus.js.stream_info("NOETL_EVENTS", subjects_filter=prefix + ">")
+    return {subject[len(prefix):].split(".", 1)[0] for subject in info.state.subjects or {}}
+
+
+@dataclass
+class OrphanEvents:
+    """Executions seen with events but no state, and since when: their events go once they have
+    been seen so for the retention (events are only published once a state exists, so one that
+    stays stateless that long was purged or expired).
+    """
+
+    since: dict[str, float] = field(default_factory=dict)
+
+    async def purge(self, bus: Bus, *, retention_s: float, now: float) -> int:
+        with_events = await executions_with_events(bus)  # before the states: see _purge_orphans
+        orphans = with_events - set(await bucket_keys(bus.js, EXECUTIONS_BUCKET))
+        self.since = {e: self.since.get(e, now) for e in orphans}
+        gone = sorted(e for e, seen in self.since.items() if now - seen >= retention_s)
+        for execution_id in gone:
+            del self.since[execution_id]
+            try:
+                await bus.js.purge_stream("NOETL_EVENTS",
+                                          subject=bus.topology.execution_events_filter(execution_id))
+            except APIError as exc:  # a hostile id no filter can name: tried again later
+                log.warning("retention: events of %r not purged: %s", execution_id[:200], exc)
+        return len(gone)
+
+
 class RetentionSweeper:
-    """Runs `purge_finished(retention)` and `purge_orphan_vars` every `every_s` seconds."""
+    """Every `every_s` seconds: purges finished executions older than the retention, the vars,
+    step results and events left without a state, and result objects nothing kept refers to.
+    """
 
     def __init__(self, bus: Bus, *, retention_s: float | None = None,
-                 every_s: float = SWEEP_EVERY_S, clock: Callable[[], float] = time.time) -> None:
+                 every_s: float | None = None, clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
         self.retention_s = config.retention_s() if retention_s is None else retention_s
-        self.every_s = every_s
+        self.every_s = sweep_period(self.retention_s) if every_s is None else every_s
         self.clock = clock
+        self.orphans = OrphanEvents()
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -164,11 +211,19 @@ class RetentionSweeper:
             self._task = None
 
     async def sweep(self) -> list[Finished]:
-        purged = await purge_finished(self.bus, older_than_s=self.retention_s, now=self.clock())
+        now = self.clock()
+        kept = await kept_executions(self.bus)
+        purged = finished_among(kept, older_than_s=self.retention_s, status=None, now=now)
+        for finished in purged:
+            await purge_execution(self.bus, finished.execution_id)
         orphans = await purge_orphan_vars(self.bus)
-        if purged or orphans:
-            log.info("retention: purged %d finished executions, vars of %d gone ones",
-                     len(purged), orphans)
+        stray = await self.orphans.purge(self.bus, retention_s=self.retention_s, now=now)
+        gone = {f.execution_id for f in purged}
+        oldest = min([k.started_at for k in kept if k.execution_id not in gone] + [now])
+        objects = await purge_unreferenced_objects(self.bus, oldest_start=oldest)
+        if purged or orphans or stray or objects:
+            log.info("retention: purged %d finished executions, vars of %d gone ones, events of "
+                     "%d gone ones, %d result objects", len(purged), orphans, stray, objects)
         return purged
 
     async def _loop(self) -> None:

@@ -22,7 +22,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
-from noetl_stream import config, ids, jsonutil, router
+from noetl_stream import ids, jsonutil, router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
@@ -48,11 +48,7 @@ from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
 from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.pull import PullConsumer, open_pull
-from noetl_stream.runtime.retention import (
-    EXECUTIONS_BUCKET,
-    state_ttl_supported,
-    write_finished_state,
-)
+from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault, writable
 from noetl_stream.runtime.storage import while_storage_refused
@@ -102,14 +98,10 @@ class Server:
         self._step_results = StepResults(bus.js, self._results)
         self._codec = StateCodec(bus.nc, self._results, self._step_results)
         self._marks = OutboxMarks(bus)  # which committed outbox went out (outbox_marks.py)
-        # A finished state is written with this per-key TTL (runtime/retention.py).
-        self._retention_s = config.retention_s()
-        self._state_ttl = False
 
     async def start(self) -> None:
         self._executions = await self.bus.js.key_value(EXECUTIONS_BUCKET)
         self._catalog = await self.bus.js.key_value("noetl_catalog")
-        self._state_ttl = await state_ttl_supported(self.bus)
         topo = self.bus.topology
         req = topo.consumer("noetl-server-requests")
         requests = await open_pull(self.bus, req.stream, req.durable, credit=REQUEST_BATCH)
@@ -531,13 +523,10 @@ class Server:
 
     async def _commit(self, execution_id: str, data: bytes, state: ExecutionState,
                       last: int) -> int:
-        """Revision-checked write of the state (`data`, checked by `_encode`); a finished one
-        carries the retention as its TTL.
+        """Revision-checked write of the state (`data`, checked by `_encode`). A finished one
+        carries no TTL either: the retention sweep removes it with its events and results.
         """
         assert self._executions is not None
-        if state.status != "running" and self._state_ttl:
-            return await write_finished_state(self.bus, execution_id, data, last=last,
-                                              ttl_s=self._retention_s)
         return await self.bus.stored.update(EXECUTIONS_BUCKET, execution_id, data, last)
 
     async def _load(self, execution_id: str) -> _Cached | None:

@@ -20,6 +20,7 @@ from noetl_stream.runtime.provision import provision_patiently
 from noetl_stream.runtime.request_rpc import RequestResponder
 from noetl_stream.runtime.retention import RetentionSweeper
 from noetl_stream.runtime.server import Server
+from noetl_stream.runtime.stalls import StallCheck
 from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.runtime.worker import Worker
 from noetl_stream.state.auth_cache import CachedCredentialResolver
@@ -86,6 +87,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     srv = Server(bus) if server else None
     responder = RequestResponder(bus) if server else None
     sweeper = RetentionSweeper(bus) if server else None
+    stalls = StallCheck(bus) if server else None
     dead_letters = DeadLetters(bus) if server else None
     home = config.home_dir()
     box = SecretBox.from_env(home)
@@ -106,7 +108,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
            if tools is not None else None)
     # Started in this order and stopped in the reverse one: the worker stops taking commands
     # before the server that routes their outcomes goes away.
-    parts = [p for p in (srv, dead_letters, responder, sweeper, wrk) if p is not None]
+    parts = [p for p in (srv, dead_letters, responder, sweeper, stalls, wrk) if p is not None]
     started: list[Any] = []
     try:
         for part in parts:

@@ -5,15 +5,23 @@
 structure. Objects are content-addressed, so storing the same value twice (a redelivered command,
 two workers) writes one object, and a fetched object is checked against its key before use.
 Fetched bytes are cached per process (least recently used first out, bounded in bytes).
+
+The store has no age limit; the retention sweep removes objects no kept execution can refer to
+(runtime/result_sweep.py). For that, an object is reused only if it was written less than
+`REFRESH_S` ago: an older one is written again, so its last write is never much older than the
+start of an execution that refers to it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
+from datetime import datetime
 from typing import Any
 
 from nats.js import JetStreamContext
+from nats.js.api import ObjectInfo
 from nats.js.errors import NotFoundError, ObjectNotFoundError
 from nats.js.object_store import ObjectStore
 
@@ -21,6 +29,7 @@ from noetl_stream import jsonutil, refs
 from noetl_stream.errors import InfrastructureError
 
 CACHE_BYTES = 64 * 1024 * 1024
+REFRESH_S = 3600.0
 
 
 class ResultStore:
@@ -47,8 +56,10 @@ class ResultStore:
         key = hashlib.sha256(data).hexdigest()
         obs = await self._store()
         try:
-            await obs.get_info(key)
+            fresh = written_within(await obs.get_info(key), REFRESH_S)
         except ObjectNotFoundError:
+            fresh = False
+        if not fresh:
             await obs.put(key, data)
         self._remember(key, data)
         return refs.make_ref(key, len(data), **extra)
@@ -120,6 +131,15 @@ class ResultStore:
         while self._cached_bytes > self._cache_limit:
             _, dropped = self._cache.popitem(last=False)
             self._cached_bytes -= len(dropped)
+
+
+def written_within(info: ObjectInfo, seconds: float) -> bool:
+    """Whether an object's last write (its `mtime`) is less than `seconds` old."""
+    try:
+        written = datetime.fromisoformat(str(info.mtime)).timestamp()
+    except ValueError:
+        return False  # no readable time: write it again
+    return time.time() - written < seconds
 
 
 def holds_ref(data: bytes) -> bool:
