@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.subjects import Topology, load_topology
+from noetl_stream.subjects import Topology, _window, load_topology
 
 PUBLISHED = ("NOETL_REQUESTS", "NOETL_COMMANDS", "NOETL_EVENTS", "NOETL_DLQ")
 
@@ -55,5 +55,10 @@ def test_the_window_never_outlasts_a_streams_max_age(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("NOETL_STREAM_DUPLICATE_WINDOW", "20m")
     topology = load_topology()
     events = next(s for s in topology.streams if s.name == "NOETL_EVENTS")
-    assert (events.max_age_s, events.duplicate_window_s) == (60.0, 60.0)
-    assert windows(topology)["NOETL_COMMANDS"] == 1200.0  # its max age is 7 days
+    # No stream holding work or history has a max age, whatever the retention: the window is
+    # the configured one.
+    assert (events.max_age_s, events.duplicate_window_s) == (0.0, 1200.0)
+    assert windows(topology)["NOETL_COMMANDS"] == 1200.0
+    # A stream declared with a max age gets a window no longer than it (JetStream refuses more).
+    assert _window({"duplicate_window_s": 1200, "follows_duplicate_window": True,
+                    "max_age_s": 60}, 1200.0) == 60.0
