@@ -252,8 +252,9 @@ class Server:
                     await self._catalog.put(key, request.playbook.encode())
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
-        state, data = self._started(playbook, request, execution_id, key, workload,
-                                    tracing.execution_trace(execution_id, msg.headers))
+        state, data = await asyncio.to_thread(
+            self._started, playbook, request, execution_id, key, workload,
+            tracing.execution_trace(execution_id, msg.headers))
         if await self._refuse_unserved(state, self.clock()):
             data = self._codec.encode(state)
         created = True
@@ -406,8 +407,10 @@ class Server:
                 return
             vars_before = dict(cached.state.vars)
             now = self.clock()
-            data = await self._codec.encoded(cached.state) if self._apply_all(cached, items, now) \
-                else None
+            # Applied beside the event loop (router templates may take up to their budget):
+            # other executions' events and commits go on meanwhile.
+            applied = await asyncio.to_thread(self._apply_all, cached, items, now)
+            data = await self._codec.encoded(cached.state) if applied else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
                 # the group again from the committed state, one event at a time, and fail the
@@ -476,7 +479,7 @@ class Server:
         for _, event in items:
             before = state.to_json()  # storable: it was committed, or checked just now
             try:
-                router.apply(cached.playbook, state, event, now)
+                await asyncio.to_thread(router.apply, cached.playbook, state, event, now)
                 await self._codec.encode_fitting(state)
             except Exception as exc:
                 error = fault(exc)

@@ -1,0 +1,114 @@
+"""The work one render may do, counted in operations so the count is the same on every replay.
+
+A render of the router's templates runs in the server process; a clock-based limit would make
+routing depend on the machine's load, so the limit is a count instead. One operation is: a
+loop iteration or range item, an item handed to a filter, test or call (its arguments' lengths,
+plus one for the call; a method's object too), the length of what a filter returns and one per
+item of a stream it yields, the operands of comparisons, `~` and `+` by their length, and an
+attribute or item read (what a `groupby`, `sort` or `map` does per row goes through the
+environment's reads). Lengths are top-level: a list of 10 lists counts 10. Everything a
+template does that can take time is one of these or bounded elsewhere (`*`, `**`, output size).
+
+`metered(render)` runs `render` under one budget of MAX_OPERATIONS; a render already inside one
+(the templates of one `set:` rendered together) shares it. Past the budget a render raises
+TemplateBound, which the renderer turns into a template error naming step and field.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from jinja2 import Undefined
+
+MAX_OPERATIONS = 1_000_000  # of one render, or of the templates rendered together
+MAX_RANGE = 100_000  # items of one range()
+
+T = TypeVar("T")
+
+# The operations left to the render in progress (None outside a render: only per-call bounds).
+_BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("template_budget",
+                                                                            default=None)
+_SIZED = (str, bytes, list, tuple, dict, set, frozenset, range)
+
+
+class TemplateBound(Exception):
+    """A render went past one of the template bounds."""
+
+
+def metered(render: Callable[[], T]) -> T:
+    """`render()` under a budget of its own, or under the one already running."""
+    if _BUDGET.get() is not None:
+        return render()
+    token = _BUDGET.set([MAX_OPERATIONS])
+    try:
+        return render()
+    finally:
+        _BUDGET.reset(token)
+
+
+def spend(operations: int) -> None:
+    budget = _BUDGET.get()
+    if budget is None:
+        return
+    budget[0] -= operations
+    if budget[0] < 0:
+        raise TemplateBound(f"the template exceeded its budget of {MAX_OPERATIONS:,} operations "
+                            "(loop iterations, items handed to filters and calls, reads); "
+                            "templates are bounded so that one cannot stall the server")
+
+
+def _size(value: Any) -> int:
+    # Undefined values are left alone: measuring one that stands for a broken read would raise
+    # its error here instead of where the template uses it.
+    return len(value) if isinstance(value, _SIZED) and not isinstance(value, Undefined) else 0
+
+
+def spend_call(args: Iterable[Any], kwargs: dict[str, Any]) -> None:
+    spend(1 + sum(map(_size, args)) + sum(map(_size, kwargs.values())))
+
+
+def counted(iterable: Iterable[Any]) -> Iterator[Any]:
+    for item in iterable:
+        spend(1)
+        yield item
+
+
+def metered_callable(fn: Any) -> Callable[..., Any]:
+    """A filter or test that spends what it is handed, and one per item of a stream it yields.
+    `functools.wraps` keeps Jinja's pass-context/environment marks.
+    """
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        spend_call(args, kwargs)
+        result = fn(*args, **kwargs)
+        if isinstance(result, Iterator):
+            return counted(result)
+        spend(_size(result))  # what it made: a `replace` or `tojson` takes time in its length
+        return result
+
+    return call
+
+
+def bounded_range(*args: int) -> range:
+    items = range(*args)
+    if len(items) > MAX_RANGE:
+        raise TemplateBound(f"range() of {len(items)} items; at most {MAX_RANGE} are allowed")
+    spend(len(items))
+    return items
+
+
+def bounded_iteration(iterable: Any) -> Any:
+    """What a `{% for %}` walks: a sized collection spends its length at once (a loop left early
+    spends it all; the budget is generous), a range was spent when it was made, anything else
+    spends one per item.
+    """
+    if isinstance(iterable, range):
+        return iterable
+    if isinstance(iterable, (list, tuple, dict, str)):
+        spend(len(iterable))
+        return iterable
+    return counted(iterable)
