@@ -40,6 +40,7 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_message
 from noetl_stream.runtime.dispositions import Failure, classify, settle
 from noetl_stream.runtime.execution_ids import new_execution_id
+from noetl_stream.runtime.nats_clock import NatsClock
 from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
 from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
@@ -73,9 +74,12 @@ class _Cached:
 
 
 class Server:
-    def __init__(self, bus: Bus, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, bus: Bus, *, clock: Callable[[], float] | None = None) -> None:
         self.bus = bus
-        self.clock = clock
+        # Timers fire on nats-server's clock (message schedules), so `now` is read on it too.
+        self._nats_clock = NatsClock(bus, bus.topology.consumer("noetl-server-requests").stream) \
+            if clock is None else None
+        self.clock: Callable[[], float] = clock or self._nats_clock or time.time
         self._cache: dict[str, _Cached] = {}
         self._playbooks: dict[str, Playbook] = {}
         self._storing = asyncio.Lock()  # parsing and storing a playbook not seen before
@@ -102,6 +106,8 @@ class Server:
         self._state_ttl = False
 
     async def start(self) -> None:
+        if self._nats_clock is not None:
+            await self._nats_clock.sync()
         self._executions = await self.bus.js.key_value(EXECUTIONS_BUCKET)
         self._catalog = await self.bus.js.key_value("noetl_catalog")
         self._state_ttl = await state_ttl_supported(self.bus)
@@ -118,6 +124,9 @@ class Server:
                                 name="requests"),
             *(asyncio.create_task(self._event_loop(events), name=f"router-{n}")
               for n, events in enumerate(partitions))]
+        if self._nats_clock is not None:
+            self._tasks.append(asyncio.create_task(self._nats_clock.keep_in_sync(),
+                                                   name="nats-clock"))
 
     def _forget_partition(self, partition: int) -> None:
         """Called when a partition's pin comes here: the states cached of that partition's
