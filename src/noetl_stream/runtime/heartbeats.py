@@ -22,6 +22,7 @@ from nats.js.errors import KeyNotFoundError
 from noetl_stream import jsonutil
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips, read_each
 
 log = logging.getLogger("noetl_stream.heartbeats")
 
@@ -83,17 +84,25 @@ class Heartbeat:
         await self._kv.put(self.key, jsonutil.dumps(body))
 
 
-async def live_processes(bus: Bus) -> list[dict[str, Any]]:
-    """The heartbeat entries currently in the bucket (one per live process)."""
+async def live_processes(bus: Bus, skips: Skips | None = None) -> list[dict[str, Any]]:
+    """The heartbeat entries currently in the bucket (one per live process). An entry that is
+    not a heartbeat (not a JSON object with a text `role` and `pool`) is left out and named in
+    `skips` (and logged).
+    """
     kv = await bus.js.key_value(RUNTIME_BUCKET)
-    found = []
-    for key in await bucket_keys(bus.js, RUNTIME_BUCKET):
+
+    async def read(key: str) -> dict[str, Any] | None:
         try:
             entry = await kv.get(key)
         except KeyNotFoundError:  # deleted or expired since the listing
-            continue
-        if entry.value:
-            value = jsonutil.loads(entry.value)
-            if isinstance(value, dict):
-                found.append(value)
-    return found
+            return None
+        if not entry.value:
+            return None
+        value = jsonutil.loads(entry.value)
+        if not isinstance(value, dict) or not all(isinstance(value.get(f), str)
+                                                  for f in ("role", "pool")):
+            raise ValueError("not a heartbeat: a JSON object with text `role` and `pool` expected")
+        return value
+
+    keys = await bucket_keys(bus.js, RUNTIME_BUCKET)
+    return await read_each(keys, read, skips if skips is not None else Skips("heartbeat"))
