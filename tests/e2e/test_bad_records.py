@@ -46,7 +46,11 @@ async def _garbage_beside_good_records(bus: Bus) -> str:
     assert final["status"] == "completed"
     await (await bus.js.key_value("noetl_runtime")).put("worker.default.garbage", GARBAGE)
     await (await bus.js.key_value("noetl_executions")).put("garbage1", GARBAGE)
-    return str(final["execution_id"])
+    good = str(final["execution_id"])
+    await (await bus.js.key_value("noetl_vars")).put(f"{good}.junk", GARBAGE)
+    await (await bus.js.key_value("noetl_catalog")).put("path.junk.latest", b"\xff\xfe")
+    await (await bus.js.key_value("noetl_users")).put("mallory", GARBAGE)
+    return good
 
 
 async def _get(http: aiohttp.ClientSession, url: str) -> tuple[int, Any]:
@@ -74,6 +78,8 @@ async def test_the_http_views_skip_a_bad_record_and_name_it(bus: Bus,
             await assert_eventually(answering, timeout_s=30, interval_s=0.2)
             health_status, health = await _get(http, base + "/health")
             list_status, listed = await _get(http, base + "/api/executions")
+            vars_status, variables = await _get(http, base + f"/api/vars/{good}")
+            catalog_status, catalog = await _get(http, base + "/api/catalog")
     finally:
         server.send_signal(signal.SIGTERM)
         _, err = await asyncio.wait_for(server.communicate(), 30)
@@ -84,6 +90,8 @@ async def test_the_http_views_skip_a_bad_record_and_name_it(bus: Bus,
     assert [i["execution_id"] for i in listed["items"]] == [good]
     assert [s["key"] for s in listed["skipped"]] == ["garbage1"]
     assert "'garbage1' skipped" in err.decode()  # and the server's log names it
+    assert vars_status == 200 and [s["key"] for s in variables["skipped"]] == [f"{good}.junk"]
+    assert catalog_status == 200 and [s["key"] for s in catalog["skipped"]] == ["path.junk.latest"]
 
 
 async def test_the_cli_views_skip_a_bad_record_and_name_it(bus: Bus,
@@ -93,10 +101,16 @@ async def test_the_cli_views_skip_a_bad_record_and_name_it(bus: Bus,
     url = ["--nats-url", nats_url]
 
     listed = await run_cli("executions", "list", *url)
+    purge = await run_cli("executions", "purge", "--older-than", "1s", "--dry-run", *url)
+    users = await run_cli("user", "list", *url)
+    removed = await run_cli("user", "rm", "mallory", *url)
 
     assert listed.returncode == 0, listed.stderr
     assert good in listed.stdout and "garbage1" in listed.stderr
     assert "Traceback" not in listed.stderr
+    assert purge.returncode == 0 and good in purge.stdout, purge.stdout + purge.stderr
+    assert users.returncode == 0 and "mallory" in users.stderr, users.stdout + users.stderr
+    assert removed.returncode == 0, removed.stderr
 
 
 async def test_credential_commands_go_on_past_a_bad_credential(bus: Bus,

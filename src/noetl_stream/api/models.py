@@ -58,6 +58,8 @@ class CatalogPath(_Out):
 
 class CatalogList(_Out):
     items: list[CatalogPath]
+    skipped: list[SkippedRecord] = Field(default_factory=list, description="Records that do "
+                                         "not decode, left out (and logged)")
 
 
 class CatalogQuery(_In):
@@ -213,6 +215,8 @@ class CredentialDetail(CredentialInfo):
 class VarsDoc(_Out):
     execution_id: str
     vars: dict[str, Any]
+    skipped: list[SkippedRecord] = Field(default_factory=list, description="Records that do "
+                                         "not decode, left out (and logged)")
 
 
 class VarValue(_Out):

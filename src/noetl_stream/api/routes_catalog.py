@@ -24,6 +24,7 @@ from noetl_stream.api.models import (
     CatalogQuery,
     CatalogRegister,
     CatalogRegistered,
+    SkippedRecord,
 )
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.composition import PlaybookFile, file_references
@@ -31,6 +32,7 @@ from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import Issue, PlaybookError
 from noetl_stream.state.catalog import CATALOG_BUCKET, path_key, register_files, register_path
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips, read_each
 
 PLAYBOOK_ID = re.compile(r"pb_[0-9a-f]{32}")  # a content key (ids.playbook_key)
 YAML_TYPES = ("text/yaml", "application/yaml", "application/x-yaml", "text/plain")
@@ -96,11 +98,12 @@ async def list_catalog(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
     latest: dict[str, str] = {}
     versions: dict[str, dict[str, str]] = {}
-    for key in await bucket_keys(ctx.bus.js, CATALOG_BUCKET, "path.>"):
-        split = _split(key)
-        pointer = await read_text(ctx, key)
+    skips = Skips("catalog entry")
+
+    async def entry(key: str) -> tuple[str, str, str] | None:
+        split, pointer = _split(key), await read_text(ctx, key)
         if split is None or pointer is None:
-            continue
+            return None
         path, version = split
         if path.startswith("h-") or version.startswith("h-"):
             # Hashed in the key (characters a key cannot hold): the playbook says its real names.
@@ -108,13 +111,18 @@ async def list_catalog(request: web.Request) -> web.StreamResponse:
             if described is not None and described.path:
                 path = described.path
                 version = version if version == "latest" else described.version or version
+        return path, version, pointer
+
+    for path, version, pointer in await read_each(
+            await bucket_keys(ctx.bus.js, CATALOG_BUCKET, "path.>"), entry, skips):
         if version == "latest":
             latest[path] = pointer
         else:
             versions.setdefault(path, {})[version] = pointer
     items = [CatalogPath(path=p, latest=latest.get(p), versions=versions.get(p, {}))
              for p in sorted(latest.keys() | versions.keys())]
-    return json_response(CatalogList(items=items))
+    return json_response(CatalogList(items=items, skipped=[
+        SkippedRecord(key=s.key, reason=s.reason) for s in skips.items]))
 
 
 async def get_playbook(request: web.Request) -> web.StreamResponse:

@@ -31,6 +31,7 @@ from nats.js.errors import APIError, KeyWrongLastSequenceError, NotFoundError
 from noetl_stream import config, jsonutil
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips
 
 log = logging.getLogger("noetl_stream.retention")
 
@@ -74,10 +75,13 @@ async def write_finished_state(bus: Bus, execution_id: str, data: bytes, *, last
 
 
 async def finished_executions(bus: Bus, *, older_than_s: float, status: str | None = None,
-                              now: float | None = None) -> list[Finished]:
+                              now: float | None = None, skips: Skips | None = None,
+                              ) -> list[Finished]:
     """Executions not running whose state was last written `older_than_s` ago or more, with
-    status `status` when given; oldest first.
+    status `status` when given; oldest first. A state that does not decode is left alone and
+    named in `skips`.
     """
+    skips = skips if skips is not None else Skips("execution")
     now = time.time() if now is None else now
     found: list[Finished] = []
     for execution_id in await bucket_keys(bus.js, EXECUTIONS_BUCKET):
@@ -88,7 +92,11 @@ async def finished_executions(bus: Bus, *, older_than_s: float, status: str | No
             continue  # removed meanwhile (its TTL, another purge)
         if not msg.data or msg.time is None:
             continue  # a delete marker
-        state_status = str(jsonutil.loads(msg.data).get("status", "running"))
+        state = jsonutil.loads_object(msg.data)
+        if state is None:  # not a state: never purged by age, named instead
+            skips.add(execution_id, ValueError("the state is not a JSON object"))
+            continue
+        state_status = str(state.get("status", "running"))
         finished_at = msg.time.timestamp()
         if state_status == "running" or now - finished_at < older_than_s:
             continue
