@@ -2,7 +2,8 @@
 
 Like `run`, these start the embedded nats-server for NOETL_STREAM_HOME when no --nats-url is given,
 so a credential set here is what a later `run` in the same home resolves. Exit codes: 0 done,
-2 bad input or unknown name, 3 NATS unreachable.
+1 `rotate-key` left credentials it could not read under the old key (named on stderr), 2 bad
+input or unknown name, 3 NATS unreachable.
 """
 
 from __future__ import annotations
