@@ -40,12 +40,15 @@ class Heartbeat:
     """Publishes `{role, pool, instance, pid, started_at, heartbeat_at, **load()}` periodically."""
 
     def __init__(self, bus: Bus, *, role: str, pool: str,
-                 load: Callable[[], dict[str, Any]] | None = None) -> None:
+                 load: Callable[[], dict[str, Any]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
+        # Servers pass nats-server's clock: they compare each other's beats with it.
+        self._clock = clock
         self.instance = instance_id()
         self.key = f"{role}.{pool}.{self.instance}"
         self._base = {"role": role, "pool": pool, "instance": self.instance, "pid": os.getpid(),
-                      "started_at": time.time()}
+                      "started_at": clock()}
         self._load = load or dict
         self._task: asyncio.Task[None] | None = None
 
@@ -80,7 +83,7 @@ class Heartbeat:
                 log.debug("heartbeat %s not written: %s", self.key, exc)
 
     async def _beat(self) -> None:
-        body = {**self._base, "heartbeat_at": time.time(), **self._load()}
+        body = {**self._base, "heartbeat_at": self._clock(), **self._load()}
         await self._kv.put(self.key, jsonutil.dumps(body))
 
 

@@ -116,7 +116,8 @@ class Server:
         requests = await open_pull(self.bus, req.stream, req.durable, credit=REQUEST_BATCH)
         # Events come per partition of the router's stream, each pinned to one server at a time
         # (runtime/partitions.py); one loop per partition's durable.
-        self._partitions = RouterPartitions(self.bus, on_pinned=self._forget_partition)
+        self._partitions = RouterPartitions(self.bus, on_pinned=self._forget_partition,
+                                            clock=self.clock)
         partitions = await self._partitions.start()
         self._consumers = [requests]
         self._tasks = [
