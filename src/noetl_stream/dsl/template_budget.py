@@ -25,12 +25,24 @@ from jinja2 import Undefined
 
 MAX_OPERATIONS = 1_000_000  # of one render, or of the templates rendered together
 MAX_RANGE = 100_000  # items of one range()
+PAUSE_EVERY = 2_000  # operations between two pauses of a render (when a pause is set)
 
 T = TypeVar("T")
 
-# The operations left to the render in progress (None outside a render: only per-call bounds).
+# The operations left to the render in progress, and the count at which it pauses next (None
+# outside a render: only per-call bounds apply).
 _BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("template_budget",
                                                                             default=None)
+_pause: Callable[[], None] | None = None
+
+
+def pause_between_operations(pause: Callable[[], None] | None) -> None:
+    """Set by a process whose renders run beside other work (the server applies events in a
+    thread): `pause` runs every PAUSE_EVERY operations of a render, to hand the interpreter to
+    threads waiting for it. It changes no result: the budget is the same count either way.
+    """
+    global _pause
+    _pause = pause
 _SIZED = (str, bytes, list, tuple, dict, set, frozenset, range)
 
 
@@ -42,7 +54,7 @@ def metered(render: Callable[[], T]) -> T:
     """`render()` under a budget of its own, or under the one already running."""
     if _BUDGET.get() is not None:
         return render()
-    token = _BUDGET.set([MAX_OPERATIONS])
+    token = _BUDGET.set([MAX_OPERATIONS, MAX_OPERATIONS - PAUSE_EVERY])
     try:
         return render()
     finally:
@@ -58,6 +70,9 @@ def spend(operations: int) -> None:
         raise TemplateBound(f"the template exceeded its budget of {MAX_OPERATIONS:,} operations "
                             "(loop iterations, items handed to filters and calls, reads); "
                             "templates are bounded so that one cannot stall the server")
+    if _pause is not None and budget[0] <= budget[1]:
+        budget[1] = budget[0] - PAUSE_EVERY
+        _pause()
 
 
 def _size(value: Any) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from noetl_stream import config, ids, jsonutil, router
-from noetl_stream.dsl import parse_playbook
+from noetl_stream.dsl import parse_playbook, template_budget
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
@@ -106,6 +107,8 @@ class Server:
         self._state_ttl = False
 
     async def start(self) -> None:
+        # A render in the applying thread lets the event loop (and other applies) in between.
+        template_budget.pause_between_operations(os.sched_yield)
         if self._nats_clock is not None:
             await self._nats_clock.sync()
         self._executions = await self.bus.js.key_value(EXECUTIONS_BUCKET)
