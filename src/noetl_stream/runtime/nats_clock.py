@@ -68,6 +68,13 @@ class NatsClock:
         self._base = (parse_ts(ts), (before + after) / 2)
         log.debug("nats-server time is %.3f s off this host's", self() - time.time())
 
+    async def first_sync(self) -> None:
+        """`sync` at start; a nats-server that does not say its time leaves this host's clock."""
+        try:
+            await self.sync()
+        except ValueError as exc:
+            log.warning("timers follow this host's clock, not nats-server's: %s", exc)
+
     async def keep_in_sync(self) -> None:
         while True:
             await asyncio.sleep(RESYNC_S)

@@ -110,7 +110,7 @@ class Server:
         # A render in the applying thread lets the event loop (and other applies) in between.
         template_budget.pause_between_operations(os.sched_yield)
         if self._nats_clock is not None:
-            await self._nats_clock.sync()
+            await self._nats_clock.first_sync()
         self._executions = await self.bus.js.key_value(EXECUTIONS_BUCKET)
         self._catalog = await self.bus.js.key_value("noetl_catalog")
         self._state_ttl = await state_ttl_supported(self.bus)
