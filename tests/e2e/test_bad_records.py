@@ -80,6 +80,8 @@ async def test_the_http_views_skip_a_bad_record_and_name_it(bus: Bus,
             list_status, listed = await _get(http, base + "/api/executions")
             vars_status, variables = await _get(http, base + f"/api/vars/{good}")
             catalog_status, catalog = await _get(http, base + "/api/catalog")
+            async with http.delete(base + "/api/catalog/junk") as resp:
+                junk_removed = resp.status
     finally:
         server.send_signal(signal.SIGTERM)
         _, err = await asyncio.wait_for(server.communicate(), 30)
@@ -92,6 +94,7 @@ async def test_the_http_views_skip_a_bad_record_and_name_it(bus: Bus,
     assert "'garbage1' skipped" in err.decode()  # and the server's log names it
     assert vars_status == 200 and [s["key"] for s in variables["skipped"]] == [f"{good}.junk"]
     assert catalog_status == 200 and [s["key"] for s in catalog["skipped"]] == ["path.junk.latest"]
+    assert junk_removed == 200  # and the entry that does not decode can be removed
 
 
 async def test_the_cli_views_skip_a_bad_record_and_name_it(bus: Bus,

@@ -47,6 +47,13 @@ async def read_text(ctx: ApiContext, key: str) -> str | None:
     return bytes(entry.value).decode() if entry.value else None
 
 
+async def _present(ctx: ApiContext, key: str) -> bool:
+    try:
+        return bool((await ctx.catalog.get(key)).value)
+    except KeyNotFoundError:
+        return False
+
+
 def parse(ctx: ApiContext, text: str, *, strict: bool = False) -> tuple[Playbook, list[str]]:
     """Validate `text`; PlaybookError (422 with every issue) when it cannot run."""
     result = parse_playbook(text, REQUEST_FILE, kinds=ctx.kinds, strict=strict)
@@ -157,8 +164,9 @@ async def delete_playbook(request: web.Request) -> web.StreamResponse:
             removed.append("latest")
         return json_response(CatalogDeleted(path=path, removed=removed))
     base = latest_key.removesuffix(".latest")
+    # Present, whatever they hold: an entry that does not decode is removed with the others.
     keys = [k for k in await bucket_keys(ctx.bus.js, CATALOG_BUCKET, base + ".>")
-            if await read_text(ctx, k) is not None]
+            if await _present(ctx, k)]
     if not keys:
         raise not_found(f'playbook "{path}"')
     for key in keys:
