@@ -4,9 +4,11 @@ A render of the router's templates runs in the server process; a clock-based lim
 routing depend on the machine's load, so the limit is a count instead. One operation is: a
 loop iteration or range item, an item handed to a filter, test or call (its arguments' lengths,
 plus one for the call; a method's object too), the length of what a filter returns and one per
-item of a stream it yields, the operands of comparisons, `~` and `+` by their length, and an
+item of a stream it yields, the operands of comparisons, `~` and `+` by their size, and an
 attribute or item read (what a `groupby`, `sort` or `map` does per row goes through the
-environment's reads). Lengths are top-level: a list of 10 lists counts 10. Everything a
+environment's reads). A value's size counts items all the way down (a list of 10 lists of 10
+counts 110; measured once per value and render) and text by the thousand characters, which C
+code handles for the price of one Python-level operation. Everything a
 template does that can take time is one of these or bounded elsewhere (`*`, `**`, output size).
 
 `metered(render)` runs `render` under one budget of MAX_OPERATIONS; a render already inside one
@@ -26,13 +28,27 @@ from jinja2 import Undefined
 MAX_OPERATIONS = 1_000_000  # of one render, or of the templates rendered together
 MAX_RANGE = 100_000  # items of one range()
 PAUSE_EVERY = 2_000  # operations between two pauses of a render (when a pause is set)
+CHARS_PER_OPERATION = 1_000  # characters of text handed to a filter or call per operation
 
 T = TypeVar("T")
 
-# The operations left to the render in progress, and the count at which it pauses next (None
-# outside a render: only per-call bounds apply).
-_BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("template_budget",
-                                                                            default=None)
+
+class _Budget:
+    """What is left to the render in progress, when it pauses next, and the sizes it measured
+    (by object identity; the objects are kept so that no identity is reused meanwhile).
+    """
+
+    __slots__ = ("left", "pause_at", "sizes")
+
+    def __init__(self) -> None:
+        self.left = MAX_OPERATIONS
+        self.pause_at = MAX_OPERATIONS - PAUSE_EVERY
+        self.sizes: dict[int, tuple[Any, int]] = {}
+
+
+# None outside a render: only per-call bounds apply.
+_BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("template_budget",
+                                                                         default=None)
 _pause: Callable[[], None] | None = None
 
 
@@ -43,7 +59,10 @@ def pause_between_operations(pause: Callable[[], None] | None) -> None:
     """
     global _pause
     _pause = pause
+
+
 _SIZED = (str, bytes, list, tuple, dict, set, frozenset, range)
+_CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
 class TemplateBound(Exception):
@@ -54,7 +73,7 @@ def metered(render: Callable[[], T]) -> T:
     """`render()` under a budget of its own, or under the one already running."""
     if _BUDGET.get() is not None:
         return render()
-    token = _BUDGET.set([MAX_OPERATIONS, MAX_OPERATIONS - PAUSE_EVERY])
+    token = _BUDGET.set(_Budget())
     try:
         return render()
     finally:
@@ -65,20 +84,60 @@ def spend(operations: int) -> None:
     budget = _BUDGET.get()
     if budget is None:
         return
-    budget[0] -= operations
-    if budget[0] < 0:
+    budget.left -= operations
+    if budget.left < 0:
         raise TemplateBound(f"the template exceeded its budget of {MAX_OPERATIONS:,} operations "
                             "(loop iterations, items handed to filters and calls, reads); "
                             "templates are bounded so that one cannot stall the server")
-    if _pause is not None and budget[0] <= budget[1]:
-        budget[1] = budget[0] - PAUSE_EVERY
+    if _pause is not None and budget.left <= budget.pause_at:
+        budget.pause_at = budget.left - PAUSE_EVERY
         _pause()
 
 
+def _text_cost(length: int) -> int:
+    """Characters are handled by C code a thousand at a time for one Python-level operation."""
+    return length // CHARS_PER_OPERATION
+
+
+def _shallow(value: Any) -> int:
+    if isinstance(value, (str, bytes)):
+        return _text_cost(len(value))
+    return len(value) if isinstance(value, (*_CONTAINERS, range)) else 0
+
+
 def _size(value: Any) -> int:
+    """Items all the way down (text by the thousand characters): comparing, sorting or hashing a
+    list of lists takes time in what the inner lists hold. Measured once per object and render;
+    the walk stops past what the budget has left, so measuring costs no more than it allows.
+    """
     # Undefined values are left alone: measuring one that stands for a broken read would raise
     # its error here instead of where the template uses it.
-    return len(value) if isinstance(value, _SIZED) and not isinstance(value, Undefined) else 0
+    if not isinstance(value, _CONTAINERS) or isinstance(value, Undefined):
+        return _shallow(value) if not isinstance(value, Undefined) else 0
+    budget = _BUDGET.get()
+    if budget is None:
+        return len(value)
+    known = budget.sizes.get(id(value))
+    if known is not None and known[0] is value:
+        return known[1]
+    size = _deep_size(value, budget.left + 1)
+    budget.sizes[id(value)] = (value, size)
+    return size
+
+
+def _deep_size(value: Any, limit: int) -> int:
+    size, stack = 0, [value]
+    while stack and size < limit:
+        item = stack.pop()
+        if isinstance(item, dict):
+            size += len(item)
+            stack.extend(item.values())
+        elif isinstance(item, _CONTAINERS):
+            size += len(item)
+            stack.extend(item)
+        elif isinstance(item, (str, bytes)):
+            size += _text_cost(len(item))
+    return size
 
 
 def spend_call(args: Iterable[Any], kwargs: dict[str, Any]) -> None:
@@ -91,18 +150,31 @@ def counted(iterable: Iterable[Any]) -> Iterator[Any]:
         yield item
 
 
-def metered_callable(fn: Any) -> Callable[..., Any]:
-    """A filter or test that spends what it is handed, and one per item of a stream it yields.
-    `functools.wraps` keeps Jinja's pass-context/environment marks.
+# Filters and tests whose work does not grow with what they are handed: they spend one.
+CONSTANT_TIME = frozenset({
+    "length", "count", "first", "last", "default", "d", "attr", "bool", "int", "float",
+    "defined", "undefined", "none", "boolean", "false", "true", "integer", "number", "string",
+    "mapping", "iterable", "sequence", "callable", "sameas", "escaped", "odd", "even",
+    "divisibleby",
+})
+
+
+def metered_callable(fn: Any, name: str = "") -> Callable[..., Any]:
+    """A filter or test (`name`) that spends what it is handed, and one per item of a stream it
+    yields. `functools.wraps` keeps Jinja's pass-context/environment marks.
     """
+    constant = name in CONSTANT_TIME
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        spend_call(args, kwargs)
+        if constant:
+            spend(1)
+        else:
+            spend_call(args, kwargs)
         result = fn(*args, **kwargs)
         if isinstance(result, Iterator):
             return counted(result)
-        spend(_size(result))  # what it made: a `replace` or `tojson` takes time in its length
+        spend(_shallow(result))  # what it made: a `replace` or `tojson` takes time in its length
         return result
 
     return call

@@ -218,8 +218,8 @@ _ENV.filters["fromjson"] = _from_json
 _ENV.filters["from_json"] = _from_json
 # Every filter and test spends what it is handed (a `groupby` of 20,000 rows spends 20,000 and
 # its reads of the rows' fields one each), so a loop repeating one cannot escape the budget.
-_ENV.filters.update({name: metered_callable(f) for name, f in _ENV.filters.items()})
-_ENV.tests.update({name: metered_callable(test) for name, test in _ENV.tests.items()})
+_ENV.filters.update({name: metered_callable(f, name) for name, f in _ENV.filters.items()})
+_ENV.tests.update({name: metered_callable(test, name) for name, test in _ENV.tests.items()})
 
 
 def has_template(value: Any) -> bool:
