@@ -4,11 +4,12 @@ A render of the router's templates runs in the server process; a clock-based lim
 routing depend on the machine's load, so the limit is a count instead. One operation is: a
 loop iteration or range item, an item handed to a filter, test or call (its arguments' lengths,
 plus one for the call; a method's object too), the length of what a filter returns and one per
-item of a stream it yields, the operands of comparisons, `~` and `+` by their size, and an
-attribute or item read (what a `groupby`, `sort` or `map` does per row goes through the
-environment's reads). A value's size counts items all the way down (a list of 10 lists of 10
-counts 110; measured once per value and render) and text by the thousand characters, which C
-code handles for the price of one Python-level operation. Everything a
+item of a stream it yields, and an attribute or item read (what a `groupby`, `sort` or `map`
+does per row goes through the environment's reads). Text counts by the thousand characters,
+which C code handles for the price of one Python-level operation. What compares values (`==`,
+`in`, `<`, `sort`, `unique`, `min`, `max`, comparing tests) spends its operands' sizes all the
+way down (a list of 10 lists of 10 counts 110; measured once per value and render); `~` and
+`+` spend their operands' lengths. Everything a
 template does that can take time is one of these or bounded elsewhere (`*`, `**`, output size).
 
 `metered(render)` runs `render` under one budget of MAX_OPERATIONS; a render already inside one
@@ -141,7 +142,13 @@ def _deep_size(value: Any, limit: int) -> int:
 
 
 def spend_call(args: Iterable[Any], kwargs: dict[str, Any]) -> None:
-    spend(1 + sum(map(_size, args)) + sum(map(_size, kwargs.values())))
+    """A filter or call spends one, plus the items (and kilo-characters) of what it is handed."""
+    spend(1 + sum(map(_shallow, args)) + sum(map(_shallow, kwargs.values())))
+
+
+def spend_deep(*values: Any) -> None:
+    """A comparison spends its operands' sizes all the way down (`a == b` walks both)."""
+    spend(1 + sum(map(_size, values)))
 
 
 def counted(iterable: Iterable[Any]) -> Iterator[Any]:
@@ -151,26 +158,44 @@ def counted(iterable: Iterable[Any]) -> Iterator[Any]:
 
 
 # Filters and tests whose work does not grow with what they are handed: they spend one.
-CONSTANT_TIME = frozenset({
-    "length", "count", "first", "last", "default", "d", "attr", "bool", "int", "float",
-    "defined", "undefined", "none", "boolean", "false", "true", "integer", "number", "string",
-    "mapping", "iterable", "sequence", "callable", "sameas", "escaped", "odd", "even",
-    "divisibleby",
+CONSTANT_FILTERS = frozenset({"length", "count", "first", "default", "d", "attr"})
+CONSTANT_TESTS = frozenset({
+    "defined", "undefined", "none", "boolean", "false", "true", "integer", "float", "number",
+    "string", "mapping", "iterable", "sequence", "callable", "sameas", "escaped", "odd", "even",
+    "divisibleby", "filter", "test", "lower", "upper",
 })
+# Filters that compare the items they are handed (sorting, deduplicating, extremes): their work
+# grows with the items' own sizes. Tests not listed as constant compare their operands.
+COMPARING_FILTERS = frozenset({"sort", "unique", "min", "max", "dictsort"})
 
 
-def metered_callable(fn: Any, name: str = "") -> Callable[..., Any]:
-    """A filter or test (`name`) that spends what it is handed, and one per item of a stream it
+def metered_filter(fn: Any, name: str) -> Callable[..., Any]:
+    spend_for = _spend_one if name in CONSTANT_FILTERS else \
+        _spend_deep_args if name in COMPARING_FILTERS else spend_call
+    return _metered(fn, spend_for)
+
+
+def metered_test(fn: Any, name: str) -> Callable[..., Any]:
+    return _metered(fn, _spend_one if name in CONSTANT_TESTS else _spend_deep_args)
+
+
+def _spend_one(args: Iterable[Any], kwargs: dict[str, Any]) -> None:
+    spend(1)
+
+
+def _spend_deep_args(args: Iterable[Any], kwargs: dict[str, Any]) -> None:
+    spend_deep(*args, *kwargs.values())
+
+
+def _metered(fn: Any, spend_for: Callable[[Iterable[Any], dict[str, Any]], None],
+             ) -> Callable[..., Any]:
+    """`fn` spending what `spend_for` says it is handed, and one per item of a stream it
     yields. `functools.wraps` keeps Jinja's pass-context/environment marks.
     """
-    constant = name in CONSTANT_TIME
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
-        if constant:
-            spend(1)
-        else:
-            spend_call(args, kwargs)
+        spend_for(args, kwargs)
         result = fn(*args, **kwargs)
         if isinstance(result, Iterator):
             return counted(result)

@@ -35,9 +35,11 @@ from noetl_stream.dsl.template_budget import (
     bounded_iteration,
     bounded_range,
     metered,
-    metered_callable,
+    metered_filter,
+    metered_test,
     spend,
     spend_call,
+    spend_deep,
 )
 from noetl_stream.dsl.values import DataEnvelope, ListView
 from noetl_stream.errors import TemplateError
@@ -48,7 +50,8 @@ OUTPUT_BATCH = 32  # text chunks rendered between two checks of the output's siz
 
 
 def _measured(value: Any) -> Any:
-    """The operand itself; the environment's `call` that hands it over spends its size."""
+    """A comparison's operand, its size spent all the way down (the comparison walks it)."""
+    spend_deep(value)
     return value
 
 
@@ -74,8 +77,8 @@ def _through(attribute: str, node: nodes.Node) -> nodes.Call:
 class _Metering:
     """An AST rewrite before code generation, for what the sandbox offers no hook on: the
     iterable of every `{% for %}` goes through `bounded_iteration`, and every operand of a
-    comparison (`in`, `==`, ...) and of `~` through `measured`, so the environment's `call`
-    spends its size (`x in rows`, `a ~ b` take time in proportion to it).
+    comparison (`in`, `==`, ...) and of `~` through `measured`, which spends its size all the
+    way down (`x in rows`, `a == b`, `a ~ b` take time in proportion to it).
     """
 
     @staticmethod
@@ -193,7 +196,7 @@ class _Environment(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        if __obj is not bounded_iteration:  # the loop rewrite's own call spends what it walks
+        if __obj is not bounded_iteration and __obj is not _measured:  # they spend their own
             # A method spends the size of its object too (`text.upper()` walks `text`).
             spend_call((getattr(__obj, "__self__", None), *args), kwargs)
         return super().call(__context, __obj, *args, **kwargs)
@@ -218,8 +221,8 @@ _ENV.filters["fromjson"] = _from_json
 _ENV.filters["from_json"] = _from_json
 # Every filter and test spends what it is handed (a `groupby` of 20,000 rows spends 20,000 and
 # its reads of the rows' fields one each), so a loop repeating one cannot escape the budget.
-_ENV.filters.update({name: metered_callable(f, name) for name, f in _ENV.filters.items()})
-_ENV.tests.update({name: metered_callable(test, name) for name, test in _ENV.tests.items()})
+_ENV.filters.update({name: metered_filter(f, name) for name, f in _ENV.filters.items()})
+_ENV.tests.update({name: metered_test(test, name) for name, test in _ENV.tests.items()})
 
 
 def has_template(value: Any) -> bool:
