@@ -8,7 +8,7 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP     := $(VENV)/.installed
 CHROMIUM  := /usr/bin/chromium
 
-.PHONY: install browser demo test test-unit lint format bench chaos schemas conformance clean
+.PHONY: install browser faketime demo test test-unit lint format bench chaos schemas conformance clean
 
 $(VENV)/bin/python:
 	@echo "==> creating $(VENV)"
@@ -30,7 +30,7 @@ demo: $(RUN_STAMP)  ## run the example playbook on the embedded NATS, with live 
 	@echo "==> running playbooks/examples/hello.yaml (store: $${NOETL_STREAM_HOME:-~/.local/share/noetl-stream}/nats)"
 	$(BIN)/noetl-stream run playbooks/examples/hello.yaml --set name=NATS
 
-test: $(STAMP) browser  ## the whole suite: unit, integration (real nats-server), e2e (the CLI, the web UI)
+test: $(STAMP) browser faketime  ## the whole suite: unit, integration (real nats-server), e2e (the CLI, the web UI)
 	$(BIN)/pytest -q
 
 browser:  ## Debian's chromium for the web UI test (installed with apt-get when missing and root)
@@ -40,6 +40,16 @@ browser:  ## Debian's chromium for the web UI test (installed with apt-get when 
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else \
 	    echo "the web UI test needs $(CHROMIUM): run 'sudo apt-get install -y chromium'" >&2; exit 1; \
+	  fi; \
+	fi
+
+faketime:  ## Debian's libfaketime for the clock-skew tests (installed with apt-get when missing and root)
+	@if ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian's faketime for the clock-skew tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime >/dev/null; \
+	  else \
+	    echo "the clock-skew tests need libfaketime: run 'sudo apt-get install -y faketime'" >&2; exit 1; \
 	  fi; \
 	fi
 
@@ -58,6 +68,7 @@ bench: $(STAMP)  ## W1-W4 on the embedded stack, next to the raw JetStream round
 	$(BIN)/python bench/run.py
 
 chaos: $(STAMP)  ## fault injection: kill -9, stalls, NATS restarts, duplicates; prints the table (SEED=n)
+	@$(MAKE) --no-print-directory faketime || echo "the clock-skew scenario will not run" >&2
 	$(BIN)/python tests/chaos/run.py $(if $(SEED),--seed $(SEED))
 
 schemas: $(STAMP)  ## regenerate schemas/ from the models

@@ -151,3 +151,9 @@ class ToolError(NoetlStreamError, RuntimeError):
 
 class InfrastructureError(NoetlStreamError, RuntimeError):
     """NATS, the embedded server or a child process failed underneath us."""
+
+
+class BackupError(NoetlStreamError, ValueError):
+    """A backup folder cannot be restored as it is (a file missing, cut off or changed); names
+    the file and, where it can, the line.
+    """

@@ -25,9 +25,11 @@ from nats.js.errors import APIError
 from noetl_stream import ids, jsonutil
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.runtime.nats_server import MAX_PAYLOAD, NatsServer, find_binary, free_port
+from noetl_stream.runtime.provision import consumer_config
 from noetl_stream.runtime.storage import storage_refusal
 from noetl_stream.state.results import ResultStore
 from noetl_stream.subjects import load_topology
+from noetl_stream.testing import faketime
 from noetl_stream.testing.cluster import start_node
 
 
@@ -517,6 +519,79 @@ async def fill_store(run: Run) -> None:
     await js.delete_stream(FILLER)
 
 
+# -- 9. clock skew ---------------------------------------------------------------------------
+def _faketime_missing() -> str | None:
+    return None if faketime.library() else "libfaketime missing (apt-get install -y faketime)"
+
+
+class SkewedStack(Stack):
+    """Its servers run with their clocks `skew` away (libfaketime); NATS and workers keep time."""
+
+    skew = "-1h"
+
+    async def spawn(self, svc: Service) -> None:
+        self.extra_env = faketime.skewed_env(self.skew, {}) if svc.role == "server" else {}
+        await super().spawn(svc)
+
+
+async def skewed_stack(folder: Path, knobs: Knobs) -> Stack:
+    stack = SkewedStack(folder, knobs, servers=1, workers=2)
+    await stack.start_nats()
+    return stack
+
+
+SKEW_IN_TIME = (PLAYBOOKS / "skew_in_time.yaml").read_text()
+SKEW_HUNG = (PLAYBOOKS / "skew_hung.yaml").read_text()
+SILENT_POOL = "skewsilent"
+
+
+async def _submit_probe(run: Run, execution_id: str, playbook: str) -> None:
+    await run.client.js.publish("noetl.requests.execute", ExecutionRequest(
+        execution_id=execution_id, playbook=playbook, playbook_file=f"{execution_id}.yaml")
+        .model_dump_json().encode(), headers={"Nats-Msg-Id": ids.request_msg_id(execution_id)})
+
+
+async def _skew_probes(run: Run, tag: str) -> None:
+    """A step that ends within its 20 s timeout must complete; a step whose command nobody
+    takes must fail by its 3 s timeout (5 s with the grace): neither earlier nor 15 s later.
+    """
+    in_time, hung = f"{tag}intime", f"{tag}hung"
+    started = time.monotonic()
+    await asyncio.gather(_submit_probe(run, in_time, SKEW_IN_TIME),
+                         _submit_probe(run, hung, SKEW_HUNG))
+    final = await _final(run, in_time, 60)
+    if final is None or final.get("status") != "completed":
+        run.problems.append(f"skew {tag}: a step within its timeout did not complete: "
+                            f"{(final or {}).get('error')}")
+    final = await _final(run, hung, 30)
+    took = time.monotonic() - started
+    kind = (((final or {}).get("steps") or {}).get("start") or {}).get("error", {}).get("kind")
+    if final is None or final.get("status") != "failed" or kind != "timeout" \
+            or not 4.5 <= took <= 15:
+        run.problems.append(f"skew {tag}: a hung step did not time out after 5 to 15 s "
+                            f"({took:.1f} s, {(final or {}).get('status')}, {kind})")
+    else:
+        run.notes.append(f"skew {tag}: timeouts on time (hung step failed in {took:.1f} s)")
+
+
+async def skew_clock(run: Run) -> None:
+    """The server starts an hour behind nats-server and the workers; at a random moment it is
+    killed and comes back an hour ahead. Step timeouts are checked both ways beside the workload.
+    """
+    stack = run.stack
+    assert isinstance(stack, SkewedStack)
+    decl = load_topology().pool_consumer(SILENT_POOL)  # a declared pool nobody serves
+    await run.client.js.add_consumer(decl.stream, consumer_config(decl))
+    await _skew_probes(run, "behind")
+    await asyncio.sleep(run.moment(0.1, 0.4))
+    svc = stack.of("server")[0]
+    await stack.kill(svc)
+    stack.skew = "+1h"
+    await stack.restart(svc)
+    run.notes.append("server restarted an hour ahead")
+    await _skew_probes(run, "ahead")
+
+
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("baseline", "no fault: the reference results", None),
     Scenario("server-kill", "kill -9 of the server twice, restarted", kill_server),
@@ -545,6 +620,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("long-running", "beside the workload, on a stack with a 2 s retention: a 7 s timer "
              "and an 8 s signal wait through kill -9 of server and worker, then purged",
              long_running),
+    Scenario("clock-skew", "the server an hour behind, then restarted an hour ahead; step "
+             "timeouts fire on time", skew_clock, stack=skewed_stack, unavailable=_faketime_missing),
 )
 
 BY_NAME = {s.name: s for s in SCENARIOS}

@@ -91,3 +91,60 @@ async def test_restore_refuses_a_folder_that_is_no_backup(tmp_path: Path) -> Non
     out = await run_cli("restore", str(tmp_path))
 
     assert out.returncode == 2 and "not a backup" in out.stderr
+
+
+async def _backup_of_twenty_events(tmp_path: Path) -> Path:
+    folder = tmp_path / "backup"
+    async with run_nats_server(tmp_path / "old") as old:
+        bus = await connect(old.url)
+        try:
+            await provision(bus)
+            for n in range(20):
+                await bus.js.publish(f"noetl.events.cut{n}.execution.started", b'{"n": %d}' % n)
+        finally:
+            await bus.close()
+        saved = await run_cli("backup", str(folder), "--nats-url", old.url)
+    assert saved.returncode == 0, saved.stderr
+    return folder
+
+
+async def _streams_of(url: str) -> list[str]:
+    bus = await connect(url)
+    try:
+        return [s.config.name for s in await bus.js.streams_info() if s.config.name]
+    finally:
+        await bus.close()
+
+
+@pytest.mark.parametrize("cut", ["at_a_line_boundary", "mid_line"])
+async def test_a_truncated_backup_is_refused_before_anything_is_restored(
+        tmp_path: Path, cut: str) -> None:
+    folder = await _backup_of_twenty_events(tmp_path)
+    events = folder / "streams" / "NOETL_EVENTS.jsonl"
+    lines = events.read_bytes().splitlines(keepends=True)
+    assert len(lines) == 20
+    kept = b"".join(lines[:10])
+    events.write_bytes(kept if cut == "at_a_line_boundary" else kept + lines[10][:25])
+
+    async with run_nats_server(tmp_path / "new") as new:
+        restored = await run_cli("restore", str(folder), "--nats-url", new.url)
+        streams = await _streams_of(new.url)
+
+    assert restored.returncode == 2, restored.stdout + restored.stderr
+    assert "NOETL_EVENTS.jsonl" in restored.stderr and "Traceback" not in restored.stderr
+    assert ("line 11 is cut off" if cut == "mid_line" else "holds 10 messages") \
+        in restored.stderr, restored.stderr
+    assert streams == []  # nothing was written, not even the streams before the damaged one
+
+
+async def test_a_backup_file_changed_in_place_is_refused(tmp_path: Path) -> None:
+    folder = await _backup_of_twenty_events(tmp_path)
+    events = folder / "streams" / "NOETL_EVENTS.jsonl"
+    events.write_text(events.read_text().replace(".cut3.", ".cut4."))
+
+    async with run_nats_server(tmp_path / "new") as new:
+        restored = await run_cli("restore", str(folder), "--nats-url", new.url)
+        streams = await _streams_of(new.url)
+
+    assert restored.returncode == 2 and "SHA-256" in restored.stderr, restored.stderr
+    assert "NOETL_EVENTS.jsonl" in restored.stderr and streams == []

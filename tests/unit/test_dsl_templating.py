@@ -181,3 +181,60 @@ def test_each_render_has_its_own_budget() -> None:
 def test_renders_are_deterministic() -> None:
     values = {render_string("{{ range(100) | list | sum }}", {}) for _ in range(5)}
     assert values == {4950}
+
+
+ROWS = {"rows": [{"k": i % 7, "v": str(i)} for i in range(20_000)], "text": "ab" * 50_000}
+
+
+@pytest.mark.parametrize("template", [
+    "{% for i in range(1000) %}{{ rows | groupby('k') | length }}{% endfor %}",
+    "{% for i in range(1000) %}{{ rows | sort(attribute='v') | first }}{% endfor %}",
+    "{% for i in range(1000) %}{{ rows | selectattr('k', 'equalto', 3) | list | length }}{% endfor %}",
+    "{% for i in range(100000) %}{{ text.upper()[0] }}{% endfor %}",
+    "{% for i in range(100000) %}{% if 'zz' in text %}1{% endif %}{% endfor %}",
+    "{% for i in range(100000) %}{% if rows[-1] in rows %}1{% endif %}{% endfor %}",
+    "{% for i in range(100000) %}{{ (text ~ text) | length }}{% endfor %}",
+    "{% for i in range(1000) %}{{ rows | tojson | length }}{% endfor %}",
+])
+def test_work_on_the_context_is_counted_against_the_budget(template: str) -> None:
+    started = time.process_time()
+    with pytest.raises(TemplateError) as caught:
+        render_string(template, ROWS, step="build", field="set.x")
+    assert time.process_time() - started < 3
+    assert "budget of 1,000,000 operations" in str(caught.value)
+
+
+NESTED = {"a": [[0] * 100_000], "b": [[0] * 100_000]}  # equal, but not the same objects
+
+
+@pytest.mark.parametrize("template", [
+    "{% for i in range(100000) %}{{ a == b }}{% endfor %}",
+    "{% for i in range(100000) %}{{ a[0] in b }}{% endfor %}",
+    "{% for i in range(100000) %}{{ [a, b] | sort | length }}{% endfor %}",
+])
+def test_nested_values_are_counted_all_the_way_down(template: str) -> None:
+    started = time.process_time()
+    with pytest.raises(TemplateError, match="budget"):
+        render_string(template, NESTED)
+    assert time.process_time() - started < 3
+
+
+def test_text_and_constant_time_filters_leave_room_for_large_values() -> None:
+    big = {"text": "x" * 3_000_000, "rows": list(range(900_000))}
+    assert render_string("{{ text | length }}", big) == 3_000_000
+    assert render_string("{{ rows | length }}", big) == 900_000
+    assert render_string("{{ text | replace('x', 'y') | first }}", big) == "y"
+
+
+def test_the_templates_rendered_together_share_one_budget() -> None:
+    half = "{% for i in range(10) %}{{ rows | groupby('k') | length }}{% endfor %}"
+    assert len(templating.render({"a": half}, ROWS)["a"]) == 10
+    with pytest.raises(TemplateError, match="budget") as caught:
+        templating.render({"a": half, "b": half}, ROWS, step="build", field="set")
+    assert 'field "set.b"' in str(caught.value)
+
+
+def test_the_budget_is_the_same_on_every_render() -> None:
+    # A count, not a clock: the same template fails or succeeds alike, however loaded the host.
+    near = "{% for i in range(10) %}{{ rows | groupby('k') | length }}{% endfor %}"
+    assert {len(render_string(near, ROWS)) for _ in range(3)} == {10}

@@ -22,6 +22,11 @@ class _Out(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+class SkippedRecord(_Out):
+    key: str = Field(description="The KV key of the record left out")
+    reason: str = Field(description="Why it could not be read")
+
+
 class ErrorDetail(_Out):
     code: str = Field(description="Stable machine-readable code, e.g. not_found, invalid_playbook")
     message: str
@@ -53,6 +58,8 @@ class CatalogPath(_Out):
 
 class CatalogList(_Out):
     items: list[CatalogPath]
+    skipped: list[SkippedRecord] = Field(default_factory=list, description="Records that do "
+                                         "not decode, left out (and logged)")
 
 
 class CatalogQuery(_In):
@@ -129,6 +136,8 @@ class ExecutionItem(_Out):
 class ExecutionList(_Out):
     items: list[ExecutionItem]
     next_cursor: str | None
+    skipped: list[SkippedRecord] = Field(default_factory=list, description="States that do not "
+                                         "decode, left out of the list (and logged)")
 
 
 class ExecutionDetail(ExecutionItem):
@@ -188,6 +197,8 @@ class CredentialCreate(_In):
 
 class CredentialList(_Out):
     items: list[CredentialInfo]
+    skipped: list[SkippedRecord] = Field(default_factory=list, description="Records that do "
+                                         "not decode, left out of the list (and logged)")
 
 
 class CredentialQuery(_In):
@@ -204,6 +215,8 @@ class CredentialDetail(CredentialInfo):
 class VarsDoc(_Out):
     execution_id: str
     vars: dict[str, Any]
+    skipped: list[SkippedRecord] = Field(default_factory=list, description="Records that do "
+                                         "not decode, left out (and logged)")
 
 
 class VarValue(_Out):
@@ -270,6 +283,8 @@ class Health(_Out):
     jetstream: bool
     consumers: list[ConsumerHealth]
     pools: list[PoolHealth] = Field(default_factory=list)
+    skipped: list[SkippedRecord] = Field(default_factory=list, description="Heartbeats that do "
+                                         "not decode, left out of the counts (and logged)")
     problems: list[str] = Field(default_factory=list, description="Why it is degraded: NATS or "
                                 "JetStream unreachable, a pool with pending commands and no live "
                                 "worker, the router consumer lagging past its threshold")

@@ -24,6 +24,7 @@ from noetl_stream.api.models import (
     CatalogQuery,
     CatalogRegister,
     CatalogRegistered,
+    SkippedRecord,
 )
 from noetl_stream.api.request_guard import YAML_TYPES
 from noetl_stream.dsl import parse_playbook
@@ -41,6 +42,7 @@ from noetl_stream.state.catalog import (
     split_path_key,
 )
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips
 
 PLAYBOOK_ID = re.compile(r"pb_[0-9a-f]{32}")  # a content key (ids.playbook_key)
 REQUEST_FILE = "<request>"
@@ -52,6 +54,13 @@ async def read_text(ctx: ApiContext, key: str) -> str | None:
     except KeyNotFoundError:
         return None
     return bytes(entry.value).decode() if entry.value else None
+
+
+async def _present(ctx: ApiContext, key: str) -> bool:
+    try:
+        return bool((await ctx.catalog.get(key)).value)
+    except KeyNotFoundError:
+        return False
 
 
 def parse(ctx: ApiContext, text: str, *, strict: bool = False) -> tuple[Playbook, list[str]]:
@@ -109,9 +118,11 @@ async def _describe(ctx: ApiContext, playbook_id: str) -> tuple[str | None, str 
 
 async def list_catalog(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
-    paths = await list_paths(ctx.bus.js, lambda key: _describe(ctx, key))
+    skips = Skips("catalog entry")
+    paths = await list_paths(ctx.bus.js, lambda key: _describe(ctx, key), skips)
     items = [CatalogPath(path=p.path, latest=p.latest, versions=p.versions) for p in paths]
-    return json_response(CatalogList(items=items))
+    return json_response(CatalogList(items=items, skipped=[
+        SkippedRecord(key=s.key, reason=s.reason) for s in skips.items]))
 
 
 async def get_playbook(request: web.Request) -> web.StreamResponse:
@@ -148,8 +159,9 @@ async def delete_playbook(request: web.Request) -> web.StreamResponse:
             removed.append("latest")
         return json_response(CatalogDeleted(path=path, removed=removed))
     base = latest_key.removesuffix(".latest")
+    # Present, whatever they hold: an entry that does not decode is removed with the others.
     keys = [k for k in await bucket_keys(ctx.bus.js, CATALOG_BUCKET, base + ".>")
-            if await read_text(ctx, k) is not None]
+            if await _present(ctx, k)]
     if not keys:
         raise not_found(f'playbook "{path}"')
     for key in keys:

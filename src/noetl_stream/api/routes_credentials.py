@@ -23,8 +23,10 @@ from noetl_stream.api.models import (
     CredentialList,
     CredentialQuery,
     Deleted,
+    SkippedRecord,
 )
 from noetl_stream.state.credentials import CredentialInfo, mask
+from noetl_stream.state.records import Skips
 
 AUDIT_EVENT = "credential.read"
 
@@ -53,7 +55,10 @@ async def create_credential(request: web.Request) -> web.StreamResponse:
 
 async def list_credentials(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
-    return json_response(CredentialList(items=await ctx.credentials.list()))
+    skips = Skips("credential")
+    items = await ctx.credentials.list(skips)
+    return json_response(CredentialList(items=items, skipped=[
+        SkippedRecord(key=s.key, reason=s.reason) for s in skips.items]))
 
 
 async def get_credential(request: web.Request) -> web.StreamResponse:

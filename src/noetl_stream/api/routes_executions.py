@@ -35,6 +35,7 @@ from noetl_stream.api.models import (
     ExecutionListQuery,
     SignalQuery,
     SignalSent,
+    SkippedRecord,
 )
 from noetl_stream.api.routes_catalog import parse, read_text
 from noetl_stream.ids import derived_execution_id
@@ -45,6 +46,7 @@ from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.signals import publish_signal, why_unheard
 from noetl_stream.state.catalog import path_key
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips, read_each
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 _PLAYBOOK_ID = re.compile(r"pb_[0-9a-f]{32}")
@@ -147,14 +149,20 @@ async def list_executions(request: web.Request) -> web.StreamResponse:
     since = query.since.timestamp() if query.since else None
     # Every state is read: the KV bucket has no index. Fine for thousands; a projection would
     # serve millions.
-    states = []
-    for execution_id in await bucket_keys(ctx.bus.js, "noetl_executions"):
+    skips = Skips("execution")
+
+    async def listable(execution_id: str) -> ExecutionState | None:
         state = await load_state(ctx, execution_id)
-        if state is None or (query.status and state.status != query.status) or \
-                (query.path and state.playbook_path != query.path) or \
-                (since is not None and state.started_at < since):
-            continue
-        states.append(state)
+        if state is not None:  # what the list shows of it must be readable too
+            item_of(state)
+            round(state.started_at, 6)
+        return state
+
+    states = [state for state in await read_each(
+        await bucket_keys(ctx.bus.js, "noetl_executions"), listable, skips)
+        if not ((query.status and state.status != query.status)
+                or (query.path and state.playbook_path != query.path)
+                or (since is not None and state.started_at < since))]
     # Newest first; the cursor is the (started_at, id) of the last item shown.
     states.sort(key=lambda s: (round(s.started_at, 6), s.execution_id), reverse=True)
     if after is not None:
@@ -162,7 +170,9 @@ async def list_executions(request: web.Request) -> web.StreamResponse:
     page = states[:query.limit]
     more = len(states) > query.limit
     return json_response(ExecutionList(items=[item_of(s) for s in page],
-                                       next_cursor=_cursor_of(page[-1]) if more else None))
+                                       next_cursor=_cursor_of(page[-1]) if more else None,
+                                       skipped=[SkippedRecord(key=s.key, reason=s.reason)
+                                                for s in skips.items]))
 
 
 async def get_execution(request: web.Request) -> web.StreamResponse:

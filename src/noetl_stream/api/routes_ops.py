@@ -16,12 +16,13 @@ from nats.js.api import ConsumerInfo
 
 from noetl_stream.api.context import api_context
 from noetl_stream.api.endpoints import Endpoint, json_response
-from noetl_stream.api.models import ConsumerHealth, Health, PoolHealth
+from noetl_stream.api.models import ConsumerHealth, Health, PoolHealth, SkippedRecord
 from noetl_stream.observe.metrics import CONTENT_TYPE, pool_of_consumer
 from noetl_stream.runtime.cluster_metrics import consumers as read_consumers
 from noetl_stream.runtime.cluster_metrics import metrics_text
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.heartbeats import live_processes
+from noetl_stream.state.records import Skips
 
 ENV_ROUTER_LAG = "NOETL_STREAM_HEALTH_ROUTER_LAG"
 ROUTER_LAG_THRESHOLD = 10_000  # events not yet delivered to the router
@@ -49,13 +50,14 @@ async def health_report(bus: Bus) -> Health:
         problems.append("not connected to NATS")
     infos: list[ConsumerInfo] = []
     pools: list[PoolHealth] = []
+    skips = Skips("heartbeat")
     jetstream_ok = False
     if nats_ok:
         try:
             await bus.js.account_info()
             jetstream_ok = True
             infos = await read_consumers(bus)
-            pools = await pool_health(bus, infos)
+            pools = await pool_health(bus, infos, skips)
         except (NatsError, TimeoutError, OSError) as exc:
             # Health must answer whatever is broken; what broke is the answer.
             problems.append(f"JetStream: {type(exc).__name__}: {exc}")
@@ -72,13 +74,15 @@ async def health_report(bus: Bus) -> Health:
         problems.append(f"the router's consumers lag {lag} events behind "
                         f"(threshold {threshold}, {ENV_ROUTER_LAG})")
     return Health(status="degraded" if problems else "ok", nats=nats_ok, jetstream=jetstream_ok,
-                  consumers=[_health_of(c) for c in infos], pools=pools, problems=problems)
+                  consumers=[_health_of(c) for c in infos], pools=pools, problems=problems,
+                  skipped=[SkippedRecord(key=s.key, reason=s.reason) for s in skips.items])
 
 
-async def pool_health(bus: Bus, infos: list[ConsumerInfo]) -> list[PoolHealth]:
+async def pool_health(bus: Bus, infos: list[ConsumerInfo],
+                      skips: Skips | None = None) -> list[PoolHealth]:
     """Each worker pool's waiting commands and live workers (heartbeats)."""
     live: dict[str, int] = {}
-    for process in await live_processes(bus):
+    for process in await live_processes(bus, skips):
         if process.get("role") == "worker":
             live[str(process.get("pool"))] = live.get(str(process.get("pool")), 0) + 1
     out = []

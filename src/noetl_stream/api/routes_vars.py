@@ -17,9 +17,10 @@ from noetl_stream.api.context import ApiContext, api_context
 from noetl_stream.api.endpoints import Endpoint, json_response, read_body
 from noetl_stream.api.errors import not_found
 from noetl_stream.api.execution_lookup import check_execution_id, load_state
-from noetl_stream.api.models import Deleted, VarPut, VarsDoc, VarValue
+from noetl_stream.api.models import Deleted, SkippedRecord, VarPut, VarsDoc, VarValue
 from noetl_stream.runtime.vars_store import VARS_BUCKET, vars_key
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips, read_each
 
 _MISSING = object()
 
@@ -49,11 +50,17 @@ async def get_vars(request: web.Request) -> web.StreamResponse:
     execution_id = request.match_info["execution_id"]
     await _known(ctx, execution_id)
     values: dict[str, Any] = {}
-    for key in await bucket_keys(ctx.bus.js, VARS_BUCKET, f"{execution_id}.>"):
+    skips = Skips("var")
+
+    async def read(key: str) -> str | None:
         value = await _read(ctx, key)
         if value is not _MISSING:
             values[key.split(".", 1)[1]] = value
-    return json_response(VarsDoc(execution_id=execution_id, vars=values))
+        return key
+
+    await read_each(await bucket_keys(ctx.bus.js, VARS_BUCKET, f"{execution_id}.>"), read, skips)
+    return json_response(VarsDoc(execution_id=execution_id, vars=values, skipped=[
+        SkippedRecord(key=s.key, reason=s.reason) for s in skips.items]))
 
 
 async def get_var(request: web.Request) -> web.StreamResponse:

@@ -2,7 +2,8 @@
 
 Like `run`, these start the embedded nats-server for NOETL_STREAM_HOME when no --nats-url is given,
 so a credential set here is what a later `run` in the same home resolves. Exit codes: 0 done,
-2 bad input or unknown name, 3 NATS unreachable.
+1 `rotate-key` left credentials it could not read under the old key (named on stderr), 2 bad
+input or unknown name, 3 NATS unreachable.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import click
 
 from noetl_stream import config, jsonutil
 from noetl_stream.cli.common import (
+    EXIT_FAILED,
     EXIT_REJECTED,
     T,
     fail,
@@ -35,6 +37,7 @@ from noetl_stream.state.credentials import (
     validate_material,
 )
 from noetl_stream.state.crypto import SecretBox
+from noetl_stream.state.records import Skips
 
 
 def _with_store(nats_url: str | None, prefix: str,
@@ -128,11 +131,14 @@ def set_cmd(name: str, kind: str, data_arg: str, description: str | None, tags: 
 @prefix_option
 def list_cmd(as_json: bool, nats_url: str | None, prefix: str) -> None:
     """List credentials: name, kind, description, tags, last update. Never the material."""
+    skips = Skips("credential")
 
     async def action(store: CredentialStore, cache: AuthCache) -> list[dict[str, Any]]:
-        return [info.model_dump(mode="json") for info in await store.list()]
+        return [info.model_dump(mode="json") for info in await store.list(skips)]
 
     rows = _with_store(nats_url, prefix, action)
+    for line in skips.lines():  # the others are listed all the same
+        click.echo(f"warning: {line}", err=True)
     if as_json:
         click.echo(jsonutil.dumps_str(rows))
         return
@@ -197,11 +203,16 @@ def rotate_key_cmd(nats_url: str | None, prefix: str) -> None:
     Put the new key first (NOETL_STREAM_SECRET_KEY="NEW,OLD", or a new first line in
     NOETL_STREAM_HOME/secret.key), run this, then drop the old key.
     """
+    skips = Skips("credential")
 
     async def action(store: CredentialStore, cache: AuthCache) -> int:
-        count = await store.rotate_key()
+        count = await store.rotate_key(skips)
         await cache.clear()
         return count
 
     count = _with_store(nats_url, prefix, action)
     click.echo(f"re-encrypted {count} credential{'s' if count != 1 else ''}")
+    if skips.items:
+        # Still under the old key: dropping that key now would lose them for good.
+        fail(EXIT_FAILED, f"{len(skips.items)} credential(s) not re-encrypted, keep the old key: "
+             + "; ".join(str(item) for item in skips.items))

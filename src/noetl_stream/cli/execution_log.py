@@ -20,6 +20,7 @@ from noetl_stream.events import iso_time
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips, read_each
 
 EXECUTIONS_BUCKET = "noetl_executions"
 PAGE = 500
@@ -36,14 +37,12 @@ async def load_state(bus: Bus, execution_id: str) -> ExecutionState | None:
     return ExecutionState.from_dict(jsonutil.loads(entry.value)) if entry.value else None
 
 
-async def all_states(bus: Bus) -> list[ExecutionState]:
-    """Every execution state (the bucket has no index: each key is read)."""
-    states = []
-    for key in await bucket_keys(bus.js, EXECUTIONS_BUCKET):
-        state = await load_state(bus, key)
-        if state is not None:
-            states.append(state)
-    return states
+async def all_states(bus: Bus, skips: Skips) -> list[ExecutionState]:
+    """Every execution state (the bucket has no index: each key is read); one that does not
+    decode is named in `skips`.
+    """
+    keys = await bucket_keys(bus.js, EXECUTIONS_BUCKET)
+    return await read_each(keys, lambda key: load_state(bus, key), skips)
 
 
 async def is_known(bus: Bus, execution_id: str) -> bool:

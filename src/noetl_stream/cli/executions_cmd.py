@@ -45,8 +45,10 @@ def list_executions(statuses: tuple[str, ...], playbook: str | None, since: str 
     """
     from noetl_stream.cli.execution_log import all_states, parse_since, select, table
     from noetl_stream.runtime.services import client_bus
+    from noetl_stream.state.records import Skips
 
     now = time.time()
+    skips = Skips("execution")
     try:
         since_s = parse_since(since, now) if since else None
     except ValueError as exc:
@@ -54,12 +56,14 @@ def list_executions(statuses: tuple[str, ...], playbook: str | None, since: str 
 
     async def go() -> list[ExecutionState]:
         async with client_bus(nats_url, prefix=prefix, name="noetl-stream-executions") as bus:
-            return await all_states(bus)
+            return await all_states(bus, skips)
 
     try:
         states = run_async(go())
     except (InfrastructureError, NatsError, TimeoutError) as exc:
         fail(EXIT_INFRA, f"could not read executions: {exc or type(exc).__name__}")
+    for line in skips.lines():  # the others are listed all the same
+        click.echo(f"warning: {line}", err=True)
     rows = select(states, statuses=statuses, playbook=playbook, since=since_s, limit=limit)
     if as_json:
         click.echo(jsonutil.dumps_str([r.as_json() for r in rows]))

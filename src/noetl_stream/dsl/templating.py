@@ -6,20 +6,20 @@ the same value, so the router may use it. So there is no `random` filter and no 
 templates read their context without changing it (`ctx.update(...)`, `list.append(...)` are
 refused: ImmutableSandboxedEnvironment).
 
-Bounded: one render goes through at most MAX_STEPS loop iterations and range items, a `range()`
-has at most MAX_RANGE items, text output and values made by `*` hold at most MAX_OUTPUT
-characters or items, and `**` at most MAX_POWER_BITS bits. Past a bound the render fails with a
-template error naming step and field, instead of holding the server's event loop.
+Bounded: one render does at most MAX_OPERATIONS counted operations (loop iterations, items
+handed to filters and calls, reads: dsl/template_budget.py), a `range()` has at most MAX_RANGE
+items, text output and values made by `*` hold at most MAX_OUTPUT characters or items, and `**`
+at most MAX_POWER_BITS bits. Past a bound the render fails with a template error naming step and
+field. The bounds are counts, never time, so a render fails or succeeds alike on every replay.
 """
 
 from __future__ import annotations
 
-import contextvars
 import difflib
 import itertools
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -31,59 +31,29 @@ from jinja2.utils import missing
 
 from noetl_stream.dsl import template_filters
 from noetl_stream.dsl.filters import FILTERS, TESTS
+from noetl_stream.dsl.template_budget import (
+    TemplateBound,
+    bounded_iteration,
+    bounded_range,
+    metered,
+    metered_filter,
+    metered_test,
+    spend,
+    spend_call,
+    spend_deep,
+)
 from noetl_stream.dsl.values import DataEnvelope, ListView
 from noetl_stream.errors import TemplateError
 
-MAX_RANGE = 100_000  # items of one range()
-MAX_STEPS = 1_000_000  # loop iterations and range items of one render, all loops together
 MAX_OUTPUT = 4_000_000  # characters of a rendered text; items or characters a `*` may make
 MAX_POWER_BITS = 4096  # bits of an integer `**` may make
 OUTPUT_BATCH = 32  # text chunks rendered between two checks of the output's size
 
-# The work left to the render in progress (None outside a render: only per-call bounds apply).
-_BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("template_budget",
-                                                                            default=None)
 
-
-class TemplateBound(Exception):
-    """A render went past one of this module's bounds."""
-
-
-def _spend(steps: int) -> None:
-    budget = _BUDGET.get()
-    if budget is None:
-        return
-    budget[0] -= steps
-    if budget[0] < 0:
-        raise TemplateBound(f"the template does more than {MAX_STEPS} loop iterations and "
-                            "range items; templates are bounded so one cannot stall the server")
-
-
-def _bounded_range(*args: int) -> range:
-    items = range(*args)
-    if len(items) > MAX_RANGE:
-        raise TemplateBound(f"range() of {len(items)} items; at most {MAX_RANGE} are allowed")
-    _spend(len(items))
-    return items
-
-
-def _bounded_iteration(iterable: Any) -> Any:
-    """What a `{% for %}` walks: a sized collection spends its length from the render's budget
-    at once (a loop left early spends it all; the budget is generous), a range was spent when
-    it was made, anything else spends one per item.
-    """
-    if isinstance(iterable, range):
-        return iterable
-    if isinstance(iterable, (list, tuple, dict, str)):
-        _spend(len(iterable))
-        return iterable
-    return _counted(iterable)
-
-
-def _counted(iterable: Iterable[Any]) -> Iterator[Any]:
-    for item in iterable:
-        _spend(1)
-        yield item
+def _measured(value: Any) -> Any:
+    """A comparison's operand, its size spent all the way down (the comparison walks it)."""
+    spend_deep(value)
+    return value
 
 
 def _power_bits(base: Any, exponent: Any) -> float:
@@ -100,16 +70,28 @@ def _repeat_size(left: Any, right: Any) -> int:
     return 0
 
 
-class _ForBounds:
-    """Wraps the iterable of every `{% for %}` in `_bounded_iteration` (an AST rewrite before
-    code generation; the sandbox offers no hook on loops).
+def _through(attribute: str, node: nodes.Node) -> nodes.Call:
+    return nodes.Call(nodes.EnvironmentAttribute(attribute), [node], [], None, None,
+                      lineno=node.lineno)
+
+
+class _Metering:
+    """An AST rewrite before code generation, for what the sandbox offers no hook on: the
+    iterable of every `{% for %}` goes through `bounded_iteration`, and every operand of a
+    comparison (`in`, `==`, ...) and of `~` through `measured`, which spends its size all the
+    way down (`x in rows`, `a == b`, `a ~ b` take time in proportion to it).
     """
 
     @staticmethod
     def rewrite(tree: nodes.Template) -> nodes.Template:
         for loop in tree.find_all(nodes.For):
-            loop.iter = nodes.Call(nodes.EnvironmentAttribute("bounded_iteration"), [loop.iter],
-                                   [], None, None, lineno=loop.lineno)
+            loop.iter = _through("bounded_iteration", loop.iter)
+        for compare in tree.find_all(nodes.Compare):
+            compare.expr = _through("measured", compare.expr)
+            for operand in compare.ops:
+                operand.expr = _through("measured", operand.expr)
+        for concat in tree.find_all(nodes.Concat):
+            concat.nodes = [_through("measured", node) for node in concat.nodes]
         return tree
 
 
@@ -178,6 +160,7 @@ class _Environment(ImmutableSandboxedEnvironment):
     """
 
     def getattr(self, obj: Any, attribute: str) -> Any:
+        spend(1)
         if isinstance(obj, Undefined):
             return _read_of_undefined(obj, attribute)
         if isinstance(obj, ListView) and obj.has_name(attribute):
@@ -193,6 +176,7 @@ class _Environment(ImmutableSandboxedEnvironment):
         return super().getattr(obj, attribute)
 
     def getitem(self, obj: Any, argument: Any) -> Any:
+        spend(1)
         if isinstance(obj, Undefined):
             return _read_of_undefined(obj, str(argument))
         if argument == RESULT_KEY and isinstance(obj, Mapping) and RESULT_KEY not in obj:
@@ -201,21 +185,29 @@ class _Environment(ImmutableSandboxedEnvironment):
 
     # `*` and `**` are checked before they run: `'x' * 10**10` or `10**10**10` would otherwise
     # take the memory or the CPU of the process rendering it (intercepting also keeps Jinja
-    # from folding them while it compiles).
-    intercepted_binops = frozenset({"*", "**"})
+    # from folding them while it compiles); `+` spends the sizes it joins.
+    intercepted_binops = frozenset({"*", "**", "+"})
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        spend_call((left, right), {})
         if operator == "**" and _power_bits(left, right) > MAX_POWER_BITS:
             raise TemplateBound(f"{left} ** {right} has more than {MAX_POWER_BITS} bits")
         if operator == "*" and _repeat_size(left, right) > MAX_OUTPUT:
             raise TemplateBound(f"repeating a value makes more than {MAX_OUTPUT} items")
         return super().call_binop(context, operator, left, right)
 
-    bounded_iteration = staticmethod(_bounded_iteration)
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        if __obj is not bounded_iteration and __obj is not _measured:  # they spend their own
+            # A method spends the size of its object too (`text.upper()` walks `text`).
+            spend_call((getattr(__obj, "__self__", None), *args), kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    bounded_iteration = staticmethod(bounded_iteration)
+    measured = staticmethod(_measured)
 
     def _generate(self, source: nodes.Template, name: str | None, filename: str | None,
                   defer_init: bool = False) -> str:
-        return super()._generate(_ForBounds.rewrite(source), name, filename,
+        return super()._generate(_Metering.rewrite(source), name, filename,
                                  defer_init=defer_init)
 
 
@@ -223,10 +215,14 @@ _ENV = _Environment(undefined=Undefined, autoescape=False, keep_trailing_newline
 # Deterministic: the router renders templates, and a redelivered command renders them again.
 del _ENV.filters["random"]
 del _ENV.globals["lipsum"]
-_ENV.globals["range"] = _bounded_range
+_ENV.globals["range"] = bounded_range
 template_filters.install(_ENV)
 _ENV.filters.update(FILTERS)
 _ENV.tests.update(TESTS)
+# Every filter and test spends what it is handed (a `groupby` of 20,000 rows spends 20,000 and
+# its reads of the rows' fields one each), so a loop repeating one cannot escape the budget.
+_ENV.filters.update({name: metered_filter(f, name) for name, f in _ENV.filters.items()})
+_ENV.tests.update({name: metered_test(test, name) for name, test in _ENV.tests.items()})
 
 
 def has_template(value: Any) -> bool:
@@ -303,12 +299,12 @@ def render_string(text: str, context: Mapping[str, Any], *, step: str | None = N
                   field: str | None = None) -> Any:
     if not has_template(text):
         return text
-    token = _BUDGET.set([MAX_STEPS])
     try:
         expr = _single_expression(text)
         if expr is not None:
-            return _native(_compiled_expression(expr)(**context))
-        return _bounded_text(_compiled_template(text), context)
+            compiled = _compiled_expression(expr)
+            return metered(lambda: _native(compiled(**context)))
+        return metered(lambda: _bounded_text(_compiled_template(text), context))
     except ReadOfUndefined as exc:
         raise TemplateError(_undefined_message(exc, context), expression=text, step=step,
                             field=field) from None
@@ -323,8 +319,6 @@ def render_string(text: str, context: Mapping[str, Any], *, step: str | None = N
         # error of that template, never of the process rendering it.
         raise TemplateError(f"{type(exc).__name__}: {exc}", expression=text, step=step,
                             field=field) from None
-    finally:
-        _BUDGET.reset(token)
 
 
 def _bounded_text(template: Any, context: Mapping[str, Any]) -> str:
@@ -344,14 +338,21 @@ def _bounded_text(template: Any, context: Mapping[str, Any]) -> str:
 
 def render(value: Any, context: Mapping[str, Any], *, step: str | None = None,
            field: str | None = None) -> Any:
-    """Render every template string inside `value` (dicts and lists are walked)."""
+    """Render every template string inside `value` (dicts and lists are walked), all of them
+    under one budget: the ten templates of a `set:` together do at most MAX_OPERATIONS.
+    """
+    return metered(lambda: _render_all(value, context, step=step, field=field))
+
+
+def _render_all(value: Any, context: Mapping[str, Any], *, step: str | None,
+                field: str | None) -> Any:
     if isinstance(value, str):
         return render_string(value, context, step=step, field=field)
     if isinstance(value, dict):
-        return {k: render(v, context, step=step, field=f"{field}.{k}" if field else str(k))
+        return {k: _render_all(v, context, step=step, field=f"{field}.{k}" if field else str(k))
                 for k, v in value.items()}
     if isinstance(value, list):
-        return [render(v, context, step=step, field=field) for v in value]
+        return [_render_all(v, context, step=step, field=field) for v in value]
     return value
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import orjson
 
 from noetl_stream import ids
-from noetl_stream.dsl import templating
+from noetl_stream.dsl import template_budget, templating
 from noetl_stream.dsl.loops import positive_int
 from noetl_stream.dsl.models import LoopSpec, Step
 from noetl_stream.errors import TemplateError
@@ -186,7 +186,7 @@ def _as_items(value: Any) -> list[Any] | str:
         if isinstance(parsed, list):
             return parsed
         return [part.strip() for part in re.split(r"[,\n]", value) if part.strip()]
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= templating.MAX_RANGE:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= template_budget.MAX_RANGE:
         return list(range(value))
     if value is None:
         return ("loop.in gave null (a missing value?); write `| default([])` where no items "

@@ -5,9 +5,11 @@ advisories), the KV buckets (`KV_<bucket>`: executions, catalog, vars, credentia
 and the object stores (`OBJ_<store>`: large results), with the durable consumers on them.
 
 A backup is a folder: `manifest.json` (format version, when, and per stream its configuration as
-JetStream reports it, its durable consumers and how far each has acknowledged) and one
-`streams/<name>.jsonl` per stream, one message per line: `{seq, subject, time, hdrs, data}` with
-headers and body base64-encoded as JetStream returns them.
+JetStream reports it, its durable consumers and how far each has acknowledged, how many messages
+its file holds and the file's SHA-256) and one `streams/<name>.jsonl` per stream, one message per
+line: `{seq, subject, time, hdrs, data}` with headers and body base64-encoded as JetStream returns
+them. A restore checks every file against the manifest before it creates anything
+(runtime/backup_files.py), and removes what it created if it fails on the way.
 
 Restore replays each stream's messages, in order, into a NATS that has none of these streams yet,
 with their subjects and headers (less the `Nats-Expected-*` checks, which held for the original
@@ -25,6 +27,7 @@ first restored event at or after that one.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -33,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.runtime.backup_files import FORMAT, MessageWriter, stream_file, verified_manifest
 from noetl_stream.runtime.connection import Bus
 
-FORMAT = 1
 API_TIMEOUT_S = 10.0
 # Checks that held against the original stream's sequence numbers, not the restored one's.
 _DROPPED_HEADER_PREFIXES = ("nats-expected-",)
@@ -103,13 +106,14 @@ async def backup(bus: Bus, folder: Path, *, on_stream: Callable[[StreamCopy], No
         consumers = [{"config": c["config"], "ack_floor": c.get("ack_floor", {}).get("stream_seq", 0)}
                      for c in await _durables(bus, name)]
         entry: dict[str, Any] = {"name": name, "config": info["config"], "consumers": consumers}
-        if info["config"].get("sources"):
-            count = 0
-            entry["source_floor"] = await _source_floor(bus, name, info)
-            (folder / "streams" / f"{name}.jsonl").write_text("")
-        else:
-            count = await _write_messages(bus, name, info, folder / "streams" / f"{name}.jsonl")
-        entry["messages"] = count
+        with stream_file(folder, name).open("wb") as out:
+            writer = MessageWriter(out)
+            if info["config"].get("sources"):
+                entry["source_floor"] = await _source_floor(bus, name, info)
+            else:
+                await _write_messages(bus, name, info, writer)
+        count = entry["messages"] = writer.count
+        entry["sha256"] = writer.sha256
         manifest["streams"].append(entry)
         copy = StreamCopy(name, count, len(consumers))
         copies.append(copy)
@@ -139,23 +143,19 @@ async def _source_floor(bus: Bus, name: str, info: dict[str, Any]) -> int:
     return last - lag + 1
 
 
-async def _write_messages(bus: Bus, name: str, info: dict[str, Any], path: Path) -> int:
+async def _write_messages(bus: Bus, name: str, info: dict[str, Any],
+                          writer: MessageWriter) -> None:
     state = info.get("state", {})
     seq, last = int(state.get("first_seq", 1)), int(state.get("last_seq", 0))
-    count = 0
-    with path.open("w") as out:
-        while seq <= last:
-            # The next message at or after `seq`: deleted ones and gaps are skipped.
-            answer = await _api(bus, f"STREAM.MSG.GET.{name}", {"seq": seq, "next_by_subj": ">"})
-            if _error_code(answer) == NO_MESSAGE_FOUND:
-                break
-            msg = _check(answer, f"stream {name} message {seq}")["message"]
-            out.write(json.dumps({"seq": msg["seq"], "subject": msg["subject"],
-                                  "time": msg.get("time"), "hdrs": msg.get("hdrs"),
-                                  "data": msg.get("data")}) + "\n")
-            count += 1
-            seq = int(msg["seq"]) + 1
-    return count
+    while seq <= last:
+        # The next message at or after `seq`: deleted ones and gaps are skipped.
+        answer = await _api(bus, f"STREAM.MSG.GET.{name}", {"seq": seq, "next_by_subj": ">"})
+        if _error_code(answer) == NO_MESSAGE_FOUND:
+            break
+        msg = _check(answer, f"stream {name} message {seq}")["message"]
+        writer.write({"seq": msg["seq"], "subject": msg["subject"], "time": msg.get("time"),
+                      "hdrs": msg.get("hdrs"), "data": msg.get("data")})
+        seq = int(msg["seq"]) + 1
 
 
 def parse_headers(hdrs: str | None) -> dict[str, str]:
@@ -174,27 +174,39 @@ def parse_headers(hdrs: str | None) -> dict[str, str]:
 async def restore(bus: Bus, folder: Path, *, replicas: int | None = None,
                   on_stream: Callable[[StreamCopy], None] | None = None) -> list[StreamCopy]:
     """Recreate the streams of the backup in `folder` with their messages and durable consumers.
-    Refuses (ValueError) when one of them exists already: a restore never merges.
+    Refuses (ValueError) when one of them exists already: a restore never merges; and
+    (BackupError) when a file does not match the manifest, before anything is written. A restore
+    that fails on the way deletes the streams it created, so none is left half-restored.
     """
-    manifest = json.loads((folder / "manifest.json").read_text())
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{folder}: backup format {manifest.get('format')!r}; this version "
-                         f"reads format {FORMAT}")
+    manifest = verified_manifest(folder)
     present = [s["name"] for s in manifest["streams"] if await _stream_info(bus, s["name"]) is not None]
     if present:
         raise ValueError(f"this NATS has {', '.join(present)} already; restore into one without "
                          "noetl-stream's streams (a fresh server, or delete them first)")
-    copies = []
+    copies: list[StreamCopy] = []
     renumbering: dict[str, list[tuple[int, int]]] = {}
-    for stream in manifest["streams"]:
-        if "source_floor" in stream:
-            copy = await _restore_copy(bus, stream, replicas, renumbering)
-        else:
-            copy, renumbering[stream["name"]] = await _restore_stream(bus, folder, stream, replicas)
-        copies.append(copy)
-        if on_stream is not None:
-            on_stream(copy)
+    try:
+        for stream in manifest["streams"]:
+            if "source_floor" in stream:
+                copy = await _restore_copy(bus, stream, replicas, renumbering)
+            else:
+                copy, renumbering[stream["name"]] = await _restore_stream(bus, folder, stream,
+                                                                          replicas)
+            copies.append(copy)
+            if on_stream is not None:
+                on_stream(copy)
+    except Exception:
+        await _delete_streams(bus, [s["name"] for s in manifest["streams"]])
+        raise
     return copies
+
+
+async def _delete_streams(bus: Bus, names: list[str]) -> None:
+    """Deletes whichever of `names` exist (a stream whose creation failed may not)."""
+    for name in reversed(names):
+        # Best effort: the restore's own error is the one to report.
+        with contextlib.suppress(Exception):
+            await _api(bus, f"STREAM.DELETE.{name}")
 
 
 async def _restore_copy(bus: Bus, stream: dict[str, Any], replicas: int | None,
@@ -229,7 +241,7 @@ async def _restore_stream(bus: Bus, folder: Path, stream: dict[str, Any],
     config.pop("sealed", None)
     _check(await _api(bus, f"STREAM.CREATE.{name}", config), f"creating stream {name}")
     renumbered: list[tuple[int, int]] = []  # (original seq, restored seq), in order
-    with (folder / "streams" / f"{name}.jsonl").open() as lines:
+    with stream_file(folder, name).open() as lines:
         for line in lines:
             msg = json.loads(line)
             data = base64.b64decode(msg["data"]) if msg.get("data") else b""

@@ -22,6 +22,7 @@ from nats.js.errors import KeyNotFoundError
 from noetl_stream import jsonutil
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips, read_each
 
 log = logging.getLogger("noetl_stream.heartbeats")
 
@@ -39,12 +40,15 @@ class Heartbeat:
     """Publishes `{role, pool, instance, pid, started_at, heartbeat_at, **load()}` periodically."""
 
     def __init__(self, bus: Bus, *, role: str, pool: str,
-                 load: Callable[[], dict[str, Any]] | None = None) -> None:
+                 load: Callable[[], dict[str, Any]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
+        # Servers pass nats-server's clock: they compare each other's beats with it.
+        self._clock = clock
         self.instance = instance_id()
         self.key = f"{role}.{pool}.{self.instance}"
         self._base = {"role": role, "pool": pool, "instance": self.instance, "pid": os.getpid(),
-                      "started_at": time.time()}
+                      "started_at": clock()}
         self._load = load or dict
         self._task: asyncio.Task[None] | None = None
 
@@ -79,21 +83,29 @@ class Heartbeat:
                 log.debug("heartbeat %s not written: %s", self.key, exc)
 
     async def _beat(self) -> None:
-        body = {**self._base, "heartbeat_at": time.time(), **self._load()}
+        body = {**self._base, "heartbeat_at": self._clock(), **self._load()}
         await self._kv.put(self.key, jsonutil.dumps(body))
 
 
-async def live_processes(bus: Bus) -> list[dict[str, Any]]:
-    """The heartbeat entries currently in the bucket (one per live process)."""
+async def live_processes(bus: Bus, skips: Skips | None = None) -> list[dict[str, Any]]:
+    """The heartbeat entries currently in the bucket (one per live process). An entry that is
+    not a heartbeat (not a JSON object with a text `role` and `pool`) is left out and named in
+    `skips` (and logged).
+    """
     kv = await bus.js.key_value(RUNTIME_BUCKET)
-    found = []
-    for key in await bucket_keys(bus.js, RUNTIME_BUCKET):
+
+    async def read(key: str) -> dict[str, Any] | None:
         try:
             entry = await kv.get(key)
         except KeyNotFoundError:  # deleted or expired since the listing
-            continue
-        if entry.value:
-            value = jsonutil.loads(entry.value)
-            if isinstance(value, dict):
-                found.append(value)
-    return found
+            return None
+        if not entry.value:
+            return None
+        value = jsonutil.loads(entry.value)
+        if not isinstance(value, dict) or not all(isinstance(value.get(f), str)
+                                                  for f in ("role", "pool")):
+            raise ValueError("not a heartbeat: a JSON object with text `role` and `pool` expected")
+        return value
+
+    keys = await bucket_keys(bus.js, RUNTIME_BUCKET)
+    return await read_each(keys, read, skips if skips is not None else Skips("heartbeat"))

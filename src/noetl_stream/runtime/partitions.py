@@ -101,13 +101,18 @@ def origin_sequence(msg: Msg) -> int | None:
 class RouterPartitions:
     """A server's pull consumers on the router's partitions, and the balance of their pins."""
 
-    def __init__(self, bus: Bus, on_pinned: Callable[[int], None] | None = None) -> None:
+    def __init__(self, bus: Bus, on_pinned: Callable[[int], None] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
+        # nats-server's time (runtime/nats_clock.py): servers whose hosts' clocks differ still
+        # agree on whose heartbeat is fresh.
+        self.clock = clock
         # Told a partition's number when this server takes its pin: states of its executions
         # cached before then may have been moved by the server that held it meanwhile.
         self._on_pinned = on_pinned
         self.router = bus.topology.router_decl()
-        self.heartbeat = Heartbeat(bus, role=SERVER_ROLE, pool=SERVER_POOL, load=self._load)
+        self.heartbeat = Heartbeat(bus, role=SERVER_ROLE, pool=SERVER_POOL, load=self._load,
+                                   clock=clock)
         self.server_id = self.heartbeat.instance
         self.consumers: list[PullConsumer] = []
         # partition -> (server, its heartbeat time) it was last handed to
@@ -188,7 +193,7 @@ class RouterPartitions:
     async def _hand_over(self) -> None:
         """Unpin the partitions this server holds that another live server prefers."""
         live = await self._live_servers()
-        live.setdefault(self.server_id, time.time())
+        live.setdefault(self.server_id, self.clock())
         preferred = preferred_servers(self.router.partitions, sorted(live))
         releases = []
         for partition, consumer in enumerate(self.consumers):
@@ -206,15 +211,17 @@ class RouterPartitions:
         """Server id -> time of its last heartbeat, for servers whose heartbeat is fresh."""
         kv = await self.bus.js.key_value(RUNTIME_BUCKET)
         head = f"{SERVER_ROLE}.{SERVER_POOL}."
-        now = time.time()
+        now = self.clock()
         live: dict[str, float] = {}
         for key in await bucket_keys(self.bus.js, RUNTIME_BUCKET, f"{head}>"):
             try:
                 entry = await kv.get(key)
             except KeyNotFoundError:
                 continue
-            beat = jsonutil.loads(entry.value or b"{}")
-            at = float(beat.get("heartbeat_at", 0)) if isinstance(beat, dict) else 0.0
+            # A beat that does not decode counts as stale (it must not stop the balancing).
+            beat = jsonutil.loads_object(entry.value or b"{}") or {}
+            stamp = beat.get("heartbeat_at")
+            at = float(stamp) if isinstance(stamp, (int, float)) else 0.0
             if now - at < FRESH_S:
                 live[key[len(head):]] = at
         live.setdefault(self.server_id, now)

@@ -35,6 +35,7 @@ from noetl_stream import config, jsonutil
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.result_sweep import purge_unreferenced_objects
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips
 
 log = logging.getLogger("noetl_stream.retention")
 
@@ -70,8 +71,11 @@ class Kept:
     written_at: float
 
 
-async def kept_executions(bus: Bus) -> list[Kept]:
-    """Every execution that has a state in KV `noetl_executions`."""
+async def kept_executions(bus: Bus, skips: Skips | None = None) -> list[Kept]:
+    """Every execution that has a state in KV `noetl_executions`; a state that does not decode
+    is left alone (never purged by age) and named in `skips`.
+    """
+    skips = skips if skips is not None else Skips("execution")
     found: list[Kept] = []
     for execution_id in await bucket_keys(bus.js, EXECUTIONS_BUCKET):
         try:
@@ -81,7 +85,10 @@ async def kept_executions(bus: Bus) -> list[Kept]:
             continue  # removed meanwhile (another purge)
         if not msg.data or msg.time is None:
             continue  # a delete marker
-        state = jsonutil.loads(msg.data)
+        state = jsonutil.loads_object(msg.data)
+        if state is None:
+            skips.add(execution_id, ValueError("the state is not a JSON object"))
+            continue
         written_at = msg.time.timestamp()
         started = state.get("started_at")
         found.append(Kept(execution_id, str(state.get("status", "running")),
@@ -102,12 +109,14 @@ def finished_among(kept: list[Kept], *, older_than_s: float, status: str | None,
 
 
 async def finished_executions(bus: Bus, *, older_than_s: float, status: str | None = None,
-                              now: float | None = None) -> list[Finished]:
+                              now: float | None = None, skips: Skips | None = None,
+                              ) -> list[Finished]:
     """Executions not running whose state was last written `older_than_s` ago or more, with
-    status `status` when given; oldest first.
+    status `status` when given; oldest first. A state that does not decode is left alone and
+    named in `skips`.
     """
-    return finished_among(await kept_executions(bus), older_than_s=older_than_s, status=status,
-                          now=time.time() if now is None else now)
+    return finished_among(await kept_executions(bus, skips), older_than_s=older_than_s,
+                          status=status, now=time.time() if now is None else now)
 
 
 async def purge_execution(bus: Bus, execution_id: str) -> None:

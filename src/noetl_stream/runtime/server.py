@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from noetl_stream import ids, jsonutil, router
-from noetl_stream.dsl import parse_playbook
+from noetl_stream.dsl import parse_playbook, template_budget
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
@@ -43,6 +44,7 @@ from noetl_stream.runtime.delivery import renew_leases
 from noetl_stream.runtime.dispositions import Failure, classify, settle
 from noetl_stream.runtime.execution_ids import new_execution_id
 from noetl_stream.runtime.execution_metrics import count_execution
+from noetl_stream.runtime.nats_clock import NatsClock
 from noetl_stream.runtime.outbox_marks import OutboxMarks
 from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
 from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
@@ -73,9 +75,12 @@ class _Cached:
 
 
 class Server:
-    def __init__(self, bus: Bus, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, bus: Bus, *, clock: Callable[[], float] | None = None) -> None:
         self.bus = bus
-        self.clock = clock
+        # Timers fire on nats-server's clock (message schedules), so `now` is read on it too.
+        self._nats_clock = NatsClock(bus, bus.topology.consumer("noetl-server-requests").stream) \
+            if clock is None else None
+        self.clock: Callable[[], float] = clock or self._nats_clock or time.time
         self._cache: dict[str, _Cached] = {}
         self._playbooks: dict[str, Playbook] = {}
         self._storing = asyncio.Lock()  # parsing and storing a playbook not seen before
@@ -100,6 +105,10 @@ class Server:
         self._marks = OutboxMarks(bus)  # which committed outbox went out (outbox_marks.py)
 
     async def start(self) -> None:
+        # A render in the applying thread lets the event loop (and other applies) in between.
+        template_budget.pause_between_operations(os.sched_yield)
+        if self._nats_clock is not None:
+            await self._nats_clock.first_sync()
         self._executions = await self.bus.js.key_value(EXECUTIONS_BUCKET)
         self._catalog = await self.bus.js.key_value("noetl_catalog")
         topo = self.bus.topology
@@ -107,7 +116,8 @@ class Server:
         requests = await open_pull(self.bus, req.stream, req.durable, credit=REQUEST_BATCH)
         # Events come per partition of the router's stream, each pinned to one server at a time
         # (runtime/partitions.py); one loop per partition's durable.
-        self._partitions = RouterPartitions(self.bus, on_pinned=self._forget_partition)
+        self._partitions = RouterPartitions(self.bus, on_pinned=self._forget_partition,
+                                            clock=self.clock)
         partitions = await self._partitions.start()
         self._consumers = [requests]
         self._tasks = [
@@ -115,6 +125,9 @@ class Server:
                                 name="requests"),
             *(asyncio.create_task(self._event_loop(events), name=f"router-{n}")
               for n, events in enumerate(partitions))]
+        if self._nats_clock is not None:
+            self._tasks.append(asyncio.create_task(self._nats_clock.keep_in_sync(),
+                                                   name="nats-clock"))
 
     def _forget_partition(self, partition: int) -> None:
         """Called when a partition's pin comes here: the states cached of that partition's
@@ -250,8 +263,9 @@ class Server:
                     await self._catalog.put(key, request.playbook.encode())
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
-        state, data = self._started(playbook, request, execution_id, key, workload,
-                                    tracing.execution_trace(execution_id, msg.headers))
+        state, data = await asyncio.to_thread(
+            self._started, playbook, request, execution_id, key, workload,
+            tracing.execution_trace(execution_id, msg.headers))
         if await self._refuse_unserved(state, self.clock()):
             data = self._codec.encode(state)
         created = True
@@ -416,8 +430,10 @@ class Server:
                 return
             vars_before = dict(cached.state.vars)
             now = self.clock()
-            data = await self._codec.encoded(cached.state) if self._apply_all(cached, items, now) \
-                else None
+            # Applied beside the event loop (router templates may take up to their budget):
+            # other executions' events and commits go on meanwhile.
+            applied = await asyncio.to_thread(self._apply_all, cached, items, now)
+            data = await self._codec.encoded(cached.state) if applied else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
                 # the group again from the committed state, one event at a time, and fail the
@@ -489,7 +505,7 @@ class Server:
             before = state.to_json()  # storable: it was committed, or checked just now
             _note_foreign_outcome(cached.playbook, state, event)
             try:
-                router.apply(cached.playbook, state, event, now)
+                await asyncio.to_thread(router.apply, cached.playbook, state, event, now)
                 await self._codec.encode_fitting(state)
             except Exception as exc:
                 error = fault(exc)

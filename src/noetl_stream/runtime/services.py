@@ -86,9 +86,10 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     """
     srv = Server(bus) if server else None
     responder = RequestResponder(bus) if server else None
-    sweeper = RetentionSweeper(bus) if server else None
-    stalls = StallCheck(bus) if server else None
-    dead_letters = DeadLetters(bus) if server else None
+    # Finished states carry nats-server's times (the server's clock): ages are measured on it.
+    sweeper = RetentionSweeper(bus, clock=srv.clock) if srv is not None else None
+    stalls = StallCheck(bus) if srv is not None else None
+    dead_letters = DeadLetters(bus, clock=srv.clock) if srv is not None else None
     home = config.home_dir()
     box = SecretBox.from_env(home)
     resolver = CachedCredentialResolver(bus.js, box)

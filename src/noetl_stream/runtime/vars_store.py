@@ -14,6 +14,7 @@ from typing import Any
 from nats.js.errors import NoKeysError
 
 from noetl_stream import jsonutil
+from noetl_stream.state.records import Skips
 
 log = logging.getLogger("noetl_stream.vars")
 
@@ -53,8 +54,10 @@ class VarsStore:
                 continue
             await self._kv.put(key, jsonutil.dumps(value))
 
-    async def read_vars(self, execution_id: str) -> dict[str, Any]:
-        """Every var stored for `execution_id` (what `/api/vars/{execution_id}` serves)."""
+    async def read_vars(self, execution_id: str, skips: Skips | None = None) -> dict[str, Any]:
+        """Every var stored for `execution_id` (what `/api/vars/{execution_id}` serves); one
+        that does not decode is named in `skips`.
+        """
         if self._kv is None:
             self._kv = await self.js.key_value(VARS_BUCKET)
         try:
@@ -67,6 +70,10 @@ class VarsStore:
             if not key.startswith(f"{execution_id}."):
                 continue
             entry = await self._kv.get(key)
-            if entry.value is not None:
+            if entry.value is None:
+                continue
+            try:
                 out[key.split(".", 1)[1]] = jsonutil.loads(entry.value)
+            except ValueError as exc:  # one garbage value leaves the others readable
+                (skips if skips is not None else Skips("var")).add(key, exc)
         return out

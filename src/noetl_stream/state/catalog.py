@@ -31,6 +31,7 @@ from noetl_stream.dsl.subscription import Subscription
 from noetl_stream.errors import CatalogError
 from noetl_stream.formats import CATALOG_LINKS, UNVERSIONED, VERSION_FIELD
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips, read_each
 
 CATALOG_BUCKET = "noetl_catalog"
 _PATH_SAFE = re.compile(r"[-/_=A-Za-z0-9]+")
@@ -168,15 +169,16 @@ async def read_entry(js: Any, key: str) -> str | None:
     return raw.decode() if raw else None
 
 
-async def list_paths(js: Any, describe: Describe) -> list[CatalogPath]:
-    """Every catalog path with its latest and versioned playbook ids, sorted by path."""
+async def list_paths(js: Any, describe: Describe, skips: Skips | None = None) -> list[CatalogPath]:
+    """Every catalog path with its latest and versioned playbook ids, sorted by path; an entry
+    that does not decode is left out and named in `skips`.
+    """
     kv = await js.key_value(CATALOG_BUCKET)
-    found: dict[str, CatalogPath] = {}
-    for key in await bucket_keys(js, CATALOG_BUCKET, "path.>"):
-        split = split_path_key(key)
-        raw = await _get(kv, key)
+
+    async def entry(key: str) -> tuple[str, str, str] | None:
+        split, raw = split_path_key(key), await _get(kv, key)
         if split is None or not raw:
-            continue
+            return None
         pointer = raw.decode()
         path, version = split
         if path.startswith("h-") or version.startswith("h-"):
@@ -185,11 +187,17 @@ async def list_paths(js: Any, describe: Describe) -> list[CatalogPath]:
             if real_path:
                 path = real_path
                 version = version if version == "latest" else real_version or version
-        entry = found.setdefault(path, CatalogPath(path))
+        return path, version, pointer
+
+    found: dict[str, CatalogPath] = {}
+    for path, version, pointer in await read_each(
+            await bucket_keys(js, CATALOG_BUCKET, "path.>"), entry,
+            skips if skips is not None else Skips("catalog entry")):
+        listed = found.setdefault(path, CatalogPath(path))
         if version == "latest":
-            entry.latest = pointer
+            listed.latest = pointer
         else:
-            entry.versions[version] = pointer
+            listed.versions[version] = pointer
     return [found[p] for p in sorted(found)]
 
 

@@ -25,6 +25,7 @@ from noetl_stream.credentials import Credential, CredentialScope
 from noetl_stream.errors import CredentialError
 from noetl_stream.formats import CREDENTIAL
 from noetl_stream.state.crypto import SecretBox
+from noetl_stream.state.records import Skips, read_each
 from noetl_stream.state.versioned import Versioned
 
 CREDENTIALS_BUCKET = "noetl_credentials"
@@ -215,14 +216,11 @@ class CredentialStore:
             raise CredentialError(f'credential "{name}": its material belongs to another record')
         return Credential(name=record.name, kind=record.kind, data=dict(opened["data"]))
 
-    async def list(self) -> list[CredentialInfo]:
-        keys = await self._keys()
-        out = []
-        for key in sorted(keys):
-            record = await self._record(key)
-            if record is not None:
-                out.append(record.info())
-        return out
+    async def list(self, skips: Skips | None = None) -> list[CredentialInfo]:
+        """Every credential's description; a record that does not decode is named in `skips`."""
+        records = await read_each(sorted(await self._keys()), self._record,
+                                  skips if skips is not None else Skips("credential"))
+        return [record.info() for record in records]
 
     async def _keys(self) -> Sequence[str]:
         """Every key the bucket's stream holds a subject for (deleted ones included).
@@ -241,23 +239,32 @@ class CredentialStore:
         return [subject[len(prefix):] for subject in subjects]
 
     async def delete(self, name: str) -> bool:
-        """Remove `name` and its history; False when it did not exist."""
-        if await self._record(check_name(name)) is None:
+        """Remove `name` and its history; False when it did not exist. A record that no longer
+        decodes is removed too: deleting it is how one gets rid of it.
+        """
+        try:
+            entry = await self.kv.get(check_name(name))
+        except KeyNotFoundError:
+            return False
+        if not entry.value:
             return False
         await self.kv.purge(name)
         return True
 
-    async def rotate_key(self) -> int:
-        """Re-encrypt every credential with the first configured key; return how many."""
-        count = 0
-        for info in await self.list():
-            record = await self._record(info.name)
+    async def rotate_key(self, skips: Skips) -> int:
+        """Re-encrypt every credential with the first configured key; return how many. One that
+        cannot be read or decrypted stays as it was and is named in `skips`.
+        """
+
+        async def rotate(name: str) -> bool | None:
+            record = await self._record(name)
             if record is None:
-                continue
+                return None
             rotated = record.model_copy(update={"data": self.box.rotate(record.data)})
-            await self.kv.put(info.name, rotated.model_dump_json().encode())
-            count += 1
-        return count
+            await self.kv.put(name, rotated.model_dump_json().encode())
+            return True
+
+        return len(await read_each(sorted(await self._keys()), rotate, skips))
 
     async def _record(self, name: str) -> CredentialRecord | None:
         try:

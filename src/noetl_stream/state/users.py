@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.formats import API_KEY, USER
 from noetl_stream.state.kv_keys import bucket_keys
+from noetl_stream.state.records import Skips, read_each
 from noetl_stream.state.versioned import Versioned
 
 USERS_BUCKET = "noetl_users"
@@ -167,16 +168,16 @@ class UserStore:
         good = await asyncio.to_thread(check_password, password, stored)
         return record if good and record is not None and record.password is not None else None
 
-    async def list(self) -> list[UserInfo]:
-        out = []
-        for key in await bucket_keys(self.js, self.bucket):
-            record = await self.get(key)
-            if record is not None:
-                out.append(record.info())
-        return out
+    async def list(self, skips: Skips | None = None) -> list[UserInfo]:
+        """Every user; a record that does not decode is named in `skips` (and logged)."""
+        records = await read_each(await bucket_keys(self.js, self.bucket), self.get,
+                                  skips if skips is not None else Skips("user"))
+        return [record.info() for record in records]
 
     async def remove(self, name: str) -> bool:
-        if await self.get(name) is None:
+        """Remove `name`; a record that no longer decodes is removed too."""
+        if not _USER_NAME.fullmatch(name) or len(name) > 128 \
+                or await _get_json(self.kv, name) is None:
             return False
         await self.kv.purge(name)
         return True
@@ -251,16 +252,18 @@ class ApiKeyStore:
         record = ApiKeyRecord.model_validate_json(raw)
         return record if hmac.compare_digest(record.digest, digest) else None
 
-    async def list(self, user: str | None = None) -> list[ApiKeyInfo]:
-        out = []
-        for key in await bucket_keys(self.js, self.bucket):
+    async def list(self, user: str | None = None,
+                   skips: Skips | None = None) -> list[ApiKeyInfo]:
+        """The keys (of `user`); a record that does not decode is named in `skips` (and
+        logged), so one cannot stop a user's other keys from being listed or removed with them.
+        """
+        async def read(key: str) -> ApiKeyRecord | None:
             raw = await _get_json(self.kv, key)
-            if raw is None:
-                continue
-            record = ApiKeyRecord.model_validate_json(raw)
-            if user is None or record.user == user:
-                out.append(record.info())
-        return out
+            return ApiKeyRecord.model_validate_json(raw) if raw is not None else None
+
+        records = await read_each(await bucket_keys(self.js, self.bucket), read,
+                                  skips if skips is not None else Skips("API key"))
+        return [r.info() for r in records if user is None or r.user == user]
 
     async def remove(self, key_id: str) -> bool:
         if not re.fullmatch(r"[0-9a-f]{32}", key_id) or await _get_json(self.kv, key_id) is None:
