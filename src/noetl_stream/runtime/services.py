@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from noetl_stream import config, ids
-from noetl_stream.messages import ExecutionRequest
+from noetl_stream import config
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.credential_guard import CredentialGuard, ScopedCredentialResolver
 from noetl_stream.runtime.dead_letters import DeadLetters
@@ -20,6 +19,8 @@ from noetl_stream.runtime.provision import provision_patiently
 from noetl_stream.runtime.request_rpc import RequestResponder
 from noetl_stream.runtime.retention import RetentionSweeper
 from noetl_stream.runtime.server import Server
+from noetl_stream.runtime.submission import submit
+from noetl_stream.runtime.triggers import TriggerService
 from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.runtime.worker import Worker
 from noetl_stream.state.auth_cache import CachedCredentialResolver
@@ -87,6 +88,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     responder = RequestResponder(bus) if server else None
     sweeper = RetentionSweeper(bus) if server else None
     dead_letters = DeadLetters(bus) if server else None
+    triggers = TriggerService(bus) if server else None
     home = config.home_dir()
     box = SecretBox.from_env(home)
     resolver = CachedCredentialResolver(bus.js, box)
@@ -106,7 +108,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
            if tools is not None else None)
     # Started in this order and stopped in the reverse one: the worker stops taking commands
     # before the server that routes their outcomes goes away.
-    parts = [p for p in (srv, dead_letters, responder, sweeper, wrk) if p is not None]
+    parts = [p for p in (srv, dead_letters, responder, sweeper, triggers, wrk) if p is not None]
     started: list[Any] = []
     try:
         for part in parts:
@@ -140,13 +142,4 @@ async def submit_and_watch(bus: Bus, *, playbook_text: str, playbook_file: str,
         await watch.stop()
 
 
-async def submit(bus: Bus, *, playbook_text: str, playbook_file: str, payload: dict[str, Any],
-                 execution_id: str | None = None) -> str:
-    """Publish an execution request and return its execution id once JetStream has stored it."""
-    execution_id = execution_id or new_execution_id()
-    request = ExecutionRequest(execution_id=execution_id, playbook=playbook_text,
-                               playbook_file=playbook_file, payload=payload)
-    await bus.js.publish(bus.topology.execute_request_subject(),
-                         request.model_dump_json().encode(),
-                         headers={"Nats-Msg-Id": ids.request_msg_id(execution_id)})
-    return execution_id
+__all__ = ["Stack", "client_bus", "open_stack", "run_services", "submit", "submit_and_watch"]
