@@ -86,3 +86,14 @@ def test_nominal_time_of_a_fire() -> None:
         assert nominal_time(pattern, None, nxt, nominal + timedelta(seconds=late)) == nominal
     every = nominal_time("@every 300s", None, nxt, nominal + timedelta(seconds=1))
     assert every == nominal
+
+
+def test_schedule_next_as_nats_server_writes_it() -> None:
+    # In the schedule's zone with its offset (cron with a time zone), or in UTC.
+    from noetl_stream.runtime.triggers import _parse_time
+
+    assert _parse_time("2026-11-26T17:01:00+05:30") == datetime(2026, 11, 26, 11, 31, tzinfo=UTC)
+    assert _parse_time("2026-11-26T11:30:10Z") == datetime(2026, 11, 26, 11, 30, 10, tzinfo=UTC)
+    assert _parse_time("2026-11-26T11:30:10.123456789Z").microsecond == 123456
+    with pytest.raises(ValueError):
+        _parse_time("tomorrow")

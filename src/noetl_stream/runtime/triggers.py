@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,9 @@ FIRE_CONSUMER = "noetl-server-triggers"
 BATCH = 16
 
 
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|z|[+-]\d\d:\d\d)")
+
+
 class FireRefused(NoetlStreamError, ValueError):
     """A fire that cannot start an execution (its playbook is gone, a template fails)."""
 
@@ -57,10 +61,15 @@ def _iso(moment: datetime) -> str:
 
 
 def _parse_time(text: str) -> datetime:
-    """RFC 3339 as nats-server writes it (nanoseconds at most), as an aware UTC datetime."""
-    head, dot, rest = text.rstrip("Z").partition(".")
-    fraction = rest[:6] if dot else ""
-    return datetime.fromisoformat(head + (f".{fraction}" if fraction else "")).replace(tzinfo=UTC)
+    """RFC 3339 as nats-server writes it (in the schedule's zone, with its offset, or `Z`;
+    nanoseconds at most), as an aware UTC datetime.
+    """
+    match = _RFC3339.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"not an RFC 3339 time: {text!r}")
+    head, fraction, zone = match.groups()
+    zone = "+00:00" if zone in ("Z", "z") else zone
+    return datetime.fromisoformat(f"{head}.{(fraction or '0')[:6]:0<6}{zone}").astimezone(UTC)
 
 
 def fire_nominal(record: TriggerRecord, msg: Msg) -> tuple[str, str | None]:
