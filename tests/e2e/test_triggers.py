@@ -290,6 +290,10 @@ async def test_trigger_fire_starts_one_execution_of_a_paused_trigger(
 
     await assert_eventually(done, timeout_s=30, interval_s=0.3)
     assert [f["execution_id"] for f in await fired(nats_bus, "heartbeat")] == [execution_id]
+    (row,) = json.loads(await cli(url, "list", "--json"))
+    assert (row["state"], row["last_execution"]["execution_id"], row["last_execution"]["status"],
+            row["last_execution"]["nominal_time"]) == ("paused", execution_id, "completed", nominal)
+    assert f"last: {execution_id} (completed)" in await cli(url, "list")
 
 
 async def test_apply_refuses_a_bad_document_and_an_unregistered_playbook(

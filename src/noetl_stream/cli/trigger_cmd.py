@@ -23,11 +23,11 @@ T = TypeVar("T")
 
 
 def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Any], Awaitable[T]]) -> T:
-    from noetl_stream.runtime.trigger_ops import TriggerNotFound
+    from noetl_stream.runtime.trigger_ops import ScheduleRefused, TriggerNotFound
 
     try:
         return on_stack(nats_url, prefix, "noetl-stream-trigger", action,
-                        rejected=(CatalogError, TriggerNotFound))
+                        rejected=(CatalogError, TriggerNotFound, ScheduleRefused))
     except (NatsError, TimeoutError) as exc:
         fail(EXIT_INFRA, f"NATS: {exc or type(exc).__name__}")
 
@@ -82,7 +82,13 @@ def list_cmd(nats_url: str | None, prefix: str, as_json: bool) -> None:
         last = row["last_execution"]
         click.echo(f"{row['name']}  {row['state']}  {row['source']} -> {row['playbook']}  "
                    f"next: {row['next_fire'] or '-'}  "
-                   f"last: {last['execution_id'] + ' at ' + last['fired_at'] if last else '-'}")
+                   f"last: {_last(last)}")
+
+
+def _last(last: dict[str, Any] | None) -> str:
+    if last is None:
+        return "-"
+    return f"{last['execution_id']} ({last['status'] or 'not started yet'}) at {last['fired_at']}"
 
 
 @trigger.command("pause")

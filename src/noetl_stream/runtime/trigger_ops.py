@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import BadRequestError, KeyNotFoundError, NotFoundError
 
 from noetl_stream import jsonutil
 from noetl_stream.errors import CatalogError, NoetlStreamError
@@ -41,6 +41,10 @@ MESSAGE_MAX_DELIVER = 10
 
 class TriggerNotFound(NoetlStreamError, LookupError):
     """No trigger of that name."""
+
+
+class ScheduleRefused(NoetlStreamError, ValueError):
+    """nats-server does not take the schedule (an older server)."""
 
 
 def consumer_name(trigger: str) -> str:
@@ -72,7 +76,14 @@ async def _set_schedule(bus: Bus, record: TriggerRecord, revision: int) -> None:
         body: dict[str, Any] = {"trigger": name}
     else:
         body = {"trigger": name, "schedule": None, "state": record.state}
-    await bus.js.publish(subject, jsonutil.dumps(body), headers=headers)
+    try:
+        await bus.js.publish(subject, jsonutil.dumps(body), headers=headers)
+    except BadRequestError as exc:
+        # nats-server 2.12 and 2.13 know `@at` only: they refuse `@every`, cron and time zones.
+        version = bus.nc.connected_server_version
+        raise ScheduleRefused(
+            f"nats-server {version} refused the schedule of {name} ({exc.description}): "
+            "@every, cron and time zones need nats-server 2.14 or later") from exc
     await bus.js.purge_stream(TRIGGERS_STREAM, subject=subject, keep=1)
 
 
@@ -213,8 +224,23 @@ async def listing(bus: Bus) -> list[dict[str, Any]]:
                     "source": describe_source(record.trigger),
                     "next_fire": _next_fire(record) or (
                         last.next_fire if last and record.state == "active" else None),
-                    "last_execution": last.model_dump(mode="json") if last else None})
+                    "last_execution": ({**last.model_dump(mode="json"),
+                                        "status": await _status(bus, last.execution_id)}
+                                       if last else None)})
     return out
+
+
+async def _status(bus: Bus, execution_id: str) -> str | None:
+    """The execution's status as its committed state says; None when it has none (its request
+    is not handled yet, or retention removed it).
+    """
+    kv = await bus.js.key_value("noetl_executions")
+    try:
+        entry = await kv.get(execution_id)
+    except KeyNotFoundError:
+        return None
+    state = jsonutil.loads_object(entry.value or b"")
+    return str(state.get("status", "running")) if state is not None else None
 
 
 def describe_source(trigger: Trigger) -> str:

@@ -47,6 +47,8 @@ log = logging.getLogger("noetl_stream.triggers")
 
 FIRE_CONSUMER = "noetl-server-triggers"
 BATCH = 16
+PAUSED_REDELIVERY_S = 2.0
+WATCH_RETRY_S = 1.0
 
 
 _RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|z|[+-]\d\d:\d\d)")
@@ -143,6 +145,19 @@ class TriggerService:
 
     # -- the triggers in force: one reading loop per active subject trigger ----------------------
     async def _watch(self) -> None:
+        """Follow KV `noetl_triggers`; a watcher lost to NATS trouble is opened again (its
+        first entries are every trigger's current record, so nothing changed meanwhile is missed).
+        """
+        while not self._stopping.is_set():
+            try:
+                await self._follow()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("triggers: watching %s failed; watching again", store.TRIGGERS_BUCKET)
+                await asyncio.sleep(WATCH_RETRY_S)
+
+    async def _follow(self) -> None:
         kv = await self.bus.js.key_value(store.TRIGGERS_BUCKET)
         watcher = await kv.watchall()
         try:
@@ -207,7 +222,9 @@ class TriggerService:
         name = msg.metadata.consumer.removeprefix("noetl-trigger-")
         found = await store.read_record(self.bus.js, name)
         if found is None or found[0].state != "active":
-            await msg.nak()  # paused (its loop is stopping): the message waits for resume
+            # Paused (its loop is stopping): the message waits for resume, or a deleted
+            # trigger's consumer goes with it.
+            await msg.nak(delay=PAUSED_REDELIVERY_S)
             return
         record = found[0]
         on = record.trigger.spec.on
