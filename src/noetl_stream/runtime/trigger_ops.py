@@ -28,7 +28,7 @@ from noetl_stream.events import iso_time
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.state import triggers as store
 from noetl_stream.state.catalog import read_path
-from noetl_stream.state.triggers import MessageSource, TriggerRecord, TriggerState
+from noetl_stream.state.triggers import MessageSource, TriggerEvent, TriggerRecord, TriggerState
 from noetl_stream.triggers.cron import Cron
 from noetl_stream.triggers.document import Trigger
 
@@ -57,9 +57,11 @@ def _now_iso() -> str:
 
 async def publish_trigger_event(bus: Bus, name: str, event_type: str, msg_id: str,
                                 **fields: Any) -> None:
-    body = {"trigger": name, "event_type": f"trigger.{event_type}", "time": _now_iso(), **fields}
+    event = TriggerEvent.model_validate({"trigger": name, "event_type": f"trigger.{event_type}",
+                                         "time": _now_iso(), **fields})
     await bus.js.publish(bus.topology.trigger_event_subject(name, event_type),
-                         jsonutil.dumps(body), headers={"Nats-Msg-Id": msg_id})
+                         event.model_dump_json(exclude_none=True).encode(),
+                         headers={"Nats-Msg-Id": msg_id})
 
 
 async def _set_schedule(bus: Bus, record: TriggerRecord, revision: int) -> None:
@@ -163,8 +165,7 @@ async def apply(bus: Bus, trigger: Trigger, text: str) -> tuple[TriggerRecord, b
     if spec.schedule is not None or (old and old.trigger.spec.schedule is not None):
         await _set_schedule(bus, record, revision)
     await publish_trigger_event(bus, trigger.name, "applied", f"trg:{trigger.name}:applied:{revision}",
-                                revision=revision, state=record.state,
-                                document=trigger.model_dump(mode="json"), text=text)
+                                revision=revision, state=record.state, document=trigger, text=text)
     return record, old is None
 
 

@@ -267,7 +267,7 @@ class TriggerService:
         await msg.ack()
         await store.write_last(self.bus.js, name, last)
         await publish_trigger_event(self.bus, name, "fired", f"trg:{name}:fired:{execution_id}",
-                                    **last.model_dump(mode="json"))
+                                    **last.model_dump())
 
     async def _refused(self, name: str, key: str, reason: str, msg: Msg) -> None:
         """A fire that cannot start anything: said once as a `failed` event, then settled."""

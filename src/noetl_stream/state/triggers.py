@@ -50,6 +50,31 @@ class LastFire(BaseModel):
     next_fire: str | None = None  # the next time nats-server will fire, as it said
 
 
+TriggerEventType = Literal["trigger.applied", "trigger.paused", "trigger.resumed",
+                          "trigger.deleted", "trigger.fired", "trigger.failed"]
+
+
+class TriggerEvent(BaseModel):
+    """A change to a trigger, or what one fire did, on `<prefix>.triggers.events.<name>.<type>`
+    (the type without its `trigger.` prefix).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    trigger: str
+    event_type: TriggerEventType
+    time: str
+    revision: int | None = None  # of the KV record, for applied, paused, resumed
+    state: TriggerState | None = None  # applied
+    document: Trigger | None = None  # applied
+    text: str | None = None  # applied: the document as written
+    execution_id: str | None = None  # fired
+    fired_at: str | None = None  # fired
+    nominal_time: str | None = None  # fired by a schedule or `trigger fire`
+    message: str | None = None  # fired by a message: `<stream>:<sequence>`
+    next_fire: str | None = None  # fired by a schedule: the next fire time nats-server named
+    reason: str | None = None  # failed
+
+
 async def _bucket(js: JetStreamContext):  # type: ignore[no-untyped-def]
     return await js.key_value(TRIGGERS_BUCKET)
 
