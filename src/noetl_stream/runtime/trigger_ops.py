@@ -22,7 +22,7 @@ from typing import Any
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, KeyNotFoundError, NotFoundError
 
-from noetl_stream import jsonutil
+from noetl_stream import config, jsonutil
 from noetl_stream.errors import CatalogError, NoetlStreamError
 from noetl_stream.events import iso_time
 from noetl_stream.runtime.connection import Bus
@@ -89,10 +89,10 @@ async def _set_schedule(bus: Bus, record: TriggerRecord, revision: int) -> None:
     await bus.js.purge_stream(TRIGGERS_STREAM, subject=subject, keep=1)
 
 
-async def _end_schedule(bus: Bus, name: str) -> None:
+async def _end_schedule(bus: Bus, name: str, revision: int) -> None:
     subject = bus.topology.trigger_schedule_subject(name)
     await bus.js.publish(subject, jsonutil.dumps({"trigger": name, "schedule": None}),
-                         headers={"Nats-Msg-Id": f"trgsched:{name}:deleted:{time.time_ns()}"})
+                         headers={"Nats-Msg-Id": f"trgsched:{name}:deleted:{revision}"})
     await bus.js.purge_stream(TRIGGERS_STREAM, subject=subject)
 
 
@@ -130,8 +130,6 @@ async def _message_source(bus: Bus, trigger: Trigger, old: MessageSource | None,
 
 
 def _retention_s() -> float:
-    from noetl_stream import config
-
     return float(config.retention_s())
 
 
@@ -169,16 +167,17 @@ async def apply(bus: Bus, trigger: Trigger, text: str) -> tuple[TriggerRecord, b
     return record, old is None
 
 
-async def _require(bus: Bus, name: str) -> TriggerRecord:
+async def _require(bus: Bus, name: str) -> tuple[TriggerRecord, int]:
+    """The record and its revision."""
     found = await store.read_record(bus.js, name)
     if found is None:
         raise TriggerNotFound(f"no trigger named {name} (`noetl-stream trigger list` shows them)")
-    return found[0]
+    return found
 
 
 async def set_state(bus: Bus, name: str, state: TriggerState) -> bool:
     """Pause or resume; False when it already was in that state."""
-    record = await _require(bus, name)
+    record, _ = await _require(bus, name)
     if record.state == state:
         return False
     record = record.model_copy(update={"state": state})
@@ -203,13 +202,15 @@ async def fire(bus: Bus, name: str) -> str:
 
 
 async def delete(bus: Bus, name: str) -> None:
-    record = await _require(bus, name)
+    # The ids name the record's last revision: deleting the same trigger twice is one deletion.
+    record, revision = await _require(bus, name)
     if record.trigger.spec.schedule is not None:
-        await _end_schedule(bus, name)
+        await _end_schedule(bus, name, revision)
     if record.source is not None:
         await _drop_source(bus, record.source)
     await store.delete_record(bus.js, name)
-    await publish_trigger_event(bus, name, "deleted", f"trg:{name}:deleted:{time.time_ns()}")
+    await publish_trigger_event(bus, name, "deleted", f"trg:{name}:deleted:{revision}",
+                                revision=revision)
 
 
 async def listing(bus: Bus) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Literal
 
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
 from pydantic import BaseModel, ConfigDict
 
 from noetl_stream.state.kv_keys import bucket_keys
@@ -75,7 +76,7 @@ class TriggerEvent(BaseModel):
     reason: str | None = None  # failed
 
 
-async def _bucket(js: JetStreamContext):  # type: ignore[no-untyped-def]
+async def _bucket(js: JetStreamContext) -> KeyValue:
     return await js.key_value(TRIGGERS_BUCKET)
 
 
