@@ -313,3 +313,17 @@ async def test_apply_refuses_a_bad_document_and_an_unregistered_playbook(
         "(`noetl-stream register FILE` registers one)")
     missing = await run_cli("trigger", "pause", "nightly", "--nats-url", nats_server.url)
     assert missing.returncode == 2 and "no trigger named nightly" in missing.stderr
+
+
+async def test_validate_checks_trigger_documents(tmp_path: Path) -> None:
+    examples = sorted(str(p) for p in EXAMPLES.glob("*.yaml"))
+    ok = await run_cli("validate", *examples)
+    assert ok.returncode == 0, ok.stderr
+    assert f"{EXAMPLES / 'nightly.yaml'}: ok (trigger nightly: cron 0 2 * * * " \
+           "(Europe/Amsterdam) -> examples/triggers/report)" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: noetl.io/v2\nkind: Trigger\nmetadata: {name: x}\n"
+                   "spec: {playbook: a, on: {subject: 'orders.>.x'}}\n")
+    out = await run_cli("validate", str(bad))
+    assert out.returncode == 2
+    assert out.stderr.startswith(f'{bad}:4: field "spec.on.subject"')

@@ -18,6 +18,7 @@ from nats.errors import Error as NatsError
 from noetl_stream import jsonutil
 from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, on_stack, prefix_option
 from noetl_stream.errors import CatalogError, PlaybookError, YamlSyntaxError
+from noetl_stream.triggers.document import KIND, parse_trigger
 
 T = TypeVar("T")
 
@@ -32,6 +33,32 @@ def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Any], Awaitable
         fail(EXIT_INFRA, f"NATS: {exc or type(exc).__name__}")
 
 
+def is_trigger_file(path: Path) -> bool:
+    """Whether the file is a `kind: Trigger` document (read as a playbook otherwise)."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return any(line.strip() == f"kind: {KIND}" for line in text.splitlines() if line[:1] != " ")
+
+
+def check_trigger_file(path: Path) -> bool:
+    """`validate` of a trigger document: print ok or every problem; whether it is valid."""
+    from noetl_stream.runtime.trigger_ops import describe_source
+
+    try:
+        doc = parse_trigger(path.read_text(), str(path))
+    except PlaybookError as exc:
+        for issue in exc.issues:
+            click.echo(str(issue), err=True)
+        return False
+    except YamlSyntaxError as exc:
+        click.echo(f"{path}:{exc.line or 1}: {exc}", err=True)
+        return False
+    click.echo(f"{path}: ok (trigger {doc.name}: {describe_source(doc)} -> {doc.spec.playbook})")
+    return True
+
+
 @click.group()
 def trigger() -> None:
     """Start executions on a schedule or on messages."""
@@ -44,7 +71,6 @@ def trigger() -> None:
 def apply_cmd(file: Path, nats_url: str | None, prefix: str) -> None:
     """Create or change the trigger FILE describes (kind: Trigger)."""
     from noetl_stream.runtime import trigger_ops
-    from noetl_stream.triggers.document import parse_trigger
 
     try:
         text = file.read_text()

@@ -9,6 +9,7 @@ import click
 
 from noetl_stream.cli.common import EXIT_OK, EXIT_REJECTED
 from noetl_stream.cli.loading import load_reporting
+from noetl_stream.cli.trigger_cmd import check_trigger_file, is_trigger_file
 
 
 @click.command()
@@ -16,9 +17,14 @@ from noetl_stream.cli.loading import load_reporting
 @click.option("--strict", is_flag=True,
               help="Treat unknown keys and fields without effect as errors.")
 def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
-    """Check PLAYBOOKS and print every problem as FILE:LINE: step "S" field "F": message."""
+    """Check PLAYBOOKS (and trigger documents) and print every problem as
+    FILE:LINE: step "S" field "F": message.
+    """
     bad = 0
     for path in playbooks:
+        if is_trigger_file(path):
+            bad += not check_trigger_file(path)
+            continue
         result = load_reporting(path, strict=strict)
         if result is None:
             bad += 1
