@@ -211,7 +211,8 @@ async def test_a_cron_trigger_fires_at_the_instants_its_pattern_names_in_its_tim
     for fire, when in zip(fires, nominal, strict=True):
         wall = when.astimezone(cron.tz)
         assert wall.second % 2 == 0 and wall.minute in (local.minute, after.minute)
-        assert timedelta(0) <= at(fire["fired_at"]) - when < timedelta(seconds=2)
+        # handled after its instant, and near it (a loaded machine may take a few seconds)
+        assert timedelta(0) <= at(fire["fired_at"]) - when < timedelta(seconds=5)
         assert fire["next_fire"] == (cron.next_fire(when).isoformat(timespec="milliseconds")
                                      .replace("+00:00", "Z"))
     (row,) = json.loads(await cli(url, "list", "--json"))
@@ -253,6 +254,7 @@ async def test_each_message_starts_one_execution_also_across_a_server_killed_9(
     await publish_order(nats_bus, "us", "A-small", 100)  # `when` is false: starts nothing
     await stack["server"].start()
     seqs["A-3"] = await publish_order(nats_bus, "eu", "A-3", 999)
+    await nats_bus.nc.publish("orders.eu.created", b"not an order")  # `when` cannot read it
 
     async def three_started() -> dict[str, str]:
         orders = await started_orders()
@@ -274,6 +276,9 @@ async def test_each_message_starts_one_execution_also_across_a_server_killed_9(
     assert await started_orders() == orders
     messages = Counter(f["message"] for f in await fired(nats_bus, "big_orders"))
     assert sorted(messages.values()) == [1, 1, 1]
+    (failed,) = [jsonutil.loads(d) for _, d in await stored_messages(
+        nats_bus.js, "noetl.triggers.events.big_orders.failed", stream="NOETL_TRIGGERS")]
+    assert failed["reason"].startswith('on.when: field "on.when"'), failed
 
 
 async def test_trigger_fire_starts_one_execution_of_a_paused_trigger(
