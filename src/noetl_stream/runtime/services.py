@@ -88,7 +88,8 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     responder = RequestResponder(bus) if server else None
     sweeper = RetentionSweeper(bus) if server else None
     dead_letters = DeadLetters(bus) if server else None
-    triggers = TriggerService(bus) if server else None
+    # A local `run` starts its one execution, not the fires and messages that waited for a server.
+    triggers = TriggerService(bus) if server and not local else None
     home = config.home_dir()
     box = SecretBox.from_env(home)
     resolver = CachedCredentialResolver(bus.js, box)
