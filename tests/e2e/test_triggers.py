@@ -298,7 +298,11 @@ async def test_trigger_fire_starts_one_execution_of_a_paused_trigger(
     (row,) = json.loads(await cli(url, "list", "--json"))
     assert (row["state"], row["last_execution"]["execution_id"], row["last_execution"]["status"],
             row["last_execution"]["nominal_time"]) == ("paused", execution_id, "completed", nominal)
-    assert f"last: {execution_id} (completed)" in await cli(url, "list")
+    header, line = (await cli(url, "list")).splitlines()
+    assert header.split() == ["NAME", "STATE", "SOURCE", "PLAYBOOK", "NEXT", "FIRE", "LAST",
+                              "EXECUTION", "STATUS", "FIRED", "AT"]
+    assert line.split()[:4] == ["heartbeat", "paused", "every", "5m"]
+    assert line.split()[5:8] == ["-", execution_id, "completed"]
 
 
 async def test_apply_refuses_a_bad_document_and_an_unregistered_playbook(

@@ -101,20 +101,23 @@ def list_cmd(nats_url: str | None, prefix: str, as_json: bool) -> None:
     if as_json:
         click.echo(jsonutil.dumps(rows).decode())
         return
-    if not rows:
-        click.echo("no triggers")
-        return
+    for line in list_table(rows):
+        click.echo(line)
+
+
+def list_table(rows: list[dict[str, Any]]) -> list[str]:
+    """A header row and one row per trigger, columns padded to their widest cell."""
+    cells = [("NAME", "STATE", "SOURCE", "PLAYBOOK", "NEXT FIRE", "LAST EXECUTION", "STATUS",
+              "FIRED AT")]
     for row in rows:
-        last = row["last_execution"]
-        click.echo(f"{row['name']}  {row['state']}  {row['source']} -> {row['playbook']}  "
-                   f"next: {row['next_fire'] or '-'}  "
-                   f"last: {_last(last)}")
-
-
-def _last(last: dict[str, Any] | None) -> str:
-    if last is None:
-        return "-"
-    return f"{last['execution_id']} ({last['status'] or 'not started yet'}) at {last['fired_at']}"
+        last = row["last_execution"] or {}
+        cells.append((row["name"], row["state"], row["source"], row["playbook"],
+                      row["next_fire"] or "-", last.get("execution_id") or "-",
+                      last.get("status") or ("-" if not last else "not started yet"),
+                      last.get("fired_at") or "-"))
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in cells]
 
 
 @trigger.command("pause")
