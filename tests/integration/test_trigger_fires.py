@@ -5,6 +5,7 @@ stream and handed to the trigger service twice before the servers' durable deliv
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -72,3 +73,30 @@ async def test_a_fire_handled_three_times_starts_one_execution(bus: Bus) -> None
         bus.js, "noetl.events.*.execution.started")]
     # Every execution of that nominal time: one, under the id derived from it.
     assert [e for e, body in starts if body["workload"]["day"] == nominal] == [execution_id]
+
+
+async def _fire_count(bus: Bus) -> int:
+    info = await bus.js.stream_info("NOETL_TRIGGERS", subjects_filter="noetl.triggers.fire.tick")
+    return sum((info.state.subjects or {}).values())
+
+
+async def test_a_resume_cut_short_is_finished_by_resuming_again(bus: Bus) -> None:
+    composed = load_with_children(ROOT / "playbooks" / "examples" / "triggers" / "report.yaml")
+    await register_files(bus.js, composed.files)
+    await register_path(bus.js, composed.playbook, composed.files[0].key)
+    await trigger_ops.apply(bus, parse_trigger(TICK), TICK)
+    assert await trigger_ops.set_state(bus, "tick", "paused")
+    found = await store.read_record(bus.js, "tick")
+    assert found is not None
+    # A resume that died after its KV write, before its schedule message.
+    await store.write_record(bus.js, found[0].model_copy(update={"state": "active"}))
+    before = await _fire_count(bus)
+    await asyncio.sleep(3)
+    assert await _fire_count(bus) == before  # no schedule in force
+
+    assert not await trigger_ops.set_state(bus, "tick", "active")  # already active: repaired
+
+    async def fires_again() -> None:
+        assert await _fire_count(bus) >= before + 2
+
+    await assert_eventually(fires_again, timeout_s=10, interval_s=0.3)

@@ -177,8 +177,12 @@ async def _require(bus: Bus, name: str) -> tuple[TriggerRecord, int]:
 
 async def set_state(bus: Bus, name: str, state: TriggerState) -> bool:
     """Pause or resume; False when it already was in that state."""
-    record, _ = await _require(bus, name)
+    record, revision = await _require(bus, name)
     if record.state == state:
+        # Put the schedule in force again: a pause or resume that died between its KV write
+        # and its schedule message is finished by asking again (the same message id).
+        if record.trigger.spec.schedule is not None:
+            await _set_schedule(bus, record, revision)
         return False
     record = record.model_copy(update={"state": state})
     revision = await store.write_record(bus.js, record)
