@@ -96,8 +96,11 @@ async def _end_schedule(bus: Bus, name: str, revision: int) -> None:
     await bus.js.purge_stream(TRIGGERS_STREAM, subject=subject)
 
 
+MADE_STREAM_PREFIX = "NOETL_ON_"
+
+
 def _stream_for_subject(trigger: str) -> str:
-    return f"NOETL_ON_{trigger}"
+    return f"{MADE_STREAM_PREFIX}{trigger}"
 
 
 async def _message_source(bus: Bus, trigger: Trigger, old: MessageSource | None,
@@ -115,7 +118,7 @@ async def _message_source(bus: Bus, trigger: Trigger, old: MessageSource | None,
         return old
     try:
         stream = await bus.js.find_stream_name_by_subject(on.subject)
-        owns = False
+        owns = stream.startswith(MADE_STREAM_PREFIX)  # made for another trigger: shared
     except NotFoundError:
         stream, owns = _stream_for_subject(trigger.name), True
         await bus.js.add_stream(StreamConfig(
@@ -134,11 +137,13 @@ def _retention_s() -> float:
 
 
 async def _drop_source(bus: Bus, source: MessageSource) -> None:
+    """Delete the trigger's durable, and the stream made for it unless another trigger on the
+    same subject reads it too.
+    """
     try:
-        if source.owns_stream:
+        await bus.js.delete_consumer(source.stream, source.consumer)
+        if source.owns_stream and not await bus.js.consumers_info(source.stream):
             await bus.js.delete_stream(source.stream)
-        else:
-            await bus.js.delete_consumer(source.stream, source.consumer)
     except NotFoundError:
         pass
 

@@ -29,7 +29,9 @@ class MessageSource(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     stream: str
     consumer: str
-    owns_stream: bool  # created for this trigger (no stream held the subject), deleted with it
+    # Made for triggers (`NOETL_ON_<name>`: no stream held the subject); the last trigger reading
+    # it deletes it.
+    owns_stream: bool
 
 
 class TriggerRecord(BaseModel):
