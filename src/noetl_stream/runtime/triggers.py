@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import logging
 import re
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -32,7 +31,6 @@ from nats.errors import TimeoutError as NatsTimeout
 from noetl_stream import ids, jsonutil
 from noetl_stream.dsl.templating import evaluate_guard, render
 from noetl_stream.errors import NoetlStreamError
-from noetl_stream.events import iso_time
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dispositions import classify, settle
 from noetl_stream.runtime.pull import PullConsumer, open_pull
@@ -87,6 +85,10 @@ def fire_nominal(record: TriggerRecord, msg: Msg) -> tuple[str, str | None]:
     fired_at = msg.metadata.timestamp.astimezone(UTC)
     nominal = nominal_time(schedule.nats_schedule(), schedule.timezone, next_at, fired_at)
     return _iso(nominal), _iso(next_at)
+
+
+def _stored_at(msg: Msg) -> str:
+    return _iso(msg.metadata.timestamp)
 
 
 def message_context(msg: Msg) -> dict[str, Any]:
@@ -212,9 +214,9 @@ class TriggerService:
             await self._refused(name, f"fire:{msg.metadata.sequence.stream}", str(exc), msg)
             return
         execution_id = ids.derived_execution_id("trigger", name, nominal)
-        context = {"trigger": self._trigger_context(record, nominal)}
+        context = {"trigger": self._trigger_context(record, msg, nominal)}
         await self._start(record, msg, execution_id, context,
-                          LastFire(execution_id=execution_id, fired_at=_iso(datetime.now(UTC)),
+                          LastFire(execution_id=execution_id, fired_at=_stored_at(msg),
                                    nominal_time=nominal, next_fire=next_fire))
 
     async def handle_message(self, msg: Msg) -> None:
@@ -228,7 +230,7 @@ class TriggerService:
             return
         record = found[0]
         on = record.trigger.spec.on
-        context = {"trigger": self._trigger_context(record, None),
+        context = {"trigger": self._trigger_context(record, msg, None),
                    "message": message_context(msg)}
         try:
             wanted = on is None or evaluate_guard(on.when, context, field="on.when")
@@ -240,13 +242,15 @@ class TriggerService:
             return
         execution_id = ids.derived_execution_id("trigger-message", stream, str(seq))
         await self._start(record, msg, execution_id, context,
-                          LastFire(execution_id=execution_id, fired_at=_iso(datetime.now(UTC)),
+                          LastFire(execution_id=execution_id, fired_at=_stored_at(msg),
                                    message=f"{stream}:{seq}"))
 
     @staticmethod
-    def _trigger_context(record: TriggerRecord, nominal: str | None) -> dict[str, Any]:
+    def _trigger_context(record: TriggerRecord, msg: Msg, nominal: str | None) -> dict[str, Any]:
+        # The fire time is when JetStream stored the fire or message: every delivery of it
+        # renders the same payload.
         return {"name": record.trigger.name, "playbook": record.trigger.spec.playbook,
-                "fire_time": iso_time(time.time()), "nominal_time": nominal}
+                "fire_time": _stored_at(msg), "nominal_time": nominal}
 
     async def _start(self, record: TriggerRecord, msg: Msg, execution_id: str,
                      context: dict[str, Any], last: LastFire) -> None:
