@@ -27,6 +27,8 @@ from noetl_stream.messages import (
     RequestReply,
     SignalEvent,
 )
+from noetl_stream.state.triggers import TriggerEvent, TriggerRecord
+from noetl_stream.triggers.document import Trigger
 
 # Every message that crosses a process boundary (messages.py), and the IR.
 MODELS: dict[str, type[BaseModel]] = {
@@ -37,6 +39,10 @@ MODELS: dict[str, type[BaseModel]] = {
     "command.schema.json": Command,
     "event-envelope.schema.json": EventEnvelope,
     "signal.schema.json": SignalEvent,
+    # Triggers (docs/triggers.md): the document as stored, its KV record, its events.
+    "trigger.schema.json": Trigger,
+    "trigger-record.schema.json": TriggerRecord,
+    "trigger-event.schema.json": TriggerEvent,
 }
 
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "schemas"

@@ -32,6 +32,7 @@ class StreamDecl:
     duplicate_window_s: float
     max_age_s: float
     allow_msg_schedules: bool = False  # durable timers (NATS message schedules)
+    allow_msg_ttl: bool = False  # per-message TTLs (`Nats-TTL`; `never` outlives max age)
     # A stream fed from another one (`source`) instead of publishers: the source's messages on
     # `source_subjects`, each stored under the subject `transforms` gives it.
     source: str | None = None
@@ -151,6 +152,18 @@ class Topology:
         """Where a timer's schedule message waits; a new one on it replaces the old (a reset)."""
         return f"{self.prefix}.events.{execution_id}.timer.schedule.{timer}"
 
+    def trigger_schedule_subject(self, name: str) -> str:
+        """Where a trigger's schedule message waits for nats-server to fire it."""
+        return f"{self.prefix}.triggers.schedule.{name}"
+
+    def trigger_fire_subject(self, name: str) -> str:
+        """A fire of a trigger: one execution to start."""
+        return f"{self.prefix}.triggers.fire.{name}"
+
+    def trigger_event_subject(self, name: str, event_type: str) -> str:
+        """A change to a trigger (applied, paused, ...) or what one of its fires did."""
+        return f"{self.prefix}.triggers.events.{name}.{event_type}"
+
     def dead_letter_subject(self, subject: str) -> str:
         """`noetl.commands.default.python` -> `noetl.dlq.commands.default.python`."""
         return f"{self.prefix}.dlq.{subject.split('.', 1)[-1]}"
@@ -242,6 +255,7 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
             duplicate_window_s=_window(s, window),
             max_age_s=float(s["max_age_s"]),  # 0: no age limit
             allow_msg_schedules=bool(s.get("allow_msg_schedules", False)),
+            allow_msg_ttl=bool(s.get("allow_msg_ttl", False)),
             source=s.get("source"),
             source_subjects=tuple(fill(x) for x in s.get("source_subjects") or ()),
             transforms=tuple((fill(x), _router_copy_subject(fill(x), prefix, raw["router"]))

@@ -18,7 +18,8 @@ def test_schema_export_covers_the_ir_and_every_message() -> None:
     assert set(exported) == {"playbook.schema.json", "execution-request.schema.json",
                              "request-reply.schema.json", "cancel-request.schema.json",
                              "command.schema.json", "event-envelope.schema.json",
-                             "signal.schema.json"}
+                             "signal.schema.json", "trigger.schema.json",
+                             "trigger-record.schema.json", "trigger-event.schema.json"}
     assert exported["command.schema.json"]["title"] == "Command"
     assert "context" in exported["command.schema.json"]["properties"]
     assert exported["cancel-request.schema.json"]["required"] == ["execution_id"]

@@ -24,6 +24,7 @@ from noetl_stream.cli.service_cmds import init, nats_cmd, server, worker
 from noetl_stream.cli.signal_cmd import send_signal
 from noetl_stream.cli.status_cmd import status
 from noetl_stream.cli.tools_cmd import tools
+from noetl_stream.cli.trigger_cmd import trigger
 from noetl_stream.cli.user_cmd import apikey, user
 from noetl_stream.cli.validate_cmd import validate
 from noetl_stream.cli.watch_cmd import watch
@@ -89,5 +90,5 @@ def completion(shell: str) -> None:
 
 
 for command in (run, validate, server, worker, init, watch, nats_cmd, tools, credential, register, catalog,
-                send_signal, user, apikey, cancel, status, dlq, executions, backup, restore, logs):
+                send_signal, user, apikey, cancel, status, dlq, executions, backup, restore, logs, trigger):
     main.add_command(command)

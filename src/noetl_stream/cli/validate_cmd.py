@@ -9,6 +9,7 @@ import click
 
 from noetl_stream.cli.common import EXIT_OK, EXIT_REJECTED
 from noetl_stream.cli.loading import load_reporting, subscription_reporting
+from noetl_stream.cli.trigger_cmd import check_trigger_file, is_trigger_file
 from noetl_stream.dsl.subscription import STORED as SUBSCRIPTION_STORED
 from noetl_stream.dsl.subscription import Subscription
 
@@ -18,9 +19,14 @@ from noetl_stream.dsl.subscription import Subscription
 @click.option("--strict", is_flag=True,
               help="Treat unknown keys and fields without effect as errors.")
 def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
-    """Check PLAYBOOKS and print every problem as FILE:LINE: step "S" field "F": message."""
+    """Check PLAYBOOKS (and trigger documents) and print every problem as
+    FILE:LINE: step "S" field "F": message.
+    """
     bad = 0
     for path in playbooks:
+        if is_trigger_file(path):
+            bad += not check_trigger_file(path)
+            continue
         subscription = subscription_reporting(path)
         if subscription is not True:
             if isinstance(subscription, Subscription):

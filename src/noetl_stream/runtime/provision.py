@@ -194,6 +194,7 @@ def _stream_config(s: StreamDecl, replicas: int | None, start_seq: int | None = 
                         retention=_RETENTION[s.retention], storage=StorageType.FILE,
                         duplicate_window=s.duplicate_window_s, max_age=s.max_age_s,
                         allow_msg_schedules=True if s.allow_msg_schedules else None,
+                        allow_msg_ttl=True if s.allow_msg_ttl else None,
                         num_replicas=replicas or 1, sources=sources, max_bytes=s.max_bytes,
                         discard=DiscardPolicy.NEW if s.discard == "new" else DiscardPolicy.OLD,
                         max_msgs_per_subject=s.max_msgs_per_subject)
@@ -231,6 +232,7 @@ async def _ensure_stream(bus: Bus, s: StreamDecl, infos: dict[str, StreamInfo],
             abs((have.max_age or 0) - s.max_age_s) > 1 or \
             (replicas is not None and (have.num_replicas or 1) != replicas) or \
             (s.allow_msg_schedules and not have.allow_msg_schedules) or \
+            (s.allow_msg_ttl and not have.allow_msg_ttl) or \
             _transforms_of(have) != _transforms_of(want) or _bounds_of(have) != _bounds_of(want):
         try:
             await bus.js.update_stream(want)

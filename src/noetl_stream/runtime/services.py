@@ -7,8 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from noetl_stream import config, ids
-from noetl_stream.messages import ExecutionRequest
+from noetl_stream import config
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.credential_guard import CredentialGuard, ScopedCredentialResolver
 from noetl_stream.runtime.dead_letters import DeadLetters
@@ -21,6 +20,8 @@ from noetl_stream.runtime.request_rpc import RequestResponder
 from noetl_stream.runtime.retention import RetentionSweeper
 from noetl_stream.runtime.server import Server
 from noetl_stream.runtime.stalls import StallCheck
+from noetl_stream.runtime.submission import submit
+from noetl_stream.runtime.triggers import TriggerService
 from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.runtime.worker import Worker
 from noetl_stream.state.auth_cache import CachedCredentialResolver
@@ -90,6 +91,8 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     sweeper = RetentionSweeper(bus, clock=srv.clock) if srv is not None else None
     stalls = StallCheck(bus) if srv is not None else None
     dead_letters = DeadLetters(bus, clock=srv.clock) if srv is not None else None
+    # A local `run` starts its one execution, not the fires and messages that waited for a server.
+    triggers = TriggerService(bus) if srv is not None and not local else None
     home = config.home_dir()
     box = SecretBox.from_env(home)
     resolver = CachedCredentialResolver(bus.js, box)
@@ -109,7 +112,8 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
            if tools is not None else None)
     # Started in this order and stopped in the reverse one: the worker stops taking commands
     # before the server that routes their outcomes goes away.
-    parts = [p for p in (srv, dead_letters, responder, sweeper, stalls, wrk) if p is not None]
+    parts = [p for p in (srv, dead_letters, responder, sweeper, stalls, triggers, wrk)
+             if p is not None]
     started: list[Any] = []
     try:
         for part in parts:
@@ -143,13 +147,4 @@ async def submit_and_watch(bus: Bus, *, playbook_text: str, playbook_file: str,
         await watch.stop()
 
 
-async def submit(bus: Bus, *, playbook_text: str, playbook_file: str, payload: dict[str, Any],
-                 execution_id: str | None = None) -> str:
-    """Publish an execution request and return its execution id once JetStream has stored it."""
-    execution_id = execution_id or new_execution_id()
-    request = ExecutionRequest(execution_id=execution_id, playbook=playbook_text,
-                               playbook_file=playbook_file, payload=payload)
-    await bus.js.publish(bus.topology.execute_request_subject(),
-                         request.model_dump_json().encode(),
-                         headers={"Nats-Msg-Id": ids.request_msg_id(execution_id)})
-    return execution_id
+__all__ = ["Stack", "client_bus", "open_stack", "run_services", "submit", "submit_and_watch"]

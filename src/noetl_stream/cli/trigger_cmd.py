@@ -1,0 +1,168 @@
+"""`noetl-stream trigger apply|list|pause|resume|fire|delete`: triggers that start executions on a
+schedule or on messages (docs/triggers.md); the servers run them.
+
+Like `register`, each starts the embedded nats-server of NOETL_STREAM_HOME when no --nats-url
+is given. Exit codes: 0 done, 2 an invalid document, an unregistered playbook or no such
+trigger, 3 NATS unreachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from nats.errors import Error as NatsError
+
+from noetl_stream import jsonutil
+from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, on_stack, prefix_option
+from noetl_stream.errors import CatalogError, PlaybookError, YamlSyntaxError
+from noetl_stream.triggers.document import KIND, parse_trigger
+
+T = TypeVar("T")
+
+
+def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Any], Awaitable[T]]) -> T:
+    from noetl_stream.runtime.trigger_ops import ScheduleRefused, TriggerNotFound
+
+    try:
+        return on_stack(nats_url, prefix, "noetl-stream-trigger", action,
+                        rejected=(CatalogError, TriggerNotFound, ScheduleRefused))
+    except (NatsError, TimeoutError) as exc:
+        fail(EXIT_INFRA, f"NATS: {exc or type(exc).__name__}")
+
+
+def is_trigger_file(path: Path) -> bool:
+    """Whether the file is a `kind: Trigger` document (read as a playbook otherwise)."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    return any(line.strip() == f"kind: {KIND}" for line in text.splitlines() if line[:1] != " ")
+
+
+def check_trigger_file(path: Path) -> bool:
+    """`validate` of a trigger document: print ok or every problem; whether it is valid."""
+    from noetl_stream.runtime.trigger_ops import describe_source
+
+    try:
+        doc = parse_trigger(path.read_text(), str(path))
+    except PlaybookError as exc:
+        for issue in exc.issues:
+            click.echo(str(issue), err=True)
+        return False
+    except YamlSyntaxError as exc:
+        click.echo(f"{path}:{exc.line or 1}: {exc}", err=True)
+        return False
+    click.echo(f"{path}: ok (trigger {doc.name}: {describe_source(doc)} -> {doc.spec.playbook})")
+    return True
+
+
+@click.group()
+def trigger() -> None:
+    """Start executions on a schedule or on messages."""
+
+
+@trigger.command("apply")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@nats_url_option
+@prefix_option
+def apply_cmd(file: Path, nats_url: str | None, prefix: str) -> None:
+    """Create or change the trigger FILE describes (kind: Trigger)."""
+    from noetl_stream.runtime import trigger_ops
+
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        fail(EXIT_REJECTED, f"{file}: {exc.strerror or exc}")
+    try:
+        doc = parse_trigger(text, str(file))
+    except PlaybookError as exc:
+        for issue in exc.issues:
+            click.echo(str(issue), err=True)
+        fail(EXIT_REJECTED, f"{file}: rejected; nothing was applied")
+    except YamlSyntaxError as exc:
+        fail(EXIT_REJECTED, f"{file}:{exc.line or 1}: {exc}")
+    record, new = _on_bus(nats_url, prefix, lambda bus: trigger_ops.apply(bus, doc, text))
+    click.echo(f"trigger {doc.name} {'created' if new else 'updated'} ({record.state}): "
+               f"{trigger_ops.describe_source(doc)} -> {doc.spec.playbook}")
+
+
+@trigger.command("list")
+@nats_url_option
+@prefix_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON document.")
+def list_cmd(nats_url: str | None, prefix: str, as_json: bool) -> None:
+    """Every trigger: state, source, next fire time when known, last execution."""
+    from noetl_stream.runtime import trigger_ops
+
+    rows = _on_bus(nats_url, prefix, trigger_ops.listing)
+    if as_json:
+        click.echo(jsonutil.dumps(rows).decode())
+        return
+    for line in list_table(rows):
+        click.echo(line)
+
+
+def list_table(rows: list[dict[str, Any]]) -> list[str]:
+    """A header row and one row per trigger, columns padded to their widest cell."""
+    cells = [("NAME", "STATE", "SOURCE", "PLAYBOOK", "NEXT FIRE", "LAST EXECUTION", "STATUS",
+              "FIRED AT")]
+    for row in rows:
+        last = row["last_execution"] or {}
+        cells.append((row["name"], row["state"], row["source"], row["playbook"],
+                      row["next_fire"] or "-", last.get("execution_id") or "-",
+                      last.get("status") or ("-" if not last else "not started yet"),
+                      last.get("fired_at") or "-"))
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+            for r in cells]
+
+
+@trigger.command("pause")
+@click.argument("name")
+@nats_url_option
+@prefix_option
+def pause_cmd(name: str, nats_url: str | None, prefix: str) -> None:
+    """Stop NAME firing until it is resumed (a subject trigger's messages wait)."""
+    from noetl_stream.runtime import trigger_ops
+
+    changed = _on_bus(nats_url, prefix, lambda bus: trigger_ops.set_state(bus, name, "paused"))
+    click.echo(f"trigger {name} {'paused' if changed else 'was already paused'}")
+
+
+@trigger.command("resume")
+@click.argument("name")
+@nats_url_option
+@prefix_option
+def resume_cmd(name: str, nats_url: str | None, prefix: str) -> None:
+    """Let a paused trigger fire again."""
+    from noetl_stream.runtime import trigger_ops
+
+    changed = _on_bus(nats_url, prefix, lambda bus: trigger_ops.set_state(bus, name, "active"))
+    click.echo(f"trigger {name} {'resumed' if changed else 'was already active'}")
+
+
+@trigger.command("fire")
+@click.argument("name")
+@nats_url_option
+@prefix_option
+def fire_cmd(name: str, nats_url: str | None, prefix: str) -> None:
+    """Fire NAME once, now (a server starts the execution)."""
+    from noetl_stream.runtime import trigger_ops
+
+    nominal = _on_bus(nats_url, prefix, lambda bus: trigger_ops.fire(bus, name))
+    click.echo(f"trigger {name} fired for {nominal}")
+
+
+@trigger.command("delete")
+@click.argument("name")
+@nats_url_option
+@prefix_option
+def delete_cmd(name: str, nats_url: str | None, prefix: str) -> None:
+    """Remove NAME: its schedule, or its consumer (and the stream made for it)."""
+    from noetl_stream.runtime import trigger_ops
+
+    _on_bus(nats_url, prefix, lambda bus: trigger_ops.delete(bus, name))
+    click.echo(f"trigger {name} deleted")

@@ -1,0 +1,1 @@
+"""Triggers: documents that start executions on a schedule or on messages (docs/triggers.md)."""

@@ -1,0 +1,214 @@
+"""`kind: Trigger` documents: YAML (with line numbers) to a typed model, every problem reported at
+once with file, line and field, as playbooks are.
+
+    apiVersion: noetl.io/v2
+    kind: Trigger
+    metadata: {name: nightly}
+    spec:
+      playbook: etl/nightly          # catalog path
+      version: "3"                   # optional; latest when absent
+      payload: {day: "{{ trigger.nominal_time[:10] }}"}
+      schedule: {cron: "0 2 * * *", timezone: Europe/Amsterdam}   # or {every: 5m}
+      # or: on: {subject: "orders.*.created", when: "{{ message.data.total > 100 }}"}
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from noetl_stream import ids
+from noetl_stream.dsl.source import line_of, load_yaml, plain, suggest
+from noetl_stream.dsl.templating import syntax_problem, template_strings
+from noetl_stream.errors import Issue, PlaybookError
+from noetl_stream.triggers.cron import ScheduleError, every_seconds, six_fields, zone
+
+API_VERSION = "noetl.io/v2"
+KIND = "Trigger"
+_SPEC_KEYS = ("playbook", "version", "payload", "schedule", "on")
+_SOURCES = ("schedule", "on")
+
+
+class Schedule(BaseModel):
+    """Exactly one of `cron` (5 or 6 fields, in `timezone`, UTC by default) and `every`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    cron: str | None = None
+    timezone: str | None = None
+    every: str | None = None
+
+    def nats_schedule(self) -> str:
+        """The `Nats-Schedule` header value nats-server fires on."""
+        if self.every is not None:
+            return f"@every {every_seconds(self.every)}s"
+        assert self.cron is not None
+        return six_fields(self.cron)
+
+
+class OnMessage(BaseModel):
+    """Every message on `subject` (wildcards allowed) for which `when` holds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    subject: str
+    when: str | None = None
+
+
+class TriggerSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    playbook: str
+    version: str | None = None
+    payload: dict[str, Any] = {}
+    schedule: Schedule | None = None
+    on: OnMessage | None = None
+
+    @property
+    def source(self) -> Literal["schedule", "on"]:
+        return "schedule" if self.schedule is not None else "on"
+
+
+class Trigger(BaseModel):
+    """A trigger as it crosses process boundaries (KV `noetl_triggers`, trigger events)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    spec: TriggerSpec
+
+
+class _Collector:
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.issues: list[Issue] = []
+
+    def add(self, node: Any, key: Any, message: str, field: str | None = None) -> None:
+        self.issues.append(Issue(self.file, line_of(node, key) or line_of(node), message,
+                                 field=field))
+
+
+def parse_trigger(text: str, file: str = "<trigger>") -> Trigger:
+    """The trigger a document describes; PlaybookError with every issue found otherwise."""
+    doc = load_yaml(text)
+    out = _Collector(file)
+    if not isinstance(doc, dict):
+        raise PlaybookError([Issue(file, 1, "a trigger document is a mapping")])
+    _check_header(doc, out)
+    name = _name(doc, out)
+    spec = doc.get("spec")
+    if not isinstance(spec, dict):
+        out.add(doc, "spec" if "spec" in doc else None, "spec: a mapping is required", "spec")
+        raise PlaybookError(out.issues)
+    _check_spec(spec, out)
+    if out.issues:
+        raise PlaybookError(out.issues)
+    return Trigger(name=name, spec=TriggerSpec.model_validate(plain(spec)))
+
+
+def _check_header(doc: dict[str, Any], out: _Collector) -> None:
+    if doc.get("apiVersion") != API_VERSION:
+        out.add(doc, "apiVersion", f"apiVersion must be {API_VERSION}", "apiVersion")
+    if doc.get("kind") != KIND:
+        out.add(doc, "kind", f"kind must be {KIND}, not {doc.get('kind')!r}", "kind")
+    for key in doc:
+        if key not in ("apiVersion", "kind", "metadata", "spec"):
+            out.add(doc, key, f"unknown key {key!r}"
+                    f"{suggest(str(key), ('apiVersion', 'kind', 'metadata', 'spec'))}", str(key))
+
+
+def _name(doc: dict[str, Any], out: _Collector) -> str:
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or not ids.is_subject_token(name):
+        out.add(meta if isinstance(meta, dict) else doc, "name" if isinstance(meta, dict) else
+                "metadata", "metadata.name: 1 to 128 letters, digits, '-' or '_' is required",
+                "metadata.name")
+        return ""
+    return name
+
+
+def _check_spec(spec: dict[str, Any], out: _Collector) -> None:
+    for key in spec:
+        if key not in _SPEC_KEYS:
+            out.add(spec, key, f"unknown key {key!r}{suggest(str(key), _SPEC_KEYS)}",
+                    f"spec.{key}")
+    if not isinstance(spec.get("playbook"), str) or not spec["playbook"].strip():
+        out.add(spec, "playbook" if "playbook" in spec else None,
+                "the catalog path of the playbook to start is required", "spec.playbook")
+    if "version" in spec and not isinstance(spec["version"], (str, int)):
+        out.add(spec, "version", "a version is a string or a number", "spec.version")
+    elif isinstance(spec.get("version"), int):
+        spec["version"] = str(spec["version"])
+    payload = spec.get("payload", {})
+    if not isinstance(payload, dict):
+        out.add(spec, "payload", "payload must be a mapping", "spec.payload")
+    else:
+        _check_templates(spec, "payload", payload, out)
+    sources = [s for s in _SOURCES if s in spec]
+    if len(sources) != 1:
+        out.add(spec, sources[1] if len(sources) > 1 else None,
+                "exactly one source is required: schedule or on", "spec")
+    elif sources[0] == "schedule":
+        _check_schedule(spec["schedule"], spec, out)
+    else:
+        _check_on(spec["on"], spec, out)
+
+
+def _check_templates(node: Any, key: str, value: Any, out: _Collector) -> None:
+    for text in template_strings(value):
+        if (problem := syntax_problem(text)) is not None:
+            out.add(node, key, f"template does not parse: {problem}", f"spec.{key}")
+
+
+def _check_schedule(schedule: Any, spec: dict[str, Any], out: _Collector) -> None:
+    if not isinstance(schedule, dict):
+        out.add(spec, "schedule", "schedule is a mapping: {cron: ...} or {every: ...}",
+                "spec.schedule")
+        return
+    for key in schedule:
+        if key not in ("cron", "timezone", "every"):
+            out.add(schedule, key, f"unknown key {key!r}"
+                    f"{suggest(str(key), ('cron', 'timezone', 'every'))}", f"spec.schedule.{key}")
+    if ("cron" in schedule) == ("every" in schedule):
+        out.add(schedule, None, "a schedule has exactly one of cron and every", "spec.schedule")
+        return
+    if "every" in schedule and "timezone" in schedule:
+        # nats-server refuses a time zone on @every (it is an interval, not a wall-clock time)
+        out.add(schedule, "timezone", "timezone applies to cron, not to every",
+                "spec.schedule.timezone")
+    for key, check in (("cron", six_fields), ("every", every_seconds), ("timezone", zone)):
+        if key not in schedule:
+            continue
+        if not isinstance(schedule[key], str):
+            out.add(schedule, key, f"{key} is a string", f"spec.schedule.{key}")
+            continue
+        try:
+            check(schedule[key])
+        except ScheduleError as exc:
+            out.add(schedule, key, str(exc), f"spec.schedule.{key}")
+
+
+def _check_on(on: Any, spec: dict[str, Any], out: _Collector) -> None:
+    if not isinstance(on, dict):
+        out.add(spec, "on", "on is a mapping: {subject: ..., when: ...}", "spec.on")
+        return
+    for key in on:
+        if key not in ("subject", "when"):
+            out.add(on, key, f"unknown key {key!r}{suggest(str(key), ('subject', 'when'))}",
+                    f"spec.on.{key}")
+    subject = on.get("subject")
+    if not isinstance(subject, str) or not _valid_subject(subject):
+        out.add(on, "subject" if "subject" in on else None,
+                "a NATS subject is required (tokens separated by '.', '*' and a last '>' allowed)",
+                "spec.on.subject")
+    when = on.get("when")
+    if when is not None:
+        if not isinstance(when, str):
+            out.add(on, "when", "when is a template string", "spec.on.when")
+        elif (problem := syntax_problem(when)) is not None:
+            out.add(on, "when", f"template does not parse: {problem}", "spec.on.when")
+
+
+def _valid_subject(subject: str) -> bool:
+    tokens = subject.split(".")
+    if any(not t or any(c.isspace() for c in t) for t in tokens):
+        return False
+    return all(t != ">" or i == len(tokens) - 1 for i, t in enumerate(tokens))
