@@ -26,6 +26,7 @@ from noetl_stream.cli.status_cmd import status
 from noetl_stream.cli.tools_cmd import tools
 from noetl_stream.cli.user_cmd import apikey, user
 from noetl_stream.cli.validate_cmd import validate
+from noetl_stream.cli.verify_cmd import verify
 from noetl_stream.cli.watch_cmd import watch
 
 
@@ -89,5 +90,6 @@ def completion(shell: str) -> None:
 
 
 for command in (run, validate, server, worker, init, watch, nats_cmd, tools, credential, register, catalog,
-                send_signal, user, apikey, cancel, status, dlq, executions, backup, restore, logs):
+                send_signal, user, apikey, cancel, status, dlq, executions, backup, restore, logs,
+                verify):
     main.add_command(command)
