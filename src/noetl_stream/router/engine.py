@@ -18,7 +18,7 @@ from noetl_stream import ids, jsonutil, messages
 from noetl_stream.dsl import guards, keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.errors import TemplateError
-from noetl_stream.router import cancel, case_events, children, listeners, loops, watchdog
+from noetl_stream.router import cancel, case_events, children, listeners, loops, restart, watchdog
 from noetl_stream.router.context import build_context, output_view, pick_steps
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.graph import graph_of
@@ -433,7 +433,10 @@ class Engine:
         if self.state.ended_at is None:
             self.state.ended_at = self.now
         etype = f"execution.{self.state.status}"
-        self.emit(etype, ids.event_msg_id(self.state.execution_id, etype), **self.state.summary(),
+        # A restarted execution ends again: its end event needs an id of its own.
+        again = (self.state.restarts,) if self.state.restarts else ()
+        self.emit(etype, ids.event_msg_id(self.state.execution_id, etype, *again),
+                  **self.state.summary(),
                   duration_ms=round((self.state.ended_at - self.state.started_at) * 1000, 3))
         # A failure elsewhere ends the execution while these runs still wait on children that
         # nobody will read any more.
@@ -515,6 +518,14 @@ def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
         if state.status == "running":
             state.applied += 1
         children.on_started(Engine(playbook, state, now), event)
+        return Decision(state, state.outbox)
+    if etype == restart.REQUESTED:
+        # Reopens a finished execution, so it is taken whatever the status.
+        state.applied += 1
+        engine = Engine(playbook, state, now)
+        restart.apply_restart(engine, event)
+        if state.status == "running":
+            engine.check_quiescence()
         return Decision(state, state.outbox)
     if state.status != "running":
         return Decision(state, state.outbox)  # late outcomes, timers, repeated cancels

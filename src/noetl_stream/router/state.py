@@ -185,6 +185,7 @@ class ExecutionState:
     trace: dict[str, str] | None = None  # root span ids when traced (observe/tracing.py)
     outbox: list[Outgoing] = field(default_factory=list)
     applied: int = 0  # events applied, for progress and diagnostics
+    restarts: int = 0  # restarts applied (router/restart.py): numbers their events
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
@@ -365,6 +366,7 @@ class ExecutionState:
             trace=data.get("trace"),
             outbox=[Outgoing(**_known(Outgoing, o)) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),
+            restarts=data.get("restarts", 0),
         )
         if state.step_pages:
             state._inline = dict.fromkeys(state.steps)

@@ -126,7 +126,9 @@ def _apply_recorded(playbook: Playbook, state: ExecutionState, event: dict[str, 
                     guess: float, times: dict[str, float]) -> tuple[ExecutionState, float]:
     """`event` applied at the time the server applied it; also that time."""
     trial = _applied(playbook, copy_state(state), event, guess)
-    now = next((times[m.msg_id] for m in trial.outbox if m.msg_id in times), guess)
+    # The latest: a progress event the stream dropped as a duplicate of an earlier one (a step
+    # skipped again after a restart) is recorded with the earlier time.
+    now = max((times[m.msg_id] for m in trial.outbox if m.msg_id in times), default=guess)
     if now == guess:
         return trial, now
     return _applied(playbook, state, event, now), now
