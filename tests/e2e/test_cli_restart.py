@@ -1,0 +1,80 @@
+"""`noetl-stream restart` as a user runs it, against a server and worker on the test's nats-server:
+a five-step execution whose fourth step fails is restarted with the workload value that fixes it
+and completes without calling steps 1-3 again; `--from` re-runs a step and everything after it;
+a restart that cannot apply is refused in one line; `verify` still passes after each restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from cli import run_cli
+
+from local_http import HttpService
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.runtime.services import run_services
+from playbook_files import read_playbook
+
+pytestmark = pytest.mark.e2e
+
+STEPS = ("one", "two", "three", "four", "five")
+
+
+def calls(service: HttpService) -> dict[str, int]:
+    return {key: service.calls[key] for key in STEPS}
+
+
+async def test_a_failed_execution_restarts_at_its_failed_step_and_from_a_named_step(
+        bus: Bus, nats_server: NatsServer, http_service: HttpService, tmp_path: Path) -> None:
+    url = ["--nats-url", nats_server.url]
+    playbook = tmp_path / "chain.yaml"
+    playbook.write_text(read_playbook("integration", "restart_chain.yaml", api_url=http_service.url))
+    async with run_services(bus, python_children=1):
+        failed = await run_cli("run", str(playbook), "--json", "--quiet", *url)
+        assert failed.returncode == 1, failed.stderr
+        summary = failed.summary
+        execution_id = str(summary["execution_id"])
+        assert summary["status"] == "failed"
+        assert summary["steps"]["four"]["status"] == "failed"
+        assert calls(http_service) == {"one": 1, "two": 1, "three": 1, "four": 1, "five": 0}
+
+        # Not without a fix: a restart that fails again ends failed again, exit 1.
+        again = await run_cli("restart", execution_id, "--json", *url)
+        assert again.returncode == 1, again.stderr
+        assert again.summary["steps"]["four"]["runs"] == 2
+        assert calls(http_service) == {"one": 1, "two": 1, "three": 1, "four": 2, "five": 0}
+
+        fixed = await run_cli("restart", execution_id, "--set", "status=200", "--json", *url)
+        assert fixed.returncode == 0, fixed.stderr
+        done = fixed.summary
+        assert done["status"] == "completed"
+        assert done["result"] == {"key": "five", "calls": 1}
+        assert calls(http_service) == {"one": 1, "two": 1, "three": 1, "four": 3, "five": 1}
+        assert {name: done["steps"][name]["runs"] for name in done["steps"]} == {
+            "start": 1, "two": 1, "three": 1, "four": 3, "five": 1}
+        assert done["steps"]["start"]["result"] == {"key": "one", "calls": 1}
+
+        verified = await run_cli("verify", execution_id, *url)
+        assert verified.returncode == 0, verified.stderr
+
+        refused = await run_cli("restart", execution_id, *url)
+        assert refused.returncode == 2
+        assert refused.stderr.strip() == (
+            f"noetl-stream: restart refused: execution {execution_id} is completed; only a "
+            "failed or cancelled execution restarts without --from STEP")
+        unknown_step = await run_cli("restart", execution_id, "--from", "six", *url)
+        assert unknown_step.returncode == 2
+        assert 'the playbook has no step "six"' in unknown_step.stderr
+
+        from_two = await run_cli("restart", execution_id, "--from", "two", "--json", *url)
+        assert from_two.returncode == 0, from_two.stderr
+        assert calls(http_service) == {"one": 1, "two": 2, "three": 2, "four": 4, "five": 2}
+        assert from_two.summary["steps"]["start"]["runs"] == 1
+
+        verified = await run_cli("verify", execution_id, *url)
+        assert verified.returncode == 0, verified.stderr
+
+        unknown = await run_cli("restart", "4242", *url)
+        assert unknown.returncode == 2
+        assert unknown.stderr.strip() == "noetl-stream: no execution 4242 is known"
