@@ -90,6 +90,7 @@ class ExecutionEnd(Event):
     ctx: dict[str, Any] = Field(default_factory=dict)
     vars: dict[str, Any] = Field(default_factory=dict)
     duration_ms: float | None = Field(None, description="From execution.started to this event.")
+    restart: int = Field(0, description="The execution's restarts before this end (absent: 0).")
 
 
 class ExecutionStarted(Event):

@@ -253,6 +253,8 @@ class Command(BaseModel):
     source_file: Text | None = Field(None, description="The playbook's file, as its parse "
                                      "errors name it: template errors are located in it.")
     step_line: Int64 | None = Field(None, description="The step's line in that file.")
+    restart: Int64 = Field(0, description="The execution's restarts when it was issued: a "
+                           "cancellation before the latest restart does not withdraw it.")
 
 
 def command_body(*, execution_id: str, playbook: str | None, step: str, step_run_id: str,
@@ -261,7 +263,7 @@ def command_body(*, execution_id: str, playbook: str | None, step: str, step_run
                  context: dict[str, Any], keychain: list[dict[str, Any]],
                  max_payload_bytes: int | None, attempt: int = 1,
                  cursor: dict[str, Any] | None = None, source_file: str | None = None,
-                 step_line: int | None = None) -> dict[str, Any]:
+                 step_line: int | None = None, restart: int = 0) -> dict[str, Any]:
     """The one constructor of a command body (fields of `Command`)."""
     body: dict[str, Any] = {
         "execution_id": execution_id, "playbook": playbook, "step": step,
@@ -271,6 +273,8 @@ def command_body(*, execution_id: str, playbook: str | None, step: str, step_run
         "source_file": source_file, "step_line": step_line}
     if cursor is not None:
         body["cursor"] = cursor
+    if restart:
+        body["restart"] = restart
     return body
 
 

@@ -177,9 +177,9 @@ async def cancel_execution(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
     execution_id = request.match_info["execution_id"]
     body = await read_body(request, CancelBody) if request.body_exists else CancelBody()
-    await require_running(ctx, execution_id)
+    state = await require_running(ctx, execution_id)
     await request_cancel(ctx.bus, execution_id, reason=body.reason,
-                         requested_by=principal(request).user)
+                         requested_by=principal(request).user, restarts=state.restarts)
     return json_response(CancelAccepted(execution_id=execution_id), 202)
 
 

@@ -189,7 +189,7 @@ class Engine:
                 self.pb.keychain, names,
                 first=run.run_no == 1 and step.name == self.graph.start),
             max_payload_bytes=self.graph.max_payload_bytes,
-            source_file=self.pb.file, step_line=step.line,
+            source_file=self.pb.file, step_line=step.line, restart=self.state.restarts,
             **loops.command_fields(step))
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.send(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
@@ -436,7 +436,7 @@ class Engine:
         # A restarted execution ends again: its end event needs an id of its own.
         again = (self.state.restarts,) if self.state.restarts else ()
         self.emit(etype, ids.event_msg_id(self.state.execution_id, etype, *again),
-                  **self.state.summary(),
+                  **self.state.summary(), **({"restart": again[0]} if again else {}),
                   duration_ms=round((self.state.ended_at - self.state.started_at) * 1000, 3))
         # A failure elsewhere ends the execution while these runs still wait on children that
         # nobody will read any more.
