@@ -19,6 +19,7 @@ from noetl_stream.api.context import ApiContext, api_context
 from noetl_stream.api.endpoints import Endpoint, json_response, read_body, read_json, read_query
 from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.execution_lookup import (
+    check_execution_id,
     detail,
     item_of,
     load_state,
@@ -185,7 +186,7 @@ async def cancel_execution(request: web.Request) -> web.StreamResponse:
 
 async def restart_execution(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
-    execution_id = request.match_info["execution_id"]
+    execution_id = check_execution_id(request.match_info["execution_id"])
     body = await read_body(request, RestartBody) if request.body_exists else RestartBody()
     try:
         asked = await request_restart(ctx.bus, execution_id, from_step=body.from_step,

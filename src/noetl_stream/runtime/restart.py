@@ -41,7 +41,8 @@ class RestartAsked:
 async def request_restart(bus: Bus, execution_id: str, *, from_step: str | None = None,
                           workload: dict[str, Any] | None = None,
                           requested_by: str | None = None) -> RestartAsked:
-    state = await committed_state(bus, execution_id, StepResults(bus.js, ResultStore(bus.js)))
+    state = None if messages.execution_id_problem(execution_id) else \
+        await committed_state(bus, execution_id, StepResults(bus.js, ResultStore(bus.js)))
     if state is None:
         raise RestartRefused(f"no execution {execution_id} is known", unknown=True)
     catalog = await bus.js.key_value("noetl_catalog")

@@ -19,6 +19,7 @@ from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl import parse_playbook
+from noetl_stream.messages import execution_id_problem
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.event_feed import EVENTS_STREAM
@@ -67,7 +68,8 @@ async def committed_state(bus: Bus, execution_id: str,
 async def verify(bus: Bus, execution_id: str) -> Verdict:
     results = ResultStore(bus.js)
     step_results = StepResults(bus.js, results)
-    committed = await committed_state(bus, execution_id, step_results)
+    committed = None if execution_id_problem(execution_id) else \
+        await committed_state(bus, execution_id, step_results)
     if committed is None:
         return Verdict(execution_id, "unknown", f"no committed state of execution {execution_id}"
                        f" in {EXECUTIONS_BUCKET} (unknown, or removed by retention)")
