@@ -136,3 +136,38 @@ def test_a_running_execution_restarted_from_a_step_ignores_the_old_runs_outcome(
     assert h.state.status == "completed"
     assert h.state.steps["two"].result == "two"
     assert h.state.steps["two"].runs == 2
+
+
+PAGED = parse("""
+    workload: {pages: 3}
+    workflow:
+      - step: start
+        tool: {kind: noop}
+        next: fetch
+      - step: fetch
+        tool: {kind: noop}
+        next: check
+      - step: check
+        tool: {kind: noop}
+        next:
+          - step: fetch
+            when: "{{ fetch.more }}"
+          - step: done
+      - step: done
+        tool: {kind: noop}
+""")
+
+
+def test_from_a_step_in_a_cycle_leaves_the_steps_upstream_of_its_back_edge_alone() -> None:
+    h = RouterHarness(PAGED)
+    h.run(lambda c: Reply(result={"more": False}) if c["step"] == "fetch" else Reply(result=1))
+    assert h.state.status == "completed"
+    first = len(h.commands)
+
+    outbox = restart(h, from_step="check")
+    h.run(lambda c: Reply(result=2))
+
+    (restarted,) = [m for m in outbox if m.event_type == "execution.restarted"]
+    assert restarted.body["steps"] == ["check", "done"]
+    assert [c["step"] for c in h.commands[first:]] == ["check", "done"]
+    assert h.state.steps["fetch"].result == {"more": False}

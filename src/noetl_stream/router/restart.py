@@ -5,7 +5,8 @@ which step, what changes in the workload), applied like any other, so the log st
 whole history and replaying it (`noetl-stream verify`) gives the same state.
 
 Applying it reopens the execution: the steps to run again are the step it names (`from`) or,
-without one, the steps that failed or were cancelled, each with every step downstream of it.
+without one, the steps that failed or were cancelled, each with every step downstream of it
+(along forward arcs).
 Their records go back to `pending` and keep their run counts, so their next runs have new run
 ids, hence new command and event msg ids and new idempotency keys; every other step keeps its
 status and result and is not run again. The workload is the old one with `workload` merged over
@@ -26,6 +27,7 @@ from noetl_stream import ids
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.router import children
+from noetl_stream.router.graph import graph_of
 from noetl_stream.router.interface import Router
 from noetl_stream.router.state import ExecutionState, Join
 
@@ -84,12 +86,18 @@ def apply_restart(router: Router, event: dict[str, Any]) -> None:
 
 
 def downstream(playbook: Playbook, roots: list[str]) -> list[str]:
-    """`roots` and every step reachable from them by arcs, in playbook order."""
+    """`roots` and every step reachable from them by forward arcs, in playbook order. A back-edge
+    (a retry or pagination cycle) leads to a step upstream: it runs again only if the token takes
+    that arc, and keeps its result until then.
+    """
+    graph = graph_of(playbook)
     reached = set(roots)
     pending = list(roots)
     while pending:
-        for arc in playbook.step(pending.pop()).next.arcs:
-            if arc.step in playbook.step_index and arc.step not in reached:
+        src = pending.pop()
+        for arc in playbook.step(src).next.arcs:
+            if arc.step in playbook.step_index and arc.step not in reached \
+                    and not graph.is_back_edge(src, arc.step):
                 reached.add(arc.step)
                 pending.append(arc.step)
     return [s.name for s in playbook.steps if s.name in reached]
