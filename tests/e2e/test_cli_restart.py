@@ -1,7 +1,8 @@
 """`noetl-stream restart` as a user runs it, against a server and worker on the test's nats-server:
 a five-step execution whose fourth step fails is restarted with the workload value that fixes it
 and completes without calling steps 1-3 again; `--from` re-runs a step and everything after it;
-a restart that cannot apply is refused in one line; `verify` still passes after each restart."""
+a restart that cannot apply is refused in one line; `verify` still passes after each restart, and
+`watch` ends at the restart's end."""
 
 from __future__ import annotations
 
@@ -57,6 +58,13 @@ async def test_a_failed_execution_restarts_at_its_failed_step_and_from_a_named_s
 
         verified = await run_cli("verify", execution_id, *url)
         assert verified.returncode == 0, verified.stderr
+        # Followed from its first event, the execution ends where its restart ended, not at the
+        # failure before it.
+        watched = await run_cli("watch", execution_id, "--json", *url)
+        assert watched.returncode == 0, watched.stderr
+        assert '"event_type":"execution.failed"' in watched.stdout
+        assert watched.stdout.strip().splitlines()[-1].startswith(
+            '{"event_id":"evt:' + execution_id + ':execution.completed:2"')
 
         refused = await run_cli("restart", execution_id, *url)
         assert refused.returncode == 2
