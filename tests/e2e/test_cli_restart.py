@@ -86,3 +86,28 @@ async def test_a_failed_execution_restarts_at_its_failed_step_and_from_a_named_s
         unknown = await run_cli("restart", "4242", *url)
         assert unknown.returncode == 2
         assert unknown.stderr.strip() == "noetl-stream: no execution 4242 is known"
+
+
+async def test_a_step_failed_on_a_missing_credential_runs_again_once_it_is_set(
+        bus: Bus, nats_server: NatsServer, http_service: HttpService, tmp_path: Path) -> None:
+    url = ["--nats-url", nats_server.url]
+    playbook = tmp_path / "nightly.yaml"
+    playbook.write_text(read_playbook("e2e", "restart_credential.yaml", url=http_service.url))
+    async with run_services(bus, python_children=1):
+        failed = await run_cli("run", str(playbook), "--json", "--quiet", *url)
+        assert failed.returncode == 1, failed.stderr
+        execution_id = str(failed.summary["execution_id"])
+        assert 'no credential named "nightly_token"' in str(failed.summary["error"])
+        assert calls(http_service) == {"one": 1, "two": 1, "three": 1, "four": 0, "five": 0}
+
+        saved = await run_cli("credential", "set", "nightly_token", "--kind", "bearer",
+                              "--data", '{"token": "t0ken"}', *url)
+        assert saved.returncode == 0, saved.stderr
+        restarted = await run_cli("restart", execution_id, "--json", *url)
+
+        assert restarted.returncode == 0, restarted.stderr
+        assert restarted.summary["result"] == {"key": "five", "calls": 1}
+        assert calls(http_service) == {"one": 1, "two": 1, "three": 1, "four": 1, "five": 1}
+        assert restarted.summary["steps"]["four"]["runs"] == 2
+        verified = await run_cli("verify", execution_id, *url)
+        assert verified.returncode == 0, verified.stderr
