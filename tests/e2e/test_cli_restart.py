@@ -1,15 +1,20 @@
-"""`noetl-stream restart` as a user runs it, against a server and worker on the test's nats-server:
+"""`noetl-stream restart` as a user runs it, against a server and worker (processes of their own in
+the first test) on the test's nats-server:
 a five-step execution whose fourth step fails is restarted with the workload value that fixes it
 and completes without calling steps 1-3 again; `--from` re-runs a step and everything after it;
 a restart that cannot apply is refused in one line; `verify` still passes after each restart, and
-`watch` ends at the restart's end."""
+`watch` ends at the restart's end; a server killed with -9 right after a restart is recorded is
+replaced and each step that runs again is called once; a step that failed on a missing credential
+runs again once `credential set` stored it."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
 from pathlib import Path
 
 import pytest
-from cli import run_cli
+from cli import CLI, run_cli
 
 from local_http import HttpService
 from noetl_stream.runtime.connection import Bus
@@ -22,6 +27,32 @@ pytestmark = pytest.mark.e2e
 STEPS = ("one", "two", "three", "four", "five")
 
 
+class Processes:
+    """`noetl-stream server` and `noetl-stream worker` as processes of their own on one NATS."""
+
+    def __init__(self, url: str, logs: Path) -> None:
+        self.url, self.logs = url, logs
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+
+    async def start(self, *roles: str) -> None:
+        for role in roles:
+            extra = ["--python-processes", "1"] if role == "worker" else []
+            with open(self.logs / f"{role}-{len(list(self.logs.iterdir()))}.log", "wb") as log:
+                self.procs[role] = await asyncio.create_subprocess_exec(
+                    str(CLI), role, "--nats-url", self.url, *extra,
+                    stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log)
+
+    async def stop(self, role: str, sig: signal.Signals = signal.SIGTERM) -> None:
+        proc = self.procs.pop(role)
+        if proc.returncode is None:
+            proc.send_signal(sig)
+        await proc.wait()
+
+    async def stop_all(self) -> None:
+        for role in list(self.procs):
+            await self.stop(role)
+
+
 def calls(service: HttpService) -> dict[str, int]:
     return {key: service.calls[key] for key in STEPS}
 
@@ -31,7 +62,10 @@ async def test_a_failed_execution_restarts_at_its_failed_step_and_from_a_named_s
     url = ["--nats-url", nats_server.url]
     playbook = tmp_path / "chain.yaml"
     playbook.write_text(read_playbook("integration", "restart_chain.yaml", api_url=http_service.url))
-    async with run_services(bus, python_children=1):
+    (tmp_path / "logs").mkdir()
+    processes = Processes(nats_server.url, tmp_path / "logs")
+    await processes.start("server", "worker")
+    try:
         failed = await run_cli("run", str(playbook), "--json", "--quiet", *url)
         assert failed.returncode == 1, failed.stderr
         summary = failed.summary
@@ -86,6 +120,20 @@ async def test_a_failed_execution_restarts_at_its_failed_step_and_from_a_named_s
         unknown = await run_cli("restart", "4242", *url)
         assert unknown.returncode == 2
         assert unknown.stderr.strip() == "noetl-stream: no execution 4242 is known"
+
+        # The server killed with -9 as it takes a restart: the next one applies it, each step
+        # that runs again is called once.
+        recorded = await run_cli("restart", execution_id, "--from", "four", "--detach", *url)
+        assert recorded.returncode == 0, recorded.stderr
+        await processes.stop("server", signal.SIGKILL)
+        await processes.start("server")
+        ended = await run_cli("watch", execution_id, "--json", *url, timeout_s=120)
+        assert ended.returncode == 0, ended.stderr
+        assert calls(http_service) == {"one": 1, "two": 2, "three": 2, "four": 5, "five": 3}
+        verified = await run_cli("verify", execution_id, *url)
+        assert verified.returncode == 0, verified.stderr
+    finally:
+        await processes.stop_all()
 
 
 async def test_a_step_failed_on_a_missing_credential_runs_again_once_it_is_set(

@@ -24,16 +24,19 @@ log = logging.getLogger("noetl_stream.watch")
 
 END_EVENTS = (*TERMINAL_EXECUTION_EVENTS, "execution.rejected")
 RESTARTED = "execution.restarted"
+RESTART_REQUESTED = "execution.restart.requested"
 
 
 class EndOfLog:
     """Which end event of a log read from its start is the execution's end. A restart
     (`execution.restarted`) reopens an ended execution, so an end is the end only once the
-    reader has caught up (the stream has nothing more of it) with no restart after it.
+    reader has caught up (the stream has nothing more of it) with no restart after it, and no
+    restart asked for after it that the router has not answered yet.
     """
 
     def __init__(self) -> None:
         self.end: dict[str, Any] | None = None
+        self.reopening = False  # a restart was asked for after the end: not applied or refused yet
 
     def see(self, event: dict[str, Any], pending: int | None) -> dict[str, Any] | None:
         """Take the next event (`pending`: messages still to come, None when unknown); the end
@@ -41,10 +44,14 @@ class EndOfLog:
         """
         etype = event.get("event_type")
         if etype == RESTARTED:
-            self.end = None
+            self.end, self.reopening = None, False
+        elif etype == RESTART_REQUESTED:
+            self.reopening = self.end is not None
+        elif etype == "event.ignored" and event.get("ignored") == RESTART_REQUESTED:
+            self.reopening = False
         elif etype in END_EVENTS:
             self.end = event
-        return self.end if self.end is not None and not pending else None
+        return self.end if self.end is not None and not self.reopening and not pending else None
 
 
 class ExecutionWatch:
