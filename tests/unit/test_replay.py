@@ -10,7 +10,7 @@ from typing import Any
 from unit_helpers import parse
 
 from noetl_stream.router.state import ExecutionState, Outgoing
-from noetl_stream.runtime.replay import rebuild
+from noetl_stream.runtime.replay import copy_state, rebuild
 from noetl_stream.runtime.state_diff import content, first_difference, outbox_difference
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.router_harness import Command, Reply, RouterHarness
@@ -106,3 +106,18 @@ def test_a_changed_field_is_named_with_both_values() -> None:
     assert difference is not None
     assert difference.describe() == "steps.check.runs: committed 1, rebuilt from events 5"
     assert first_difference({"a": {"b": 1}}, {"a": {}}) is not None
+
+
+def test_events_stored_after_the_state_was_read_are_left_out_of_its_rebuild() -> None:
+    h = Recorder()
+    h.answer(h.pending[0], Reply(result="start"))  # start done: squares and check in flight
+    committed = copy_state(h.state)
+    h.answer(h.pending[0], Reply(result=1))  # stored in the log, not in `committed`
+
+    out = rebuild(PLAYBOOK, h.log, TOPOLOGY, playbook_key=committed.playbook_key,
+                  applied=committed.applied)
+    everything = rebuild(PLAYBOOK, h.log, TOPOLOGY, playbook_key=committed.playbook_key)
+
+    assert out is not None and everything is not None
+    assert first_difference(content(committed), content(out.state)) is None
+    assert first_difference(content(committed), content(everything.state)) is not None

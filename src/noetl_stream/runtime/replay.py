@@ -84,9 +84,14 @@ def recorded_times(events: Iterable[dict[str, Any]]) -> dict[str, float]:
 
 
 def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology, *,
-            playbook_key: str, parent_iter: dict[str, Any] | None = None) -> Rebuilt | None:
+            playbook_key: str, parent_iter: dict[str, Any] | None = None,
+            applied: int | None = None) -> Rebuilt | None:
     """The state the recorded `events` (the whole log, in stream order) imply; None when the log
     holds no `execution.started` (the execution was rejected, or its log has expired).
+
+    With `applied` (the committed state's count of applied events), the rebuild stops before
+    the first event that would take its count past it: an event stored after the state was read
+    and not applied yet (a live execution) is not the state's.
     """
     started = next((e for e in events if e.get("event_type") == STARTED), None)
     if started is None:
@@ -96,7 +101,11 @@ def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology
     state = _start(playbook, started, playbook_key, parent_iter, now)
     rebuilt = Rebuilt(state, [list(state.outbox)])
     for event in applied_events(events, topology):
-        state, now = _apply_recorded(playbook, state, event, now, times)
+        following, now = _apply_recorded(
+            playbook, state if applied is None else copy_state(state), event, now, times)
+        if applied is not None and following.applied > applied:
+            break
+        state = following
         rebuilt.outboxes.append(list(state.outbox))
     rebuilt.state = state
     return rebuilt

@@ -82,7 +82,7 @@ async def verify(bus: Bus, execution_id: str) -> Verdict:
                        "longer in noetl_catalog", len(events))
     playbook = parse_playbook(text, committed.playbook_key, kinds=installed_kinds()).playbook
     rebuilt = rebuild(playbook, events, bus.topology, playbook_key=committed.playbook_key,
-                      parent_iter=committed.parent_iter)
+                      parent_iter=committed.parent_iter, applied=committed.applied)
     if rebuilt is None:
         return Verdict(execution_id, "unknown", "its log holds no execution.started (expired "
                        "from the events stream?)", len(events))
