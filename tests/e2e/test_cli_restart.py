@@ -13,13 +13,16 @@ import asyncio
 import signal
 from pathlib import Path
 
+import aiohttp
 import pytest
 from cli import CLI, run_cli
 
 from local_http import HttpService
+from noetl_stream.api import open_authenticator
 from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.runtime.nats_server import NatsServer, free_port
 from noetl_stream.runtime.services import run_services
+from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
@@ -34,9 +37,11 @@ class Processes:
         self.url, self.logs = url, logs
         self.procs: dict[str, asyncio.subprocess.Process] = {}
 
-    async def start(self, *roles: str) -> None:
+    async def start(self, *roles: str, http: str | None = None) -> None:
         for role in roles:
             extra = ["--python-processes", "1"] if role == "worker" else []
+            if role == "server" and http is not None:
+                extra = ["--http", http]
             with open(self.logs / f"{role}-{len(list(self.logs.iterdir()))}.log", "wb") as log:
                 self.procs[role] = await asyncio.create_subprocess_exec(
                     str(CLI), role, "--nats-url", self.url, *extra,
@@ -159,3 +164,46 @@ async def test_a_step_failed_on_a_missing_credential_runs_again_once_it_is_set(
         assert restarted.summary["steps"]["four"]["runs"] == 2
         verified = await run_cli("verify", execution_id, *url)
         assert verified.returncode == 0, verified.stderr
+
+
+async def test_restart_over_the_http_api_with_server(
+        bus: Bus, nats_server: NatsServer, http_service: HttpService, tmp_path: Path) -> None:
+    auth = await open_authenticator(bus)
+    await auth.users.add("ops", ["operator"], None)
+    key, _ = await auth.keys.create("ops", ["operator"])
+    port = free_port()
+    remote = ["--server", f"http://127.0.0.1:{port}", "--token", key]
+    playbook = tmp_path / "chain.yaml"
+    playbook.write_text(read_playbook("integration", "restart_chain.yaml", api_url=http_service.url))
+    (tmp_path / "logs").mkdir()
+    processes = Processes(nats_server.url, tmp_path / "logs")
+    await processes.start("server", "worker", http=f"127.0.0.1:{port}")
+    try:
+        async def listening() -> None:
+            async with aiohttp.ClientSession() as http:
+                try:
+                    async with http.get(f"http://127.0.0.1:{port}/health") as resp:
+                        assert resp.status == 200
+                except aiohttp.ClientConnectionError as exc:
+                    raise AssertionError("not listening yet") from exc
+        await assert_eventually(listening, timeout_s=30, interval_s=0.1)
+
+        failed = await run_cli("run", str(playbook), "--json", "--quiet", *remote)
+        assert failed.returncode == 1, failed.stderr
+        execution_id = str(failed.summary["execution_id"])
+
+        fixed = await run_cli("restart", execution_id, "--set", "status=200", "--json", *remote)
+        assert fixed.returncode == 0, fixed.stderr
+        assert fixed.summary["status"] == "completed"
+        assert calls(http_service) == {"one": 1, "two": 1, "three": 1, "four": 2, "five": 1}
+        watched = await run_cli("watch", execution_id, *remote)
+        assert watched.returncode == 0, watched.stderr
+
+        refused = await run_cli("restart", execution_id, *remote)
+        assert refused.returncode == 2
+        assert refused.stderr.strip().startswith("noetl-stream: restart refused: execution ")
+        unknown = await run_cli("restart", "4242", *remote)
+        assert unknown.returncode == 2
+        assert unknown.stderr.strip() == "noetl-stream: execution 4242 not found"
+    finally:
+        await processes.stop_all()

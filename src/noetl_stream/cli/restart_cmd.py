@@ -25,8 +25,10 @@ from noetl_stream.cli.common import (
     fail,
     nats_url_option,
     prefix_option,
+    remote_options,
     run_async,
 )
+from noetl_stream.cli.remote import RemoteError
 from noetl_stream.cli.running import parse_payload, report_outcome
 from noetl_stream.errors import InfrastructureError, PlaybookError, RestartRefused
 
@@ -48,9 +50,10 @@ END_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
               help="Stop waiting after SECONDS (the execution goes on).")
 @nats_url_option
 @prefix_option
+@remote_options
 def restart(execution_id: str, from_step: str | None, payload: str | None, sets: tuple[str, ...],
             as_json: bool, detach: bool, timeout_s: float | None, nats_url: str | None,
-            prefix: str) -> None:
+            prefix: str, server_url: str | None, token: str | None) -> None:
     """Restart EXECUTION_ID where it stopped: completed steps keep their results and do not run
     again; the failed step (or STEP and everything downstream) runs again as a new attempt.
     """
@@ -59,6 +62,12 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
     async def go() -> dict[str, Any]:
         from noetl_stream.runtime.services import client_bus
 
+        if server_url is not None:  # POST .../restart over the HTTP API (cli/remote_cmds.py)
+            from noetl_stream.cli.remote_cmds import restart_remote
+
+            return await restart_remote(server_url, token, execution_id, from_step=from_step,
+                                        workload=workload, detach=detach, timeout_s=timeout_s)
+
         async with client_bus(nats_url, prefix=prefix, name="noetl-stream-restart") as bus:
             return await _restart(bus, execution_id, from_step, workload, detach, timeout_s)
 
@@ -66,6 +75,8 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
         final = run_async(go())
     except RestartRefused as exc:
         fail(EXIT_REJECTED, str(exc))
+    except RemoteError as exc:  # 404 and 409 say why in the API's words
+        fail(exc.exit_code, exc.message if exc.status in (404, 409) else str(exc))
     except PlaybookError as exc:
         fail(EXIT_REJECTED, f"the execution's playbook no longer parses: {exc}")
     except TimeoutError:
