@@ -9,6 +9,7 @@
     ├── AccountError (ValueError)         a user name, role or API key is malformed or taken
     │                                     (state/users.py)
     ├── CatalogError (LookupError)        a playbook path or version is not in the catalog
+    ├── RestartRefused (ValueError)       an execution cannot be restarted as asked, or is unknown
     ├── ToolError (RuntimeError)          a tool could not run (not an error outcome of the tool)
     ├── InfrastructureError (RuntimeError) NATS or a child process is unreachable or misbehaves
     ├── ApiError                          the HTTP API's answer other than success: status, code,
@@ -135,6 +136,14 @@ class CredentialError(NoetlStreamError, ValueError):
 
 class CatalogError(NoetlStreamError, LookupError):
     """A playbook named by catalog path, version or file link is not registered."""
+
+
+class RestartRefused(NoetlStreamError, ValueError):
+    """A restart that cannot be asked for (runtime/restart.py); `unknown`: no such execution."""
+
+    def __init__(self, message: str, *, unknown: bool = False) -> None:
+        super().__init__(message)
+        self.unknown = unknown
 
 
 class KeychainError(CredentialError):

@@ -94,6 +94,7 @@ class ExecutionEnd(Event):
     ctx: dict[str, Any] = Field(default_factory=dict)
     vars: dict[str, Any] = Field(default_factory=dict)
     duration_ms: float | None = Field(None, description="From execution.started to this event.")
+    restart: int = Field(0, description="The execution's restarts before this end (absent: 0).")
 
 
 class ExecutionStarted(Event):
@@ -109,6 +110,23 @@ class ExecutionRejected(Event):
 
 class CancelRequested(Event):
     reason: str | None = None
+    requested_by: str | None = None
+
+
+class RestartRequested(Event):
+    restart: int = Field(description="The restart asked for: 1 for the first (its msg id says it).")
+    from_step: str | None = Field(None, description="The step to run again with everything "
+                                  "downstream of it; null: the steps that failed or were cancelled.")
+    workload: dict[str, Any] = Field(default_factory=dict,
+                                     description="Merged over the workload for what runs again.")
+    requested_by: str | None = None
+
+
+class Restarted(Event):
+    restart: int = Field(description="How many restarts the execution has had, this one included.")
+    from_step: str | None = None
+    steps: list[str] = Field(description="The steps that run again, in playbook order.")
+    workload: dict[str, Any] = Field(default_factory=dict)
     requested_by: str | None = None
 
 
@@ -224,6 +242,9 @@ EVENT_TYPES: dict[str, tuple[type[Event], str]] = {
     "execution.cancelled": (ExecutionEnd, "it was cancelled"),
     "execution.rejected": (ExecutionRejected, "the request was refused (invalid playbook)"),
     "execution.cancel.requested": (CancelRequested, "someone asked to cancel it"),
+    "execution.restart.requested": (RestartRequested, "someone asked to run it again from a "
+                                    "step (or its failed steps)"),
+    "execution.restarted": (Restarted, "the router reopened it; the steps named run again"),
     "child.started": (ChildStarted, "a task started a child playbook (in the parent's log)"),
     "step.started": (StepStarted, "a step run began"),
     "step.skipped": (StepSkipped, "a step's admission rule said no"),

@@ -65,9 +65,11 @@ def request_msg_id(execution_id: str, body: bytes | None = None) -> str:
     return f"req:{execution_id}:{hashlib.sha256(body).hexdigest()[:16]}"
 
 
-def cancel_msg_id(execution_id: str) -> str:
-    """`Nats-Msg-Id` of a cancel request: asking twice within the window is asking once."""
-    return f"cancel:{execution_id}"
+def cancel_msg_id(execution_id: str, restarts: int = 0) -> str:
+    """`Nats-Msg-Id` of a cancel request: asking twice within the window is asking once; after
+    a restart (router/restart.py) the execution can be cancelled again, so its number counts.
+    """
+    return f"cancel:{execution_id}" + (f":{restarts}" if restarts else "")
 
 
 def signal_msg_id(execution_id: str, name: str, idempotency_key: str) -> str:

@@ -258,6 +258,8 @@ class Command(BaseModel):
     step_line: Int64 | None = Field(None, description="The step's line in that file.")
     task_results: bool = Field(False, description="Keep each task's result in the step's "
                                "result as `results` (a template reads `<step>.results`).")
+    restart: Int64 = Field(0, description="The execution's restarts when it was issued: a "
+                           "cancellation before the latest restart does not withdraw it.")
 
 
 def command_body(*, execution_id: str, playbook: str | None, step: str, step_run_id: str,
@@ -266,7 +268,8 @@ def command_body(*, execution_id: str, playbook: str | None, step: str, step_run
                  context: dict[str, Any], keychain: list[dict[str, Any]],
                  max_payload_bytes: int | None, attempt: int = 1,
                  cursor: dict[str, Any] | None = None, source_file: str | None = None,
-                 step_line: int | None = None, task_results: bool = False) -> dict[str, Any]:
+                 step_line: int | None = None, task_results: bool = False,
+                 restart: int = 0) -> dict[str, Any]:
     """The one constructor of a command body (fields of `Command`)."""
     body: dict[str, Any] = {
         "execution_id": execution_id, "playbook": playbook, "step": step,
@@ -278,6 +281,8 @@ def command_body(*, execution_id: str, playbook: str | None, step: str, step_run
         body["cursor"] = cursor
     if task_results:
         body["task_results"] = True
+    if restart:
+        body["restart"] = restart
     return body
 
 

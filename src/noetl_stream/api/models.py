@@ -158,6 +158,20 @@ class CancelAccepted(_Out):
     status: Literal["cancel_requested"] = "cancel_requested"
 
 
+class RestartBody(_In):
+    from_step: str | None = Field(None, max_length=256, description="Run this step and every step "
+                                  "downstream of it again (any execution); without it, the steps "
+                                  "that failed or were cancelled (a failed or cancelled execution)")
+    workload: dict[str, Any] = Field(default_factory=dict, description="Merged over the workload "
+                                     "for what runs again")
+
+
+class RestartAccepted(_Out):
+    execution_id: str
+    restart: int = Field(description="The restart's number; `execution.restarted` carries it")
+    status: Literal["restart_requested"] = "restart_requested"
+
+
 class SignalSent(_Out):
     execution_id: str
     signal: str

@@ -20,7 +20,8 @@ from noetl_stream.api.event_log import count_after, follow, read_page, stored_ev
 from noetl_stream.api.execution_lookup import TERMINAL, check_execution_id, detail
 from noetl_stream.api.models import EventPage, EventsQuery, StoredEvent, StreamQuery
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.runtime.watcher import END_EVENTS
+from noetl_stream.runtime.delivery import pending_of
+from noetl_stream.runtime.watcher import EndOfLog
 
 KEEPALIVE_S = 15.0
 
@@ -63,6 +64,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
     if over:
         await response.write_eof()
         return response
+    end = EndOfLog()
     try:
         async with follow(ctx.bus, execution_id, after_seq=after) as feed:
             while True:
@@ -81,7 +83,7 @@ async def stream_events(request: web.Request) -> web.StreamResponse:
                 if event is None:
                     continue
                 await response.write(_frame(event))
-                if event.event_type in END_EVENTS:
+                if end.see(event.event, pending_of(msg)) is not None:
                     break
         await response.write_eof()
     except (ConnectionResetError, ConnectionError):

@@ -19,6 +19,7 @@ from noetl_stream.api.context import ApiContext, api_context
 from noetl_stream.api.endpoints import Endpoint, json_response, read_body, read_json, read_query
 from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.execution_lookup import (
+    check_execution_id,
     detail,
     item_of,
     load_state,
@@ -33,16 +34,20 @@ from noetl_stream.api.models import (
     ExecutionDetail,
     ExecutionList,
     ExecutionListQuery,
+    RestartAccepted,
+    RestartBody,
     SignalQuery,
     SignalSent,
     SkippedRecord,
 )
 from noetl_stream.api.routes_catalog import parse, read_text
+from noetl_stream.errors import RestartRefused
 from noetl_stream.ids import derived_execution_id
 from noetl_stream.messages import ExecutionRequest, RequestReply, signal_name_problem
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.cancel import request_cancel
 from noetl_stream.runtime.execution_ids import new_execution_id
+from noetl_stream.runtime.restart import request_restart
 from noetl_stream.runtime.signals import publish_signal, why_unheard
 from noetl_stream.state.catalog import path_key
 from noetl_stream.state.kv_keys import bucket_keys
@@ -183,10 +188,25 @@ async def cancel_execution(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
     execution_id = request.match_info["execution_id"]
     body = await read_body(request, CancelBody) if request.body_exists else CancelBody()
-    await require_running(ctx, execution_id)
+    state = await require_running(ctx, execution_id)
     await request_cancel(ctx.bus, execution_id, reason=body.reason,
-                         requested_by=principal(request).user)
+                         requested_by=principal(request).user, restarts=state.restarts)
     return json_response(CancelAccepted(execution_id=execution_id), 202)
+
+
+async def restart_execution(request: web.Request) -> web.StreamResponse:
+    ctx = api_context(request)
+    execution_id = check_execution_id(request.match_info["execution_id"])
+    body = await read_body(request, RestartBody) if request.body_exists else RestartBody()
+    try:
+        asked = await request_restart(ctx.bus, execution_id, from_step=body.from_step,
+                                      workload=body.workload,
+                                      requested_by=principal(request).user)
+    except RestartRefused as exc:
+        if exc.unknown:
+            raise not_found(f"execution {execution_id}") from None
+        raise ApiError(409, str(exc)) from None
+    return json_response(RestartAccepted(execution_id=execution_id, restart=asked.restart), 202)
 
 
 async def send_signal(request: web.Request) -> web.StreamResponse:
@@ -228,6 +248,11 @@ ENDPOINTS = [
              "execution (and its children) to be cancelled", "control", "executions",
              body=CancelBody, body_required=False, response=CancelAccepted, status=202,
              errors=(404, 409)),
+    Endpoint("POST", "/api/executions/{execution_id}/restart", restart_execution, "Reopen a "
+             "failed or cancelled execution (or any one from a step): finished steps keep their "
+             "results, the failed step or the step named runs again with everything downstream",
+             "control", "executions", body=RestartBody, body_required=False,
+             response=RestartAccepted, status=202, errors=(404, 409, 422)),
     Endpoint("POST", "/api/executions/{execution_id}/signals/{name}", send_signal, "Send an "
              "external signal (the body is its data, any JSON)", "control", "executions",
              any_body=True, query=SignalQuery, response=SignalSent, status=202,

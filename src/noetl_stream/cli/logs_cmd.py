@@ -32,13 +32,15 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
     from noetl_stream.api.event_log import follow as follow_events
     from noetl_stream.cli.execution_log import is_known, read_events
     from noetl_stream.runtime.connection import Bus
+    from noetl_stream.runtime.delivery import pending_of
     from noetl_stream.runtime.services import client_bus
     from noetl_stream.runtime.signals import decode_event
-    from noetl_stream.runtime.watcher import END_EVENTS
+    from noetl_stream.runtime.watcher import EndOfLog
 
     show = _Shown(steps, as_json)
 
     async def tail(bus: Bus, after_seq: int) -> None:
+        end = EndOfLog()
         async with follow_events(bus, execution_id, after_seq=after_seq) as feed:
             while True:
                 msg = await feed.get()
@@ -47,7 +49,7 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
                 except ValueError:
                     continue
                 show(event)
-                if event.get("event_type") in END_EVENTS:
+                if end.see(event, pending_of(msg)) is not None:
                     return
 
     async def go() -> bool:
@@ -57,7 +59,9 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
             events, last = await read_events(bus, execution_id)
             for event in events:
                 show(event)
-            ended = any(e.get("event_type") in END_EVENTS for e in events)
+            read = EndOfLog()
+            ended = any(read.see(e, len(events) - 1 - i) is not None
+                        for i, e in enumerate(events))
             if follow and not ended:
                 await tail(bus, last)
             return True

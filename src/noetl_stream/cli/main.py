@@ -19,6 +19,7 @@ from noetl_stream.cli.credential import credential
 from noetl_stream.cli.dlq_cmd import dlq
 from noetl_stream.cli.executions_cmd import executions
 from noetl_stream.cli.logs_cmd import logs
+from noetl_stream.cli.restart_cmd import restart
 from noetl_stream.cli.run_cmd import run
 from noetl_stream.cli.service_cmds import init, nats_cmd, server, worker
 from noetl_stream.cli.signal_cmd import send_signal
@@ -27,6 +28,7 @@ from noetl_stream.cli.tools_cmd import tools
 from noetl_stream.cli.trigger_cmd import trigger
 from noetl_stream.cli.user_cmd import apikey, user
 from noetl_stream.cli.validate_cmd import validate
+from noetl_stream.cli.verify_cmd import verify
 from noetl_stream.cli.watch_cmd import watch
 
 
@@ -90,5 +92,6 @@ def completion(shell: str) -> None:
 
 
 for command in (run, validate, server, worker, init, watch, nats_cmd, tools, credential, register, catalog,
-                send_signal, user, apikey, cancel, status, dlq, executions, backup, restore, logs, trigger):
+                send_signal, user, apikey, cancel, status, dlq, executions, backup, restore, logs,
+                trigger, verify, restart):
     main.add_command(command)

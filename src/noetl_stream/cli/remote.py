@@ -28,6 +28,7 @@ from noetl_stream.errors import InfrastructureError, NoetlStreamError
 from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 
 END_EVENTS = frozenset({*TERMINAL_EXECUTION_EVENTS, "execution.rejected"})
+RESTARTED = "execution.restarted"  # reopens an ended execution: a later end follows
 # Starting an execution waits up to 10 s for the server's answer (docs/api.md); leave room.
 REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60)
 # The stream has no end in time, but the server sends a keepalive after 15 s of silence: a
@@ -159,7 +160,8 @@ class ApiClient:
 
     async def events(self, execution_id: str, *, wait_for_start: bool = False,
                      ) -> AsyncIterator[SseEvent]:
-        """The execution's events from its first, live, until its terminal event.
+        """The execution's events from its first, live, until the server ends the stream after
+        its terminal event (the last one, for an execution restarted after an earlier end).
 
         With `wait_for_start`, an execution the server does not know yet (its request is stored
         but no server has started it) is waited for rather than reported as not found.
@@ -188,8 +190,6 @@ class ApiClient:
                             failures = 0
                             last_id = frame.id if frame.id is not None else last_id
                             yield frame
-                            if frame.event in END_EVENTS:
-                                return
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as exc:
                 # A dropped connection (a restarted server, a proxy's idle cut): resume after
                 # the last frame seen. Only a server that stays away is an error.

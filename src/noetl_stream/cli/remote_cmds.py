@@ -21,7 +21,7 @@ import click
 
 from noetl_stream import jsonutil
 from noetl_stream.cli.common import EXIT_FAILED, EXIT_INFRA, EXIT_OK, EXIT_REJECTED, fail, run_async
-from noetl_stream.cli.remote import END_EVENTS, ApiClient, RemoteError, open_client
+from noetl_stream.cli.remote import END_EVENTS, RESTARTED, ApiClient, RemoteError, open_client
 from noetl_stream.dsl.composition import ComposedResult, PlaybookFile
 from noetl_stream.errors import InfrastructureError
 
@@ -60,14 +60,21 @@ def _rejected(execution_id: str | None, reasons: list[str]) -> dict[str, Any]:
 
 async def _follow(client: ApiClient, execution_id: str, on_event: Callable[[dict[str, Any]], None],
                   *, wait_for_start: bool = False) -> dict[str, Any]:
-    """Deliver every event to `on_event` until the terminal one, and return it."""
+    """Deliver every event to `on_event` until the server ends the stream, and return the
+    terminal event (the last one: a restart reopens an ended execution).
+    """
+    end: dict[str, Any] | None = None
     async for frame in client.events(execution_id, wait_for_start=wait_for_start):
         event = frame.json()
         if not isinstance(event, dict):
             continue
         on_event(event)
-        if event.get("event_type") in END_EVENTS:
-            return event
+        if event.get("event_type") == RESTARTED:
+            end = None
+        elif event.get("event_type") in END_EVENTS:
+            end = event
+    if end is not None:
+        return end
     # The stream ended without a terminal event: it had ended before we joined and its events
     # are gone from the stream. The state still says how it ended.
     detail: dict[str, Any] = await client.request(
@@ -187,6 +194,22 @@ def cancel_remote(server_url: str, token: str | None, execution_id: str, reason:
     status = str(final.get("status") or final.get("event_type", "").removeprefix("execution."))
     click.echo(f"{execution_id} {status}")
     sys.exit(EXIT_OK if status == "cancelled" else EXIT_FAILED)
+
+
+async def restart_remote(server_url: str, token: str | None, execution_id: str, *,
+                         from_step: str | None, workload: dict[str, Any], detach: bool,
+                         timeout_s: float | None) -> dict[str, Any]:
+    """POST .../restart; unless `detach`, follow the events to the end that follows it (the
+    server's event stream ends at an execution's latest end, a restart's included).
+    """
+    async with open_client(server_url, token) as client:
+        asked: dict[str, Any] = await client.request(
+            "POST", f"/api/executions/{quote(execution_id, safe='')}/restart",
+            json={"from_step": from_step, "workload": workload})
+        if detach:
+            return {"execution_id": execution_id, "restart": asked.get("restart")}
+        async with asyncio.timeout(timeout_s):
+            return await _follow(client, execution_id, lambda event: None)
 
 
 async def signal_remote(server_url: str, token: str | None, execution_id: str, name: str,

@@ -40,7 +40,7 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
     from noetl_stream.cli.execution_log import is_known
     from noetl_stream.cli.progress import ProgressPrinter
     from noetl_stream.runtime.connection import connect
-    from noetl_stream.runtime.watcher import END_EVENTS, ExecutionWatch
+    from noetl_stream.runtime.watcher import ExecutionWatch
     from noetl_stream.state.results import ResultStore
 
     if nats_url is None and server_url is None:
@@ -72,8 +72,9 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
                 event = await events.get()
                 # JSON lines show large results' values, not their object store references.
                 on_event(await results.resolve(event) if as_json else event)
-                if event.get("event_type") in END_EVENTS:
-                    return event
+                end = w.ended()
+                if end is not None and events.empty():
+                    return end
         finally:
             await w.stop()
             await bus.close()

@@ -19,7 +19,7 @@ from noetl_stream.dsl import guards, keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.dsl.values import EventName
 from noetl_stream.errors import TemplateError
-from noetl_stream.router import cancel, case_events, children, listeners, loops, watchdog
+from noetl_stream.router import cancel, case_events, children, listeners, loops, restart, watchdog
 from noetl_stream.router.context import build_context, output_view, pick_steps
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.graph import graph_of
@@ -192,7 +192,7 @@ class Engine:
                 self.pb.keychain, names,
                 first=run.run_no == 1 and step.name == self.graph.start),
             max_payload_bytes=self.graph.max_payload_bytes,
-            source_file=self.pb.file, step_line=step.line,
+            source_file=self.pb.file, step_line=step.line, restart=self.state.restarts,
             task_results=step.name in self.graph.task_results, **loops.command_fields(step))
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.send(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
@@ -437,7 +437,10 @@ class Engine:
         if self.state.ended_at is None:
             self.state.ended_at = self.now
         etype = f"execution.{self.state.status}"
-        self.emit(etype, ids.event_msg_id(self.state.execution_id, etype), **self.state.summary(),
+        # A restarted execution ends again: its end event needs an id of its own.
+        again = (self.state.restarts,) if self.state.restarts else ()
+        self.emit(etype, ids.event_msg_id(self.state.execution_id, etype, *again),
+                  **self.state.summary(), **({"restart": again[0]} if again else {}),
                   duration_ms=round((self.state.ended_at - self.state.started_at) * 1000, 3))
         # A failure elsewhere ends the execution while these runs still wait on children that
         # nobody will read any more.
@@ -519,6 +522,14 @@ def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
         if state.status == "running":
             state.applied += 1
         children.on_started(Engine(playbook, state, now), event)
+        return Decision(state, state.outbox)
+    if etype == restart.REQUESTED:
+        # Reopens a finished execution, so it is taken whatever the status.
+        state.applied += 1
+        engine = Engine(playbook, state, now)
+        restart.apply_restart(engine, event)
+        if state.status == "running":
+            engine.check_quiescence()
         return Decision(state, state.outbox)
     if state.status != "running":
         return Decision(state, state.outbox)  # late outcomes, timers, repeated cancels

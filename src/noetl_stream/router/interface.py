@@ -39,6 +39,9 @@ class Router(Protocol):
                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
         """A template context holding what the templates in `reads` name."""
 
+    def fire(self, name: str, args: dict[str, Any]) -> None:
+        """A token reaches the step `name`: admit it and start a run of it."""
+
     def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
         """Issue the command of a run, or of one loop iteration of it."""
 

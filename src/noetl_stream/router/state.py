@@ -192,6 +192,7 @@ class ExecutionState:
     # The format this state is written in (formats.py); a state read keeps the version it was
     # written in when that is newer than this release's, so the server can refuse to rewrite it.
     schema_version: int = STATE.current
+    restarts: int = 0  # restarts applied (router/restart.py): numbers their events
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
@@ -376,6 +377,7 @@ class ExecutionState:
             outbox=[Outgoing(**_known(Outgoing, o)) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),
             schema_version=data[VERSION_FIELD],
+            restarts=data.get("restarts", 0),
         )
         if state.step_pages:
             state._inline = dict.fromkeys(state.steps)

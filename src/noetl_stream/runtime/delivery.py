@@ -23,6 +23,19 @@ class Delivery(NamedTuple):
     consumer_seq: int
 
 
+def pending_of(msg: Msg) -> int | None:
+    """How many messages the consumer still had for us after this one; None when not told."""
+    reply = msg.reply
+    if not reply or not reply.startswith("$JS.ACK."):
+        return None
+    tokens = reply.split(".")
+    index = 8 if len(tokens) == _SHORT else 10 if len(tokens) >= _LONG else -1
+    try:
+        return int(tokens[index]) if index > 0 else None
+    except (ValueError, IndexError):
+        return None
+
+
 def delivery_of(msg: Msg) -> Delivery | None:
     """The delivery count and sequences of a JetStream message; None for any other message."""
     reply = msg.reply

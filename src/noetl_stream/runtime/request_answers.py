@@ -129,6 +129,7 @@ async def handle_cancel(bus: Bus, executions: KeyValue, msg: Msg, now: float) ->
                       parent_execution_id=state.parent_execution_id, reason=request.reason,
                       requested_by=request.requested_by)
     await publish_event(bus, execution_id, CANCEL_REQUESTED,
-                        ids.event_msg_id(execution_id, CANCEL_REQUESTED), body)
+                        ids.event_msg_id(execution_id, CANCEL_REQUESTED,
+                                         *((state.restarts,) if state.restarts else ())), body)
     await reply(bus, request.reply_to, execution_id, [])
     await msg.ack_sync()

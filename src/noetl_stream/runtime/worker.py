@@ -10,7 +10,9 @@ Commands the router no longer wants are withdrawn: the worker hears `execution.c
 `step.timeout` (core subscriptions), cancels the tasks running those commands (a python child is
 killed, an HTTP request dropped, a child playbook asked to cancel) and acks them without an
 outcome; the router already recorded why. It remembers recent withdrawals, so a command for a
-cancelled execution that arrives later is acked without running.
+cancelled execution that arrives later is acked without running. A restart reopens a cancelled
+execution: commands and end events carry its restart count, and a cancellation withdraws only
+the commands issued since the same restart.
 """
 
 from __future__ import annotations
@@ -172,7 +174,8 @@ class Worker:
         execution_id, step_run_id, step = valid.execution_id, valid.step_run_id, valid.step
         iteration = command.get("iteration")
         key = _command_key(step_run_id, iteration)
-        if execution_id in self._withdrawn or key in self._withdrawn:
+        generation = _generation(execution_id, valid.restart)
+        if generation in self._withdrawn or key in self._withdrawn:
             log.info("command %s of %s withdrawn before it ran: acknowledged", key, execution_id)
             await msg.ack()
             return
@@ -181,7 +184,7 @@ class Worker:
             return
         task = asyncio.current_task()
         assert task is not None
-        self._commands[task] = _Running(execution_id, key, msg)
+        self._commands[task] = _Running(generation, key, msg)
         try:
             with tracing.command_span(msg.headers, command, self.pool) as span:
                 ok, error = await self._execute(msg, command, execution_id, step_run_id, step,
@@ -227,12 +230,14 @@ class Worker:
         if event["event_type"] == "step.timeout":
             target = _command_key(str(event.get("step_run_id")), event.get("iteration"))
         else:
-            target = str(event["execution_id"])
+            restart = event.get("restart")
+            target = _generation(str(event["execution_id"]),
+                                 restart if isinstance(restart, int) else 0)
         self._withdrawn[target] = None
         while len(self._withdrawn) > WITHDRAWALS_KEPT:
             self._withdrawn.popitem(last=False)
-        for task, (execution_id, key, _) in list(self._commands.items()):
-            if target in (execution_id, key) and task not in self._withdrawing:
+        for task, (generation, key, _) in list(self._commands.items()):
+            if target in (generation, key) and task not in self._withdrawing:
                 self._withdrawing.add(task)
                 task.cancel(WITHDRAWN)
 
@@ -375,8 +380,13 @@ class Worker:
             seen = set(running)
 
 
+def _generation(execution_id: str, restart: int) -> str:
+    """What a cancellation withdraws: the execution's commands since its latest restart."""
+    return f"{execution_id}~{restart}" if restart else execution_id
+
+
 class _Running(NamedTuple):
-    execution_id: str
+    generation: str  # the execution id, with its restart count once restarted (_generation)
     key: str  # `<step_run_id>:<iteration>`, as a step.timeout names it
     msg: Msg  # the command's delivery, whose lease is kept while it runs
 
