@@ -115,7 +115,7 @@ def test_every_golden_state_reads_and_is_written_back_in_the_current_version(
     assert again[VERSION_FIELD] == STATE.current
     # A field added later with a default (add-only rule) reads as that default.
     added = {k: v for k, v in again.items() if k not in stored and k != VERSION_FIELD}
-    assert all(v in ({}, [], None) for v in added.values()), added
+    assert all(v in ({}, [], None, 0) for v in added.values()), added
     assert {k: v for k, v in again.items() if k != VERSION_FIELD and k not in added} == \
         {k: v for k, v in stored.items() if k != VERSION_FIELD}
     for key, raw in written["kv"]["noetl_step_results"].items():

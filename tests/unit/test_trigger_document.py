@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from noetl_stream.errors import PlaybookError
@@ -72,3 +74,17 @@ def test_header_and_name() -> None:
                      "spec: {playbook: a, schedule: {every: 1s}}\n")
     assert [i.split(": field ")[1].split(":")[0] for i in issues] == [
         '"apiVersion"', '"kind"', '"metadata.name"']
+
+
+TRIGGER_EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[2] / "playbooks").rglob(
+    "*.yaml") if "\nkind: Trigger" in "\n" + p.read_text())
+
+
+@pytest.mark.parametrize("path", TRIGGER_EXAMPLES, ids=lambda p: p.name)
+def test_every_trigger_example_parses(path: Path) -> None:
+    trigger = parse_trigger(path.read_text(), str(path))
+    assert trigger.spec.playbook
+
+
+def test_the_examples_hold_trigger_documents() -> None:
+    assert len(TRIGGER_EXAMPLES) >= 3

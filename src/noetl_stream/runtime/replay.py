@@ -52,7 +52,8 @@ def router_event_types(topology: Topology) -> tuple[frozenset[str], tuple[str, .
             parts = subject.split(".", 3)  # <prefix>.events.*.<type>
             if len(parts) < 4:
                 continue
-            etype = parts[3]
+            # An outcome's subject ends with its worker's pool (`step.done.*`): its type is the rest.
+            etype = parts[3].removesuffix(".*")
             if etype.endswith(">"):
                 prefixes.append(etype[:-1])
             else:
