@@ -8,7 +8,7 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP     := $(VENV)/.installed
 CHROMIUM  := /usr/bin/chromium
 
-.PHONY: install browser faketime demo test test-unit lint format bench chaos schemas conformance clean
+.PHONY: install browser faketime demo test test-unit lint format bench chaos schemas conformance dist clean
 
 $(VENV)/bin/python:
 	@echo "==> creating $(VENV)"
@@ -77,5 +77,10 @@ schemas: $(STAMP)  ## regenerate schemas/ from the models
 conformance: $(STAMP)  ## the shared conformance cases (needs ../shared beside the repo)
 	../shared/conformance/run --cli $(BIN)/noetl-stream
 
+dist: | $(VENV)/bin/python  ## the wheel docs/deploy.md installs: dist/noetl_stream-<version>-py3-none-any.whl
+	rm -rf dist
+	$(BIN)/pip wheel --quiet --no-deps --wheel-dir dist .
+	@ls dist/*.whl
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) dist .mypy_cache .ruff_cache .pytest_cache

@@ -35,7 +35,7 @@ async def test_a_duckdb_task_without_the_extra_fails_naming_it(tmp_path: Path) -
     assert summary["steps"]["start"]["status"] == "completed"
     error = summary["steps"]["query"]["error"]
     assert error["kind"] == "missing_extra"
-    assert 'pip install "noetl-stream[duckdb]"' in error["message"]
+    assert "the duckdb extra: pip install -e '.[duckdb]'" in error["message"]
 
 
 async def test_tools_says_duckdb_is_not_installed() -> None:
@@ -45,4 +45,4 @@ async def test_tools_says_duckdb_is_not_installed() -> None:
     out, _ = await asyncio.wait_for(proc.communicate(), 30)
 
     line = next(x for x in out.decode().splitlines() if x.startswith("duckdb"))
-    assert "not installed" in line and "noetl-stream[duckdb]" in line
+    assert "not installed" in line and ".[duckdb]" in line

@@ -68,6 +68,17 @@ def test_deployments_have_probes_resources_a_budget_and_secrets() -> None:
     assert all("NOETL_STREAM_NATS_URL" in s["stringData"] for s in nats_secrets)
 
 
+def test_the_worker_is_restarted_when_its_health_says_it_hangs() -> None:
+    (worker,) = [d for d in kinds()["Deployment"] if d["metadata"]["name"].startswith(
+        "noetl-stream-worker")]
+    (container,) = worker["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    port = int(args[args.index("--metrics") + 1].rsplit(":", 1)[1])
+    assert {"name": "metrics", "containerPort": port} in container["ports"]
+    # The worker's own /health (runtime/metrics_endpoint.py): 503 when NATS carries no round trip.
+    assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "metrics"}
+
+
 def test_the_nats_helm_values_ask_for_jetstream_r3_and_sync_always() -> None:
     (values,) = yaml_documents(DEPLOY / "kubernetes" / "nats" / "values.yaml")
     config = values["config"]

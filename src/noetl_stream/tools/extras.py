@@ -13,7 +13,8 @@ from typing import Any
 
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
-DUCKDB_INSTALL = 'pip install "noetl-stream[duckdb]"'
+DUCKDB_INSTALL = ("the duckdb extra: pip install -e '.[duckdb]' in a checkout, or "
+                  "pip install 'dist/noetl_stream-<version>-py3-none-any.whl[duckdb]'")
 
 
 def duckdb_installed() -> bool:
