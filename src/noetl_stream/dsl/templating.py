@@ -29,7 +29,6 @@ from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing
 
-from noetl_stream.dsl import template_filters
 from noetl_stream.dsl.filters import FILTERS, TESTS
 from noetl_stream.dsl.template_budget import (
     TemplateBound,
@@ -216,7 +215,6 @@ _ENV = _Environment(undefined=Undefined, autoescape=False, keep_trailing_newline
 del _ENV.filters["random"]
 del _ENV.globals["lipsum"]
 _ENV.globals["range"] = bounded_range
-template_filters.install(_ENV)
 _ENV.filters.update(FILTERS)
 _ENV.tests.update(TESTS)
 # Every filter and test spends what it is handed (a `groupby` of 20,000 rows spends 20,000 and

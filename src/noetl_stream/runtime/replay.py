@@ -39,12 +39,14 @@ class Rebuilt:
     outboxes: list[list[Outgoing]] = field(default_factory=list)
 
 
-def router_event_types(topology: Topology) -> tuple[frozenset[str], tuple[str, ...]]:
+def router_event_types(topology: Topology) -> tuple[frozenset[str], tuple[str, ...], frozenset[str]]:
     """The event types the server applies (exact ones, and prefixes such as `signal.`), read from
-    the subjects NOETL_ROUTER copies from the events stream.
+    the subjects NOETL_ROUTER copies from the events stream, and those of them copied only from
+    a pool-bound subject (`step.done.*`: a worker's outcome, not the router's own `step.done`).
     """
     exact: set[str] = set()
     prefixes: list[str] = []
+    pooled: set[str] = set()
     for stream in topology.streams:
         if stream.source is None:
             continue
@@ -52,23 +54,30 @@ def router_event_types(topology: Topology) -> tuple[frozenset[str], tuple[str, .
             parts = subject.split(".", 3)  # <prefix>.events.*.<type>
             if len(parts) < 4:
                 continue
-            # An outcome's subject ends with its worker's pool (`step.done.*`): its type is the rest.
             etype = parts[3].removesuffix(".*")
+            if etype != parts[3]:
+                pooled.add(etype)
             if etype.endswith(">"):
                 prefixes.append(etype[:-1])
             else:
                 exact.add(etype)
-    return frozenset(exact), tuple(prefixes)
+    return frozenset(exact), tuple(prefixes), frozenset(pooled)
 
 
 def applied_events(events: Iterable[dict[str, Any]], topology: Topology) -> list[dict[str, Any]]:
     """The events of a log the server applied, in order, each once (the stream's duplicate
-    window drops a second publish of one msg id; a timer's schedule is not the timer).
+    window drops a second publish of one msg id; a timer's schedule is not the timer; an
+    outcome type counts only from a worker's pool-bound subject, whose pool decoding keeps).
     """
-    exact, prefixes = router_event_types(topology)
-    return [e for e in events
-            if (str(e.get("event_type")) in exact
-                or any(str(e.get("event_type")).startswith(p) for p in prefixes))]
+    exact, prefixes, pooled = router_event_types(topology)
+
+    def applied(e: dict[str, Any]) -> bool:
+        etype = str(e.get("event_type"))
+        if etype in pooled:
+            return bool(e.get("pool"))
+        return etype in exact or any(etype.startswith(p) for p in prefixes)
+
+    return [e for e in events if applied(e)]
 
 
 def recorded_times(events: Iterable[dict[str, Any]]) -> dict[str, float]:

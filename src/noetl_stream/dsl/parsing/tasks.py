@@ -156,7 +156,8 @@ class TaskParser(ParserBase):
         if kind == "postgres":
             config = pg_connection.fold(config, lambda fld, message: self.error(
                 line_of(body, fld) or line, message, step, f"tool.{fld}"))
-        if isinstance(config.get("command"), list):  # NoETL's `commands:` list of statements
+        if kind in ("postgres", "duckdb") and isinstance(config.get("command"), list):
+            # NoETL's `commands:` list of SQL statements (a shell `command:` list is an argv)
             config["command"] = pg_connection.joined_statements(config["command"])
         # Older spellings count under the field's name: `credential` beside `connection` is
         # shadowed like `auth` is.
