@@ -10,7 +10,7 @@
   // Fields every outcome event has; any other field (captured output, ...) is shown as is.
   const KNOWN = new Set(["event_id", "event_type", "timestamp", "execution_id", "parent_execution_id",
     "step", "step_run_id", "iteration", "status", "result", "error", "ctx_patch", "http", "route",
-    "case_matched", "duration_ms", "run", "time", "output"]);
+    "case_matched", "duration_ms", "run", "time", "output", "pool", "restart", "cursor"]);
   const STATUS_OF = { "step.started": "running", "step.done": "completed", "step.failed": "failed",
     "step.skipped": "skipped", "step.cancelled": "cancelled", "step.timeout": "failed",
     "loop.done": "completed", "loop.failed": "failed" };
