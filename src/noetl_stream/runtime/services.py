@@ -89,7 +89,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     responder = RequestResponder(bus) if server else None
     # Finished states carry nats-server's times (the server's clock): ages are measured on it.
     sweeper = RetentionSweeper(bus, clock=srv.clock) if srv is not None else None
-    stalls = StallCheck(bus) if srv is not None else None
+    stalls = StallCheck(bus, clock=srv.clock) if srv is not None else None
     dead_letters = DeadLetters(bus, clock=srv.clock) if srv is not None else None
     # A local `run` starts its one execution, not the fires and messages that waited for a server.
     triggers = TriggerService(bus) if srv is not None and not local else None
