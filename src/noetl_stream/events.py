@@ -68,6 +68,10 @@ class OutcomeEvent(IterationEvent):
     output: dict[str, TaskOutput] | None = Field(
         None, description="What each task wrote to stdout / stderr (python tasks), by task name; "
         "absent when nothing was written.")
+    input: dict[str, dict[str, Any]] | None = Field(
+        None, description="What each task was called with, by task name: `{kind, attempt, config, "
+        "input}` after templates, secrets masked (a task past the size budget keeps only "
+        "`truncated` and `bytes`); absent when no task ran.")
     pool: str | None = Field(None, description="The pool whose worker published it: the last "
                              "token of its subject (`...step.done.<pool>`); readers set it from "
                              "the subject, never from the body. The router takes an outcome "

@@ -12,6 +12,7 @@ from noetl_stream import ids, jsonutil
 from noetl_stream.api.context import ApiContext
 from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.event_log import EVENTS_STREAM
+from noetl_stream.api.execution_filters import error_message
 from noetl_stream.api.models import ExecutionDetail, ExecutionItem
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.state.results import ResultStore
@@ -55,7 +56,8 @@ def item_of(state: ExecutionState) -> ExecutionItem:
                          playbook_path=state.playbook_path, playbook_name=state.playbook_name,
                          started_at=_started(state), parent_execution_id=state.parent_execution_id,
                          ended_at=datetime.fromtimestamp(state.ended_at, UTC)
-                         if state.ended_at is not None else None)
+                         if state.ended_at is not None else None,
+                         error_message=error_message(state))
 
 
 async def detail(ctx: ApiContext, execution_id: str) -> ExecutionDetail:

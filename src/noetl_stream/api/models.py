@@ -113,6 +113,10 @@ class ExecutionListQuery(_In):
     status: str | None = Field(None, max_length=32)
     path: str | None = Field(None, max_length=1000, description="Playbook metadata.path")
     since: datetime | None = Field(None, description="Started at or after (ISO 8601 or unix time)")
+    until: datetime | None = Field(None, description="Started before (ISO 8601 or unix time)")
+    execution_id: str | None = Field(None, max_length=200, description="Ids containing this text")
+    playbook: str | None = Field(None, max_length=1000, description="Playbook path or name "
+                                 "containing this text, in any case")
     limit: int = Field(50, ge=1, le=500)
     cursor: str | None = Field(None, max_length=200, description="next_cursor of the last page")
 
@@ -131,6 +135,8 @@ class ExecutionItem(_Out):
     parent_execution_id: str | None
     ended_at: datetime | None = Field(None, description="When it completed, failed or was "
                                       "cancelled; none while it runs")
+    error_message: str | None = Field(None, description="Why it failed or was cancelled: its "
+                                      "error's message, cut at 500 characters")
 
 
 class ExecutionList(_Out):
@@ -138,6 +144,8 @@ class ExecutionList(_Out):
     next_cursor: str | None
     skipped: list[SkippedRecord] = Field(default_factory=list, description="States that do not "
                                          "decode, left out of the list (and logged)")
+    counts: dict[str, int] = Field(default_factory=dict, description="Executions matching every "
+                                   "filter but `status`, by status")
 
 
 class ExecutionDetail(ExecutionItem):

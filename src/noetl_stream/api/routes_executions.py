@@ -18,6 +18,7 @@ from noetl_stream.api.auth import principal
 from noetl_stream.api.context import ApiContext, api_context
 from noetl_stream.api.endpoints import Endpoint, json_response, read_body, read_json, read_query
 from noetl_stream.api.errors import ApiError, not_found
+from noetl_stream.api.execution_filters import matches, status_counts
 from noetl_stream.api.execution_lookup import (
     check_execution_id,
     detail,
@@ -151,7 +152,6 @@ async def list_executions(request: web.Request) -> web.StreamResponse:
         if parsed is None:
             raise ApiError(422, "cursor is not one this server gave out")
         after = (float(parsed.group(1)), parsed.group(2))
-    since = query.since.timestamp() if query.since else None
     # Every state is read: the KV bucket has no index. Fine for thousands; a projection would
     # serve millions.
     skips = Skips("execution")
@@ -163,11 +163,8 @@ async def list_executions(request: web.Request) -> web.StreamResponse:
             round(state.started_at, 6)
         return state
 
-    states = [state for state in await read_each(
-        await bucket_keys(ctx.bus.js, "noetl_executions"), listable, skips)
-        if not ((query.status and state.status != query.status)
-                or (query.path and state.playbook_path != query.path)
-                or (since is not None and state.started_at < since))]
+    every = await read_each(await bucket_keys(ctx.bus.js, "noetl_executions"), listable, skips)
+    states = [state for state in every if matches(state, query)]
     # Newest first; the cursor is the (started_at, id) of the last item shown.
     states.sort(key=lambda s: (round(s.started_at, 6), s.execution_id), reverse=True)
     if after is not None:
@@ -177,7 +174,8 @@ async def list_executions(request: web.Request) -> web.StreamResponse:
     return json_response(ExecutionList(items=[item_of(s) for s in page],
                                        next_cursor=_cursor_of(page[-1]) if more else None,
                                        skipped=[SkippedRecord(key=s.key, reason=s.reason)
-                                                for s in skips.items]))
+                                                for s in skips.items],
+                                       counts=status_counts(every, query)))
 
 
 async def get_execution(request: web.Request) -> web.StreamResponse:

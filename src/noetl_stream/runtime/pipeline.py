@@ -38,6 +38,7 @@ from noetl_stream.runtime.retrying import (
 )
 from noetl_stream.runtime.sinks import SinkRuns
 from noetl_stream.runtime.task_cache import command_tasks
+from noetl_stream.runtime.task_inputs import TaskInputs
 from noetl_stream.runtime.task_views import (
     case_views,
     kept_task_result,
@@ -65,6 +66,7 @@ class PipelineResult:
     case_matched: list[Any] | None = None  # spec 001 case: the branches found true
     cursor: dict[str, Any] | None = None  # a cursor loop iteration's claim: exhausted, replayed
     output: dict[str, dict[str, Any]] | None = None  # task -> captured stdout/stderr (events.py)
+    input: dict[str, dict[str, Any]] | None = None  # task -> its rendered call (task_inputs.py)
 
 
 def bounded_output(captured: dict[str, dict[str, Any]],
@@ -138,6 +140,7 @@ class Pipeline:
         self.tools = tools
         self.key_prefix = idempotency_prefix
         self.captured: dict[str, dict[str, Any]] = {}  # task -> its last call's printed output
+        self.inputs = TaskInputs()
         ctx_in = command["context"]
         self.tasks = list(command_tasks(command["tasks"]))
         self.index = {t.name: i for i, t in enumerate(self.tasks)}
@@ -202,8 +205,7 @@ class Pipeline:
                                                   "entry": exc.entry})
         if claim is not None:
             result.cursor = claim.report
-        if self.captured:
-            result.output = bounded_output(self.captured)
+        result.output, result.input = bounded_output(self.captured) or None, self.inputs.bounded()
         return result
 
     async def _resolve_keychain(self) -> None:
@@ -449,6 +451,7 @@ class Pipeline:
             return Outcome.failure(str(located), "template")
         if task.kind == "python":
             inputs = {**self.args, **inputs}
+        self.inputs.record(task.name, task.kind, attempt, config, inputs)
         call = TaskCall(
             execution_id=self.cmd["execution_id"], step=self.step, task=task.name, kind=task.kind,
             config=config, input=inputs, spec=task.spec,

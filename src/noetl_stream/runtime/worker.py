@@ -312,6 +312,8 @@ class Worker:
             duration_ms=round((time.time() - started) * 1000, 3))
         if outcome.output:
             body["output"] = outcome.output  # what python tasks printed (events.py TaskOutput)
+        if outcome.input:
+            body["input"] = outcome.input  # each task's rendered call (runtime/task_inputs.py)
         if outcome.cursor is not None:
             body["cursor"] = outcome.cursor  # a cursor loop's claim: `exhausted` retires the slot
         if self.redact:
