@@ -173,7 +173,8 @@ async def test_the_ui_shows_executions_live_and_acts_on_them(stack: Stack, brows
     await page.wait_for_selector(node(page, "merge", "completed"))
     # What the step printed reads as text, one block per stream, and nothing else is shown.
     await page.click('g.node[data-step="slow"]')
-    printed = page.locator("#step-detail .captured")
+    await page.click('#step-detail .tab[data-tab="logs"]')
+    printed = page.locator('#step-detail .tab-panel[data-tab="logs"] .captured')
     await expect(printed).to_have_count(2)
     await expect(printed.nth(0).locator("h4")).to_have_text("slow_task stdout")
     await expect(printed.nth(0).locator("pre")).to_have_text("resting for 3 s\n")
@@ -193,13 +194,14 @@ async def test_the_ui_shows_executions_live_and_acts_on_them(stack: Stack, brows
             waiting_id = (await r.json())["execution_id"]
     await page.goto(f"{stack.base}/executions/{failed_id}")
     await page.click(node(page, "load", "failed"))
+    await page.click('#step-detail .tab[data-tab="errors"]')  # the tab stays chosen
     error = page.locator("#step-detail details.step-error")
     await expect(error.locator("pre")).to_be_hidden()
     await error.locator("summary").click()
     await expect(error.locator("pre")).to_be_visible()
     await expect(error.locator("pre")).to_contain_text("the warehouse refused the batch")
     await expect(error.locator("summary")).to_contain_text("failed after 2 attempts")
-    await expect(page.locator("#step-detail .step-events")).to_contain_text(
+    await expect(page.locator("#step-detail .attempts")).to_contain_text(
         "retry.started attempt 2/2 in 0.10 s: RuntimeError: the warehouse refused the batch")
     await expect(page.locator('#timeline tr[data-type="retry.started"] td').nth(3)).to_have_text(
         "attempt 2/2 in 0.10 s: RuntimeError: the warehouse refused the batch")

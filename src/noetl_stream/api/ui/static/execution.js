@@ -6,11 +6,6 @@
   const { api, el, json, short, when, duration, elapsed, badge } = NS;
   const id = decodeURIComponent(location.pathname.split("/").pop());
   const path = `/api/executions/${encodeURIComponent(id)}`;
-  const OUTCOMES = new Set(["step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed"]);
-  // Fields every outcome event has; any other field (captured output, ...) is shown as is.
-  const KNOWN = new Set(["event_id", "event_type", "timestamp", "execution_id", "parent_execution_id",
-    "step", "step_run_id", "iteration", "status", "result", "error", "ctx_patch", "http", "route",
-    "case_matched", "duration_ms", "run", "time", "output", "pool", "restart", "cursor"]);
   const STATUS_OF = { "step.started": "running", "step.done": "completed", "step.failed": "failed",
     "step.skipped": "skipped", "step.cancelled": "cancelled", "step.timeout": "failed",
     "loop.done": "completed", "loop.failed": "failed" };
@@ -24,6 +19,9 @@
   let refreshTimer = null;
   let shownStep = null;
   let shownOutcome = null;
+  let stepTab = "output"; // the step panel's tab, kept while another step is chosen
+  const expanded = new Set(); // loop steps whose iterations the timeline shows
+  const children = []; // {id, step, iteration} from `child.started`
   const TIMELINE_ROWS = 1000; // the newest rows kept on the page; the step panel lists the rest
   const events = [];
   const eventStatus = new Map();
@@ -47,8 +45,12 @@
     facts.append(`started ${when(detail.started_at)} · `, el("span", { id: "exec-duration" },
       duration(elapsed(detail))));
     if (detail.parent_execution_id) {
-      facts.append(" · child of ", el("a", { href: `/executions/${detail.parent_execution_id}` },
+      facts.append(" · child of ", el("a", { href: `/executions/${detail.parent_execution_id}`, id: "exec-parent" },
         detail.parent_execution_id));
+    }
+    if (children.length) {
+      facts.append(" · children: ", el("span", { id: "exec-children" }, children.flatMap((c, i) => [i ? ", " : "",
+        el("a", { href: `/executions/${encodeURIComponent(c.id)}` }, c.id), ` (${c.step}${c.iteration !== null ? " #" + c.iteration : ""})`])));
     }
     $("actions").hidden = !(NS.mayControl() && detail.status === "running");
   }
@@ -124,71 +126,37 @@
       : el("p", {}, "Waiting on nothing the state records."));
   }
 
-  function errorBlock(error, open) {
-    const text = (error && (error.message || error.reason)) || "error";
-    return el("details", { class: "step-error", open: open || null },
-      el("summary", {}, short(text, 200)), el("pre", {}, json(error)));
-  }
-
-  // What an outcome carries beyond its envelope: each task's printed lines (`output`, one
-  // TaskOutput per task) as text a person reads, then any other field as JSON.
-  function capturedOutput(event) {
-    const out = [];
-    const iteration = event.iteration !== null && event.iteration !== undefined ? ` #${event.iteration}` : "";
-    for (const [task, printed] of Object.entries(event.output || {})) {
-      for (const stream of ["stdout", "stderr"]) {
-        const text = printed && printed[stream];
-        if (!text) continue;
-        const cut = printed.truncated ? ` (the last part of ${printed[stream + "_bytes"]} bytes)` : "";
-        out.push(el("div", { class: `captured ${stream}` }, el("h4", {}, `${task}${iteration} ${stream}${cut}`),
-          el("pre", {}, text)));
-      }
-    }
-    for (const [key, value] of Object.entries(event)) {
-      if (KNOWN.has(key) || value === null || value === undefined || value === "") continue;
-      out.push(el("div", { class: "captured" }, el("h4", {}, key),
-        el("pre", {}, typeof value === "string" ? value : json(value))));
-    }
-    return out;
-  }
+  // step_panel.js and gantt.js are deferred (execution.html): used once the page has loaded.
+  const errorBlock = (error, open) => STEP_PANEL.errorBlock(error, open);
 
   function renderStep() {
     const box = $("step-detail");
     // Redraw only when something shown changed, so an error the user opened stays open.
-    const mineCount = selected ? events.filter((e) => e.event.step === selected).length : 0;
+    const mine = selected ? events.filter((e) => e.event.step === selected) : [];
+    const mineChildren = children.filter((c) => c.step === selected);
     const shown = JSON.stringify([selected, selected && (detail.steps || {})[selected],
-      stepStatus(selected), loopProgress.get(selected), mineCount]);
+      stepStatus(selected), loopProgress.get(selected), mine.length, mineChildren.length]);
     if (shown === shownStep) return;
     shownStep = shown;
     $("step-name").textContent = selected || "";
-    box.textContent = "";
     if (!selected) {
-      box.append(el("p", { class: "muted" }, "Click a step in the net."));
+      box.textContent = "";
+      box.append(el("p", { class: "muted" }, "Click a step in the net or the timeline."));
       return;
     }
-    const record = (detail.steps || {})[selected];
-    const status = stepStatus(selected);
-    box.append(el("p", {}, badge(status), record && record.runs ? ` ${record.runs} run(s)` : ""));
-    const progress = loopProgress.get(selected);
-    if (progress) {
-      box.append(el("p", {}, `loop: ${progress.done}${progress.total === null ? "" : "/" + progress.total} done`));
-    }
-    if (record && record.error) box.append(el("h3", {}, "Error"), errorBlock(record.error, false));
-    if (record && record.result !== null && record.result !== undefined) {
-      box.append(el("h3", {}, "Result"), el("pre", { class: "result" }, json(record.result)));
-    }
-    const mine = events.filter((e) => e.event.step === selected);
-    const captured = mine.filter((e) => OUTCOMES.has(e.type)).flatMap((e) => capturedOutput(e.event));
-    if (captured.length) box.append(el("h3", {}, "Output"), ...captured);
-    if (mine.length) {
-      const recent = mine.slice(-200);
-      box.append(el("h3", {}, mine.length > recent.length ? `Events (the last ${recent.length} of ${mine.length})` : "Events"),
-        el("ul", { class: "step-events" }, recent.map((e) =>
-        el("li", {}, `+${offset(e.event)} ${e.type}`,
-          e.event.iteration !== null && e.event.iteration !== undefined ? ` #${e.event.iteration}` : "",
-          e.event.duration_ms !== undefined ? ` (${duration(e.event.duration_ms)})` : "",
-          e.type === "retry.started" ? ` ${describe(e.type, e.event)}` : ""))));
-    }
+    STEP_PANEL.render(box, selected, { record: (detail.steps || {})[selected], status: stepStatus(selected),
+      progress: loopProgress.get(selected), children: mineChildren, events: mine, offset, describe,
+      tab: stepTab, onTab: (name) => { stepTab = name; STEP_PANEL.show(box, name); } });
+  }
+
+  function renderGantt() {
+    const box = $("gantt");
+    if (!box) return;
+    const last = events.length ? events[events.length - 1].event.timestamp : null;
+    const ended = detail && detail.ended_at ? new Date(detail.ended_at).getTime() / 1000 : null;
+    const now = terminal() && ended !== null ? ended : Math.max(Date.now() / 1000, last || 0);
+    GANTT.render(box, events, { start: firstTs, now, expanded, selected, onSelect: select,
+      redraw: renderGantt });
   }
 
   function renderOutcome() {
@@ -249,6 +217,11 @@
     if (firstTs === null && typeof e.timestamp === "number") firstTs = e.timestamp;
     events.push(frame);
     if (e.step && STATUS_OF[frame.type]) eventStatus.set(e.step, STATUS_OF[frame.type]);
+    if (frame.type === "child.started") {
+      const run = String(e.step_run_id || "");
+      const step = run.startsWith(`${id}.`) ? run.slice(id.length + 1).replace(/\.\d+$/, "") : run;
+      children.push({ id: e.child_execution_id, step, iteration: e.iteration === undefined ? null : e.iteration });
+    }
     if (frame.type === "loop.started") loopProgress.set(e.step, { done: 0, total: e.total });
     if (frame.type === "loop.progress") loopProgress.set(e.step, { done: e.done, total: e.total });
     const failed = frame.type.endsWith(".failed") || frame.type === "step.timeout";
@@ -270,6 +243,7 @@
     selected = name;
     renderMarking();
     renderStep();
+    renderGantt();
   }
 
   function scheduleRefresh() {
@@ -290,6 +264,7 @@
     renderWaiting();
     renderStep();
     renderOutcome();
+    renderGantt();
   }
 
   async function follow() {
@@ -306,6 +281,7 @@
       }
       await new Promise((r) => setTimeout(r, 1000));
       events.length = 0;
+      children.length = 0;
       eventStatus.clear();
       $("timeline").tBodies[0].textContent = "";
     }
@@ -376,7 +352,10 @@
     await refresh();
     setInterval(() => {
       const shown = $("exec-duration");
-      if (shown && detail && !terminal()) shown.textContent = duration(elapsed(detail));
+      if (shown && detail && !terminal()) {
+        shown.textContent = duration(elapsed(detail));
+        renderGantt();
+      }
     }, 1000);
     await follow();
   }
