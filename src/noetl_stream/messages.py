@@ -154,6 +154,13 @@ _DEPTH_NOTE = (f"Any JSON value nested at most {MESSAGE_DEPTH} levels, integers 
 Json = Annotated[Any, AfterValidator(_bounded), WithJsonSchema({"description": _DEPTH_NOTE})]
 JsonObject = Annotated[dict[str, Any], AfterValidator(_bounded),
                       WithJsonSchema({"type": "object", "description": _DEPTH_NOTE})]
+MAX_LABELS = 32
+LabelKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_./]{0,62}$")]
+LabelValue = Annotated[str, AfterValidator(_printable(256, "a label's value")), _string(
+    "^[^\\x00-\\x1f\\x7f-\\x9f]+$", 256, "A label's value: text without control characters.")]
+Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS, description=(
+    f"Free labels to find executions by, key -> value (at most {MAX_LABELS}; keys: letters, "
+    "digits and `-_./`, at most 63 characters; values: at most 256 characters)."))]
 
 
 # -- requests -------------------------------------------------------------------------------
@@ -187,6 +194,7 @@ class ExecutionRequest(BaseModel):
     reply_to: ReplySubject | None = Field(
         None, description="Core NATS subject that receives {accepted, execution_id, errors} "
         "once the request is handled.")
+    labels: Labels = Field(default_factory=dict)
 
 
 class RequestReply(BaseModel):

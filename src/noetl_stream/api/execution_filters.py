@@ -25,12 +25,20 @@ def matches(state: ExecutionState, query: ExecutionListQuery, *, status: bool = 
         return False
     if query.execution_id and query.execution_id not in state.execution_id:
         return False
+    if query.label and not has_label(state, query.label):
+        return False
     if query.playbook:
         wanted = query.playbook.casefold()
         names = (state.playbook_path or "", state.playbook_name or "")
         if not any(wanted in name.casefold() for name in names):
             return False
     return True
+
+
+def has_label(state: ExecutionState, wanted: str) -> bool:
+    """`key=value`: the state has that label; `key`: it has the key, with any value."""
+    key, eq, value = wanted.partition("=")
+    return key in state.labels and (not eq or state.labels[key] == value)
 
 
 def status_counts(states: Iterable[ExecutionState], query: ExecutionListQuery) -> dict[str, int]:

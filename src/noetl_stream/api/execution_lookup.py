@@ -57,7 +57,7 @@ def item_of(state: ExecutionState) -> ExecutionItem:
                          started_at=_started(state), parent_execution_id=state.parent_execution_id,
                          ended_at=datetime.fromtimestamp(state.ended_at, UTC)
                          if state.ended_at is not None else None,
-                         error_message=error_message(state))
+                         labels=state.labels, error_message=error_message(state))
 
 
 async def detail(ctx: ApiContext, execution_id: str) -> ExecutionDetail:

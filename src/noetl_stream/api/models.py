@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from noetl_stream.messages import Labels
 from noetl_stream.state.credentials import CredentialInfo
 from noetl_stream.state.sessions import SessionInfo
 from noetl_stream.state.users import Role
@@ -87,6 +88,7 @@ class ExecuteBody(_In):
     playbook: str | None = Field(None, max_length=MAX_TEXT, description="Inline playbook YAML")
     payload: dict[str, Any] = Field(default_factory=dict,
                                     description="Deep-merged over the playbook's workload")
+    labels: Labels = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_source(self) -> ExecuteBody:
@@ -117,6 +119,8 @@ class ExecutionListQuery(_In):
     execution_id: str | None = Field(None, max_length=200, description="Ids containing this text")
     playbook: str | None = Field(None, max_length=1000, description="Playbook path or name "
                                  "containing this text, in any case")
+    label: str | None = Field(None, max_length=400, description="`key=value`: executions with "
+                              "this label (`key` alone: with this label, any value)")
     limit: int = Field(50, ge=1, le=500)
     cursor: str | None = Field(None, max_length=200, description="next_cursor of the last page")
 
@@ -135,6 +139,7 @@ class ExecutionItem(_Out):
     parent_execution_id: str | None
     ended_at: datetime | None = Field(None, description="When it completed, failed or was "
                                       "cancelled; none while it runs")
+    labels: dict[str, str] = Field(default_factory=dict, description="The request's labels")
     error_message: str | None = Field(None, description="Why it failed or was cancelled: its "
                                       "error's message, cut at 500 characters")
 

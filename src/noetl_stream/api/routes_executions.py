@@ -119,7 +119,7 @@ async def start_execution(request: web.Request) -> web.StreamResponse:
     replies = await bus.nc.subscribe(inbox, max_msgs=1)
     try:
         req = ExecutionRequest(execution_id=execution_id, playbook=text, playbook_file=name,
-                               payload=body.payload, reply_to=inbox)
+                               payload=body.payload, reply_to=inbox, labels=body.labels)
         ack = await bus.js.publish(bus.topology.execute_request_subject(),
                                    req.model_dump_json().encode(),
                                    headers={"Nats-Msg-Id": ids.request_msg_id(execution_id)})

@@ -193,6 +193,7 @@ class ExecutionState:
     # written in when that is newer than this release's, so the server can refuse to rewrite it.
     schema_version: int = STATE.current
     restarts: int = 0  # restarts applied (router/restart.py): numbers their events
+    labels: dict[str, str] = field(default_factory=dict)  # the request's, for finding it in lists
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
@@ -378,6 +379,7 @@ class ExecutionState:
             applied=data.get("applied", 0),
             schema_version=data[VERSION_FIELD],
             restarts=data.get("restarts", 0),
+            labels=data.get("labels", {}),
         )
         if state.step_pages:
             state._inline = dict.fromkeys(state.steps)

@@ -305,7 +305,7 @@ class Server:
                                 parent_iter=request.parent_iter)
         try:
             state = fresh()
-            state.trace = trace
+            state.trace, state.labels = trace, dict(request.labels)
             return state, self._codec.encode(state)
         except Exception as exc:
             error = fault(exc)
@@ -315,7 +315,7 @@ class Server:
                                playbook_path=playbook.path, playbook_name=playbook.name,
                                parent_execution_id=request.parent_execution_id,
                                parent_iter=request.parent_iter, started_at=self.clock())
-        state.trace = trace
+        state.trace, state.labels = trace, dict(request.labels)
         try:
             self._codec.encode(state)
         except Unstorable:
