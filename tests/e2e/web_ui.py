@@ -55,10 +55,11 @@ class Stack:
     token: str  # an operator's session, for setting up through the API
 
     async def call(self, method: str, path: str, body: Any = None) -> Any:
-        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {self.token}"}) as http:
-            async with http.request(method, self.base + path, json=body) as resp:
-                assert resp.status < 300, await resp.text()
-                return await resp.json()
+        auth = {"Authorization": f"Bearer {self.token}"}
+        async with aiohttp.ClientSession(headers=auth) as http, \
+                http.request(method, self.base + path, json=body) as resp:
+            assert resp.status < 300, await resp.text()
+            return await resp.json()
 
     async def start(self, path: str, payload: dict[str, Any] | None = None,
                     labels: dict[str, str] | None = None) -> str:
