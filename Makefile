@@ -8,7 +8,7 @@ RUN_STAMP := $(VENV)/.installed-run
 STAMP     := $(VENV)/.installed
 CHROMIUM  := /usr/bin/chromium
 
-.PHONY: install browser faketime demo test test-unit lint format bench chaos schemas conformance dist clean
+.PHONY: install browser faketime demo test test-unit lint format bench chaos schemas conformance dist clean screenshots
 
 $(VENV)/bin/python:
 	@echo "==> creating $(VENV)"
@@ -52,6 +52,10 @@ faketime:  ## Debian's libfaketime for the clock-skew tests (installed with apt-
 	    echo "the clock-skew tests need libfaketime: run 'sudo apt-get install -y faketime'" >&2; exit 1; \
 	  fi; \
 	fi
+
+screenshots: $(STAMP) browser  ## refresh docs/ui-*.png: the browser tests picture each page on a real stack
+	NOETL_STREAM_SCREENSHOTS=docs $(BIN)/pytest -q tests/e2e/test_web_ui_pages.py \
+	  -k "loop_is_one_row or finds_executions"
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit

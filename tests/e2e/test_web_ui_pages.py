@@ -87,7 +87,7 @@ async def test_a_loop_is_one_row_of_the_timeline_until_opened(stack: Stack, brow
     await expect(inputs).to_have_count(23)
     await expect(page.locator(panel(page, "input"))).to_contain_text('"label": "item 22"')
     await expect(page.locator(panel(page, "input"))).to_contain_text("handling {label}")  # the code
-    await shot(page, "ui-execution.png")
+    await shot(page, "ui-execution.png", height=1500)
     await tab(page, "logs")
     await expect(page.locator(f'{panel(page, "logs")} pre').filter(has_text="handling item 5")
                  ).to_have_text("handling item 5\n")
@@ -227,9 +227,9 @@ async def test_a_person_finds_executions_and_acts_on_them_from_the_list(
         "the warehouse refused the batch")
     await expect(page.locator(f'{panel(page, "errors")} ul.attempts')).to_contain_text(
         "attempt 2/2 in 0.10 s: RuntimeError: the warehouse refused the batch")
+    await shot(page, "ui-step-tabs.png", height=900)
     await tab(page, "input")
     await expect(page.locator(panel(page, "input"))).to_contain_text("the warehouse refused")
-    await shot(page, "ui-step-tabs.png")
     await tab(page, "events")
     await expect(page.locator(f'{panel(page, "events")} .step-events')).to_contain_text("step.failed")
 

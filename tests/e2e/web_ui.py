@@ -117,12 +117,16 @@ async def running_stack(nats_url: str, playbooks: list[Path]) -> AsyncIterator[S
         await _stop(server)
 
 
-async def shot(page: Page, name: str) -> None:
-    """A picture of the page as it is, when NOETL_STREAM_SCREENSHOTS names a folder."""
+async def shot(page: Page, name: str, height: int | None = None) -> None:
+    """A picture of the page as it is (its top `height` pixels, else all of it), when
+    NOETL_STREAM_SCREENSHOTS names a folder.
+    """
     folder = os.environ.get("NOETL_STREAM_SCREENSHOTS")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
-        await page.screenshot(path=str(Path(folder) / name), full_page=True)
+        width = page.viewport_size["width"] if page.viewport_size else 1360
+        clip = {"x": 0, "y": 0, "width": width, "height": height} if height else None
+        await page.screenshot(path=str(Path(folder) / name), full_page=True, clip=clip)
 
 
 async def log_in(browser: Browser, base: str, user: str, then: str = "/",
