@@ -233,11 +233,32 @@ async def test_a_person_finds_executions_and_acts_on_them_from_the_list(
     await tab(page, "events")
     await expect(page.locator(f'{panel(page, "events")} .step-events')).to_contain_text("step.failed")
 
-    # Back to the list, into the last running one: cancel it from its page.
+    # Back to the list, into the last running one: the signal it waits for lets it finish.
     await page.click('header nav a[data-nav="executions"]')
     await page.click(f'tr[data-id="{waits[2]}"] a:text-is("{waits[2]}")')
     await page.wait_for_selector('g.node.running[data-step="hold"]')
+    await page.fill("#signal-name", "go")
+    await page.fill("#signal-data", '{"by": "ada"}')
+    await page.click('#signal-form button[type="submit"]')
+    await expect(page.locator("#exec-message")).to_contain_text("signal go sent")
+    await expect(page.locator("#exec-status")).to_have_text("completed")
+    await expect(page.locator('#timeline tr[data-type="signal.go"] td').first).to_have_text(
+        re.compile(r"^\d+\.\d\d$"))
+    await page.click('g.node[data-step="hold"]')
+    await expect(page.locator(f'{panel(page, "output")} pre.result')).to_contain_text('"by": "ada"')
+
+    # Another one, cancelled from its own page.
+    held = await stack.start("tests/ui/held")
+    await page.click('header nav a[data-nav="executions"]')
+    await page.click(f'tr[data-id="{held}"] a:text-is("{held}")')
+    await page.wait_for_selector('g.node.running[data-step="hold"]')
+    # Its bar runs to now while it waits, and says so; cancelled, it ends in that colour.
+    hold = page.locator('#gantt .gantt-row[data-step="hold"]')
+    await expect(hold.locator(".gantt-bar.running")).to_have_count(1)
+    await expect(hold.locator(".gantt-dur")).to_have_text(re.compile(r"…$"))
     await page.click("#cancel")
     await page.click("#cancel")
     await expect(page.locator("#exec-status")).to_have_text("cancelled")
+    await expect(hold.locator(".gantt-bar.cancelled")).to_have_count(1)
+    await expect(hold.locator(".gantt-dur")).not_to_have_text(re.compile(r"…$"))
     assert getattr(page, "script_errors") == []  # noqa: B009
