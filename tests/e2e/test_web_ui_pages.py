@@ -57,6 +57,7 @@ async def test_a_loop_is_one_row_of_the_timeline_until_opened(stack: Stack, brow
     loop_id = await stack.start("tests/ui/loop", labels={"team": "data"})
     page = await log_in(browser, stack.base, "ada", f"/executions/{loop_id}")
     await expect(page.locator("#exec-status")).to_have_text("completed")
+    await expect(page.locator("#exec-labels a")).to_have_text(["team=data"])
     gantt = page.locator("#gantt")
     rows = gantt.locator(".gantt-row[data-step]")
     # One row per step, in the order they started: the 23 iterations are folded into `each`.

@@ -48,6 +48,11 @@
       facts.append(" · child of ", el("a", { href: `/executions/${detail.parent_execution_id}`, id: "exec-parent" },
         detail.parent_execution_id));
     }
+    const labels = Object.entries(detail.labels || {});
+    if (labels.length) {
+      facts.append(" · ", el("span", { id: "exec-labels", class: "labels" }, labels.map(([k, v]) =>
+        el("a", { href: `/?label=${encodeURIComponent(`${k}=${v}`)}`, class: "label" }, `${k}=${v}`))));
+    }
     if (children.length) {
       facts.append(" · children: ", el("span", { id: "exec-children" }, children.flatMap((c, i) => [i ? ", " : "",
         el("a", { href: `/executions/${encodeURIComponent(c.id)}` }, c.id), ` (${c.step}${c.iteration !== null ? " #" + c.iteration : ""})`])));
