@@ -12,12 +12,13 @@ const GANTT = (() => {
 
   function isIteration(e) { return e.iteration !== null && e.iteration !== undefined; }
 
-  // step -> {name, order, runs: Map(run id -> bar), iterations: Map(key -> bar), skipped}
+  // Steps in the order they started: {name, first, runs: Map(run id -> bar), iterations:
+  // Map(run id#iteration -> bar)}; a bar is {start, end (null while open), status}.
   function model(events) {
     const steps = new Map();
     const stepOf = (name, ts) => {
       if (!steps.has(name)) {
-        steps.set(name, { name, first: ts, runs: new Map(), iterations: new Map(), loop: false });
+        steps.set(name, { name, first: ts, runs: new Map(), iterations: new Map() });
       }
       return steps.get(name);
     };
@@ -28,16 +29,16 @@ const GANTT = (() => {
     for (const { type, event: e } of events) {
       const ts = e.timestamp;
       if (!e.step || typeof ts !== "number" || type === "timer.scheduled") continue;
-      const step = stepOf(e.step, ts);
       if (type === "step.skipped") {
-        bar(step.runs, "skipped", ts).status = "skipped";
-        step.runs.get("skipped").end = ts;
+        const skipped = bar(stepOf(e.step, ts).runs, "skipped", ts);
+        skipped.status = "skipped";
+        skipped.end = ts;
         continue;
       }
-      if (type === "loop.started") step.loop = true;
-      const run = e.step_run_id || "run";
+      if (!e.step_run_id) continue; // a timer or a listener's event: no run of its own to draw
+      const step = stepOf(e.step, ts);
+      const run = e.step_run_id;
       if (isIteration(e)) {
-        step.loop = true;
         const it = bar(step.iterations, `${run}#${e.iteration}`, ts);
         it.iteration = e.iteration;
         if (ITERATION_ENDS[type]) { it.end = ts; it.status = ITERATION_ENDS[type]; }
