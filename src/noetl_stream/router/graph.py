@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl_stream import refs
-from noetl_stream.dsl import keychain
+from noetl_stream.dsl import keychain, net
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.router.budgets import budget_s
 from noetl_stream.router.reads import reads_context, step_reads, task_results_read
@@ -69,39 +69,9 @@ def graph_of(playbook: Playbook) -> NetGraph:
 
 def _build(playbook: Playbook) -> NetGraph:
     keychain_reads = keychain.reads(playbook.keychain)
-    names = {s.name for s in playbook.steps}
-    succ = {s.name: [a.step for a in s.next.arcs if a.step in names] for s in playbook.steps}
-    back: set[tuple[str, str]] = set()
-    state: dict[str, int] = {}  # 1 on stack, 2 done
-
-    # Iterative DFS so a long chain of steps cannot exhaust Python's recursion limit.
-    roots = [playbook.start_step.name] + [s.name for s in playbook.steps]
-    for root in roots:
-        if root in state:
-            continue
-        stack: list[tuple[str, int]] = [(root, 0)]
-        state[root] = 1
-        while stack:
-            node, idx = stack[-1]
-            targets = succ[node]
-            if idx < len(targets):
-                stack[-1] = (node, idx + 1)
-                nxt = targets[idx]
-                if state.get(nxt) == 1:
-                    back.add((node, nxt))
-                elif nxt not in state:
-                    state[nxt] = 1
-                    stack.append((nxt, 0))
-            else:
-                state[node] = 2
-                stack.pop()
-    preds: dict[str, list[str]] = {n: [] for n in sorted(names)}
-    for src, targets in succ.items():
-        for dst in targets:
-            if (src, dst) not in back and src not in preds[dst]:
-                preds[dst].append(src)
-    return NetGraph({k: tuple(v) for k, v in preds.items()}, frozenset(back),
-                    _components([s.name for s in playbook.steps], succ), start=roots[0],
+    shape = net.shape_of(playbook)
+    return NetGraph(shape.forward_preds, shape.back_edges,
+                    _components([s.name for s in playbook.steps], shape.succ), start=shape.start,
                     task_dumps={s.name: [t.model_dump(mode="json") for t in s.tasks]
                                 for s in playbook.steps},
                     command_reads={s.name: frozenset(step_reads(s) | keychain_reads)
