@@ -45,23 +45,15 @@ def _findings(playbook: Playbook) -> Iterator[tuple[str, int | None, str, str]]:
 
 def _reads_out_of_order(playbook: Playbook, shape: net.NetShape,
                         live: set[str]) -> Iterator[tuple[str, int | None, str, str]]:
-    before: dict[str, set[str]] = {}
+    """A step can have finished when another runs unless every path from the start to it passes
+    the reader (it runs only after) and it leads back to the reader in no cycle.
+    """
+    dominators = net.dominators(shape.start, shape.succ)
+    component = net.components([shape.start, *shape.succ], shape.succ)
     for step, fld, line, name in checks.step_reads(playbook):
         if step not in live or name not in live:
             continue  # an unreachable step is reported once, above
-        if step not in before:
-            before[step] = _can_run_before(shape, step)
-        if name not in before[step]:
+        if dominators.dominates(step, name) and component[step] != component[name]:
             yield (step, line, fld,
                    f'reads step "{name}", which cannot have run before this step: every path '
                    f'from the start step reaches "{name}" only through "{step}"')
-
-
-def _can_run_before(shape: net.NetShape, step: str) -> set[str]:
-    """Steps that can have finished when `step` runs: those reached from the start without
-    passing `step` (earlier, or on a parallel branch), and those that lead back to it (a cycle).
-    """
-    others = net.reached(shape.succ, [shape.start], without=step)
-    from_step = net.reached(shape.succ, [step])
-    back = {s for s in from_step if step in net.reached(shape.succ, [s])}
-    return others | back

@@ -86,7 +86,8 @@ class _Parser(StepParser):
         for step_name, line, fld, message in layering.problems(playbook):
             self.error(line if step_name else line_of(doc, "executor"), message, step_name, fld)
         self.issues.extend(checks.template_issues(playbook, strict=self.strict))
-        self.issues.extend(net_checks.net_issues(playbook, strict=self.strict))
+        if not any(i.severity == "error" for i in self.issues):  # else what runs is unknown
+            self.issues.extend(net_checks.net_issues(playbook, strict=self.strict))
         return None if any(i.severity == "error" for i in self.issues) else playbook
 
     def parse_header(self, doc: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:

@@ -9,6 +9,7 @@ in its component has not yet decided its other arcs (dead-path elimination waits
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,17 +54,24 @@ class NetGraph:
                               and self.components.get(dst) == self.components[src])
 
 
-_CACHE: dict[int, tuple[Playbook, NetGraph]] = {}
+# As many graphs as the server keeps parsed playbooks (runtime/server.py reads this size), so
+# every playbook in use keeps its graph. Keyed by identity: an entry holds its playbook, so its
+# id cannot be reused while it is cached; the least recently used entry goes first.
+CACHE_SIZE = 1_000
+_CACHE: OrderedDict[int, tuple[Playbook, NetGraph]] = OrderedDict()
 
 
 def graph_of(playbook: Playbook) -> NetGraph:
-    hit = _CACHE.get(id(playbook))
+    key = id(playbook)
+    hit = _CACHE.get(key)
     if hit is not None and hit[0] is playbook:
+        _CACHE.move_to_end(key)
         return hit[1]
     g = _build(playbook)
-    if len(_CACHE) > 256:
-        _CACHE.clear()
-    _CACHE[id(playbook)] = (playbook, g)
+    _CACHE[key] = (playbook, g)
+    _CACHE.move_to_end(key)
+    while len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
     return g
 
 
@@ -71,7 +79,7 @@ def _build(playbook: Playbook) -> NetGraph:
     keychain_reads = keychain.reads(playbook.keychain)
     shape = net.shape_of(playbook)
     return NetGraph(shape.forward_preds, shape.back_edges,
-                    _components([s.name for s in playbook.steps], shape.succ), start=shape.start,
+                    net.components([s.name for s in playbook.steps], shape.succ), start=shape.start,
                     task_dumps={s.name: [t.model_dump(mode="json") for t in s.tasks]
                                 for s in playbook.steps},
                     command_reads={s.name: frozenset(step_reads(s) | keychain_reads)
@@ -80,39 +88,3 @@ def _build(playbook: Playbook) -> NetGraph:
                     budgets={s.name: budget_s(playbook, s) for s in playbook.steps},
                     max_payload_bytes=refs.max_payload_bytes(playbook.executor),
                     task_results=task_results_read(playbook))
-
-
-def _components(order: list[str], succ: dict[str, list[str]]) -> dict[str, int]:
-    """Strongly connected components (Kosaraju, iterative), numbered in a deterministic order."""
-    finished: list[str] = []
-    seen: set[str] = set()
-    for root in order:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter(succ[root]))]
-        while stack:
-            node, unvisited = stack[-1]
-            nxt = next((t for t in unvisited if t not in seen), None)
-            if nxt is None:
-                stack.pop()
-                finished.append(node)
-            else:
-                seen.add(nxt)
-                stack.append((nxt, iter(succ[nxt])))
-    preds: dict[str, list[str]] = {n: [] for n in order}
-    for src, targets in succ.items():
-        for dst in targets:
-            preds[dst].append(src)
-    component: dict[str, int] = {}
-    for number, root in enumerate(reversed(finished)):
-        if root in component:
-            continue
-        component[root] = number
-        todo = [root]
-        while todo:
-            for pred in preds[todo.pop()]:
-                if pred not in component:
-                    component[pred] = number
-                    todo.append(pred)
-    return component
