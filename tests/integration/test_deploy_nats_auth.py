@@ -159,3 +159,70 @@ async def test_a_workers_user_is_held_to_its_grants(helm_nats: tuple[str, dict[s
     assert await _answer(url, "worker-default", password,
                          "PUB noetl.commands.default.x 2\r\n{}\r\n") == (
         "-ERR 'Permissions Violation for Publish to \"noetl.commands.default.x\"'")
+
+
+COMPOSE = DEPLOY / "compose.yaml"
+CLUSTER_USERS = DEPLOY / "nats" / "cluster" / "users.conf"
+HOST_PASSWORDS = {"NOETL_SERVER_PASSWORD": "s-pw", "NOETL_WORKER_DEFAULT_PASSWORD": "w-pw",
+                  "NOETL_CLIENT_PASSWORD": "c-pw"}
+
+
+def _compose_services() -> dict[str, dict[str, Any]]:
+    (compose,) = _yaml(COMPOSE)
+    return dict(compose["services"])
+
+
+def _from_host(value: str) -> str:
+    """A compose value `${NAME:?...}` or `${NAME}` as the host's HOST_PASSWORDS fill it."""
+    found = re.fullmatch(r"\$\{(\w+)(?::\?[^}]*)?\}", value)
+    return HOST_PASSWORDS[found.group(1)] if found else value
+
+
+def test_the_compose_clusters_users_are_accounts_confs() -> None:
+    assert load(CLUSTER_USERS.read_text())["accounts"] == load(ACCOUNTS.read_text())["accounts"]
+    assert "include users.conf" in (DEPLOY / "nats" / "cluster" / "container.conf").read_text()
+
+
+def test_every_compose_nats_node_mounts_the_users_and_reads_every_password() -> None:
+    for name, service in _compose_services().items():
+        if "nats" in str(service.get("image", "")):
+            assert "./nats/cluster/users.conf:/etc/nats/users.conf:ro" in service["volumes"], name
+            assert set(HOST_PASSWORDS) <= set(service["environment"]), name
+
+
+@pytest.fixture
+def compose_nats(tmp_path: Path) -> Iterator[str]:
+    """One node with the compose cluster's users (container.conf's routes and names aside)."""
+    port = free_port()
+    conf = tmp_path / "node.conf"
+    (tmp_path / "users.conf").write_text(CLUSTER_USERS.read_text())  # included relative to conf
+    conf.write_text(f"port: {port}\njetstream {{ store_dir: \"{tmp_path / 'js'}\" }}\n"
+                    "include users.conf\n")
+    log = tmp_path / "nats.log"
+    with log.open("w") as out:
+        process = subprocess.Popen([str(find_binary()), "-c", str(conf)],
+                                   env={**os.environ, **HOST_PASSWORDS},
+                                   stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while "Server is ready" not in log.read_text():
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        yield f"nats://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+async def test_every_compose_process_logs_in_as_its_role(compose_nats: str) -> None:
+    assert await _answer(compose_nats) == "-ERR 'Authorization Violation'"
+    roles: dict[str, str] = {}
+    for name, service in _compose_services().items():
+        env = service.get("environment") or {}
+        if "NOETL_STREAM_NATS_URL" in env:
+            user, password = env["NOETL_STREAM_NATS_USER"], _from_host(env["NOETL_STREAM_NATS_PASSWORD"])
+            assert await _answer(compose_nats, user, password) == "PONG", name
+            roles[name] = user
+    assert {r for n, r in roles.items() if n.startswith("worker")} == {"worker-default"}
+    assert {r for n, r in roles.items() if not n.startswith("worker")} == {"server"}
