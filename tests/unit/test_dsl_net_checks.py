@@ -1,5 +1,5 @@
-"""Static checks of the net (dsl/net_checks.py): a step nothing reaches, a join that can never
-fire, a read of a step that cannot have run yet; warnings, errors under --strict, each with its
+"""Static checks of the net (dsl/net_checks.py): a step nothing reaches, a join waiting for
+one, a read of a step that cannot have run yet; warnings, errors under --strict, each with its
 file and line. Nets that are fine (branches, cycles, guarded reads) are never reported.
 """
 
@@ -10,6 +10,7 @@ from unit_helpers import FILE, playbook_text
 
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.errors import PlaybookError
+from noetl_stream.testing.router_harness import Reply, RouterHarness
 
 UNREACHABLE = """
     workflow:
@@ -37,8 +38,9 @@ def test_a_step_no_path_reaches_is_a_warning_and_an_error_under_strict() -> None
     expected = [
         'test.yaml:9: step "leftover" field "step": no path from the start step "start" reaches '
         "this step: it never runs",
-        'test.yaml:11: step "end" field "step": this join waits for "leftover", which no path from '
-        "the start step reaches: it never fires and the execution cannot complete",
+        'test.yaml:11: step "end" field "step": this join also waits for "leftover", which no path '
+        "from the start step reaches: it runs only once nothing else in the execution runs, not "
+        "when its other inputs arrive",
     ]
     assert warnings_of(UNREACHABLE) == [w.replace('"step": ', '"step": warning: ')
                                         for w in expected]
@@ -60,7 +62,7 @@ def test_a_join_waiting_for_a_dead_branch_is_reported_on_the_join() -> None:
           - step: merge
             tool: {kind: noop}
     """)
-    assert 'test.yaml:15: step "merge" field "step": this join waits for "orphan"' in found[1]
+    assert 'test.yaml:15: step "merge" field "step": this join also waits for "orphan"' in found[1]
 
 
 def test_reading_a_step_that_runs_only_later_is_reported_with_its_field() -> None:
@@ -132,3 +134,36 @@ def test_a_name_a_ctx_key_also_answers_is_not_taken_for_the_step() -> None:
           - step: load
             tool: {kind: noop}
     """) == []
+
+
+def test_what_the_join_warning_says_is_what_the_router_does() -> None:
+    # `merge` also waits for `orphan`, which nothing reaches: it does not run when `a` is done,
+    # only once `slow` (a parallel branch) has ended too and nothing else runs.
+    text = playbook_text("""
+        workflow:
+          - step: start
+            tool: {kind: noop}
+            next:
+              spec: {mode: inclusive}
+              arcs: [{step: a}, {step: slow}]
+          - step: a
+            tool: {kind: noop}
+            next: [merge]
+          - step: slow
+            tool: {kind: noop}
+          - step: orphan
+            tool: {kind: noop}
+            next: [merge]
+          - step: merge
+            tool: {kind: noop}
+    """)
+    result = parse_playbook(text, FILE)
+    assert any('this join also waits for "orphan"' in str(w) for w in result.warnings)
+    harness = RouterHarness(result.playbook)
+    harness.run(lambda command: Reply() if command["step"] != "slow" else None)
+    assert "merge" not in harness.fired_steps()  # `a` is done, `merge` still waits
+    (slow,) = harness.pending_for("slow")
+    harness.answer(slow)
+    harness.run()
+    assert harness.fired_steps()[-1] == "merge"
+    assert harness.state.status == "completed"

@@ -1,12 +1,13 @@
-"""Static checks of a playbook's net: what can never run, or never be read. Pure.
+"""Static checks of a playbook's net: what never runs, or does not run when it seems to. Pure.
 
 - a step no arc path from the start step reaches never runs (tokens move only along arcs);
 - a join (a step with more than one forward predecessor, dsl/net.py) waits until each of them
   has either sent its token or been ruled out; a predecessor the start never reaches does
-  neither, so the join never fires and its execution cannot complete;
-- a template that reads a step's result by name, where that step cannot have run before: no
-  path from the start reaches it except through the reading step, and it does not lead back
-  there. The read renders nothing.
+  neither, so the join runs only when nothing else in the execution runs (the router then stops
+  waiting: router/engine.py, check_quiescence), not when its other inputs arrive;
+- a template that reads a step's result by name, where that step cannot have run before: every
+  path from the start reaches it only through the reading step, and it leads back there in no
+  cycle. The read renders nothing.
 Each finding is a warning, an error under --strict: guards the checker cannot see (a branch
 never taken in practice) may make such a net acceptable to its author.
 """
@@ -38,8 +39,9 @@ def _findings(playbook: Playbook) -> Iterator[tuple[str, int | None, str, str]]:
         if step.name in live and dead:
             shown = ", ".join(f'"{p}"' for p in dead)
             yield (step.name, step.line, "step",
-                   f"this join waits for {shown}, which no path from the start step reaches: "
-                   "it never fires and the execution cannot complete")
+                   f"this join also waits for {shown}, which no path from the start step "
+                   "reaches: it runs only once nothing else in the execution runs, not when its "
+                   "other inputs arrive")
     yield from _reads_out_of_order(playbook, shape, live)
 
 
