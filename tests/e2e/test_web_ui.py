@@ -263,7 +263,7 @@ async def test_the_ui_shows_executions_live_and_acts_on_them(stack: Stack, brows
 
 async def test_run_ui_prints_the_execution_page_and_serves_it_until_interrupted() -> None:
     proc = await asyncio.create_subprocess_exec(
-        CLI, "run", str(PLAYBOOKS / "steps.yaml"), "--ui", "--set", "pause=0",
+        CLI, "-v", "run", str(PLAYBOOKS / "steps.yaml"), "--ui", "--set", "pause=0",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL, env=dict(os.environ))
     assert proc.stderr is not None and proc.stdout is not None
@@ -283,6 +283,10 @@ async def test_run_ui_prints_the_execution_page_and_serves_it_until_interrupted(
         assert found, page_url
         await line_with("the UI stays at")
         base, execution_id, token = found.groups()
+        # The port it listens on, not the 0 it asked for; no warning about an API without
+        # authentication, which this run never serves.
+        assert not base.endswith(":0")
+        assert not [line for line in lines if "no-auth" in line or "AUTHENTICATION" in line]
         async with aiohttp.ClientSession() as http:
             async with http.get(page_url) as resp:
                 assert resp.status == 200 and resp.content_type == "text/html"

@@ -69,7 +69,7 @@ def test_run_knows_the_merged_workload() -> None:
     "{% if workload.region %}{{ workload.region }}{% endif %}",
     "{% for fetch_order in [1] %}{{ fetch_order }}{% endfor %}",
     "{% set fetch_order = 1 %}{{ fetch_order }}",
-    "{{ fetch_orders.data }}",
+    "{{ start.data }}",
     "{{ some_unrelated_name }}",
 ])
 def test_optional_and_valid_reads_are_not_reported(template: str) -> None:

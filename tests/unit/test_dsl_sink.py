@@ -140,7 +140,7 @@ def test_case_sink_on_step_exit_and_with_retry_are_errors() -> None:
      'sink mode "merge" is not one of insert, upsert'),
     ("{kind: postgres, table: t, mode: upsert, args: {a: 1}}", "sink.key", "needs `key`"),
     ("{kind: postgres, mode: upsert, command: x}", "sink", "`mode` needs `table`"),
-    ("{tool: {kind: postgres}, tabel: t}", "sink.tabel", 'did you mean "table"?'),
+    ("{tool: {kind: postgres, command: x}, tabel: t}", "sink.tabel", 'did you mean "table"?'),
     ("{kind: postgress, command: x}", "tool.kind", 'did you mean "postgres"?'),
 ])
 def test_step_sink_errors_name_the_field(sink: str, field: str, message: str) -> None:

@@ -148,6 +148,7 @@ ENTRY = """executor:
 workflow:
   - step: start
   - step: load
+    next: start
 """
 
 

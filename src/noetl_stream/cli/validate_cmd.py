@@ -17,7 +17,8 @@ from noetl_stream.dsl.subscription import Subscription
 @click.command()
 @click.argument("playbooks", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--strict", is_flag=True,
-              help="Treat unknown keys and fields without effect as errors.")
+              help="Treat unknown keys, fields without effect, suspect template reads and "
+                   "unreachable steps as errors.")
 def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
     """Check PLAYBOOKS (and trigger documents) and print every problem as
     FILE:LINE: step "S" field "F": message.

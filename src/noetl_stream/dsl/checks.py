@@ -70,6 +70,26 @@ def missing_workload_keys(playbook: Playbook, workload_keys: Collection[str]) ->
                    if f.kind == "workload"})
 
 
+def step_reads(playbook: Playbook) -> Iterator[tuple[str, str, int | None, str]]:
+    """(step, field, line, name) for each unguarded read of another step's result by its bare
+    name, where the runtime resolves that name to the step: names a ctx, iterator, argument,
+    task, local or workload key could also answer are left out (they may hide the step).
+    """
+    steps = {s.name for s in playbook.steps}
+    shadowing = _bound_names(playbook) | set(playbook.workload) | CONTEXT_NAMES
+    readable = steps - shadowing
+    for step in playbook.steps:
+        for where in _step_templates(step):
+            try:
+                ast = templating.parse_template(where.text)
+            except Exception:  # a syntax error is the parser's to report
+                continue
+            guarded = _guarded(ast) | _locally_declared(ast)
+            names = {n.name for n in ast.find_all(nodes.Name) if n.ctx == "load"}
+            for name in sorted(names & readable - guarded - {step.name}):
+                yield step.name, where.field, where.line, name
+
+
 def _findings(playbook: Playbook, keys: set[str]) -> Iterator[tuple[_Template, _Finding]]:
     steps = [s.name for s in playbook.steps]
     bound = _bound_names(playbook) | keys | set(steps)

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from noetl_stream import refs
-from noetl_stream.dsl import checks, executor_block, layering, scripts, subscription
+from noetl_stream.dsl import checks, executor_block, layering, net_checks, scripts, subscription
 from noetl_stream.dsl.implicit_end import route_leaves_to_end
 from noetl_stream.dsl.keychain import parse_keychain
 from noetl_stream.dsl.kinds import RUNNABLE_KINDS
@@ -86,6 +86,8 @@ class _Parser(StepParser):
         for step_name, line, fld, message in layering.problems(playbook):
             self.error(line if step_name else line_of(doc, "executor"), message, step_name, fld)
         self.issues.extend(checks.template_issues(playbook, strict=self.strict))
+        if not any(i.severity == "error" for i in self.issues):  # else what runs is unknown
+            self.issues.extend(net_checks.net_issues(playbook, strict=self.strict))
         return None if any(i.severity == "error" for i in self.issues) else playbook
 
     def parse_header(self, doc: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:

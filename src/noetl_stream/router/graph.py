@@ -9,11 +9,12 @@ in its component has not yet decided its other arcs (dead-path elimination waits
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from noetl_stream import refs
-from noetl_stream.dsl import keychain
+from noetl_stream.dsl import keychain, net
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.router.budgets import budget_s
 from noetl_stream.router.reads import reads_context, step_reads, task_results_read
@@ -53,55 +54,32 @@ class NetGraph:
                               and self.components.get(dst) == self.components[src])
 
 
-_CACHE: dict[int, tuple[Playbook, NetGraph]] = {}
+# As many graphs as the server keeps parsed playbooks (runtime/server.py reads this size), so
+# every playbook in use keeps its graph. Keyed by identity: an entry holds its playbook, so its
+# id cannot be reused while it is cached; the least recently used entry goes first.
+CACHE_SIZE = 1_000
+_CACHE: OrderedDict[int, tuple[Playbook, NetGraph]] = OrderedDict()
 
 
 def graph_of(playbook: Playbook) -> NetGraph:
-    hit = _CACHE.get(id(playbook))
+    key = id(playbook)
+    hit = _CACHE.get(key)
     if hit is not None and hit[0] is playbook:
+        _CACHE.move_to_end(key)
         return hit[1]
     g = _build(playbook)
-    if len(_CACHE) > 256:
-        _CACHE.clear()
-    _CACHE[id(playbook)] = (playbook, g)
+    _CACHE[key] = (playbook, g)
+    _CACHE.move_to_end(key)
+    while len(_CACHE) > CACHE_SIZE:
+        _CACHE.popitem(last=False)
     return g
 
 
 def _build(playbook: Playbook) -> NetGraph:
     keychain_reads = keychain.reads(playbook.keychain)
-    names = {s.name for s in playbook.steps}
-    succ = {s.name: [a.step for a in s.next.arcs if a.step in names] for s in playbook.steps}
-    back: set[tuple[str, str]] = set()
-    state: dict[str, int] = {}  # 1 on stack, 2 done
-
-    # Iterative DFS so a long chain of steps cannot exhaust Python's recursion limit.
-    roots = [playbook.start_step.name] + [s.name for s in playbook.steps]
-    for root in roots:
-        if root in state:
-            continue
-        stack: list[tuple[str, int]] = [(root, 0)]
-        state[root] = 1
-        while stack:
-            node, idx = stack[-1]
-            targets = succ[node]
-            if idx < len(targets):
-                stack[-1] = (node, idx + 1)
-                nxt = targets[idx]
-                if state.get(nxt) == 1:
-                    back.add((node, nxt))
-                elif nxt not in state:
-                    state[nxt] = 1
-                    stack.append((nxt, 0))
-            else:
-                state[node] = 2
-                stack.pop()
-    preds: dict[str, list[str]] = {n: [] for n in sorted(names)}
-    for src, targets in succ.items():
-        for dst in targets:
-            if (src, dst) not in back and src not in preds[dst]:
-                preds[dst].append(src)
-    return NetGraph({k: tuple(v) for k, v in preds.items()}, frozenset(back),
-                    _components([s.name for s in playbook.steps], succ), start=roots[0],
+    shape = net.shape_of(playbook)
+    return NetGraph(shape.forward_preds, shape.back_edges,
+                    net.components([s.name for s in playbook.steps], shape.succ), start=shape.start,
                     task_dumps={s.name: [t.model_dump(mode="json") for t in s.tasks]
                                 for s in playbook.steps},
                     command_reads={s.name: frozenset(step_reads(s) | keychain_reads)
@@ -110,39 +88,3 @@ def _build(playbook: Playbook) -> NetGraph:
                     budgets={s.name: budget_s(playbook, s) for s in playbook.steps},
                     max_payload_bytes=refs.max_payload_bytes(playbook.executor),
                     task_results=task_results_read(playbook))
-
-
-def _components(order: list[str], succ: dict[str, list[str]]) -> dict[str, int]:
-    """Strongly connected components (Kosaraju, iterative), numbered in a deterministic order."""
-    finished: list[str] = []
-    seen: set[str] = set()
-    for root in order:
-        if root in seen:
-            continue
-        seen.add(root)
-        stack = [(root, iter(succ[root]))]
-        while stack:
-            node, unvisited = stack[-1]
-            nxt = next((t for t in unvisited if t not in seen), None)
-            if nxt is None:
-                stack.pop()
-                finished.append(node)
-            else:
-                seen.add(nxt)
-                stack.append((nxt, iter(succ[nxt])))
-    preds: dict[str, list[str]] = {n: [] for n in order}
-    for src, targets in succ.items():
-        for dst in targets:
-            preds[dst].append(src)
-    component: dict[str, int] = {}
-    for number, root in enumerate(reversed(finished)):
-        if root in component:
-            continue
-        component[root] = number
-        todo = [root]
-        while todo:
-            for pred in preds[todo.pop()]:
-                if pred not in component:
-                    component[pred] = number
-                    todo.append(pred)
-    return component

@@ -21,6 +21,7 @@ from noetl_stream import ids
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Playbook, Rule, Step, TimerSpec
 from noetl_stream.errors import TemplateError
+from noetl_stream.messages import OUTCOME_EVENTS
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.interface import Router
 from noetl_stream.router.reads import rule_templates
@@ -28,7 +29,7 @@ from noetl_stream.router.state import ExecutionState, Outgoing, Run
 
 HEARD_KEPT = 256  # redeliveries come within a few AckWaits, far fewer signals than this apart
 
-OUTCOMES = frozenset({"step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed"})
+OUTCOMES = frozenset(OUTCOME_EVENTS)  # the worker's outcome types, as messages.py lists them
 
 
 def is_external(event_type: str) -> bool:

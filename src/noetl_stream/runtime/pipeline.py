@@ -466,6 +466,9 @@ class Pipeline:
                 outcome = await self.tools.get(task.kind).run(call)
             except NoetlStreamError as exc:
                 outcome = Outcome.failure(str(exc), "tool")
+            except Exception as exc:  # a tool's own bug (a plugin's ValueError, KeyError, ...)
+                # is that tool's failure, never taken for a command the worker cannot read
+                outcome = Outcome.failure(f"{type(exc).__name__}: {exc}", "tool")
             tracing.finish(span, outcome.ok, outcome.error)
             ended(outcome.ok, outcome.error)
         printed = outcome.meta.get("output")

@@ -47,6 +47,11 @@ HEARTBEAT_S = 1.0
 # A request refused outright (409 without a count: too many waiting requests, ...) is asked
 # again after this pause, so a refusal cannot turn into a busy loop.
 REFUSED_PAUSE_S = 0.5
+# Requests nothing answers (the consumer was deleted: nats-server answers its outstanding
+# requests 409 "Consumer Deleted" and new ones not at all) are asked again less and less often,
+# up to this pause, until the consumer answers again (it may be created anew).
+MAX_PAUSE_S = 30.0
+CONSUMER_DELETED = "Consumer Deleted"
 PIN_HEADER = "Nats-Pin-Id"
 PIN_MISMATCH = "423"
 
@@ -86,6 +91,9 @@ class PullConsumer:
         self._watch: asyncio.Task[None] | None = None
         self._retry: asyncio.Task[None] | None = None
         self._closed = False
+        self._pause_s = REFUSED_PAUSE_S  # before asking an unanswering consumer again
+        self._ask_at = 0.0  # monotonic time before which the liveness watch does not ask again
+        self._gone = False  # told the consumer was deleted, and not heard from it since
         self.detach: Callable[[], None] | None = None  # set by open_pull, called by stop
 
     async def start(self) -> None:
@@ -171,6 +179,8 @@ class PullConsumer:
     async def _on_message(self, msg: Msg) -> None:
         self._last_heard = time.monotonic()
         status = msg.headers.get("Status") if msg.headers else None
+        if status in (None, "100", "408"):
+            self._answered()
         if status is None:
             pin = msg.headers.get(PIN_HEADER) if self._group is not None and msg.headers else None
             if pin and pin != self.pin:
@@ -200,25 +210,54 @@ class PullConsumer:
         if left is None:
             # Refused without a count (too many waiting requests, ...): presume every
             # outstanding request gone and ask again after a pause.
-            log.info("pull request on %s refused: %s %s", self.name, status,
-                     msg.headers.get("Description", "") if msg.headers else "")
-            self._owed += self._pending
-            self._pending = 0
-            self._retry_later()
+            self._refused(status, msg.headers.get("Description", "") if msg.headers else "")
             return
         left = min(left, self._pending)
         self._pending -= left
         self._owed += left
         await self._request(now=self._pending == 0)
 
+    def _answered(self) -> None:
+        """The consumer answered (a message, a heartbeat, an expiry): ask at the usual pace."""
+        if self._gone:
+            log.info("pull consumer %s answers again", self.name)
+        self._gone = False
+        self._pause_s = REFUSED_PAUSE_S
+        self._ask_at = 0.0
+
+    def _backed_off(self) -> float:
+        """The pause before the next unanswered ask, doubled for the one after it."""
+        pause = self._pause_s
+        self._pause_s = min(2 * pause, MAX_PAUSE_S)
+        self._ask_at = time.monotonic() + pause
+        return pause
+
+    def _refused(self, status: str, description: str) -> None:
+        # Refused without a count (too many waiting requests, consumer deleted, ...): presume
+        # every outstanding request gone and ask again after a pause.
+        if description == CONSUMER_DELETED:
+            if not self._gone:
+                log.warning("pull consumer %s no longer exists (%s %s): asking again at most "
+                            "every %.0f s until it is back", self.name, status, description,
+                            MAX_PAUSE_S)
+            self._gone = True
+        else:
+            log.info("pull request on %s refused: %s %s", self.name, status, description)
+        self._owed += self._pending
+        self._pending = 0
+        self._retry_later(self._backed_off())
+
     async def _watch_liveness(self) -> None:
         while not self._closed:
             await asyncio.sleep(self._heartbeat_s)
-            silent = time.monotonic() - self._last_heard
-            if self._pending > 0 and silent > self._lost_after_s:
-                log.info("pull requests on %s unanswered for %.1f s; asking again", self.name,
-                         silent)
+            now = time.monotonic()
+            silent = now - self._last_heard
+            if self._pending > 0 and silent > self._lost_after_s and now >= self._ask_at:
+                log.log(logging.DEBUG if self._gone else logging.INFO,
+                        "pull requests on %s unanswered for %.1f s; asking again", self.name,
+                        silent)
                 self.reset()
+                self._backed_off()
                 await self._request(now=True)
 
     @property

@@ -24,7 +24,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from noetl_stream import ids, jsonutil, router
-from noetl_stream.dsl import parse_playbook, template_budget
+from noetl_stream.dsl import template_budget
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
@@ -48,6 +48,7 @@ from noetl_stream.runtime.nats_clock import NatsClock
 from noetl_stream.runtime.outbox_marks import OutboxMarks
 from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
 from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
+from noetl_stream.runtime.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
@@ -64,7 +65,6 @@ log = logging.getLogger("noetl_stream.server")
 REQUEST_BATCH = 64
 COMMIT_RETRIES = 20
 STATE_CACHE_SIZE = 10_000  # execution states kept in memory between their events
-PLAYBOOK_CACHE_SIZE = 1_000  # parsed playbooks
 
 
 @dataclass
@@ -252,8 +252,8 @@ class Server:
                 playbook = self._playbooks.get(key)
                 if playbook is None:
                     try:
-                        playbook = parse_playbook(request.playbook, request.playbook_file,
-                                                  kinds=self._kinds).playbook
+                        playbook = await parse_off_loop(request.playbook, request.playbook_file,
+                                                        self._kinds)
                     except PlaybookError as exc:
                         await answers.reject(
                             self.bus, msg, execution_id, request.reply_to,
@@ -579,7 +579,7 @@ class Server:
         if pb is None:
             assert self._catalog is not None
             entry = await self._catalog.get(key)
-            pb = parse_playbook(bytes(entry.value or b"").decode(), key, kinds=self._kinds).playbook
+            pb = await parse_off_loop(bytes(entry.value or b"").decode(), key, self._kinds)
             _bounded_put(self._playbooks, key, pb, PLAYBOOK_CACHE_SIZE)
         return pb
 

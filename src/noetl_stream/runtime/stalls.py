@@ -40,13 +40,13 @@ from typing import Any
 from nats.js.errors import NotFoundError
 
 from noetl_stream import config, ids, jsonutil
-from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.events import iso_time
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import publish_step_failure
+from noetl_stream.runtime.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
 from noetl_stream.runtime.publish import publish_event, subject_of
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET, sweep_period
 from noetl_stream.state.kv_keys import bucket_keys
@@ -139,8 +139,10 @@ class StallCheck:
         pb = self._playbooks.get(key)
         if pb is None:
             entry = await (await self.bus.js.key_value("noetl_catalog")).get(key)
-            pb = parse_playbook(bytes(entry.value or b"").decode(), key, kinds=self._kinds).playbook
+            pb = await parse_off_loop(bytes(entry.value or b"").decode(), key, self._kinds)
             self._playbooks[key] = pb
+            while len(self._playbooks) > PLAYBOOK_CACHE_SIZE:  # as many as the server keeps
+                del self._playbooks[next(iter(self._playbooks))]
         return pb
 
     async def _waits(self, state: ExecutionState, now: float) -> list[Wait]:

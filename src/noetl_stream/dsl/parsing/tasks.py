@@ -9,7 +9,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from noetl_stream.dsl import noetl_refused, pg_connection, pycode, scripts, support, transfer
+from noetl_stream.dsl import (
+    noetl_refused,
+    pg_connection,
+    pycode,
+    required,
+    scripts,
+    support,
+    transfer,
+)
 from noetl_stream.dsl.dialects.retry import compile_poll, compile_retry, inherit_retry
 from noetl_stream.dsl.kinds import (
     COMMON_TASK_KEYS,
@@ -111,7 +119,7 @@ class TaskParser(ParserBase):
         set_ctx.update(self.mapping(body, "set_ctx", step, f"tool.{name}.set_ctx"))
         set_iter.update(self.mapping(body, "set_iter", step, f"tool.{name}.set_iter"))
         self.check_spec_fields(kind, spec, line, step)
-        self.check_required(kind, body, config, line, step)
+        self.check_required(kind, name, body, line, step)
         self.check_config_templates(kind, config, body, line, step)
         self.check_templates(inputs, line, step, "tool.input")
         spec_plain = {k: v for k, v in plain(spec).items() if k != "policy"} if isinstance(spec, dict) else {}
@@ -223,19 +231,18 @@ class TaskParser(ParserBase):
                        f"task's `spec:` (no NoETL engine reads tool fields there); instead, write "
                        f"`{key}:` beside `kind:`", step, f"tool.spec.{key}")
 
-    def check_required(self, kind: str, body: dict[str, Any], config: dict[str, Any],
-                       line: int | None, step: str) -> None:
-        """The fields a kind cannot run without."""
-        if kind == "python" and not isinstance(config.get("code"), str) and "script" not in body \
-                and "code_b64" not in body:
-            self.error(line, "python task needs `code:` (or `script:`)", step, "tool.code")
-        if kind == "http" and not (body.get("url") or body.get("endpoint")):
-            self.error(line, "http task needs `url:`", step, "tool.url")
+    def check_required(self, kind: str, name: str, body: dict[str, Any], line: int | None,
+                       step: str) -> None:
+        """The field a kind cannot run without (dsl/required.py), the same way for every kind."""
         if kind == "transfer":
             self.check_transfer(body, line, step)
-        if kind == "playbook" and not body.get("path"):
-            self.error(line, "playbook task needs `path:` (a catalog path or ./file.yaml)", step,
-                       "tool.path")
+        missing = required.missing_field(kind, body)
+        if missing is not None:
+            fld, message = missing
+            where = "tool." if name == f"{step}_task" else f"tool.{name}."
+            if where != "tool.":
+                message = message.replace(" task needs", f' task "{name}" needs', 1)
+            self.error(line, message, step, where + fld)
 
     def check_config_templates(self, kind: str, config: dict[str, Any], body: dict[str, Any],
                                line: int | None, step: str) -> None:
