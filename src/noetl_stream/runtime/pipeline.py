@@ -7,8 +7,8 @@ says continue, but silently passing an error on is never what a playbook author 
 Rules from a `retry:` clause carry a scope: `chain` re-runs the pipeline from its first task,
 and a clause that has run out hands the outcome to the rules after it. `Task.poll` re-runs a
 task until its guard holds. Waits and retry.* / poll.* events: runtime/retrying.py.
-Sinks (`Task.sink`, `Rule.sink`) store a result without replacing it: they read it as `result`,
-`data` and `this`, and publish `sink.started` / `sink.processed`; a failed sink fails the step.
+Sinks (`Task.sink`, `Rule.sink`) store a result without replacing it (`result`, `data`, `this`),
+publish `sink.started` / `sink.processed`; a failed sink fails the step.
 Each directive has one handler (`_on_<directive>`); polling and sink runs keep their own state
 (runtime/polling.py, runtime/sinks.py); every wait goes through the `Clock` the pipeline is given.
 """
@@ -466,8 +466,7 @@ class Pipeline:
                 outcome = await self.tools.get(task.kind).run(call)
             except NoetlStreamError as exc:
                 outcome = Outcome.failure(str(exc), "tool")
-            except Exception as exc:  # a tool's own bug (a plugin's ValueError, KeyError, ...)
-                # is that tool's failure, never taken for a command the worker cannot read
+            except Exception as exc:  # a tool's own bug is its failure, not a malformed command
                 outcome = Outcome.failure(f"{type(exc).__name__}: {exc}", "tool")
             tracing.finish(span, outcome.ok, outcome.error)
             ended(outcome.ok, outcome.error)
