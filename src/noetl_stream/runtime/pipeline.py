@@ -7,10 +7,9 @@ says continue, but silently passing an error on is never what a playbook author 
 Rules from a `retry:` clause carry a scope: `chain` re-runs the pipeline from its first task,
 and a clause that has run out hands the outcome to the rules after it. `Task.poll` re-runs a
 task until its guard holds. Waits and retry.* / poll.* events: runtime/retrying.py.
-Sinks (`Task.sink`, `Rule.sink`) store a result without replacing it (`result`, `data`, `this`),
-publish `sink.started` / `sink.processed`; a failed sink fails the step.
-Each directive has one handler (`_on_<directive>`); polling and sink runs keep their own state
-(runtime/polling.py, runtime/sinks.py); every wait goes through the `Clock` the pipeline is given.
+Sinks (`Task.sink`, `Rule.sink`) store a result without replacing it, publishing sink.started and
+sink.processed; a failed sink fails the step. One handler per directive (`_on_<directive>`); polls
+and sinks keep state in runtime/polling.py and sinks.py; every wait goes through the given `Clock`.
 """
 
 from __future__ import annotations
