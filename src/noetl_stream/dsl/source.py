@@ -10,6 +10,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
+from noetl_stream.dsl import yaml_events
 from noetl_stream.errors import YamlSyntaxError
 
 MAX_NESTING = 100  # levels of mappings and lists a playbook may nest (aliases included)
@@ -26,11 +27,47 @@ class _Yaml(YAML):
         return []
 
 
+class _FastYaml(_Yaml):
+    """The round-trip loader reading libyaml's events (dsl/yaml_events.py) instead of running
+    ruamel's own scanner and parser; composer and constructor are ruamel's.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(typ="rt")
+        self._feed = self._parser = yaml_events.EventFeed(text)
+
+    @property
+    def parser(self) -> Any:
+        return self._feed
+
+    def get_constructor_parser(self, stream: Any) -> Any:
+        return self.constructor, self._feed
+
+
+_NOT_READ = object()
+
+
+def _load_fast(text: str) -> Any:
+    """The document read on the fast path, or _NOT_READ when it must be read by ruamel alone
+    (what it uses is not on that path, or it fails: ruamel then says why, as it always did).
+    """
+    if not yaml_events.AVAILABLE:
+        return _NOT_READ
+    try:
+        return _FastYaml(text).load(text)
+    except Exception:
+        return _NOT_READ
+
+
 def load_yaml(text: str) -> Any:
     """The document, with line numbers. Bounded: nesting deeper than MAX_NESTING or aliases that
     expand to more than MAX_VALUES values ("billion laughs") are syntax errors, so nothing that
     walks the document afterwards can recurse or loop without end.
     """
+    doc = _load_fast(text)
+    if doc is not _NOT_READ:
+        _check_bounds(doc)
+        return doc
     yaml = _Yaml(typ="rt")
     try:
         doc = yaml.load(text)
