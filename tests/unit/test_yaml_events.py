@@ -93,7 +93,7 @@ def test_the_repository_playbooks_read_the_same_both_ways() -> None:
         text = path.read_text()
         try:
             ruamel = _Yaml(typ="rt").load(text)
-        except Exception:
+        except Exception:  # a deliberately broken fixture: the fast path leaves it
             assert _load_fast(text) is _NOT_READ, path
             continue
         fast = _load_fast(text)

@@ -55,7 +55,7 @@ def _load_fast(text: str) -> Any:
         return _NOT_READ
     try:
         return _FastYaml(text).load(text)
-    except Exception:
+    except Exception:  # every failure is read again, and reported, by ruamel alone
         return _NOT_READ
 
 
