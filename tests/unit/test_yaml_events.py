@@ -47,8 +47,6 @@ CASES = {
                           "d: >-\n  folded\n  text\ne: \"{{ workload.x }}\"\nf: plain text # note\n",
     "flow and nesting": "steps: [{step: a, next: {arcs: [{step: b}]}}, {step: b}]\n"
                         "empty_map: {}\nempty_list: []\nnested:\n  - - 1\n    - 2\n  - x: [y, z]\n",
-    "anchors and merge keys": "base: &b {kind: http, timeout: 3}\nuse:\n  <<: *b\n  url: u\n"
-                              "again: *b\n",
     "non-string keys": "1: one\nfalse: f\n~: n\n2.5: f\n",
     "unicode": "name: café ✓\nlist:\n- ü\n- 中文\n",
     "comments everywhere": "# head\na: 1  # one\n# between\nb:\n  - 2  # two\n  # inner\n"
@@ -68,6 +66,7 @@ def test_fast_path_reads_each_form_as_ruamel_does(name: str) -> None:
 
 
 @pytest.mark.parametrize("text", [
+    "base: &b {kind: http, timeout: 3}\nuse:\n  <<: *b\n  url: u\nagain: *b\n",  # aliases
     "%YAML 1.1\n---\na: yes\n",  # a directive changes how scalars resolve
     "a: !custom x\n",  # an explicit tag
     "a: 1\na: 2\n",  # ruamel refuses duplicate keys
@@ -97,5 +96,7 @@ def test_the_repository_playbooks_read_the_same_both_ways() -> None:
             assert _load_fast(text) is _NOT_READ, path
             continue
         fast = _load_fast(text)
-        assert fast is not _NOT_READ, path
+        if fast is _NOT_READ:  # only anchors (and tags) send a valid playbook to ruamel alone
+            assert "&" in text or "!" in text, path
+            continue
         assert _shape(fast) == _shape(ruamel), path

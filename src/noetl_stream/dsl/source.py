@@ -27,23 +27,6 @@ class _Yaml(YAML):
         return []
 
 
-class _FastYaml(_Yaml):
-    """The round-trip loader reading libyaml's events (dsl/yaml_events.py) instead of running
-    ruamel's own scanner and parser; composer and constructor are ruamel's.
-    """
-
-    def __init__(self, text: str) -> None:
-        super().__init__(typ="rt")
-        self._feed = self._parser = yaml_events.EventFeed(text)
-
-    @property
-    def parser(self) -> Any:
-        return self._feed
-
-    def get_constructor_parser(self, stream: Any) -> Any:
-        return self.constructor, self._feed
-
-
 _NOT_READ = object()
 
 
@@ -54,7 +37,7 @@ def _load_fast(text: str) -> Any:
     if not yaml_events.AVAILABLE:
         return _NOT_READ
     try:
-        return _FastYaml(text).load(text)
+        return yaml_events.build(text, _Yaml(typ="rt").constructor)
     except Exception:  # every failure is read again, and reported, by ruamel alone
         return _NOT_READ
 

@@ -1,24 +1,36 @@
-"""libyaml's event parser feeding ruamel's composer and constructor.
+"""A playbook's document built straight from libyaml's events.
 
 ruamel's pure-Python scanner and parser are about nine tenths of the time a playbook takes to
-read (a 300-step playbook: half a second and more). libyaml (PyYAML's C extension) scans and
-parses the same text some thirty times faster. Its events are handed, converted, to ruamel's
-own composer and round-trip constructor, so the document is what ruamel alone builds: the same
-types, YAML 1.2 scalars, line numbers, anchors, merge keys and duplicate-key errors.
+read (a 300-step playbook: half a second and more on a loaded machine). libyaml (PyYAML's C
+extension) scans and parses the same text some thirty times faster; this builds from its events
+the document ruamel's round-trip loader builds: CommentedMap and CommentedSeq with the line and
+column of every key, value and item, plain scalars resolved by ruamel's YAML 1.2 resolver and
+anything but a string or null made by ruamel's own constructor.
 
-Only the common case takes this path. A `%YAML`/`%TAG` directive, an explicit tag, or any
-error at all (of libyaml or of the constructor) makes the caller read the text again with
-ruamel alone, so what a document that fails says, and every rule only ruamel knows, is
-unchanged.
+Only the common case is built here. Anchors and aliases (and so merge keys), explicit tags, a
+`%YAML`/`%TAG` directive, a second document, a duplicate or non-scalar key, nesting deeper than
+MAX_DEPTH, or any libyaml error raise NotOnFastPath: the caller reads the text again with
+ruamel alone, so what a failing document says, and every rule only ruamel knows, is unchanged.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
 from typing import Any
 
-from ruamel.yaml import events as rt
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.resolver import VersionedResolver
+from ruamel.yaml.scalarstring import FoldedScalarString, LiteralScalarString
+
+MAX_DEPTH = 100  # deeper documents go to ruamel, which bounds them (dsl/source.py)
+_STR = "tag:yaml.org,2002:str"
+_NULL = "tag:yaml.org,2002:null"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class NotOnFastPath(Exception):
+    """The text uses something only ruamel's own reading handles: read it with ruamel."""
 
 
 def _libyaml() -> tuple[Any, Any]:
@@ -33,77 +45,118 @@ def _libyaml() -> tuple[Any, Any]:
 
 
 _CParser, _YAMLError = _libyaml()
-
-
-class NotOnFastPath(Exception):
-    """The text uses something only ruamel's own parser handles: read it with ruamel."""
-
-
 AVAILABLE = _CParser is not None
+_NOTHING = object()
+_NO_KEY = object()
 
 
-def _convert(event: Any) -> Any:
-    """One PyYAML event as the ruamel event its parser would have produced (no comments)."""
-    kind = type(event).__name__
-    start, end = event.start_mark, event.end_mark
-    if kind == "ScalarEvent":
-        if event.tag is not None and event.tag != "!":
-            raise NotOnFastPath("an explicit tag")
-        return rt.ScalarEvent(event.anchor, None, event.implicit, event.value, start, end,
-                              style=event.style)
-    if kind in ("MappingStartEvent", "SequenceStartEvent"):
-        if event.tag is not None and event.tag != "!":
-            raise NotOnFastPath("an explicit tag")
-        cls = rt.MappingStartEvent if kind == "MappingStartEvent" else rt.SequenceStartEvent
-        return cls(event.anchor, None, event.implicit, start, end, flow_style=event.flow_style)
-    if kind == "AliasEvent":
-        return rt.AliasEvent(event.anchor, start, end)
-    if kind == "DocumentStartEvent":
-        if event.version is not None or event.tags:
-            raise NotOnFastPath("a YAML directive")
-        return rt.DocumentStartEvent(start, end, explicit=event.explicit)
-    if kind == "DocumentEndEvent":
-        return rt.DocumentEndEvent(start, end, explicit=event.explicit)
-    simple = {"StreamStartEvent": rt.StreamStartEvent, "StreamEndEvent": rt.StreamEndEvent,
-              "MappingEndEvent": rt.MappingEndEvent, "SequenceEndEvent": rt.SequenceEndEvent}
-    return simple[kind](start, end)
+def build(text: str, constructor: Any) -> Any:
+    """The document of `text` as ruamel's round-trip loader builds it; `constructor` (a
+    round-trip constructor) makes the scalars that are neither strings nor null.
+    """
+    if _CParser is None:
+        raise NotOnFastPath("libyaml is not installed")
+    reader = _Reader(constructor)
+    parser = _CParser(text)
+    try:
+        while parser.check_event():
+            reader.take(parser.get_event())
+    except _YAMLError as exc:
+        raise NotOnFastPath(str(exc)) from None
+    finally:
+        parser.dispose()
+    return None if reader.root is _NOTHING else reader.root
 
 
-class EventFeed:
-    """What ruamel's composer asks of its parser (check, peek, get, dispose), from libyaml."""
+class _Reader:
+    """Events in, the document out; `open` holds each unfinished collection as [container,
+    its pending key (or _NO_KEY), that key's mark].
+    """
 
-    def __init__(self, text: str) -> None:
-        if _CParser is None:
-            raise NotOnFastPath("libyaml is not installed")
-        self._source: Iterator[Any] = self._events(text)
-        self._next: Any = None
+    def __init__(self, constructor: Any) -> None:
+        self.constructor = constructor
+        self.resolver = VersionedResolver()
+        self.tags: dict[str, Any] = {}  # plain scalar -> its tag: keys and kinds repeat a lot
+        self.open: list[list[Any]] = []
+        self.root: Any = _NOTHING
+        self.documents = 0
 
-    @staticmethod
-    def _events(text: str) -> Iterator[Any]:
-        parser = _CParser(text)
-        try:
-            while parser.check_event():
-                yield _convert(parser.get_event())
-        except _YAMLError as exc:
-            raise NotOnFastPath(str(exc)) from None
-        finally:
-            parser.dispose()
+    def take(self, event: Any) -> None:
+        kind = type(event).__name__
+        if kind == "ScalarEvent":
+            self.add(self.scalar(event), event.start_mark)
+        elif kind in ("MappingStartEvent", "SequenceStartEvent"):
+            self.start(event, CommentedMap() if kind == "MappingStartEvent" else CommentedSeq())
+        elif kind in ("MappingEndEvent", "SequenceEndEvent"):
+            self.open.pop()
+        elif kind == "AliasEvent":
+            raise NotOnFastPath("an alias")
+        elif kind == "DocumentStartEvent":
+            self.documents += 1
+            if self.documents > 1 or event.version is not None or event.tags:
+                raise NotOnFastPath("a directive or a second document")
 
-    def peek_event(self) -> Any:
-        if self._next is None:
-            self._next = next(self._source, None)
-        return self._next
+    def start(self, event: Any, node: Any) -> None:
+        _plain_node(event)
+        node._yaml_set_line_col(event.start_mark.line, event.start_mark.column)
+        if event.flow_style:
+            node.fa.set_flow_style()
+        else:
+            node.fa.set_block_style()
+        self.add(node, event.start_mark)
+        self.open.append([node, _NO_KEY, None])
+        if len(self.open) > MAX_DEPTH:
+            raise NotOnFastPath("deep nesting")
 
-    def check_event(self, *choices: Any) -> bool:
-        event = self.peek_event()
-        if event is None:
-            return False
-        return not choices or isinstance(event, choices)
+    def scalar(self, event: Any) -> Any:
+        _plain_node(event)
+        if not event.implicit[0]:  # quoted, or a block: a string, as ruamel resolves it
+            name, tag = _STR, None
+        else:
+            tag = self.tags.get(event.value)
+            if tag is None:
+                tag = self.tags[event.value] = self.resolver.resolve(
+                    ScalarNode, event.value, event.implicit)
+            name = str(tag)
+        if name == _STR:
+            if event.style == "|":
+                return LiteralScalarString(event.value)
+            if event.style == ">":
+                return FoldedScalarString(event.value)
+            return event.value
+        if name == _NULL:
+            return None
+        if name == _MERGE:
+            raise NotOnFastPath("a merge key")
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
+        return self.constructor.construct_object(node, deep=True)
 
-    def get_event(self) -> Any:
-        event = self.peek_event()
-        self._next = None
-        return event
+    def add(self, value: Any, mark: Any) -> None:
+        """`value` into the innermost open collection (as the key, or the value of its key)."""
+        if not self.open:
+            self.root = value
+            return
+        top = self.open[-1]
+        container = top[0]
+        if isinstance(container, CommentedSeq):
+            container._yaml_set_idx_line_col(len(container), [mark.line, mark.column])
+            container.append(value)
+        elif top[1] is _NO_KEY:
+            if isinstance(value, (CommentedMap, CommentedSeq)):
+                raise NotOnFastPath("a collection as a key")
+            if value in container:
+                raise NotOnFastPath("a duplicate key")  # ruamel says which, and where
+            top[1], top[2] = value, mark
+        else:
+            key, key_mark = top[1], top[2]
+            container._yaml_set_kv_line_col(key, [key_mark.line, key_mark.column, mark.line,
+                                                  mark.column])
+            container[key] = value
+            top[1] = _NO_KEY
 
-    def dispose(self) -> None:
-        self._source = iter(())
+
+def _plain_node(event: Any) -> None:
+    if event.anchor is not None:
+        raise NotOnFastPath("an anchor")
+    if event.tag is not None and event.tag != "!":
+        raise NotOnFastPath("an explicit tag")
