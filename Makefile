@@ -68,7 +68,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench
 	$(BIN)/ruff format src tests bench
 
-bench: $(STAMP)  ## W1-W4 on the embedded stack, next to the raw JetStream round trip
+bench: $(STAMP)  ## in-process, services, `run` as a command, the Temporal peer; the headline table with RAW beside it
 	$(BIN)/python bench/run.py
 
 chaos: $(STAMP)  ## fault injection: kill -9, stalls, NATS restarts, duplicates; prints the table (SEED=n)

@@ -566,6 +566,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(RESULTS / "latest.json"), help="JSON results file")
     ap.add_argument("--no-services", action="store_true",
                     help="skip the services-mode run (bench/services.py: separate processes)")
+    ap.add_argument("--no-cli", action="store_true",
+                    help="skip timing `noetl-stream run` as a command (bench/cli_run.py)")
+    ap.add_argument("--no-peer", action="store_true",
+                    help="skip the peer column (bench/peer_temporal.py: Temporal's dev server)")
     args = ap.parse_args(argv)
 
     plan = QUICK if args.quick else FULL
@@ -620,7 +624,28 @@ def main(argv: list[str] | None = None) -> int:
             splan = services.Plan(**{**asdict(splan), "repeat": max(1, args.repeat)})
         print()
         services.run(splan, only, out.with_name("services.json"))
+    if not only and args.cprofile is None:  # the whole bench: the headline table closes it
+        finish(args, out)
     return 0
+
+
+def finish(args: argparse.Namespace, out: Path) -> None:
+    """`noetl-stream run` as a command, the peer column, then the headline table of all parts."""
+    import cli_run
+    import peer_temporal
+    import summary
+
+    repeat = 1 if args.quick else max(3, args.repeat or 3)
+    if not args.no_cli:
+        print()
+        cli_run.run(repeat, out.with_name("cli_run.json"))
+    if not args.no_peer:
+        print()
+        peer_temporal.run(peer_temporal.Plan(repeat=repeat), out.with_name("peer_temporal.json"))
+    text, doc = summary.report(out.parent)
+    print("\nThe headline figures, each with its target and the RAW of the same run:\n")
+    print(text)
+    out.with_name("summary.json").write_text(json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -57,9 +57,10 @@ TERMINAL = ("execution.completed", "execution.failed", "execution.cancelled")
 
 # Targets of the services-mode figures: (row, field, comparison, value).
 TARGETS: list[tuple[str, str, str, float]] = [
-    ("PROBE-idle", "p50_ms", "<=", 10.0),
-    ("PROBE-idle", "p99_ms", "<=", 25.0),
+    ("PROBE-idle", "p50_ms", "<=", 7.0),
+    ("PROBE-idle", "p99_ms", "<=", 20.0),
     ("PROBE-idle", "max_gap_ms", "<=", 20.0),
+    ("W3-python", "steps_per_s", ">=", 1500.0),
 ]
 
 

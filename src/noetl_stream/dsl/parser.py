@@ -9,6 +9,8 @@ The document's top level is read here; steps, tasks and arcs by the modules of d
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,6 +155,14 @@ class _Parser(StepParser):
                           {"name", "tool", "desc", "description"}, None, f"workbook[{index}].")
 
 
+# The last few successful parses, by text and options. `run` parses a playbook to check it and
+# its embedded server parses the same text again as the request arrives: on a long playbook that
+# second parse cost as much as the execution's steps. The IR is frozen, so it can be shared.
+RECENT_PARSES = 8
+_recent: OrderedDict[tuple[str, str, frozenset[str], bool], ParseResult] = OrderedDict()
+_recent_lock = threading.Lock()
+
+
 def parse_playbook(text: str, file: str = "<string>", *, kinds: Collection[str] = RUNNABLE_KINDS,
                    strict: bool = False, base_dir: Path | None = None) -> ParseResult:
     """Parse and validate; raise PlaybookError with every issue, or return the IR and warnings.
@@ -160,6 +170,22 @@ def parse_playbook(text: str, file: str = "<string>", *, kinds: Collection[str] 
     `base_dir` is the folder of the playbook's file, when it was read from disk: `script:` files
     are read relative to it. Without it, they must travel with the text (dsl/scripts.py).
     """
+    key = (text, file, frozenset(kinds), strict)
+    with _recent_lock:
+        known = _recent.get(key)
+    if known is not None:
+        return ParseResult(known.playbook, list(known.warnings), dict(known.scripts))
+    result = _parse(text, file, kinds, strict, base_dir)
+    if not result.scripts:  # script files are read from disk (base_dir): such parses are not kept
+        with _recent_lock:
+            _recent[key] = result
+            while len(_recent) > RECENT_PARSES:
+                _recent.popitem(last=False)
+    return ParseResult(result.playbook, list(result.warnings), dict(result.scripts))
+
+
+def _parse(text: str, file: str, kinds: Collection[str], strict: bool,
+           base_dir: Path | None) -> ParseResult:
     try:
         own_text, attached = scripts.split_files(text)
     except ValueError as exc:

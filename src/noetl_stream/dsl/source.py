@@ -10,6 +10,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 
+from noetl_stream.dsl import yaml_events
 from noetl_stream.errors import YamlSyntaxError
 
 MAX_NESTING = 100  # levels of mappings and lists a playbook may nest (aliases included)
@@ -26,11 +27,30 @@ class _Yaml(YAML):
         return []
 
 
+_NOT_READ = object()
+
+
+def _load_fast(text: str) -> Any:
+    """The document read on the fast path, or _NOT_READ when it must be read by ruamel alone
+    (what it uses is not on that path, or it fails: ruamel then says why, as it always did).
+    """
+    if not yaml_events.AVAILABLE:
+        return _NOT_READ
+    try:
+        return yaml_events.build(text, _Yaml(typ="rt").constructor)
+    except Exception:  # every failure is read again, and reported, by ruamel alone
+        return _NOT_READ
+
+
 def load_yaml(text: str) -> Any:
     """The document, with line numbers. Bounded: nesting deeper than MAX_NESTING or aliases that
     expand to more than MAX_VALUES values ("billion laughs") are syntax errors, so nothing that
     walks the document afterwards can recurse or loop without end.
     """
+    doc = _load_fast(text)
+    if doc is not _NOT_READ:
+        _check_bounds(doc)
+        return doc
     yaml = _Yaml(typ="rt")
     try:
         doc = yaml.load(text)

@@ -1,0 +1,138 @@
+"""The figures users look at first, in one table, each with its target and the RAW round trips
+measured in the same `make bench`; then W1-W3 beside the peer (Temporal's dev server).
+
+Reads the documents the parts wrote (bench/results/latest.json, services.json, cli_run.json,
+peer_temporal.json); a part that did not run shows as `not run`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+PROBE_P50_MS = 7.0
+PROBE_P99_MS = 20.0
+W3_INPROC_STEPS_S = 3000.0
+W3_SERVICES_PYTHON_STEPS_S = 1500.0
+SERVICES_RSS_MB = 300.0
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+        return doc
+    except (OSError, ValueError):
+        return None
+
+
+def _row(doc: dict[str, Any] | None, name: str) -> dict[str, Any] | None:
+    for row in (doc or {}).get("rows", []):
+        if row.get("workload") == name:
+            return dict(row)
+    return None
+
+
+def _ms(row: dict[str, Any] | None) -> str:
+    return f"{row['ms_per_step']:.2f} ms" if row else "not run"
+
+
+def rows(inproc: dict[str, Any] | None, services: dict[str, Any] | None,
+         cli: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """One dict per probe: what, measured, target, met (None: not measured), RAW beside it."""
+    out: list[dict[str, Any]] = []
+    for run in (_row(cli, "RUN-step-100"), _row(cli, "RUN-step-300")):
+        if run is not None:
+            out.append({"probe": f"{run['workload']}: marginal noop step of `noetl-stream run`",
+                        "measured": f"{run['ms_per_step']:.2f} ms = {run['vs_raw']:.2f} x RAW"
+                        + ("" if run["met"] is not None else " (within the start's spread)"),
+                        "target": run["target"], "met": run["met"],
+                        "raw": f"RAW {cli['raw_ms']:.2f} ms" if cli else ""})
+    if cli is None:
+        out.append({"probe": "RUN-step: marginal noop step of `noetl-stream run`",
+                    "measured": "not run", "target": "<= 1.5 x RAW", "met": None, "raw": ""})
+    svc_raw = _row(services, "RAW")
+    raw_svc = f"RAW {svc_raw['value']:.2f} ms" if svc_raw else ""
+    idle = _row(services, "PROBE-idle")
+    out.append({"probe": "PROBE-idle: 3-step execution every 1-3 s, services mode",
+                "measured": (f"p50 {idle['extra']['p50_ms']:.1f} ms, p99 "
+                             f"{idle['extra']['p99_ms']:.1f} ms") if idle else "not run",
+                "target": f"p50 <= {PROBE_P50_MS:g}, p99 <= {PROBE_P99_MS:g}",
+                "met": (idle["extra"]["p50_ms"] <= PROBE_P50_MS
+                        and idle["extra"]["p99_ms"] <= PROBE_P99_MS) if idle else None,
+                "raw": raw_svc})
+    w3 = _row(inproc, "W3")
+    raw = _row(inproc, "RAW")
+    raw_w3 = _row(inproc, "RAW-W3")
+    raws = ", ".join(x for x in (f"RAW {raw['ms_per_step']:.2f} ms" if raw else "",
+                                 f"RAW-W3 {raw_w3['steps_per_s']:.0f} steps/s" if raw_w3 else "")
+                     if x)
+    out.append({"probe": "W3 in-process noop (50 x 20 steps)",
+                "measured": f"{w3['steps_per_s']:.0f} steps/s" if w3 else "not run",
+                "target": f">= {W3_INPROC_STEPS_S:g} steps/s",
+                "met": w3["steps_per_s"] >= W3_INPROC_STEPS_S if w3 else None, "raw": raws})
+    w3p = _row(services, "W3-python")
+    out.append({"probe": "W3 services python (20 x 10 steps)",
+                "measured": f"{w3p['extra']['steps_per_s']:.0f} steps/s" if w3p else "not run",
+                "target": f">= {W3_SERVICES_PYTHON_STEPS_S:g} steps/s",
+                "met": w3p["extra"]["steps_per_s"] >= W3_SERVICES_PYTHON_STEPS_S if w3p else None,
+                "raw": raw_svc})
+    rss = (services or {}).get("peak_rss_mb")
+    out.append({"probe": "peak RSS, services with python steps (all processes)",
+                "measured": f"{rss:.0f} MB" if rss else "not run",
+                "target": f"<= {SERVICES_RSS_MB:g} MB",
+                "met": rss <= SERVICES_RSS_MB if rss else None, "raw": ""})
+    return out
+
+
+def peer_rows(services: dict[str, Any] | None, peer: dict[str, Any] | None) -> list[list[str]]:
+    """W1-W3 (services mode, noop and python) beside the same shapes on Temporal."""
+    theirs = {r["workload"]: r for r in (peer or {}).get("rows", [])}
+    lines = []
+    for shape in ("W1", "W2", "W3"):
+        noop, python = _row(services, f"{shape}-noop"), _row(services, f"{shape}-python")
+        other = theirs.get(shape)
+
+        def fig(row: dict[str, Any] | None) -> str:
+            if row is None:
+                return "not run"
+            return f"{row['value']:.2f} ms/step, {row['extra']['steps_per_s']:.0f} steps/s"
+
+        lines.append([shape, fig(noop), fig(python),
+                      f"{other['ms_per_step']:.2f} ms/step, {other['steps_per_s']:.0f} steps/s"
+                      if other else "skipped" if peer and peer.get("skipped") else "not run"])
+    return lines
+
+
+def _grid(head: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*head), "  ".join("-" * w for w in widths),
+                      *(fmt.format(*r) for r in body)])
+
+
+def report(results: Path) -> tuple[str, dict[str, Any]]:
+    """The printed tables and the document kept beside the others (summary.json)."""
+    inproc = _load(results / "latest.json")
+    services = _load(results / "services.json")
+    cli = _load(results / "cli_run.json")
+    peer = _load(results / "peer_temporal.json")
+    probes = rows(inproc, services, cli)
+    met = {None: "-", True: "yes", False: "NO"}
+    text = [_grid(["probe", "measured", "target", "met?", "RAW in the same run"],
+                  [[p["probe"], p["measured"], p["target"], met[p["met"]], p["raw"]]
+                   for p in probes])]
+    versus = peer_rows(services, peer)
+    text.append("")
+    text.append(_grid(["shape", "noetl-stream services noop", "noetl-stream services python",
+                       "Temporal dev server"], versus))
+    if peer and peer.get("skipped"):
+        text.append(f"(peer column skipped: {peer['skipped']})")
+    loads = {name: (doc or {}).get("environment", doc or {}).get("loadavg_before")
+             for name, doc in (("in-process", inproc), ("services", services), ("run", cli),
+                               ("peer", peer))}
+    text.append("load average before each part: " + ", ".join(
+        f"{k} {v[0]:.1f}" for k, v in loads.items() if v))
+    doc = {"probes": probes, "versus_peer": versus, "loadavg_before": loads,
+           "all_met": all(p["met"] for p in probes if p["met"] is not None)}
+    return "\n".join(text), doc

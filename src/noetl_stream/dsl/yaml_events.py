@@ -1,0 +1,162 @@
+"""A playbook's document built straight from libyaml's events.
+
+ruamel's pure-Python scanner and parser are about nine tenths of the time a playbook takes to
+read (a 300-step playbook: half a second and more on a loaded machine). libyaml (PyYAML's C
+extension) scans and parses the same text some thirty times faster; this builds from its events
+the document ruamel's round-trip loader builds: CommentedMap and CommentedSeq with the line and
+column of every key, value and item, plain scalars resolved by ruamel's YAML 1.2 resolver and
+anything but a string or null made by ruamel's own constructor.
+
+Only the common case is built here. Anchors and aliases (and so merge keys), explicit tags, a
+`%YAML`/`%TAG` directive, a second document, a duplicate or non-scalar key, nesting deeper than
+MAX_DEPTH, or any libyaml error raise NotOnFastPath: the caller reads the text again with
+ruamel alone, so what a failing document says, and every rule only ruamel knows, is unchanged.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.resolver import VersionedResolver
+from ruamel.yaml.scalarstring import FoldedScalarString, LiteralScalarString
+
+MAX_DEPTH = 100  # deeper documents go to ruamel, which bounds them (dsl/source.py)
+_STR = "tag:yaml.org,2002:str"
+_NULL = "tag:yaml.org,2002:null"
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+class NotOnFastPath(Exception):
+    """The text uses something only ruamel's own reading handles: read it with ruamel."""
+
+
+def _libyaml() -> tuple[Any, Any]:
+    """PyYAML's C parser and its error class, or (None, None) without the C extension (then
+    every document is read by ruamel alone).
+    """
+    try:
+        pyyaml = importlib.import_module("yaml")
+        return importlib.import_module("yaml._yaml").CParser, pyyaml.YAMLError
+    except ImportError:  # pragma: no cover - PyYAML's wheels ship libyaml where we run
+        return None, None
+
+
+_CParser, _YAMLError = _libyaml()
+AVAILABLE = _CParser is not None
+_NOTHING = object()
+_NO_KEY = object()
+
+
+def build(text: str, constructor: Any) -> Any:
+    """The document of `text` as ruamel's round-trip loader builds it; `constructor` (a
+    round-trip constructor) makes the scalars that are neither strings nor null.
+    """
+    if _CParser is None:
+        raise NotOnFastPath("libyaml is not installed")
+    reader = _Reader(constructor)
+    parser = _CParser(text)
+    try:
+        while parser.check_event():
+            reader.take(parser.get_event())
+    except _YAMLError as exc:
+        raise NotOnFastPath(str(exc)) from None
+    finally:
+        parser.dispose()
+    return None if reader.root is _NOTHING else reader.root
+
+
+class _Reader:
+    """Events in, the document out; `open` holds each unfinished collection as [container,
+    its pending key (or _NO_KEY), that key's mark].
+    """
+
+    def __init__(self, constructor: Any) -> None:
+        self.constructor = constructor
+        self.resolver = VersionedResolver()
+        self.tags: dict[str, Any] = {}  # plain scalar -> its tag: keys and kinds repeat a lot
+        self.open: list[list[Any]] = []
+        self.root: Any = _NOTHING
+        self.documents = 0
+
+    def take(self, event: Any) -> None:
+        kind = type(event).__name__
+        if kind == "ScalarEvent":
+            self.add(self.scalar(event), event.start_mark)
+        elif kind in ("MappingStartEvent", "SequenceStartEvent"):
+            self.start(event, CommentedMap() if kind == "MappingStartEvent" else CommentedSeq())
+        elif kind in ("MappingEndEvent", "SequenceEndEvent"):
+            self.open.pop()
+        elif kind == "AliasEvent":
+            raise NotOnFastPath("an alias")
+        elif kind == "DocumentStartEvent":
+            self.documents += 1
+            if self.documents > 1 or event.version is not None or event.tags:
+                raise NotOnFastPath("a directive or a second document")
+
+    def start(self, event: Any, node: Any) -> None:
+        _plain_node(event)
+        node._yaml_set_line_col(event.start_mark.line, event.start_mark.column)
+        if event.flow_style:
+            node.fa.set_flow_style()
+        else:
+            node.fa.set_block_style()
+        self.add(node, event.start_mark)
+        self.open.append([node, _NO_KEY, None])
+        if len(self.open) > MAX_DEPTH:
+            raise NotOnFastPath("deep nesting")
+
+    def scalar(self, event: Any) -> Any:
+        _plain_node(event)
+        if not event.implicit[0]:  # quoted, or a block: a string, as ruamel resolves it
+            name, tag = _STR, None
+        else:
+            tag = self.tags.get(event.value)
+            if tag is None:
+                tag = self.tags[event.value] = self.resolver.resolve(
+                    ScalarNode, event.value, event.implicit)
+            name = str(tag)
+        if name == _STR:
+            if event.style == "|":
+                return LiteralScalarString(event.value)
+            if event.style == ">":
+                return FoldedScalarString(event.value)
+            return event.value
+        if name == _NULL:
+            return None
+        if name == _MERGE:
+            raise NotOnFastPath("a merge key")
+        node = ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
+        return self.constructor.construct_object(node, deep=True)
+
+    def add(self, value: Any, mark: Any) -> None:
+        """`value` into the innermost open collection (as the key, or the value of its key)."""
+        if not self.open:
+            self.root = value
+            return
+        top = self.open[-1]
+        container = top[0]
+        if isinstance(container, CommentedSeq):
+            container._yaml_set_idx_line_col(len(container), [mark.line, mark.column])
+            container.append(value)
+        elif top[1] is _NO_KEY:
+            if isinstance(value, (CommentedMap, CommentedSeq)):
+                raise NotOnFastPath("a collection as a key")
+            if value in container:
+                raise NotOnFastPath("a duplicate key")  # ruamel says which, and where
+            top[1], top[2] = value, mark
+        else:
+            key, key_mark = top[1], top[2]
+            container._yaml_set_kv_line_col(key, [key_mark.line, key_mark.column, mark.line,
+                                                  mark.column])
+            container[key] = value
+            top[1] = _NO_KEY
+
+
+def _plain_node(event: Any) -> None:
+    if event.anchor is not None:
+        raise NotOnFastPath("an anchor")
+    if event.tag is not None and event.tag != "!":
+        raise NotOnFastPath("an explicit tag")
