@@ -13,6 +13,7 @@ from noetl_stream.api import (
     routes_credentials,
     routes_events,
     routes_executions,
+    routes_hooks,
     routes_net,
     routes_ops,
     routes_sessions,
@@ -36,6 +37,7 @@ def all_endpoints() -> list[Endpoint]:
         *routes_net.ENDPOINTS,
         *routes_vars.ENDPOINTS,
         *routes_credentials.ENDPOINTS,
+        *routes_hooks.ENDPOINTS,
         Endpoint("GET", "/api/openapi.json", openapi_document, "This API's OpenAPI 3.1 document",
                  "read", "ops"),
     ]
