@@ -1,0 +1,193 @@
+"""Webhook and event triggers, catch-up after downtime and backfill, against real processes:
+nats-server, `noetl-stream server` (serving the HTTP API) and `noetl-stream worker`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from cli import CLI, run_cli
+from test_triggers import EXAMPLES, Service, apply_text, at, cli, completed, fired, started
+
+from noetl_stream import ids, jsonutil
+from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
+from noetl_stream.runtime.provision import provision
+from noetl_stream.testing.events import stored_messages
+from noetl_stream.testing.waiting import assert_eventually
+from noetl_stream.triggers.signature import sign
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "a-webhook-secret"
+FAILING = """apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: flaky, path: etl/flaky}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: |
+        raise RuntimeError("the source table is locked")
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class HttpServer(Service):
+    """The server process, also serving the HTTP API on `port`."""
+
+    def __init__(self, url: str, logs: Path, port: int) -> None:
+        super().__init__("server", url, logs)
+        self.port = port
+
+    async def start(self) -> None:
+        self.starts += 1
+        with (self.logs / f"server-{self.starts}.log").open("wb") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                str(CLI), "server", "--nats-url", self.url,
+                "--http", f"127.0.0.1:{self.port}", stdin=asyncio.subprocess.DEVNULL,
+                stdout=log, stderr=log)
+
+
+@pytest.fixture
+async def api_stack(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[tuple[Bus, str]]:
+    bus = await connect(nats_server.url, name="trigger-test")
+    await provision(bus)
+    port = free_port()
+    services = [HttpServer(nats_server.url, tmp_path, port),
+                Service("worker", nats_server.url, tmp_path)]
+    for service in services:
+        await service.start()
+    out = await run_cli("register", str(EXAMPLES / "report.yaml"), "--nats-url", nats_server.url)
+    assert out.returncode == 0, out.stderr
+    base = f"http://127.0.0.1:{port}"
+
+    async def listening() -> None:
+        async with aiohttp.ClientSession() as http, http.get(f"{base}/api/health") as r:
+            assert r.status < 500
+
+    await assert_eventually(listening, timeout_s=30, interval_s=0.3)
+    try:
+        yield bus, base
+    finally:
+        for service in services:
+            await service.stop()
+        await bus.close()
+
+
+async def post_hook(base: str, name: str, body: bytes, signature: str | None,
+                    delivery: str | None = None) -> tuple[int, dict[str, Any]]:
+    headers = {"Content-Type": "application/json"}
+    if signature is not None:
+        headers["X-Noetl-Signature"] = signature
+    if delivery is not None:
+        headers["X-Noetl-Delivery"] = delivery
+    async with aiohttp.ClientSession() as http, http.post(
+            f"{base}/api/hooks/{name}", data=body, headers=headers) as response:
+        return response.status, await response.json()
+
+
+@pytest.mark.timeout(120)
+async def test_a_signed_webhook_starts_one_execution_a_bad_signature_none(
+        nats_server: NatsServer, api_stack: tuple[Bus, str]) -> None:
+    bus, base = api_stack
+    url = nats_server.url
+    out = await run_cli("credential", "set", "hook-secret", "--kind", "generic", "--data",
+                        json.dumps({"secret": SECRET}), "--nats-url", url)
+    assert out.returncode == 0, out.stderr
+    await cli(url, "apply", str(EXAMPLES / "order_hook.yaml"))
+    body = json.dumps({"id": "W-1", "total": 40}).encode()
+
+    status, answer = await post_hook(base, "order_hook", body, sign("wrong", body))
+    assert status == 401 and answer["error"]["code"] == "bad_signature"
+    status, _ = await post_hook(base, "order_hook", body, None)
+    assert status == 401
+    status, _ = await post_hook(base, "order_hook", body + b" ", sign(SECRET, body))
+    assert status == 401
+    status, _ = await post_hook(base, "no_such_hook", body, sign(SECRET, body))
+    assert status == 404
+
+    status, first = await post_hook(base, "order_hook", body, sign(SECRET, body), "d-17")
+    assert status == 202, first
+    assert first["execution_id"] == ids.derived_execution_id("trigger-webhook", "order_hook",
+                                                             "d-17")
+    # The same delivery again (a sender's retry): the same execution, not a second one.
+    status, again = await post_hook(base, "order_hook", body, sign(SECRET, body), "d-17")
+    assert status == 202 and again["execution_id"] == first["execution_id"]
+    # Without a delivery id, a replay of the identical body is the same delivery too.
+    status, plain = await post_hook(base, "order_hook", body, sign(SECRET, body))
+    status2, replay = await post_hook(base, "order_hook", body, sign(SECRET, body))
+    assert (status, status2) == (202, 202) and plain["execution_id"] == replay["execution_id"]
+    assert plain["execution_id"] != first["execution_id"]
+
+    async def both_done() -> None:
+        assert {first["execution_id"], plain["execution_id"]} <= await completed(bus)
+
+    await assert_eventually(both_done, timeout_s=30, interval_s=0.3)
+    await asyncio.sleep(1)
+    starts = await started(bus)
+    hook_starts = {k: v for k, v in starts.items() if v[0]["workload"]["source"].startswith(
+        "webhook")}
+    assert sorted(hook_starts) == sorted({first["execution_id"], plain["execution_id"]})
+    (start,) = hook_starts[first["execution_id"]]
+    assert start["workload"]["order"] == "W-1"
+    assert start["workload"]["source"] == "webhook d-17"
+    assert start["workload"]["total"] == 40  # the body is the payload, templates over it
+
+    await cli(url, "pause", "order_hook")
+    status, _ = await post_hook(base, "order_hook", body, sign(SECRET, body), "d-18")
+    assert status == 409
+
+
+@pytest.mark.timeout(150)
+async def test_an_event_trigger_starts_once_per_failed_execution_of_matching_playbooks(
+        nats_server: NatsServer, api_stack: tuple[Bus, str], tmp_path: Path) -> None:
+    bus, _ = api_stack
+    url = nats_server.url
+    failing = tmp_path / "flaky.yaml"
+    failing.write_text(FAILING)
+    other = tmp_path / "other.yaml"
+    other.write_text(FAILING.replace("etl/flaky", "adhoc/flaky").replace("name: flaky",
+                                                                          "name: other"))
+    for doc in (failing, other):
+        out = await run_cli("register", str(doc), "--nats-url", url)
+        assert out.returncode == 0, out.stderr
+    await cli(url, "apply", str(EXAMPLES / "on_failure.yaml"))
+
+    runs = []
+    for path in ("etl/flaky", "adhoc/flaky", "etl/flaky"):
+        out = await run_cli("run", path, "--nats-url", url, "--json", timeout_s=90)
+        assert out.summary["status"] == "failed", out.stdout + out.stderr
+        runs.append((path, out.summary["execution_id"]))
+    etl_runs = [eid for path, eid in runs if path.startswith("etl/")]
+
+    async def notified() -> dict[str, list[dict[str, Any]]]:
+        starts = {k: v for k, v in (await started(bus)).items()
+                  if "failed:" in str(v[0]["workload"].get("source"))}
+        assert len(starts) >= 2
+        return starts
+
+    starts = await assert_eventually(notified, timeout_s=60, interval_s=0.5)
+    await asyncio.sleep(2)  # nothing more comes: one execution per failure, none for adhoc/
+    starts = await notified()
+    assert sorted(v[0]["workload"]["order"] for v in starts.values()) == sorted(etl_runs)
+    for failed_id in etl_runs:
+        events = await stored_messages(bus.js, f"noetl.events.{failed_id}.execution.failed")
+        (event_id,) = [jsonutil.loads(d)["event_id"] for _, d in events]
+        (start,) = starts[ids.derived_execution_id("trigger-event", "on_failure", event_id)]
+        source = start["workload"]["source"]
+        assert source.startswith("etl/flaky failed: ") and "the source table is locked" in source
