@@ -8,18 +8,17 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from cli import CLI, run_cli
-from test_triggers import EXAMPLES, Service, apply_text, at, cli, completed, fired, started
+from test_triggers import EXAMPLES, Service, cli, completed, started
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
+from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.runtime.provision import provision
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
