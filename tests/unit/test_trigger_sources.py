@@ -11,6 +11,7 @@ from noetl_stream.triggers.catch_up import MAX_TIMES, instants, is_late, missed
 from noetl_stream.triggers.cron import ScheduleError
 from noetl_stream.triggers.document import Schedule, parse_trigger
 from noetl_stream.triggers.signature import secret_of, sign, verify
+from noetl_stream.triggers.subscription_map import document_trigger
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Trigger\nmetadata: {name: t}\n"
 
@@ -98,6 +99,73 @@ def test_a_signature_is_the_hmac_of_the_exact_body() -> None:
     assert not verify("s3cret", body + b" ", good)
     assert not verify("other", body, good)
     assert not verify("s3cret", body, None)
-    assert not verify("s3cret", body, good.removeprefix("sha256="))
+    assert verify("s3cret", body, good.removeprefix("sha256="))  # the bare digest
+    assert not verify("s3cret", body, "sha256=" + "0" * 64)
     assert secret_of({"secret": "a"}) == "a" and secret_of({"token": "b"}) == "b"
     assert secret_of({"header": "X", "value": "c"}) == "c" and secret_of({"host": "h"}) is None
+
+
+SUB_HEAD = "apiVersion: noetl.io/v1\nkind: Subscription\nmetadata: {name: orders, path: subs/orders}\n"
+
+
+def test_a_nats_pull_subscription_naming_its_subject_maps_onto_a_subject_trigger() -> None:
+    trigger, notes = document_trigger(SUB_HEAD + """spec:
+  source: nats
+  mode: pull
+  auth: nats_main
+  subject: "orders.*.created"
+  stream: ORDERS
+  dispatch: {playbook: etl/orders}
+  dedup: {enabled: true, window_secs: 600}
+""", "s.yaml")
+    assert trigger.name == "orders" and trigger.spec.playbook == "etl/orders"
+    assert trigger.spec.on is not None and trigger.spec.on.subject == "orders.*.created"
+    assert trigger.spec.payload_from == "message.data"
+    assert [n.split(" ")[0] for n in notes] == ["spec.auth", "spec.dedup"]
+
+
+def test_a_signed_push_webhook_subscription_maps_onto_a_webhook_trigger() -> None:
+    trigger, notes = document_trigger(SUB_HEAD + """spec:
+  source: webhook
+  mode: push
+  ingress:
+    gateway_path: /ingress/stripe
+    verify: {type: hmac_sha256, header: X-Signature, secret: stripe_hmac}
+  dispatch: {playbook: etl/payments}
+""", "s.yaml")
+    assert trigger.name == "stripe" and trigger.spec.webhook is not None
+    assert (trigger.spec.webhook.secret, trigger.spec.webhook.header) == ("stripe_hmac",
+                                                                          "X-Signature")
+    assert trigger.spec.payload_from == "webhook.body"
+    assert notes == ["deliveries go to POST /api/hooks/stripe"]
+
+
+def test_subscriptions_that_do_not_map_are_refused_with_every_reason() -> None:
+    with pytest.raises(PlaybookError) as err:
+        document_trigger(SUB_HEAD + """spec:
+  source: nats
+  mode: pull
+  activation: scheduled
+  stream: ORDERS
+  consumer: drain
+  dispatch: {playbook: etl/orders, batch_dispatch: true, batch_max: 10}
+  spool: {mode: buffer_and_ack, backend: nats_object, bucket: b}
+  limits: {max_in_flight: 5}
+""", "s.yaml")
+    reasons = [str(i) for i in err.value.issues]
+    assert len(reasons) == 5, reasons
+    assert all(r.startswith("s.yaml: this Subscription does not map onto a trigger: ")
+               for r in reasons)
+    for field in ("names its subject", "spec.activation", "spec.dispatch.batch_dispatch",
+                  "spec.spool", "spec.limits"):
+        assert any(field in r for r in reasons), (field, reasons)
+    with pytest.raises(PlaybookError, match="pubsub has no connector"):
+        document_trigger(SUB_HEAD + "spec: {source: pubsub, mode: pull, subscription: s, "
+                                    "dispatch: {playbook: a}}\n", "s.yaml")
+    with pytest.raises(PlaybookError, match="only hmac_sha256"):
+        document_trigger(SUB_HEAD + """spec:
+  source: webhook
+  mode: push
+  ingress: {gateway_path: /in/x, verify: {type: bearer, secret: tok}}
+  dispatch: {playbook: a}
+""", "s.yaml")

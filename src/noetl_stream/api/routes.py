@@ -17,6 +17,7 @@ from noetl_stream.api import (
     routes_net,
     routes_ops,
     routes_sessions,
+    routes_triggers,
     routes_vars,
 )
 from noetl_stream.api.endpoints import Endpoint
@@ -38,6 +39,7 @@ def all_endpoints() -> list[Endpoint]:
         *routes_vars.ENDPOINTS,
         *routes_credentials.ENDPOINTS,
         *routes_hooks.ENDPOINTS,
+        *routes_triggers.ENDPOINTS,
         Endpoint("GET", "/api/openapi.json", openapi_document, "This API's OpenAPI 3.1 document",
                  "read", "ops"),
     ]

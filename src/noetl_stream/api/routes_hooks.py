@@ -58,9 +58,10 @@ async def _check_signature(request: web.Request, record: TriggerRecord, body: by
     if secret is None:
         raise ApiError(401, f'the signature cannot be checked: credential "{credential}" is '
                        "missing or holds no secret", code="bad_signature")
-    if not verify(secret, body, request.headers.get(SIGNATURE_HEADER)):
-        raise ApiError(401, f"missing or wrong {SIGNATURE_HEADER} (sha256=<HMAC-SHA256 of the "
-                       "body, hex>)", code="bad_signature")
+    header = record.trigger.spec.webhook.header or SIGNATURE_HEADER
+    if not verify(secret, body, request.headers.get(header)):
+        raise ApiError(401, f"missing or wrong {header} (sha256=<HMAC-SHA256 of the body, hex>)",
+                       code="bad_signature")
 
 
 def webhook_context(request: web.Request, body: bytes, delivery: str) -> dict[str, Any]:

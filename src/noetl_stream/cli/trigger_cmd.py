@@ -71,21 +71,26 @@ def trigger() -> None:
 @nats_url_option
 @prefix_option
 def apply_cmd(file: Path, nats_url: str | None, prefix: str) -> None:
-    """Create or change the trigger FILE describes (kind: Trigger)."""
+    """Create or change the trigger FILE describes (kind: Trigger, or a NoETL Subscription
+    whose form maps onto one).
+    """
     from noetl_stream.runtime import trigger_ops
+    from noetl_stream.triggers.subscription_map import document_trigger
 
     try:
         text = file.read_text()
     except OSError as exc:
         fail(EXIT_REJECTED, f"{file}: {exc.strerror or exc}")
     try:
-        doc = parse_trigger(text, str(file))
+        doc, warnings = document_trigger(text, str(file))
     except PlaybookError as exc:
         for issue in exc.issues:
             click.echo(str(issue), err=True)
         fail(EXIT_REJECTED, f"{file}: rejected; nothing was applied")
     except YamlSyntaxError as exc:
         fail(EXIT_REJECTED, f"{file}:{exc.line or 1}: {exc}")
+    for warning in warnings:
+        click.echo(f"{file}: {warning}", err=True)
     record, new = _on_bus(nats_url, prefix, lambda bus: trigger_ops.apply(bus, doc, text))
     click.echo(f"trigger {doc.name} {'created' if new else 'updated'} ({record.state}): "
                f"{trigger_ops.describe_source(doc)} -> {doc.spec.playbook}")

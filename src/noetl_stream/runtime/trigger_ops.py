@@ -293,17 +293,44 @@ async def listing(bus: Bus) -> list[dict[str, Any]]:
     out = []
     for name in await store.trigger_names(bus.js):
         found = await store.read_record(bus.js, name)
-        if found is None:
-            continue
-        record = found[0]
-        last = await store.read_last(bus.js, name)
-        out.append({"name": name, "state": record.state, "playbook": record.trigger.spec.playbook,
-                    "source": describe_source(record.trigger),
-                    "next_fire": _next_fire(record) or (
-                        last.next_fire if last and record.state == "active" else None),
-                    "last_execution": ({**last.model_dump(mode="json"),
-                                        "status": await _status(bus, last.execution_id)}
-                                       if last else None)})
+        if found is not None:
+            out.append(await summary(bus, found[0]))
+    return out
+
+
+async def summary(bus: Bus, record: TriggerRecord) -> dict[str, Any]:
+    """What `list` shows of one trigger."""
+    name = record.trigger.name
+    last = await store.read_last(bus.js, name)
+    return {"name": name, "state": record.state, "playbook": record.trigger.spec.playbook,
+            "source": describe_source(record.trigger),
+            "next_fire": _next_fire(record) or (
+                last.next_fire if last and record.state == "active" else None),
+            "last_execution": ({**last.model_dump(mode="json"),
+                                "status": await _status(bus, last.execution_id)}
+                               if last else None)}
+
+
+async def detail(bus: Bus, name: str, upcoming: int = 5) -> dict[str, Any]:
+    """One trigger: its summary, document, applied time and its next `upcoming` fire times."""
+    record, revision = await _require(bus, name)
+    return {**await summary(bus, record), "revision": revision, "applied_at": record.applied_at,
+            "document": record.trigger.model_dump(mode="json", exclude_none=True),
+            "next_fires": next_fires(record, upcoming)}
+
+
+def next_fires(record: TriggerRecord, count: int) -> list[str]:
+    """The next `count` fire times of an active cron schedule (an interval's depend on its
+    previous fire, which nats-server keeps: see `next_fire`).
+    """
+    schedule = record.trigger.spec.schedule
+    if record.state != "active" or schedule is None or schedule.cron is None:
+        return []
+    cron = Cron.parse(schedule.cron, schedule.timezone)
+    out, t = [], datetime.now(UTC)
+    for _ in range(count):
+        t = cron.next_fire(t)
+        out.append(iso_ms(t))
     return out
 
 

@@ -34,9 +34,20 @@ async def request_execution(bus: Bus, record: TriggerRecord, execution_id: str,
         payload = render(spec.payload, context, field="payload")
     except NoetlStreamError as exc:
         return f"payload: {exc}"
+    if spec.payload_from is not None:
+        base = _lookup(context, spec.payload_from)
+        if not isinstance(base, dict):
+            return f"payload_from: {spec.payload_from} is not a mapping"
     await submit(bus, playbook_text=found[0], playbook_file=f"catalog:{spec.playbook}",
                  payload={**(base or {}), **payload}, execution_id=execution_id)
     return None
+
+
+def _lookup(context: dict[str, Any], path: str) -> Any:
+    value: Any = context
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 async def record_fired(bus: Bus, name: str, last: LastFire) -> None:

@@ -17,6 +17,7 @@ once with file, line and field, as playbooks are.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -29,7 +30,9 @@ from noetl_stream.triggers.cron import ScheduleError, every_seconds, six_fields,
 
 API_VERSION = "noetl.io/v2"
 KIND = "Trigger"
-_SPEC_KEYS = ("playbook", "version", "payload", "schedule", "on", "webhook", "catch_up")
+_SPEC_KEYS = ("playbook", "version", "payload", "schedule", "on", "webhook", "catch_up",
+              "payload_from")
+_PAYLOAD_FROM = re.compile(r"(trigger|message|webhook|event)(\.[A-Za-z_][A-Za-z0-9_]*)+")
 _SOURCES = ("schedule", "on", "webhook")
 _ON_KEYS = ("subject", "event", "playbook", "when")
 CatchUp = Literal["none", "last", "all"]
@@ -69,6 +72,7 @@ class Webhook(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     secret: str
+    header: str | None = None  # the signature's header; X-Noetl-Signature when absent
 
 
 class TriggerSpec(BaseModel):
@@ -80,6 +84,9 @@ class TriggerSpec(BaseModel):
     on: OnMessage | None = None
     webhook: Webhook | None = None
     catch_up: CatchUp = "last"
+    # A mapping in the trigger's context (`message.data`, `webhook.body`, `event.data`) the
+    # rendered payload is merged over; a webhook's body is by default.
+    payload_from: str | None = None
 
     @property
     def source(self) -> Literal["schedule", "on", "webhook"]:
@@ -177,6 +184,10 @@ def _check_source(spec: dict[str, Any], out: _Collector) -> None:
         _check_on(spec["on"], spec, out)
     else:
         _check_webhook(spec["webhook"], spec, out)
+    if "payload_from" in spec and not (isinstance(spec["payload_from"], str)
+                                       and _PAYLOAD_FROM.fullmatch(spec["payload_from"])):
+        out.add(spec, "payload_from", "payload_from is a path in the trigger's context, e.g. "
+                "message.data", "spec.payload_from")
     if "catch_up" in spec:
         if spec["catch_up"] not in ("none", "last", "all"):
             out.add(spec, "catch_up", "catch_up is none, last or all", "spec.catch_up")
@@ -219,12 +230,14 @@ def _check_schedule(schedule: Any, spec: dict[str, Any], out: _Collector) -> Non
 
 
 def _check_webhook(hook: Any, spec: dict[str, Any], out: _Collector) -> None:
-    if not isinstance(hook, dict) or set(hook) != {"secret"} or not isinstance(
-            hook.get("secret"), str) or not hook["secret"].strip():
+    if not isinstance(hook, dict) or not set(hook) <= {"secret", "header"} or not isinstance(
+            hook.get("secret"), str) or not hook["secret"].strip() or not isinstance(
+            hook.get("header", ""), str):
         out.add(hook if isinstance(hook, dict) else spec, "secret" if isinstance(hook, dict)
                 and "secret" in hook else "webhook",
-                "webhook is {secret: <credential name>}: the credential whose secret signs "
-                "each request", "spec.webhook")
+                "webhook is {secret: <credential name>, header: <name>}: the credential whose "
+                "secret signs each request, and the signature's header (optional)",
+                "spec.webhook")
 
 
 def _check_on(on: Any, spec: dict[str, Any], out: _Collector) -> None:

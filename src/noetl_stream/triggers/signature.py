@@ -12,7 +12,7 @@ SIGNATURE_HEADER = "X-Noetl-Signature"
 DELIVERY_HEADER = "X-Noetl-Delivery"
 _SCHEME = "sha256="
 # The material field that holds the secret, by credential kind (`generic`: its `secret`).
-_SECRET_FIELDS = ("secret", "token", "value", "password")
+_SECRET_FIELDS = ("secret", "token", "value", "key", "password")
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -21,15 +21,19 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def verify(secret: str, body: bytes, header: str | None) -> bool:
-    """Whether `header` is the signature of `body`, compared in constant time."""
-    if not header or not header.startswith(_SCHEME):
+    """Whether `header` is the signature of `body` (`sha256=<hex>`, or the bare hex digest as
+    some senders write it), compared in constant time.
+    """
+    if not header:
         return False
-    return hmac.compare_digest(sign(secret, body).encode(), header.strip().encode())
+    given = header.strip()
+    given = given if given.startswith(_SCHEME) else _SCHEME + given
+    return hmac.compare_digest(sign(secret, body).encode(), given.encode())
 
 
 def secret_of(material: dict[str, Any]) -> str | None:
     """The signing secret in a credential's material: `secret` (generic), `token` (bearer),
-    `value` (api_key) or `password` (basic), the first one present.
+    `value` (api_key), `key` or `password` (basic), the first one present.
     """
     for key in _SECRET_FIELDS:
         value = material.get(key)
