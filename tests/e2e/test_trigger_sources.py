@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from cli import CLI, run_cli
-from test_triggers import EXAMPLES, Service, cli, completed, started
+from test_triggers import EXAMPLES, Service, at, cli, completed, started
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.runtime.connection import Bus, connect
@@ -190,3 +190,92 @@ async def test_an_event_trigger_starts_once_per_failed_execution_of_matching_pla
         (start,) = starts[ids.derived_execution_id("trigger-event", "on_failure", event_id)]
         source = start["workload"]["source"]
         assert source.startswith("etl/flaky failed: ") and "the source table is locked" in source
+
+
+async def api_key(url: str, role: str) -> str:
+    user = f"u-{role}"
+    proc = await asyncio.create_subprocess_exec(
+        str(CLI), "user", "add", user, "--role", role, "--password-stdin", "--nats-url", url,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate(b"a-long-password\n")
+    assert proc.returncode == 0, err
+    made = await run_cli("apikey", "create", "--user", user, "--role", role, "--nats-url", url)
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip()
+
+
+@pytest.mark.timeout(150)
+async def test_the_http_api_operates_triggers_under_the_roles(
+        nats_server: NatsServer, api_stack: tuple[Bus, str]) -> None:
+    _, base = api_stack
+    url = nats_server.url
+    viewer, operator = await api_key(url, "viewer"), await api_key(url, "operator")
+    as_viewer = {"Authorization": f"Bearer {viewer}"}
+    as_operator = {"Authorization": f"Bearer {operator}"}
+    nightly = (EXAMPLES / "nightly.yaml").read_bytes()
+    async with aiohttp.ClientSession() as http:
+        async def call(method: str, path: str, headers: dict[str, str], **kw: Any
+                       ) -> tuple[int, Any]:
+            async with http.request(method, base + path, headers=headers, **kw) as r:
+                return r.status, await r.json()
+
+        yaml = {**as_operator, "Content-Type": "text/yaml"}
+        assert (await call("POST", "/api/triggers", {**as_viewer, "Content-Type": "text/yaml"},
+                           data=nightly))[0] == 403
+        status, made = await call("POST", "/api/triggers", yaml, data=nightly)
+        assert (status, made["name"], made["result"]) == (201, "nightly", "created")
+        status, listed = await call("GET", "/api/triggers", as_viewer)
+        assert status == 200
+        assert [(t["name"], t["state"], t["source"]) for t in listed["items"]] == [
+            ("nightly", "active", "cron 0 2 * * * (Europe/Amsterdam)")]
+        status, one = await call("GET", "/api/triggers/nightly", as_viewer)
+        assert status == 200 and len(one["next_fires"]) == 5
+        assert one["next_fires"][0] == listed["items"][0]["next_fire"]
+        assert all(at(a) < at(b) for a, b in zip(one["next_fires"], one["next_fires"][1:],
+                                                   strict=False))
+
+        assert (await call("POST", "/api/triggers/nightly/pause", as_viewer))[0] == 403
+        status, paused = await call("POST", "/api/triggers/nightly/pause", as_operator)
+        assert (status, paused["result"]) == (200, "paused")
+        status, one = await call("GET", "/api/triggers/nightly", as_viewer)
+        assert (one["state"], one["next_fires"], one["next_fire"]) == ("paused", [], None)
+        status, fired_now = await call("POST", "/api/triggers/nightly/fire", as_operator)
+        assert status == 202 and len(fired_now["nominal_times"]) == 1
+        status, filled = await call("POST", "/api/triggers/nightly/backfill", as_operator,
+                                    json={"from": "2026-11-01T00:00:00Z",
+                                          "to": "2026-11-02T23:00:00Z"})
+        assert (status, filled["nominal_times"]) == (202, ["2026-11-01T01:00:00.000Z",
+                                                           "2026-11-02T01:00:00.000Z"])
+        assert (await call("POST", "/api/triggers/nightly/resume", as_operator))[1][
+            "result"] == "resumed"
+
+        async def last_completed() -> dict[str, Any]:
+            _, rows = await call("GET", "/api/triggers", as_viewer)
+            last = rows["items"][0]["last_execution"]
+            assert last is not None and last["status"] == "completed"
+            return dict(last)
+
+        await assert_eventually(last_completed, timeout_s=60, interval_s=0.5)
+
+        async def all_three_fired() -> list[dict[str, Any]]:
+            _, page = await call("GET", "/api/triggers/nightly/history", as_viewer)
+            assert sum(e["event_type"] == "trigger.fired" for e in page["items"]) == 3
+            return list(page["items"])
+
+        events = await assert_eventually(all_three_fired, timeout_s=60, interval_s=0.5)
+        changes = [e["event_type"].removeprefix("trigger.") for e in events
+                   if e["event_type"] != "trigger.fired"]
+        assert changes == ["applied", "paused", "fire_requested", "backfill_requested",
+                           "resumed"]
+        assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+        _, rest = await call("GET", f"/api/triggers/nightly/history?after_seq="
+                             f"{events[1]['seq']}&limit=2", as_viewer)
+        assert [e["seq"] for e in rest["items"]] == [e["seq"] for e in events[2:4]]
+
+        status, gone = await call("DELETE", "/api/triggers/nightly", as_operator)
+        assert (status, gone["result"]) == (200, "deleted")
+        assert (await call("GET", "/api/triggers/nightly", as_viewer))[0] == 404
+        assert (await call("POST", "/api/triggers/nightly/fire", as_operator))[0] == 404
+        assert (await call("POST", "/api/triggers", yaml, data=b"apiVersion: noetl.io/v2\n"
+                           b"kind: Trigger\nmetadata: {name: x}\nspec: {playbook: a}\n"))[0] == 422

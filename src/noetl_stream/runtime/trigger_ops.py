@@ -330,7 +330,7 @@ def next_fires(record: TriggerRecord, count: int) -> list[str]:
     out, t = [], datetime.now(UTC)
     for _ in range(count):
         t = cron.next_fire(t)
-        out.append(iso_ms(t))
+        out.append(t.isoformat().replace("+00:00", "Z"))  # as `next_fire` writes it
     return out
 
 
