@@ -139,7 +139,7 @@ async def _message_source(bus: Bus, trigger: Trigger, old: MessageSource | None,
     durable = consumer_name(trigger.name)
     await bus.js.add_consumer(stream, ConsumerConfig(
         durable_name=durable, filter_subject=subject, ack_policy=AckPolicy.EXPLICIT,
-        deliver_policy=DeliverPolicy.NEW, ack_wait=MESSAGE_ACK_WAIT_S,
+        deliver_policy=DeliverPolicy.NEW, ack_wait=_message_ack_wait_s(),
         max_deliver=MESSAGE_MAX_DELIVER))
     return MessageSource(stream=stream, consumer=durable, owns_stream=owns)
 
@@ -157,6 +157,11 @@ async def _subject_stream(bus: Bus, name: str, subject: str) -> tuple[str, bool]
             name=stream, subjects=[subject], retention=RetentionPolicy.LIMITS,
             storage=StorageType.FILE, max_age=_retention_s()))
     return stream, owns
+
+
+def _message_ack_wait_s() -> float:
+    # The servers' other consumers follow NOETL_STREAM_ROUTER_ACK_WAIT_S too.
+    return float(config.router_ack_wait_override() or MESSAGE_ACK_WAIT_S)
 
 
 def _retention_s() -> float:
