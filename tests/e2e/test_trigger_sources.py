@@ -39,6 +39,15 @@ workflow:
 """
 
 
+async def apply_event_trigger(url: str, tmp_path: Path) -> None:
+    doc = tmp_path / "late.yaml"
+    doc.write_text("apiVersion: noetl.io/v2\nkind: Trigger\nmetadata: {name: late}\nspec:\n"
+                   "  playbook: examples/triggers/report\n"
+                   "  payload: {order: '{{ event.execution_id }}', source: 'late: {{ event.reason }}'}\n"
+                   "  on: {event: sla.missed, playbook: 'etl/*'}\n")
+    await cli(url, "apply", str(doc))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -152,6 +161,57 @@ async def test_a_signed_webhook_starts_one_execution_a_bad_signature_none(
     assert status == 409
 
 
+SUBSCRIPTION = """apiVersion: noetl.io/v1
+kind: Subscription
+metadata: {name: webhook_orders, path: subscriptions/webhook_orders}
+spec:
+  source: webhook
+  mode: push
+  ingress:
+    gateway_path: /ingress/orders
+    verify: {type: hmac_sha256, header: X-Signature, secret: hook-secret}
+  dispatch: {playbook: examples/triggers/report}
+"""
+
+
+@pytest.mark.timeout(120)
+async def test_a_noetl_push_subscription_applies_as_a_webhook_with_its_own_header(
+        nats_server: NatsServer, api_stack: tuple[Bus, str], tmp_path: Path) -> None:
+    bus, base = api_stack
+    url = nats_server.url
+    out = await run_cli("credential", "set", "hook-secret", "--kind", "generic", "--data",
+                        json.dumps({"secret": SECRET}), "--nats-url", url)
+    assert out.returncode == 0, out.stderr
+    doc = tmp_path / "sub.yaml"
+    doc.write_text(SUBSCRIPTION)
+    applied = await run_cli("trigger", "apply", str(doc), "--nats-url", url)
+    assert applied.returncode == 0, applied.stderr
+    assert "deliveries go to POST /api/hooks/orders" in applied.stderr
+    assert applied.stdout.startswith("trigger orders created (active): webhook")
+    body = json.dumps({"id": "S-1", "source": "subscription"}).encode()
+    headers = {"Content-Type": "application/json", "X-Noetl-Signature": sign(SECRET, body)}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/api/hooks/orders", data=body, headers=headers) as r:
+            assert r.status == 401  # the subscription's header is X-Signature
+        headers = {"Content-Type": "application/json",
+                   "X-Signature": sign(SECRET, body).removeprefix("sha256=")}
+        async with http.post(f"{base}/api/hooks/orders", data=body, headers=headers) as r:
+            assert r.status == 202
+            execution_id = (await r.json())["execution_id"]
+
+    async def done() -> None:
+        assert execution_id in await completed(bus)
+
+    await assert_eventually(done, timeout_s=30, interval_s=0.3)
+    (start,) = (await started(bus))[execution_id]
+    assert (start["workload"]["id"], start["workload"]["source"]) == ("S-1", "subscription")
+    refused = tmp_path / "pull.yaml"
+    refused.write_text(SUBSCRIPTION.replace("source: webhook", "source: kafka"))
+    out = await run_cli("trigger", "apply", str(refused), "--nats-url", url)
+    assert out.returncode == 2 and "kafka has no connector here" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 @pytest.mark.timeout(150)
 async def test_an_event_trigger_starts_once_per_failed_execution_of_matching_playbooks(
         nats_server: NatsServer, api_stack: tuple[Bus, str], tmp_path: Path) -> None:
@@ -184,6 +244,25 @@ async def test_an_event_trigger_starts_once_per_failed_execution_of_matching_pla
     await asyncio.sleep(2)  # nothing more comes: one execution per failure, none for adhoc/
     starts = await notified()
     assert sorted(v[0]["workload"]["order"] for v in starts.values()) == sorted(etl_runs)
+    # Any event type the runtime publishes under an execution: one start per event, however
+    # often the event is delivered or published again.
+    await apply_event_trigger(url, tmp_path)
+    sla = {"event_id": "sla-1", "event_type": "sla.missed", "execution_id": etl_runs[0],
+           "timestamp": 0, "time": "2026-11-26T00:00:00Z", "reason": "ran past 5m"}
+    for copy in ("a", "b"):
+        await bus.js.publish(f"noetl.events.{etl_runs[0]}.sla.missed", json.dumps(sla).encode(),
+                             headers={"Nats-Msg-Id": f"sla-test-{copy}"})
+
+    async def late_started() -> list[str]:
+        late = [k for k, v in (await started(bus)).items()
+                if v[0]["workload"].get("source") == "late: ran past 5m"]
+        assert late
+        return late
+
+    late = await assert_eventually(late_started, timeout_s=60, interval_s=0.5)
+    await asyncio.sleep(2)
+    assert late == await late_started()
+    assert late == [ids.derived_execution_id("trigger-event", "late", "sla-1")]
     for failed_id in etl_runs:
         events = await stored_messages(bus.js, f"noetl.events.{failed_id}.execution.failed")
         (event_id,) = [jsonutil.loads(d)["event_id"] for _, d in events]
