@@ -351,6 +351,9 @@ async def test_the_http_api_operates_triggers_under_the_roles(
         _, rest = await call("GET", f"/api/triggers/nightly/history?after_seq="
                              f"{events[1]['seq']}&limit=2", as_viewer)
         assert [e["seq"] for e in rest["items"]] == [e["seq"] for e in events[2:4]]
+        _, last = await call("GET", "/api/triggers/nightly/history?newest=true&limit=3",
+                             as_viewer)
+        assert [e["seq"] for e in last["items"]] == [e["seq"] for e in events[-3:]]
 
         status, gone = await call("DELETE", "/api/triggers/nightly", as_operator)
         assert (status, gone["result"]) == (200, "deleted")

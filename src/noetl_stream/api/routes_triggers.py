@@ -41,6 +41,8 @@ class HistoryQuery(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     after_seq: int = Field(0, ge=0, description="Events after this stream sequence")
     limit: int = Field(100, ge=1, le=MAX_PAGE)
+    newest: bool = Field(False, description="The last `limit` events (after after_seq) instead "
+                         "of the first")
 
 
 class TriggerSummary(BaseModel):
@@ -104,7 +106,8 @@ async def get_trigger(request: web.Request) -> web.StreamResponse:
 async def trigger_history(request: web.Request) -> web.StreamResponse:
     bus, name = api_context(request).bus, request.match_info["name"]
     query = read_query(request, HistoryQuery)
-    items, last = await history(bus, name, after_seq=query.after_seq, limit=query.limit)
+    items, last = await history(bus, name, after_seq=query.after_seq, limit=query.limit,
+                                newest=query.newest)
     return json_response(TriggerHistory(items=items, last_seq=last))
 
 

@@ -20,19 +20,50 @@ FETCH_TIMEOUT_S = 5.0
 MAX_PAGE = 500
 
 
-async def history(bus: Bus, name: str, *, after_seq: int = 0,
-                  limit: int = 100) -> tuple[list[dict[str, Any]], int]:
-    """Up to `limit` events of the trigger after stream sequence `after_seq`, oldest first, each
-    with its `seq`; also the last sequence read (the next page's `after_seq`).
-    """
-    limit = max(1, min(limit, MAX_PAGE))
-    config = ConsumerConfig(
+def _reader(bus: Bus, name: str, after_seq: int) -> ConsumerConfig:
+    return ConsumerConfig(
         name=f"trghist_{secrets.token_hex(8)}", ack_policy=AckPolicy.NONE, mem_storage=True,
         num_replicas=1, inactive_threshold=30.0,
         filter_subject=bus.topology.trigger_event_subject(name, "*"),
         deliver_policy=DeliverPolicy.ALL if after_seq <= 0 else DeliverPolicy.BY_START_SEQUENCE,
         opt_start_seq=None if after_seq <= 0 else after_seq + 1)
-    info = await bus.js.add_consumer(TRIGGERS_STREAM, config)
+
+
+async def _pending_after(bus: Bus, name: str, after_seq: int) -> int:
+    """How many of the trigger's events the stream holds after `after_seq`."""
+    info = await bus.js.add_consumer(TRIGGERS_STREAM, _reader(bus, name, after_seq))
+    with contextlib.suppress(Exception):  # it expires by itself when this fails
+        await bus.js.delete_consumer(TRIGGERS_STREAM, info.name)
+    return int(info.num_pending or 0)
+
+
+async def newest_start(bus: Bus, name: str, limit: int) -> int:
+    """The `after_seq` from which the trigger's newest `limit` events follow: a binary search
+    over stream sequences on the count the server gives for each start (a few dozen probes
+    for any stream), so a long history is not read from its beginning.
+    """
+    if await _pending_after(bus, name, 0) <= limit:
+        return 0
+    low, high = 0, int((await bus.js.stream_info(TRIGGERS_STREAM)).state.last_seq)
+    while high - low > 1:  # pending(low) > limit >= pending(high)
+        middle = (low + high) // 2
+        if await _pending_after(bus, name, middle) > limit:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
+async def history(bus: Bus, name: str, *, after_seq: int = 0, limit: int = 100,
+                  newest: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """Up to `limit` events of the trigger after stream sequence `after_seq` (or, with
+    `newest`, the last `limit`), oldest first, each with its `seq`; also the last sequence read
+    (the next page's `after_seq`).
+    """
+    limit = max(1, min(limit, MAX_PAGE))
+    if newest:
+        after_seq = max(after_seq, await newest_start(bus, name, limit))
+    info = await bus.js.add_consumer(TRIGGERS_STREAM, _reader(bus, name, after_seq))
     out: list[dict[str, Any]] = []
     last = after_seq
     try:

@@ -69,7 +69,7 @@
     const next = one.next_fires.length ? one.next_fires : (one.next_fire ? [one.next_fire] : []);
     if (!next.length) runs.append(el("li", { class: "muted" }, one.state === "paused" ? "paused: none until resumed" : "not scheduled"));
     for (const t of next) runs.append(el("li", {}, when(t)));
-    const page = await api("GET", `/api/triggers/${enc(selected)}/history?limit=500`);
+    const page = await api("GET", `/api/triggers/${enc(selected)}/history?limit=200&newest=true`);
     const body = $("trigger-history").querySelector("tbody");
     body.textContent = "";
     for (const e of page.items.slice().reverse()) {
