@@ -58,6 +58,17 @@ def test_missed_cron_times_lie_strictly_between_the_mark_and_the_fire() -> None:
     assert missed(every_2s, None, at("2026-11-26T10:00:18")) == []
 
 
+def test_a_long_downtime_keeps_the_latest_missed_times_without_walking_from_its_start() -> None:
+    every_second = Schedule(cron="* * * * * *")
+    mark, nominal = at("2026-11-19T10:00:00"), at("2026-11-26T10:00:00")  # a week of seconds
+    got = missed(every_second, mark, nominal)
+    assert len(got) == MAX_TIMES
+    assert got[0] == nominal - timedelta(seconds=MAX_TIMES) and got[-1] == nominal - timedelta(
+        seconds=1)
+    hourly = Schedule(cron="0 * * * *")  # sparse: the window grows to the mark
+    assert len(missed(hourly, mark, nominal)) == 7 * 24 - 1
+
+
 def test_missed_interval_times_follow_the_old_grid_until_half_a_step_before_the_fire() -> None:
     every_4s = Schedule(every="4s")
     mark = at("2026-11-26T10:00:00")

@@ -9,6 +9,7 @@ when it comes back); on time, a fire is stored within milliseconds of its instan
 
 from __future__ import annotations
 
+from collections import deque
 from datetime import datetime, timedelta
 
 from noetl_stream.triggers.cron import Cron, ScheduleError, every_seconds
@@ -64,12 +65,19 @@ def missed(schedule: Schedule, mark: datetime | None, nominal: datetime) -> list
         return [mark + step * k for k in range(first, count + 1)]
     assert schedule.cron is not None
     cron = Cron.parse(schedule.cron, schedule.timezone)
-    out: list[datetime] = []
-    t = cron.next_fire(mark)
-    while t < nominal:
-        out.append(t)
-        t = cron.next_fire(t)
-    return out[-MAX_TIMES:]
+    # Walk a window ending at `nominal`, doubled until it holds MAX_TIMES instants or reaches the
+    # mark: a long downtime under a dense pattern is not walked from its start.
+    window = timedelta(hours=1)
+    while True:
+        start = max(mark, nominal - window)
+        out: deque[datetime] = deque(maxlen=MAX_TIMES)
+        t = cron.next_fire(start)
+        while t < nominal:
+            out.append(t)
+            t = cron.next_fire(t)
+        if start == mark or len(out) == MAX_TIMES:
+            return list(out)
+        window *= 2
 
 
 def is_late(schedule: Schedule, nominal: datetime, stored: datetime) -> bool:
