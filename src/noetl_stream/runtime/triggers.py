@@ -2,13 +2,16 @@
 execution (docs/triggers.md).
 
 * Fires arrive on `<prefix>.triggers.fire.<name>` through the durable `noetl-server-triggers`:
-  produced by nats-server from a trigger's schedule message, or sent by `trigger fire`. The
-  execution id is derived from (trigger, nominal fire time), the nominal time from what the
-  message carries (runtime/trigger_ops.py, triggers/cron.py `nominal_time`), so a redelivered
-  or repeated fire of one time starts one execution.
+  produced by nats-server from a trigger's schedule message, or sent by `trigger fire`,
+  `trigger backfill` and catch-up (runtime/trigger_catchup.py). The execution id is derived
+  from (trigger, nominal fire time), the nominal time from what the message carries
+  (runtime/trigger_ops.py, triggers/cron.py `nominal_time`), so a redelivered or repeated fire
+  of one time starts one execution.
 * A subject trigger's messages arrive through its own durable on the stream holding its subject;
   the execution id is derived from that stream and the message's sequence, so a message is
-  started once however often it is delivered (a server killed before its ack included).
+  started once however often it is delivered (a server killed before its ack included). An
+  event trigger reads the events stream the same way, one execution per (trigger, event id)
+  (runtime/trigger_events.py).
 
 The request goes out with `Nats-Msg-Id: req:<id>` and the server's request handling creates an
 execution once per id (docs/architecture.md), so the id is the whole of "exactly once". The
@@ -215,11 +218,11 @@ class TriggerService:
             await self._refused(name, f"fire:{msg.metadata.sequence.stream}", str(exc), msg)
             return
         if next_fire is not None:  # produced by the schedule: what it missed comes first
-            if not await catch_up(self.bus, record, nominal, msg.metadata.timestamp):
-                await store.write_mark(self.bus.js, name, nominal)
+            starts = await catch_up(self.bus, record, nominal, msg.metadata.timestamp)
+            await store.write_mark(self.bus.js, name, nominal)
+            if not starts:
                 await msg.ack()
                 return
-            await store.write_mark(self.bus.js, name, nominal)
         execution_id = ids.derived_execution_id("trigger", name, nominal)
         context = {"trigger": self._trigger_context(record, msg, nominal)}
         await self._start(record, msg, execution_id, context,
