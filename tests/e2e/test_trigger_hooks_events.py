@@ -85,10 +85,13 @@ async def api_stack(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[tu
     base = f"http://127.0.0.1:{port}"
 
     async def listening() -> None:
-        async with aiohttp.ClientSession() as http, http.get(f"{base}/api/health") as r:
-            assert r.status < 500
+        try:
+            async with aiohttp.ClientSession() as http, http.get(f"{base}/health") as r:
+                assert r.status == 200
+        except aiohttp.ClientConnectionError as exc:
+            raise AssertionError("not listening yet") from exc
 
-    await assert_eventually(listening, timeout_s=30, interval_s=0.3)
+    await assert_eventually(listening, timeout_s=60, interval_s=0.3)
     try:
         yield bus, base
     finally:
