@@ -19,6 +19,7 @@ from noetl_stream import ids, jsonutil
 from noetl_stream.api.context import api_context
 from noetl_stream.api.endpoints import Endpoint, json_response
 from noetl_stream.api.errors import ApiError, not_found
+from noetl_stream.api.routes_triggers import trigger_name
 from noetl_stream.events import iso_time
 from noetl_stream.runtime.trigger_ops import publish_trigger_event
 from noetl_stream.runtime.trigger_start import record_fired, request_execution
@@ -76,7 +77,7 @@ def webhook_context(request: web.Request, body: bytes, delivery: str) -> dict[st
 
 async def call_hook(request: web.Request) -> web.StreamResponse:
     bus = api_context(request).bus
-    name = request.match_info["name"]
+    name = trigger_name(request)
     record = await _webhook_record(request, name)
     body = await request.read()
     await _check_signature(request, record, body)

@@ -11,10 +11,12 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
+from noetl_stream import ids
 from noetl_stream.api.context import api_context
 from noetl_stream.api.endpoints import Endpoint, json_response, read_body, read_query
 from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.request_guard import YAML_TYPES
+from noetl_stream.errors import Issue, PlaybookError, YamlSyntaxError
 from noetl_stream.runtime import trigger_ops
 from noetl_stream.runtime.trigger_history import MAX_PAGE, history
 from noetl_stream.state.triggers import TriggerState
@@ -82,6 +84,14 @@ class TriggerChanged(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
+def trigger_name(request: web.Request) -> str:
+    """The `{name}` of the path; 404 for what no trigger can be named (a KV key needs one)."""
+    name = request.match_info["name"]
+    if not ids.is_subject_token(name):
+        raise not_found(f'trigger "{name}"')
+    return name
+
+
 async def _call(action: Any) -> Any:
     """Map the operations' refusals to HTTP."""
     try:
@@ -100,11 +110,11 @@ async def list_triggers(request: web.Request) -> web.StreamResponse:
 async def get_trigger(request: web.Request) -> web.StreamResponse:
     bus = api_context(request).bus
     return json_response(TriggerDetail(**await _call(trigger_ops.detail(
-        bus, request.match_info["name"]))))
+        bus, trigger_name(request)))))
 
 
 async def trigger_history(request: web.Request) -> web.StreamResponse:
-    bus, name = api_context(request).bus, request.match_info["name"]
+    bus, name = api_context(request).bus, trigger_name(request)
     query = read_query(request, HistoryQuery)
     items, last = await history(bus, name, after_seq=query.after_seq, limit=query.limit,
                                 newest=query.newest)
@@ -117,7 +127,10 @@ async def apply_trigger(request: web.Request) -> web.StreamResponse:
         text = await request.text()
     else:
         text = (await read_body(request, TriggerApply)).content
-    trigger, warnings = document_trigger(text, REQUEST_FILE)
+    try:
+        trigger, warnings = document_trigger(text, REQUEST_FILE)
+    except YamlSyntaxError as exc:
+        raise PlaybookError([Issue(REQUEST_FILE, exc.line, str(exc))]) from None
     record, new = await _call(trigger_ops.apply(bus, trigger, text))
     return json_response(TriggerChanged(name=record.trigger.name,
                                         result="created" if new else "updated",
@@ -125,7 +138,7 @@ async def apply_trigger(request: web.Request) -> web.StreamResponse:
 
 
 async def _set_state(request: web.Request, state: TriggerState) -> web.Response:
-    bus, name = api_context(request).bus, request.match_info["name"]
+    bus, name = api_context(request).bus, trigger_name(request)
     changed = await _call(trigger_ops.set_state(bus, name, state))
     result = ("paused" if state == "paused" else "resumed") if changed else "unchanged"
     return json_response(TriggerChanged(name=name, result=result))
@@ -140,7 +153,7 @@ async def resume_trigger(request: web.Request) -> web.StreamResponse:
 
 
 async def fire_trigger(request: web.Request) -> web.StreamResponse:
-    bus, name = api_context(request).bus, request.match_info["name"]
+    bus, name = api_context(request).bus, trigger_name(request)
     nominal = await _call(trigger_ops.fire(bus, name))
     return json_response(TriggerChanged(name=name, result="fired", nominal_times=[nominal]), 202)
 
@@ -150,14 +163,14 @@ def _utc(moment: datetime) -> datetime:
 
 
 async def backfill_trigger(request: web.Request) -> web.StreamResponse:
-    bus, name = api_context(request).bus, request.match_info["name"]
+    bus, name = api_context(request).bus, trigger_name(request)
     body = await read_body(request, TriggerBackfill)
     times = await _call(trigger_ops.backfill(bus, name, _utc(body.start), _utc(body.end)))
     return json_response(TriggerChanged(name=name, result="backfilled", nominal_times=times), 202)
 
 
 async def delete_trigger(request: web.Request) -> web.StreamResponse:
-    bus, name = api_context(request).bus, request.match_info["name"]
+    bus, name = api_context(request).bus, trigger_name(request)
     await _call(trigger_ops.delete(bus, name))
     return json_response(TriggerChanged(name=name, result="deleted"))
 
@@ -168,13 +181,13 @@ ENDPOINTS = [
              "time, last execution and its status", "read", "triggers", response=TriggerList),
     Endpoint("POST", "/api/triggers", apply_trigger, "Create or change a trigger from its "
              "document (a paused one stays paused)", "catalog.write", "triggers",
-             body=TriggerApply, response=TriggerChanged, status=201, errors=(422,),
+             body=TriggerApply, response=TriggerChanged, status=201, errors=(404, 422),
              raw_body="text/yaml"),
     Endpoint("GET", _ONE, get_trigger, "One trigger: its document, state, next fire times and "
              "last execution", "read", "triggers", response=TriggerDetail, errors=(404,)),
     Endpoint("GET", _ONE + "/history", trigger_history, "A trigger's events, oldest first: "
              "changes, fires, failures", "read", "triggers", query=HistoryQuery,
-             response=TriggerHistory, errors=(422,)),
+             response=TriggerHistory, errors=(404, 422)),
     Endpoint("POST", _ONE + "/pause", pause_trigger, "Stop a trigger firing until resumed",
              "control", "triggers", body_required=False, response=TriggerChanged,
              errors=(404,)),
