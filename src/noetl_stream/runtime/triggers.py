@@ -8,8 +8,9 @@ execution (docs/triggers.md).
   (runtime/trigger_ops.py, triggers/cron.py `nominal_time`), so a redelivered or repeated fire
   of one time starts one execution.
 * A subject trigger's messages arrive through its own durable on the stream holding its subject;
-  the execution id is derived from that stream and the message's sequence, so a message is
-  started once however often it is delivered (a server killed before its ack included). An
+  the execution id is derived from the trigger, that stream and the message's sequence, so a
+  message is started once per trigger however often it is delivered (a server killed before
+  its ack included). An
   event trigger reads the events stream the same way, one execution per (trigger, event id)
   (runtime/trigger_events.py).
 
@@ -242,7 +243,8 @@ class TriggerService:
         on = record.trigger.spec.on
         context = {"trigger": self._trigger_context(record, msg, None),
                    "message": message_context(msg)}
-        execution_id = ids.derived_execution_id("trigger-message", stream, str(seq))
+        # The trigger is part of the id: two triggers reading one subject each start one.
+        execution_id = ids.derived_execution_id("trigger-message", name, stream, str(seq))
         if on is not None and on.event is not None:
             event = await event_context(self.bus, on, record.trigger.spec.playbook,
                                         context["message"])
