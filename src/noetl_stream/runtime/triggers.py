@@ -10,9 +10,8 @@ execution (docs/triggers.md).
 * A subject trigger's messages arrive through its own durable on the stream holding its subject;
   the execution id is derived from the trigger, that stream and the message's sequence, so a
   message is started once per trigger however often it is delivered (a server killed before
-  its ack included). An
-  event trigger reads the events stream the same way, one execution per (trigger, event id)
-  (runtime/trigger_events.py).
+  its ack included). An event trigger reads the events stream the same way, one execution per
+  (trigger, event id) (runtime/trigger_events.py).
 
 The request goes out with `Nats-Msg-Id: req:<id>` and the server's request handling creates an
 execution once per id (docs/architecture.md), so the id is the whole of "exactly once". The
