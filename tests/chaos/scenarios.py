@@ -21,6 +21,7 @@ from long_running import long_running
 from nats.errors import MaxPayloadError
 from nats.js.api import StreamConfig
 from nats.js.errors import APIError
+from trigger_firing import trigger_firing
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.messages import ExecutionRequest
@@ -620,6 +621,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("long-running", "beside the workload, on a stack with a 2 s retention: a 7 s timer "
              "and an 8 s signal wait through kill -9 of server and worker, then purged",
              long_running),
+    Scenario("trigger-firing", "beside the workload, on a stack of its own: a schedule firing "
+             "every second and a subject trigger through kill -9 of the server three times; "
+             "every fire time and message starts exactly one execution", trigger_firing),
     Scenario("clock-skew", "the server an hour behind, then restarted an hour ahead; step "
              "timeouts fire on time", skew_clock, stack=skewed_stack, unavailable=_faketime_missing),
 )

@@ -62,13 +62,13 @@ async def test_a_subscription_validates_registers_and_is_not_run(tmp_path: Path)
 
     assert validated.returncode == 0, validated.stderr
     assert validated.stdout == (f"{path}: ok (Subscription, webhook push to e2e/handle_order; "
-                                "register stores it and the catalog lists it; this build does not "
-                                "run subscriptions)\n")
+                                "register stores it and the catalog lists it; `run` starts none "
+                                "(`trigger apply` runs one whose form maps onto a trigger))\n")
     assert registered.returncode == 0, registered.stderr
     assert f"{path}: registered Subscription e2e/subscriptions/cli_orders (pb_" in registered.stdout
     assert ran.returncode == 2 and ran.stdout == ""
     assert f'{path}:2: field "kind": a Subscription is a catalog document' in ran.stderr
-    assert "this build does not run subscriptions" in ran.stderr
+    assert "`run` starts no execution from it" in ran.stderr
 
 
 async def test_an_invalid_subscription_is_rejected_naming_file_line_and_field(tmp_path: Path) -> None:

@@ -264,7 +264,7 @@ async def test_each_message_starts_one_execution_also_across_a_server_killed_9(
     orders = await assert_eventually(three_started, timeout_s=60, interval_s=0.5)
     for order, execution_id in orders.items():
         assert execution_id == ids.derived_execution_id(
-            "trigger-message", "NOETL_ON_big_orders", str(seqs[order]))
+            "trigger-message", "big_orders", "NOETL_ON_big_orders", str(seqs[order]))
 
     async def all_completed() -> None:
         assert set(orders.values()) <= await completed(nats_bus)

@@ -210,8 +210,8 @@ async def test_the_catalog_api_registers_lists_and_reads_a_subscription_and_runs
         assert status == 201, registered
         assert registered["path"] == "tests/subscriptions/api_orders"
         assert registered["warnings"] == [
-            "a Subscription: register stores it and the catalog lists it; this build does not "
-            "run subscriptions"]
+            "a Subscription: register stores it and the catalog lists it; `run` starts none "
+            "(`trigger apply` runs one whose form maps onto a trigger)"]
         status, catalog = await api.call("GET", "/api/catalog")
         assert status == 200
         assert {"path": "tests/subscriptions/api_orders", "latest": registered["playbook_id"],
@@ -222,7 +222,7 @@ async def test_the_catalog_api_registers_lists_and_reads_a_subscription_and_runs
         status, started = await api.call("POST", "/api/executions",
                                          json={"path": "tests/subscriptions/api_orders"})
         assert status == 422, started
-        assert "this build does not run subscriptions" in str(started)
+        assert "`run` starts no execution from it" in str(started)
 
         bad = SUBSCRIPTION.replace("mode: pull", "mode: sideways")
         status, refused = await api.call("POST", "/api/catalog", json={"content": bad})

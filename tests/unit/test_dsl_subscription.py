@@ -139,7 +139,8 @@ def test_running_a_subscription_is_refused_saying_it_is_stored_not_run() -> None
 
     (issue,) = caught.value.issues
     assert issue.field == "kind" and issue.message == NOT_RUN
-    assert "does not run subscriptions" in issue.message and "`register` stores it" in issue.message
+    assert "starts no execution from it" in issue.message and "`register` stores it" in issue.message
+    assert "trigger apply" in issue.message
 
 
 def test_subscription_in_tells_subscriptions_from_playbooks() -> None:

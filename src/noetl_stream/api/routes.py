@@ -13,9 +13,11 @@ from noetl_stream.api import (
     routes_credentials,
     routes_events,
     routes_executions,
+    routes_hooks,
     routes_net,
     routes_ops,
     routes_sessions,
+    routes_triggers,
     routes_vars,
 )
 from noetl_stream.api.endpoints import Endpoint
@@ -36,6 +38,8 @@ def all_endpoints() -> list[Endpoint]:
         *routes_net.ENDPOINTS,
         *routes_vars.ENDPOINTS,
         *routes_credentials.ENDPOINTS,
+        *routes_hooks.ENDPOINTS,
+        *routes_triggers.ENDPOINTS,
         Endpoint("GET", "/api/openapi.json", openapi_document, "This API's OpenAPI 3.1 document",
                  "read", "ops"),
     ]

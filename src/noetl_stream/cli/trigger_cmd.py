@@ -1,4 +1,4 @@
-"""`noetl-stream trigger apply|list|pause|resume|fire|delete`: triggers that start executions on a
+"""`noetl-stream trigger apply|list|pause|resume|fire|backfill|delete`: triggers that start executions on a
 schedule or on messages (docs/triggers.md); the servers run them.
 
 Like `register`, each starts the embedded nats-server of NOETL_STREAM_HOME when no --nats-url
@@ -9,6 +9,7 @@ trigger, 3 NATS unreachable.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,10 +26,11 @@ T = TypeVar("T")
 
 def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Any], Awaitable[T]]) -> T:
     from noetl_stream.runtime.trigger_ops import ScheduleRefused, TriggerNotFound
+    from noetl_stream.triggers.cron import ScheduleError
 
     try:
         return on_stack(nats_url, prefix, "noetl-stream-trigger", action,
-                        rejected=(CatalogError, TriggerNotFound, ScheduleRefused))
+                        rejected=(CatalogError, TriggerNotFound, ScheduleRefused, ScheduleError))
     except (NatsError, TimeoutError) as exc:
         fail(EXIT_INFRA, f"NATS: {exc or type(exc).__name__}")
 
@@ -69,21 +71,26 @@ def trigger() -> None:
 @nats_url_option
 @prefix_option
 def apply_cmd(file: Path, nats_url: str | None, prefix: str) -> None:
-    """Create or change the trigger FILE describes (kind: Trigger)."""
+    """Create or change the trigger FILE describes (kind: Trigger, or a NoETL Subscription
+    whose form maps onto one).
+    """
     from noetl_stream.runtime import trigger_ops
+    from noetl_stream.triggers.subscription_map import document_trigger
 
     try:
         text = file.read_text()
     except OSError as exc:
         fail(EXIT_REJECTED, f"{file}: {exc.strerror or exc}")
     try:
-        doc = parse_trigger(text, str(file))
+        doc, warnings = document_trigger(text, str(file))
     except PlaybookError as exc:
         for issue in exc.issues:
             click.echo(str(issue), err=True)
         fail(EXIT_REJECTED, f"{file}: rejected; nothing was applied")
     except YamlSyntaxError as exc:
         fail(EXIT_REJECTED, f"{file}:{exc.line or 1}: {exc}")
+    for warning in warnings:
+        click.echo(f"{file}: {warning}", err=True)
     record, new = _on_bus(nats_url, prefix, lambda bus: trigger_ops.apply(bus, doc, text))
     click.echo(f"trigger {doc.name} {'created' if new else 'updated'} ({record.state}): "
                f"{trigger_ops.describe_source(doc)} -> {doc.spec.playbook}")
@@ -154,6 +161,33 @@ def fire_cmd(name: str, nats_url: str | None, prefix: str) -> None:
 
     nominal = _on_bus(nats_url, prefix, lambda bus: trigger_ops.fire(bus, name))
     click.echo(f"trigger {name} fired for {nominal}")
+
+
+def _moment(text: str) -> datetime:
+    """An RFC 3339 time; a time without an offset is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"not a time: {text!r} (write e.g. 2026-11-01T02:00:00Z)") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+@trigger.command("backfill")
+@click.argument("name")
+@click.option("--from", "start", required=True, help="First instant (RFC 3339; UTC without an offset).")
+@click.option("--to", "end", required=True, help="Last instant, included.")
+@nats_url_option
+@prefix_option
+def backfill_cmd(name: str, start: str, end: str, nats_url: str | None, prefix: str) -> None:
+    """One execution per fire time of NAME's schedule from --from to --to (a server starts them;
+    a time that already has its execution starts nothing new).
+    """
+    from noetl_stream.runtime import trigger_ops
+
+    first, last = _moment(start), _moment(end)
+    times = _on_bus(nats_url, prefix, lambda bus: trigger_ops.backfill(bus, name, first, last))
+    click.echo(f"trigger {name}: {len(times)} fire time(s) sent"
+               + (f", {times[0]} to {times[-1]}" if times else ""))
 
 
 @trigger.command("delete")

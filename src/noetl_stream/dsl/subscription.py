@@ -4,8 +4,9 @@ rules NoETL's server applies when one is registered (noetl/server `src/services/
 
 A subscription names a message source (`nats`, `pubsub`, `kafka`, or a `webhook` pushed to a
 gateway) and the playbook to start for each message (`dispatch.playbook`). NoETL activates it on
-a long-running runtime; this build stores and lists it (`register`, the catalog API) and does not
-run it: there is no subscription runtime here yet, so `run` refuses it with `NOT_RUN`.
+a long-running runtime; here `register` and the catalog API store and list it, `run` refuses it
+with `NOT_RUN`, and `trigger apply` runs one whose form maps onto a trigger
+(triggers/subscription_map.py).
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ SPOOL_BACKENDS = ("nats_object", "local_disk", "gcs", "s3")
 SPOOL_ORDERINGS = ("global", "per_key", "none")
 MAX_BATCH = 1000  # NoETL's server batch cap
 
-STORED = "register stores it and the catalog lists it; this build does not run subscriptions"
+STORED = ("register stores it and the catalog lists it; `run` starts none (`trigger apply` runs "
+          "one whose form maps onto a trigger)")
 NOT_RUN = ("a Subscription is a catalog document: `register` stores it and the catalog lists it, "
-           "but this build does not run subscriptions (no subscription runtime yet), so it "
-           "starts no execution; run the playbook its dispatch.playbook names instead")
+           "but `run` starts no execution from it; `noetl-stream trigger apply FILE` runs one "
+           "whose form maps onto a trigger (docs/triggers.md), or run the playbook its "
+           "dispatch.playbook names")
 
 
 class _Open(BaseModel):

@@ -29,7 +29,8 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.state import triggers as store
 from noetl_stream.state.catalog import read_path
 from noetl_stream.state.triggers import MessageSource, TriggerEvent, TriggerRecord, TriggerState
-from noetl_stream.triggers.cron import Cron
+from noetl_stream.triggers.catch_up import instants
+from noetl_stream.triggers.cron import Cron, ScheduleError
 from noetl_stream.triggers.document import Trigger
 
 TRIGGERS_STREAM = "NOETL_TRIGGERS"
@@ -103,33 +104,64 @@ def _stream_for_subject(trigger: str) -> str:
     return f"{MADE_STREAM_PREFIX}{trigger}"
 
 
-async def _message_source(bus: Bus, trigger: Trigger, old: MessageSource | None,
-                          old_subject: str | None) -> MessageSource | None:
-    """The stream and durable a subject trigger reads, created when missing; the old ones go
-    when the subject changed or the trigger no longer reads one.
+EVENTS_STREAM = "NOETL_EVENTS"
+
+
+def watched_subject(bus: Bus, trigger: Trigger) -> str | None:
+    """The subject a trigger's durable reads: its `on.subject`, or for `on.event` that event
+    type of every execution on the events stream; None for other sources.
     """
     on = trigger.spec.on
-    if old is not None and (on is None or on.subject != old_subject):
+    if on is None:
+        return None
+    if on.event is not None:
+        return f"{bus.topology.prefix}.events.*.{on.event}"
+    return on.subject
+
+
+async def _message_source(bus: Bus, trigger: Trigger, old: MessageSource | None,
+                          old_subject: str | None) -> MessageSource | None:
+    """The stream and durable a subject or event trigger reads, created when missing; the old
+    ones go when the subject changed or the trigger no longer reads one.
+    """
+    subject = watched_subject(bus, trigger)
+    if old is not None and subject != old_subject:
         await _drop_source(bus, old)
         old = None
-    if on is None:
+    if subject is None:
         return None
     if old is not None:
         return old
-    try:
-        stream = await bus.js.find_stream_name_by_subject(on.subject)
-        owns = stream.startswith(MADE_STREAM_PREFIX)  # made for another trigger: shared
-    except NotFoundError:
-        stream, owns = _stream_for_subject(trigger.name), True
-        await bus.js.add_stream(StreamConfig(
-            name=stream, subjects=[on.subject], retention=RetentionPolicy.LIMITS,
-            storage=StorageType.FILE, max_age=_retention_s()))
+    if trigger.spec.on is not None and trigger.spec.on.event is not None:
+        stream, owns = EVENTS_STREAM, False
+    else:
+        stream, owns = await _subject_stream(bus, trigger.name, subject)
     durable = consumer_name(trigger.name)
     await bus.js.add_consumer(stream, ConsumerConfig(
-        durable_name=durable, filter_subject=on.subject, ack_policy=AckPolicy.EXPLICIT,
-        deliver_policy=DeliverPolicy.NEW, ack_wait=MESSAGE_ACK_WAIT_S,
+        durable_name=durable, filter_subject=subject, ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.NEW, ack_wait=_message_ack_wait_s(),
         max_deliver=MESSAGE_MAX_DELIVER))
     return MessageSource(stream=stream, consumer=durable, owns_stream=owns)
+
+
+async def _subject_stream(bus: Bus, name: str, subject: str) -> tuple[str, bool]:
+    """The stream that stores `subject`, made for the trigger when none does; (its name,
+    whether triggers own it).
+    """
+    try:
+        stream = await bus.js.find_stream_name_by_subject(subject)
+        owns = stream.startswith(MADE_STREAM_PREFIX)  # made for another trigger: shared
+    except NotFoundError:
+        stream, owns = _stream_for_subject(name), True
+        await bus.js.add_stream(StreamConfig(
+            name=stream, subjects=[subject], retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE, max_age=_retention_s()))
+    return stream, owns
+
+
+def _message_ack_wait_s() -> float:
+    # The servers' other consumers follow NOETL_STREAM_ROUTER_ACK_WAIT_S too.
+    return float(config.router_ack_wait_override() or MESSAGE_ACK_WAIT_S)
 
 
 def _retention_s() -> float:
@@ -160,11 +192,12 @@ async def apply(bus: Bus, trigger: Trigger, text: str) -> tuple[TriggerRecord, b
                            "(`noetl-stream register FILE` registers one)")
     found = await store.read_record(bus.js, trigger.name)
     old = found[0] if found else None
-    old_subject = old.trigger.spec.on.subject if old and old.trigger.spec.on else None
+    old_subject = watched_subject(bus, old.trigger) if old else None
     source = await _message_source(bus, trigger, old.source if old else None, old_subject)
     record = TriggerRecord(trigger=trigger, state=old.state if old else "active",
                            applied_at=_now_iso(), source=source)
     revision = await store.write_record(bus.js, record)
+    await store.clear_mark(bus.js, trigger.name)
     if spec.schedule is not None or (old and old.trigger.spec.schedule is not None):
         await _set_schedule(bus, record, revision)
     await publish_trigger_event(bus, trigger.name, "applied", f"trg:{trigger.name}:applied:{revision}",
@@ -191,6 +224,8 @@ async def set_state(bus: Bus, name: str, state: TriggerState) -> bool:
         return False
     record = record.model_copy(update={"state": state})
     revision = await store.write_record(bus.js, record)
+    if state == "active":
+        await store.clear_mark(bus.js, name)
     if record.trigger.spec.schedule is not None:
         await _set_schedule(bus, record, revision)
     event = "paused" if state == "paused" else "resumed"
@@ -199,15 +234,51 @@ async def set_state(bus: Bus, name: str, state: TriggerState) -> bool:
     return True
 
 
+def iso_ms(moment: datetime) -> str:
+    """A nominal time as triggers write it: RFC 3339, UTC, milliseconds, `Z`."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def send_fire(bus: Bus, name: str, nominal: str, *, manual: bool = True) -> None:
+    """One fire of `nominal` on the trigger's fire subject: its id is the nominal time, so a
+    second fire of the same time within the duplicate window is dropped by the stream, and
+    any later one starts nothing new (the execution id is derived from the same two).
+    """
+    headers = {"Nats-Msg-Id": f"trgfire:{name}:{nominal}", H_NOMINAL: nominal}
+    if manual:
+        headers[H_MANUAL] = "1"
+    await bus.js.publish(bus.topology.trigger_fire_subject(name),
+                         jsonutil.dumps({"trigger": name}), headers=headers)
+
+
 async def fire(bus: Bus, name: str) -> str:
     """Fire once, now (a paused trigger too); the nominal time sent."""
     await _require(bus, name)
-    nominal = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    await bus.js.publish(bus.topology.trigger_fire_subject(name),
-                         jsonutil.dumps({"trigger": name}),
-                         headers={"Nats-Msg-Id": f"trgfire:{name}:{nominal}", H_NOMINAL: nominal,
-                                  H_MANUAL: "1"})
+    nominal = iso_ms(datetime.now(UTC))
+    await publish_trigger_event(bus, name, "fire_requested", f"trg:{name}:firereq:{nominal}",
+                                nominal_time=nominal)
+    await send_fire(bus, name, nominal)
     return nominal
+
+
+async def backfill(bus: Bus, name: str, start: datetime, end: datetime) -> list[str]:
+    """One fire per instant of the trigger's schedule in [start, end] (a paused trigger too);
+    the nominal times sent. ScheduleError when it has no schedule or the range is too long.
+    """
+    record, _ = await _require(bus, name)
+    schedule = record.trigger.spec.schedule
+    if schedule is None:
+        raise ScheduleError(f"trigger {name} has no schedule to backfill")
+    if end < start:
+        raise ScheduleError("the range ends before it starts (--to is before --from)")
+    times = [iso_ms(t) for t in instants(schedule, start, end)]
+    await publish_trigger_event(
+        bus, name, "backfill_requested",
+        f"trg:{name}:backfill:{iso_ms(start)}:{iso_ms(end)}:{_now_iso()}",
+        from_time=iso_ms(start), to_time=iso_ms(end), count=len(times))
+    for nominal in times:
+        await send_fire(bus, name, nominal)
+    return times
 
 
 async def delete(bus: Bus, name: str) -> None:
@@ -227,17 +298,44 @@ async def listing(bus: Bus) -> list[dict[str, Any]]:
     out = []
     for name in await store.trigger_names(bus.js):
         found = await store.read_record(bus.js, name)
-        if found is None:
-            continue
-        record = found[0]
-        last = await store.read_last(bus.js, name)
-        out.append({"name": name, "state": record.state, "playbook": record.trigger.spec.playbook,
-                    "source": describe_source(record.trigger),
-                    "next_fire": _next_fire(record) or (
-                        last.next_fire if last and record.state == "active" else None),
-                    "last_execution": ({**last.model_dump(mode="json"),
-                                        "status": await _status(bus, last.execution_id)}
-                                       if last else None)})
+        if found is not None:
+            out.append(await summary(bus, found[0]))
+    return out
+
+
+async def summary(bus: Bus, record: TriggerRecord) -> dict[str, Any]:
+    """What `list` shows of one trigger."""
+    name = record.trigger.name
+    last = await store.read_last(bus.js, name)
+    return {"name": name, "state": record.state, "playbook": record.trigger.spec.playbook,
+            "source": describe_source(record.trigger),
+            "next_fire": _next_fire(record) or (
+                last.next_fire if last and record.state == "active" else None),
+            "last_execution": ({**last.model_dump(mode="json"),
+                                "status": await _status(bus, last.execution_id)}
+                               if last else None)}
+
+
+async def detail(bus: Bus, name: str, upcoming: int = 5) -> dict[str, Any]:
+    """One trigger: its summary, document, applied time and its next `upcoming` fire times."""
+    record, revision = await _require(bus, name)
+    return {**await summary(bus, record), "revision": revision, "applied_at": record.applied_at,
+            "document": record.trigger.model_dump(mode="json", exclude_none=True),
+            "next_fires": next_fires(record, upcoming)}
+
+
+def next_fires(record: TriggerRecord, count: int) -> list[str]:
+    """The next `count` fire times of an active cron schedule (an interval's depend on its
+    previous fire, which nats-server keeps: see `next_fire`).
+    """
+    schedule = record.trigger.spec.schedule
+    if record.state != "active" or schedule is None or schedule.cron is None:
+        return []
+    cron = Cron.parse(schedule.cron, schedule.timezone)
+    out, t = [], datetime.now(UTC)
+    for _ in range(count):
+        t = cron.next_fire(t)
+        out.append(t.isoformat().replace("+00:00", "Z"))  # as `next_fire` writes it
     return out
 
 
@@ -259,8 +357,11 @@ def describe_source(trigger: Trigger) -> str:
     if spec.schedule is not None:
         s = spec.schedule
         return f"every {s.every}" if s.every else f"cron {s.cron} ({s.timezone or 'UTC'})"
-    assert spec.on is not None
-    return f"on {spec.on.subject}"
+    if spec.on is not None:
+        return f"on event {spec.on.event}" + (f" of {spec.on.playbook}" if spec.on.playbook
+                                              else "") if spec.on.event else f"on {spec.on.subject}"
+    assert spec.webhook is not None
+    return f"webhook /api/hooks/{trigger.name}"
 
 
 def _next_fire(record: TriggerRecord) -> str | None:

@@ -2,13 +2,16 @@
 execution (docs/triggers.md).
 
 * Fires arrive on `<prefix>.triggers.fire.<name>` through the durable `noetl-server-triggers`:
-  produced by nats-server from a trigger's schedule message, or sent by `trigger fire`. The
-  execution id is derived from (trigger, nominal fire time), the nominal time from what the
-  message carries (runtime/trigger_ops.py, triggers/cron.py `nominal_time`), so a redelivered
-  or repeated fire of one time starts one execution.
+  produced by nats-server from a trigger's schedule message, or sent by `trigger fire`,
+  `trigger backfill` and catch-up (runtime/trigger_catchup.py). The execution id is derived
+  from (trigger, nominal fire time), the nominal time from what the message carries
+  (runtime/trigger_ops.py, triggers/cron.py `nominal_time`), so a redelivered or repeated fire
+  of one time starts one execution.
 * A subject trigger's messages arrive through its own durable on the stream holding its subject;
-  the execution id is derived from that stream and the message's sequence, so a message is
-  started once however often it is delivered (a server killed before its ack included).
+  the execution id is derived from the trigger, that stream and the message's sequence, so a
+  message is started once per trigger however often it is delivered (a server killed before
+  its ack included). An event trigger reads the events stream the same way, one execution per
+  (trigger, event id) (runtime/trigger_events.py).
 
 The request goes out with `Nats-Msg-Id: req:<id>` and the server's request handling creates an
 execution once per id (docs/architecture.md), so the id is the whole of "exactly once". The
@@ -29,15 +32,16 @@ from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
 
 from noetl_stream import ids, jsonutil
-from noetl_stream.dsl.templating import evaluate_guard, render
+from noetl_stream.dsl.templating import evaluate_guard
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dispositions import classify, settle
 from noetl_stream.runtime.pull import PullConsumer, open_pull
-from noetl_stream.runtime.submission import submit
+from noetl_stream.runtime.trigger_catchup import catch_up
+from noetl_stream.runtime.trigger_events import event_context, event_execution_id
 from noetl_stream.runtime.trigger_ops import H_MANUAL, H_NOMINAL, publish_trigger_event
+from noetl_stream.runtime.trigger_start import record_fired, request_execution
 from noetl_stream.state import triggers as store
-from noetl_stream.state.catalog import read_path
 from noetl_stream.state.triggers import LastFire, TriggerRecord
 from noetl_stream.triggers.cron import nominal_time
 
@@ -213,6 +217,12 @@ class TriggerService:
         except (FireRefused, ValueError) as exc:
             await self._refused(name, f"fire:{msg.metadata.sequence.stream}", str(exc), msg)
             return
+        if next_fire is not None:  # produced by the schedule: what it missed comes first
+            starts = await catch_up(self.bus, record, nominal, msg.metadata.timestamp)
+            await store.write_mark(self.bus.js, name, nominal)
+            if not starts:
+                await msg.ack()
+                return
         execution_id = ids.derived_execution_id("trigger", name, nominal)
         context = {"trigger": self._trigger_context(record, msg, nominal)}
         await self._start(record, msg, execution_id, context,
@@ -232,6 +242,16 @@ class TriggerService:
         on = record.trigger.spec.on
         context = {"trigger": self._trigger_context(record, msg, None),
                    "message": message_context(msg)}
+        # The trigger is part of the id: two triggers reading one subject each start one.
+        execution_id = ids.derived_execution_id("trigger-message", name, stream, str(seq))
+        if on is not None and on.event is not None:
+            event = await event_context(self.bus, on, record.trigger.spec.playbook,
+                                        context["message"])
+            if event is None:
+                await msg.ack()
+                return
+            context["event"] = event
+            execution_id = event_execution_id(name, msg)
         try:
             wanted = on is None or evaluate_guard(on.when, context, field="on.when")
         except NoetlStreamError as exc:
@@ -240,7 +260,6 @@ class TriggerService:
         if not wanted:
             await msg.ack()
             return
-        execution_id = ids.derived_execution_id("trigger-message", stream, str(seq))
         await self._start(record, msg, execution_id, context,
                           LastFire(execution_id=execution_id, fired_at=_stored_at(msg),
                                    message=f"{stream}:{seq}"))
@@ -254,24 +273,13 @@ class TriggerService:
 
     async def _start(self, record: TriggerRecord, msg: Msg, execution_id: str,
                      context: dict[str, Any], last: LastFire) -> None:
-        spec, name = record.trigger.spec, record.trigger.name
-        found = await read_path(self.bus.js, spec.playbook, spec.version)
-        if found is None:
-            await self._refused(name, execution_id, f"no playbook is registered under "
-                                f"{spec.playbook}" + (f" version {spec.version}" if spec.version
-                                                      else ""), msg)
+        name = record.trigger.name
+        refused = await request_execution(self.bus, record, execution_id, context)
+        if refused is not None:
+            await self._refused(name, execution_id, refused, msg)
             return
-        try:
-            payload = render(spec.payload, context, field="payload")
-        except NoetlStreamError as exc:
-            await self._refused(name, execution_id, f"payload: {exc}", msg)
-            return
-        await submit(self.bus, playbook_text=found[0], playbook_file=f"catalog:{spec.playbook}",
-                     payload=payload, execution_id=execution_id)
         await msg.ack()
-        await store.write_last(self.bus.js, name, last)
-        await publish_trigger_event(self.bus, name, "fired", f"trg:{name}:fired:{execution_id}",
-                                    **last.model_dump())
+        await record_fired(self.bus, name, last)
 
     async def _refused(self, name: str, key: str, reason: str, msg: Msg) -> None:
         """A fire that cannot start anything: said once as a `failed` event, then settled."""

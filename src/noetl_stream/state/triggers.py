@@ -19,6 +19,8 @@ from noetl_stream.triggers.document import Trigger
 
 TRIGGERS_BUCKET = "noetl_triggers"
 LAST_SUFFIX = ".last"
+# The latest nominal time a schedule fired that was handled: catch-up counts missed times from it.
+MARK_SUFFIX = ".mark"
 
 TriggerState = Literal["active", "paused"]
 
@@ -54,7 +56,9 @@ class LastFire(BaseModel):
 
 
 TriggerEventType = Literal["trigger.applied", "trigger.paused", "trigger.resumed",
-                          "trigger.deleted", "trigger.fired", "trigger.failed"]
+                          "trigger.deleted", "trigger.fired", "trigger.failed",
+                          "trigger.fire_requested", "trigger.backfill_requested",
+                          "trigger.skipped"]
 
 
 class TriggerEvent(BaseModel):
@@ -75,7 +79,10 @@ class TriggerEvent(BaseModel):
     nominal_time: str | None = None  # fired by a schedule or `trigger fire`
     message: str | None = None  # fired by a message: `<stream>:<sequence>`
     next_fire: str | None = None  # fired by a schedule: the next fire time nats-server named
-    reason: str | None = None  # failed
+    reason: str | None = None  # failed, skipped
+    from_time: str | None = None  # backfill_requested
+    to_time: str | None = None  # backfill_requested
+    count: int | None = None  # backfill_requested: the nominal times it sent
 
 
 async def _bucket(js: JetStreamContext) -> KeyValue:
@@ -102,7 +109,7 @@ async def write_record(js: JetStreamContext, record: TriggerRecord) -> int:
 
 async def delete_record(js: JetStreamContext, name: str) -> None:
     kv = await _bucket(js)
-    for key in (name, name + LAST_SUFFIX):
+    for key in (name, name + LAST_SUFFIX, name + MARK_SUFFIX):
         with contextlib.suppress(KeyNotFoundError):
             await kv.delete(key)
 
@@ -124,3 +131,27 @@ async def read_last(js: JetStreamContext, name: str) -> LastFire | None:
 async def trigger_names(js: JetStreamContext) -> list[str]:
     """Every trigger's name, sorted (a deleted one's key stays until compaction: read to check)."""
     return [k for k in await bucket_keys(js, TRIGGERS_BUCKET) if "." not in k]
+
+
+async def read_mark(js: JetStreamContext, name: str) -> str | None:
+    kv = await _bucket(js)
+    try:
+        entry = await kv.get(name + MARK_SUFFIX)
+    except KeyNotFoundError:
+        return None
+    return entry.value.decode() if entry.value else None
+
+
+async def write_mark(js: JetStreamContext, name: str, nominal: str) -> None:
+    """Move the mark forward to `nominal` (never back: fires may be handled out of order)."""
+    current = await read_mark(js, name)
+    if current is None or current < nominal:
+        kv = await _bucket(js)
+        await kv.put(name + MARK_SUFFIX, nominal.encode())
+
+
+async def clear_mark(js: JetStreamContext, name: str) -> None:
+    """Forget the mark (apply, resume): a pause, or another schedule, is no missed time."""
+    kv = await _bucket(js)
+    with contextlib.suppress(KeyNotFoundError):
+        await kv.delete(name + MARK_SUFFIX)

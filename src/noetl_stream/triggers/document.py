@@ -10,10 +10,14 @@ once with file, line and field, as playbooks are.
       payload: {day: "{{ trigger.nominal_time[:10] }}"}
       schedule: {cron: "0 2 * * *", timezone: Europe/Amsterdam}   # or {every: 5m}
       # or: on: {subject: "orders.*.created", when: "{{ message.data.total > 100 }}"}
+      # or: on: {event: execution.failed, playbook: "etl/*"}
+      # or: webhook: {secret: hook-secret}
+      catch_up: last                 # schedules: none | last | all
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -26,8 +30,12 @@ from noetl_stream.triggers.cron import ScheduleError, every_seconds, six_fields,
 
 API_VERSION = "noetl.io/v2"
 KIND = "Trigger"
-_SPEC_KEYS = ("playbook", "version", "payload", "schedule", "on")
-_SOURCES = ("schedule", "on")
+_SPEC_KEYS = ("playbook", "version", "payload", "schedule", "on", "webhook", "catch_up",
+              "payload_from")
+_PAYLOAD_FROM = re.compile(r"(trigger|message|webhook|event)(\.[A-Za-z_][A-Za-z0-9_]*)+")
+_SOURCES = ("schedule", "on", "webhook")
+_ON_KEYS = ("subject", "event", "playbook", "when")
+CatchUp = Literal["none", "last", "all"]
 
 
 class Schedule(BaseModel):
@@ -47,11 +55,24 @@ class Schedule(BaseModel):
 
 
 class OnMessage(BaseModel):
-    """Every message on `subject` (wildcards allowed) for which `when` holds."""
+    """Every message on `subject` (wildcards allowed), or every event of type `event` the
+    runtime publishes (of a playbook whose catalog path matches `playbook`), for which `when`
+    holds.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    subject: str
+    subject: str | None = None
+    event: str | None = None
+    playbook: str | None = None  # a glob over catalog paths (`etl/*`), events only
     when: str | None = None
+
+
+class Webhook(BaseModel):
+    """`POST /api/hooks/<name>` signed with HMAC-SHA256 under the credential `secret`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    secret: str
+    header: str | None = None  # the signature's header; X-Noetl-Signature when absent
 
 
 class TriggerSpec(BaseModel):
@@ -61,10 +82,17 @@ class TriggerSpec(BaseModel):
     payload: dict[str, Any] = {}
     schedule: Schedule | None = None
     on: OnMessage | None = None
+    webhook: Webhook | None = None
+    catch_up: CatchUp = "last"
+    # A mapping in the trigger's context (`message.data`, `webhook.body`, `event.data`) the
+    # rendered payload is merged over; a webhook's body is by default.
+    payload_from: str | None = None
 
     @property
-    def source(self) -> Literal["schedule", "on"]:
-        return "schedule" if self.schedule is not None else "on"
+    def source(self) -> Literal["schedule", "on", "webhook"]:
+        if self.schedule is not None:
+            return "schedule"
+        return "on" if self.on is not None else "webhook"
 
 
 class Trigger(BaseModel):
@@ -142,14 +170,29 @@ def _check_spec(spec: dict[str, Any], out: _Collector) -> None:
         out.add(spec, "payload", "payload must be a mapping", "spec.payload")
     else:
         _check_templates(spec, "payload", payload, out)
+    _check_source(spec, out)
+
+
+def _check_source(spec: dict[str, Any], out: _Collector) -> None:
     sources = [s for s in _SOURCES if s in spec]
     if len(sources) != 1:
         out.add(spec, sources[1] if len(sources) > 1 else None,
-                "exactly one source is required: schedule or on", "spec")
+                "exactly one source is required: schedule, on or webhook", "spec")
     elif sources[0] == "schedule":
         _check_schedule(spec["schedule"], spec, out)
-    else:
+    elif sources[0] == "on":
         _check_on(spec["on"], spec, out)
+    else:
+        _check_webhook(spec["webhook"], spec, out)
+    if "payload_from" in spec and not (isinstance(spec["payload_from"], str)
+                                       and _PAYLOAD_FROM.fullmatch(spec["payload_from"])):
+        out.add(spec, "payload_from", "payload_from is a path in the trigger's context, e.g. "
+                "message.data", "spec.payload_from")
+    if "catch_up" in spec:
+        if spec["catch_up"] not in ("none", "last", "all"):
+            out.add(spec, "catch_up", "catch_up is none, last or all", "spec.catch_up")
+        elif sources != ["schedule"]:
+            out.add(spec, "catch_up", "catch_up applies to a schedule", "spec.catch_up")
 
 
 def _check_templates(node: Any, key: str, value: Any, out: _Collector) -> None:
@@ -186,25 +229,58 @@ def _check_schedule(schedule: Any, spec: dict[str, Any], out: _Collector) -> Non
             out.add(schedule, key, str(exc), f"spec.schedule.{key}")
 
 
+def _check_webhook(hook: Any, spec: dict[str, Any], out: _Collector) -> None:
+    if not isinstance(hook, dict) or not set(hook) <= {"secret", "header"} or not isinstance(
+            hook.get("secret"), str) or not hook["secret"].strip() or not isinstance(
+            hook.get("header", ""), str):
+        out.add(hook if isinstance(hook, dict) else spec, "secret" if isinstance(hook, dict)
+                and "secret" in hook else "webhook",
+                "webhook is {secret: <credential name>, header: <name>}: the credential whose "
+                "secret signs each request, and the signature's header (optional)",
+                "spec.webhook")
+
+
 def _check_on(on: Any, spec: dict[str, Any], out: _Collector) -> None:
     if not isinstance(on, dict):
-        out.add(spec, "on", "on is a mapping: {subject: ..., when: ...}", "spec.on")
+        out.add(spec, "on", "on is a mapping: {subject: ..., when: ...} or {event: ...}",
+                "spec.on")
         return
     for key in on:
-        if key not in ("subject", "when"):
-            out.add(on, key, f"unknown key {key!r}{suggest(str(key), ('subject', 'when'))}",
+        if key not in _ON_KEYS:
+            out.add(on, key, f"unknown key {key!r}{suggest(str(key), _ON_KEYS)}",
                     f"spec.on.{key}")
-    subject = on.get("subject")
-    if not isinstance(subject, str) or not _valid_subject(subject):
-        out.add(on, "subject" if "subject" in on else None,
-                "a NATS subject is required (tokens separated by '.', '*' and a last '>' allowed)",
-                "spec.on.subject")
+    if ("subject" in on) == ("event" in on):
+        out.add(on, None, "on has exactly one of subject and event", "spec.on")
+    elif "subject" in on:
+        _check_on_subject(on, out)
+    else:
+        _check_on_event(on, out)
     when = on.get("when")
     if when is not None:
         if not isinstance(when, str):
             out.add(on, "when", "when is a template string", "spec.on.when")
         elif (problem := syntax_problem(when)) is not None:
             out.add(on, "when", f"template does not parse: {problem}", "spec.on.when")
+
+
+def _check_on_subject(on: dict[str, Any], out: _Collector) -> None:
+    subject = on.get("subject")
+    if not isinstance(subject, str) or not _valid_subject(subject):
+        out.add(on, "subject", "a NATS subject is required (tokens separated by '.', '*' "
+                "and a last '>' allowed)", "spec.on.subject")
+    if "playbook" in on:
+        out.add(on, "playbook", "playbook filters events: it goes with on.event",
+                "spec.on.playbook")
+
+
+def _check_on_event(on: dict[str, Any], out: _Collector) -> None:
+    event = on.get("event")
+    if not isinstance(event, str) or not _valid_subject(event) or "*" in event or ">" in event:
+        out.add(on, "event", "an event type is required, e.g. execution.failed",
+                "spec.on.event")
+    if "playbook" in on and not isinstance(on["playbook"], str):
+        out.add(on, "playbook", "playbook is a catalog path or a glob (etl/*)",
+                "spec.on.playbook")
 
 
 def _valid_subject(subject: str) -> bool:

@@ -67,6 +67,10 @@ async def catalog_page(request: web.Request) -> web.StreamResponse:
     return await _page("catalog", "Catalog")
 
 
+async def triggers_page(request: web.Request) -> web.StreamResponse:
+    return await _page("triggers", "Triggers")
+
+
 async def login_page(request: web.Request) -> web.StreamResponse:
     return await _page("login", "Log in")
 
@@ -87,6 +91,7 @@ def ui_endpoints() -> list[Endpoint]:
         Endpoint("GET", "/executions/{execution_id}", execution_page, "One execution, live (HTML)",
                  None, "ui"),
         Endpoint("GET", "/catalog", catalog_page, "The catalog (HTML)", None, "ui"),
+        Endpoint("GET", "/triggers", triggers_page, "Triggers (HTML)", None, "ui"),
         Endpoint("GET", "/login", login_page, "Log in (HTML)", None, "ui"),
         Endpoint("GET", "/ui/{name}", asset, "A UI asset", None, "ui"),
     ]
