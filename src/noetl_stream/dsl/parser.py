@@ -9,7 +9,6 @@ The document's top level is read here; steps, tasks and arcs by the modules of d
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -160,7 +159,6 @@ class _Parser(StepParser):
 # second parse cost as much as the execution's steps. The IR is frozen, so it can be shared.
 RECENT_PARSES = 8
 _recent: OrderedDict[tuple[str, str, frozenset[str], bool], ParseResult] = OrderedDict()
-_recent_lock = threading.Lock()
 
 
 def parse_playbook(text: str, file: str = "<string>", *, kinds: Collection[str] = RUNNABLE_KINDS,
@@ -171,16 +169,17 @@ def parse_playbook(text: str, file: str = "<string>", *, kinds: Collection[str] 
     are read relative to it. Without it, they must travel with the text (dsl/scripts.py).
     """
     key = (text, file, frozenset(kinds), strict)
-    with _recent_lock:
-        known = _recent.get(key)
+    known = _recent.get(key)  # each OrderedDict call is atomic: parses may run in threads
     if known is not None:
         return ParseResult(known.playbook, list(known.warnings), dict(known.scripts))
     result = _parse(text, file, kinds, strict, base_dir)
     if not result.scripts:  # script files are read from disk (base_dir): such parses are not kept
-        with _recent_lock:
-            _recent[key] = result
-            while len(_recent) > RECENT_PARSES:
+        _recent[key] = result
+        while len(_recent) > RECENT_PARSES:
+            try:
                 _recent.popitem(last=False)
+            except KeyError:  # another thread emptied it first
+                break
     return ParseResult(result.playbook, list(result.warnings), dict(result.scripts))
 
 
