@@ -120,6 +120,8 @@ class RestartRequested(Event):
     workload: dict[str, Any] = Field(default_factory=dict,
                                      description="Merged over the workload for what runs again.")
     requested_by: str | None = None
+    playbook_key: str | None = Field(None, description="Run this version of the playbook from "
+                                     "now on (`restart --latest`); absent: the execution's own.")
 
 
 class Restarted(Event):
@@ -128,6 +130,9 @@ class Restarted(Event):
     steps: list[str] = Field(description="The steps that run again, in playbook order.")
     workload: dict[str, Any] = Field(default_factory=dict)
     requested_by: str | None = None
+    playbook_key: str | None = Field(None, description="The version the execution runs from now "
+                                     "on, when the restart changed it.")
+    previous_playbook_key: str | None = Field(None, description="The version it ran before.")
 
 
 class ChildStarted(Event):

@@ -164,6 +164,8 @@ class RestartBody(_In):
                                   "that failed or were cancelled (a failed or cancelled execution)")
     workload: dict[str, Any] = Field(default_factory=dict, description="Merged over the workload "
                                      "for what runs again")
+    latest: bool = Field(False, description="Run the newest registered version of the playbook "
+                         "from now on; refused (409) when it lacks a step the execution has run")
 
 
 class RestartAccepted(_Out):

@@ -201,7 +201,7 @@ async def restart_execution(request: web.Request) -> web.StreamResponse:
     try:
         asked = await request_restart(ctx.bus, execution_id, from_step=body.from_step,
                                       workload=body.workload,
-                                      requested_by=principal(request).user)
+                                      requested_by=principal(request).user, latest=body.latest)
     except RestartRefused as exc:
         if exc.unknown:
             raise not_found(f"execution {execution_id}") from None

@@ -17,7 +17,7 @@ execution with the reason instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from noetl_stream.dsl.models import Playbook
 from noetl_stream.messages import TIMER_SCHEDULED
 from noetl_stream.router.state import ExecutionState, Outgoing
 from noetl_stream.runtime.state_codec import fault
+from noetl_stream.runtime.versions import playbook_for
 from noetl_stream.subjects import Topology
 
 STARTED = "execution.started"
@@ -95,7 +96,8 @@ def recorded_times(events: Iterable[dict[str, Any]]) -> dict[str, float]:
 
 def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology, *,
             playbook_key: str, parent_iter: dict[str, Any] | None = None,
-            applied: int | None = None) -> Rebuilt | None:
+            applied: int | None = None,
+            versions: Mapping[str, Playbook] | None = None) -> Rebuilt | None:
     """The state the recorded `events` (the whole log, in stream order) imply; None when the log
     holds no `execution.started` (the execution was rejected, or its log has expired).
 
@@ -110,12 +112,15 @@ def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology
     now = float(started["timestamp"])
     state = _start(playbook, started, playbook_key, parent_iter, now)
     rebuilt = Rebuilt(state, [list(state.outbox)])
-    for event in applied_events(events, topology):
+    known = {**(versions or {}), playbook_key: playbook}
+    for recorded in applied_events(events, topology):
+        chosen, event = playbook_for(playbook, known, recorded)
         following, now = _apply_recorded(
-            playbook, state if applied is None else copy_state(state), event, now, times)
+            chosen, state if applied is None else copy_state(state), event, now, times)
         if applied is not None and following.applied > applied:
             break
         state = following
+        playbook = known.get(state.playbook_key, playbook)
         rebuilt.outboxes.append(list(state.outbox))
     rebuilt.state = state
     return rebuilt
