@@ -212,6 +212,20 @@ async def restart_remote(server_url: str, token: str | None, execution_id: str, 
             return await _follow(client, execution_id, lambda event: None)
 
 
+async def replay_remote(server_url: str, token: str | None, execution_id: str, *,
+                        from_step: str | None, workload: dict[str, Any], detach: bool,
+                        timeout_s: float | None) -> dict[str, Any]:
+    """POST .../replay; unless `detach`, follow the new execution's events to its end."""
+    async with open_client(server_url, token) as client:
+        asked: dict[str, Any] = await client.request(
+            "POST", f"/api/executions/{quote(execution_id, safe='')}/replay",
+            json={"from_step": from_step, "workload": workload})
+        if detach:
+            return asked
+        async with asyncio.timeout(timeout_s):
+            return await _follow(client, str(asked["execution_id"]), lambda event: None)
+
+
 async def signal_remote(server_url: str, token: str | None, execution_id: str, name: str,
                         data: Any, msg_id: str | None, force: bool = False) -> int:
     """POST .../signals/{name} with the data as body; the events stream sequence it was stored at.

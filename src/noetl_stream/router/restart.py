@@ -25,6 +25,7 @@ of; the state names the new version from then on, and `execution.restarted` name
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from noetl_stream import ids
@@ -33,6 +34,7 @@ from noetl_stream.dsl.models import Playbook
 from noetl_stream.router import children
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.interface import Router
+from noetl_stream.router.links import REPLAYED, note_replay
 from noetl_stream.router.state import ExecutionState, Join
 
 REQUESTED = "execution.restart.requested"
@@ -94,7 +96,7 @@ def apply_restart(router: Router, event: dict[str, Any]) -> None:
                 restart=state.restarts, from_step=from_step, steps=again,
                 requested_by=event.get("requested_by"),
                 workload=patch if isinstance(patch, dict) else {}, **versions)
-    _arm_joins(router, again, roots)
+    arm_joins(router, again, roots)
     for name in roots:
         router.fire(name, {})
 
@@ -109,6 +111,12 @@ def _switch_version(router: Router, key: Any) -> dict[str, str]:
     previous, state.playbook_key = state.playbook_key, key
     state.playbook_path, state.playbook_name = router.pb.path, router.pb.name
     return {"playbook_key": key, "previous_playbook_key": previous}
+
+
+# Events applied whatever the execution's status: a restart reopens a finished execution, and a
+# finished one may be replayed (router/links.py).
+ANY_STATUS: dict[str, Callable[[Router, dict[str, Any]], None]] = {
+    REQUESTED: apply_restart, REPLAYED: note_replay}
 
 
 def downstream(playbook: Playbook, roots: list[str]) -> list[str]:
@@ -151,7 +159,7 @@ def _cut_short(router: Router, again: list[str]) -> None:
             del state.delayed[timer_id]
 
 
-def _arm_joins(router: Router, again: list[str], roots: list[str]) -> None:
+def arm_joins(router: Router, again: list[str], roots: list[str]) -> None:
     """A join in the set waits only for its predecessors that run again; the others count as
     they ended (arrived when completed).
     """

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from noetl_stream import router
@@ -133,10 +134,12 @@ def _start(playbook: Playbook, started: dict[str, Any], key: str,
     workload = workload if isinstance(workload, dict) else {}
     parent = started.get("parent_execution_id")
     parent = parent if isinstance(parent, str) else None
+    seed = started.get("replay")
+    start = partial(router.start_replay, seed=seed) if isinstance(seed, dict) else router.start
     try:
-        return router.start(playbook, execution_id=execution_id, playbook_key=key,
-                            workload=workload, now=now, parent_execution_id=parent,
-                            parent_iter=parent_iter)
+        return start(playbook, execution_id=execution_id, playbook_key=key,
+                     workload=workload, now=now, parent_execution_id=parent,
+                     parent_iter=parent_iter)
     except Exception as exc:  # as the server does: an execution that failed at once
         state = ExecutionState(execution_id=execution_id, playbook_key=key, workload=workload,
                                playbook_path=playbook.path, playbook_name=playbook.name,

@@ -49,6 +49,7 @@ from noetl_stream.runtime.partitions import BATCH as PARTITION_BATCH
 from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, partition_of
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.runtime.replays import start_of
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault, writable
@@ -292,7 +293,7 @@ class Server:
         state that cannot be stored, is an execution that failed at once, with the reason.
         """
         def fresh() -> ExecutionState:
-            return router.start(playbook, execution_id=execution_id, playbook_key=key,
+            return start_of(request)(playbook, execution_id=execution_id, playbook_key=key,
                                 workload=workload, now=self.clock(),
                                 parent_execution_id=request.parent_execution_id,
                                 parent_iter=request.parent_iter)
