@@ -125,8 +125,10 @@ async def _summary_difference(events: list[dict[str, Any]], state: ExecutionStat
         return Difference("execution.completed", "<absent>", f"execution.{state.status}")
     last = ended[-1]
     summary = jsonutil.loads(jsonutil.dumps(state.summary()))
+    # Both resolved: a result the worker stored in the object store is a reference in the state
+    # and may be one in the event (the event's `steps` may itself have been moved out whole).
     recorded = {name: await results.resolve(last.get(name)) for name in SUMMARY_FIELDS}
-    wanted = {name: summary.get(name) for name in SUMMARY_FIELDS}
+    wanted = {name: await results.resolve(summary.get(name)) for name in SUMMARY_FIELDS}
     found = first_difference(recorded, wanted)
     if found is None:
         return None
