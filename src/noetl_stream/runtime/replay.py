@@ -17,7 +17,7 @@ execution with the reason instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -31,6 +31,7 @@ from noetl_stream.runtime.versions import playbook_for
 from noetl_stream.subjects import Topology
 
 STARTED = "execution.started"
+Observer = Callable[[dict[str, Any], ExecutionState], None]
 
 
 @dataclass
@@ -98,7 +99,8 @@ def recorded_times(events: Iterable[dict[str, Any]]) -> dict[str, float]:
 def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology, *,
             playbook_key: str, parent_iter: dict[str, Any] | None = None,
             applied: int | None = None,
-            versions: Mapping[str, Playbook] | None = None) -> Rebuilt | None:
+            versions: Mapping[str, Playbook] | None = None,
+            observe: Observer | None = None) -> Rebuilt | None:
     """The state the recorded `events` (the whole log, in stream order) imply; None when the log
     holds no `execution.started` (the execution was rejected, or its log has expired).
 
@@ -113,6 +115,8 @@ def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology
     now = float(started["timestamp"])
     state = _start(playbook, started, playbook_key, parent_iter, now)
     rebuilt = Rebuilt(state, [list(state.outbox)])
+    if observe is not None:
+        observe(started, state)
     known = {**(versions or {}), playbook_key: playbook}
     for recorded in applied_events(events, topology):
         chosen, event = playbook_for(playbook, known, recorded)
@@ -123,6 +127,8 @@ def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology
         state = following
         playbook = known.get(state.playbook_key, playbook)
         rebuilt.outboxes.append(list(state.outbox))
+        if observe is not None:
+            observe(recorded, state)
     rebuilt.state = state
     return rebuilt
 
