@@ -97,6 +97,11 @@ async def test_replay_runs_a_new_linked_execution_from_where_the_original_stoppe
         over_api = await run_cli("watch", str(accepted["execution_id"]), "--json", *url)
         assert over_api.returncode == 0, over_api.stderr
         assert calls(http_service) == {"one": 1, "two": 2, "three": 2, "four": 3, "five": 3}
+        remote = await run_cli("replay", original, "--from", "five", "--json", "--server", api,
+                               "--token", key)
+        assert remote.returncode == 0, remote.stderr
+        assert remote.summary["status"] == "completed"
+        assert calls(http_service) == {"one": 1, "two": 2, "three": 2, "four": 3, "five": 4}
 
         unknown_step = await run_cli("replay", original, "--from", "six", *url)
         assert unknown_step.returncode == 2
