@@ -43,7 +43,7 @@ from noetl_stream.api.models import (
     SkippedRecord,
 )
 from noetl_stream.api.routes_catalog import parse, read_text
-from noetl_stream.errors import RestartRefused
+from noetl_stream.errors import ReplayRefused, RestartRefused
 from noetl_stream.ids import derived_execution_id
 from noetl_stream.messages import ExecutionRequest, RequestReply, signal_name_problem
 from noetl_stream.router.state import ExecutionState
@@ -219,7 +219,7 @@ async def replay_execution(request: web.Request) -> web.StreamResponse:
     try:
         asked = await request_replay(ctx.bus, execution_id, from_step=body.from_step,
                                      workload=body.workload, requested_by=principal(request).user)
-    except RestartRefused as exc:
+    except ReplayRefused as exc:
         if exc.unknown:
             raise not_found(f"execution {execution_id}") from None
         raise ApiError(409, str(exc)) from None

@@ -28,7 +28,7 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.cli.remote import RemoteError
 from noetl_stream.cli.running import parse_payload, report_outcome
-from noetl_stream.errors import InfrastructureError, PlaybookError, RestartRefused
+from noetl_stream.errors import InfrastructureError, PlaybookError, ReplayRefused
 
 
 @click.command("replay")
@@ -69,7 +69,7 @@ def replay(execution_id: str, from_step: str | None, payload: str | None, sets: 
 
     try:
         final = run_async(go())
-    except RestartRefused as exc:
+    except ReplayRefused as exc:
         fail(EXIT_REJECTED, str(exc))
     except RemoteError as exc:
         fail(exc.exit_code, exc.message if exc.status in (404, 409) else str(exc))

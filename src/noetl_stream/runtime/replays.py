@@ -22,7 +22,7 @@ from nats.js.errors import KeyNotFoundError
 from noetl_stream import ids, messages, router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
-from noetl_stream.errors import RestartRefused
+from noetl_stream.errors import ReplayRefused
 from noetl_stream.messages import ExecutionRequest, ReplaySeed
 from noetl_stream.router.links import REPLAYED
 from noetl_stream.router.replay import seed_of
@@ -59,22 +59,22 @@ async def request_replay(bus: Bus, original_id: str, *, from_step: str | None = 
                          workload: dict[str, Any] | None = None,
                          requested_by: str | None = None,
                          execution_id: str | None = None) -> ReplayAsked:
-    """Start a replay of `original_id`; RestartRefused (unknown or not replayable) says why."""
+    """Start a replay of `original_id`; ReplayRefused (unknown or not replayable) says why."""
     original = None if messages.execution_id_problem(original_id) else \
         await committed_state(bus, original_id, StepResults(bus.js, ResultStore(bus.js)))
     if original is None:
-        raise RestartRefused(f"no execution {original_id} is known", unknown=True)
+        raise ReplayRefused(f"no execution {original_id} is known", unknown=True)
     catalog = await bus.js.key_value("noetl_catalog")
     try:
         text = bytes((await catalog.get(original.playbook_key)).value or b"").decode()
     except KeyNotFoundError:
-        raise RestartRefused(f"the playbook of execution {original_id} is no longer in "
+        raise ReplayRefused(f"the playbook of execution {original_id} is no longer in "
                              "noetl_catalog") from None
     playbook = parse_playbook(text, original.playbook_key, kinds=installed_kinds()).playbook
     try:
         seed = ReplaySeed.model_validate(seed_of(playbook, original, from_step))
     except ValueError as exc:
-        raise RestartRefused(f"replay refused: {exc}") from None
+        raise ReplayRefused(f"replay refused: {exc}") from None
     new_id = execution_id or new_execution_id()
     request = ExecutionRequest(execution_id=new_id, playbook=text,
                                playbook_file=original.playbook_path or original.playbook_key,
