@@ -523,7 +523,7 @@ def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
             state.applied += 1
         children.on_started(Engine(playbook, state, now), event)
         return Decision(state, state.outbox)
-    if etype in restart.ANY_STATUS:
+    if isinstance(etype, str) and etype in restart.ANY_STATUS:
         # A restart reopens a finished execution, so it is taken whatever the status.
         state.applied += 1
         engine = Engine(playbook, state, now)
