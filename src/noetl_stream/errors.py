@@ -146,6 +146,10 @@ class RestartRefused(NoetlStreamError, ValueError):
         self.unknown = unknown
 
 
+class ReplayRefused(RestartRefused):
+    """A replay that cannot be asked for (runtime/replays.py); `unknown`: no such execution."""
+
+
 class KeychainError(CredentialError):
     """A keychain entry could not be resolved. Names the entry, never its material."""
 

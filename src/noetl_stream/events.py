@@ -105,6 +105,10 @@ class ExecutionStarted(Event):
     playbook: str | None = Field(None, description="The playbook's metadata.name.")
     path: str | None = Field(None, description="The playbook's metadata.path.")
     workload: dict[str, Any] = Field(description="The workload after the request's payload.")
+    replay_of: str | None = Field(None, description="The execution this one replays.")
+    replay: dict[str, Any] | None = Field(None, description="A replay's seed: the original "
+                                          "(`of`), the steps run first (`roots`), the steps kept "
+                                          "with their results (`steps`).")
 
 
 class ExecutionRejected(Event):
@@ -124,6 +128,8 @@ class RestartRequested(Event):
     workload: dict[str, Any] = Field(default_factory=dict,
                                      description="Merged over the workload for what runs again.")
     requested_by: str | None = None
+    playbook_key: str | None = Field(None, description="Run this version of the playbook from "
+                                     "now on (`restart --latest`); absent: the execution's own.")
 
 
 class Restarted(Event):
@@ -131,6 +137,15 @@ class Restarted(Event):
     from_step: str | None = None
     steps: list[str] = Field(description="The steps that run again, in playbook order.")
     workload: dict[str, Any] = Field(default_factory=dict)
+    requested_by: str | None = None
+    playbook_key: str | None = Field(None, description="The version the execution runs from now "
+                                     "on, when the restart changed it.")
+    previous_playbook_key: str | None = Field(None, description="The version it ran before.")
+
+
+class Replayed(Event):
+    replay_execution_id: str = Field(description="The new execution that replays this one.")
+    from_step: str | None = None
     requested_by: str | None = None
 
 
@@ -249,6 +264,7 @@ EVENT_TYPES: dict[str, tuple[type[Event], str]] = {
     "execution.restart.requested": (RestartRequested, "someone asked to run it again from a "
                                     "step (or its failed steps)"),
     "execution.restarted": (Restarted, "the router reopened it; the steps named run again"),
+    "execution.replayed": (Replayed, "a new execution replays it (`noetl-stream replay`)"),
     "child.started": (ChildStarted, "a task started a child playbook (in the parent's log)"),
     "step.started": (StepStarted, "a step run began"),
     "step.skipped": (StepSkipped, "a step's admission rule said no"),

@@ -15,7 +15,7 @@ Pure: no clock, no I/O (the router imports the constructors).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
 
@@ -164,6 +164,30 @@ Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=MAX_LABELS, desc
 
 
 # -- requests -------------------------------------------------------------------------------
+class SeededStep(BaseModel):
+    """A step a replay does not run: the status and result its original recorded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: Literal["completed", "skipped"]
+    result: Json = None
+
+
+class ReplaySeed(BaseModel):
+    """What a replay starts from (router/replay.py): the original, the steps to run first, and
+    the results of the steps it keeps.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    of: ExecutionId = Field(description="The execution replayed.")
+    from_step: StepName | None = Field(None, description="The step asked for; null: where the "
+                                       "original stopped (or its start step).")
+    roots: list[StepName] = Field(min_length=1, description="The steps that run first.")
+    steps: dict[StepName, SeededStep] = Field(default_factory=dict, description="Steps not run "
+                                              "again, with the original's results.")
+
+
 class ExecutionRequest(BaseModel):
     """Body of a message on `noetl.requests.execute`: start one execution of a playbook."""
 
@@ -195,6 +219,9 @@ class ExecutionRequest(BaseModel):
         None, description="Core NATS subject that receives {accepted, execution_id, errors} "
         "once the request is handled.")
     labels: Labels = Field(default_factory=dict)
+    replay: ReplaySeed | None = Field(
+        None, description="Start as a replay of another execution (`noetl-stream replay`): "
+        "the seeded steps keep the original's results and the roots run first.")
 
 
 class RequestReply(BaseModel):

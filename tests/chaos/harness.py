@@ -36,6 +36,7 @@ from nats.errors import Error as NatsError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
+from verifying import verify_planned
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
@@ -498,6 +499,7 @@ class Harness:
         if detail:
             row.notes.append("duplicates: " + "; ".join(detail[:4]))
         self._check_ledger(run, row)
+        await verify_planned(run, row)
 
     def _check_ledger(self, run: Run, row: Row) -> None:
         ledger = run.ledger

@@ -146,3 +146,12 @@ async def test_a_state_edited_by_hand_fails_naming_the_field(
     code, _, err = await cli(nats_server.url, "verify", "4242")
     assert code == 2
     assert "no committed state of execution 4242" in err
+
+
+async def test_a_result_in_the_object_store_verifies(bus: Bus, services: None) -> None:
+    """The first step's result (about 1.1 MB) is stored by the worker in the object store: the
+    state and the end event's summary hold references, compared as the values they name."""
+    text = read_playbook("integration", "large_results_big.yaml", rows=10_000)
+    execution_id, final = await _run(bus, text)
+    assert final["status"] == "completed", final.get("error")
+    await _equal(bus, execution_id)

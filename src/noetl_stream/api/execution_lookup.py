@@ -69,7 +69,8 @@ async def detail(ctx: ApiContext, execution_id: str) -> ExecutionDetail:
         summary = state.summary()
         return ExecutionDetail(**item_of(state).model_dump(), result=summary["result"],
                                error=summary["error"], steps=summary["steps"],
-                               ctx=summary["ctx"], vars=summary["vars"])
+                               ctx=summary["ctx"], vars=summary["vars"],
+                               replay_of=state.replay_of, replays=state.replays)
     errors = await rejection(ctx, execution_id)
     if errors is None:
         raise not_found(f'execution "{execution_id}"')

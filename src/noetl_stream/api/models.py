@@ -160,6 +160,8 @@ class ExecutionDetail(ExecutionItem):
     ctx: dict[str, Any] = Field(default_factory=dict)
     vars: dict[str, Any] = Field(default_factory=dict)
     errors: list[str] = Field(default_factory=list, description="Why a rejected request was refused")
+    replay_of: str | None = Field(None, description="The execution this one replays")
+    replays: list[str] = Field(default_factory=list, description="Executions replayed from this one")
 
 
 class CancelBody(_In):
@@ -177,6 +179,24 @@ class RestartBody(_In):
                                   "that failed or were cancelled (a failed or cancelled execution)")
     workload: dict[str, Any] = Field(default_factory=dict, description="Merged over the workload "
                                      "for what runs again")
+    latest: bool = Field(False, description="Run the newest registered version of the playbook "
+                         "from now on; refused (409) when it lacks a step the execution has run")
+
+
+class ReplayBody(_In):
+    from_step: str | None = Field(None, max_length=256, description="Run this step and every step "
+                                  "downstream of it; the others keep the original's results. "
+                                  "Without it: where the original failed or was cancelled")
+    workload: dict[str, Any] = Field(default_factory=dict, description="Merged over the "
+                                     "original's workload")
+
+
+class ReplayAccepted(_Out):
+    execution_id: str = Field(description="The new execution")
+    replay_of: str
+    roots: list[str] = Field(description="The steps that run first")
+    kept: list[str] = Field(description="The steps not run, with the original's results")
+    status: Literal["replay_requested"] = "replay_requested"
 
 
 class RestartAccepted(_Out):

@@ -35,6 +35,8 @@ from noetl_stream.api.models import (
     ExecutionDetail,
     ExecutionList,
     ExecutionListQuery,
+    ReplayAccepted,
+    ReplayBody,
     RestartAccepted,
     RestartBody,
     SignalQuery,
@@ -42,12 +44,13 @@ from noetl_stream.api.models import (
     SkippedRecord,
 )
 from noetl_stream.api.routes_catalog import parse, read_text
-from noetl_stream.errors import RestartRefused
+from noetl_stream.errors import ReplayRefused, RestartRefused
 from noetl_stream.ids import derived_execution_id
 from noetl_stream.messages import ExecutionRequest, RequestReply, signal_name_problem
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.cancel import request_cancel
 from noetl_stream.runtime.execution_ids import new_execution_id
+from noetl_stream.runtime.replays import request_replay
 from noetl_stream.runtime.restart import request_restart
 from noetl_stream.runtime.signals import publish_signal, why_unheard
 from noetl_stream.state.catalog import path_key
@@ -199,12 +202,27 @@ async def restart_execution(request: web.Request) -> web.StreamResponse:
     try:
         asked = await request_restart(ctx.bus, execution_id, from_step=body.from_step,
                                       workload=body.workload,
-                                      requested_by=principal(request).user)
+                                      requested_by=principal(request).user, latest=body.latest)
     except RestartRefused as exc:
         if exc.unknown:
             raise not_found(f"execution {execution_id}") from None
         raise ApiError(409, str(exc)) from None
     return json_response(RestartAccepted(execution_id=execution_id, restart=asked.restart), 202)
+
+
+async def replay_execution(request: web.Request) -> web.StreamResponse:
+    ctx = api_context(request)
+    execution_id = check_execution_id(request.match_info["execution_id"])
+    body = await read_body(request, ReplayBody) if request.body_exists else ReplayBody()
+    try:
+        asked = await request_replay(ctx.bus, execution_id, from_step=body.from_step,
+                                     workload=body.workload, requested_by=principal(request).user)
+    except ReplayRefused as exc:
+        if exc.unknown:
+            raise not_found(f"execution {execution_id}") from None
+        raise ApiError(409, str(exc)) from None
+    return json_response(ReplayAccepted(execution_id=asked.execution_id, replay_of=execution_id,
+                                        roots=asked.seed.roots, kept=sorted(asked.seed.steps)), 202)
 
 
 async def send_signal(request: web.Request) -> web.StreamResponse:
@@ -251,6 +269,11 @@ ENDPOINTS = [
              "results, the failed step or the step named runs again with everything downstream",
              "control", "executions", body=RestartBody, body_required=False,
              response=RestartAccepted, status=202, errors=(404, 409, 422)),
+    Endpoint("POST", "/api/executions/{execution_id}/replay", replay_execution, "Run an "
+             "execution again as a new one linked to it: the steps before the step named keep "
+             "the original's results, the step and everything downstream run", "run",
+             "executions", body=ReplayBody, body_required=False, response=ReplayAccepted,
+             status=202, errors=(404, 409, 422)),
     Endpoint("POST", "/api/executions/{execution_id}/signals/{name}", send_signal, "Send an "
              "external signal (the body is its data, any JSON)", "control", "executions",
              any_body=True, query=SignalQuery, response=SignalSent, status=202,

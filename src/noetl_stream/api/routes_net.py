@@ -19,6 +19,7 @@ from noetl_stream.api.playbook_lookup import playbook_by_key, state_and_playbook
 from noetl_stream.api.routes_catalog import PLAYBOOK_ID
 from noetl_stream.api.ui.net import NetView, net_of
 from noetl_stream.router.explain import explain
+from noetl_stream.runtime.marking_history import marking_history
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
 
@@ -48,6 +49,16 @@ async def explain_execution(request: web.Request) -> web.StreamResponse:
     return json_response(report)
 
 
+async def execution_marking(request: web.Request) -> web.StreamResponse:
+    ctx = api_context(request)
+    execution_id = request.match_info["execution_id"]
+    history = await marking_history(ctx.bus, execution_id)
+    if history is None:
+        await state_and_playbook(ctx, execution_id)  # 404 / 409 with the reason
+        raise not_found(f'the log of execution "{execution_id}"')
+    return json_response(history)
+
+
 ENDPOINTS = [
     Endpoint("GET", "/api/executions/{execution_id}/net", execution_net, "The execution's "
              "playbook as a net: steps, arcs with guards, joins, and a layered layout to draw",
@@ -55,6 +66,10 @@ ENDPOINTS = [
     Endpoint("GET", "/api/playbooks/{playbook_id}/net", playbook_net, "A registered playbook "
              "(by its content key, the catalog's playbook_id) as a net, laid out to draw", "read",
              "catalog", response=NetView, errors=(404, 422)),
+    Endpoint("GET", "/api/executions/{execution_id}/marking", execution_marking, "The "
+             "execution's marking after each event it applied (each step's status, the steps "
+             "with a run in flight, waiting joins), rebuilt from its log", "read", "executions",
+             errors=(404, 409)),
     Endpoint("GET", "/api/executions/{execution_id}/explain", explain_execution, "What the "
              "execution waits for (the report of `noetl-stream status --json`)", "read",
              "executions", errors=(404, 409, 422)),

@@ -19,6 +19,8 @@ from noetl_stream.cli.credential import credential
 from noetl_stream.cli.dlq_cmd import dlq
 from noetl_stream.cli.executions_cmd import executions
 from noetl_stream.cli.logs_cmd import logs
+from noetl_stream.cli.replay_check_cmd import replay_check
+from noetl_stream.cli.replay_cmd import replay
 from noetl_stream.cli.restart_cmd import restart
 from noetl_stream.cli.run_cmd import run
 from noetl_stream.cli.service_cmds import init, nats_cmd, server, worker
@@ -93,5 +95,5 @@ def completion(shell: str) -> None:
 
 for command in (run, validate, server, worker, init, watch, nats_cmd, tools, credential, register, catalog,
                 send_signal, user, apikey, cancel, status, dlq, executions, backup, restore, logs,
-                trigger, verify, restart):
+                trigger, verify, restart, replay, replay_check):
     main.add_command(command)

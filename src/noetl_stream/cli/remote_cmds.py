@@ -198,18 +198,32 @@ def cancel_remote(server_url: str, token: str | None, execution_id: str, reason:
 
 async def restart_remote(server_url: str, token: str | None, execution_id: str, *,
                          from_step: str | None, workload: dict[str, Any], detach: bool,
-                         timeout_s: float | None) -> dict[str, Any]:
+                         timeout_s: float | None, latest: bool = False) -> dict[str, Any]:
     """POST .../restart; unless `detach`, follow the events to the end that follows it (the
     server's event stream ends at an execution's latest end, a restart's included).
     """
     async with open_client(server_url, token) as client:
         asked: dict[str, Any] = await client.request(
             "POST", f"/api/executions/{quote(execution_id, safe='')}/restart",
-            json={"from_step": from_step, "workload": workload})
+            json={"from_step": from_step, "workload": workload, "latest": latest})
         if detach:
             return {"execution_id": execution_id, "restart": asked.get("restart")}
         async with asyncio.timeout(timeout_s):
             return await _follow(client, execution_id, lambda event: None)
+
+
+async def replay_remote(server_url: str, token: str | None, execution_id: str, *,
+                        from_step: str | None, workload: dict[str, Any], detach: bool,
+                        timeout_s: float | None) -> dict[str, Any]:
+    """POST .../replay; unless `detach`, follow the new execution's events to its end."""
+    async with open_client(server_url, token) as client:
+        asked: dict[str, Any] = await client.request(
+            "POST", f"/api/executions/{quote(execution_id, safe='')}/replay",
+            json={"from_step": from_step, "workload": workload})
+        if detach:
+            return asked
+        async with asyncio.timeout(timeout_s):
+            return await _follow(client, str(asked["execution_id"]), lambda event: None)
 
 
 async def signal_remote(server_url: str, token: str | None, execution_id: str, name: str,

@@ -1,4 +1,4 @@
-"""`noetl-stream restart ID [--from STEP] [--set k=v | --payload JSON]`: reopen a failed or
+"""`noetl-stream restart ID [--from STEP] [--set k=v | --payload JSON] [--latest]`: reopen a failed or
 cancelled execution (or any one from a named step) and follow it to its new end
 (runtime/restart.py asks, router/restart.py applies).
 
@@ -44,6 +44,9 @@ END_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
               help="JSON object merged over the workload for what runs again.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Workload value for what runs again (dots nest); repeatable.")
+@click.option("--latest", is_flag=True,
+              help="Run the newest registered version of the playbook (its metadata.path) from "
+                   "now on; refused when it lacks a step the execution has run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with the outcome.")
 @click.option("--detach", is_flag=True, help="Return once the restart is recorded.")
 @click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS",
@@ -52,7 +55,7 @@ END_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
 @prefix_option
 @remote_options
 def restart(execution_id: str, from_step: str | None, payload: str | None, sets: tuple[str, ...],
-            as_json: bool, detach: bool, timeout_s: float | None, nats_url: str | None,
+            latest: bool, as_json: bool, detach: bool, timeout_s: float | None, nats_url: str | None,
             prefix: str, server_url: str | None, token: str | None) -> None:
     """Restart EXECUTION_ID where it stopped: completed steps keep their results and do not run
     again; the failed step (or STEP and everything downstream) runs again as a new attempt.
@@ -66,10 +69,12 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
             from noetl_stream.cli.remote_cmds import restart_remote
 
             return await restart_remote(server_url, token, execution_id, from_step=from_step,
-                                        workload=workload, detach=detach, timeout_s=timeout_s)
+                                        workload=workload, detach=detach, timeout_s=timeout_s,
+                                        latest=latest)
 
         async with client_bus(nats_url, prefix=prefix, name="noetl-stream-restart") as bus:
-            return await _restart(bus, execution_id, from_step, workload, detach, timeout_s)
+            return await _restart(bus, execution_id, from_step, workload, detach, timeout_s,
+                                  latest)
 
     try:
         final = run_async(go())
@@ -93,7 +98,7 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
 
 
 async def _restart(bus: Any, execution_id: str, from_step: str | None, workload: dict[str, Any],
-                   detach: bool, timeout_s: float | None) -> dict[str, Any]:
+                   detach: bool, timeout_s: float | None, latest: bool) -> dict[str, Any]:
     """Ask for the restart and wait for the end that follows it (or the router's refusal)."""
     from noetl_stream.runtime.restart import request_restart
     from noetl_stream.runtime.watcher import ExecutionWatch
@@ -103,7 +108,7 @@ async def _restart(bus: Any, execution_id: str, from_step: str | None, workload:
     await watch.start()
     try:
         asked = await request_restart(bus, execution_id, from_step=from_step, workload=workload,
-                                      requested_by=_who())
+                                      requested_by=_who(), latest=latest)
         if detach:
             return asked.as_json()
         follower.expect(asked.restarted_id, asked.ignored_id)

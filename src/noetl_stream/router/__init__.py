@@ -5,7 +5,8 @@ implies (the outbox); the runtime shell commits the state, then publishes the ou
 """
 
 from noetl_stream.router.engine import abort, apply, cause_of, foreign_pool, start
+from noetl_stream.router.replay import start_replay
 from noetl_stream.router.state import Decision, ExecutionState, Outgoing
 
 __all__ = ["Decision", "ExecutionState", "Outgoing", "abort", "apply", "cause_of", "foreign_pool",
-           "start"]
+           "start", "start_replay"]

@@ -523,11 +523,11 @@ def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
             state.applied += 1
         children.on_started(Engine(playbook, state, now), event)
         return Decision(state, state.outbox)
-    if etype == restart.REQUESTED:
-        # Reopens a finished execution, so it is taken whatever the status.
+    if isinstance(etype, str) and etype in restart.ANY_STATUS:
+        # A restart reopens a finished execution, so it is taken whatever the status.
         state.applied += 1
         engine = Engine(playbook, state, now)
-        restart.apply_restart(engine, event)
+        restart.ANY_STATUS[etype](engine, event)
         if state.status == "running":
             engine.check_quiescence()
         return Decision(state, state.outbox)

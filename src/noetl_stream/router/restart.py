@@ -17,10 +17,15 @@ set are cut short first (their late outcomes are ignored, as for any run no long
 
 A restart the router cannot take (nothing to run again, an unknown step, a running or completed
 execution without `from`) changes nothing and is answered with `event.ignored`.
+
+A restart may name another version of the playbook (`playbook_key`, `restart --latest`): the
+server then applies it with that version, which must hold every step the execution has a record
+of; the state names the new version from then on, and `execution.restarted` names both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from noetl_stream import ids
@@ -29,6 +34,7 @@ from noetl_stream.dsl.models import Playbook
 from noetl_stream.router import children
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.interface import Router
+from noetl_stream.router.links import REPLAYED, note_replay
 from noetl_stream.router.state import ExecutionState, Join
 
 REQUESTED = "execution.restart.requested"
@@ -38,6 +44,10 @@ REOPENED_FROM = frozenset({"failed", "cancelled"})
 
 def refusal(playbook: Playbook, state: ExecutionState, from_step: str | None) -> str | None:
     """Why a restart cannot be applied to this state; None when it can."""
+    missing = misfits(playbook, state)
+    if missing:
+        return ("the playbook has no step " + ", ".join(f'"{m}"' for m in missing)
+                + " of the execution")
     if from_step is not None:
         if from_step not in playbook.step_index:
             return f'the playbook has no step "{from_step}"'
@@ -48,6 +58,11 @@ def refusal(playbook: Playbook, state: ExecutionState, from_step: str | None) ->
     if not stopped_steps(playbook, state):
         return "no step failed or was cancelled: name the step to restart from with --from"
     return None
+
+
+def misfits(playbook: Playbook, state: ExecutionState) -> list[str]:
+    """Steps the execution has a record of that `playbook` does not have (another version's)."""
+    return sorted(name for name in state.steps if name not in playbook.step_index)
 
 
 def apply_restart(router: Router, event: dict[str, Any]) -> None:
@@ -68,6 +83,7 @@ def apply_restart(router: Router, event: dict[str, Any]) -> None:
         rec.status, rec.error, rec.http, rec.loop = "pending", None, None, False
         state.set_result(rec, None)
         state.joins.pop(name, None)
+    versions = _switch_version(router, event.get("playbook_key"))
     state.restarts += 1
     state.status = "running"
     state.error = None
@@ -79,10 +95,28 @@ def apply_restart(router: Router, event: dict[str, Any]) -> None:
     router.emit(RESTARTED, ids.event_msg_id(state.execution_id, RESTARTED, state.restarts),
                 restart=state.restarts, from_step=from_step, steps=again,
                 requested_by=event.get("requested_by"),
-                workload=patch if isinstance(patch, dict) else {})
-    _arm_joins(router, again, roots)
+                workload=patch if isinstance(patch, dict) else {}, **versions)
+    arm_joins(router, again, roots)
     for name in roots:
         router.fire(name, {})
+
+
+def _switch_version(router: Router, key: Any) -> dict[str, str]:
+    """The state names the version the restart was applied with (`router.pb`, the server's
+    choice by the event's `playbook_key`); the keys for `execution.restarted` when it changed.
+    """
+    state = router.state
+    if not isinstance(key, str) or not key or key == state.playbook_key:
+        return {}
+    previous, state.playbook_key = state.playbook_key, key
+    state.playbook_path, state.playbook_name = router.pb.path, router.pb.name
+    return {"playbook_key": key, "previous_playbook_key": previous}
+
+
+# Events applied whatever the execution's status: a restart reopens a finished execution, and a
+# finished one may be replayed (router/links.py).
+ANY_STATUS: dict[str, Callable[[Router, dict[str, Any]], None]] = {
+    REQUESTED: apply_restart, REPLAYED: note_replay}
 
 
 def downstream(playbook: Playbook, roots: list[str]) -> list[str]:
@@ -125,7 +159,7 @@ def _cut_short(router: Router, again: list[str]) -> None:
             del state.delayed[timer_id]
 
 
-def _arm_joins(router: Router, again: list[str], roots: list[str]) -> None:
+def arm_joins(router: Router, again: list[str], roots: list[str]) -> None:
     """A join in the set waits only for its predecessors that run again; the others count as
     they ended (arrived when completed).
     """

@@ -194,6 +194,8 @@ class ExecutionState:
     schema_version: int = STATE.current
     restarts: int = 0  # restarts applied (router/restart.py): numbers their events
     labels: dict[str, str] = field(default_factory=dict)  # the request's, for finding it in lists
+    replay_of: str | None = None  # the execution this one replays (router/replay.py)
+    replays: list[str] = field(default_factory=list)  # executions replayed from this one
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
@@ -380,6 +382,8 @@ class ExecutionState:
             schema_version=data[VERSION_FIELD],
             restarts=data.get("restarts", 0),
             labels=data.get("labels", {}),
+            replay_of=data.get("replay_of"),
+            replays=list(data.get("replays", [])),
         )
         if state.step_pages:
             state._inline = dict.fromkeys(state.steps)

@@ -17,8 +17,9 @@ execution with the reason instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from noetl_stream import router
@@ -26,9 +27,11 @@ from noetl_stream.dsl.models import Playbook
 from noetl_stream.messages import TIMER_SCHEDULED
 from noetl_stream.router.state import ExecutionState, Outgoing
 from noetl_stream.runtime.state_codec import fault
+from noetl_stream.runtime.versions import playbook_for
 from noetl_stream.subjects import Topology
 
 STARTED = "execution.started"
+Observer = Callable[[dict[str, Any], ExecutionState], None]
 
 
 @dataclass
@@ -95,7 +98,9 @@ def recorded_times(events: Iterable[dict[str, Any]]) -> dict[str, float]:
 
 def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology, *,
             playbook_key: str, parent_iter: dict[str, Any] | None = None,
-            applied: int | None = None) -> Rebuilt | None:
+            applied: int | None = None,
+            versions: Mapping[str, Playbook] | None = None,
+            observe: Observer | None = None) -> Rebuilt | None:
     """The state the recorded `events` (the whole log, in stream order) imply; None when the log
     holds no `execution.started` (the execution was rejected, or its log has expired).
 
@@ -110,13 +115,20 @@ def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology
     now = float(started["timestamp"])
     state = _start(playbook, started, playbook_key, parent_iter, now)
     rebuilt = Rebuilt(state, [list(state.outbox)])
-    for event in applied_events(events, topology):
+    if observe is not None:
+        observe(started, state)
+    known = {**(versions or {}), playbook_key: playbook}
+    for recorded in applied_events(events, topology):
+        chosen, event = playbook_for(playbook, known, recorded)
         following, now = _apply_recorded(
-            playbook, state if applied is None else copy_state(state), event, now, times)
+            chosen, state if applied is None else copy_state(state), event, now, times)
         if applied is not None and following.applied > applied:
             break
         state = following
+        playbook = known.get(state.playbook_key, playbook)
         rebuilt.outboxes.append(list(state.outbox))
+        if observe is not None:
+            observe(recorded, state)
     rebuilt.state = state
     return rebuilt
 
@@ -128,10 +140,12 @@ def _start(playbook: Playbook, started: dict[str, Any], key: str,
     workload = workload if isinstance(workload, dict) else {}
     parent = started.get("parent_execution_id")
     parent = parent if isinstance(parent, str) else None
+    seed = started.get("replay")
+    start = partial(router.start_replay, seed=seed) if isinstance(seed, dict) else router.start
     try:
-        return router.start(playbook, execution_id=execution_id, playbook_key=key,
-                            workload=workload, now=now, parent_execution_id=parent,
-                            parent_iter=parent_iter)
+        return start(playbook, execution_id=execution_id, playbook_key=key,
+                     workload=workload, now=now, parent_execution_id=parent,
+                     parent_iter=parent_iter)
     except Exception as exc:  # as the server does: an execution that failed at once
         state = ExecutionState(execution_id=execution_id, playbook_key=key, workload=workload,
                                playbook_path=playbook.path, playbook_name=playbook.name,

@@ -16,7 +16,6 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -51,11 +50,13 @@ from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, p
 from noetl_stream.runtime.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.runtime.replays import start_of
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault, writable
 from noetl_stream.runtime.storage import while_storage_refused
 from noetl_stream.runtime.vars_store import VarsStore
+from noetl_stream.runtime.versions import Cached, named_versions, playbook_for, readable_versions
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
 from noetl_stream.tools.registry import installed_kinds
@@ -67,13 +68,6 @@ COMMIT_RETRIES = 20
 STATE_CACHE_SIZE = 10_000  # execution states kept in memory between their events
 
 
-@dataclass
-class _Cached:
-    state: ExecutionState
-    revision: int
-    playbook: Playbook
-
-
 class Server:
     def __init__(self, bus: Bus, *, clock: Callable[[], float] | None = None) -> None:
         self.bus = bus
@@ -81,7 +75,7 @@ class Server:
         self._nats_clock = NatsClock(bus, bus.topology.consumer("noetl-server-requests").stream) \
             if clock is None else None
         self.clock: Callable[[], float] = clock or self._nats_clock or time.time
-        self._cache: dict[str, _Cached] = {}
+        self._cache: dict[str, Cached] = {}
         self._playbooks: dict[str, Playbook] = {}
         self._storing = asyncio.Lock()  # parsing and storing a playbook not seen before
         self._tasks: list[asyncio.Task[None]] = []
@@ -281,7 +275,7 @@ class Server:
             if not answers.same_request(state, key, workload, request):
                 await answers.refuse_conflict(self.bus, msg, execution_id, request.reply_to)
                 return
-        self._remember(execution_id, _Cached(state, revision, playbook))
+        self._remember(execution_id, Cached(state, revision, playbook))
         # Before the child's first command: its end can then never reach the parent's log
         # ahead of its start, so the parent's router hears of it while its step still waits.
         await answers.publish_child_started(self.bus, request, state, self.clock())
@@ -299,7 +293,7 @@ class Server:
         state that cannot be stored, is an execution that failed at once, with the reason.
         """
         def fresh() -> ExecutionState:
-            return router.start(playbook, execution_id=execution_id, playbook_key=key,
+            return start_of(request)(playbook, execution_id=execution_id, playbook_key=key,
                                 workload=workload, now=self.clock(),
                                 parent_execution_id=request.parent_execution_id,
                                 parent_iter=request.parent_iter)
@@ -430,6 +424,7 @@ class Server:
                 return
             vars_before = dict(cached.state.vars)
             now = self.clock()
+            versions = cached.versions = await readable_versions(named_versions(items), self._playbook)
             # Applied beside the event loop (router templates may take up to their budget):
             # other executions' events and commits go on meanwhile.
             applied = await asyncio.to_thread(self._apply_all, cached, items, now)
@@ -442,6 +437,7 @@ class Server:
                 cached = await self._load(execution_id)
                 if cached is None:
                     break
+                cached.versions = versions
                 vars_before = dict(cached.state.vars)
                 data = await self._apply_until_fault(cached, items, now)
             state = cached.state
@@ -477,25 +473,27 @@ class Server:
         for m, _ in items:
             await m.ack()
 
-    def _apply_all(self, cached: _Cached, items: list[tuple[Msg, dict[str, Any]]],
+    def _apply_all(self, cached: Cached, items: list[tuple[Msg, dict[str, Any]]],
                    now: float) -> bool:
         """Apply the group to the cached state; False when an event raised (the cached state is
         then half-applied).
         """
         state, outbox = cached.state, []
-        for _, event in items:
-            _note_foreign_outcome(cached.playbook, state, event)
+        for _, recorded in items:
+            _note_foreign_outcome(cached.playbook, state, recorded)
+            playbook, event = playbook_for(cached.playbook, cached.versions, recorded)
             try:
-                router.apply(cached.playbook, state, event, now)
+                router.apply(playbook, state, event, now)
             except Exception:
                 log.exception("applying %s to %s failed", event.get("event_type"),
                               state.execution_id)
                 return False
+            cached.follow(state)
             outbox.extend(state.outbox)
         state.outbox = outbox
         return True
 
-    async def _apply_until_fault(self, cached: _Cached, items: list[tuple[Msg, dict[str, Any]]],
+    async def _apply_until_fault(self, cached: Cached, items: list[tuple[Msg, dict[str, Any]]],
                                  now: float) -> bytes:
         """Apply the group event by event; the first event that raises, or leaves a state that
         cannot be stored, fails the execution instead, with its reason. Returns the encoded state.
@@ -504,8 +502,9 @@ class Server:
         for _, event in items:
             before = state.to_json()  # storable: it was committed, or checked just now
             _note_foreign_outcome(cached.playbook, state, event)
+            playbook, event = playbook_for(cached.playbook, cached.versions, event)
             try:
-                await asyncio.to_thread(router.apply, cached.playbook, state, event, now)
+                await asyncio.to_thread(router.apply, playbook, state, event, now)
                 await self._codec.encode_fitting(state)
             except Exception as exc:
                 error = fault(exc)
@@ -517,6 +516,7 @@ class Server:
                 router.abort(cached.playbook, state, router.cause_of(event),
                              {**error, "event": event.get("event_type"),
                               **({"step": step} if isinstance(step, str) else {})}, now)
+            cached.follow(state)
             outbox.extend(state.outbox)
         state.outbox = outbox
         cached.state = state
@@ -545,7 +545,7 @@ class Server:
         assert self._executions is not None
         return await self.bus.stored.update(EXECUTIONS_BUCKET, execution_id, data, last)
 
-    async def _load(self, execution_id: str) -> _Cached | None:
+    async def _load(self, execution_id: str) -> Cached | None:
         cached = self._cache.get(execution_id)
         if cached is not None:
             return cached
@@ -565,11 +565,11 @@ class Server:
         revision = int(entry.revision or 0)
         await self._marks.republish(execution_id, revision, state.outbox,
                                     tracing.command_headers(state.trace))
-        cached = _Cached(state, revision, playbook)
+        cached = Cached(state, revision, playbook)
         self._remember(execution_id, cached)
         return cached
 
-    def _remember(self, execution_id: str, cached: _Cached) -> None:
+    def _remember(self, execution_id: str, cached: Cached) -> None:
         # Bounded: with several servers, an execution another server finished stays cached here
         # until evicted (the cache is only a shortcut; a stale entry fails its revision check).
         _bounded_put(self._cache, execution_id, cached, STATE_CACHE_SIZE)

@@ -19,7 +19,9 @@ from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl import parse_playbook
+from noetl_stream.dsl.models import Playbook
 from noetl_stream.messages import execution_id_problem
+from noetl_stream.router.restart import RESTARTED
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.event_feed import EVENTS_STREAM
@@ -27,6 +29,7 @@ from noetl_stream.runtime.replay import rebuild
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
 from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_diff import Difference, content, first_difference, outbox_difference
+from noetl_stream.runtime.versions import named_versions, readable_versions
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
@@ -74,15 +77,22 @@ async def verify(bus: Bus, execution_id: str) -> Verdict:
         return Verdict(execution_id, "unknown", f"no committed state of execution {execution_id}"
                        f" in {EXECUTIONS_BUCKET} (unknown, or removed by retention)")
     events = await read_log(bus, execution_id)
+    first = first_version(events, committed.playbook_key)
     catalog = await bus.js.key_value("noetl_catalog")
     try:
-        text = bytes((await catalog.get(committed.playbook_key)).value or b"").decode()
+        text = bytes((await catalog.get(first)).value or b"").decode()
     except KeyNotFoundError:
-        return Verdict(execution_id, "unknown", f"its playbook {committed.playbook_key} is no "
+        return Verdict(execution_id, "unknown", f"its playbook {first} is no "
                        "longer in noetl_catalog", len(events))
-    playbook = parse_playbook(text, committed.playbook_key, kinds=installed_kinds()).playbook
-    rebuilt = rebuild(playbook, events, bus.topology, playbook_key=committed.playbook_key,
-                      parent_iter=committed.parent_iter, applied=committed.applied)
+    playbook = parse_playbook(text, first, kinds=installed_kinds()).playbook
+
+    async def load(key: str) -> Playbook:
+        raw = bytes((await catalog.get(key)).value or b"").decode()
+        return parse_playbook(raw, key, kinds=installed_kinds()).playbook
+
+    rebuilt = rebuild(playbook, events, bus.topology, playbook_key=first,
+                      parent_iter=committed.parent_iter, applied=committed.applied,
+                      versions=await readable_versions(named_versions((None, e) for e in events), load))
     if rebuilt is None:
         return Verdict(execution_id, "unknown", "its log holds no execution.started (expired "
                        "from the events stream?)", len(events))
@@ -92,6 +102,17 @@ async def verify(bus: Bus, execution_id: str) -> Verdict:
     if difference is not None:
         return Verdict(execution_id, "different", difference.describe(), len(events))
     return Verdict(execution_id, "equal", "", len(events))
+
+
+def first_version(events: list[dict[str, Any]], current: str) -> str:
+    """The playbook version the execution started with: the one its first change of version
+    (`execution.restarted` of `restart --latest`) left, else the one it runs now.
+    """
+    for e in events:
+        previous = e.get("previous_playbook_key")
+        if e.get("event_type") == RESTARTED and isinstance(previous, str) and previous:
+            return previous
+    return current
 
 
 async def _summary_difference(events: list[dict[str, Any]], state: ExecutionState,
@@ -104,8 +125,10 @@ async def _summary_difference(events: list[dict[str, Any]], state: ExecutionStat
         return Difference("execution.completed", "<absent>", f"execution.{state.status}")
     last = ended[-1]
     summary = jsonutil.loads(jsonutil.dumps(state.summary()))
+    # Both resolved: a result the worker stored in the object store is a reference in the state
+    # and may be one in the event (the event's `steps` may itself have been moved out whole).
     recorded = {name: await results.resolve(last.get(name)) for name in SUMMARY_FIELDS}
-    wanted = {name: summary.get(name) for name in SUMMARY_FIELDS}
+    wanted = {name: await results.resolve(summary.get(name)) for name in SUMMARY_FIELDS}
     found = first_difference(recorded, wanted)
     if found is None:
         return None

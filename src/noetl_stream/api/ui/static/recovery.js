@@ -1,0 +1,98 @@
+// Recovery on an execution's page, kept apart from the page's own script (execution.js):
+// - a Restart button on a failed or cancelled execution (POST .../restart), from where it
+//   stopped or from a step chosen in the list;
+// - the timeline scrubber: step through the events the execution applied and see the net's
+//   marking after each one, rebuilt from its log by the server (GET .../marking).
+// The page hosts it in #recovery-actions and #scrubber-card; nothing else is assumed of it.
+"use strict";
+
+(() => {
+  const { api, el, duration } = NS;
+  const REOPENS = new Set(["failed", "cancelled"]);
+  const id = decodeURIComponent(location.pathname.split("/").pop());
+  const path = `/api/executions/${encodeURIComponent(id)}`;
+  const $ = (x) => document.getElementById(x);
+
+  function restartControls(box, detail) {
+    const from = el("select", { id: "restart-from", "aria-label": "restart from" },
+      el("option", { value: "" }, "where it stopped"),
+      ...Object.keys(detail.steps || {}).map((name) => el("option", { value: name }, `from ${name}`)));
+    const button = el("button", { type: "button", id: "restart" }, "Restart");
+    const said = el("span", { id: "restart-message", class: "muted", role: "status" });
+    button.addEventListener("click", async () => {
+      button.disabled = true;
+      try {
+        const body = from.value ? { from_step: from.value } : {};
+        const asked = await api("POST", `${path}/restart`, body);
+        said.textContent = `Restart ${asked.restart} requested; following it…`;
+        setTimeout(() => location.reload(), 800); // the page follows the execution again
+      } catch (err) {
+        button.disabled = false;
+        NS.showError(said, err);
+      }
+    });
+    box.append(button, from, said);
+  }
+
+  function describe(frame, first) {
+    const at = typeof frame.timestamp === "number" && typeof first === "number"
+      ? ` · +${duration((frame.timestamp - first) * 1000)}` : "";
+    return `${frame.event_type}${frame.step ? " " + frame.step : ""}${at}`;
+  }
+
+  function scrubber(card, net, history) {
+    const frames = history.frames;
+    if (!frames.length) return;
+    const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+    svg.id = "scrub-net";
+    const range = el("input", { type: "range", id: "scrub", min: "0", max: String(frames.length - 1),
+      value: String(frames.length - 1), "aria-label": "event" });
+    const back = el("button", { type: "button", id: "scrub-back" }, "◀");
+    const next = el("button", { type: "button", id: "scrub-next" }, "▶");
+    const label = el("p", { id: "scrub-label" });
+    const steps = el("ul", { id: "scrub-steps", class: "scrub-steps" });
+    card.append(el("div", { class: "scrub-bar" }, back, range, next), label,
+      el("div", { class: "net-scroll" }, svg), steps);
+    if (history.truncated) card.append(el("p", { class: "muted" }, `the first ${frames.length} events`));
+    const drawing = NET.draw(svg, net, () => {});
+    const first = frames[0].timestamp;
+
+    function show(i) {
+      const frame = frames[i];
+      range.value = String(i);
+      label.textContent = `Event ${i + 1} of ${frames.length}: ${describe(frame, first)} — execution ${frame.status}`;
+      const status = new Map(Object.entries(frame.steps));
+      const badges = new Map(Object.entries(frame.joins).map(([s, arrived]) => [s, `join ${arrived.length}`]));
+      drawing.mark(status, badges, new Set(frame.running), null);
+      steps.textContent = "";
+      for (const [name, s] of Object.entries(frame.steps)) {
+        steps.append(el("li", {}, el("b", {}, name), ` ${s}${frame.running.includes(name) ? " (running)" : ""}`));
+      }
+    }
+    range.addEventListener("input", () => show(Number(range.value)));
+    back.addEventListener("click", () => show(Math.max(0, Number(range.value) - 1)));
+    next.addEventListener("click", () => show(Math.min(frames.length - 1, Number(range.value) + 1)));
+    show(frames.length - 1);
+  }
+
+  async function start() {
+    const actions = $("recovery-actions");
+    const card = $("scrubber-card");
+    if (!actions && !card) return;
+    let detail = await api("GET", path);
+    if (actions && NS.mayControl() && REOPENS.has(detail.status)) restartControls(actions, detail);
+    if (!card || detail.status === "rejected") return;
+    // Shown once the execution has ended: its log no longer grows, so the frames are read once.
+    while (!NS.TERMINAL.has(detail.status)) {
+      await new Promise((r) => setTimeout(r, 2000));
+      detail = await api("GET", path);
+    }
+    const [net, history] = await Promise.all([api("GET", `${path}/net`), api("GET", `${path}/marking`)]);
+    card.hidden = false;
+    scrubber($("scrubber"), net, history);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    start().catch((err) => { const m = $("recovery-message"); if (m) NS.showError(m, err); });
+  });
+})();
