@@ -67,8 +67,15 @@ def test_a_recorded_history_routes_as_it_did(name: str) -> None:
     recorded = history(name)
     rebuilt = replayed(recorded, playbooks(recorded))
     assert routing_difference(recorded, rebuilt) is None
-    difference = first_difference(recorded["state"], content(rebuilt.state))
+    difference = first_difference(recorded["state"], newer_defaults_left_out(recorded, rebuilt))
     assert difference is None, f"{name}: {difference.describe()}"
+
+
+def newer_defaults_left_out(recorded: dict[str, Any], rebuilt: Rebuilt) -> dict[str, Any]:
+    """The rebuilt state without the fields added since the recording that still hold their empty
+    default: a state field is added with a default (formats.py), which an older record lacks."""
+    now = content(rebuilt.state)
+    return {k: v for k, v in now.items() if k in recorded["state"] or v not in ({}, [], None)}
 
 
 def test_a_routing_change_fails_a_history() -> None:
