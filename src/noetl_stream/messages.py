@@ -187,6 +187,9 @@ class ExecutionRequest(BaseModel):
     reply_to: ReplySubject | None = Field(
         None, description="Core NATS subject that receives {accepted, execution_id, errors} "
         "once the request is handled.")
+    concurrency: JsonObject | None = Field(
+        None, description="A concurrency limit `{limit, key, on_limit}` for this execution, in "
+        "place of the playbook's `executor.spec.concurrency` (a trigger's `spec.concurrency`).")
 
 
 class RequestReply(BaseModel):

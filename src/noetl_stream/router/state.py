@@ -193,6 +193,10 @@ class ExecutionState:
     # written in when that is newer than this release's, so the server can refuse to rewrite it.
     schema_version: int = STATE.current
     restarts: int = 0  # restarts applied (router/restart.py): numbers their events
+    # Under a concurrency limit (router/admission.py): group, key, limit, on_limit, and whether
+    # it still waits for a slot; None when no limit applies.
+    admission: dict[str, Any] | None = None
+    sla_missed: bool = False  # `sla.missed` was emitted (router/deadlines.py)
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
@@ -378,6 +382,8 @@ class ExecutionState:
             applied=data.get("applied", 0),
             schema_version=data[VERSION_FIELD],
             restarts=data.get("restarts", 0),
+            admission=data.get("admission"),
+            sla_missed=data.get("sla_missed", False),
         )
         if state.step_pages:
             state._inline = dict.fromkeys(state.steps)
