@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli import run_cli
 from processes import Processes
 
 from noetl_stream import jsonutil
@@ -203,3 +204,39 @@ async def test_cancel_oldest_cancels_the_running_one_and_the_new_one_runs(
     assert ends["new"]["status"] == "completed"
     # The new one began only once the old one had ended.
     assert ends["new"]["result"]["began"] >= ends["old"]["timestamp"]
+
+
+@pytest.mark.timeout(180)
+async def test_a_triggers_concurrency_limits_the_executions_it_starts(
+        nats_server: NatsServer, nats_bus: Bus, procs: Processes, tmp_path: Path) -> None:
+    url = nats_server.url
+    # The playbook has no limit of its own: the trigger's applies to what it starts.
+    text = playbook("sleeper", "{}", 1.0).replace("    concurrency: {}\n", "    labels: {}\n")
+    (tmp_path / "sleeper.yaml").write_text(text)
+    out = await run_cli("register", str(tmp_path / "sleeper.yaml"), "--nats-url", url)
+    assert out.returncode == 0, out.stderr
+    (tmp_path / "jobs.yaml").write_text(
+        "apiVersion: noetl.io/v2\nkind: Trigger\nmetadata: {name: jobs}\nspec:\n"
+        "  playbook: tests/sleeper\n  payload: {job: \"{{ message.data.job }}\"}\n"
+        "  on: {subject: \"jobs.created\"}\n  concurrency: {limit: 1}\n")
+    out = await run_cli("trigger", "apply", str(tmp_path / "jobs.yaml"), "--nats-url", url)
+    assert out.returncode == 0, out.stderr
+
+    async def listening() -> None:
+        await nats_bus.js.stream_info("NOETL_ON_jobs")
+
+    await assert_eventually(listening, timeout_s=30, interval_s=0.3)
+    for job in range(3):
+        await nats_bus.nc.publish("jobs.created", jsonutil.dumps({"job": job}))
+    await nats_bus.nc.flush()
+
+    async def three_asked() -> list[str]:
+        asked = await events_of(nats_bus, "concurrency.requested")
+        assert len(asked) == 3
+        assert {(e["group"], e["limit"]) for e in asked} == {("tests/sleeper", 1)}
+        return [e["execution_id"] for e in asked]
+
+    ids = await assert_eventually(three_asked, timeout_s=60, interval_s=0.5)
+    ends = await all_ended(nats_bus, ids, timeout_s=90)
+    assert {e["status"] for e in ends.values()} == {"completed"}
+    assert_never_two_at_once(intervals(ends))

@@ -13,6 +13,7 @@ from noetl_stream.errors import PlaybookError
 from noetl_stream.router import apply
 from noetl_stream.state import concurrency_groups as groups
 from noetl_stream.testing.router_harness import RouterHarness
+from noetl_stream.triggers.document import parse_trigger
 
 FILE = "test.yaml"
 
@@ -193,3 +194,19 @@ def test_cancel_oldest_cancels_the_oldest_holder_and_the_newest_always_wins() ->
     assert list(out_c.cancels) == ["b"]  # b waited for a's slot: c takes its place
     assert groups.leave(record, "b", 4.0).admitted == []
     assert groups.leave(record, "a", 5.0).admitted == ["c"]
+
+
+def test_a_triggers_concurrency_is_checked_with_file_line_and_field() -> None:
+    text = ("apiVersion: noetl.io/v2\nkind: Trigger\nmetadata: {name: t}\nspec:\n"
+            "  playbook: etl/x\n  on: {subject: a.b}\n  concurrency:\n    limit: 0\n"
+            "    on_limit: later\n")
+    with pytest.raises(PlaybookError) as info:
+        parse_trigger(text, "t.yaml")
+    assert [str(i) for i in info.value.issues] == [
+        't.yaml:8: field "spec.concurrency.limit": limit must be a whole number of at least 1, '
+        "got 0",
+        't.yaml:9: field "spec.concurrency.on_limit": on_limit is one of queue, skip, '
+        "cancel_oldest, got 'later'"]
+    good = parse_trigger(text.replace("limit: 0", "limit: 2").replace("later", "skip"), "t.yaml")
+    assert good.spec.concurrency is not None
+    assert (good.spec.concurrency.limit, good.spec.concurrency.on_limit) == (2, "skip")

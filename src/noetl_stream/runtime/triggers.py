@@ -267,7 +267,8 @@ class TriggerService:
             await self._refused(name, execution_id, f"payload: {exc}", msg)
             return
         await submit(self.bus, playbook_text=found[0], playbook_file=f"catalog:{spec.playbook}",
-                     payload=payload, execution_id=execution_id)
+                     payload=payload, execution_id=execution_id,
+                     concurrency=spec.concurrency.model_dump() if spec.concurrency else None)
         await msg.ack()
         await store.write_last(self.bus.js, name, last)
         await publish_trigger_event(self.bus, name, "fired", f"trg:{name}:fired:{execution_id}",

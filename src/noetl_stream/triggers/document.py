@@ -10,6 +10,7 @@ once with file, line and field, as playbooks are.
       payload: {day: "{{ trigger.nominal_time[:10] }}"}
       schedule: {cron: "0 2 * * *", timezone: Europe/Amsterdam}   # or {every: 5m}
       # or: on: {subject: "orders.*.created", when: "{{ message.data.total > 100 }}"}
+      concurrency: {limit: 1, on_limit: skip}   # optional, in place of the playbook's own
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from noetl_stream import ids
+from noetl_stream.dsl.execution_limits import Concurrency, concurrency_problems
 from noetl_stream.dsl.source import line_of, load_yaml, plain, suggest
 from noetl_stream.dsl.templating import syntax_problem, template_strings
 from noetl_stream.errors import Issue, PlaybookError
@@ -26,7 +28,7 @@ from noetl_stream.triggers.cron import ScheduleError, every_seconds, six_fields,
 
 API_VERSION = "noetl.io/v2"
 KIND = "Trigger"
-_SPEC_KEYS = ("playbook", "version", "payload", "schedule", "on")
+_SPEC_KEYS = ("playbook", "version", "payload", "schedule", "on", "concurrency")
 _SOURCES = ("schedule", "on")
 
 
@@ -61,6 +63,9 @@ class TriggerSpec(BaseModel):
     payload: dict[str, Any] = {}
     schedule: Schedule | None = None
     on: OnMessage | None = None
+    # The executions it starts run under this limit instead of their playbook's
+    # (dsl/execution_limits.py; docs/triggers.md "Concurrency and deadlines").
+    concurrency: Concurrency | None = None
 
     @property
     def source(self) -> Literal["schedule", "on"]:
@@ -142,6 +147,10 @@ def _check_spec(spec: dict[str, Any], out: _Collector) -> None:
         out.add(spec, "payload", "payload must be a mapping", "spec.payload")
     else:
         _check_templates(spec, "payload", payload, out)
+    if "concurrency" in spec:
+        for line, fld, message in concurrency_problems(spec["concurrency"], spec,
+                                                       "spec.concurrency"):
+            out.issues.append(Issue(out.file, line or line_of(spec), message, field=fld))
     sources = [s for s in _SOURCES if s in spec]
     if len(sources) != 1:
         out.add(spec, sources[1] if len(sources) > 1 else None,
