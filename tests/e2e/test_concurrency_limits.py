@@ -240,3 +240,72 @@ async def test_a_triggers_concurrency_limits_the_executions_it_starts(
     ends = await all_ended(nats_bus, ids, timeout_s=90)
     assert {e["status"] for e in ends.values()} == {"completed"}
     assert_never_two_at_once(intervals(ends))
+
+
+# -- deadlines of a whole execution ------------------------------------------------------------
+def deadline_playbook(name: str, spec: str, sleep_s: float) -> str:
+    return f"""apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: {name}, path: tests/{name}}}
+executor:
+  spec:
+{spec}workflow:
+  - step: start
+    tool: {{kind: noop}}
+    next: work
+  - step: work
+    tool:
+      kind: python
+      code: |
+        import time
+        time.sleep({sleep_s})
+        result = "slept"
+"""
+
+
+@pytest.mark.timeout(120)
+async def test_the_execution_timeout_fires_on_nats_time_across_a_server_killed_9(
+        nats_bus: Bus, procs: Processes) -> None:
+    text = deadline_playbook("bounded", "    timeout: 4s\n", 60.0)
+    await submit(nats_bus, playbook_text=text, playbook_file="bounded.yaml", payload={},
+                 execution_id="bounded1")
+
+    async def working() -> None:
+        assert "work" in [e["step"] for e in await events_of(nats_bus, "task.started")]
+
+    await assert_eventually(working, timeout_s=30, interval_s=0.2)
+    await procs.stop("server", signal.SIGKILL)
+    await asyncio.sleep(6.0)  # the deadline passes while no server runs
+    await procs.start("server-2", "server")
+    ends = await all_ended(nats_bus, ["bounded1"], timeout_s=60)
+
+    end = ends["bounded1"]
+    assert end["status"] == "failed"
+    assert end["error"]["kind"] == "timeout"
+    assert end["error"]["message"] == ("the execution ran longer than its timeout of 4s "
+                                       "(executor.spec.timeout)")
+    assert end["steps"]["work"]["status"] == "failed"
+    (started,) = [e for e in await events_of(nats_bus, "execution.started")]
+    (fired,) = [e for e in await events_of(nats_bus, "timer.fired")
+                if e["timer_id"] == "watchdog.execution.timeout"]
+    # Due 4 s after the start, rounded up to nats-server's next whole second.
+    assert 4.0 <= fired["fire_at"] - started["timestamp"] <= 5.0
+    (withdrawn,) = await events_of(nats_bus, "step.timeout")
+    assert withdrawn["step"] == "work"
+
+
+@pytest.mark.timeout(120)
+async def test_sla_missed_is_published_once_on_the_executions_subject_and_it_completes(
+        nats_bus: Bus, procs: Processes) -> None:
+    text = deadline_playbook("late", "    sla: {max_duration: 2s}\n", 4.0)
+    await submit(nats_bus, playbook_text=text, playbook_file="late.yaml", payload={},
+                 execution_id="late1")
+    ends = await all_ended(nats_bus, ["late1"], timeout_s=60)
+
+    assert ends["late1"]["status"] == "completed"
+    messages = await stored_messages(nats_bus.js, "noetl.events.late1.sla.missed")
+    assert len(messages) == 1
+    missed = jsonutil.loads(messages[0][1])
+    assert (missed["execution_id"], missed["playbook"], missed["max_duration_s"]) == \
+        ("late1", "tests/late", 2.0)
+    assert 2.0 <= missed["elapsed_s"] < 4.5
