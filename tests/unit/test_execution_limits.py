@@ -5,13 +5,19 @@ decisions on a concurrency group's record."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from unit_helpers import parse, playbook_text
 
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.errors import PlaybookError
 from noetl_stream.router import apply
+from noetl_stream.router.state import Outgoing
+from noetl_stream.runtime.replay import rebuild
+from noetl_stream.runtime.state_diff import content, first_difference
 from noetl_stream.state import concurrency_groups as groups
+from noetl_stream.subjects import load_topology
 from noetl_stream.testing.router_harness import RouterHarness
 from noetl_stream.triggers.document import parse_trigger
 
@@ -210,3 +216,32 @@ def test_a_triggers_concurrency_is_checked_with_file_line_and_field() -> None:
     good = parse_trigger(text.replace("limit: 0", "limit: 2").replace("later", "skip"), "t.yaml")
     assert good.spec.concurrency is not None
     assert (good.spec.concurrency.limit, good.spec.concurrency.on_limit) == (2, "skip")
+
+
+class LimitedRecorder(RouterHarness):
+    """The log the events stream would hold for an execution of LIMITED."""
+
+    def __init__(self) -> None:
+        self.log: list[dict[str, Any]] = []
+        super().__init__(LIMITED, now=1000.0)
+
+    def _collect(self, outbox: list[Outgoing]) -> None:
+        super()._collect(outbox)
+        self.log += [{**m.body, "event_id": m.msg_id} for m in outbox if m.kind == "event"]
+
+    def send(self, event: dict[str, Any]) -> list[Outgoing]:
+        self.log.append({**event, "timestamp": self.now + 0.5})
+        return super().send(event)
+
+
+def test_verify_rebuilds_a_limited_execution_from_its_log() -> None:
+    h = LimitedRecorder()
+    admitted(h)
+    h.run()
+    sla = h.timers()[0]
+    assert h.state.status == "completed"
+    out = rebuild(LIMITED, h.log, load_topology(), playbook_key=h.state.playbook_key)
+    assert out is not None
+    assert first_difference(content(h.state), content(out.state)) is None
+    assert out.state.admission is not None and out.state.admission["released"] is True
+    assert sla.body["timer_id"] == "watchdog.execution.sla"
