@@ -12,7 +12,7 @@ from unit_helpers import parse, playbook_text
 
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.errors import PlaybookError
-from noetl_stream.router import apply
+from noetl_stream.router import apply, start
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.replay import rebuild
 from noetl_stream.runtime.state_diff import content, first_difference
@@ -245,3 +245,15 @@ def test_verify_rebuilds_a_limited_execution_from_its_log() -> None:
     assert first_difference(content(h.state), content(out.state)) is None
     assert out.state.admission is not None and out.state.admission["released"] is True
     assert sla.body["timer_id"] == "watchdog.execution.sla"
+
+
+def test_a_requests_own_limit_that_cannot_hold_fails_the_start_with_the_reason() -> None:
+    pb = parse("""
+        workflow:
+          - step: start
+            tool: {kind: noop}
+    """)
+    with pytest.raises(ValueError, match=r"concurrency.limit: limit must be a whole number of at "
+                                         r"least 1, got 0"):
+        start(pb, execution_id="e1", playbook_key="k", workload={}, now=0.0,
+              concurrency={"limit": 0})

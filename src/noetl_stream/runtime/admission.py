@@ -146,7 +146,9 @@ class AdmissionService:
             if not out.changed:
                 return record, out
             try:
-                if revision:
+                if revision and not record.holders and not record.queue:
+                    await self._kv.delete(key, last=revision)  # an idle group leaves no entry
+                elif revision:
                     await self._kv.update(key, groups.encode(record), last=revision)
                 else:
                     await self._kv.create(key, groups.encode(record))
