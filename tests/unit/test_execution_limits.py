@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from unit_helpers import parse, playbook_text
 
+from noetl_stream.cli.status_cmd import human_lines
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.errors import PlaybookError
 from noetl_stream.router import apply, start
+from noetl_stream.router.explain import explain
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.replay import rebuild
 from noetl_stream.runtime.state_diff import content, first_difference
@@ -257,3 +259,13 @@ def test_a_requests_own_limit_that_cannot_hold_fails_the_start_with_the_reason()
                                          r"least 1, got 0"):
         start(pb, execution_id="e1", playbook_key="k", workload={}, now=0.0,
               concurrency={"limit": 0})
+
+
+def test_status_says_an_execution_waits_for_a_slot() -> None:
+    harness = RouterHarness(LIMITED)
+    lines = human_lines(explain(harness.state, LIMITED, 5.0))
+    assert lines[2] == ("  waiting for a slot: at most 2 of test[acme] run at once "
+                        "(on_limit: queue)")
+    admitted(harness)
+    assert not any("waiting for a slot" in line
+                   for line in human_lines(explain(harness.state, LIMITED, 5.0)))
