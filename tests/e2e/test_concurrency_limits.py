@@ -309,3 +309,30 @@ async def test_sla_missed_is_published_once_on_the_executions_subject_and_it_com
     assert (missed["execution_id"], missed["playbook"], missed["max_duration_s"]) == \
         ("late1", "tests/late", 2.0)
     assert 2.0 <= missed["elapsed_s"] < 4.5
+
+
+def most_at_once(spans: list[tuple[float, float, str]]) -> int:
+    """The most intervals open at one instant (an end before a begin at the same instant)."""
+    points = sorted([(begin, 1) for begin, _, _ in spans] + [(end, -1) for _, end, _ in spans])
+    most = running = 0
+    for _, step in points:
+        running += step
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.timeout(180)
+async def test_two_servers_never_hand_out_more_slots_than_the_limit(
+        nats_bus: Bus, procs: Processes) -> None:
+    await procs.start("server-b", "server")  # a second server shares every durable consumer
+    text = playbook("shared", "{limit: 2}", 1.0)
+    ids = [f"m{n}" for n in range(8)]
+    await submit_all(nats_bus, text, ids)
+    ends = await all_ended(nats_bus, ids, timeout_s=120)
+
+    assert {e["status"] for e in ends.values()} == {"completed"}
+    spans = intervals(ends)
+    assert len(spans) == 8
+    assert most_at_once(spans) == 2  # the limit, and used
+    admitted = [e["execution_id"] for e in await events_of(nats_bus, "execution.admitted")]
+    assert sorted(admitted) == ids
