@@ -20,7 +20,7 @@ from noetl_stream.runtime.replay import rebuild
 from noetl_stream.runtime.state_diff import content, first_difference
 from noetl_stream.state import concurrency_groups as groups
 from noetl_stream.subjects import load_topology
-from noetl_stream.testing.router_harness import RouterHarness
+from noetl_stream.testing.router_harness import Reply, RouterHarness
 from noetl_stream.triggers.document import parse_trigger
 
 FILE = "test.yaml"
@@ -269,3 +269,15 @@ def test_status_says_an_execution_waits_for_a_slot() -> None:
     admitted(harness)
     assert not any("waiting for a slot" in line
                    for line in human_lines(explain(harness.state, LIMITED, 5.0)))
+
+
+def test_an_execution_under_a_limit_is_not_restarted_in_place() -> None:
+    harness = RouterHarness(LIMITED)
+    admitted(harness)
+    harness.run(lambda command: Reply(ok=False, error={"message": "boom"}))
+    assert harness.state.status == "failed"
+    harness.send({"event_type": "execution.restart.requested",
+                  "execution_id": harness.state.execution_id, "restart": 1})
+    assert harness.state.status == "failed"
+    (ignored,) = harness.events_of("event.ignored")
+    assert "not restarted in place" in ignored["reason"]
