@@ -35,7 +35,6 @@ from noetl_stream.router import admission
 from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.dispositions import Failure, settle
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
@@ -49,6 +48,7 @@ DURABLE = "noetl-server-admission"
 BATCH = 32
 WRITE_RETRIES = 50
 SWEEP_S = 10.0
+RETRY_DELAY_S = 1.0
 
 
 class AdmissionService:
@@ -90,9 +90,12 @@ class AdmissionService:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
+                    # Never dropped (a lost request would wait forever, a lost release is only
+                    # found by the sweep): it comes back, a second later, until it is handled.
                     log.warning("admission: %s not handled (%s); it comes back", msg.subject[:200],
                                 exc)
-                    await settle(msg, Failure.TRANSIENT)
+                    with contextlib.suppress(Exception):
+                        await msg.nak(delay=RETRY_DELAY_S)
             await consumer.grant(len(msgs))
 
     async def handle(self, msg: Msg) -> None:
