@@ -188,8 +188,9 @@ class ExecutionRequest(BaseModel):
         None, description="Core NATS subject that receives {accepted, execution_id, errors} "
         "once the request is handled.")
     concurrency: JsonObject | None = Field(
-        None, description="A concurrency limit `{limit, key, on_limit}` for this execution, in "
-        "place of the playbook's `executor.spec.concurrency` (a trigger's `spec.concurrency`).")
+        None, description="A concurrency limit `{limit, key, on_limit}` for this execution when "
+        "its playbook declares none in `executor.spec.concurrency` (a trigger's "
+        "`spec.concurrency`); the playbook's own limit always wins.")
 
 
 class RequestReply(BaseModel):

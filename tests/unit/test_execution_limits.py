@@ -281,3 +281,20 @@ def test_an_execution_under_a_limit_is_not_restarted_in_place() -> None:
     assert harness.state.status == "failed"
     (ignored,) = harness.events_of("event.ignored")
     assert "not restarted in place" in ignored["reason"]
+
+
+def test_the_playbooks_own_limit_wins_over_a_requests_and_a_request_limits_one_without() -> None:
+    own = start(LIMITED, execution_id="e1", playbook_key="k", workload={"customer": "acme"},
+                now=0.0, concurrency={"limit": 50, "on_limit": "skip"})
+    assert own.admission is not None
+    assert (own.admission["limit"], own.admission["on_limit"]) == (2, "queue")
+    plain = parse("""
+        workflow:
+          - step: start
+            tool: {kind: noop}
+    """)
+    lent = start(plain, execution_id="e2", playbook_key="k", workload={}, now=0.0,
+                 concurrency={"limit": 1, "on_limit": "skip"})
+    assert lent.admission is not None
+    assert (lent.admission["group"], lent.admission["limit"], lent.admission["on_limit"]) == \
+        ("test", 1, "skip")

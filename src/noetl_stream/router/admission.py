@@ -30,8 +30,9 @@ ADMITTED = "execution.admitted"
 
 
 def hold(router: Router, requested: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Put a new execution in line when a limit applies to it (the request's, else the
-    playbook's); the fields `execution.started` carries about it (none without a limit).
+    """Put a new execution in line when a limit applies to it: the playbook's own, else the
+    request's (a trigger's), so whoever starts the playbook, its own limit holds. Returns the
+    fields `execution.started` carries about it (none without a limit).
     """
     if requested:
         problems = execution_limits.concurrency_problems(
@@ -39,9 +40,10 @@ def hold(router: Router, requested: Mapping[str, Any] | None) -> dict[str, Any]:
             None, "concurrency")
         if problems:  # a request's own limit (a trigger's is checked when it is applied)
             raise ValueError("; ".join(f"{field}: {message}" for _, field, message in problems))
-    spec = (execution_limits.Concurrency.model_validate(
-        {k: requested[k] for k in ("limit", "key", "on_limit") if k in requested})
-        if requested else execution_limits.concurrency_of(router.pb.executor))
+    spec = execution_limits.concurrency_of(router.pb.executor)
+    if spec is None and requested:
+        spec = execution_limits.Concurrency.model_validate(
+            {k: requested[k] for k in ("limit", "key", "on_limit") if k in requested})
     if spec is None:
         return {}
     key = ""

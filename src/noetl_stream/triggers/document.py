@@ -10,7 +10,7 @@ once with file, line and field, as playbooks are.
       payload: {day: "{{ trigger.nominal_time[:10] }}"}
       schedule: {cron: "0 2 * * *", timezone: Europe/Amsterdam}   # or {every: 5m}
       # or: on: {subject: "orders.*.created", when: "{{ message.data.total > 100 }}"}
-      concurrency: {limit: 1, on_limit: skip}   # optional, in place of the playbook's own
+      concurrency: {limit: 1, on_limit: skip}   # optional; for a playbook without its own
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class TriggerSpec(BaseModel):
     payload: dict[str, Any] = {}
     schedule: Schedule | None = None
     on: OnMessage | None = None
-    # The executions it starts run under this limit instead of their playbook's
+    # The executions it starts run under this limit when their playbook declares none
     # (dsl/execution_limits.py; docs/triggers.md "Concurrency and deadlines").
     concurrency: Concurrency | None = None
 
