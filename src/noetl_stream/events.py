@@ -109,6 +109,30 @@ class ExecutionStarted(Event):
     replay: dict[str, Any] | None = Field(None, description="A replay's seed: the original "
                                           "(`of`), the steps run first (`roots`), the steps kept "
                                           "with their results (`steps`).")
+    concurrency: dict[str, Any] | None = Field(
+        None, description="The concurrency limit it starts under `{limit, key, on_limit, "
+        "group}`: it waits for `execution.admitted` before its first step. Absent: none.")
+
+
+class ConcurrencyEvent(Event):
+    """An execution under a concurrency limit asks for a slot, or gives up its slot or place in
+    line (router/admission.py); the servers' admission service acts on both.
+    """
+
+    group: str = Field(description="The playbook, with the rendered key in brackets if any.")
+    key: str = Field(description="The rendered `concurrency.key` (empty without one).")
+    limit: int = Field(description="At most this many executions of the group run at once.")
+    on_limit: Literal["queue", "skip", "cancel_oldest"]
+    status: str | None = Field(None, description="`concurrency.released`: how it ended.")
+
+
+class SlaMissed(Event):
+    """The execution ran past `executor.spec.sla.max_duration` and still runs (emitted once)."""
+
+    playbook: str = Field(description="The playbook's path (else its name).")
+    max_duration_s: float = Field(description="`sla.max_duration` in seconds.")
+    elapsed_s: float = Field(description="Seconds since the request, when the SLA fired.")
+    started_at: float = Field(description="When the request was taken, epoch seconds.")
 
 
 class ExecutionRejected(Event):
@@ -260,6 +284,11 @@ EVENT_TYPES: dict[str, tuple[type[Event], str]] = {
     "execution.failed": (ExecutionEnd, "a failure nothing handled ended it"),
     "execution.cancelled": (ExecutionEnd, "it was cancelled"),
     "execution.rejected": (ExecutionRejected, "the request was refused (invalid playbook)"),
+    "execution.admitted": (Event, "it holds a slot under its concurrency limit; its first "
+                           "step follows"),
+    "concurrency.requested": (ConcurrencyEvent, "it waits for a slot under a concurrency limit"),
+    "concurrency.released": (ConcurrencyEvent, "it ended: its slot (or place in line) is free"),
+    "sla.missed": (SlaMissed, "it ran past executor.spec.sla.max_duration (it goes on)"),
     "execution.cancel.requested": (CancelRequested, "someone asked to cancel it"),
     "execution.restart.requested": (RestartRequested, "someone asked to run it again from a "
                                     "step (or its failed steps)"),

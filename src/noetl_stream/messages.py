@@ -222,6 +222,10 @@ class ExecutionRequest(BaseModel):
     replay: ReplaySeed | None = Field(
         None, description="Start as a replay of another execution (`noetl-stream replay`): "
         "the seeded steps keep the original's results and the roots run first.")
+    concurrency: JsonObject | None = Field(
+        None, description="A concurrency limit `{limit, key, on_limit}` for this execution when "
+        "its playbook declares none in `executor.spec.concurrency` (a trigger's "
+        "`spec.concurrency`); the playbook's own limit always wins.")
 
 
 class RequestReply(BaseModel):

@@ -351,6 +351,27 @@ async def test_client_cannot_ack_event_deliveries(client_bus: Bus,
     await assert_eventually(lambda: _reported(_violations(caplog, subject)))
 
 
+@pytest.mark.parametrize("user", ["client", "worker-default"])
+async def test_restricted_user_cannot_take_the_admission_services_messages(
+        accounts: Accounts, server_bus: Bus, user: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    admission = server_bus.topology.consumer("noetl-server-admission")
+    pull = f"$JS.API.CONSUMER.MSG.NEXT.{admission.stream}.{admission.durable}"
+    bus = await accounts.connect(user)
+    try:
+        # Taking (and so acknowledging away) a slot request, or rewriting the durable, is denied.
+        with pytest.raises(NatsTimeoutError):
+            await bus.nc.request(pull, b'{"batch": 1, "expires": 100000000}',
+                                 timeout=DENIED_WAIT_S)
+        with pytest.raises(NatsTimeoutError):
+            await bus.js.add_consumer(admission.stream, ConsumerConfig(
+                durable_name=admission.durable, filter_subject="noetl.events.>"),
+                timeout=DENIED_WAIT_S)
+    finally:
+        await bus.close()
+    await assert_eventually(lambda: _reported(_violations(caplog, pull)))
+
+
 async def test_worker_cannot_purge_the_results_store_or_write_other_auth_cache_keys(
         worker_bus: Bus, server_bus: Bus, client_bus: Bus,
         caplog: pytest.LogCaptureFixture) -> None:

@@ -28,10 +28,10 @@ class Recorder:
 
 BODY = """
     executor:
-      spec: {timeout: 7, labels: {a: 1}}
+      spec: {labels: {a: 1}}
     workflow:
       - step: start
-        spec: {labels: {b: 2}}
+        spec: {timeout: 7, labels: {b: 2}}
         tool:
           - name: outer
             kind: playbook

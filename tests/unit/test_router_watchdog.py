@@ -155,10 +155,9 @@ def test_router_watchdog_times_out_one_loop_iteration() -> None:
 
 def test_router_watchdog_budget_counts_a_tasks_own_timeout_and_its_retries() -> None:
     pb = parse("""
-        executor:
-          spec: {timeout: 1}
         workflow:
           - step: start
+            spec: {timeout: 1}
             tool:
               - first:
                   kind: python

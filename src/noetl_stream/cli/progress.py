@@ -98,6 +98,17 @@ class ProgressPrinter:
             self._step_line(etype, event, str(event.get("step", "")))
         elif etype == "retry.started":
             self._retry_line(event, str(event.get("step", "")))
+        elif etype in ("concurrency.requested", "sla.missed"):
+            self._limit_line(etype, event)
+
+    def _limit_line(self, etype: str, event: dict[str, Any]) -> None:
+        """Waiting for a concurrency slot, or past the SLA (docs/triggers.md)."""
+        if etype == "concurrency.requested":
+            self._line(f"waiting for a slot: at most {event.get('limit')} of "
+                       f"{event.get('group')} run at once")
+        else:
+            self._line(self._c("33", "SLA missed") + f"  running {event.get('elapsed_s')}s, "
+                       f"max_duration {event.get('max_duration_s'):g}s")
 
     def _execution_line(self, etype: str, event: dict[str, Any]) -> None:
         if etype == "execution.started":
@@ -111,6 +122,8 @@ class ProgressPrinter:
         elif etype == "execution.cancelled":
             reason = (event.get("error") or {}).get("reason") or ""
             self._line(self._c("1;33", "cancelled") + (f"  {_short(reason, 300)}" if reason else ""))
+        elif etype == "execution.admitted":
+            self._line("admitted: it holds a slot")
         elif etype == "execution.rejected":
             self._line(self._c("1;31", "rejected"))
             for e in event.get("errors", []):

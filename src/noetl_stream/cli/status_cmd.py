@@ -140,7 +140,11 @@ def human_lines(report: dict[str, Any]) -> list[str]:
         else:
             lines.append(f"  result: {jsonutil.dumps_str(report.get('result'))}")
         return lines
-    if not (report["running"] or report["delayed"] or report["joins"]):
+    slot = report.get("concurrency") or {}
+    if slot.get("waiting"):
+        lines.append(f"  waiting for a slot: at most {slot['limit']} of {slot['group']} run at "
+                     f"once (on_limit: {slot['on_limit']})")
+    elif not (report["running"] or report["delayed"] or report["joins"]):
         lines.append("  waiting on nothing the state records")
     for run in report["running"]:
         lines += _run_lines(run)

@@ -29,6 +29,9 @@ KIND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
 
 SCOPED_KEYS = frozenset({"policy"})
 LOOP_OWN_KEYS = frozenset({"mode", "max_in_flight", "exec", "frame"})
+# The execution's own knobs (dsl/execution_limits.py): they bound the whole execution, so no step
+# or task inherits them (a task given the execution's hour would lose its kind's default).
+EXECUTOR_OWN_KEYS = frozenset({"concurrency", "timeout", "sla"})
 
 
 def merge(*layers: Mapping[str, Any]) -> dict[str, Any]:
@@ -61,7 +64,7 @@ def kind_default(kind: str, key: str) -> Any:
 def effective_spec(task: Task, step: Step, executor: Mapping[str, Any]) -> dict[str, Any]:
     loop_spec = step.loop.spec if step.loop is not None else {}
     spec = merge(KIND_DEFAULTS.get(task.kind, {}),
-                 layer_of(executor.get("spec")),
+                 layer_of(executor.get("spec"), SCOPED_KEYS | EXECUTOR_OWN_KEYS),
                  layer_of(step.spec),
                  layer_of(loop_spec, SCOPED_KEYS | LOOP_OWN_KEYS),
                  layer_of(task.spec))
@@ -131,5 +134,5 @@ def problems(playbook: Playbook) -> list[tuple[str | None, int | None, str, str]
                 out.append((step.name, task.line, f"tool.{task.name}.spec.timeout",
                             "timeout must be a positive number of seconds or a duration "
                             f"(30s, 5m, 1h), got {value!r} "
-                            "(set by this task's spec or one around it: step, loop, executor)"))
+                            "(set by this task's spec or one around it: step, loop)"))
     return out

@@ -18,7 +18,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from noetl_stream import refs
-from noetl_stream.dsl import checks, executor_block, layering, net_checks, scripts, subscription
+from noetl_stream.dsl import (
+    checks,
+    execution_limits,
+    executor_block,
+    layering,
+    net_checks,
+    scripts,
+    subscription,
+)
 from noetl_stream.dsl.implicit_end import route_leaves_to_end
 from noetl_stream.dsl.keychain import parse_keychain
 from noetl_stream.dsl.kinds import RUNNABLE_KINDS
@@ -83,6 +91,8 @@ class _Parser(StepParser):
         for fld, message in executor_block.problems(playbook.executor,
                                                     {s.name for s in playbook.steps}, self.kinds):
             self.error(line_of(doc, "executor"), message, None, fld)
+        for line, fld, message in execution_limits.problems(executor):
+            self.error(line or line_of(doc, "executor"), message, None, fld)
         playbook = layering.apply(playbook)
         for step_name, line, fld, message in layering.problems(playbook):
             self.error(line if step_name else line_of(doc, "executor"), message, step_name, fld)

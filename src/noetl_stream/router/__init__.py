@@ -4,7 +4,8 @@
 implies (the outbox); the runtime shell commits the state, then publishes the outbox.
 """
 
-from noetl_stream.router.engine import abort, apply, cause_of, foreign_pool, start
+from noetl_stream.router.engine import abort, apply, foreign_pool, start
+from noetl_stream.router.failures import cause_of
 from noetl_stream.router.replay import start_replay
 from noetl_stream.router.state import Decision, ExecutionState, Outgoing
 

@@ -17,7 +17,8 @@ GRACE_S = 2.0  # lets the worker's own timeout report win the race with the watc
 def step_timeout_s(playbook: Playbook, step: Step) -> float | None:
     """The step's effective `spec.timeout` (without the kinds' defaults), or None."""
     loop_spec = step.loop.spec if step.loop is not None else {}
-    spec = layering.merge(layering.layer_of(playbook.executor.get("spec")),
+    spec = layering.merge(layering.layer_of(playbook.executor.get("spec"),
+                                            layering.SCOPED_KEYS | layering.EXECUTOR_OWN_KEYS),
                           layering.layer_of(step.spec),
                           layering.layer_of(loop_spec,
                                             layering.SCOPED_KEYS | layering.LOOP_OWN_KEYS))

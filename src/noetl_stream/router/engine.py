@@ -11,7 +11,7 @@ cancel, children, case events) see the engine through `router.interface.Router` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from noetl_stream import ids, jsonutil, messages
@@ -19,7 +19,7 @@ from noetl_stream.dsl import guards, keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.dsl.values import EventName
 from noetl_stream.errors import TemplateError
-from noetl_stream.router import cancel, case_events, children, listeners, loops, restart, watchdog
+from noetl_stream.router import admission, cancel, case_events, children, listeners, loops, restart, watchdog
 from noetl_stream.router.context import build_context, output_view, pick_steps
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.graph import graph_of
@@ -430,7 +430,8 @@ class Engine:
                     self.fire(step, join.args)
                 else:
                     self.mark_dead(step)
-            if (self.state.active_runs or self.state.delayed) and self.state.status == "running":
+            if (self.state.active_runs or self.state.delayed or admission.waiting(self.state)) \
+                    and self.state.status == "running":
                 return
             if self.state.status == "running":
                 self.state.status = "completed"
@@ -442,6 +443,7 @@ class Engine:
         self.emit(etype, ids.event_msg_id(self.state.execution_id, etype, *again),
                   **self.state.summary(), **({"restart": again[0]} if again else {}),
                   duration_ms=round((self.state.ended_at - self.state.started_at) * 1000, 3))
+        admission.released(self)
         # A failure elsewhere ends the execution while these runs still wait on children that
         # nobody will read any more.
         for run in self.state.active_runs:
@@ -472,16 +474,20 @@ def _error_of(value: Any) -> dict[str, Any] | None:
 
 def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload: dict[str, Any],
           now: float, parent_execution_id: str | None = None,
-          parent_iter: dict[str, Any] | None = None) -> ExecutionState:
-    """A new execution: a token at the start step. Returns the state with its outbox filled."""
+          parent_iter: dict[str, Any] | None = None,
+          concurrency: Mapping[str, Any] | None = None) -> ExecutionState:
+    """A new execution: a token at the start step, or in line for a slot under a concurrency
+    limit (router/admission.py). Returns the state with its outbox filled.
+    """
     state = ExecutionState(execution_id=execution_id, playbook_key=playbook_key, workload=workload,
                            playbook_path=playbook.path, playbook_name=playbook.name,
                            parent_execution_id=parent_execution_id, parent_iter=parent_iter,
                            started_at=now)
     engine = Engine(playbook, state, now)
+    held = admission.hold(engine, concurrency)
     engine.emit("execution.started", ids.event_msg_id(execution_id, "execution.started"),
-                playbook=playbook.name, path=playbook.path, workload=workload)
-    engine.deliver(None, playbook.start_step.name, {})
+                playbook=playbook.name, path=playbook.path, workload=workload, **held)
+    admission.begin(engine)  # fires the start step unless it waits for a slot
     engine.check_quiescence()
     return state
 
@@ -500,13 +506,6 @@ def abort(playbook: Playbook, state: ExecutionState, cause: str, error: dict[str
     state.error = {**error, "message": f"{cause} could not be applied: {error.get('message')}"}
     Engine(playbook, state, now).check_quiescence()
     return state
-
-
-def cause_of(event: dict[str, Any]) -> str:
-    """How an event is named in an error: its type, and the step it reports on."""
-    cause = str(event.get("event_type") or "an event")
-    step = event.get("step")
-    return cause + (f' of step "{step}"' if isinstance(step, str) and step else "")
 
 
 def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
@@ -594,6 +593,7 @@ def _on_timer(engine: Engine, event: dict[str, Any]) -> bool:
 
 _HANDLERS: dict[str, _Handler] = {
     cancel.REQUESTED: _on_cancel,
+    admission.ADMITTED: admission.on_admitted,
     "timer.fired": _on_timer,
     **dict.fromkeys(listeners.OUTCOMES, _on_outcome),
 }

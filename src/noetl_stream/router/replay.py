@@ -14,9 +14,11 @@ original outside that set is seeded with its status and result (runs 0: it did n
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from noetl_stream import ids
+from noetl_stream.dsl import execution_limits
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.router.engine import Engine
 from noetl_stream.router.restart import arm_joins, downstream, stopped_steps
@@ -44,8 +46,14 @@ def seed_of(playbook: Playbook, original: ExecutionState, from_step: str | None)
 def start_replay(playbook: Playbook, seed: dict[str, Any], *, execution_id: str,
                  playbook_key: str, workload: dict[str, Any], now: float,
                  parent_execution_id: str | None = None,
-                 parent_iter: dict[str, Any] | None = None) -> ExecutionState:
+                 parent_iter: dict[str, Any] | None = None,
+                 concurrency: Mapping[str, Any] | None = None) -> ExecutionState:
     """The replay's first state: the seeded records, then tokens at the seed's roots."""
+    if concurrency or execution_limits.concurrency_of(playbook.executor) is not None:
+        # A replay starts at its roots, not the start step the admission line fires: it would
+        # run past the limit, so it is refused as a restart in place is (router/restart.py).
+        raise ValueError("an execution under a concurrency limit is not replayed: start a new "
+                         "one, which waits for a slot like any other")
     roots = [r for r in seed.get("roots", []) if isinstance(r, str)]
     unknown = [r for r in roots if r not in playbook.step_index]
     if not roots or unknown:

@@ -48,6 +48,9 @@ def refusal(playbook: Playbook, state: ExecutionState, from_step: str | None) ->
     if missing:
         return ("the playbook has no step " + ", ".join(f'"{m}"' for m in missing)
                 + " of the execution")
+    if state.admission is not None:  # its slot was given up when it ended (router/admission.py)
+        return ("an execution under a concurrency limit is not restarted in place: start a new "
+                "one, which waits for a slot like any other")
     if from_step is not None:
         if from_step not in playbook.step_index:
             return f'the playbook has no step "{from_step}"'

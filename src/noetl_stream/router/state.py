@@ -196,6 +196,10 @@ class ExecutionState:
     labels: dict[str, str] = field(default_factory=dict)  # the request's, for finding it in lists
     replay_of: str | None = None  # the execution this one replays (router/replay.py)
     replays: list[str] = field(default_factory=list)  # executions replayed from this one
+    # Under a concurrency limit (router/admission.py): group, key, limit, on_limit, and whether
+    # it still waits for a slot; None when no limit applies.
+    admission: dict[str, Any] | None = None
+    sla_missed: bool = False  # `sla.missed` was emitted (router/deadlines.py)
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
@@ -384,6 +388,8 @@ class ExecutionState:
             labels=data.get("labels", {}),
             replay_of=data.get("replay_of"),
             replays=list(data.get("replays", [])),
+            admission=data.get("admission"),
+            sla_missed=data.get("sla_missed", False),
         )
         if state.step_pages:
             state._inline = dict.fromkeys(state.steps)

@@ -20,7 +20,7 @@ from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Step
-from noetl_stream.router import children
+from noetl_stream.router import children, deadlines
 from noetl_stream.router.budgets import GRACE_S
 from noetl_stream.router.interface import Router
 from noetl_stream.router.state import Outgoing, Run
@@ -59,6 +59,9 @@ def is_watchdog(event: dict[str, Any]) -> bool:
 
 def on_fired(router: Router, event: dict[str, Any]) -> None:
     """A watchdog timer fired: fail its run or iteration if it is still waiting for an outcome."""
+    if deadlines.is_deadline(event):  # the whole execution's (router/deadlines.py)
+        deadlines.on_fired(router, event)
+        return
     run = router.state.runs.get(str(event.get("step_run_id")))
     if run is None or run.status != "running":
         return  # the run finished (or the timer was redelivered): nothing to do

@@ -145,7 +145,7 @@ def _start(playbook: Playbook, started: dict[str, Any], key: str,
     try:
         return start(playbook, execution_id=execution_id, playbook_key=key,
                      workload=workload, now=now, parent_execution_id=parent,
-                     parent_iter=parent_iter)
+                     parent_iter=parent_iter, concurrency=_concurrency(started))
     except Exception as exc:  # as the server does: an execution that failed at once
         state = ExecutionState(execution_id=execution_id, playbook_key=key, workload=workload,
                                playbook_path=playbook.path, playbook_name=playbook.name,
@@ -153,6 +153,12 @@ def _start(playbook: Playbook, started: dict[str, Any], key: str,
                                started_at=now)
         router.abort(playbook, state, "the start of the execution", fault(exc), now)
         return state
+
+
+def _concurrency(started: dict[str, Any]) -> dict[str, Any] | None:
+    """The concurrency limit the execution started under, as its `execution.started` says."""
+    value = started.get("concurrency")
+    return value if isinstance(value, dict) else None
 
 
 def _apply_recorded(playbook: Playbook, state: ExecutionState, event: dict[str, Any],

@@ -296,7 +296,7 @@ class Server:
             return start_of(request)(playbook, execution_id=execution_id, playbook_key=key,
                                 workload=workload, now=self.clock(),
                                 parent_execution_id=request.parent_execution_id,
-                                parent_iter=request.parent_iter)
+                                parent_iter=request.parent_iter, concurrency=request.concurrency)
         try:
             state = fresh()
             state.trace, state.labels = trace, dict(request.labels)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from noetl_stream import config
+from noetl_stream.runtime.admission import AdmissionService
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.credential_guard import CredentialGuard, ScopedCredentialResolver
 from noetl_stream.runtime.dead_letters import DeadLetters
@@ -91,6 +92,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     sweeper = RetentionSweeper(bus, clock=srv.clock) if srv is not None else None
     stalls = StallCheck(bus, clock=srv.clock) if srv is not None else None
     dead_letters = DeadLetters(bus, clock=srv.clock) if srv is not None else None
+    admissions = AdmissionService(bus, clock=srv.clock) if srv is not None else None
     # A local `run` starts its one execution, not the fires and messages that waited for a server.
     triggers = TriggerService(bus) if srv is not None and not local else None
     home = config.home_dir()
@@ -112,7 +114,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
            if tools is not None else None)
     # Started in this order and stopped in the reverse one: the worker stops taking commands
     # before the server that routes their outcomes goes away.
-    parts = [p for p in (srv, dead_letters, responder, sweeper, stalls, triggers, wrk)
+    parts = [p for p in (srv, dead_letters, admissions, responder, sweeper, stalls, triggers, wrk)
              if p is not None]
     started: list[Any] = []
     try:

@@ -13,6 +13,7 @@ once with file, line and field, as playbooks are.
       # or: on: {event: execution.failed, playbook: "etl/*"}
       # or: webhook: {secret: hook-secret}
       catch_up: last                 # schedules: none | last | all
+      concurrency: {limit: 1, on_limit: skip}   # optional; for a playbook without its own
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from noetl_stream import ids
+from noetl_stream.dsl.execution_limits import Concurrency, concurrency_problems
 from noetl_stream.dsl.source import line_of, load_yaml, plain, suggest
 from noetl_stream.dsl.templating import syntax_problem, template_strings
 from noetl_stream.errors import Issue, PlaybookError
@@ -31,7 +33,7 @@ from noetl_stream.triggers.cron import ScheduleError, every_seconds, six_fields,
 API_VERSION = "noetl.io/v2"
 KIND = "Trigger"
 _SPEC_KEYS = ("playbook", "version", "payload", "schedule", "on", "webhook", "catch_up",
-              "payload_from")
+              "payload_from", "concurrency")
 _PAYLOAD_FROM = re.compile(r"(trigger|message|webhook|event)(\.[A-Za-z_][A-Za-z0-9_]*)+")
 _SOURCES = ("schedule", "on", "webhook")
 _ON_KEYS = ("subject", "event", "playbook", "when")
@@ -87,6 +89,9 @@ class TriggerSpec(BaseModel):
     # A mapping in the trigger's context (`message.data`, `webhook.body`, `event.data`) the
     # rendered payload is merged over; a webhook's body is by default.
     payload_from: str | None = None
+    # The executions it starts run under this limit when their playbook declares none
+    # (dsl/execution_limits.py; docs/triggers.md "Concurrency and deadlines").
+    concurrency: Concurrency | None = None
 
     @property
     def source(self) -> Literal["schedule", "on", "webhook"]:
@@ -170,6 +175,10 @@ def _check_spec(spec: dict[str, Any], out: _Collector) -> None:
         out.add(spec, "payload", "payload must be a mapping", "spec.payload")
     else:
         _check_templates(spec, "payload", payload, out)
+    if "concurrency" in spec:
+        for line, fld, message in concurrency_problems(spec["concurrency"], spec,
+                                                       "spec.concurrency"):
+            out.issues.append(Issue(out.file, line or line_of(spec), message, field=fld))
     _check_source(spec, out)
 
 
