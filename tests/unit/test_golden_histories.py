@@ -75,7 +75,7 @@ def newer_defaults_left_out(recorded: dict[str, Any], rebuilt: Rebuilt) -> dict[
     """The rebuilt state without the fields added since the recording that still hold their empty
     default: a state field is added with a default (formats.py), which an older record lacks."""
     now = content(rebuilt.state)
-    return {k: v for k, v in now.items() if k in recorded["state"] or v not in ({}, [], None)}
+    return {k: v for k, v in now.items() if k in recorded["state"] or v not in ({}, [], None, False)}
 
 
 def test_a_routing_change_fails_a_history() -> None:
