@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +75,20 @@ async def test_exception_is_an_error_outcome_with_its_message(python_tool: Pytho
     assert '"<playbook code>", line 1' in outcome.error["traceback"]
 
 
+@pytest.fixture
+def shared_folder() -> Iterator[Path]:
+    """A folder the child's own uid may write (tmp_path sits in a folder of root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="noetl-python-tool-"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 async def test_timeout_kills_the_child_and_the_tool_keeps_working(
-        python_tool: PythonTool, tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
+        python_tool: PythonTool, shared_folder: Path) -> None:
+    pid_file = shared_folder / "pid"
     code = ("import os, time\n"
             f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
             "time.sleep(60)\n")

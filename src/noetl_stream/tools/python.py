@@ -99,7 +99,7 @@ class _Child:
         try:
             source = await asyncio.to_thread(runner_source)  # read once, then cached
             proc = await asyncio.create_subprocess_exec(
-                sandbox.executable, "-u", "-P", "-c", source,
+                sandbox.executable, "-u", "-P", "-c", source, *place.runner_args(),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
                 env=place.env, cwd=place.folder, start_new_session=True,
                 preexec_fn=place.preexec())

@@ -340,19 +340,97 @@ def _serve(proto_in: BinaryIO, proto_out: BinaryIO) -> None:
         proto_out.flush()
 
 
+def _prctl(option: int, value: int) -> None:
+    import ctypes  # only here (and before any user change): start-up imports nothing unused
+
+    ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
+
+
 def _close_to_same_user() -> None:
     """Non-dumpable: another process of this uid (a child of another execution, when the worker
     cannot give each its own) can then neither read our memory and environment under /proc nor
     ptrace us. Linux only; elsewhere nothing to do.
     """
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
+    if sys.platform.startswith("linux"):
+        _prctl(4, 0)  # PR_SET_DUMPABLE, 0
 
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+
+def _import_dirs() -> list[list[str]]:
+    """The lists of folders imports search: sys.path and every loaded package's __path__."""
+    lists: list[list[str]] = [sys.path]
+    for module in list(sys.modules.values()):
+        found = getattr(module, "__path__", None)
+        if isinstance(found, list):
+            lists.append(found)
+    return lists
+
+
+def _hold_import_dirs() -> dict[str, int]:
+    """As root, before the user changes: a handle on every folder imports search, for those the
+    new user cannot reach by name (a virtualenv under a private folder such as /root).
+    """
+    held: dict[str, int] = {}
+    for dirs in _import_dirs():
+        for folder in dirs:
+            if folder and folder not in held:
+                with contextlib.suppress(OSError):
+                    held[folder] = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    return held
+
+
+def _reach_import_dirs(held: dict[str, int]) -> None:
+    """As the new user: a folder it cannot reach by name is searched through its handle
+    (`/proc/self/fd/N`: the kernel then checks the folder itself, not the private ones above it).
+    """
+    through: dict[str, str] = {}
+    for folder, fd in held.items():
+        if os.access(folder, os.R_OK | os.X_OK):
+            os.close(fd)
+        else:
+            through[folder] = f"/proc/self/fd/{fd}"
+    if through:
+        for dirs in _import_dirs():
+            dirs[:] = [through.get(folder, folder) for folder in dirs]
+        sys.path_importer_cache.clear()
+
+
+def _kill_leftovers() -> None:
+    """Every other process of this uid is what an earlier holder of the slot left running:
+    kill(-1) reaches exactly the processes this uid may signal, never the caller itself.
+    """
+    for _ in range(200):  # a forking leftover is caught within a few rounds; never loop forever
+        try:
+            os.kill(-1, 9)
+        except ProcessLookupError:
+            return
+
+
+def become(uid: int, gid: int, exclusive: bool) -> None:
+    """Started as root (so it could read an interpreter in a private folder), the runner becomes
+    its slot's user before it reads any code: no groups, no capability, nothing of the earlier
+    holder left running, killed with the worker (the kernel clears the death signal when the
+    user changes, so it is set after), non-dumpable, and no way back through a setuid program.
+    `exclusive`: the uid is this child's alone, so every other process of it is killed.
+    """
+    parent = os.getppid()
+    import ctypes  # noqa: F401 - imported while its files are reachable by name
+
+    held = _hold_import_dirs()
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if exclusive:  # the uid is this child's alone (a slot): any other process of it is stale
+        _kill_leftovers()
+    _prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
+    if os.getppid() != parent:  # the worker died before the death signal was set
+        os._exit(1)
+    _reach_import_dirs(held)
 
 
 def main() -> None:
+    if len(sys.argv) == 4:  # uid, gid, exclusive: the worker started the runner as root
+        become(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "exclusive")
     _close_to_same_user()
     # Keep private copies of the pipes, then point fd 0/1 elsewhere so user code cannot touch them.
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
