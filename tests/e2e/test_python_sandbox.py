@@ -299,7 +299,7 @@ async def test_a_python_step_whose_process_dies_is_retried_under_its_policy(
             final = await slept
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    assert final["event_type"] == "execution.completed", final
+    assert final["event_type"] == "execution.completed", (final.get("error"), final.get("steps"))
     assert final["result"]["attempts"] == 2
 
 

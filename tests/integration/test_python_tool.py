@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import tempfile
@@ -135,3 +136,29 @@ async def test_failing_python_step_fails_the_execution_with_the_message(client: 
     assert final["error"]["step"] == "start"
     assert "bad row 7" in final["error"]["message"]
     assert final["steps"]["start"]["status"] == "failed"
+
+
+async def test_children_are_forked_fresh_and_started_anew_once_the_fork_server_is_gone(
+        python_tool: PythonTool) -> None:
+    code = "import os\nresult = {'parent': os.getppid(), 'seen': globals().get('planted')}\n"
+    plant = "global planted\nplanted = 'x'\nresult = None\n"
+    forks = python_tool._forks
+    if forks is None or forks._proc is None:
+        pytest.skip("children of a root worker that stay root are never forked")
+    server_pid = forks._proc.pid
+    assert (await python_tool.run(call(plant))).ok
+    first = await python_tool.run(_of("e2", code))
+    assert first.result == {"parent": server_pid, "seen": None}
+    forks._proc.kill()
+    await forks._proc.wait()
+    await asyncio.sleep(0.5)  # its children die with it (their death signal): let that land
+    for n in range(4):  # children are started as interpreters again: each step still runs
+        later = await python_tool.run(_of(f"e{3 + n}", code))
+        assert later.ok, later.error
+        assert later.result["seen"] is None
+
+
+def _of(execution_id: str, code: str) -> TaskCall:
+    return TaskCall(execution_id=execution_id, step="s", task="t", kind="python",
+                    config={"code": code}, input={}, spec={},
+                    idempotency_key=f"{execution_id}.s.1:None:t:1")

@@ -122,15 +122,17 @@ _KILL_ALL = (f"i=0; while [ $i -lt {_KILL_ROUNDS} ] && kill -9 -1 2>/dev/null; d
              "done")
 
 
-def clear_slot(user: SandboxUser) -> None:
+def clear_slot(user: SandboxUser, *, processes: bool = True) -> None:
     """What the slot's last child left behind: its processes, then its files in the shared
     folders. Blocking (run it in a thread). The user change is made by subprocess itself, in
     C: python code between fork and exec is unsafe in a process with threads.
     """
     shell = shutil.which("sh") or "/bin/sh"
-    subprocess.run([shell, "-c", _KILL_ALL], user=user.uid, group=user.gid, extra_groups=[],
-                   check=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
+    if processes:  # else the fork server already killed them (tools/python_forks.py)
+        subprocess.run([shell, "-c", _KILL_ALL], user=user.uid, group=user.gid,
+                       extra_groups=[],
+                       check=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
     for shared in SHARED_WRITABLE:
         with contextlib.suppress(OSError), os.scandir(shared) as entries:
             for entry in entries:

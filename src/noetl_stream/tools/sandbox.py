@@ -160,13 +160,22 @@ class Sandbox:
                "LOGNAME": user.name}
         return ChildPlace(user, folder, env)
 
-    def close_place(self, place: ChildPlace) -> None:
-        """After the child is gone (blocking): its folder, and a slot's leftovers, go."""
+    def close_place(self, place: ChildPlace, *, processes_cleared: bool = False) -> None:
+        """After the child is gone (blocking): its folder, and a slot's leftovers, go
+        (`processes_cleared`: its processes are already killed).
+        """
         if place.folder is not None:
             shutil.rmtree(place.folder, ignore_errors=True)
         if place.user is not None and place.user.exclusive and self.slots is not None:
-            clear_slot(place.user)
+            clear_slot(place.user, processes=not processes_cleared)
             self.slots.give_back(place.user)
+
+    @property
+    def forks(self) -> bool:
+        """Whether children may come from a fork server: not when they stay a root worker's
+        user, whose capabilities only an exec with an empty bounding set takes away.
+        """
+        return self.user is not None or self.slots is not None or os.geteuid() != 0
 
     def close(self) -> None:
         if self.slots is not None:
