@@ -34,6 +34,7 @@ SECRET_KEY = "wv0Kx3gq6X2nB3q7r8s9t0u1v2w3x4y5z6A7B8C9D0E="
 NATS_PASSWORD = "worker-password-that-must-stay-put"
 
 SNOOP = read_playbook("e2e", "python_sandbox_snoop.yaml")
+PRIVATE_IMPORT = read_playbook("e2e", "python_sandbox_private_import.yaml")
 
 KILL_WORKER = read_playbook("e2e", "python_sandbox_kill_worker.yaml")
 POISON = read_playbook("e2e", "python_sandbox_poison.yaml")
@@ -76,8 +77,9 @@ async def nats_bus(tmp_path: Path) -> AsyncIterator[Bus]:
 def _sandbox_interpreter() -> Iterator[Path | None]:
     """Under a root worker: a virtualenv inside a private folder (mode 700, as `mktemp -d` or a
     home folder makes), which no slot uid can enter, reaching this checkout's libraries through
-    a .pth file. Children still run as slot uids: the runner starts as root and changes its
-    user before it reads any code. None when the tests do not run as root.
+    a copy of orjson and a module of its own (`private_probe`) in its site-packages. Children
+    still run as slot uids: the runner starts as root and changes its user before it reads any
+    code. None when the tests do not run as root.
     """
     if os.geteuid() != 0:
         yield None
@@ -89,7 +91,8 @@ def _sandbox_interpreter() -> Iterator[Path | None]:
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
                        timeout=60)
         site = next((venv / "lib").glob("python*/site-packages"))
-        (site / "checkout.pth").write_text(str(Path(orjson.__file__).parent.parent) + "\n")
+        shutil.copytree(Path(orjson.__file__).parent, site / "orjson")
+        (site / "private_probe.py").write_text("VALUE = 'imported from a private folder'\n")
         python = venv / "bin" / "python"
         with pytest.raises(PermissionError):  # what a child that changed its user first met
             subprocess.run([str(python), "-c", "pass"], user=SLOT_UIDS[-1], group=SLOT_UIDS[-1],
@@ -162,8 +165,25 @@ async def test_a_root_workers_own_interpreter_runs_steps_as_slot_uids_wherever_i
         await worker.stop()
     assert final["event_type"] == "execution.completed", final
     assert final["result"]["uid"] in SLOT_UIDS
+    assert final["result"]["forked"] is True  # from the fork server, not a started interpreter
     assert SECRET_KEY not in orjson.dumps(final).decode()
     assert "python steps run as root" not in worker.log.read_text()
+
+
+@pytest.mark.timeout(150)
+async def test_a_slot_uid_imports_from_an_interpreter_in_a_private_folder(
+        nats_bus: Bus, tmp_path: Path, sandbox_python: Path | None) -> None:
+    _needs_root_sandbox(sandbox_python)
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", _worker_env(sandbox_python))
+    try:
+        final = await _run(nats_bus, worker, PRIVATE_IMPORT, "private_import.yaml")
+    finally:
+        await worker.stop()
+    assert final["event_type"] == "execution.completed", final
+    seen = final["result"]
+    assert seen["value"] == "imported from a private folder"
+    assert seen["uid"] in SLOT_UIDS
+    assert seen["by_name"] == "PermissionError"  # the folder itself stays closed to the step
 
 
 @pytest.mark.timeout(150)
