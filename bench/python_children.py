@@ -3,8 +3,8 @@
 Runs `PythonTool` in this process (no NATS: only the tool and its child processes) and times
 `result = 1` steps: many steps of one execution one after another (the interpreter is kept for
 its next step), one step each of many executions one after another (each gets a fresh
-interpreter), and the same with eight at a time. Under a root worker the children run as uids
-of their own when the interpreter is readable by every user (NOETL_STREAM_PYTHON_EXECUTABLE).
+interpreter, forked from the fork server), and the same with eight at a time. Under a root
+worker the children run as uids of their own, wherever the interpreter is installed.
 
     .venv/bin/python bench/python_children.py [--steps 200] [--processes 8]
 """

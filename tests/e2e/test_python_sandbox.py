@@ -32,9 +32,9 @@ pytestmark = pytest.mark.e2e
 
 SECRET_KEY = "wv0Kx3gq6X2nB3q7r8s9t0u1v2w3x4y5z6A7B8C9D0E="
 NATS_PASSWORD = "worker-password-that-must-stay-put"
-SYSTEM_PYTHON = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
 
 SNOOP = read_playbook("e2e", "python_sandbox_snoop.yaml")
+PRIVATE_IMPORT = read_playbook("e2e", "python_sandbox_private_import.yaml")
 
 KILL_WORKER = read_playbook("e2e", "python_sandbox_kill_worker.yaml")
 POISON = read_playbook("e2e", "python_sandbox_poison.yaml")
@@ -75,29 +75,31 @@ async def nats_bus(tmp_path: Path) -> AsyncIterator[Bus]:
 
 
 def _sandbox_interpreter() -> Iterator[Path | None]:
-    """An interpreter any user can run: the system's python of our version, with our orjson on
-    its path through a wrapper script (this checkout's own interpreter may sit in a folder only
-    root can enter; the runner reaches the child as `-c`, wherever the checkout is). None when
-    the machine has no such python.
+    """Under a root worker: a virtualenv inside a private folder (mode 700, as `mktemp -d` or a
+    home folder makes), which no slot uid can enter, reaching this checkout's libraries through
+    a copy of orjson and a module of its own (`private_probe`) in its site-packages. Children
+    still run as slot uids: the runner starts as root and changes its user before it reads any
+    code. None when the tests do not run as root.
     """
-    if os.geteuid() != 0 or not SYSTEM_PYTHON.exists():
+    if os.geteuid() != 0:
         yield None
         return
-    folder = Path(tempfile.mkdtemp(prefix="noetl-sandbox-python-"))
+    private = Path(tempfile.mkdtemp(prefix="noetl-private-"))
     try:
-        shutil.copytree(Path(orjson.__file__).parent, folder / "site" / "orjson")
-        wrapper = folder / "python"
-        wrapper.write_text(f'#!/bin/sh\nPYTHONPATH={folder / "site"} exec {SYSTEM_PYTHON} "$@"\n')
-        for path in [folder, *folder.rglob("*")]:
-            path.chmod(path.stat().st_mode | stat.S_IROTH | stat.S_IXOTH
-                       | (stat.S_IXOTH if path.is_dir() else 0))
-        wrapper.chmod(0o755)
-        reachable = subprocess.run(
-            [str(wrapper), "-c", "import orjson"], user=SLOT_UIDS[-1], group=SLOT_UIDS[-1],
-            extra_groups=[], capture_output=True, timeout=30)
-        yield wrapper if reachable.returncode == 0 else None
+        assert stat.S_IMODE(private.stat().st_mode) == 0o700
+        venv = private / "venv"
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                       timeout=60)
+        site = next((venv / "lib").glob("python*/site-packages"))
+        shutil.copytree(Path(orjson.__file__).parent, site / "orjson")
+        (site / "private_probe.py").write_text("VALUE = 'imported from a private folder'\n")
+        python = venv / "bin" / "python"
+        with pytest.raises(PermissionError):  # what a child that changed its user first met
+            subprocess.run([str(python), "-c", "pass"], user=SLOT_UIDS[-1], group=SLOT_UIDS[-1],
+                           extra_groups=[], capture_output=True, timeout=30)
+        yield python
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.fixture
@@ -143,7 +145,6 @@ async def test_a_python_step_sees_none_of_the_workers_environment(
     # the worker's environ is closed, whichever interpreter the children run.
     assert seen["parent_environ"] == "PermissionError", seen["parent_environ"][:200]
     assert seen["own_session"] is True
-    # PWD: the wrapper's shell sets it.
     assert names <= {"PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "HOME", "USER", "LOGNAME", "PYTHONPATH",
                      "PYTHONHOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "PWD"} | {
         n for n in names if n.startswith("LC_")}, names
@@ -152,11 +153,45 @@ async def test_a_python_step_sees_none_of_the_workers_environment(
 
 
 @pytest.mark.timeout(150)
+async def test_a_root_workers_own_interpreter_runs_steps_as_slot_uids_wherever_it_lives(
+        nats_bus: Bus, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a worker that is not root cannot change its children's user")
+    # This checkout's interpreter, wherever it is (here under /root, mode 700, with pyenv).
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", _worker_env(None))
+    try:
+        final = await _run(nats_bus, worker, SNOOP, "snoop.yaml")
+    finally:
+        await worker.stop()
+    assert final["event_type"] == "execution.completed", final
+    assert final["result"]["uid"] in SLOT_UIDS
+    assert final["result"]["forked"] is True  # from the fork server, not a started interpreter
+    assert SECRET_KEY not in orjson.dumps(final).decode()
+    assert "python steps run as root" not in worker.log.read_text()
+
+
+@pytest.mark.timeout(150)
+async def test_a_slot_uid_imports_from_an_interpreter_in_a_private_folder(
+        nats_bus: Bus, tmp_path: Path, sandbox_python: Path | None) -> None:
+    _needs_root_sandbox(sandbox_python)
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", _worker_env(sandbox_python))
+    try:
+        final = await _run(nats_bus, worker, PRIVATE_IMPORT, "private_import.yaml")
+    finally:
+        await worker.stop()
+    assert final["event_type"] == "execution.completed", final
+    seen = final["result"]
+    assert seen["value"] == "imported from a private folder"
+    assert seen["uid"] in SLOT_UIDS
+    assert seen["by_name"] == "PermissionError"  # the folder itself stays closed to the step
+
+
+@pytest.mark.timeout(150)
 async def test_a_python_step_cannot_kill_a_root_worker(
         nats_bus: Bus, tmp_path: Path, sandbox_python: Path | None) -> None:
     if sandbox_python is None:
-        pytest.skip("needs a root worker and an interpreter `nobody` can run: a worker of the "
-                    "same user as its children can be signalled by them (docs/security.md)")
+        pytest.skip("needs a root worker: a worker of the same user as its children can be "
+                    "signalled by them (docs/security.md)")
     worker = Worker(_url(nats_bus), tmp_path / "worker.log", _worker_env(sandbox_python))
     try:
         final = await _run(nats_bus, worker, KILL_WORKER, "kill_worker.yaml")
@@ -176,8 +211,8 @@ def _url(bus: Bus) -> str:
 
 def _needs_root_sandbox(sandbox_python: Path | None) -> None:
     if sandbox_python is None:
-        pytest.skip("needs a root worker and an interpreter every user can run: a worker of "
-                    "the same user as its children cannot give them uids of their own")
+        pytest.skip("needs a root worker: a worker of the same user as its children cannot "
+                    "give them uids of their own")
 
 
 @contextlib.asynccontextmanager
@@ -284,7 +319,7 @@ async def test_a_python_step_whose_process_dies_is_retried_under_its_policy(
             final = await slept
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-    assert final["event_type"] == "execution.completed", final
+    assert final["event_type"] == "execution.completed", (final.get("error"), final.get("steps"))
     assert final["result"]["attempts"] == 2
 
 

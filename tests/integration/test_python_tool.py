@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import AsyncIterator
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +76,20 @@ async def test_exception_is_an_error_outcome_with_its_message(python_tool: Pytho
     assert '"<playbook code>", line 1' in outcome.error["traceback"]
 
 
+@pytest.fixture
+def shared_folder() -> Iterator[Path]:
+    """A folder the child's own uid may write (tmp_path sits in a folder of root's alone)."""
+    folder = Path(tempfile.mkdtemp(prefix="noetl-python-tool-"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 async def test_timeout_kills_the_child_and_the_tool_keeps_working(
-        python_tool: PythonTool, tmp_path: Path) -> None:
-    pid_file = tmp_path / "pid"
+        python_tool: PythonTool, shared_folder: Path) -> None:
+    pid_file = shared_folder / "pid"
     code = ("import os, time\n"
             f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
             "time.sleep(60)\n")
@@ -122,3 +136,29 @@ async def test_failing_python_step_fails_the_execution_with_the_message(client: 
     assert final["error"]["step"] == "start"
     assert "bad row 7" in final["error"]["message"]
     assert final["steps"]["start"]["status"] == "failed"
+
+
+async def test_children_are_forked_fresh_and_started_anew_once_the_fork_server_is_gone(
+        python_tool: PythonTool) -> None:
+    code = "import os\nresult = {'parent': os.getppid(), 'seen': globals().get('planted')}\n"
+    plant = "global planted\nplanted = 'x'\nresult = None\n"
+    forks = python_tool._forks
+    if forks is None or forks._proc is None:
+        pytest.skip("children of a root worker that stay root are never forked")
+    server_pid = forks._proc.pid
+    assert (await python_tool.run(call(plant))).ok
+    first = await python_tool.run(_of("e2", code))
+    assert first.result == {"parent": server_pid, "seen": None}
+    forks._proc.kill()
+    await forks._proc.wait()
+    await asyncio.sleep(0.5)  # its children die with it (their death signal): let that land
+    for n in range(4):  # children are started as interpreters again: each step still runs
+        later = await python_tool.run(_of(f"e{3 + n}", code))
+        assert later.ok, later.error
+        assert later.result["seen"] is None
+
+
+def _of(execution_id: str, code: str) -> TaskCall:
+    return TaskCall(execution_id=execution_id, step="s", task="t", kind="python",
+                    config={"code": code}, input={}, spec={},
+                    idempotency_key=f"{execution_id}.s.1:None:t:1")

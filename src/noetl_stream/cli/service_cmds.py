@@ -70,7 +70,7 @@ def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
 @prefix_option
 @click.option("--pool", default="default", show_default=True, help="Worker pool to take commands from.")
 @click.option("--concurrency", default=64, show_default=True, help="Commands run at once.")
-@click.option("--python-processes", default=8, show_default=True, help="Warm python interpreters.")
+@click.option("--python-processes", default=8, show_default=True, help="Python steps run at once.")
 @metrics_option
 @log_format_option
 def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, python_processes: int,

@@ -42,6 +42,7 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dispositions import classify, settle
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.runtime.stopping import stop_task
 from noetl_stream.runtime.storage import while_storage_refused
 
 log = logging.getLogger("noetl_stream.dead_letters")
@@ -182,9 +183,7 @@ class DeadLetters:
     async def stop(self) -> None:
         self._stopping.set()
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
         if self._consumer is not None:
             # Advisories that arrived and were not handled go back to this or another server.
             await self._consumer.stop()

@@ -21,6 +21,7 @@ from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.stopping import stop_task
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.records import Skips, read_each
 
@@ -64,9 +65,7 @@ class Heartbeat:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
             self._task = None
             with contextlib.suppress(Exception):  # leaving: the TTL removes it anyway
                 await self._kv.delete(self.key)

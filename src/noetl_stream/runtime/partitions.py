@@ -36,6 +36,7 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.delivery import delivery_of
 from noetl_stream.runtime.heartbeats import HEARTBEAT_S, RUNTIME_BUCKET, Heartbeat
 from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.runtime.stopping import stop_task
 from noetl_stream.state.kv_keys import bucket_keys
 
 log = logging.getLogger("noetl_stream.partitions")
@@ -143,8 +144,7 @@ class RouterPartitions:
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
         held = [c for c in self.consumers if c.pin is not None]
         for consumer in self.consumers:
             await consumer.stop()

@@ -34,6 +34,7 @@ from nats.js.errors import APIError, NotFoundError
 from noetl_stream import config, jsonutil
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.result_sweep import purge_unreferenced_objects
+from noetl_stream.runtime.stopping import stop_task
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.records import Skips
 
@@ -214,9 +215,7 @@ class RetentionSweeper:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
             self._task = None
 
     async def sweep(self) -> list[Finished]:

@@ -30,7 +30,6 @@ is pure reading until it publishes, and several servers checking at once publish
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -49,6 +48,7 @@ from noetl_stream.runtime.dead_letters import publish_step_failure
 from noetl_stream.runtime.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
 from noetl_stream.runtime.publish import publish_event, subject_of
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET, sweep_period
+from noetl_stream.runtime.stopping import stop_task
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.subjects import DEFAULT_POOL
 from noetl_stream.tools.registry import installed_kinds
@@ -91,9 +91,7 @@ class StallCheck:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await stop_task(self._task)
             self._task = None
 
     async def check(self) -> int:

@@ -37,6 +37,7 @@ from noetl_stream.errors import NoetlStreamError
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dispositions import classify, settle
 from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.runtime.stopping import stop_task
 from noetl_stream.runtime.trigger_catchup import catch_up
 from noetl_stream.runtime.trigger_events import event_context, event_execution_id
 from noetl_stream.runtime.trigger_ops import H_MANUAL, H_NOMINAL, publish_trigger_event
@@ -126,9 +127,7 @@ class TriggerService:
     async def stop(self) -> None:
         self._stopping.set()
         for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
         for name in list(self._subject_loops):
             await self._stop_subject(name)
         if self._fires is not None:
@@ -198,9 +197,7 @@ class TriggerService:
 
     async def _stop_subject(self, name: str) -> None:
         task, consumer = self._subject_loops.pop(name)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(task)
         await consumer.stop()  # what it held goes back, for its next reader
 
     # -- one fire, one message ----------------------------------------------------------------

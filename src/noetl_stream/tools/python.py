@@ -27,6 +27,7 @@ from noetl_stream import jsonutil
 from noetl_stream.dsl.layering import kind_default
 from noetl_stream.dsl.values import ListView, job_view
 from noetl_stream.tools.base import Outcome, TaskCall
+from noetl_stream.tools.python_forks import ForkedProcess, ForkServer, ForkServerGone
 from noetl_stream.tools.python_slots import ENV_PYTHON_UIDS
 from noetl_stream.tools.sandbox import (
     ENV_PYTHON_USER,
@@ -42,6 +43,7 @@ log = logging.getLogger("noetl_stream.python")
 RUNNER = Path(__file__).with_name("python_runner.py")
 DEFAULT_TIMEOUT_S = float(kind_default("python", "timeout"))  # dsl/layering.py: one table
 IDLE_KEEP_S = 30.0  # how long a child waits for its execution's next step
+KEPT_PER_PROCESS = 4  # interpreters kept alive per step that may run at once
 
 
 def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
@@ -85,21 +87,26 @@ def runner_source() -> str:
 
 
 class _Child:
-    def __init__(self, proc: asyncio.subprocess.Process, place: ChildPlace) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process | ForkedProcess,
+                 place: ChildPlace) -> None:
         self.proc = proc
         self.place = place
         self.idle_since = 0.0
         self.ended = False
 
     @classmethod
-    async def spawn(cls, sandbox: Sandbox) -> _Child:
+    async def spawn(cls, sandbox: Sandbox, forks: ForkServer | None = None) -> _Child:
         # Its own session, a clean environment and (under a root worker) a uid of its own:
-        # tools/sandbox.py says what each one keeps from the code.
+        # tools/sandbox.py says what each one keeps from the code. Forked from the fork server
+        # when there is one (tools/python_forks.py), else a new interpreter.
         place = await asyncio.to_thread(sandbox.open_place)
         try:
+            if forks is not None:
+                with contextlib.suppress(ForkServerGone):
+                    return cls(await forks.fork(place), place)
             source = await asyncio.to_thread(runner_source)  # read once, then cached
             proc = await asyncio.create_subprocess_exec(
-                sandbox.executable, "-u", "-P", "-c", source,
+                sandbox.executable, "-u", "-P", "-c", source, *place.runner_args(),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
                 env=place.env, cwd=place.folder, start_new_session=True,
                 preexec_fn=place.preexec())
@@ -141,7 +148,10 @@ class PythonTool:
 
     def __init__(self, max_children: int = 8, warm: int = 2,
                  sandbox: Sandbox | None = None, quiet_fallback: bool = False) -> None:
-        self.max_children = max(1, max_children)
+        self.max_children = max(1, max_children)  # steps running at once
+        # Interpreters alive at once: executions whose steps interleave keep theirs between
+        # steps (a fresh one per step would cost a fork and a slot clean-up each time).
+        self.max_kept = self.max_children * KEPT_PER_PROCESS
         # `noetl-stream run`: the user's own playbook in their own session, where falling back
         # to their user is no news worth a warning on every run (it is still logged, at INFO).
         self.quiet_fallback = quiet_fallback
@@ -154,12 +164,13 @@ class PythonTool:
         self._slots = asyncio.Semaphore(self.max_children)
         self._chores: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
+        self._forks: ForkServer | None = None
         self._closed = False
 
     async def sandbox(self) -> Sandbox:
         """The children's sandbox, made on first use in a thread: it claims uids."""
         if self._sandbox is None:
-            self._sandbox = await asyncio.to_thread(make_sandbox, slots=self.max_children)
+            self._sandbox = await asyncio.to_thread(make_sandbox, slots=self.max_kept)
         return self._sandbox
 
     async def start(self) -> None:
@@ -168,8 +179,13 @@ class PythonTool:
         """
         await self._check_sandbox()
         sandbox = await self.sandbox()
+        if sandbox.forks:
+            forks = ForkServer(sandbox, await asyncio.to_thread(runner_source))
+            await forks.start()
+            self._forks = forks
         self._count += self.warm
-        children = await asyncio.gather(*(_Child.spawn(sandbox) for _ in range(self.warm)))
+        children = await asyncio.gather(*(_Child.spawn(sandbox, self._forks)
+                                          for _ in range(self.warm)))
         self._fresh.extend(children)
         self._reaper = asyncio.create_task(self._reap_idle(), name="python-idle-reaper")
 
@@ -231,10 +247,10 @@ class PythonTool:
                     return child
                 await self._end(child)
                 continue
-            if self._count < self.max_children:
+            if self._count < self.max_kept:
                 self._count += 1
                 try:
-                    return await _Child.spawn(await self.sandbox())
+                    return await _Child.spawn(await self.sandbox(), self._forks)
                 except BaseException:
                     self._count -= 1
                     raise
@@ -275,7 +291,7 @@ class PythonTool:
         if self._closed:
             return
         for _ in range(self.warm - len(self._fresh) - self._starting):
-            if self._count < self.max_children:
+            if self._count < self.max_kept:
                 self._count += 1
                 self._starting += 1
                 self._chore(self._spawn_fresh())
@@ -287,7 +303,7 @@ class PythonTool:
 
     async def _spawn_fresh(self) -> None:
         try:
-            child = await _Child.spawn(await self.sandbox())
+            child = await _Child.spawn(await self.sandbox(), self._forks)
         except BaseException:
             self._count -= 1
             raise
@@ -305,11 +321,24 @@ class PythonTool:
         child.ended = True
         try:
             await child.kill()
-            await asyncio.to_thread((await self.sandbox()).close_place, child.place)
+            cleared = await self._clear(child.place)
+            await asyncio.to_thread((await self.sandbox()).close_place, child.place,
+                                    processes_cleared=cleared)
         finally:
             self._count -= 1
         if not self._closed:
             self._refill()
+
+    async def _clear(self, place: ChildPlace) -> bool:
+        """Kill what a slot's child left running through the fork server, when there is one."""
+        user = place.user
+        if self._forks is None or user is None or not user.exclusive:
+            return False
+        try:
+            await self._forks.clear(user)
+        except ForkServerGone:
+            return False
+        return True
 
     def _chore(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -366,6 +395,8 @@ class PythonTool:
                 child.proc.stdin.close()
         await asyncio.gather(*(self._end(c) for c in children), return_exceptions=True)
         await asyncio.gather(*list(self._chores), return_exceptions=True)
+        if self._forks is not None:
+            await self._forks.close()
         if self._sandbox is not None:
             await asyncio.to_thread(self._sandbox.close)
 

@@ -340,19 +340,95 @@ def _serve(proto_in: BinaryIO, proto_out: BinaryIO) -> None:
         proto_out.flush()
 
 
+def _prctl(option: int, value: int) -> None:
+    import ctypes  # only here (and before any user change): start-up imports nothing unused
+
+    ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
+
+
 def _close_to_same_user() -> None:
     """Non-dumpable: another process of this uid (a child of another execution, when the worker
     cannot give each its own) can then neither read our memory and environment under /proc nor
     ptrace us. Linux only; elsewhere nothing to do.
     """
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    if sys.platform.startswith("linux"):
+        _prctl(4, 0)  # PR_SET_DUMPABLE, 0
 
 
-def main() -> None:
+def _import_dirs() -> list[list[str]]:
+    """The lists of folders imports search: sys.path and every loaded package's __path__."""
+    lists: list[list[str]] = [sys.path]
+    for module in list(sys.modules.values()):
+        found = getattr(module, "__path__", None)
+        if isinstance(found, list):
+            lists.append(found)
+    return lists
+
+
+def _hold_import_dirs() -> dict[str, int]:
+    """As root, before the user changes: a handle on every folder imports search, for those the
+    new user cannot reach by name (a virtualenv under a private folder such as /root).
+    """
+    held: dict[str, int] = {}
+    for dirs in _import_dirs():
+        for folder in dirs:
+            if folder and folder not in held:
+                with contextlib.suppress(OSError):
+                    held[folder] = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    return held
+
+
+def _reach_import_dirs(held: dict[str, int]) -> None:
+    """As the new user: a folder it cannot reach by name is searched through its handle
+    (`/proc/self/fd/N`: the kernel then checks the folder itself, not the private ones above it).
+    """
+    through: dict[str, str] = {}
+    for folder, fd in held.items():
+        if os.access(folder, os.R_OK | os.X_OK):
+            os.close(fd)
+        else:
+            through[folder] = f"/proc/self/fd/{fd}"
+    if through:
+        for dirs in _import_dirs():
+            dirs[:] = [through.get(folder, folder) for folder in dirs]
+        sys.path_importer_cache.clear()
+
+
+def _kill_leftovers() -> None:
+    """Every other process of this uid is what an earlier holder of the slot left running:
+    kill(-1) reaches exactly the processes this uid may signal, never the caller itself.
+    """
+    for _ in range(200):  # a forking leftover is caught within a few rounds; never loop forever
+        try:
+            os.kill(-1, 9)
+        except ProcessLookupError:
+            return
+
+
+def become(uid: int, gid: int, exclusive: bool, held: dict[str, int] | None = None) -> None:
+    """Started as root (so it could read an interpreter in a private folder), the runner becomes
+    its slot's user before it reads any code: no groups, no capability, nothing of the earlier
+    holder left running, killed with its parent (the kernel clears the death signal when the
+    user changes, so it is set after), non-dumpable, and no way back through a setuid program.
+    `exclusive`: the uid is this child's alone, so every other process of it is killed.
+    """
+    parent = os.getppid()
+    import ctypes  # noqa: F401 - imported while its files are reachable by name
+
+    held = _hold_import_dirs() if held is None else held
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if exclusive:  # the uid is this child's alone (a slot): any other process of it is stale
+        _kill_leftovers()
+    _prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+    _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
+    if os.getppid() != parent:  # the parent died before the death signal was set
+        os._exit(1)
+    _reach_import_dirs(held)
+
+
+def _serve_fds() -> None:
     _close_to_same_user()
     # Keep private copies of the pipes, then point fd 0/1 elsewhere so user code cannot touch them.
     proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
@@ -362,6 +438,79 @@ def main() -> None:
     os.dup2(2, 1)
     sys.stdin = open(os.devnull)  # noqa: SIM115 - replaces stdin for the process's life
     _serve(proto_in, proto_out)
+
+
+def _forked(order: dict[str, Any], channel: int, held: dict[str, int]) -> None:
+    """A fork server's child: its own session, its channel as fd 0 and 1, its folder and
+    environment, then its user; it serves steps until its channel closes.
+    """
+    import signal
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.setsid()
+    os.dup2(channel, 0)
+    os.dup2(channel, 1)
+    os.close(channel)
+    if order.get("cwd"):
+        os.chdir(order["cwd"])
+    os.environ.clear()
+    os.environ.update(order.get("env") or {})
+    if order.get("uid") is None:
+        _prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: it dies with the fork server
+        for fd in held.values():
+            os.close(fd)
+    else:
+        become(int(order["uid"]), int(order["gid"]), bool(order.get("exclusive")), held)
+    if order.get("clear"):  # only there to kill what the uid left running
+        return
+    _serve_fds()
+
+
+def fork_server() -> None:
+    """Never runs user code: forks a fresh child per order from the worker (a JSON order and
+    the child's channel on a SOCK_SEQPACKET socket at fd 0) and answers with its pid and a
+    pidfd. Children start with the runner already imported, in a millisecond or two.
+    """
+    import signal
+    import socket
+
+    control = socket.socket(fileno=os.dup(0))
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    _prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: it dies with the worker
+    _close_to_same_user()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children
+    held = _hold_import_dirs() if os.geteuid() == 0 else {}
+    while True:
+        data, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+        if not data:
+            return
+        order = _loads(data)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                control.close()
+                _forked(order, fds[0], held)
+            except BaseException:  # reported on stderr; the worker sees the channel close
+                traceback.print_exc()
+            finally:
+                os._exit(0)
+        os.close(fds[0])
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:  # gone already: the worker sees its channel closed
+            socket.send_fds(control, [struct.pack(">i", pid)], [])
+            continue
+        socket.send_fds(control, [struct.pack(">i", pid)], [pidfd])
+        os.close(pidfd)
+
+
+def main() -> None:
+    if sys.argv[1:] == ["fork-server"]:
+        fork_server()
+        return
+    if len(sys.argv) == 4:  # uid, gid, exclusive: the worker started the runner as root
+        become(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "exclusive")
+    _serve_fds()
 
 
 if __name__ == "__main__":

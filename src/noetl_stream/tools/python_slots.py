@@ -17,11 +17,9 @@ import fcntl
 import os
 import pwd
 import shutil
-import signal
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,24 +116,23 @@ def _has_account(uid: int) -> bool:
     return True
 
 
-def kill_all_of_this_uid() -> None:
-    """Run as the slot's uid (between fork and exec): kill every other process of that uid.
-    kill(-1) reaches exactly the processes this uid may signal, never the caller itself.
-    """
-    for _ in range(_KILL_ROUNDS):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            return
+# Run as the slot's uid: `kill -9 -1` reaches exactly the processes this uid may signal, never
+# the shell itself; repeated until none is left (a forking leftover is caught within a few rounds).
+_KILL_ALL = (f"i=0; while [ $i -lt {_KILL_ROUNDS} ] && kill -9 -1 2>/dev/null; do i=$((i+1)); "
+             "done")
 
 
-def clear_slot(user: SandboxUser) -> None:
+def clear_slot(user: SandboxUser, *, processes: bool = True) -> None:
     """What the slot's last child left behind: its processes, then its files in the shared
-    folders. Blocking (run it in a thread).
+    folders. Blocking (run it in a thread). The user change is made by subprocess itself, in
+    C: python code between fork and exec is unsafe in a process with threads.
     """
-    true = shutil.which("true") or "/bin/true"
-    subprocess.run([true], preexec_fn=_as_user_then(user, kill_all_of_this_uid), check=False,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    shell = shutil.which("sh") or "/bin/sh"
+    if processes:  # else the fork server already killed them (tools/python_forks.py)
+        subprocess.run([shell, "-c", _KILL_ALL], user=user.uid, group=user.gid,
+                       extra_groups=[],
+                       check=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
     for shared in SHARED_WRITABLE:
         with contextlib.suppress(OSError), os.scandir(shared) as entries:
             for entry in entries:
@@ -151,13 +148,3 @@ def _remove_if_owned(entry: os.DirEntry[str], uid: int) -> None:
             shutil.rmtree(entry.path, ignore_errors=True)
         else:
             os.unlink(entry.path)
-
-
-def _as_user_then(user: SandboxUser, then: Callable[[], None]) -> Callable[[], None]:
-    def setup() -> None:
-        os.setgroups([])
-        os.setresgid(user.gid, user.gid, user.gid)
-        os.setresuid(user.uid, user.uid, user.uid)
-        then()
-
-    return setup

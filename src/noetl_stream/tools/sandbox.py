@@ -14,9 +14,12 @@ Its child process gets:
   of this execution or another, shares it while it lives, and what an earlier holder left
   (processes, files) is gone before it starts; no supplementary groups, a private folder as
   HOME and TMPDIR. Such a child can neither signal the worker or another child nor read their
-  `/proc/<pid>/environ`, memory or files. `NOETL_STREAM_PYTHON_USER` names one user for all
-  children instead (they can then reach each other), `-` keeps the worker's; a child that
-  stays root holds no capability, so the non-dumpable worker's /proc files stay closed to it.
+  `/proc/<pid>/environ`, memory or files. The interpreter starts as root and the runner changes
+  its user before it reads any code (`runner_args`), keeping handles on the folders imports
+  search: so it runs wherever the interpreter and its libraries are installed, a folder only
+  root may enter included. `NOETL_STREAM_PYTHON_USER` names one user for all children instead
+  (they can then reach each other), `-` keeps the worker's; a child that stays root holds no
+  capability, so the non-dumpable worker's /proc files stay closed to it.
 - **Non-dumpable** (the runner sets it before any code runs): a process of the same uid cannot
   read its memory or environment under /proc, nor ptrace it.
 
@@ -47,7 +50,6 @@ from noetl_stream.tools.python_slots import (
     SlotError,
     UidSlots,
     clear_slot,
-    kill_all_of_this_uid,
     parse_range,
 )
 
@@ -86,22 +88,27 @@ class ChildPlace:
     # highest capability number to drop, -1 for none (read by open_place, off the event loop).
     last_capability: int = -1
 
-    def preexec(self) -> Callable[[], None]:
-        """Runs in the child between fork and exec: the user change, the removal of whatever an
-        earlier child of the same slot left running, then the death signal (the kernel clears
-        PDEATHSIG when credentials change, so it comes last).
+    def runner_args(self) -> list[str]:
+        """What the runner is told after its code: the user it becomes before it reads any code
+        (it starts as root, so an interpreter in a folder only root may enter still runs).
         """
         user = self.user
+        if user is None:
+            return []
+        return [str(user.uid), str(user.gid), "exclusive" if user.exclusive else "shared"]
+
+    def preexec(self) -> Callable[[], None] | None:
+        """Runs in a child that stays the worker's user, between fork and exec: with a root
+        worker, an empty capability bounding set (exec then grants none); the death signal.
+        None for a child of another user: the runner changes it and sets its own death signal
+        (the kernel clears it when the user changes), and no python code runs in the fork.
+        """
+        if self.user is not None:
+            return None
         libc = _libc()
         last_cap = self.last_capability
 
         def setup() -> None:
-            if user is not None:
-                os.setgroups([])
-                os.setresgid(user.gid, user.gid, user.gid)
-                os.setresuid(user.uid, user.uid, user.uid)
-                if user.exclusive:
-                    kill_all_of_this_uid()
             if libc is not None:
                 for cap in range(last_cap + 1):  # empty bounding set: exec grants none
                     libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
@@ -153,13 +160,22 @@ class Sandbox:
                "LOGNAME": user.name}
         return ChildPlace(user, folder, env)
 
-    def close_place(self, place: ChildPlace) -> None:
-        """After the child is gone (blocking): its folder, and a slot's leftovers, go."""
+    def close_place(self, place: ChildPlace, *, processes_cleared: bool = False) -> None:
+        """After the child is gone (blocking): its folder, and a slot's leftovers, go
+        (`processes_cleared`: its processes are already killed).
+        """
         if place.folder is not None:
             shutil.rmtree(place.folder, ignore_errors=True)
         if place.user is not None and place.user.exclusive and self.slots is not None:
-            clear_slot(place.user)
+            clear_slot(place.user, processes=not processes_cleared)
             self.slots.give_back(place.user)
+
+    @property
+    def forks(self) -> bool:
+        """Whether children may come from a fork server: not when they stay a root worker's
+        user, whose capabilities only an exec with an empty bounding set takes away.
+        """
+        return self.user is not None or self.slots is not None or os.geteuid() != 0
 
     def close(self) -> None:
         if self.slots is not None:
