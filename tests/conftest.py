@@ -18,6 +18,14 @@ from noetl_stream.runtime.provision import provision
 from noetl_stream.testing.nats import run_nats_server
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/unit/ is marked `unit`, so a stage can pick by marker (.ci/run)."""
+    unit = pytest.mark.unit
+    for item in items:
+        if item.path.parent.name == "unit" and item.path.parent.parent.name == "tests":
+            item.add_marker(unit)
+
+
 @pytest.fixture(autouse=True)
 def noetl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Keep every test's embedded store out of the user's home and away from other tests."""

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import duckdb
 import pytest
 
 from local_http import HttpService
@@ -16,6 +15,9 @@ from noetl_stream.credentials import Credential
 from noetl_stream.errors import ToolError
 from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.transfer import TransferTool
+from optional_extras import import_duckdb
+
+duckdb = import_duckdb()
 
 pytestmark = pytest.mark.integration
 
