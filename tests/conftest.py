@@ -19,11 +19,14 @@ from noetl_stream.testing.nats import run_nats_server
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test under tests/unit/ is marked `unit`, so a stage can pick by marker (.ci/run)."""
+    """Every test under tests/unit/ is marked `unit`, so a stage can pick by marker (.ci/run);
+    tests marked `slow` run first, so that with several processes (pytest-xdist) the longest
+    start at once instead of ending the run one after another."""
     unit = pytest.mark.unit
     for item in items:
         if item.path.parent.name == "unit" and item.path.parent.parent.name == "tests":
             item.add_marker(unit)
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(autouse=True)
