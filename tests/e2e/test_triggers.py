@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli import CLI, run_cli
+from cli import run_cli
+from processes import RoleProcess
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.runtime.connection import Bus, connect
@@ -37,28 +38,6 @@ EXAMPLES = ROOT / "playbooks" / "examples" / "triggers"
 ZONE = "Asia/Kolkata"
 
 
-class Service:
-    """One `noetl-stream server` or `worker` process."""
-
-    def __init__(self, role: str, url: str, logs: Path) -> None:
-        self.role, self.url, self.logs = role, url, logs
-        self.proc: asyncio.subprocess.Process | None = None
-        self.starts = 0
-
-    async def start(self) -> None:
-        self.starts += 1
-        with (self.logs / f"{self.role}-{self.starts}.log").open("wb") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                str(CLI), self.role, "--nats-url", self.url, stdin=asyncio.subprocess.DEVNULL,
-                stdout=log, stderr=log)
-
-    async def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(sig)
-            await self.proc.wait()
-        self.proc = None
-
-
 @pytest.fixture
 async def nats_bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
     bus = await connect(nats_server.url, name="trigger-test")
@@ -71,8 +50,8 @@ async def nats_bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
 
 @pytest.fixture
 async def stack(nats_server: NatsServer, nats_bus: Bus, tmp_path: Path
-                ) -> AsyncIterator[dict[str, Service]]:
-    services = {role: Service(role, nats_server.url, tmp_path) for role in ("server", "worker")}
+                ) -> AsyncIterator[dict[str, RoleProcess]]:
+    services = {role: RoleProcess(role, nats_server.url, tmp_path) for role in ("server", "worker")}
     for service in services.values():
         await service.start()
     out = await run_cli("register", str(EXAMPLES / "report.yaml"), "--nats-url", nats_server.url)
@@ -122,7 +101,7 @@ def at(text: str) -> datetime:
 
 @pytest.mark.timeout(120)
 async def test_an_interval_trigger_starts_executions_pause_stops_them_resume_restarts_them(
-        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, Service], tmp_path: Path) -> None:
+        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, RoleProcess], tmp_path: Path) -> None:
     url = nats_server.url
     await apply_text(url, tmp_path, "tick", "schedule: {every: 2s}",
                      '{day: "{{ trigger.nominal_time }}", source: schedule}')
@@ -183,7 +162,7 @@ async def test_an_interval_trigger_starts_executions_pause_stops_them_resume_res
 
 @pytest.mark.timeout(120)
 async def test_a_cron_trigger_fires_at_the_instants_its_pattern_names_in_its_time_zone(
-        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, Service], tmp_path: Path) -> None:
+        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, RoleProcess], tmp_path: Path) -> None:
     url = nats_server.url
     now = datetime.now(UTC)
     if now.second > 45:  # leave the minute room for three fires
@@ -229,7 +208,7 @@ async def publish_order(bus: Bus, region: str, order: str, total: int) -> int:
 
 @pytest.mark.timeout(150)
 async def test_each_message_starts_one_execution_also_across_a_server_killed_9(
-        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, Service]) -> None:
+        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, RoleProcess]) -> None:
     url = nats_server.url
     await cli(url, "apply", str(EXAMPLES / "big_orders.yaml"))
     seqs = {}
@@ -282,7 +261,7 @@ async def test_each_message_starts_one_execution_also_across_a_server_killed_9(
 
 
 async def test_trigger_fire_starts_one_execution_of_a_paused_trigger(
-        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, Service]) -> None:
+        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, RoleProcess]) -> None:
     url = nats_server.url
     await cli(url, "apply", str(EXAMPLES / "heartbeat.yaml"))
     await cli(url, "pause", "heartbeat")
@@ -340,7 +319,7 @@ async def test_validate_checks_trigger_documents(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(150)
 async def test_fires_while_the_server_is_killed_9_each_start_once_after_it_is_back(
-        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, Service], tmp_path: Path) -> None:
+        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, RoleProcess], tmp_path: Path) -> None:
     url = nats_server.url
     await apply_text(url, tmp_path, "steady", "schedule: {every: 1s}",
                      '{day: "{{ trigger.nominal_time }}", source: schedule}')

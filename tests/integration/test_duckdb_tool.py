@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+from fixed_credentials import Credentials
 from plain_client import PlainClient
 
 from optional_extras import import_duckdb
@@ -19,7 +20,6 @@ duckdb = import_duckdb()
 
 from noetl_stream import jsonutil
 from noetl_stream.credentials import Credential
-from noetl_stream.errors import ToolError
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.state.credentials import CredentialStore
@@ -36,17 +36,6 @@ CONFORMANCE_SCRIPT = """\
 CREATE TABLE t AS SELECT i FROM range(10) r(i);
 SELECT count(*) AS n, sum(i)::BIGINT AS s FROM t;
 """
-
-
-class Credentials:
-    def __init__(self, **known: Credential) -> None:
-        self.known = known
-
-    async def resolve(self, name: str, *, execution_id: str | None = None) -> Credential:
-        try:
-            return self.known[name]
-        except KeyError:
-            raise ToolError(f'no credential named "{name}"') from None
 
 
 @pytest.fixture
