@@ -20,6 +20,7 @@ from noetl_stream.runtime.services import run_services
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.postgres import PostgresServer, run_postgres_server
+from noetl_stream.tools.http import HttpTool
 
 
 @pytest.fixture
@@ -52,6 +53,16 @@ async def one_second_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
                 await bus.close()
     finally:
         load_topology.cache_clear()
+
+
+@pytest.fixture
+async def http_tool() -> AsyncIterator[HttpTool]:
+    """The http tool as a worker holds it, closed after the test."""
+    tool = HttpTool()
+    try:
+        yield tool
+    finally:
+        await tool.close()
 
 
 _database_numbers = itertools.count(1)
