@@ -31,7 +31,7 @@ demo: $(RUN_STAMP)  ## run the example playbook on the embedded NATS, with live 
 	$(BIN)/noetl-stream run playbooks/examples/hello.yaml --set name=NATS
 
 test: $(STAMP) browser faketime  ## the whole suite: unit, integration (real nats-server), e2e (the CLI, the web UI)
-	$(BIN)/pytest -q -n 3
+	NOETL_STREAM_TEST_EXTRAS=required $(BIN)/pytest -q -n 4 --dist worksteal
 
 browser:  ## Debian's chromium for the web UI test (installed with apt-get when missing and root)
 	@if [ ! -x $(CHROMIUM) ]; then \

@@ -18,6 +18,23 @@ from noetl_stream.runtime.provision import provision
 from noetl_stream.testing.nats import run_nats_server
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/unit/ is marked `unit`, so a stage can pick by marker (.ci/run).
+    The long tests run first (those marked `slow`, then by the timeout they declare), so that with
+    several processes (pytest-xdist) they run side by side instead of ending the run one by one."""
+    unit = pytest.mark.unit
+    for item in items:
+        if item.path.parent.name == "unit" and item.path.parent.parent.name == "tests":
+            item.add_marker(unit)
+    items.sort(key=_longest_first)
+
+
+def _longest_first(item: pytest.Item) -> tuple[bool, float]:
+    timeout = item.get_closest_marker("timeout")
+    declared = float(timeout.args[0]) if timeout is not None and timeout.args else 0.0
+    return item.get_closest_marker("slow") is None, -declared
+
+
 @pytest.fixture(autouse=True)
 def noetl_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Keep every test's embedded store out of the user's home and away from other tests."""

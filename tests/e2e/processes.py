@@ -42,3 +42,29 @@ class Processes:
 
     def log_of(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
+
+
+class RoleProcess:
+    """One `noetl-stream <role>` child process that a test stops and starts again, its output in
+    a log file per start (<role>-1.log, <role>-2.log, ...)."""
+
+    def __init__(self, role: str, url: str, logs: Path) -> None:
+        self.role, self.url, self.logs = role, url, logs
+        self.proc: asyncio.subprocess.Process | None = None
+        self.starts = 0
+
+    async def start(self) -> None:
+        self.starts += 1
+        with open(self.logs / f"{self.role}-{self.starts}.log", "wb") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                str(CLI), self.role, "--nats-url", self.url, stdin=asyncio.subprocess.DEVNULL,
+                stdout=log, stderr=log)
+
+    async def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(sig)
+            await self.proc.wait()
+        self.proc = None
+
+    def log_text(self) -> str:
+        return "".join(p.read_text() for p in sorted(self.logs.glob(f"{self.role}-*.log")))

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from cli import run_cli
 
+from optional_extras import needs_duckdb
+
 pytestmark = pytest.mark.e2e
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata:\n  name: forms\n"
@@ -91,6 +93,7 @@ async def test_validate_rejects_remote_and_missing_scripts_naming_file_line_step
             f"({tmp_path.resolve() / 'missing.sql'}) does not exist") in out.stderr
 
 
+@needs_duckdb
 async def test_base64_code_and_inline_scripts_run_through_the_cli(tmp_path: Path) -> None:
     import base64
 

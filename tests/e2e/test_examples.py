@@ -8,12 +8,14 @@ import pytest
 from cli import run_cli
 
 from noetl_stream.runtime.nats_server import free_port
+from optional_extras import needs_duckdb
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "playbooks" / "examples"
 
 pytestmark = pytest.mark.e2e
 
 
+@needs_duckdb
 async def test_sink_example_stores_every_iteration_in_duckdb() -> None:
     result = await run_cli("run", str(EXAMPLES / "sink_duckdb.yaml"), "--json", "-q")
 

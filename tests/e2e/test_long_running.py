@@ -16,6 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from cli import run_cli
+from nats.js.errors import KeyNotFoundError
 from processes import Processes
 
 from noetl_stream import jsonutil
@@ -49,7 +50,10 @@ async def start_services(procs: Processes, *server_args: str) -> None:
 async def state_of(bus: Bus, execution_id: str) -> dict[str, Any] | None:
     if not await bucket_keys(bus.js, "noetl_executions", execution_id):
         return None
-    value = (await (await bus.js.key_value("noetl_executions")).get(execution_id)).value
+    try:
+        value = (await (await bus.js.key_value("noetl_executions")).get(execution_id)).value
+    except KeyNotFoundError:  # purged between the listing and the read: gone all the same
+        return None
     return dict(jsonutil.loads(value or b"{}"))
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli import CLI
+from processes import RoleProcess
 
 from local_http import HttpService
 from noetl_stream.messages import ExecutionRequest, RequestReply
@@ -63,31 +63,6 @@ workflow:
 """
 
 
-class Process:
-    """One `noetl-stream` role as a child process, its output in a log file per start."""
-
-    def __init__(self, role: str, url: str, logs: Path) -> None:
-        self.role, self.url, self.logs = role, url, logs
-        self.proc: asyncio.subprocess.Process | None = None
-        self.starts = 0
-
-    async def start(self) -> None:
-        self.starts += 1
-        with open(self.logs / f"{self.role}-{self.starts}.log", "wb") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                str(CLI), self.role, "--nats-url", self.url, stdin=asyncio.subprocess.DEVNULL,
-                stdout=log, stderr=log)
-
-    async def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(sig)
-            await self.proc.wait()
-        self.proc = None
-
-    def log_text(self) -> str:
-        return "".join(p.read_text() for p in sorted(self.logs.glob(f"{self.role}-*.log")))
-
-
 @pytest.fixture
 async def short_window_bus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Bus]:
     """A provisioned nats-server whose streams drop duplicates for 2 s only; the processes this
@@ -119,7 +94,7 @@ async def submit(bus: Bus, execution_id: str, playbook: str) -> None:
 
 
 async def run_killing_the_server(bus: Bus, http: HttpService, tmp_path: Path, execution_id: str,
-                                 *, lose_mark: bool) -> tuple[dict[str, Any], Process]:
+                                 *, lose_mark: bool) -> tuple[dict[str, Any], RoleProcess]:
     """Start the long task, kill the server once its call has begun, restart it after the window
     has passed, send a signal (a cold read while the task runs), and wait for the end (returned,
     with the worker). With
@@ -127,7 +102,7 @@ async def run_killing_the_server(bus: Bus, http: HttpService, tmp_path: Path, ex
     had died between publishing and marking: the restarted one publishes the command again.
     """
     url = str(bus.nc.connected_url.geturl()) if bus.nc.connected_url else ""
-    server, worker = Process("server", url, tmp_path), Process("worker", url, tmp_path)
+    server, worker = RoleProcess("server", url, tmp_path), RoleProcess("worker", url, tmp_path)
     watch = ExecutionWatch(bus, execution_id)
     await watch.start()
     await server.start()

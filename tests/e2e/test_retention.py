@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from cli import run_cli
+from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
 from noetl_stream.runtime.connection import Bus
@@ -38,7 +39,10 @@ async def state_of(bus: Bus, execution_id: str) -> dict[str, Any] | None:
     keys = await bucket_keys(bus.js, "noetl_executions", execution_id)
     if not keys:
         return None
-    value = (await (await bus.js.key_value("noetl_executions")).get(execution_id)).value
+    try:
+        value = (await (await bus.js.key_value("noetl_executions")).get(execution_id)).value
+    except KeyNotFoundError:  # purged between the listing and the read: gone all the same
+        return None
     return dict(jsonutil.loads(value or b"{}"))
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli import CLI, run_cli
+from cli import run_cli
+from processes import RoleProcess
 
 from noetl_stream import ids, jsonutil
-from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.provision import provision
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
 from noetl_stream.triggers.cron import Cron
@@ -37,42 +37,10 @@ EXAMPLES = ROOT / "playbooks" / "examples" / "triggers"
 ZONE = "Asia/Kolkata"
 
 
-class Service:
-    """One `noetl-stream server` or `worker` process."""
-
-    def __init__(self, role: str, url: str, logs: Path) -> None:
-        self.role, self.url, self.logs = role, url, logs
-        self.proc: asyncio.subprocess.Process | None = None
-        self.starts = 0
-
-    async def start(self) -> None:
-        self.starts += 1
-        with (self.logs / f"{self.role}-{self.starts}.log").open("wb") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                str(CLI), self.role, "--nats-url", self.url, stdin=asyncio.subprocess.DEVNULL,
-                stdout=log, stderr=log)
-
-    async def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.send_signal(sig)
-            await self.proc.wait()
-        self.proc = None
-
-
 @pytest.fixture
-async def nats_bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
-    bus = await connect(nats_server.url, name="trigger-test")
-    try:
-        await provision(bus)
-        yield bus
-    finally:
-        await bus.close()
-
-
-@pytest.fixture
-async def stack(nats_server: NatsServer, nats_bus: Bus, tmp_path: Path
-                ) -> AsyncIterator[dict[str, Service]]:
-    services = {role: Service(role, nats_server.url, tmp_path) for role in ("server", "worker")}
+async def stack(nats_server: NatsServer, bus: Bus, tmp_path: Path
+                ) -> AsyncIterator[dict[str, RoleProcess]]:
+    services = {role: RoleProcess(role, nats_server.url, tmp_path) for role in ("server", "worker")}
     for service in services.values():
         await service.start()
     out = await run_cli("register", str(EXAMPLES / "report.yaml"), "--nats-url", nats_server.url)
@@ -122,13 +90,13 @@ def at(text: str) -> datetime:
 
 @pytest.mark.timeout(120)
 async def test_an_interval_trigger_starts_executions_pause_stops_them_resume_restarts_them(
-        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, Service], tmp_path: Path) -> None:
+        nats_server: NatsServer, bus: Bus, stack: dict[str, RoleProcess], tmp_path: Path) -> None:
     url = nats_server.url
     await apply_text(url, tmp_path, "tick", "schedule: {every: 2s}",
                      '{day: "{{ trigger.nominal_time }}", source: schedule}')
 
     async def three_fires() -> list[dict[str, Any]]:
-        fires = await fired(nats_bus, "tick")
+        fires = await fired(bus, "tick")
         assert len(fires) >= 3
         return fires
 
@@ -140,11 +108,11 @@ async def test_an_interval_trigger_starts_executions_pause_stops_them_resume_res
                                                                 fire["nominal_time"])
 
     async def all_completed() -> None:
-        done = await completed(nats_bus)
+        done = await completed(bus)
         assert {f["execution_id"] for f in fires} <= done
 
     await assert_eventually(all_completed, timeout_s=30, interval_s=0.5)
-    starts = await started(nats_bus)
+    starts = await started(bus)
     for fire in fires:
         (start,) = starts[fire["execution_id"]]
         assert start["workload"]["day"] == fire["nominal_time"]
@@ -152,38 +120,38 @@ async def test_an_interval_trigger_starts_executions_pause_stops_them_resume_res
 
     assert "tick paused" in await cli(url, "pause", "tick")
     await asyncio.sleep(1)  # a fire nats-server produced just before the pause is handled
-    paused_at = len(await fired(nats_bus, "tick"))
+    paused_at = len(await fired(bus, "tick"))
     listed = json.loads(await cli(url, "list", "--json"))
     assert [(t["name"], t["state"], t["next_fire"]) for t in listed] == [("tick", "paused", None)]
     await asyncio.sleep(6)
-    assert len(await fired(nats_bus, "tick")) == paused_at
+    assert len(await fired(bus, "tick")) == paused_at
 
     assert "tick resumed" in await cli(url, "resume", "tick")
 
     async def fires_again() -> None:
-        assert len(await fired(nats_bus, "tick")) >= paused_at + 2
+        assert len(await fired(bus, "tick")) >= paused_at + 2
 
     await assert_eventually(fires_again, timeout_s=20, interval_s=0.5)
     (row,) = json.loads(await cli(url, "list", "--json"))
     assert row["state"] == "active"
     assert row["last_execution"]["execution_id"] in {
-        f["execution_id"] for f in await fired(nats_bus, "tick")}
+        f["execution_id"] for f in await fired(bus, "tick")}
 
     await cli(url, "delete", "tick")
     await asyncio.sleep(1)
-    deleted_at = len(await fired(nats_bus, "tick"))
+    deleted_at = len(await fired(bus, "tick"))
     await asyncio.sleep(5)
-    assert len(await fired(nats_bus, "tick")) == deleted_at
+    assert len(await fired(bus, "tick")) == deleted_at
     assert json.loads(await cli(url, "list", "--json")) == []
     changes = [s.rsplit(".", 1)[-1] for s, _ in await stored_messages(
-        nats_bus.js, "noetl.triggers.events.tick.*", stream="NOETL_TRIGGERS")
+        bus.js, "noetl.triggers.events.tick.*", stream="NOETL_TRIGGERS")
         if not s.endswith(".fired")]
     assert changes == ["applied", "paused", "resumed", "deleted"]
 
 
 @pytest.mark.timeout(120)
 async def test_a_cron_trigger_fires_at_the_instants_its_pattern_names_in_its_time_zone(
-        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, Service], tmp_path: Path) -> None:
+        nats_server: NatsServer, bus: Bus, stack: dict[str, RoleProcess], tmp_path: Path) -> None:
     url = nats_server.url
     now = datetime.now(UTC)
     if now.second > 45:  # leave the minute room for three fires
@@ -200,7 +168,7 @@ async def test_a_cron_trigger_fires_at_the_instants_its_pattern_names_in_its_tim
                      '{day: "{{ trigger.nominal_time }}", source: cron}')
 
     async def three_fires() -> list[dict[str, Any]]:
-        fires = await fired(nats_bus, "zoned")
+        fires = await fired(bus, "zoned")
         assert len(fires) >= 3
         return fires
 
@@ -229,32 +197,32 @@ async def publish_order(bus: Bus, region: str, order: str, total: int) -> int:
 
 @pytest.mark.timeout(150)
 async def test_each_message_starts_one_execution_also_across_a_server_killed_9(
-        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, Service]) -> None:
+        nats_server: NatsServer, bus: Bus, stack: dict[str, RoleProcess]) -> None:
     url = nats_server.url
     await cli(url, "apply", str(EXAMPLES / "big_orders.yaml"))
     seqs = {}
 
     async def started_orders() -> dict[str, str]:
         out = {}
-        for execution_id, starts in (await started(nats_bus)).items():
+        for execution_id, starts in (await started(bus)).items():
             assert len(starts) == 1, starts
             workload = starts[0]["workload"]
             if workload["source"].startswith("orders."):
                 out[workload["order"]] = execution_id
         return out
 
-    seqs["A-1"] = await publish_order(nats_bus, "eu", "A-1", 250)
+    seqs["A-1"] = await publish_order(bus, "eu", "A-1", 250)
 
     async def first_started() -> None:
         assert "A-1" in await started_orders()
 
     await assert_eventually(first_started, timeout_s=30, interval_s=0.3)
     await stack["server"].stop(signal.SIGKILL)
-    seqs["A-2"] = await publish_order(nats_bus, "us", "A-2", 101)  # while no server runs
-    await publish_order(nats_bus, "us", "A-small", 100)  # `when` is false: starts nothing
+    seqs["A-2"] = await publish_order(bus, "us", "A-2", 101)  # while no server runs
+    await publish_order(bus, "us", "A-small", 100)  # `when` is false: starts nothing
     await stack["server"].start()
-    seqs["A-3"] = await publish_order(nats_bus, "eu", "A-3", 999)
-    await nats_bus.nc.publish("orders.eu.created", b"not an order")  # `when` cannot read it
+    seqs["A-3"] = await publish_order(bus, "eu", "A-3", 999)
+    await bus.nc.publish("orders.eu.created", b"not an order")  # `when` cannot read it
 
     async def three_started() -> dict[str, str]:
         orders = await started_orders()
@@ -267,22 +235,22 @@ async def test_each_message_starts_one_execution_also_across_a_server_killed_9(
             "trigger-message", "big_orders", "NOETL_ON_big_orders", str(seqs[order]))
 
     async def all_completed() -> None:
-        assert set(orders.values()) <= await completed(nats_bus)
+        assert set(orders.values()) <= await completed(bus)
 
     await assert_eventually(all_completed, timeout_s=30, interval_s=0.5)
     # Nothing more comes later (a redelivery after the ack wait would show here as a second
     # start or a second `fired` event of one message).
     await asyncio.sleep(2)
     assert await started_orders() == orders
-    messages = Counter(f["message"] for f in await fired(nats_bus, "big_orders"))
+    messages = Counter(f["message"] for f in await fired(bus, "big_orders"))
     assert sorted(messages.values()) == [1, 1, 1]
     (failed,) = [jsonutil.loads(d) for _, d in await stored_messages(
-        nats_bus.js, "noetl.triggers.events.big_orders.failed", stream="NOETL_TRIGGERS")]
+        bus.js, "noetl.triggers.events.big_orders.failed", stream="NOETL_TRIGGERS")]
     assert failed["reason"].startswith('on.when: field "on.when"'), failed
 
 
 async def test_trigger_fire_starts_one_execution_of_a_paused_trigger(
-        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, Service]) -> None:
+        nats_server: NatsServer, bus: Bus, stack: dict[str, RoleProcess]) -> None:
     url = nats_server.url
     await cli(url, "apply", str(EXAMPLES / "heartbeat.yaml"))
     await cli(url, "pause", "heartbeat")
@@ -291,10 +259,10 @@ async def test_trigger_fire_starts_one_execution_of_a_paused_trigger(
     execution_id = ids.derived_execution_id("trigger", "heartbeat", nominal)
 
     async def done() -> None:
-        assert execution_id in await completed(nats_bus)
+        assert execution_id in await completed(bus)
 
     await assert_eventually(done, timeout_s=30, interval_s=0.3)
-    assert [f["execution_id"] for f in await fired(nats_bus, "heartbeat")] == [execution_id]
+    assert [f["execution_id"] for f in await fired(bus, "heartbeat")] == [execution_id]
     (row,) = json.loads(await cli(url, "list", "--json"))
     assert (row["state"], row["last_execution"]["execution_id"], row["last_execution"]["status"],
             row["last_execution"]["nominal_time"]) == ("paused", execution_id, "completed", nominal)
@@ -306,7 +274,7 @@ async def test_trigger_fire_starts_one_execution_of_a_paused_trigger(
 
 
 async def test_apply_refuses_a_bad_document_and_an_unregistered_playbook(
-        nats_server: NatsServer, nats_bus: Bus, tmp_path: Path) -> None:
+        nats_server: NatsServer, bus: Bus, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: noetl.io/v2\nkind: Trigger\nmetadata: {name: x}\nspec:\n"
                    "  playbook: examples/triggers/report\n  schedule: {cron: '0 2 * *'}\n")
@@ -340,13 +308,13 @@ async def test_validate_checks_trigger_documents(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(150)
 async def test_fires_while_the_server_is_killed_9_each_start_once_after_it_is_back(
-        nats_server: NatsServer, nats_bus: Bus, stack: dict[str, Service], tmp_path: Path) -> None:
+        nats_server: NatsServer, bus: Bus, stack: dict[str, RoleProcess], tmp_path: Path) -> None:
     url = nats_server.url
     await apply_text(url, tmp_path, "steady", "schedule: {every: 1s}",
                      '{day: "{{ trigger.nominal_time }}", source: schedule}')
 
     async def fires_at_least(n: int) -> list[dict[str, Any]]:
-        fires = await fired(nats_bus, "steady")
+        fires = await fired(bus, "steady")
         assert len(fires) >= n
         return fires
 
@@ -361,12 +329,12 @@ async def test_fires_while_the_server_is_killed_9_each_start_once_after_it_is_ba
     # A fire the killed server had started but not acknowledged comes back after the ack wait
     # (30 s) and finds its execution; wait for every nominal time up to the last to be there.
     async def no_gap() -> list[datetime]:
-        nominal = sorted(at(f["nominal_time"]) for f in await fired(nats_bus, "steady"))
+        nominal = sorted(at(f["nominal_time"]) for f in await fired(bus, "steady"))
         assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(nominal)), nominal
         return nominal
 
     nominal = await assert_eventually(no_gap, timeout_s=45, interval_s=1)
-    starts = await started(nats_bus)
+    starts = await started(bus)
     for when in nominal:
         execution_id = ids.derived_execution_id("trigger", "steady", _iso_ms(when))
         assert len(starts[execution_id]) == 1

@@ -6,16 +6,21 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import nats
 import pytest
 import pytest_asyncio
 from plain_client import PlainClient
 
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.services import run_services
+from noetl_stream.subjects import load_topology
+from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.postgres import PostgresServer, run_postgres_server
+from noetl_stream.tools.http import HttpTool
 
 
 @pytest.fixture
@@ -31,6 +36,33 @@ async def client(nats_server: NatsServer) -> AsyncIterator[PlainClient]:
         yield PlainClient(nc)
     finally:
         await nc.close()
+
+
+@pytest.fixture
+async def one_second_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Bus]:
+    """A provisioned bus on its own nats-server whose streams drop duplicates for 1 s only."""
+    monkeypatch.setenv("NOETL_STREAM_DUPLICATE_WINDOW", "1s")
+    load_topology.cache_clear()
+    try:
+        async with run_nats_server(tmp_path / "nats") as server:
+            bus = await connect(server.url, name="one-second-window-test")
+            try:
+                await provision(bus, pools=("later",))
+                yield bus
+            finally:
+                await bus.close()
+    finally:
+        load_topology.cache_clear()
+
+
+@pytest.fixture
+async def http_tool() -> AsyncIterator[HttpTool]:
+    """The http tool as a worker holds it, closed after the test."""
+    tool = HttpTool()
+    try:
+        yield tool
+    finally:
+        await tool.close()
 
 
 _database_numbers = itertools.count(1)

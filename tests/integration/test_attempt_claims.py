@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,35 +17,16 @@ import pytest
 from noetl_stream import jsonutil
 from noetl_stream.formats import CLAIM
 from noetl_stream.runtime.attempt_claims import claim_key
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.provision import provision
+from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.publish import PUBLISH_ID_HEADER
 from noetl_stream.runtime.services import run_services
-from noetl_stream.subjects import load_topology
 from noetl_stream.testing.events import stored_events
-from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.waiting import assert_eventually
 
 WRITTEN = json.loads((Path(__file__).parents[1] / "fixtures" / "inflight-schema-2.json").read_text())
 COMMAND = WRITTEN["commands"][0]
 EXECUTION_ID = WRITTEN["execution_id"]
 MSG_ID = COMMAND["headers"]["Nats-Msg-Id"]
-
-
-@pytest.fixture
-async def one_second_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Bus]:
-    monkeypatch.setenv("NOETL_STREAM_DUPLICATE_WINDOW", "1s")
-    load_topology.cache_clear()
-    try:
-        async with run_nats_server(tmp_path / "nats") as server:
-            bus = await connect(server.url, name="claims-test")
-            try:
-                await provision(bus, pools=("later",))
-                yield bus
-            finally:
-                await bus.close()
-    finally:
-        load_topology.cache_clear()
 
 
 async def publish_command(bus: Bus, publish_id: str | None = None) -> int:

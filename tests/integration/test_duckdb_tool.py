@@ -1,4 +1,5 @@
 """The duckdb tool on real DuckDB files, directly and through the stack."""
+# ruff: noqa: E402
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
-import duckdb
 import pytest
+from fixed_credentials import Credentials
 from plain_client import PlainClient
+
+from optional_extras import import_duckdb
+
+# Skips without the duckdb extra; imported before the tool module, which imports it.
+duckdb = import_duckdb()
 
 from noetl_stream import jsonutil
 from noetl_stream.credentials import Credential
-from noetl_stream.errors import ToolError
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.state.credentials import CredentialStore
@@ -31,17 +36,6 @@ CONFORMANCE_SCRIPT = """\
 CREATE TABLE t AS SELECT i FROM range(10) r(i);
 SELECT count(*) AS n, sum(i)::BIGINT AS s FROM t;
 """
-
-
-class Credentials:
-    def __init__(self, **known: Credential) -> None:
-        self.known = known
-
-    async def resolve(self, name: str, *, execution_id: str | None = None) -> Credential:
-        try:
-            return self.known[name]
-        except KeyError:
-            raise ToolError(f'no credential named "{name}"') from None
 
 
 @pytest.fixture

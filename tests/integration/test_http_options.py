@@ -123,15 +123,6 @@ def unanswered_port() -> Iterator[int]:
         listener.close()
 
 
-@pytest.fixture
-async def http_tool() -> AsyncIterator[HttpTool]:
-    tool = HttpTool()
-    try:
-        yield tool
-    finally:
-        await tool.close()
-
-
 def call(spec: dict[str, Any] | None = None, **config: Any) -> TaskCall:
     return TaskCall(execution_id="e1", step="fetch", task="t", kind="http", config=config, input={},
                     spec=spec or {}, idempotency_key="e1.fetch.1:None:t:1")

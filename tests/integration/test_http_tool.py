@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,15 +14,6 @@ from noetl_stream.tools.http import HttpTool
 from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def http_tool() -> AsyncIterator[HttpTool]:
-    tool = HttpTool()
-    try:
-        yield tool
-    finally:
-        await tool.close()
 
 
 def call(**config: Any) -> TaskCall:

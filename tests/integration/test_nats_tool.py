@@ -10,11 +10,11 @@ from typing import Any
 
 import nats
 import pytest
+from fixed_credentials import Credentials
 from nats.aio.client import Client
 from nats.js.api import StreamConfig
 
 from noetl_stream.credentials import Credential
-from noetl_stream.errors import ToolError
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
@@ -159,25 +159,12 @@ async def test_bad_operation_and_missing_fields_are_config_errors(tool: NatsTool
     assert "key" in outcomes[1].error["message"]  # type: ignore[index]
 
 
-class Credentials:
-    """A resolver over a fixed table, standing in for the worker's credential store."""
-
-    def __init__(self, table: dict[str, Credential]) -> None:
-        self.table = table
-
-    async def resolve(self, name: str, *, execution_id: str | None = None) -> Credential:
-        try:
-            return self.table[name]
-        except KeyError:
-            raise ToolError(f'no credential named "{name}"') from None
-
-
 async def test_auth_runs_the_operation_on_the_credentials_server(tmp_path: Path) -> None:
     async with run_nats_server(tmp_path / "other") as other:
         direct = await nats.connect(other.url)
         try:
             await direct.jetstream().create_key_value(bucket="remote")
-            creds = Credentials({"other_nats": Credential("other_nats", "generic", {"url": other.url})})
+            creds = Credentials(other_nats=Credential("other_nats", "generic", {"url": other.url}))
             tool = NatsTool(ToolServices(credentials=creds))  # no runtime connection at all
 
             put = await tool.run(call(operation="kv_put", bucket="remote", key="k", value="v",
@@ -198,7 +185,7 @@ async def test_auth_to_an_unreachable_server_is_a_retryable_connection_error() -
     from noetl_stream.runtime.nats_server import free_port
 
     url = f"nats://127.0.0.1:{free_port()}"
-    creds = Credentials({"gone": Credential("gone", "generic", {"url": url})})
+    creds = Credentials(gone=Credential("gone", "generic", {"url": url}))
 
     outcome = await NatsTool(ToolServices(credentials=creds)).run(
         call(operation="kv_get", bucket="b", key="k", auth="gone"))
@@ -234,8 +221,8 @@ async def test_auth_credential_with_noetls_nats_prefixed_fields_reaches_its_serv
         direct = await nats.connect(other.url)
         try:
             await direct.jetstream().create_key_value(bucket="remote")
-            creds = Credentials({"nats_e2e": Credential("nats_e2e", "generic",
-                                                        {"nats_url": other.url})})
+            creds = Credentials(nats_e2e=Credential("nats_e2e", "generic",
+                                                    {"nats_url": other.url}))
             tool = NatsTool(ToolServices(credentials=creds))
 
             put = await tool.run(call(operation="kv_put", bucket="remote", key="k", value="v",

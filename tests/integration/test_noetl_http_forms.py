@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,15 +12,6 @@ from noetl_stream.tools.base import TaskCall
 from noetl_stream.tools.http import HttpTool
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def http_tool() -> AsyncIterator[HttpTool]:
-    tool = HttpTool()
-    try:
-        yield tool
-    finally:
-        await tool.close()
 
 
 def call(**config: Any) -> TaskCall:

@@ -7,37 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
 from noetl_stream.router.state import ExecutionState
-from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.outbox_marks import OutboxMarks
-from noetl_stream.runtime.provision import provision
-from noetl_stream.subjects import load_topology
-from noetl_stream.testing.nats import run_nats_server
 
 WRITTEN = json.loads((Path(__file__).parents[1] / "fixtures" / "inflight-schema-2.json").read_text())
 STATE = ExecutionState.from_dict(WRITTEN["state"])
 COMMANDS = sum(1 for m in STATE.outbox if m.kind == "command")
-
-
-@pytest.fixture
-async def one_second_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Bus]:
-    monkeypatch.setenv("NOETL_STREAM_DUPLICATE_WINDOW", "1s")
-    load_topology.cache_clear()
-    try:
-        async with run_nats_server(tmp_path / "nats") as server:
-            bus = await connect(server.url, name="marks-test")
-            try:
-                await provision(bus, pools=("later",))
-                yield bus
-            finally:
-                await bus.close()
-    finally:
-        load_topology.cache_clear()
 
 
 async def stored_commands(bus: Bus) -> int:

@@ -8,10 +8,10 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+from fixed_credentials import Credentials
 from plain_client import PlainClient
 
 from noetl_stream.credentials import Credential
-from noetl_stream.errors import ToolError
 from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.testing.postgres import PostgresServer
 from noetl_stream.tools.base import TaskCall, ToolServices
@@ -20,21 +20,6 @@ from noetl_stream.tools.sql import bind_named, split_statements
 from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration
-
-
-class Credentials:
-    """A resolver over a fixed dict, standing in for the worker's credential store."""
-
-    def __init__(self, **known: Credential) -> None:
-        self.known = known
-        self.calls: list[tuple[str, str | None]] = []
-
-    async def resolve(self, name: str, *, execution_id: str | None = None) -> Credential:
-        self.calls.append((name, execution_id))
-        try:
-            return self.known[name]
-        except KeyError:
-            raise ToolError(f'no credential named "{name}"') from None
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import pytest
 from plain_client import EventFeed, PlainClient
 
 from noetl_stream.dsl.composition import load_with_children
+from optional_extras import needs_duckdb
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]
 
@@ -250,6 +251,7 @@ async def test_postgres_script_with_a_failing_statement_fails_the_step(
     assert "no_such_table" in error["message"]
 
 
+@needs_duckdb
 async def test_duckdb_script_file_runs(client: PlainClient, tmp_path: Path) -> None:
     text = loaded_text(tmp_path, """
         workload: {limit: 10}
@@ -267,6 +269,7 @@ async def test_duckdb_script_file_runs(client: PlainClient, tmp_path: Path) -> N
                                          "row_count": 1, "statement_count": 2}
 
 
+@needs_duckdb
 async def test_duckdb_script_with_an_error_fails_the_step(client: PlainClient,
                                                           tmp_path: Path) -> None:
     text = loaded_text(tmp_path, """

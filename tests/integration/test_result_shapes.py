@@ -4,7 +4,6 @@ real local HTTP server, retry rules keyed on `output.error.kind`, `output.data.d
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +21,6 @@ from noetl_stream.tools.http import HttpTool
 pytestmark = pytest.mark.integration
 
 HEADER = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata:\n  name: shapes\n"
-
-
-@pytest.fixture
-async def http_tool() -> AsyncIterator[HttpTool]:
-    tool = HttpTool()
-    try:
-        yield tool
-    finally:
-        await tool.close()
 
 
 async def get(tool: HttpTool, url: str, **config: Any) -> Outcome:

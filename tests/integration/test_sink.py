@@ -11,9 +11,10 @@ from plain_client import PlainClient
 
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.testing.events import stored_events
+from optional_extras import needs_duckdb
 from playbook_files import read_playbook
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, needs_duckdb]
 
 PLAYBOOK = read_playbook("integration", "sink.yaml")
 

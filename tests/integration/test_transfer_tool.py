@@ -8,30 +8,21 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import duckdb
 import pytest
+from fixed_credentials import Credentials
 
 from local_http import HttpService
 from noetl_stream.credentials import Credential
-from noetl_stream.errors import ToolError
 from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.transfer import TransferTool
+from optional_extras import import_duckdb
+
+duckdb = import_duckdb()
 
 pytestmark = pytest.mark.integration
 
 POSTS_TABLE = """CREATE TABLE public.posts (id SERIAL PRIMARY KEY, post_id INTEGER UNIQUE,
                  user_id INTEGER, title TEXT, lang TEXT)"""
-
-
-class Credentials:
-    def __init__(self, **known: Credential) -> None:
-        self.known = known
-
-    async def resolve(self, name: str, *, execution_id: str | None = None) -> Credential:
-        try:
-            return self.known[name]
-        except KeyError:
-            raise ToolError(f'no credential named "{name}"') from None
 
 
 @pytest.fixture

@@ -74,6 +74,7 @@ def test_the_unfuzzed_playbook_is_valid() -> None:
     parse_playbook(json.dumps(BASE), "fuzz.yaml")
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(PATHS), VALUES)
 def test_any_value_in_any_field_is_accepted_or_a_playbook_error(path: tuple[Any, ...],

@@ -172,6 +172,7 @@ def test_work_within_the_bounds_renders() -> None:
     assert render_string("{% for i in range(3) %}{{ loop.index }}{% endfor %}", {}) == "123"
 
 
+@pytest.mark.slow
 def test_each_render_has_its_own_budget() -> None:
     template = "{% for i in range(100000) %}{% for j in range(5) %}{% endfor %}{% endfor %}"
     for _ in range(3):
@@ -186,6 +187,7 @@ def test_renders_are_deterministic() -> None:
 ROWS = {"rows": [{"k": i % 7, "v": str(i)} for i in range(20_000)], "text": "ab" * 50_000}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("template", [
     "{% for i in range(1000) %}{{ rows | groupby('k') | length }}{% endfor %}",
     "{% for i in range(1000) %}{{ rows | sort(attribute='v') | first }}{% endfor %}",
@@ -226,6 +228,7 @@ def test_text_and_constant_time_filters_leave_room_for_large_values() -> None:
     assert render_string("{{ text | replace('x', 'y') | first }}", big) == "y"
 
 
+@pytest.mark.slow
 def test_the_templates_rendered_together_share_one_budget() -> None:
     half = "{% for i in range(10) %}{{ rows | groupby('k') | length }}{% endfor %}"
     assert len(templating.render({"a": half}, ROWS)["a"]) == 10
@@ -234,6 +237,7 @@ def test_the_templates_rendered_together_share_one_budget() -> None:
     assert 'field "set.b"' in str(caught.value)
 
 
+@pytest.mark.slow
 def test_the_budget_is_the_same_on_every_render() -> None:
     # A count, not a clock: the same template fails or succeeds alike, however loaded the host.
     near = "{% for i in range(10) %}{{ rows | groupby('k') | length }}{% endfor %}"

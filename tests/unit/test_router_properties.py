@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from unit_helpers import parse
@@ -161,6 +162,7 @@ def garbage_event(harness: RouterHarness) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+@pytest.mark.slow
 @settings(PROPERTY_SETTINGS, max_examples=40)
 @given(st.data())
 def test_router_apply_never_raises_for_garbage_events(data: st.DataObject) -> None:

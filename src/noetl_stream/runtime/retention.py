@@ -22,7 +22,6 @@ A running execution is never purged: the sweeper and `purge` skip every state wh
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -33,8 +32,8 @@ from nats.js.errors import APIError, NotFoundError
 
 from noetl_stream import config, jsonutil
 from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.periodic import Periodic
 from noetl_stream.runtime.result_sweep import purge_unreferenced_objects
-from noetl_stream.runtime.stopping import stop_task
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.records import Skips
 
@@ -208,15 +207,15 @@ class RetentionSweeper:
         self.every_s = sweep_period(self.retention_s) if every_s is None else every_s
         self.clock = clock
         self.orphans = OrphanEvents()
-        self._task: asyncio.Task[None] | None = None
+        # Not at once: a process that starts and stops quickly (`run`) should not pay for a sweep.
+        self._periodic = Periodic("retention sweep", self.sweep, every_s=self.every_s,
+                                  first_after_s=min(self.every_s, 60.0))
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="retention")
+        self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await stop_task(self._task)
-            self._task = None
+        await self._periodic.stop()
 
     async def sweep(self) -> list[Finished]:
         now = self.clock()
@@ -233,15 +232,3 @@ class RetentionSweeper:
             log.info("retention: purged %d finished executions, vars of %d gone ones, events of "
                      "%d gone ones, %d result objects", len(purged), orphans, stray, objects)
         return purged
-
-    async def _loop(self) -> None:
-        # Not at once: a process that starts and stops quickly (`run`) should not pay for a sweep.
-        await asyncio.sleep(min(self.every_s, 60.0))
-        while True:
-            try:
-                await self.sweep()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # NATS busy or failing over: the next sweep tries again
-                log.warning("retention sweep failed: %s", exc or type(exc).__name__)
-            await asyncio.sleep(self.every_s)

@@ -29,7 +29,6 @@ is pure reading until it publishes, and several servers checking at once publish
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -45,10 +44,10 @@ from noetl_stream.events import iso_time
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import publish_step_failure
+from noetl_stream.runtime.periodic import Periodic
 from noetl_stream.runtime.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
 from noetl_stream.runtime.publish import publish_event, subject_of
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET, sweep_period
-from noetl_stream.runtime.stopping import stop_task
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.subjects import DEFAULT_POOL
 from noetl_stream.tools.registry import installed_kinds
@@ -84,15 +83,13 @@ class StallCheck:
         self._suspects: set[str] = set()
         self._playbooks: dict[str, Playbook] = {}
         self._kinds = installed_kinds()
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic("stall check", self.check, every_s=self.every_s)
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="stall-check")
+        self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await stop_task(self._task)
-            self._task = None
+        await self._periodic.stop()
 
     async def check(self) -> int:
         """One pass; the number of lost waits it acted on."""
@@ -297,13 +294,3 @@ class StallCheck:
         except NotFoundError:
             return False
         return True
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.every_s)
-            try:
-                await self.check()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # NATS busy or failing over: the next check tries again
-                log.warning("stall check failed: %s", exc or type(exc).__name__)
