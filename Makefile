@@ -30,8 +30,11 @@ demo: $(RUN_STAMP)  ## run the example playbook on the embedded NATS, with live 
 	@echo "==> running playbooks/examples/hello.yaml (store: $${NOETL_STREAM_HOME:-~/.local/share/noetl-stream}/nats)"
 	$(BIN)/noetl-stream run playbooks/examples/hello.yaml --set name=NATS
 
+# TESTS narrows the run (.ci/run's second stage: TESTS='-m "slow or not unit"'); JOBS: test processes.
+TESTS ?=
+JOBS ?= 3
 test: $(STAMP) browser faketime  ## the whole suite: unit, integration (real nats-server), e2e (the CLI, the web UI)
-	NOETL_STREAM_TEST_EXTRAS=required $(BIN)/pytest -q -n 4 --dist worksteal
+	NOETL_STREAM_TEST_EXTRAS=required $(BIN)/pytest -q -n $(JOBS) --dist worksteal $(TESTS)
 
 browser:  ## Debian's chromium for the web UI test (installed with apt-get when missing and root)
 	@if [ ! -x $(CHROMIUM) ]; then \
