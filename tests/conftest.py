@@ -4,6 +4,8 @@ bus on it, a real local HTTP service, and a private NOETL_STREAM_HOME for every 
 from __future__ import annotations
 
 import inspect
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -33,6 +35,18 @@ def _longest_first(item: pytest.Item) -> tuple[bool, float]:
     timeout = item.get_closest_marker("timeout")
     declared = float(timeout.args[0]) if timeout is not None and timeout.args else 0.0
     return item.get_closest_marker("slow") is None, -declared
+
+
+@pytest.fixture
+def shared_folder() -> Iterator[Path]:
+    """A folder a python step may write: a root worker runs steps as slot uids, and tmp_path sits
+    in a folder of root's alone (mode 700)."""
+    folder = Path(tempfile.mkdtemp(prefix="noetl-steps-"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -54,9 +54,8 @@ async def ask(bus: Bus, execution_id: str, reason: str = "test") -> RequestReply
 
 
 async def test_cancel_stops_a_running_step_and_loop_iterations_and_kills_python(
-        bus: Bus, services: None, tmp_path: Path) -> None:
-    folder = tmp_path / "pids"
-    folder.mkdir()
+        bus: Bus, services: None, shared_folder: Path) -> None:
+    folder = shared_folder  # the steps, as slot uids, write their pids here
     execution_id = new_execution_id()
     events: list[dict[str, Any]] = []
     run = asyncio.create_task(submit_and_watch(

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -74,17 +72,6 @@ async def test_exception_is_an_error_outcome_with_its_message(python_tool: Pytho
     assert outcome.error["message"] == "ZeroDivisionError: division by zero"
     assert outcome.error["exception_type"] == "ZeroDivisionError"
     assert '"<playbook code>", line 1' in outcome.error["traceback"]
-
-
-@pytest.fixture
-def shared_folder() -> Iterator[Path]:
-    """A folder the child's own uid may write (tmp_path sits in a folder of root's alone)."""
-    folder = Path(tempfile.mkdtemp(prefix="noetl-python-tool-"))
-    folder.chmod(0o1777)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def test_timeout_kills_the_child_and_the_tool_keeps_working(
