@@ -8,6 +8,7 @@ written by hand, or by another release) says so with `@pytest.mark.unverified("w
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -16,11 +17,15 @@ from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.testing.verifying import differences, verify_every_execution
 
 CHECK = "every_execution_verifies"
+HERE = Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test on a nats-server of its own ends with the check."""
+    """Each e2e test on a nats-server of its own ends with the check. The hook sees every test
+    of the session, so the ones outside this folder (where the fixture is unknown) are left be."""
     for item in items:
+        if HERE not in Path(item.path).resolve().parents:
+            continue
         names = getattr(item, "fixturenames", None)
         if isinstance(names, list) and "nats_server" in names and CHECK not in names \
                 and item.get_closest_marker("unverified") is None:
