@@ -101,13 +101,13 @@ async def submit(bus: Bus, execution_id: str, workload: dict[str, Any]) -> None:
 
 @pytest.mark.timeout(150)
 async def test_kill_9_of_a_worker_mid_item_finishes_its_claimed_item_once(
-        nats_bus: Bus, postgres: PostgresServer, tmp_path: Path) -> None:
+        nats_bus: Bus, postgres: PostgresServer, tmp_path: Path, shared_folder: Path) -> None:
     dsn = await postgres.create_database("cursor_crash")
     await sql(dsn, "CREATE TABLE jobs (id int PRIMARY KEY, status text NOT NULL DEFAULT 'pending')")
     await sql(dsn, "CREATE TABLE done (seq serial PRIMARY KEY, job int NOT NULL, "
                    "iteration int NOT NULL)")
     await sql(dsn, f"INSERT INTO jobs (id) SELECT generate_series(1, {JOBS})")
-    marker = tmp_path / "victim"
+    marker = shared_folder / "victim"  # written by the step, as its slot uid
     execution_id = "cursorcrash1"
     seen: list[dict[str, Any]] = []
     watch = ExecutionWatch(nats_bus, execution_id, seen.append)
