@@ -50,6 +50,7 @@ from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, p
 from noetl_stream.runtime.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.runtime.render_pool import RenderPool, apply_events_here, note_foreign_outcome
 from noetl_stream.runtime.replays import start_of
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
 from noetl_stream.runtime.signals import decode_event
@@ -97,6 +98,7 @@ class Server:
         self._step_results = StepResults(bus.js, self._results)
         self._codec = StateCodec(bus.nc, self._results, self._step_results)
         self._marks = OutboxMarks(bus)  # which committed outbox went out (outbox_marks.py)
+        self._renders = RenderPool()  # where long template renders run
 
     async def start(self) -> None:
         # A render in the applying thread lets the event loop (and other applies) in between.
@@ -150,6 +152,7 @@ class Server:
         if self._partitions is not None:
             await self._partitions.stop()
             self._partitions = None
+        await self._renders.stop()
 
     async def _loop(self, consumer: PullConsumer, batch: int,
                     handler: Callable[[list[Msg]], Any]) -> None:
@@ -425,9 +428,17 @@ class Server:
             vars_before = dict(cached.state.vars)
             now = self.clock()
             versions = cached.versions = await readable_versions(named_versions(items), self._playbook)
-            # Applied beside the event loop (router templates may take up to their budget):
-            # other executions' events and commits go on meanwhile.
-            applied = await asyncio.to_thread(self._apply_all, cached, items, now)
+            # Applied beside the event loop; one whose templates render long is applied again
+            # from the committed state in a process of its own (runtime/render_pool.py).
+            applied = await asyncio.to_thread(apply_events_here, cached, [e for _, e in items], now)
+            if applied is None:
+                self._cache.pop(execution_id, None)
+                cached = await self._load(execution_id)
+                if cached is None:
+                    break
+                cached.versions = versions
+                vars_before = dict(cached.state.vars)
+                applied = await self._renders.apply(cached, [e for _, e in items], now)
             data = await self._codec.encoded(cached.state) if applied else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
@@ -473,26 +484,6 @@ class Server:
         for m, _ in items:
             await m.ack()
 
-    def _apply_all(self, cached: Cached, items: list[tuple[Msg, dict[str, Any]]],
-                   now: float) -> bool:
-        """Apply the group to the cached state; False when an event raised (the cached state is
-        then half-applied).
-        """
-        state, outbox = cached.state, []
-        for _, recorded in items:
-            _note_foreign_outcome(cached.playbook, state, recorded)
-            playbook, event = playbook_for(cached.playbook, cached.versions, recorded)
-            try:
-                router.apply(playbook, state, event, now)
-            except Exception:
-                log.exception("applying %s to %s failed", event.get("event_type"),
-                              state.execution_id)
-                return False
-            cached.follow(state)
-            outbox.extend(state.outbox)
-        state.outbox = outbox
-        return True
-
     async def _apply_until_fault(self, cached: Cached, items: list[tuple[Msg, dict[str, Any]]],
                                  now: float) -> bytes:
         """Apply the group event by event; the first event that raises, or leaves a state that
@@ -501,10 +492,10 @@ class Server:
         state, outbox = cached.state, []
         for _, event in items:
             before = state.to_json()  # storable: it was committed, or checked just now
-            _note_foreign_outcome(cached.playbook, state, event)
+            note_foreign_outcome(cached.playbook, state, event)
             playbook, event = playbook_for(cached.playbook, cached.versions, event)
             try:
-                await asyncio.to_thread(router.apply, playbook, state, event, now)
+                state = await self._renders.apply_one(playbook, state, event, now)
                 await self._codec.encode_fitting(state)
             except Exception as exc:
                 error = fault(exc)
@@ -590,11 +581,3 @@ def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> Non
     cache[key] = value
     while len(cache) > limit:
         del cache[next(iter(cache))]
-
-
-def _note_foreign_outcome(playbook: Any, state: ExecutionState, event: dict[str, Any]) -> None:
-    """Say so when the router is about to drop an outcome from another pool than its command's."""
-    expected = router.foreign_pool(playbook, state, event)
-    if expected is not None:
-        log.warning("%s of %s from pool %r dropped: its command went to pool %r",
-                    router.cause_of(event), state.execution_id, event.get("pool"), expected)
