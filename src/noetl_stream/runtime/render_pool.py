@@ -35,7 +35,7 @@ log = logging.getLogger("noetl_stream.server")
 
 INLINE_OPERATIONS = 5_000  # template operations an apply may spend in the server's own process
 WALL_CLOCK_S = 120.0  # for one apply in the pool, whose budget is about a second of CPU
-PROCESSES = 2
+PROCESSES = 1  # long renders take turns; each is bounded by its budget
 
 Events = list[dict[str, Any]]
 
