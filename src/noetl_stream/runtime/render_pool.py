@@ -36,6 +36,9 @@ log = logging.getLogger("noetl_stream.server")
 INLINE_OPERATIONS = 5_000  # template operations an apply may spend in the server's own process
 WALL_CLOCK_S = 120.0  # for one apply in the pool, whose budget is about a second of CPU
 PROCESSES = 1  # long renders take turns; each is bounded by its budget
+# Long renders are background work: the host's scheduler gives the server's own process (and
+# the workers and nats-server beside it) the CPU first.
+NICENESS = 10
 
 Events = list[dict[str, Any]]
 
@@ -150,8 +153,9 @@ class RenderPool:
             if self._pool is None:
                 # Spawned, not forked: the server has threads and open sockets a fork would copy.
                 processes = min(PROCESSES, os.cpu_count() or 1)
-                self._pool = ProcessPoolExecutor(max_workers=processes,
-                                                 mp_context=multiprocessing.get_context("spawn"))
+                self._pool = ProcessPoolExecutor(
+                    max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=os.nice, initargs=(NICENESS,))
                 log.info("long template renders run in a pool of %d processes", processes)
             return self._pool.submit(fn, *args)
 
