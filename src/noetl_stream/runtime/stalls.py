@@ -14,6 +14,10 @@ and looks for what it waits on:
   If it is still in the committed outbox, it was never published (a server stopped between
   commit and publish) and goes out now; otherwise its step run or iteration fails with error
   kind `lost` and the reason.
+- a command in flight still in the work queue after its max deliveries (delivered, while no
+  command of its pool is in progress) was never dead-lettered: its advisory found no room (a full
+  store) and JetStream sends none again. It is dead-lettered as the advisory would have done it
+  (runtime/dead_letters.py `dead_letter_command`), on two checks in a row as above.
 - each listener timer (`ExecutionState.timers`) and each watchdog deadline overdue by more than
   `every_s` on two checks in a row, under the same conditions (no `timer.fired` for it anywhere;
   a listener's schedule message gone too), never fired: the run fails with kind `lost` (a
