@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import pickle
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -27,6 +28,9 @@ from typing import Any
 from noetl_stream import router
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.dsl.template_budget import RenderElsewhere, rendering_here
+
+__all__ = ["INLINE_OPERATIONS", "RenderElsewhere", "RenderPool", "apply_events",
+           "apply_events_here", "note_foreign_outcome", "rendering_here", "start_here"]
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.versions import Cached, playbook_for
@@ -76,6 +80,14 @@ def apply_events_here(cached: Cached, events: Events, now: float) -> bool | None
         return None
 
 
+def start_here(start: Callable[..., ExecutionState], playbook: Playbook,
+               arguments: dict[str, Any]) -> ExecutionState:
+    """`start(playbook, **arguments)` within the allowance of this process (RenderElsewhere past
+    it: the caller starts it in the pool instead).
+    """
+    return rendering_here(INLINE_OPERATIONS, lambda: start(playbook, **arguments))
+
+
 def note_foreign_outcome(playbook: Any, state: ExecutionState, event: dict[str, Any]) -> None:
     """Say so when the router is about to drop an outcome from another pool than its command's."""
     expected = router.foreign_pool(playbook, state, event)
@@ -89,15 +101,28 @@ def _apply_events_in_child(cached: Cached, events: Events, now: float) -> tuple[
     return cached, applied
 
 
+def _start_in_child(start: Callable[..., ExecutionState], playbook: Playbook,
+                    arguments: dict[str, Any]) -> ExecutionState | Exception:
+    try:
+        return start(playbook, **arguments)
+    except Exception as exc:
+        return _crossing(exc)
+
+
+def _crossing(exc: Exception) -> Exception:
+    """`exc` as it is when it can cross the process boundary, else its text."""
+    try:
+        return pickle.loads(pickle.dumps(exc))  # type: ignore[no-any-return]
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
 def _apply_one_in_child(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
                         now: float) -> ExecutionState | Exception:
     try:
         router.apply(playbook, state, event, now)
     except Exception as exc:
-        try:  # the exception goes back as it is when it can cross the process boundary
-            return pickle.loads(pickle.dumps(exc))  # type: ignore[no-any-return]
-        except Exception:
-            return RuntimeError(f"{type(exc).__name__}: {exc}")
+        return _crossing(exc)
     return state
 
 
@@ -114,6 +139,15 @@ class RenderPool:
         cached.state, cached.revision = done.state, done.revision
         cached.playbook, cached.key, cached.versions = done.playbook, done.key, done.versions
         return bool(applied)
+
+    async def start(self, start: Callable[..., ExecutionState], playbook: Playbook,
+                    arguments: dict[str, Any]) -> ExecutionState | Exception:
+        """`start(playbook, **arguments)` in a process of the pool: the new state, or what the
+        start raised.
+        """
+        result: ExecutionState | Exception = await self._run(_start_in_child, start, playbook,
+                                                              arguments)
+        return result
 
     async def apply_one(self, playbook: Playbook, state: ExecutionState, event: dict[str, Any],
                         now: float) -> ExecutionState:

@@ -36,6 +36,7 @@ from noetl_stream.messages import (
 from noetl_stream.observe import tracing
 from noetl_stream.observe.metrics import COMMIT_CONFLICTS
 from noetl_stream.router.state import ExecutionState
+from noetl_stream.runtime import render_pool
 from noetl_stream.runtime import request_answers as answers
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_message
@@ -50,7 +51,6 @@ from noetl_stream.runtime.partitions import RouterPartitions, origin_sequence, p
 from noetl_stream.runtime.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
 from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.pull import PullConsumer, open_pull
-from noetl_stream.runtime.render_pool import RenderPool, apply_events_here, note_foreign_outcome
 from noetl_stream.runtime.replays import start_of
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
 from noetl_stream.runtime.signals import decode_event
@@ -98,7 +98,7 @@ class Server:
         self._step_results = StepResults(bus.js, self._results)
         self._codec = StateCodec(bus.nc, self._results, self._step_results)
         self._marks = OutboxMarks(bus)  # which committed outbox went out (outbox_marks.py)
-        self._renders = RenderPool()  # where long template renders run
+        self._renders = render_pool.RenderPool()  # where long template renders run
 
     async def start(self) -> None:
         # A render in the applying thread lets the event loop (and other applies) in between.
@@ -260,9 +260,15 @@ class Server:
                     await self._catalog.put(key, request.playbook.encode())
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
-        state, data = await asyncio.to_thread(
-            self._started, playbook, request, execution_id, key, workload,
-            tracing.execution_trace(execution_id, msg.headers))
+        trace = tracing.execution_trace(execution_id, msg.headers)
+        try:
+            state, data = await asyncio.to_thread(
+                self._started, playbook, request, execution_id, key, workload, trace)
+        except render_pool.RenderElsewhere:  # the start's templates render long: in the pool
+            made = await self._renders.start(start_of(request), playbook, self._start_arguments(
+                request, execution_id, key, workload))
+            state, data = await asyncio.to_thread(
+                self._started, playbook, request, execution_id, key, workload, trace, made)
         if await self._refuse_unserved(state, self.clock()):
             data = self._codec.encode(state)
         created = True
@@ -291,15 +297,18 @@ class Server:
         await msg.ack_sync()
 
     def _started(self, playbook: Playbook, request: ExecutionRequest, execution_id: str,
-                 key: str, workload: dict[str, Any], trace: Any) -> tuple[ExecutionState, bytes]:
+                 key: str, workload: dict[str, Any], trace: Any,
+                 made: ExecutionState | Exception | None = None) -> tuple[ExecutionState, bytes]:
         """The new execution's state and its encoded commit; a start that raises, or leaves a
         state that cannot be stored, is an execution that failed at once, with the reason.
+        `made`: the start as the render pool made it (RenderElsewhere: its templates render long).
         """
         def fresh() -> ExecutionState:
-            return start_of(request)(playbook, execution_id=execution_id, playbook_key=key,
-                                workload=workload, now=self.clock(),
-                                parent_execution_id=request.parent_execution_id,
-                                parent_iter=request.parent_iter, concurrency=request.concurrency)
+            if isinstance(made, Exception):
+                raise made
+            return made or render_pool.start_here(start_of(request), playbook, self._start_arguments(
+                request, execution_id, key, workload))
+
         try:
             state = fresh()
             state.trace, state.labels = trace, dict(request.labels)
@@ -319,6 +328,12 @@ class Server:
             state.workload = {}  # the payload itself cannot be stored; the error says why
         router.abort(playbook, state, "the start of the execution", error, self.clock())
         return state, self._codec.encode(state)
+
+    def _start_arguments(self, request: ExecutionRequest, execution_id: str, key: str,
+                         workload: dict[str, Any]) -> dict[str, Any]:
+        return {"execution_id": execution_id, "playbook_key": key, "workload": workload,
+                "now": self.clock(), "parent_execution_id": request.parent_execution_id,
+                "parent_iter": request.parent_iter, "concurrency": request.concurrency}
 
     # -- events ----------------------------------------------------------------------------
     async def _event_loop(self, consumer: PullConsumer) -> None:
@@ -430,7 +445,8 @@ class Server:
             versions = cached.versions = await readable_versions(named_versions(items), self._playbook)
             # Applied beside the event loop; one whose templates render long is applied again
             # from the committed state in a process of its own (runtime/render_pool.py).
-            applied = await asyncio.to_thread(apply_events_here, cached, [e for _, e in items], now)
+            events = [e for _, e in items]
+            applied = await asyncio.to_thread(render_pool.apply_events_here, cached, events, now)
             if applied is None:
                 self._cache.pop(execution_id, None)
                 cached = await self._load(execution_id)
@@ -438,7 +454,7 @@ class Server:
                     break
                 cached.versions = versions
                 vars_before = dict(cached.state.vars)
-                applied = await self._renders.apply(cached, [e for _, e in items], now)
+                applied = await self._renders.apply(cached, events, now)
             data = await self._codec.encoded(cached.state) if applied else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
@@ -492,7 +508,7 @@ class Server:
         state, outbox = cached.state, []
         for _, event in items:
             before = state.to_json()  # storable: it was committed, or checked just now
-            note_foreign_outcome(cached.playbook, state, event)
+            render_pool.note_foreign_outcome(cached.playbook, state, event)
             playbook, event = playbook_for(cached.playbook, cached.versions, event)
             try:
                 state = await self._renders.apply_one(playbook, state, event, now)
