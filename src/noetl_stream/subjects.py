@@ -93,6 +93,7 @@ class BucketDecl:
     name: str
     history: int
     ttl_s: float | None = None
+    max_bytes: int = -1  # its share of NOETL_STREAM_STORE_BYTES; -1: unbounded
 
 
 @dataclass(frozen=True)
@@ -288,7 +289,8 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
         for c in raw["consumers"]
     )
     buckets = tuple(
-        BucketDecl(name=b["name"], history=int(b["history"]), ttl_s=b.get("ttl_s"))
+        BucketDecl(name=b["name"], history=int(b["history"]), ttl_s=b.get("ttl_s"),
+                   max_bytes=share(b))
         for b in raw["buckets"]
     )
     object_stores = tuple(ObjectStoreDecl(name=o["name"], ttl_s=o.get("ttl_s"), max_bytes=share(o))

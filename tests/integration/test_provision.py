@@ -104,3 +104,28 @@ async def test_provision_moves_the_shared_router_consumer_to_partitions(bus: Bus
         info = await bus.js.consumer_info(router.stream, router.durable_of(partition))
         assert info.config.filter_subject == f"noetl.router.{partition}.>"
     assert (await provision(bus)).updated == []
+
+
+async def test_a_bucket_made_without_a_byte_bound_gets_it_unless_it_holds_more(bus: Bus) -> None:
+    """Buckets of an earlier version had no byte bound: provisioning gives them theirs, but
+    never one below what a bucket already holds (JetStream would drop entries to fit it)."""
+    for name, filler in (("noetl_vars", b""), ("noetl_users", b"x" * (1024 * 1024))):
+        info = await bus.js.stream_info(f"KV_{name}")
+        declared = info.config.max_bytes
+        assert declared is not None and declared > 0, (name, declared)
+        info.config.max_bytes = -1
+        await bus.js.update_stream(info.config)
+        if filler:
+            kv = await bus.js.key_value(name)
+            for n in range(declared // len(filler) + 1):
+                await kv.put(f"k{n}", filler)
+    report = await provision(bus)
+    assert "bucket noetl_vars" in report.updated, report
+    assert (await bus.js.stream_info("KV_noetl_vars")).config.max_bytes == declared_of(
+        bus, "noetl_vars")
+    assert any(line.startswith("bucket noetl_users holds") for line in report.drift), report.drift
+    assert (await bus.js.stream_info("KV_noetl_users")).config.max_bytes == -1
+
+
+def declared_of(bus: Bus, name: str) -> int:
+    return next(b.max_bytes for b in bus.topology.buckets if b.name == name)

@@ -15,6 +15,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from nats.js.errors import APIError
 from prometheus_client import REGISTRY
 
 from noetl_stream.api import serve
@@ -25,6 +26,7 @@ from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.runtime.storage import describe, storage_refusal
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.cluster import render_node_config, start_node, stop_node
 from noetl_stream.testing.nats import run_nats_server
@@ -245,3 +247,50 @@ async def test_bounds_larger_than_the_store_are_refused_naming_the_setting(
     finally:
         stop_node(process)
         load_topology.cache_clear()
+
+
+async def test_every_bucket_and_object_store_has_a_byte_bound_within_the_budget(
+        bounded_bus: Bus) -> None:
+    topo = bounded_bus.topology
+    stores = [s.name for s in topo.streams] + [f"KV_{b.name}" for b in topo.buckets] + \
+        [f"OBJ_{o.name}" for o in topo.object_stores]
+    bounds = {name: int((await bounded_bus.js.stream_info(name)).config.max_bytes or -1)
+              for name in stores}
+    unbounded = [name for name, max_bytes in bounds.items()
+                 if max_bytes <= 0 and name != "NOETL_TRIGGERS"]
+    assert not unbounded, bounds
+    assert sum(b for b in bounds.values() if b > 0) <= BUDGET, bounds
+
+
+@pytest.mark.timeout(120)
+async def test_a_full_bucket_refuses_at_once_and_the_execution_waits_for_room(
+        bounded_bus: Bus, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executions bucket at its bound: a put is refused at once as a storage refusal (no
+    hang); an execution started meanwhile waits for room and completes once there is some."""
+    monkeypatch.setenv("NOETL_STREAM_STORAGE_RETRY_S", "2")
+    executions = await bounded_bus.js.key_value("noetl_executions")
+    written: list[str] = []
+    refusals = []
+    for size in (256 * 1024, 4096, 64):  # until not even a small state fits
+        while True:
+            key = f"filler{len(written)}"
+            try:
+                await asyncio.wait_for(executions.put(key, b"x" * size), 10)
+            except APIError as exc:
+                refusals.append(exc)
+                break
+            written.append(key)
+    assert all(storage_refusal(exc) for exc in refusals), refusals
+    assert "maximum bytes exceeded" in describe(refusals[-1]), describe(refusals[-1])
+    held, bound = await _bytes(bounded_bus, "KV_noetl_executions")
+    assert written and held <= bound == int(BUDGET * 0.07), (held, bound)
+    async with run_services(bounded_bus, python_children=1):
+        run = asyncio.create_task(submit_and_watch(
+            bounded_bus, playbook_text=ONE_STEP, playbook_file="one.yaml", payload={},
+            on_event=lambda e: None, timeout_s=90))
+        await asyncio.sleep(4)  # past the retry bound: the request is handed back, not lost
+        assert not run.done()
+        for key in written:
+            await executions.purge(key)
+        final = await run
+    assert final["event_type"] == "execution.completed", final

@@ -6,6 +6,7 @@ worker)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import textwrap
 import time
 from typing import Any
@@ -54,3 +55,28 @@ async def test_a_heavy_template_fails_its_step_and_stalls_no_other_execution(
     message = str((final.get("error") or {}).get("message"))
     assert "budget" in message and "start" in message and "set.g" in message, message
     assert final["steps"]["start"]["status"] == "failed"
+
+
+# The start step's loop collection renders when the execution starts: about 200,000 operations,
+# past the server's own allowance and within the budget, so the start is made in the render pool.
+LONG_START = HEAD + textwrap.dedent("""\
+    workflow:
+      - step: start
+        loop:
+          in: "{{ (workload.rows | groupby('k') | map(attribute='grouper') | list) * 3 }}"
+          iterator: k
+          spec: {mode: parallel}
+        tool: {kind: noop}
+    """)
+
+
+async def test_a_start_whose_templates_render_long_is_made_in_the_render_pool_alike(
+        bus: Bus, services: None, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="noetl_stream.server")
+    rows = [{"k": i % 7, "v": i} for i in range(20_000)]
+    final = await submit_and_watch(bus, playbook_text=LONG_START, playbook_file="long.yaml",
+                                   payload={"rows": rows}, on_event=lambda _e: None, timeout_s=60)
+    assert final["status"] == "completed", final.get("error")
+    loop = final["steps"]["start"]
+    assert loop["status"] == "completed", loop
+    assert "long template renders run in a pool" in caplog.text

@@ -39,18 +39,31 @@ class _Budget:
     (by object identity; the objects are kept so that no identity is reused meanwhile).
     """
 
-    __slots__ = ("left", "pause_at", "sizes")
+    __slots__ = ("here", "left", "pause_at", "sizes")
 
-    def __init__(self) -> None:
+    def __init__(self, here: _Allowance | None) -> None:
         self.left = MAX_OPERATIONS
         self.pause_at = MAX_OPERATIONS - PAUSE_EVERY
         self.sizes: dict[int, tuple[Any, int]] = {}
+        self.here = here
+
+
+class _Allowance:
+    """What the renders of one apply may still spend in the process that started them."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, operations: int) -> None:
+        self.left = operations
 
 
 # None outside a render: only per-call bounds apply.
 _BUDGET: contextvars.ContextVar[_Budget | None] = contextvars.ContextVar("template_budget",
                                                                          default=None)
 _pause: Callable[[], None] | None = None
+# None: a render may spend its whole budget where it runs.
+_HERE: contextvars.ContextVar[_Allowance | None] = contextvars.ContextVar("render_here",
+                                                                          default=None)
 
 
 def pause_between_operations(pause: Callable[[], None] | None) -> None:
@@ -70,11 +83,30 @@ class TemplateBound(Exception):
     """A render went past one of the template bounds."""
 
 
+class RenderElsewhere(BaseException):
+    """The renders of one apply spent the allowance of `rendering_here`: the caller applies
+    again, from the state it started from, where a long render holds up nobody else. It is a
+    BaseException so that no `except Exception` on the way (the renderer turns those into
+    template errors) takes it for the template's own failure.
+    """
+
+
+def rendering_here(operations: int, apply: Callable[[], T]) -> T:
+    """`apply()`, whose renders together may spend `operations` before RenderElsewhere is raised.
+    Where the work is done changes no result: the budget of each render is the same count.
+    """
+    token = _HERE.set(_Allowance(operations))
+    try:
+        return apply()
+    finally:
+        _HERE.reset(token)
+
+
 def metered(render: Callable[[], T]) -> T:
     """`render()` under a budget of its own, or under the one already running."""
     if _BUDGET.get() is not None:
         return render()
-    token = _BUDGET.set(_Budget())
+    token = _BUDGET.set(_Budget(_HERE.get()))
     try:
         return render()
     finally:
@@ -86,6 +118,11 @@ def spend(operations: int) -> None:
     if budget is None:
         return
     budget.left -= operations
+    here = budget.here
+    if here is not None:
+        here.left -= operations
+        if here.left < 0:
+            raise RenderElsewhere
     if budget.left < 0:
         raise TemplateBound(f"the template exceeded its budget of {MAX_OPERATIONS:,} operations "
                             "(loop iterations, items handed to filters and calls, reads); "

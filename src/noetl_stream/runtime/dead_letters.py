@@ -219,35 +219,39 @@ class DeadLetters:
             log.warning("dead letters: unreadable advisory on %s dropped: %s", msg.subject, exc)
             await msg.term()
             return
-        try:
-            command = await self.bus.js.get_msg(stream, seq)
-        except NotFoundError:
-            # Acknowledged after all (a slow worker), or dead-lettered before a crash: nothing left.
-            await msg.ack()
-            return
-        data = command.data or b""
-        dlq_seq = await publish_dead_letter(
-            self.bus, subject=str(command.subject), data=data, stream=stream, stream_seq=seq,
-            deliveries=deliveries, consumer=consumer, reason=REASON_MAX_DELIVERIES,
-            detail=f"delivered {deliveries} times without an outcome",
-            original_msg_id=(command.headers or {}).get("Nats-Msg-Id"))
-        identity = command_identity(data)
-        if identity is not None:
-            await self._fail_step(identity, deliveries, dlq_seq,
-                                  self.bus.topology.pool_of_command(str(command.subject)))
-        log.warning("command %s (stream seq %d) dead-lettered as %d after %d deliveries",
-                    command.subject, seq, dlq_seq, deliveries)
-        with contextlib.suppress(NotFoundError):
-            await self.bus.js.delete_msg(stream, seq)
+        await dead_letter_command(self.bus, stream, seq, deliveries, consumer, self.clock(),
+                                  detail=f"delivered {deliveries} times without an outcome")
         await msg.ack()
 
-    async def _fail_step(self, identity: dict[str, Any], deliveries: int, dlq_seq: int,
-                         pool: str) -> None:
+
+async def dead_letter_command(bus: Bus, stream: str, seq: int, deliveries: int,
+                              consumer: str | None, now: float, *, detail: str) -> bool:
+    """Copy a command that reached its max deliveries into the DLQ, fail its step (kind
+    `dead_letter`) and remove it from the work queue; False when it is gone already
+    (acknowledged after all by a slow worker, or dead-lettered before a crash).
+    """
+    try:
+        command = await bus.js.get_msg(stream, seq)
+    except NotFoundError:
+        return False
+    data = command.data or b""
+    dlq_seq = await publish_dead_letter(
+        bus, subject=str(command.subject), data=data, stream=stream, stream_seq=seq,
+        deliveries=deliveries, consumer=consumer, reason=REASON_MAX_DELIVERIES, detail=detail,
+        original_msg_id=(command.headers or {}).get("Nats-Msg-Id"))
+    identity = command_identity(data)
+    if identity is not None:
         error = {"kind": "dead_letter",
-                 "message": f"command delivered {deliveries} times without an outcome (worker "
-                            f"crashed or lost it); dead-lettered as {dlq_seq}"}
-        await publish_step_failure(self.bus, identity, error, self.clock(), pool=pool,
+                 "message": f"command {detail} (worker crashed or lost it); dead-lettered as "
+                            f"{dlq_seq}"}
+        await publish_step_failure(bus, identity, error, now,
+                                   pool=bus.topology.pool_of_command(str(command.subject)),
                                    dead_letter=dlq_seq)
+    log.warning("command %s (stream seq %d) dead-lettered as %d: %s", command.subject, seq,
+                dlq_seq, detail)
+    with contextlib.suppress(NotFoundError):
+        await bus.js.delete_msg(stream, seq)
+    return True
 
 
 async def publish_step_failure(bus: Bus, identity: dict[str, Any], error: dict[str, Any],

@@ -348,17 +348,17 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",),
         await ensure_consumer(bus, topo.pool_consumer(pool), report)
     for b in topo.buckets:
         if (kv_info := infos.get(f"KV_{b.name}")) is not None:
-            report.unchanged.append(f"bucket {b.name}")
+            await _bound_store(bus, f"bucket {b.name}", b.max_bytes, kv_info, report)
             _check_replicas(f"bucket {b.name}", kv_info, replicas, report)
         else:
             await _create(report, f"bucket {b.name}", bus.js.create_key_value(KeyValueConfig(
                 bucket=b.name, history=b.history, ttl=b.ttl_s, storage=StorageType.FILE,
-                replicas=replicas or 1)),
+                replicas=replicas or 1, max_bytes=b.max_bytes)),
                 partial(_stream_exists, bus, f"KV_{b.name}"))
     for o in topo.object_stores:
         if (obj_info := infos.get(f"OBJ_{o.name}")) is not None:
             await _ensure_store_age(bus, f"object store {o.name}", obj_info, o.ttl_s, report)
-            await _bound_object_store(bus, o.max_bytes, obj_info, report)
+            await _bound_store(bus, f"object store {o.name}", o.max_bytes, obj_info, report)
             _check_replicas(f"object store {o.name}", obj_info, replicas, report)
         else:
             await _create(report, f"object store {o.name}", bus.js.create_object_store(
@@ -368,12 +368,18 @@ async def provision(bus: Bus, pools: tuple[str, ...] = ("default",),
     return report
 
 
-async def _bound_object_store(bus: Bus, max_bytes: int, info: StreamInfo,
-                              report: ProvisionReport) -> None:
-    """An object store made before it had a byte bound (or with another) gets the declared one."""
-    name = f"object store {(info.config.name or '').removeprefix('OBJ_')}"
+async def _bound_store(bus: Bus, name: str, max_bytes: int, info: StreamInfo,
+                       report: ProvisionReport) -> None:
+    """A bucket or object store made before it had a byte bound (or with another) gets the
+    declared one, unless it already holds more: lowering the bound below that would make
+    JetStream drop stored entries, so that is reported as drift instead.
+    """
     if (info.config.max_bytes if info.config.max_bytes is not None else -1) == max_bytes:
         report.unchanged.append(name)
+        return
+    if max_bytes >= 0 and int(info.state.bytes or 0) > max_bytes:
+        report.drift.append(f"{name} holds {info.state.bytes} bytes, more than its bound of "
+                            f"{max_bytes}; raise NOETL_STREAM_STORE_BYTES")
         return
     info.config.max_bytes = max_bytes
     try:

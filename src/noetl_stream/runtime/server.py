@@ -36,6 +36,7 @@ from noetl_stream.messages import (
 from noetl_stream.observe import tracing
 from noetl_stream.observe.metrics import COMMIT_CONFLICTS
 from noetl_stream.router.state import ExecutionState
+from noetl_stream.runtime import render_pool
 from noetl_stream.runtime import request_answers as answers
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.dead_letters import dead_letter_message
@@ -97,6 +98,7 @@ class Server:
         self._step_results = StepResults(bus.js, self._results)
         self._codec = StateCodec(bus.nc, self._results, self._step_results)
         self._marks = OutboxMarks(bus)  # which committed outbox went out (outbox_marks.py)
+        self._renders = render_pool.RenderPool()  # where long template renders run
 
     async def start(self) -> None:
         # A render in the applying thread lets the event loop (and other applies) in between.
@@ -150,6 +152,7 @@ class Server:
         if self._partitions is not None:
             await self._partitions.stop()
             self._partitions = None
+        await self._renders.stop()
 
     async def _loop(self, consumer: PullConsumer, batch: int,
                     handler: Callable[[list[Msg]], Any]) -> None:
@@ -257,9 +260,15 @@ class Server:
                     await self._catalog.put(key, request.playbook.encode())
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
-        state, data = await asyncio.to_thread(
-            self._started, playbook, request, execution_id, key, workload,
-            tracing.execution_trace(execution_id, msg.headers))
+        trace = tracing.execution_trace(execution_id, msg.headers)
+        try:
+            state, data = await asyncio.to_thread(
+                self._started, playbook, request, execution_id, key, workload, trace)
+        except render_pool.RenderElsewhere:  # the start's templates render long: in the pool
+            made = await self._renders.start(start_of(request), playbook, self._start_arguments(
+                request, execution_id, key, workload))
+            state, data = await asyncio.to_thread(
+                self._started, playbook, request, execution_id, key, workload, trace, made)
         if await self._refuse_unserved(state, self.clock()):
             data = self._codec.encode(state)
         created = True
@@ -288,15 +297,18 @@ class Server:
         await msg.ack_sync()
 
     def _started(self, playbook: Playbook, request: ExecutionRequest, execution_id: str,
-                 key: str, workload: dict[str, Any], trace: Any) -> tuple[ExecutionState, bytes]:
+                 key: str, workload: dict[str, Any], trace: Any,
+                 made: ExecutionState | Exception | None = None) -> tuple[ExecutionState, bytes]:
         """The new execution's state and its encoded commit; a start that raises, or leaves a
         state that cannot be stored, is an execution that failed at once, with the reason.
+        `made`: the start as the render pool made it (RenderElsewhere: its templates render long).
         """
         def fresh() -> ExecutionState:
-            return start_of(request)(playbook, execution_id=execution_id, playbook_key=key,
-                                workload=workload, now=self.clock(),
-                                parent_execution_id=request.parent_execution_id,
-                                parent_iter=request.parent_iter, concurrency=request.concurrency)
+            if isinstance(made, Exception):
+                raise made
+            return made or render_pool.start_here(start_of(request), playbook, self._start_arguments(
+                request, execution_id, key, workload))
+
         try:
             state = fresh()
             state.trace, state.labels = trace, dict(request.labels)
@@ -316,6 +328,12 @@ class Server:
             state.workload = {}  # the payload itself cannot be stored; the error says why
         router.abort(playbook, state, "the start of the execution", error, self.clock())
         return state, self._codec.encode(state)
+
+    def _start_arguments(self, request: ExecutionRequest, execution_id: str, key: str,
+                         workload: dict[str, Any]) -> dict[str, Any]:
+        return {"execution_id": execution_id, "playbook_key": key, "workload": workload,
+                "now": self.clock(), "parent_execution_id": request.parent_execution_id,
+                "parent_iter": request.parent_iter, "concurrency": request.concurrency}
 
     # -- events ----------------------------------------------------------------------------
     async def _event_loop(self, consumer: PullConsumer) -> None:
@@ -425,9 +443,18 @@ class Server:
             vars_before = dict(cached.state.vars)
             now = self.clock()
             versions = cached.versions = await readable_versions(named_versions(items), self._playbook)
-            # Applied beside the event loop (router templates may take up to their budget):
-            # other executions' events and commits go on meanwhile.
-            applied = await asyncio.to_thread(self._apply_all, cached, items, now)
+            # Applied beside the event loop; one whose templates render long is applied again
+            # from the committed state in a process of its own (runtime/render_pool.py).
+            events = [e for _, e in items]
+            applied = await asyncio.to_thread(render_pool.apply_events_here, cached, events, now)
+            if applied is None:
+                self._cache.pop(execution_id, None)
+                cached = await self._load(execution_id)
+                if cached is None:
+                    break
+                cached.versions = versions
+                vars_before = dict(cached.state.vars)
+                applied = await self._renders.apply(cached, events, now)
             data = await self._codec.encoded(cached.state) if applied else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
@@ -473,26 +500,6 @@ class Server:
         for m, _ in items:
             await m.ack()
 
-    def _apply_all(self, cached: Cached, items: list[tuple[Msg, dict[str, Any]]],
-                   now: float) -> bool:
-        """Apply the group to the cached state; False when an event raised (the cached state is
-        then half-applied).
-        """
-        state, outbox = cached.state, []
-        for _, recorded in items:
-            _note_foreign_outcome(cached.playbook, state, recorded)
-            playbook, event = playbook_for(cached.playbook, cached.versions, recorded)
-            try:
-                router.apply(playbook, state, event, now)
-            except Exception:
-                log.exception("applying %s to %s failed", event.get("event_type"),
-                              state.execution_id)
-                return False
-            cached.follow(state)
-            outbox.extend(state.outbox)
-        state.outbox = outbox
-        return True
-
     async def _apply_until_fault(self, cached: Cached, items: list[tuple[Msg, dict[str, Any]]],
                                  now: float) -> bytes:
         """Apply the group event by event; the first event that raises, or leaves a state that
@@ -501,10 +508,10 @@ class Server:
         state, outbox = cached.state, []
         for _, event in items:
             before = state.to_json()  # storable: it was committed, or checked just now
-            _note_foreign_outcome(cached.playbook, state, event)
+            render_pool.note_foreign_outcome(cached.playbook, state, event)
             playbook, event = playbook_for(cached.playbook, cached.versions, event)
             try:
-                await asyncio.to_thread(router.apply, playbook, state, event, now)
+                state = await self._renders.apply_one(playbook, state, event, now)
                 await self._codec.encode_fitting(state)
             except Exception as exc:
                 error = fault(exc)
@@ -590,11 +597,3 @@ def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> Non
     cache[key] = value
     while len(cache) > limit:
         del cache[next(iter(cache))]
-
-
-def _note_foreign_outcome(playbook: Any, state: ExecutionState, event: dict[str, Any]) -> None:
-    """Say so when the router is about to drop an outcome from another pool than its command's."""
-    expected = router.foreign_pool(playbook, state, event)
-    if expected is not None:
-        log.warning("%s of %s from pool %r dropped: its command went to pool %r",
-                    router.cause_of(event), state.execution_id, event.get("pool"), expected)

@@ -14,6 +14,10 @@ and looks for what it waits on:
   If it is still in the committed outbox, it was never published (a server stopped between
   commit and publish) and goes out now; otherwise its step run or iteration fails with error
   kind `lost` and the reason.
+- a command in flight still in the work queue after its max deliveries (delivered, while no
+  command of its pool is in progress) was never dead-lettered: its advisory found no room (a full
+  store) and JetStream sends none again. It is dead-lettered as the advisory would have done it
+  (runtime/dead_letters.py `dead_letter_command`), on two checks in a row as above.
 - each listener timer (`ExecutionState.timers`) and each watchdog deadline overdue by more than
   `every_s` on two checks in a row, under the same conditions (no `timer.fired` for it anywhere;
   a listener's schedule message gone too), never fired: the run fails with kind `lost` (a
@@ -43,7 +47,7 @@ from noetl_stream.errors import NoetlStreamError
 from noetl_stream.events import iso_time
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.dead_letters import publish_step_failure
+from noetl_stream.runtime.dead_letters import dead_letter_command, publish_step_failure
 from noetl_stream.runtime.periodic import Periodic
 from noetl_stream.runtime.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
 from noetl_stream.runtime.publish import publish_event, subject_of
@@ -70,6 +74,15 @@ class Wait:
     msg_id: str = ""  # a command's
     since: float = 0.0  # a command: issued at; a timer or deadline: due at
     name: str = ""  # a listener timer's
+
+
+@dataclass(frozen=True)
+class Exhausted:
+    """A command still in the work queue after its max deliveries."""
+
+    seq: int
+    consumer: str
+    max_deliver: int
 
 
 class StallCheck:
@@ -102,8 +115,10 @@ class StallCheck:
                     waits += [(state, w) for w in await self._waits(state, now)]
             except (NoetlStreamError, ValueError, KeyError) as exc:  # one unreadable state or playbook
                 log.warning("stall check skips execution %s: %s", execution_id, exc)
-        present = await self._stored_commands({w.pool for _, w in waits if w.what == "command"})
-        suspects = {w.key for state, w in waits if w.what != "command" or w.msg_id not in present}
+        stored = await self._stored_commands({w.pool for _, w in waits if w.what == "command"})
+        exhausted = await self._exhausted(stored)
+        suspects = {w.key for state, w in waits if w.what != "command" or
+                    w.msg_id not in stored or w.msg_id in exhausted}
         acted = 0
         for state, wait in waits:
             if wait.key in suspects and wait.key in self._suspects and \
@@ -113,7 +128,7 @@ class StallCheck:
                 fresh = await self._running_state(state.execution_id)
                 if fresh is not None and wait.key in {w.key for w in await self._waits(fresh, now)} \
                         and not await self._answer_stored(fresh.execution_id, wait):
-                    acted += await self._act(fresh, wait, now)
+                    acted += await self._act(fresh, wait, now, exhausted.get(wait.msg_id))
         self._suspects = suspects
         return acted
 
@@ -174,9 +189,11 @@ class StallCheck:
                 if now - token.fire_at > self.every_s]
         return out
 
-    async def _stored_commands(self, pools: set[str]) -> set[str]:
-        """The msg ids of the commands stored for `pools` (a work queue: none is taken yet)."""
-        found: set[str] = set()
+    async def _stored_commands(self, pools: set[str]) -> dict[str, tuple[str, int]]:
+        """The commands stored for `pools` (a work queue: none is taken yet), by msg id: their
+        pool and stream sequence.
+        """
+        found: dict[str, tuple[str, int]] = {}
         for pool in sorted(pools):
             subject = self.bus.topology.command_filter(pool)
             seq = 1
@@ -186,8 +203,30 @@ class StallCheck:
                                                     next=True)
                 except NotFoundError:
                     break
-                found.add(str((msg.headers or {}).get("Nats-Msg-Id", "")))
-                seq = int(msg.seq or seq) + 1
+                seq = int(msg.seq or seq)
+                found[str((msg.headers or {}).get("Nats-Msg-Id", ""))] = (pool, seq)
+                seq += 1
+        return found
+
+    async def _exhausted(self, stored: dict[str, tuple[str, int]]) -> dict[str, Exhausted]:
+        """The stored commands that reached their max deliveries: delivered (at or below the
+        pool consumer's delivered sequence) while none of the pool's commands is in progress
+        (no acknowledgement pending), yet still in the work queue. JetStream delivers such a
+        command no more; its max-deliveries advisory normally dead-letters it, but an advisory
+        refused by a full store is never sent again.
+        """
+        found: dict[str, Exhausted] = {}
+        for pool in sorted({p for p, _ in stored.values()}):
+            durable = self.bus.topology.pool_consumer(pool).durable
+            try:
+                info = await self.bus.js.consumer_info(COMMANDS_STREAM, durable)
+            except NotFoundError:
+                continue
+            if info.num_ack_pending or info.delivered is None:
+                continue  # some command is in progress: which ones are done cannot be told
+            delivered = int(info.delivered.stream_seq or 0)
+            found |= {msg_id: Exhausted(seq, durable, int(info.config.max_deliver or 0))
+                      for msg_id, (p, seq) in stored.items() if p == pool and seq <= delivered}
         return found
 
     async def _events_pending(self, execution_id: str) -> bool:
@@ -224,9 +263,16 @@ class StallCheck:
                 return True
             seq = int(msg.seq or seq) + 1
 
-    async def _act(self, state: ExecutionState, wait: Wait, now: float) -> int:
+    async def _act(self, state: ExecutionState, wait: Wait, now: float,
+                   exhausted: Exhausted | None = None) -> int:
         if wait.what == "delay":
             return await self._deliver_late(state, wait)
+        if exhausted is not None:
+            dead = await dead_letter_command(
+                self.bus, COMMANDS_STREAM, exhausted.seq, exhausted.max_deliver,
+                exhausted.consumer, now, detail=f"delivered {exhausted.max_deliver} times without "
+                "an outcome, and its max-deliveries advisory was never stored")
+            return int(dead)
         if wait.what == "command":
             if await self._publish_unpublished(state, wait.msg_id):
                 return 1
