@@ -294,12 +294,12 @@ class Server:
         """
         def fresh() -> ExecutionState:
             return start_of(request)(playbook, execution_id=execution_id, playbook_key=key,
-                                workload=workload, now=self.clock(),
+                                workload=workload, now=self.clock(), labels=request.labels,
                                 parent_execution_id=request.parent_execution_id,
                                 parent_iter=request.parent_iter, concurrency=request.concurrency)
         try:
             state = fresh()
-            state.trace, state.labels = trace, dict(request.labels)
+            state.trace = trace
             return state, self._codec.encode(state)
         except Exception as exc:
             error = fault(exc)
