@@ -112,6 +112,8 @@ class ExecutionStarted(Event):
     concurrency: dict[str, Any] | None = Field(
         None, description="The concurrency limit it starts under `{limit, key, on_limit, "
         "group}`: it waits for `execution.admitted` before its first step. Absent: none.")
+    labels: dict[str, str] | None = Field(
+        None, description="The request's labels (key -> value). Absent: none.")
 
 
 class ConcurrencyEvent(Event):

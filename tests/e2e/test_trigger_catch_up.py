@@ -164,3 +164,90 @@ async def test_a_backfill_starts_one_execution_per_nominal_time_and_twice_is_onc
     finally:
         for service in services:
             await service.stop()
+
+
+@pytest.mark.timeout(180)
+async def test_catch_up_last_fires_only_the_latest_time_missed_while_nats_server_was_down(
+        own_nats: tuple[NatsServer, int], tmp_path: Path) -> None:
+    """The same downtime under `catch_up: last`, for a cron pattern and for an interval: of the
+    three or four fire times missed, exactly one starts an execution, the latest.
+
+    For cron that is the one fire nats-server makes when it is back, whose nominal time is the
+    pattern's last instant before that moment: an even second within two seconds before the
+    restart. The restart is timed just after an even second, so that fire comes less than a
+    second after its nominal time, as an on-time fire would. For an interval nats-server starts
+    a new grid when it is back; the server sends the latest instant of the old grid before it.
+    """
+    nats, port = own_nats
+    url = nats.url
+    bus = await connect(url, name="catch-up-last-test")
+    await provision(bus)
+    services = [Service(role, url, tmp_path) for role in ("server", "worker")]
+    for service in services:
+        await service.start()
+    restarted: NatsServer | None = None
+    try:
+        out = await run_cli("register", str(EXAMPLES / "report.yaml"), "--nats-url", url)
+        assert out.returncode == 0, out.stderr
+        await apply_text(url, tmp_path, "latest", 'schedule: {cron: "*/2 * * * * *"}\n'
+                         "  catch_up: last", '{day: "{{ trigger.nominal_time }}"}')
+        await apply_text(url, tmp_path, "pulse", "schedule: {every: 2s}\n  catch_up: last",
+                         '{day: "{{ trigger.nominal_time }}"}')
+
+        async def fires(name: str, n: int) -> list[datetime]:
+            times = sorted(at(f["nominal_time"]) for f in await fired(bus, name))
+            assert len(times) >= n
+            return times
+
+        await assert_eventually(lambda: fires("latest", 2), timeout_s=30, interval_s=0.3)
+        await assert_eventually(lambda: fires("pulse", 2), timeout_s=30, interval_s=0.3)
+        await nats.stop()
+        down_at = datetime.now().astimezone()
+        # Back just after an even second: its one fire is then stored less than a second after
+        # its nominal time, and must still stand for the whole downtime.
+        await asyncio.sleep(8 + (2.1 - down_at.second % 2 - down_at.microsecond / 1e6) % 2)
+        restart_began = datetime.now().astimezone()
+        restarted = await start_nats_server(nats.store_dir.parent, port=port, record=False)
+        up_at = datetime.now().astimezone()
+
+        async def past_restart(name: str) -> None:
+            assert max(await fires(name, 1)) > up_at + timedelta(seconds=3)
+
+        await assert_eventually(lambda: past_restart("latest"), timeout_s=60, interval_s=0.5)
+        await assert_eventually(lambda: past_restart("pulse"), timeout_s=60, interval_s=0.5)
+        await cli(url, "pause", "latest")
+        await cli(url, "pause", "pulse")
+        await asyncio.sleep(2)
+
+        cron_times = await fires("latest", 1)
+        assert len(set(cron_times)) == len(cron_times), cron_times
+        assert all(t.second % 2 == 0 and t.microsecond == 0 for t in cron_times)
+        gaps = [(a, b) for a, b in itertools.pairwise(cron_times) if b - a != timedelta(seconds=2)]
+        assert len(gaps) == 1, cron_times  # one jump over the downtime, no other hole
+        (before, caught), = gaps
+        assert before < down_at and caught - before >= timedelta(seconds=6), cron_times
+        # the latest missed instant: the last even second before nats-server was back
+        assert restart_began - timedelta(seconds=2) < caught <= up_at, (caught, restart_began)
+
+        pulse_times = await fires("pulse", 1)
+        assert len(set(pulse_times)) == len(pulse_times), pulse_times
+        last_before = max(t for t in pulse_times if t < down_at)
+        latest, *new_grid = [t for t in pulse_times if t > last_before]
+        step = timedelta(seconds=2)
+        # one instant of the old grid, the latest before the new grid's first fire (less a
+        # second), then the new grid, which starts as nats-server comes back
+        assert (latest - last_before) % step == timedelta(0) and latest - last_before > step
+        assert latest < restart_began and new_grid[0] > restart_began - step, (latest, new_grid)
+        assert step / 2 <= new_grid[0] - latest < step * 3 / 2, (latest, new_grid)
+        assert all(b - a == step for a, b in itertools.pairwise(new_grid)), new_grid
+
+        starts = await started(bus)
+        for name, times in (("latest", cron_times), ("pulse", pulse_times)):
+            for t in times:
+                assert len(starts[ids.derived_execution_id("trigger", name, iso_ms(t))]) == 1
+    finally:
+        for service in services:
+            await service.stop()
+        await bus.close()
+        if restarted is not None:
+            await restarted.stop()

@@ -144,7 +144,7 @@ async def log_in(browser: Browser, base: str, user: str, then: str = "/") -> Pag
 
 
 def node(page: Page, step: str, status: str) -> str:
-    return f'g.node.{status}[data-step="{step}"]'
+    return f'#net g.node.{status}[data-step="{step}"]'
 
 
 async def test_the_ui_shows_executions_live_and_acts_on_them(stack: Stack, browser: Browser) -> None:
@@ -160,10 +160,10 @@ async def test_the_ui_shows_executions_live_and_acts_on_them(stack: Stack, brows
     steps_url = page.url
     await page.wait_for_selector(node(page, "slow", "running"))
     await page.wait_for_selector(node(page, "double", "completed"))
-    await expect(page.locator('g.node[data-step="double"] .badge')).to_have_text("3/3")
-    await expect(page.locator('g.node[data-step="merge"] .badge')).to_have_text(re.compile(r"join 1/2"))
+    await expect(page.locator('#net g.node[data-step="double"] .badge')).to_have_text("3/3")
+    await expect(page.locator('#net g.node[data-step="merge"] .badge')).to_have_text(re.compile(r"join 1/2"))
     await expect(page.locator("#waiting")).to_contain_text("merge join waits for slow")
-    await page.click('g.node[data-step="double"]')
+    await page.click('#net g.node[data-step="double"]')
     await expect(page.locator("#step-detail .result")).to_contain_text("6")
     shot = os.environ.get("NOETL_STREAM_UI_SCREENSHOT")
     if shot:
@@ -172,7 +172,7 @@ async def test_the_ui_shows_executions_live_and_acts_on_them(stack: Stack, brows
     await page.wait_for_selector(node(page, "slow", "completed"))
     await page.wait_for_selector(node(page, "merge", "completed"))
     # What the step printed reads as text, one block per stream, and nothing else is shown.
-    await page.click('g.node[data-step="slow"]')
+    await page.click('#net g.node[data-step="slow"]')
     await page.click('#step-detail .tab[data-tab="logs"]')
     printed = page.locator('#step-detail .tab-panel[data-tab="logs"] .captured')
     await expect(printed).to_have_count(2)

@@ -68,3 +68,39 @@ async def test_a_cancelled_execution_restarts_from_its_page_and_its_marking_repl
     await expect(label).to_contain_text("— execution running")
     await expect(page.locator("#scrub-steps")).to_contain_text("nap running (running)")
     assert getattr(page, "script_errors") == []  # noqa: B009
+
+
+async def test_the_marking_replays_while_the_execution_runs_and_follows_its_latest_event(
+        stack: Stack, browser: Browser) -> None:  # noqa: F811 - test_web_ui's fixtures
+    auth = {"Authorization": f"Bearer {stack.token}"}
+    async with aiohttp.ClientSession(headers=auth) as http:
+        async with http.post(stack.base + "/api/executions",
+                             json={"playbook": (PLAYBOOKS / "held.yaml").read_text()}) as r:
+            assert r.status == 202, await r.text()
+            execution_id = (await r.json())["execution_id"]
+
+        async def holding() -> None:
+            async with http.get(f"{stack.base}/api/executions/{execution_id}") as r:
+                assert "hold" in (await r.json())["steps"]
+        await assert_eventually(holding, timeout_s=30, interval_s=0.2)
+
+        page = await log_in(browser, stack.base, "ada", f"/executions/{execution_id}")
+        await expect(page.locator("#exec-status")).to_have_text("running")
+        await expect(page.locator("#scrubber-card")).to_be_visible()
+        label = page.locator("#scrub-label")
+        await expect(label).to_contain_text("— execution running")
+        await expect(page.locator("#scrub-steps")).to_contain_text("start completed")
+        await expect(page.locator("#scrub-steps")).to_contain_text("hold")
+        await page.locator("#scrub").focus()
+        await page.keyboard.press("Home")
+        await expect(label).to_contain_text("Event 1 of ")
+        await expect(label).to_contain_text(": execution.started · +0 ms — execution running")
+        await page.keyboard.press("End")
+        # At the latest event, the scrubber follows the execution to its end.
+        async with http.post(f"{stack.base}/api/executions/{execution_id}/signals/go",
+                             json={"by": "ada"}) as r:
+            assert r.status == 202, await r.text()
+    await expect(page.locator("#exec-status")).to_have_text("completed", timeout=30_000)
+    await expect(label).to_contain_text("— execution completed", timeout=10_000)
+    await expect(page.locator("#scrub-steps")).to_contain_text("hold completed")
+    assert getattr(page, "script_errors") == []  # noqa: B009

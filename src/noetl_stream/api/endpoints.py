@@ -43,6 +43,9 @@ class Endpoint:
     raw_body: str | None = None  # another accepted body type, e.g. "text/yaml"
     produces: str = "application/json"
     route_path: str | None = None  # the aiohttp pattern when it differs from `path`
+    # Authenticated by a signature over the body (a webhook): any body type is accepted, as no
+    # page of another site can sign what it sends (api/request_guard.py).
+    signed_body: bool = False
 
     @property
     def operation_id(self) -> str:

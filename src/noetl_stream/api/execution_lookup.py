@@ -13,7 +13,8 @@ from noetl_stream.api.context import ApiContext
 from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.event_log import EVENTS_STREAM
 from noetl_stream.api.execution_filters import error_message
-from noetl_stream.api.models import ExecutionDetail, ExecutionItem
+from noetl_stream.api.models import ExecutionDetail, ExecutionItem, SlotWait
+from noetl_stream.router import admission
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
@@ -57,7 +58,17 @@ def item_of(state: ExecutionState) -> ExecutionItem:
                          started_at=_started(state), parent_execution_id=state.parent_execution_id,
                          ended_at=datetime.fromtimestamp(state.ended_at, UTC)
                          if state.ended_at is not None else None,
-                         labels=state.labels, error_message=error_message(state))
+                         labels=state.labels, error_message=error_message(state),
+                         waiting=slot_wait(state))
+
+
+def slot_wait(state: ExecutionState) -> SlotWait | None:
+    """Where the execution waits for a slot, while it does (router/admission.py)."""
+    held = state.admission
+    if state.status != "running" or not admission.waiting(state) or held is None:
+        return None
+    return SlotWait(group=str(held.get("group", "")), key=str(held.get("key", "")),
+                    limit=int(held.get("limit", 0)))
 
 
 async def detail(ctx: ApiContext, execution_id: str) -> ExecutionDetail:

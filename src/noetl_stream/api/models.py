@@ -130,6 +130,14 @@ class SignalQuery(_In):
                         "signal (it is stored and read by nothing)")
 
 
+class SlotWait(_Out):
+    """Where a running execution waits for a concurrency slot before its first step."""
+
+    group: str = Field(description="The playbook, with the rendered key in brackets if any")
+    key: str = Field(description="The rendered `concurrency.key` (empty without one)")
+    limit: int = Field(description="At most this many executions of the group run at once")
+
+
 class ExecutionItem(_Out):
     execution_id: str
     status: str
@@ -142,6 +150,8 @@ class ExecutionItem(_Out):
     labels: dict[str, str] = Field(default_factory=dict, description="The request's labels")
     error_message: str | None = Field(None, description="Why it failed or was cancelled: its "
                                       "error's message, cut at 500 characters")
+    waiting: SlotWait | None = Field(None, description="Running, but waiting for a slot under "
+                                     "its concurrency limit: no step has started; none otherwise")
 
 
 class ExecutionList(_Out):

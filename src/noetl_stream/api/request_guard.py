@@ -11,7 +11,9 @@ authentication is on or not:
   request, same-origin ones included; programs (the CLI, curl) send none and are not browsers.
 - Its body, when it has one, is JSON (`application/json`), or YAML for the catalog's raw upload
   (`application/yaml`, `text/yaml`, `application/x-yaml`): types a browser never sends across
-  sites without a preflight, which only the `--cors-origin` is granted.
+  sites without a preflight, which only the `--cors-origin` is granted. A route whose body is
+  authenticated by a signature over it (`POST /api/hooks/<name>`) takes any type: a page of
+  another site cannot sign what it sends, and webhook senders post forms and text too.
 - Without authentication, every request (reads too: credentials are readable in clear) must
   name a host that no other site can point at this server by DNS: an IP address, `localhost`,
   or a name listed in NOETL_STREAM_HTTP_HOSTS (comma-separated). That stops DNS rebinding, where
@@ -26,6 +28,7 @@ import os
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from noetl_stream.api.auth import ENDPOINTS
 from noetl_stream.api.errors import ApiError
 
 ENV_HTTP_HOSTS = "NOETL_STREAM_HTTP_HOSTS"
@@ -81,6 +84,10 @@ def _has_body(request: web.Request) -> bool:
 
 def _check_body_type(request: web.Request) -> None:
     if request.method == "DELETE" or not _has_body(request):
+        return
+    endpoint = request.app[ENDPOINTS].get(request.match_info.route) if ENDPOINTS in request.app \
+        else None
+    if endpoint is not None and endpoint.signed_body:
         return
     kind = request.content_type
     if kind == JSON_TYPE or kind in YAML_TYPES:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import parse_qsl
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict
@@ -65,11 +66,32 @@ async def _check_signature(request: web.Request, record: TriggerRecord, body: by
                        code="bad_signature")
 
 
+def parsed_body(content_type: str, body: bytes) -> Any:
+    """The body as a payload template sees it: JSON parsed (when declared JSON, or when it
+    parses without a declared type), a form as a mapping of its fields (a repeated field: the
+    list of its values), anything else as text; None when empty.
+    """
+    if not body.strip():
+        return None
+    text = body.decode("utf-8", errors="replace")
+    if content_type == "application/x-www-form-urlencoded":
+        fields: dict[str, Any] = {}
+        for key, value in parse_qsl(text, keep_blank_values=True):
+            held = fields.get(key)
+            fields[key] = value if held is None else [*held, value] if isinstance(held, list) \
+                else [held, value]
+        return fields
+    if content_type in ("application/json", "application/octet-stream") \
+            or content_type.endswith("+json"):
+        try:
+            return jsonutil.loads(body)
+        except ValueError:
+            return text
+    return text
+
+
 def webhook_context(request: web.Request, body: bytes, delivery: str) -> dict[str, Any]:
-    try:
-        data: Any = jsonutil.loads(body) if body.strip() else None
-    except ValueError:
-        data = body.decode("utf-8", errors="replace")
+    data = parsed_body(request.content_type, body)
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _HIDDEN_HEADERS}
     return {"method": request.method, "path": request.path, "query": dict(request.query),
             "headers": headers, "body": data, "delivery": delivery}
@@ -104,7 +126,8 @@ async def call_hook(request: web.Request) -> web.StreamResponse:
 ENDPOINTS = [
     Endpoint("POST", "/api/hooks/{name}", call_hook, "Start one execution of a webhook trigger "
              f"(signed: {SIGNATURE_HEADER}: sha256=<HMAC-SHA256 of the body under the trigger's "
-             "secret, hex>)", None, "triggers", any_body=True, body_required=False,
+             "secret, hex>); any body type: JSON and forms are parsed, other text kept as is",
+             None, "triggers", any_body=True, body_required=False, signed_body=True,
              response=HookAccepted, status=202, errors=(401, 404, 409, 422),
              headers=((SIGNATURE_HEADER, "sha256=<hex HMAC-SHA256 of the raw body>"),
                       (DELIVERY_HEADER, "the sender's delivery id: a delivery sent again "

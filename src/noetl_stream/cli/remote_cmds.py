@@ -85,13 +85,15 @@ async def _follow(client: ApiClient, execution_id: str, on_event: Callable[[dict
 async def run_remote(server_url: str, token: str | None, *, playbook_text: str,
                      payload: dict[str, Any], on_event: Callable[[dict[str, Any]], None],
                      timeout_s: float | None, detach: bool = False,
+                     labels: dict[str, str] | None = None,
                      on_started: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Start an inline playbook and follow it to the end; the terminal event, as over NATS.
     With `detach`, return once the server has accepted it.
     """
     async with open_client(server_url, token) as client:
         try:
-            accepted = await _start(client, {"playbook": playbook_text, "payload": payload})
+            accepted = await _start(client, {"playbook": playbook_text, "payload": payload,
+                                             "labels": labels or {}})
         except RemoteError as exc:
             if exc.status == 422 and exc.code in ("rejected", "invalid_playbook"):
                 details = exc.details if isinstance(exc.details, dict) else {}

@@ -18,6 +18,7 @@ from noetl_stream.cli.running import (
     RunRequest,
     load_or_exit,
     load_registered,
+    parse_labels,
     parse_payload,
     refuse_missing_workload,
     report_outcome,
@@ -34,6 +35,8 @@ from noetl_stream.cli.services import http_address
 @click.option("--payload", default=None, metavar="JSON", help="JSON object merged over the workload.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Set one workload key (dots nest; VALUE is JSON or a plain string). Repeatable.")
+@click.option("--label", "label_items", multiple=True, metavar="KEY=VALUE",
+              help="A label to find the execution by (executions --label). Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with the outcome on stdout.")
 @click.option("--strict", is_flag=True,
               help="Treat unknown keys and fields without effect as errors.")
@@ -48,7 +51,8 @@ from noetl_stream.cli.services import http_address
 @click.option("--ui-address", default="127.0.0.1:0", show_default=True, metavar="HOST:PORT",
               help="Where --ui listens (port 0: any free port).")
 def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | None, token: str | None,
-        payload: str | None, sets: tuple[str, ...], as_json: bool, strict: bool,
+        payload: str | None, sets: tuple[str, ...], label_items: tuple[str, ...], as_json: bool,
+        strict: bool,
         timeout_s: float | None, detach: bool, quiet: bool, ui: bool, ui_address: str) -> None:
     """Run PLAYBOOK (a file, or a path registered in the catalog) and wait for its result,
     showing live progress on stderr.
@@ -74,8 +78,10 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
 
         refuse_file_children(playbook, files)
     payload_data = parse_payload(payload, sets)
+    labels = parse_labels(label_items)
     refuse_missing_workload(playbook, files[0].playbook, payload_data)
     request = RunRequest(playbook=playbook, nats_url=nats_url, prefix=prefix, server_url=server_url,
                          token=token, payload=payload_data, timeout_s=timeout_s,
-                         quiet=quiet, detach=detach, show_output=verbosity() > 0, ui_at=ui_at)
+                         quiet=quiet, detach=detach, show_output=verbosity() > 0, ui_at=ui_at,
+                         labels=labels)
     report_outcome(run_playbook(request, text, files), as_json, quiet=quiet)

@@ -56,6 +56,7 @@ class RunRequest:
     detach: bool  # print the id once the request is stored, and wait for nothing more
     show_output: bool  # -v: also what each task printed
     ui_at: tuple[str, int] | None  # --ui: where the local API and UI listen
+    labels: dict[str, str] = field(default_factory=dict)  # --label: to find the execution by
 
 
 @dataclass
@@ -101,6 +102,27 @@ def parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
             target = target.setdefault(part, {})
         target[parts[-1]] = value
     return data
+
+
+def parse_labels(items: tuple[str, ...]) -> dict[str, str]:
+    """Each `--label KEY=VALUE`, checked as the API checks a request's labels."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from noetl_stream.messages import Labels
+
+    labels: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(EXIT_REJECTED, f"--label expects KEY=VALUE, got {item!r}")
+        labels[key] = value
+    try:
+        checked: dict[str, str] = TypeAdapter(Labels).validate_python(labels)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        named = f" {problem['loc'][0]!r}" if problem["loc"] else ""
+        fail(EXIT_REJECTED, f"--label{named}: {problem['msg']}")
+    return checked
 
 
 def load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
@@ -191,7 +213,8 @@ async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
         from noetl_stream.cli.remote_cmds import run_remote
 
         return await run_remote(request.server_url, request.token, playbook_text=text,
-                                payload=request.payload, on_event=watch.on_event,
+                                payload=request.payload, labels=request.labels,
+                                on_event=watch.on_event,
                                 timeout_s=request.timeout_s, detach=request.detach,
                                 on_started=watch.started.append)
     from noetl_stream.runtime.services import open_stack, run_services
@@ -223,7 +246,7 @@ async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
 
     if request.detach:
         execution_id = await submit(bus, playbook_text=text, playbook_file=str(request.playbook),
-                                    payload=request.payload)
+                                    payload=request.payload, labels=request.labels)
         return {"execution_id": execution_id, "status": "submitted"}
 
     def on_started(execution_id: str) -> None:
@@ -238,7 +261,8 @@ async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
     try:
         final: dict[str, Any] = await submit_and_watch(
             bus, playbook_text=text, playbook_file=str(request.playbook), payload=request.payload,
-            on_event=watch.on_event, on_started=on_started, timeout_s=request.timeout_s)
+            on_event=watch.on_event, on_started=on_started, timeout_s=request.timeout_s,
+            labels=request.labels)
         return final
     finally:
         warner.cancel()

@@ -474,19 +474,20 @@ def _error_of(value: Any) -> dict[str, Any] | None:
 
 def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload: dict[str, Any],
           now: float, parent_execution_id: str | None = None,
-          parent_iter: dict[str, Any] | None = None,
-          concurrency: Mapping[str, Any] | None = None) -> ExecutionState:
+          parent_iter: dict[str, Any] | None = None, concurrency: Mapping[str, Any] | None = None,
+          labels: Mapping[str, str] | None = None) -> ExecutionState:
     """A new execution: a token at the start step, or in line for a slot under a concurrency
     limit (router/admission.py). Returns the state with its outbox filled.
     """
     state = ExecutionState(execution_id=execution_id, playbook_key=playbook_key, workload=workload,
                            playbook_path=playbook.path, playbook_name=playbook.name,
                            parent_execution_id=parent_execution_id, parent_iter=parent_iter,
-                           started_at=now)
+                           started_at=now, labels=dict(labels or {}))
     engine = Engine(playbook, state, now)
     held = admission.hold(engine, concurrency)
     engine.emit("execution.started", ids.event_msg_id(execution_id, "execution.started"),
-                playbook=playbook.name, path=playbook.path, workload=workload, **held)
+                playbook=playbook.name, path=playbook.path, workload=workload, **held,
+                **({"labels": dict(state.labels)} if state.labels else {}))
     admission.begin(engine)  # fires the start step unless it waits for a slot
     engine.check_quiescence()
     return state

@@ -142,17 +142,28 @@ def _start(playbook: Playbook, started: dict[str, Any], key: str,
     parent = parent if isinstance(parent, str) else None
     seed = started.get("replay")
     start = partial(router.start_replay, seed=seed) if isinstance(seed, dict) else router.start
+    labels = _labels(started)
     try:
         return start(playbook, execution_id=execution_id, playbook_key=key,
                      workload=workload, now=now, parent_execution_id=parent,
-                     parent_iter=parent_iter, concurrency=_concurrency(started))
+                     parent_iter=parent_iter, concurrency=_concurrency(started), labels=labels)
     except Exception as exc:  # as the server does: an execution that failed at once
         state = ExecutionState(execution_id=execution_id, playbook_key=key, workload=workload,
                                playbook_path=playbook.path, playbook_name=playbook.name,
                                parent_execution_id=parent, parent_iter=parent_iter,
-                               started_at=now)
+                               started_at=now, labels=labels)
         router.abort(playbook, state, "the start of the execution", fault(exc), now)
         return state
+
+
+def _labels(started: dict[str, Any]) -> dict[str, str]:
+    """The request's labels, as its `execution.started` says; none in a log written before
+    the event carried them.
+    """
+    value = started.get("labels")
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def _concurrency(started: dict[str, Any]) -> dict[str, Any] | None:

@@ -308,10 +308,9 @@ class Server:
                 raise made
             return made or render_pool.start_here(start_of(request), playbook, self._start_arguments(
                 request, execution_id, key, workload))
-
         try:
             state = fresh()
-            state.trace, state.labels = trace, dict(request.labels)
+            state.trace = trace
             return state, self._codec.encode(state)
         except Exception as exc:
             error = fault(exc)
@@ -333,7 +332,8 @@ class Server:
                          workload: dict[str, Any]) -> dict[str, Any]:
         return {"execution_id": execution_id, "playbook_key": key, "workload": workload,
                 "now": self.clock(), "parent_execution_id": request.parent_execution_id,
-                "parent_iter": request.parent_iter, "concurrency": request.concurrency}
+                "parent_iter": request.parent_iter, "concurrency": request.concurrency,
+                "labels": request.labels}
 
     # -- events ----------------------------------------------------------------------------
     async def _event_loop(self, consumer: PullConsumer) -> None:

@@ -134,14 +134,15 @@ async def submit_and_watch(bus: Bus, *, playbook_text: str, playbook_file: str,
                            payload: dict[str, Any], on_event: Callable[[dict[str, Any]], None],
                            execution_id: str | None = None,
                            on_started: Callable[[str], None] | None = None,
-                           timeout_s: float | None = None) -> dict[str, Any]:
+                           timeout_s: float | None = None,
+                           labels: dict[str, str] | None = None) -> dict[str, Any]:
     """Publish an execution request and follow its events to the end; return the final event."""
     execution_id = execution_id or new_execution_id()
     watch = ExecutionWatch(bus, execution_id, on_event)
     await watch.start()
     try:
         await submit(bus, playbook_text=playbook_text, playbook_file=playbook_file,
-                     payload=payload, execution_id=execution_id)
+                     payload=payload, execution_id=execution_id, labels=labels)
         if on_started is not None:
             on_started(execution_id)
         return await watch.wait(timeout_s)

@@ -14,12 +14,13 @@ from noetl_stream.runtime.execution_ids import new_execution_id
 
 async def submit(bus: Bus, *, playbook_text: str, playbook_file: str, payload: dict[str, Any],
                  execution_id: str | None = None,
-                 concurrency: dict[str, Any] | None = None) -> str:
+                 concurrency: dict[str, Any] | None = None,
+                 labels: dict[str, str] | None = None) -> str:
     """Publish an execution request and return its execution id once JetStream has stored it."""
     execution_id = execution_id or new_execution_id()
     request = ExecutionRequest(execution_id=execution_id, playbook=playbook_text,
                                playbook_file=playbook_file, payload=payload,
-                               concurrency=concurrency)
+                               concurrency=concurrency, labels=labels or {})
     await bus.js.publish(bus.topology.execute_request_subject(),
                          request.model_dump_json().encode(),
                          headers={"Nats-Msg-Id": ids.request_msg_id(execution_id)})

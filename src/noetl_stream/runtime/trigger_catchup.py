@@ -30,8 +30,10 @@ async def catch_up(bus: Bus, record: TriggerRecord, nominal: str, stored: dateti
     policy = record.trigger.spec.catch_up
     mark = await store.read_mark(bus.js, name)
     when = _at(nominal)
-    late = is_late(schedule, when, stored)
     gap = missed(schedule, _at(mark) if mark else None, when)
+    # A cron fire after missed instants is the one fire nats-server makes when it is back, its
+    # nominal time the latest of them, even when it came back less than LATE_S after it.
+    late = is_late(schedule, when, stored) or (schedule.cron is not None and bool(gap))
     if policy == "all":
         chosen = gap
     elif policy == "last":

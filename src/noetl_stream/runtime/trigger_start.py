@@ -40,7 +40,8 @@ async def request_execution(bus: Bus, record: TriggerRecord, execution_id: str,
             return f"payload_from: {spec.payload_from} is not a mapping"
     await submit(bus, playbook_text=found[0], playbook_file=f"catalog:{spec.playbook}",
                  payload={**(base or {}), **payload}, execution_id=execution_id,
-                 concurrency=spec.concurrency.model_dump() if spec.concurrency else None)
+                 concurrency=spec.concurrency.model_dump() if spec.concurrency else None,
+                 labels=dict(spec.labels))
     return None
 
 

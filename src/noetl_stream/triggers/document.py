@@ -14,6 +14,7 @@ once with file, line and field, as playbooks are.
       # or: webhook: {secret: hook-secret}
       catch_up: last                 # schedules: none | last | all
       concurrency: {limit: 1, on_limit: skip}   # optional; for a playbook without its own
+      labels: {team: data}           # optional; on every execution it starts
 """
 
 from __future__ import annotations
@@ -21,19 +22,20 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from noetl_stream import ids
 from noetl_stream.dsl.execution_limits import Concurrency, concurrency_problems
 from noetl_stream.dsl.source import line_of, load_yaml, plain, suggest
 from noetl_stream.dsl.templating import syntax_problem, template_strings
 from noetl_stream.errors import Issue, PlaybookError
+from noetl_stream.messages import Labels
 from noetl_stream.triggers.cron import ScheduleError, every_seconds, six_fields, zone
 
 API_VERSION = "noetl.io/v2"
 KIND = "Trigger"
 _SPEC_KEYS = ("playbook", "version", "payload", "schedule", "on", "webhook", "catch_up",
-              "payload_from", "concurrency")
+              "payload_from", "concurrency", "labels")
 _PAYLOAD_FROM = re.compile(r"(trigger|message|webhook|event)(\.[A-Za-z_][A-Za-z0-9_]*)+")
 _SOURCES = ("schedule", "on", "webhook")
 _ON_KEYS = ("subject", "event", "playbook", "when")
@@ -92,6 +94,7 @@ class TriggerSpec(BaseModel):
     # The executions it starts run under this limit when their playbook declares none
     # (dsl/execution_limits.py; docs/triggers.md "Concurrency and deadlines").
     concurrency: Concurrency | None = None
+    labels: Labels = {}  # put on every execution it starts, to find them by
 
     @property
     def source(self) -> Literal["schedule", "on", "webhook"]:
@@ -179,7 +182,17 @@ def _check_spec(spec: dict[str, Any], out: _Collector) -> None:
         for line, fld, message in concurrency_problems(spec["concurrency"], spec,
                                                        "spec.concurrency"):
             out.issues.append(Issue(out.file, line or line_of(spec), message, field=fld))
+    _check_labels(spec, out)
     _check_source(spec, out)
+
+
+def _check_labels(spec: dict[str, Any], out: _Collector) -> None:
+    try:
+        TypeAdapter(Labels).validate_python(spec.get("labels", {}))
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = "".join(f"[{p!r}]" for p in problem["loc"][:1])
+        out.add(spec, "labels", f"labels{where}: {problem['msg']}", "spec.labels")
 
 
 def _check_source(spec: dict[str, Any], out: _Collector) -> None:

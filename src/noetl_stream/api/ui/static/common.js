@@ -194,6 +194,13 @@ const NS = (() => {
     return el("span", { class: `status ${status}` }, status);
   }
 
+  // A running execution held back by its concurrency limit: why no step has started yet.
+  function slotWait(waiting) {
+    const key = waiting.key ? ` for ${waiting.key}` : "";
+    return `waiting for a slot: at most ${waiting.limit} of ${waiting.group} run at once${key}; ` +
+      "its first step starts when one ends";
+  }
+
   // May the logged-in user cancel and signal? Without a login the server runs without
   // authentication and everyone may; the server checks again either way.
   function mayControl() {
@@ -236,6 +243,6 @@ const NS = (() => {
 
   document.addEventListener("DOMContentLoaded", header);
 
-  return { api, ApiError, followEvents, el, json, short, when, duration, elapsed, badge,
+  return { api, ApiError, followEvents, el, json, short, when, duration, elapsed, badge, slotWait,
     mayControl, mayRun, showError, saveLogin, forget, who, sameSitePath, TERMINAL };
 })();

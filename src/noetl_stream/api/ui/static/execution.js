@@ -44,6 +44,9 @@
     }
     facts.append(`started ${when(detail.started_at)} · `, el("span", { id: "exec-duration" },
       duration(elapsed(detail))));
+    const wait = $("exec-waiting");
+    wait.hidden = !(detail.status === "running" && detail.waiting);
+    wait.textContent = wait.hidden ? "" : NS.slotWait(detail.waiting);
     if (detail.parent_execution_id) {
       facts.append(" · child of ", el("a", { href: `/executions/${detail.parent_execution_id}`, id: "exec-parent" },
         detail.parent_execution_id));
@@ -127,6 +130,7 @@
       items.push(el("li", {}, el("b", {}, join.step), ` join waits for ${join.waiting_for.join(", ") || "–"}`,
         ` (arrived: ${join.arrived.join(", ") || "–"})`));
     }
+    if (detail.status === "running" && detail.waiting) items.push(el("li", {}, NS.slotWait(detail.waiting)));
     box.append(items.length ? el("ul", { class: "waits" }, items)
       : el("p", {}, "Waiting on nothing the state records."));
   }

@@ -69,7 +69,8 @@
       onchange: (ev) => { if (ev.target.checked) picked.add(item.execution_id); else picked.delete(item.execution_id); bulkState(); } }) : "";
     return el("tr", { "data-id": item.execution_id, "data-status": item.status },
       el("td", {}, pick),
-      el("td", {}, badge(item.status)),
+      el("td", {}, badge(item.status), running && item.waiting ?
+        el("span", { class: "slot-wait", title: NS.slotWait(item.waiting) }, " waiting for a slot") : null),
       el("td", { class: "mono" }, el("a", { href: `/executions/${encodeURIComponent(item.execution_id)}` },
         item.execution_id), item.parent_execution_id ? el("span", { class: "muted" }, " child of ",
         el("a", { href: `/executions/${encodeURIComponent(item.parent_execution_id)}` }, item.parent_execution_id)) : null),
