@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from noetl_stream.runtime.periodic import Periodic, cancel_and_wait
+from noetl_stream.runtime.periodic import Periodic
 from noetl_stream.testing.waiting import assert_eventually
 
 
@@ -45,10 +45,3 @@ async def test_the_first_pass_waits_its_delay_and_stop_before_it_runs_nothing() 
     await asyncio.sleep(0.05)
     await periodic.stop()
     assert passes == []
-
-
-async def test_cancel_and_wait_ends_the_task_and_takes_none() -> None:
-    task = asyncio.create_task(asyncio.sleep(30))
-    await cancel_and_wait(task)
-    assert task.cancelled()
-    await cancel_and_wait(None)
