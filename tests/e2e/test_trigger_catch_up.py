@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 from cli import run_cli
-from test_triggers import EXAMPLES, Service, apply_text, at, cli, fired, started
+from processes import RoleProcess
+from test_triggers import EXAMPLES, apply_text, at, cli, fired, started
 
 from noetl_stream import ids
 from noetl_stream.runtime.connection import Bus, connect
@@ -53,7 +54,7 @@ async def test_catch_up_all_fires_every_time_missed_while_nats_server_was_down(
     url = nats.url
     bus = await connect(url, name="catch-up-test")
     await provision(bus)
-    services = [Service(role, url, tmp_path) for role in ("server", "worker")]
+    services = [RoleProcess(role, url, tmp_path) for role in ("server", "worker")]
     for service in services:
         await service.start()
     restarted: NatsServer | None = None
@@ -124,7 +125,7 @@ async def nats_bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
 async def test_a_backfill_starts_one_execution_per_nominal_time_and_twice_is_once(
         nats_server: NatsServer, nats_bus: Bus, tmp_path: Path) -> None:
     url = nats_server.url
-    services = [Service(role, url, tmp_path) for role in ("server", "worker")]
+    services = [RoleProcess(role, url, tmp_path) for role in ("server", "worker")]
     for service in services:
         await service.start()
     try:
@@ -182,7 +183,7 @@ async def test_catch_up_last_fires_only_the_latest_time_missed_while_nats_server
     url = nats.url
     bus = await connect(url, name="catch-up-last-test")
     await provision(bus)
-    services = [Service(role, url, tmp_path) for role in ("server", "worker")]
+    services = [RoleProcess(role, url, tmp_path) for role in ("server", "worker")]
     for service in services:
         await service.start()
     restarted: NatsServer | None = None

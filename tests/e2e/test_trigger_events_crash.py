@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from cli import run_cli
-from test_triggers import EXAMPLES, Service, cli, completed, fired, started
+from processes import RoleProcess
+from test_triggers import EXAMPLES, cli, completed, fired, started
 
 from noetl_stream import ids
 from noetl_stream.runtime.connection import Bus, connect
@@ -68,7 +69,7 @@ async def test_each_event_starts_one_execution_across_a_server_killed_9(
         monkeypatch: pytest.MonkeyPatch) -> None:
     url = nats_server.url
     monkeypatch.setenv("NOETL_STREAM_ROUTER_ACK_WAIT_S", str(ACK_WAIT_S))
-    server, worker = Service("server", url, tmp_path), Service("worker", url, tmp_path)
+    server, worker = RoleProcess("server", url, tmp_path), RoleProcess("worker", url, tmp_path)
     await server.start()
     await worker.start()
     try:

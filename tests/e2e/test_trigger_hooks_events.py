@@ -14,7 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 from cli import CLI, run_cli
-from test_triggers import EXAMPLES, Service, at, cli, completed, started
+from processes import RoleProcess
+from test_triggers import EXAMPLES, at, cli, completed, started
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.runtime.connection import Bus, connect
@@ -55,7 +56,7 @@ def free_port() -> int:
         return port
 
 
-class HttpServer(Service):
+class HttpServer(RoleProcess):
     """The server process, also serving the HTTP API on `port`."""
 
     def __init__(self, url: str, logs: Path, port: int) -> None:
@@ -77,7 +78,7 @@ async def api_stack(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[tu
     await provision(bus)
     port = free_port()
     services = [HttpServer(nats_server.url, tmp_path, port),
-                Service("worker", nats_server.url, tmp_path)]
+                RoleProcess("worker", nats_server.url, tmp_path)]
     for service in services:
         await service.start()
     out = await run_cli("register", str(EXAMPLES / "report.yaml"), "--nats-url", nats_server.url)
