@@ -190,4 +190,18 @@ def redact_outcome(body: dict[str, Any]) -> dict[str, Any]:
             out[part] = redact_sensitive(out[part])
     if out.get("output") is not None:
         out["output"] = redact_secret_texts(out["output"])
+    if isinstance(out.get("input"), dict):
+        out["input"] = {task: _redacted_call(call) for task, call in out["input"].items()}
     return out
+
+
+def _redacted_call(call: Any) -> Any:
+    """A task's rendered call without its config (code, SQL and commands are texts that may
+    hold a literal secret no name or shape gives away) and with its input redacted.
+    """
+    if not isinstance(call, dict):
+        return REDACTED
+    kept = {k: v for k, v in call.items() if k not in ("config", "input")}
+    if "input" in call:
+        kept["input"] = redact_sensitive(call["input"])
+    return kept
