@@ -28,6 +28,12 @@ DEFAULT_UIDS = "59000-59999"
 LOCK_DIRS = ("/run/noetl-stream/python-uids", f"{tempfile.gettempdir()}/noetl-stream-python-uids")
 # Where any uid may create files; a slot's leftovers there go when the slot changes hands.
 SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
+# What a root worker does as root for its slots, and so the capability bounding set the shipped
+# deployments give it, no more (docs/security.md): change a child's user (SETUID, SETGID), signal
+# a child of another uid (KILL), hand a child its folder (CHOWN, then FOWNER to set the mode of
+# a folder it no longer owns and to remove it from the sticky /tmp), and remove what a slot left
+# in its folder, however the child set the modes (DAC_OVERRIDE).
+WORKER_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID")
 _KILL_ROUNDS = 200  # a forking leftover is caught within a few rounds; never loop forever
 
 
