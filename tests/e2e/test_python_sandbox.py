@@ -348,14 +348,16 @@ async def test_a_python_step_that_stays_root_holds_no_capability(
     assert SECRET_KEY not in orjson.dumps(seen).decode()
 
 
-def _with_worker_capabilities_only() -> tuple[str, ...]:
-    """setpriv: root, holding only the capabilities the shipped deployments give a worker."""
+def _with_worker_capabilities_only(without: str = "") -> tuple[str, ...]:
+    """setpriv: root, holding only the capabilities the shipped deployments give a worker
+    (less `without`).
+    """
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         pytest.skip("setpriv (util-linux) is not installed")
     if os.geteuid() != 0:
         pytest.skip("the capabilities are a root worker's")
-    wanted = ",".join(f"+{name.lower()}" for name in WORKER_CAPABILITIES)
+    wanted = ",".join(f"+{name.lower()}" for name in WORKER_CAPABILITIES if name != without)
     return (setpriv, "--bounding-set", f"-all,{wanted}", "--inh-caps", "-all",
             "--ambient-caps", "-all", "--reuid", "0", "--regid", "0", "--clear-groups",
             "--no-new-privs", "--")
@@ -406,3 +408,20 @@ async def test_a_worker_with_only_its_capabilities_clears_what_a_slot_left(
     assert Path(littered["result"]["place"]).parent == scratch
     # Stopped, the worker has removed every child's place, the closed folders included.
     assert left == [], log[-2000:]
+
+
+@pytest.mark.timeout(150)
+async def test_a_root_worker_lacking_a_slot_capability_says_so_and_its_steps_hold_none(
+        nats_bus: Bus, tmp_path: Path) -> None:
+    prefix = _with_worker_capabilities_only(without="KILL")
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", _worker_env(None), prefix=prefix)
+    try:
+        final = await _run(nats_bus, worker, SNOOP, "snoop.yaml")
+    finally:
+        await worker.stop()
+    log = (tmp_path / "worker.log").read_text()
+    assert "python steps run as root: the worker runs as root without CAP_KILL" in log, log
+    assert final["event_type"] == "execution.completed", final.get("error")
+    seen = final["result"]
+    assert seen["uid"] == 0  # the worker's own user, without any capability
+    assert seen["parent_environ"] == "PermissionError", seen["parent_environ"][:200]
