@@ -26,6 +26,7 @@ from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.testing.nats import run_nats_server
+from noetl_stream.tools.python_slots import WORKER_CAPABILITIES
 from playbook_files import fill, playbook_path, read_playbook
 
 pytestmark = pytest.mark.e2e
@@ -39,20 +40,23 @@ PRIVATE_IMPORT = read_playbook("e2e", "python_sandbox_private_import.yaml")
 KILL_WORKER = read_playbook("e2e", "python_sandbox_kill_worker.yaml")
 POISON = read_playbook("e2e", "python_sandbox_poison.yaml")
 VICTIM = read_playbook("e2e", "python_sandbox_victim.yaml")
+LITTER = read_playbook("e2e", "python_sandbox_litter.yaml")
 SLOT_UIDS = range(59000, 60000)  # tools/python_slots.py DEFAULT_UIDS
 
 
 class Worker:
     """`noetl-stream worker` as its own process, with secrets in its environment."""
 
-    def __init__(self, url: str, log: Path, env: dict[str, str], processes: int = 1) -> None:
+    def __init__(self, url: str, log: Path, env: dict[str, str], processes: int = 1,
+                 prefix: tuple[str, ...] = ()) -> None:
         self.url, self.log, self.env, self.processes = url, log, env, processes
+        self.prefix = prefix  # what the worker is started under (setpriv)
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
         with open(self.log, "wb") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                str(CLI), "worker", "--nats-url", self.url, "--python-processes",
+                *self.prefix, str(CLI), "worker", "--nats-url", self.url, "--python-processes",
                 str(self.processes),
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
                 env={**os.environ, **self.env})
@@ -258,7 +262,8 @@ async def test_an_interpreter_serves_no_other_execution(
 
 
 async def _attack(nats_bus: Bus, tmp_path: Path, sandbox_python: Path | None,
-                  attempts: int) -> tuple[dict[str, Any], dict[str, Any]]:
+                  attempts: int, prefix: tuple[str, ...] = ()
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A sleeper execution and, while its step runs, an attacker execution that reads its
     /proc files and kills it; their final events.
     """
@@ -269,7 +274,7 @@ async def _attack(nats_bus: Bus, tmp_path: Path, sandbox_python: Path | None,
     attacker = fill(playbook_path("e2e", "python_sandbox_attacker.yaml").read_text(),
                     folder=folder)
     worker = Worker(_url(nats_bus), tmp_path / "worker.log", _worker_env(sandbox_python),
-                    processes=2)
+                    processes=2, prefix=prefix)
     try:
         async with _serving(nats_bus, worker) as run:
             slept = asyncio.create_task(run(sleeper, "sleeper.yaml"))
@@ -341,3 +346,82 @@ async def test_a_python_step_that_stays_root_holds_no_capability(
     assert seen["uid"] == 0
     assert seen["parent_environ"] == "PermissionError", seen["parent_environ"][:200]
     assert SECRET_KEY not in orjson.dumps(seen).decode()
+
+
+def _with_worker_capabilities_only(without: str = "") -> tuple[str, ...]:
+    """setpriv: root, holding only the capabilities the shipped deployments give a worker
+    (less `without`).
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("the capabilities are a root worker's")
+    wanted = ",".join(f"+{name.lower()}" for name in WORKER_CAPABILITIES if name != without)
+    return (setpriv, "--bounding-set", f"-all,{wanted}", "--inh-caps", "-all",
+            "--ambient-caps", "-all", "--reuid", "0", "--regid", "0", "--clear-groups",
+            "--no-new-privs", "--")
+
+
+@pytest.mark.timeout(200)
+async def test_a_worker_with_only_its_capabilities_keeps_concurrent_steps_apart(
+        nats_bus: Bus, tmp_path: Path, sandbox_python: Path | None) -> None:
+    prefix = _with_worker_capabilities_only()
+    slept, attacked = await _attack(nats_bus, tmp_path, sandbox_python, attempts=1,
+                                    prefix=prefix)
+    assert attacked["event_type"] == "execution.completed", attacked
+    tried = attacked["result"]
+    assert {k: tried[k] for k in ("environ", "maps", "mem", "kill")} == {
+        "environ": "PermissionError", "maps": "PermissionError", "mem": "PermissionError",
+        "kill": "PermissionError"}, tried
+    assert slept["event_type"] == "execution.completed", slept
+    assert slept["result"]["attempts"] == 1
+    assert {slept["result"]["uid"], tried["uid"]} <= set(SLOT_UIDS)
+    assert slept["result"]["uid"] != tried["uid"]
+    assert "python steps run as root" not in (tmp_path / "worker.log").read_text()
+
+
+@pytest.mark.timeout(200)
+async def test_a_worker_with_only_its_capabilities_clears_what_a_slot_left(
+        nats_bus: Bus, tmp_path: Path, sandbox_python: Path | None) -> None:
+    prefix = _with_worker_capabilities_only()
+    # The worker's /tmp: sticky and open to all, as /tmp is.
+    scratch = Path(tempfile.mkdtemp(prefix="noetl-sandbox-tmp-"))
+    scratch.chmod(0o1777)
+    env = {**_worker_env(sandbox_python), "TMPDIR": str(scratch)}
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", env, prefix=prefix)
+    try:
+        async with _serving(nats_bus, worker) as run:
+            poisoned = await run(POISON, "poison.yaml")
+            victim = await run(VICTIM, "victim.yaml")
+            littered = await run(LITTER, "litter.yaml")
+        left = sorted(p.name for p in scratch.iterdir())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    log = (tmp_path / "worker.log").read_text()
+    assert "python steps run as root" not in log
+    assert victim["event_type"] == "execution.completed", victim
+    assert victim["result"] == {"planted": None, "dumps": '{"a": 1}'}
+    assert not _alive(int(poisoned["result"]["daemon"])), "a slot's daemon outlived its place"
+    assert littered["event_type"] == "execution.completed", littered.get("error")
+    assert littered["result"]["uid"] in SLOT_UIDS
+    assert Path(littered["result"]["place"]).parent == scratch
+    # Stopped, the worker has removed every child's place, the closed folders included.
+    assert left == [], log[-2000:]
+
+
+@pytest.mark.timeout(150)
+async def test_a_root_worker_lacking_a_slot_capability_says_so_and_its_steps_hold_none(
+        nats_bus: Bus, tmp_path: Path) -> None:
+    prefix = _with_worker_capabilities_only(without="KILL")
+    worker = Worker(_url(nats_bus), tmp_path / "worker.log", _worker_env(None), prefix=prefix)
+    try:
+        final = await _run(nats_bus, worker, SNOOP, "snoop.yaml")
+    finally:
+        await worker.stop()
+    log = (tmp_path / "worker.log").read_text()
+    assert "python steps run as root: the worker runs as root without CAP_KILL" in log, log
+    assert final["event_type"] == "execution.completed", final.get("error")
+    seen = final["result"]
+    assert seen["uid"] == 0  # the worker's own user, without any capability
+    assert seen["parent_environ"] == "PermissionError", seen["parent_environ"][:200]

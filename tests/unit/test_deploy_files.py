@@ -16,6 +16,8 @@ import kubernetes_validate
 import pytest
 from ruamel.yaml import YAML
 
+from noetl_stream.tools.python_slots import WORKER_CAPABILITIES
+
 ROOT = Path(__file__).parents[2]
 DEPLOY = ROOT / "deploy"
 BIN = Path(sys.executable).parent
@@ -60,7 +62,10 @@ def test_deployments_have_probes_resources_a_budget_and_secrets() -> None:
         assert container["resources"]["requests"] and container["resources"]["limits"]
         secrets = {e["secretRef"]["name"] for e in container["envFrom"] if "secretRef" in e}
         assert "noetl-stream-secret-key" in secrets and any("nats" in s for s in secrets)
-        assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+        pod_context = deployment["spec"]["template"]["spec"]["securityContext"]
+        # A worker is root with a few capabilities (test_the_worker_manifests_...), a server not.
+        is_worker = deployment["metadata"]["name"].startswith("noetl-stream-worker")
+        assert pod_context["runAsNonRoot"] is not is_worker
         selector = deployment["spec"]["selector"]["matchLabels"]
         assert any(b["spec"]["selector"]["matchLabels"] == selector
                    for b in found["PodDisruptionBudget"])
@@ -164,3 +169,45 @@ def test_units_restart_and_read_the_environment_file() -> None:
             assert "EnvironmentFile=/etc/noetl-stream/noetl-stream.env" in text
     for setting in ("NOETL_STREAM_NATS_URL", "NOETL_STREAM_SECRET_KEY", "NOETL_STREAM_PREFIX"):
         assert f"{setting}=" in env_file
+
+
+SLOT_CAPABILITIES = sorted(WORKER_CAPABILITIES)
+
+
+def test_the_kubernetes_worker_is_root_with_only_the_slot_capabilities() -> None:
+    for deployment in kinds()["Deployment"]:
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        if deployment["metadata"]["name"].startswith("noetl-stream-worker"):
+            assert pod["securityContext"]["runAsUser"] == 0
+            assert context["capabilities"] == {"drop": ["ALL"], "add": SLOT_CAPABILITIES}
+        else:
+            assert pod["securityContext"]["runAsUser"] == 10001
+            assert context["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_the_compose_workers_are_root_with_only_the_slot_capabilities() -> None:
+    (compose,) = yaml_documents(DEPLOY / "compose.yaml")
+    services = compose["services"]
+    workers = [name for name in services if name.startswith("worker")]
+    assert workers
+    for name in workers:
+        worker = services[name]
+        assert worker["user"] == "0:0"
+        assert worker["cap_drop"] == ["ALL"] and worker["cap_add"] == SLOT_CAPABILITIES
+        assert worker["security_opt"] == ["no-new-privileges:true"]
+        assert worker["command"][0] == "worker"
+    for name in ("init", "server-1", "server-2", "api"):  # the image's own user, 10001
+        assert "user" not in services[name] and "cap_add" not in services[name]
+
+
+def test_the_systemd_worker_is_root_with_only_the_slot_capabilities() -> None:
+    worker = (DEPLOY / "systemd" / "noetl-stream-worker@.service").read_text().splitlines()
+    assert "User=root" in worker and "NoNewPrivileges=true" in worker
+    bounding = [line for line in worker if line.startswith("CapabilityBoundingSet=")]
+    assert bounding == ["CapabilityBoundingSet=" + " ".join(f"CAP_{c}" for c in SLOT_CAPABILITIES)]
+    assert "RuntimeDirectory=noetl-stream" in worker and "RuntimeDirectoryPreserve=yes" in worker
+    server = (DEPLOY / "systemd" / "noetl-stream-server.service").read_text().splitlines()
+    assert "User=noetl" in server

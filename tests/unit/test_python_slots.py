@@ -6,7 +6,12 @@ import os
 
 import pytest
 
-from noetl_stream.tools.python_slots import SlotError, UidSlots, parse_range
+from noetl_stream.tools.python_slots import (
+    SlotError,
+    UidSlots,
+    missing_capabilities,
+    parse_range,
+)
 
 
 def test_a_range_is_first_dash_last_above_root() -> None:
@@ -34,3 +39,12 @@ def test_two_workers_never_claim_the_same_uid_and_a_full_range_is_an_error() -> 
         first.close()
     again = UidSlots(uids, 4)  # closing a worker's claims frees them
     again.close()
+
+
+def test_the_missing_worker_capabilities_are_named_from_the_effective_set() -> None:
+    every = (1 << 41) - 1
+    assert missing_capabilities(every) == []
+    assert missing_capabilities(0b1110_1011) == []  # CHOWN DAC_OVERRIDE FOWNER KILL SETGID SETUID
+    assert missing_capabilities(0b1100_1011) == ["CAP_KILL"]
+    assert missing_capabilities(0b0000_0100) == [  # DAC_READ_SEARCH alone replaces none
+        "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"]

@@ -28,6 +28,14 @@ DEFAULT_UIDS = "59000-59999"
 LOCK_DIRS = ("/run/noetl-stream/python-uids", f"{tempfile.gettempdir()}/noetl-stream-python-uids")
 # Where any uid may create files; a slot's leftovers there go when the slot changes hands.
 SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
+# What a root worker does as root for its slots, and so the capability bounding set the shipped
+# deployments give it, no more (docs/security.md): change a child's user (SETUID, SETGID), signal
+# a child of another uid (KILL), hand a child its folder (CHOWN, then FOWNER to set the mode of
+# a folder it no longer owns and to remove it from the sticky /tmp), and remove what a slot left
+# in its folder, however the child set the modes (DAC_OVERRIDE).
+WORKER_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID")
+_CAPABILITY_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID": 6,
+                    "SETUID": 7}  # linux/capability.h
 _KILL_ROUNDS = 200  # a forking leftover is caught within a few rounds; never loop forever
 
 
@@ -148,3 +156,24 @@ def _remove_if_owned(entry: os.DirEntry[str], uid: int) -> None:
             shutil.rmtree(entry.path, ignore_errors=True)
         else:
             os.unlink(entry.path)
+
+
+def missing_capabilities(effective: int | None = None) -> list[str]:
+    """The WORKER_CAPABILITIES this process does not hold (`effective`: a CapEff mask, by
+    default this process's own from /proc/self/status).
+    """
+    if effective is None:
+        effective = _effective_capabilities()
+    return [f"CAP_{name}" for name in WORKER_CAPABILITIES
+            if not effective >> _CAPABILITY_BITS[name] & 1]
+
+
+def _effective_capabilities() -> int:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1  # unknown: assume all, as a root process holds them unless told otherwise

@@ -50,6 +50,7 @@ from noetl_stream.tools.python_slots import (
     SlotError,
     UidSlots,
     clear_slot,
+    missing_capabilities,
     parse_range,
 )
 
@@ -240,6 +241,22 @@ def sandbox_user(source: dict[str, str]) -> SandboxUser | None:
     return SandboxUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
+def _holds_slot_capabilities(source: dict[str, str]) -> bool:
+    """Whether this root worker holds what slot uids need (python_slots.WORKER_CAPABILITIES).
+    Without them, uids the operator set are an error; by default children stay the worker's
+    user, without capabilities, with a warning naming what is missing.
+    """
+    missing = missing_capabilities()
+    if not missing:
+        return True
+    problem = (f"the worker runs as root without {', '.join(missing)}, which giving each python "
+               "step a uid of its own needs (docs/security.md)")
+    if source.get(ENV_PYTHON_UIDS, "").strip():
+        raise SandboxError(f"{ENV_PYTHON_UIDS} is set but {problem}")
+    log.warning("python steps run as root: %s", problem)
+    return False
+
+
 class SandboxError(Exception):
     """The python sandbox cannot be set up as configured; the worker does not start."""
 
@@ -260,7 +277,8 @@ def make_sandbox(source: dict[str, str] | None = None, *, same_user: bool = Fals
     env = clean_environment(source, home=None, extra_names=extra)
     if user is not None:
         return Sandbox(executable, env, user, extra)
-    if os.geteuid() == 0 and source.get(ENV_PYTHON_USER, "").strip() != SAME_USER and slots > 0:
+    if os.geteuid() == 0 and source.get(ENV_PYTHON_USER, "").strip() != SAME_USER and slots > 0 \
+            and _holds_slot_capabilities(source):
         uids = parse_range(source.get(ENV_PYTHON_UIDS, "") or DEFAULT_UIDS)
         try:
             return Sandbox(executable, env, None, extra, UidSlots(uids, slots))
