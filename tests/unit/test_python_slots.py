@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import stat
+from pathlib import Path
 
 import pytest
 
+from noetl_stream.tools import python_slots
 from noetl_stream.tools.python_slots import (
     SlotError,
     UidSlots,
@@ -48,3 +51,16 @@ def test_the_missing_worker_capabilities_are_named_from_the_effective_set() -> N
     assert missing_capabilities(0b1100_1011) == ["CAP_KILL"]
     assert missing_capabilities(0b0000_0100) == [  # DAC_READ_SEARCH alone replaces none
         "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"]
+
+
+def test_a_world_writable_folder_without_the_sticky_bit_gets_it(tmp_path: Path) -> None:
+    open_folder, sticky, private = tmp_path / "open", tmp_path / "sticky", tmp_path / "private"
+    for folder in (open_folder, sticky, private):
+        folder.mkdir()
+    open_folder.chmod(0o777)
+    sticky.chmod(0o1777)
+    private.chmod(0o700)
+    python_slots.keep_sticky((str(open_folder), str(sticky), str(private), str(tmp_path / "no")))
+    assert stat.S_IMODE(open_folder.stat().st_mode) == 0o1777
+    assert stat.S_IMODE(sticky.stat().st_mode) == 0o1777
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700

@@ -79,10 +79,22 @@ def _lock_dir() -> Path:
     raise SlotError(f"no private folder for python uid claims (tried {', '.join(LOCK_DIRS)})")
 
 
+def keep_sticky(folders: tuple[str, ...]) -> None:
+    """Set the sticky bit on each world-writable folder that lacks it: without it, one slot uid
+    may rename or delete what another left there (a Kubernetes emptyDir /tmp is 0777, not 1777).
+    """
+    for name in folders:
+        with contextlib.suppress(OSError):
+            mode = os.stat(name).st_mode
+            if stat.S_ISDIR(mode) and mode & stat.S_IWOTH and not mode & stat.S_ISVTX:
+                os.chmod(name, stat.S_IMODE(mode) | stat.S_ISVTX)
+
+
 class UidSlots:
     """The uids this worker claimed; `take` one per child, `give_back` when the child is gone."""
 
     def __init__(self, uids: range, count: int) -> None:
+        keep_sticky(SHARED_WRITABLE)
         folder = _lock_dir()
         self._claims: dict[int, int] = {}
         for uid in uids:
