@@ -245,3 +245,53 @@ async def test_outcomes_the_server_cannot_commit_on_a_full_store_are_held_not_dr
     ended = await all_ended(bus, ids)
     assert [s.get("status") for s in ended] == ["completed"] * EXECUTIONS, ended
     await ran_once(bus, ids)
+
+
+RETRIED = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: retried-through-a-full-disk
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: |
+        import time
+        time.sleep(4)
+        raise RuntimeError("every attempt fails")
+      retry:
+        max_attempts: 2
+        initial_delay: 0.05
+"""
+
+
+@pytest.mark.timeout(180)
+async def test_a_retry_event_refused_by_a_full_store_waits_for_room_instead_of_failing_the_step(
+        small_store: tuple[str, Bus], processes: Processes) -> None:
+    """The store fills while a task is retried: the `retry.processed` event of its second
+    attempt finds no room and is written again once space is back, as the outcome is; the step
+    fails with the task's own error, not with the refusal."""
+    _, bus = small_store
+    inbox = bus.nc.new_inbox()
+    sub = await bus.nc.subscribe(inbox, max_msgs=1)
+    await bus.nc.publish("noetl.requests.execute", ExecutionRequest(
+        execution_id="retried", playbook=RETRIED, playbook_file="retried.yaml",
+        reply_to=inbox).model_dump_json().encode())
+    assert RequestReply.model_validate_json((await sub.next_msg(timeout=30)).data).accepted
+
+    async def first_attempt_started() -> None:
+        events = await stored_events(bus.js, "retried")
+        assert any(e["event_type"] == "task.started" for e in events)
+
+    await assert_eventually(first_attempt_started, timeout_s=30, interval_s=0.1)
+    assert await fill(bus) > 0  # the second attempt ends about 8 s after the first started
+    await asyncio.sleep(14)
+    assert (await status(bus, "retried")).get("status") == "running"
+    await bus.js.delete_stream("FILLER")
+    [ended] = await all_ended(bus, ["retried"])
+    assert ended.get("status") == "failed", ended
+    events = await stored_events(bus.js, "retried")
+    assert [e["event_type"] for e in events].count("retry.processed") == 1, events
+    [failed] = [e for e in events if e["event_type"] == "step.failed"]
+    assert "every attempt fails" in failed["error"]["message"], failed["error"]

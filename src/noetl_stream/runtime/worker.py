@@ -270,8 +270,13 @@ class Worker:
             if holds_ref(msg.data):
                 command["context"] = await self.results.resolve(command.get("context") or {})
             async def publish_action(etype: str, msg_id: str, body: dict[str, Any]) -> None:
-                # retry.* / poll.* events; `secrets` is the pipeline's set by the time they run
-                await publish_event(self.bus, execution_id, etype, msg_id, scrub(body, secrets))
+                # retry.* / poll.* events; `secrets` is the pipeline's set by the time they run.
+                # A full store is waited out as for the outcome (leases kept by _keep_leases):
+                # failing the step for it would turn a full disk into a wrong result.
+                await while_storage_refused(
+                    lambda: publish_event(self.bus, execution_id, etype, msg_id,
+                                          scrub(body, secrets)),
+                    what=f"{etype} of {_command_key(step_run_id, iteration)} of {execution_id}")
 
             # `-` outside loops, as in message ids: a key (a js_publish msg id) never spells None.
             pipeline = Pipeline(command, self.tools,
@@ -296,7 +301,8 @@ class Worker:
             # see the command again after AckWait, and crash again.
             log.exception("command %s of %s failed", step_run_id, execution_id)
             outcome = PipelineResult(False, error={"message": f"{type(exc).__name__}: {exc}",
-                                                   "kind": "internal"})
+                                                   "kind": "storage" if storage_refusal(exc)
+                                                   else "internal"})
         outcome = _storable(outcome)
         metrics.observe_step(command, self.pool, outcome.ok, time.time() - started)
         if iteration is None:
