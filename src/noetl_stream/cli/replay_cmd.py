@@ -12,23 +12,16 @@ import getpass
 from typing import Any
 
 import click
-from nats.errors import Error as NatsError
 
 from noetl_stream import jsonutil
 from noetl_stream.cli.common import (
-    EXIT_INFRA,
     EXIT_OK,
-    EXIT_REJECTED,
-    EXIT_STILL_RUNNING,
-    fail,
     nats_url_option,
     prefix_option,
     remote_options,
-    run_async,
 )
-from noetl_stream.cli.remote import RemoteError
+from noetl_stream.cli.restart_cmd import recovery_outcome
 from noetl_stream.cli.running import parse_payload, report_outcome
-from noetl_stream.errors import InfrastructureError, PlaybookError, ReplayRefused
 
 
 @click.command("replay")
@@ -67,18 +60,9 @@ def replay(execution_id: str, from_step: str | None, payload: str | None, sets: 
         async with client_bus(nats_url, prefix=prefix, name="noetl-stream-replay") as bus:
             return await _replay(bus, execution_id, from_step, workload, detach, timeout_s)
 
-    try:
-        final = run_async(go())
-    except ReplayRefused as exc:
-        fail(EXIT_REJECTED, str(exc))
-    except RemoteError as exc:
-        fail(exc.exit_code, exc.message if exc.status in (404, 409) else str(exc))
-    except PlaybookError as exc:
-        fail(EXIT_REJECTED, f"the execution's playbook no longer parses: {exc}")
-    except TimeoutError:
-        fail(EXIT_STILL_RUNNING, f"the replay of {execution_id} still running after {timeout_s} s")
-    except (InfrastructureError, NatsError) as exc:
-        fail(EXIT_INFRA, f"could not replay the execution: {exc or type(exc).__name__}")
+    final = recovery_outcome(go(), verb="replay",
+                             still_running=f"the replay of {execution_id} still running after "
+                             f"{timeout_s} s")
     if detach:
         click.echo(jsonutil.dumps_str(final) if as_json
                    else f"execution {final['execution_id']} replays {execution_id}")

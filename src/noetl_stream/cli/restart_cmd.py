@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+from collections.abc import Coroutine
 from typing import Any
 
 import click
@@ -76,18 +77,9 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
             return await _restart(bus, execution_id, from_step, workload, detach, timeout_s,
                                   latest)
 
-    try:
-        final = run_async(go())
-    except RestartRefused as exc:
-        fail(EXIT_REJECTED, str(exc))
-    except RemoteError as exc:  # 404 and 409 say why in the API's words
-        fail(exc.exit_code, exc.message if exc.status in (404, 409) else str(exc))
-    except PlaybookError as exc:
-        fail(EXIT_REJECTED, f"the execution's playbook no longer parses: {exc}")
-    except TimeoutError:
-        fail(EXIT_STILL_RUNNING, f"execution {execution_id} still running after {timeout_s} s")
-    except (InfrastructureError, NatsError) as exc:
-        fail(EXIT_INFRA, f"could not restart the execution: {exc or type(exc).__name__}")
+    final = recovery_outcome(go(), verb="restart",
+                             still_running=f"execution {execution_id} still running after "
+                             f"{timeout_s} s")
     if detach:
         click.echo(jsonutil.dumps_str(final) if as_json
                    else f"restart {final['restart']} of {execution_id} recorded")
@@ -96,6 +88,25 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
         fail(EXIT_REJECTED, f"restart refused: {final.get('reason')}")
     report_outcome(final, as_json)
 
+
+
+def recovery_outcome(asked: Coroutine[Any, Any, dict[str, Any]], *, verb: str,
+                     still_running: str) -> dict[str, Any]:
+    """Run a restart or replay request to its answer; each way it can fail is one line with its
+    exit code (a replay's refusal is a restart's).
+    """
+    try:
+        return run_async(asked)
+    except RestartRefused as exc:
+        fail(EXIT_REJECTED, str(exc))
+    except RemoteError as exc:  # 404 and 409 say why in the API's words
+        fail(exc.exit_code, exc.message if exc.status in (404, 409) else str(exc))
+    except PlaybookError as exc:
+        fail(EXIT_REJECTED, f"the execution's playbook no longer parses: {exc}")
+    except TimeoutError:
+        fail(EXIT_STILL_RUNNING, still_running)
+    except (InfrastructureError, NatsError) as exc:
+        fail(EXIT_INFRA, f"could not {verb} the execution: {exc or type(exc).__name__}")
 
 async def _restart(bus: Any, execution_id: str, from_step: str | None, workload: dict[str, Any],
                    detach: bool, timeout_s: float | None, latest: bool) -> dict[str, Any]:
