@@ -12,62 +12,31 @@ import asyncio
 import os
 import re
 import signal
-import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
+from web_ui import (
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    CLI,
+    PASSWORD,
+    PLAYBOOKS,
+    Stack,
+    _stop,
+    cli,
+    free_port,
+    log_in,
+)
 
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e
 
-CLI = str(Path(sys.executable).parent / "noetl-stream")
-CHROMIUM = Path("/usr/bin/chromium")
-PLAYBOOKS = Path(__file__).with_name("playbooks") / "ui"
 APPROVAL = Path(__file__).resolve().parents[2] / "playbooks" / "examples" / "approval.yaml"
-PASSWORD = "a-long-password"
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-WAIT_MS = 30_000
-
-
-async def cli(*args: str, stdin: bytes | None = None) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        CLI, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(stdin or b""), 60)
-    assert proc.returncode == 0, err.decode()
-    return out.decode()
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclass
-class Stack:
-    base: str
-    token: str  # an operator's session, for setting up through the API
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), 20)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
 
 
 @pytest.fixture
@@ -122,25 +91,6 @@ async def browser() -> AsyncIterator[Browser]:
             yield browser
         finally:
             await browser.close()
-
-
-async def log_in(browser: Browser, base: str, user: str, then: str = "/") -> Page:
-    context = await browser.new_context(viewport={"width": 1360, "height": 900})
-    page = await context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda exc: errors.append(str(exc)))
-    await page.goto(base + then)
-    await expect(page).to_have_url(re.compile(r"/login\?next="), timeout=WAIT_MS)
-    await page.fill("#login-user", user)
-    await page.fill("#login-password", PASSWORD)
-    await page.click("#login-submit")
-    await expect(page).to_have_url(base + then, timeout=WAIT_MS)
-    await expect(page.locator("#who")).to_contain_text(user)
-    # From here on nothing may fail: no script error, no refused request, no blocked resource.
-    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-    page.set_default_timeout(WAIT_MS)
-    setattr(page, "script_errors", errors)  # noqa: B010 - read back by the test
-    return page
 
 
 def node(page: Page, step: str, status: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from playwright.async_api import Browser, async_playwright, expect
-from test_web_ui import CHROMIUM, CHROMIUM_FLAGS, CLI, PASSWORD, Stack, _stop, cli, free_port, log_in
+from web_ui import CHROMIUM, CHROMIUM_FLAGS, CLI, PASSWORD, Stack, _stop, cli, free_port, log_in
 
 from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
