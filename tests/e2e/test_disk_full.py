@@ -26,10 +26,10 @@ from nats.js.errors import APIError, KeyNotFoundError
 
 from noetl_stream import jsonutil
 from noetl_stream.messages import ExecutionRequest, RequestReply
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import MAX_PAYLOAD, free_port
+from noetl_stream.runtime.connection import Bus
+from noetl_stream.runtime.nats_server import MAX_PAYLOAD
 from noetl_stream.runtime.storage import storage_refusal
-from noetl_stream.testing.cluster import start_node, stop_node
+from noetl_stream.testing.cluster import small_store_node
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.waiting import assert_eventually
 
@@ -64,28 +64,9 @@ workflow:
 async def small_store(tmp_path: Path) -> AsyncIterator[tuple[str, Bus]]:
     """A nats-server whose JetStream may hold 48 MB in all (the server process provisions it,
     with the short leases of the test's environment)."""
-    port = free_port()
-    conf = tmp_path / "small.conf"
-    conf.write_text(f"listen: 127.0.0.1:{port}\nmax_payload: {MAX_PAYLOAD}\n"
-                    f'jetstream {{\n  store_dir: "{tmp_path / "js"}"\n'
-                    f"  max_file_store: {STORE_LIMIT}\n}}\n")
-    process = start_node(conf, tmp_path / "nats-server.log")
-    url = f"nats://127.0.0.1:{port}"
-    try:
-        async def connected() -> Bus:
-            assert process.poll() is None, (tmp_path / "nats-server.log").read_text()
-            try:
-                return await connect(url, name="disk-full-test")
-            except Exception as exc:
-                raise AssertionError(f"nats-server not up yet: {exc}") from exc
-
-        bus = await assert_eventually(connected)
-        try:
-            yield url, bus
-        finally:
-            await bus.close()
-    finally:
-        stop_node(process)
+    async with small_store_node(tmp_path, STORE_LIMIT, name="disk-full-test",
+                                max_payload=MAX_PAYLOAD) as (url, bus):
+        yield url, bus
 
 
 async def fill(bus: Bus) -> int:

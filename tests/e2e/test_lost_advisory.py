@@ -19,15 +19,15 @@ from nats.js.errors import APIError, KeyNotFoundError
 
 from noetl_stream import jsonutil
 from noetl_stream.messages import ExecutionRequest, RequestReply
-from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.nats_server import MAX_PAYLOAD, free_port
+from noetl_stream.runtime.nats_server import MAX_PAYLOAD
 from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.services import run_services
 from noetl_stream.runtime.stalls import StallCheck
 from noetl_stream.runtime.storage import storage_refusal
 from noetl_stream.subjects import load_topology
-from noetl_stream.testing.cluster import start_node, stop_node
+from noetl_stream.testing.cluster import small_store_node
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -51,28 +51,10 @@ async def small_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncI
     monkeypatch.setenv("NOETL_STREAM_COMMAND_MAX_DELIVER", str(MAX_DELIVER))
     monkeypatch.setenv("NOETL_STREAM_STORE_BYTES", str(STORE_LIMIT // 2))
     load_topology.cache_clear()
-    port = free_port()
-    conf = tmp_path / "small.conf"
-    conf.write_text(f"listen: 127.0.0.1:{port}\nmax_payload: {MAX_PAYLOAD}\n"
-                    f'jetstream {{\n  store_dir: "{tmp_path / "js"}"\n'
-                    f"  max_file_store: {STORE_LIMIT}\n}}\n")
-    process = start_node(conf, tmp_path / "nats-server.log")
-    try:
-        async def connected() -> Bus:
-            assert process.poll() is None, (tmp_path / "nats-server.log").read_text()
-            try:
-                return await connect(f"nats://127.0.0.1:{port}", name="lost-advisory-test")
-            except Exception as exc:
-                raise AssertionError(f"nats-server not up yet: {exc}") from exc
-
-        bus = await assert_eventually(connected)
-        try:
-            await provision(bus)
-            yield bus
-        finally:
-            await bus.close()
-    finally:
-        stop_node(process)
+    async with small_store_node(tmp_path, STORE_LIMIT, name="lost-advisory-test",
+                                max_payload=MAX_PAYLOAD) as (_, bus):
+        await provision(bus)
+        yield bus
         load_topology.cache_clear()
 
 

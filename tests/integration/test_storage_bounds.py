@@ -28,7 +28,7 @@ from noetl_stream.runtime.services import run_services, submit_and_watch
 from noetl_stream.runtime.signals import publish_signal
 from noetl_stream.runtime.storage import describe, storage_refusal
 from noetl_stream.subjects import load_topology
-from noetl_stream.testing.cluster import render_node_config, start_node, stop_node
+from noetl_stream.testing.cluster import render_node_config, small_store_node, start_node, stop_node
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
@@ -225,27 +225,9 @@ async def test_bounds_larger_than_the_store_are_refused_naming_the_setting(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NOETL_STREAM_STORE_BYTES", "1GiB")
     load_topology.cache_clear()
-    port = free_port()
-    conf = tmp_path / "small.conf"
-    conf.write_text(f'listen: 127.0.0.1:{port}\njetstream {{\n  store_dir: "{tmp_path / "js"}"\n'
-                    "  max_file_store: 64MB\n}\n")
-    process = start_node(conf, tmp_path / "nats-server.log")
-    try:
-        async def connected() -> Bus:
-            assert process.poll() is None, (tmp_path / "nats-server.log").read_text()
-            try:
-                return await connect(f"nats://127.0.0.1:{port}", name="too-small")
-            except Exception as exc:
-                raise AssertionError(f"not up yet: {exc}") from exc
-
-        bus = await assert_eventually(connected)
-        try:
-            with pytest.raises(InfrastructureError, match="NOETL_STREAM_STORE_BYTES"):
-                await provision(bus)
-        finally:
-            await bus.close()
-    finally:
-        stop_node(process)
+    async with small_store_node(tmp_path, "64MB", name="too-small") as (_, bus):
+        with pytest.raises(InfrastructureError, match="NOETL_STREAM_STORE_BYTES"):
+            await provision(bus)
         load_topology.cache_clear()
 
 

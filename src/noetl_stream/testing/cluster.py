@@ -36,7 +36,9 @@ from typing import Any
 import aiohttp
 
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.nats_server import find_binary, free_port
+from noetl_stream.testing.waiting import assert_eventually
 
 # The checked-in cluster configs, found from the source tree (they are not packaged).
 CONFIG_DIR = Path(__file__).resolve().parents[3] / "deploy" / "nats" / "cluster"
@@ -86,6 +88,38 @@ def stop_node(process: subprocess.Popen[bytes] | None, *, hard: bool = False) ->
         process.kill()
         process.wait()
 
+
+
+@contextlib.asynccontextmanager
+async def small_store_node(folder: Path, max_file_store: int | str, *, name: str,
+                           max_payload: int | None = None) -> AsyncIterator[tuple[str, Bus]]:
+    """A single nats-server whose JetStream may hold `max_file_store` in all, and a connection to
+    it once it answers: its url and bus. For tests that fill the store.
+    """
+    port = free_port()
+    conf = folder / "small.conf"
+    conf.write_text(f"listen: 127.0.0.1:{port}\n"
+                    + (f"max_payload: {max_payload}\n" if max_payload is not None else "")
+                    + f'jetstream {{\n  store_dir: "{folder / "js"}"\n'
+                    f"  max_file_store: {max_file_store}\n}}\n")
+    log = folder / "nats-server.log"
+    process = start_node(conf, log)
+    url = f"nats://127.0.0.1:{port}"
+    try:
+        async def connected() -> Bus:
+            assert process.poll() is None, log.read_text()
+            try:
+                return await connect(url, name=name)
+            except Exception as exc:
+                raise AssertionError(f"nats-server not up yet: {exc}") from exc
+
+        bus: Bus = await assert_eventually(connected)
+        try:
+            yield url, bus
+        finally:
+            await bus.close()
+    finally:
+        stop_node(process)
 
 @dataclass
 class NatsNode:
