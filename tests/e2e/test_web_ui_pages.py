@@ -107,7 +107,7 @@ async def test_each_attempt_of_a_retried_404_shows_as_it_happens(
     page = await log_in(browser, stack.base, "ada")
     fetch_id = await stack.start("tests/ui/fetch", {"base": http_service.url, "key": "ui-orders"})
     await page.goto(f"{stack.base}/executions/{fetch_id}")
-    await page.click('g.node[data-step="fetch"]')
+    await page.click('#net g.node[data-step="fetch"]')
     await tab(page, "errors")
     attempts = page.locator(f'{panel(page, "errors")} ul.attempts li[data-type="retry.started"]')
     # The first retry is announced while the step still runs: no waiting for the outcome.
@@ -131,13 +131,13 @@ async def test_parent_and_child_executions_link_to_each_other(stack: Stack, brow
     await expect(child_link).to_have_count(1)
     child_id = await child_link.inner_text()
     assert child_id != parent_id
-    await page.click('g.node[data-step="start"]')
+    await page.click('#net g.node[data-step="start"]')
     await expect(page.locator("#step-detail .children a")).to_have_text(child_id)
     await child_link.click()
     await expect(page).to_have_url(f"{stack.base}/executions/{child_id}")
     await expect(page.locator("#exec-title")).to_contain_text("tests/ui/child")
     await expect(page.locator("#exec-parent")).to_have_text(parent_id)
-    await page.click('g.node[data-step="start"]')
+    await page.click('#net g.node[data-step="start"]')
     await tab(page, "input")
     await expect(page.locator(panel(page, "input"))).to_contain_text('"n": 7')
     await page.click("#exec-parent")
@@ -221,7 +221,7 @@ async def test_a_person_finds_executions_and_acts_on_them_from_the_list(
     # Open one from the list and read its tabs; the step's error opens under Errors.
     await page.click(f'tr[data-id="{failed_id}"] a:text-is("{failed_id}")')
     await expect(page).to_have_url(f"{stack.base}/executions/{failed_id}")
-    await page.click('g.node.failed[data-step="load"]')
+    await page.click('#net g.node.failed[data-step="load"]')
     await tab(page, "errors")
     await page.click(f'{panel(page, "errors")} details.step-error summary')
     await expect(page.locator(f'{panel(page, "errors")} details.step-error pre')).to_contain_text(
@@ -237,7 +237,7 @@ async def test_a_person_finds_executions_and_acts_on_them_from_the_list(
     # Back to the list, into the last running one: the signal it waits for lets it finish.
     await page.click('header nav a[data-nav="executions"]')
     await page.click(f'tr[data-id="{waits[2]}"] a:text-is("{waits[2]}")')
-    await page.wait_for_selector('g.node.running[data-step="hold"]')
+    await page.wait_for_selector('#net g.node.running[data-step="hold"]')
     await page.fill("#signal-name", "go")
     await page.fill("#signal-data", '{"by": "ada"}')
     await page.click('#signal-form button[type="submit"]')
@@ -245,14 +245,14 @@ async def test_a_person_finds_executions_and_acts_on_them_from_the_list(
     await expect(page.locator("#exec-status")).to_have_text("completed")
     await expect(page.locator('#timeline tr[data-type="signal.go"] td').first).to_have_text(
         re.compile(r"^\d+\.\d\d$"))
-    await page.click('g.node[data-step="hold"]')
+    await page.click('#net g.node[data-step="hold"]')
     await expect(page.locator(f'{panel(page, "output")} pre.result')).to_contain_text('"by": "ada"')
 
     # Another one, cancelled from its own page.
     held = await stack.start("tests/ui/held")
     await page.click('header nav a[data-nav="executions"]')
     await page.click(f'tr[data-id="{held}"] a:text-is("{held}")')
-    await page.wait_for_selector('g.node.running[data-step="hold"]')
+    await page.wait_for_selector('#net g.node.running[data-step="hold"]')
     # Its bar runs to now while it waits, and says so; cancelled, it ends in that colour.
     hold = page.locator('#gantt .gantt-row[data-step="hold"]')
     await expect(hold.locator(".gantt-bar.running")).to_have_count(1)
