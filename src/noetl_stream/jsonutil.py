@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
+from pydantic import JsonValue
+
+# What a playbook's YAML, a message body, a payload and a stored result are made of once decoded.
+# A value typed this way must be narrowed (isinstance) before it is indexed, which is the point:
+# it comes from someone else. `object` is for values a tool hands back before they are encoded.
+JsonObject: TypeAlias = dict[str, JsonValue]
+
+__all__ = ["JsonObject", "JsonValue", "dumps", "dumps_str", "loads", "loads_object", "to_plain"]
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
