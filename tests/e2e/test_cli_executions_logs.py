@@ -30,7 +30,8 @@ async def test_list_logs_and_watch_read_finished_executions(bus: Bus, nats_serve
         ok = await submit_and_watch(bus, playbook_text=OBSERVED, playbook_file="observed.yaml",
                                     payload={}, on_event=lambda e: None, timeout_s=30)
         bad = await submit_and_watch(bus, playbook_text=OBSERVED, playbook_file="observed.yaml",
-                                     payload={"fail": True}, on_event=lambda e: None, timeout_s=30)
+                                     payload={"fail": True}, on_event=lambda e: None, timeout_s=30,
+                                     labels={"team": "data", "tier": "gold"})
         slow = await submit_and_watch(bus, playbook_text=SLOW, playbook_file="slow.yaml",
                                       payload={}, on_event=lambda e: None, timeout_s=30)
     ok_id, bad_id, slow_id = ok["execution_id"], bad["execution_id"], slow["execution_id"]
@@ -50,6 +51,11 @@ async def test_list_logs_and_watch_read_finished_executions(bus: Bus, nats_serve
     by_playbook = await run_cli("executions", "list", "--playbook", "observed", "--limit", "1",
                                 "--json", *url)
     assert [e["execution_id"] for e in json.loads(by_playbook.stdout)] == [bad_id]
+    for wanted, ids in ((["team"], [bad_id]), (["team=data", "tier=gold"], [bad_id]),
+                        (["team=data", "tier=silver"], []), (["team=web"], [])):
+        labelled = await run_cli("executions", "list", *[f"--label={w}" for w in wanted],
+                                 "--json", *url)
+        assert [e["execution_id"] for e in json.loads(labelled.stdout)] == ids, wanted
     recent = await run_cli("executions", "list", "--since", "10m", "--json", *url)
     assert len(json.loads(recent.stdout)) == 3
     future = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3600))

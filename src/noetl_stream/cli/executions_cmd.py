@@ -30,6 +30,9 @@ def executions() -> None:
               help="Only executions in this status. Repeatable.")
 @click.option("--playbook", default=None, metavar="TEXT",
               help="Only playbooks whose metadata.path or name contains TEXT.")
+@click.option("--label", "labels", multiple=True, metavar="KEY[=VALUE]",
+              help="Only executions with this label (KEY alone: any value). Repeatable: all must "
+                   "match.")
 @click.option("--since", default=None, metavar="WHEN",
               help="Only executions started since WHEN: a duration back (30m, 2h, 7d) or an "
                    "ISO-8601 time.")
@@ -38,11 +41,12 @@ def executions() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document: a list of executions.")
 @nats_url_option
 @prefix_option
-def list_executions(statuses: tuple[str, ...], playbook: str | None, since: str | None,
-                    limit: int, as_json: bool, nats_url: str | None, prefix: str) -> None:
+def list_executions(statuses: tuple[str, ...], playbook: str | None, labels: tuple[str, ...],
+                    since: str | None, limit: int, as_json: bool, nats_url: str | None, prefix: str) -> None:
     """List executions, newest first, from KV noetl_executions (a rejected request has no state
     and is not listed; `noetl-stream logs ID` shows its reasons).
     """
+    from noetl_stream.api.execution_filters import has_label
     from noetl_stream.cli.execution_log import all_states, parse_since, select, table
     from noetl_stream.runtime.services import client_bus
     from noetl_stream.state.records import Skips
@@ -64,6 +68,8 @@ def list_executions(statuses: tuple[str, ...], playbook: str | None, since: str 
         fail(EXIT_INFRA, f"could not read executions: {exc or type(exc).__name__}")
     for line in skips.lines():  # the others are listed all the same
         click.echo(f"warning: {line}", err=True)
+    if labels:
+        states = [s for s in states if all(has_label(s, wanted) for wanted in labels)]
     rows = select(states, statuses=statuses, playbook=playbook, since=since_s, limit=limit)
     if as_json:
         click.echo(jsonutil.dumps_str([r.as_json() for r in rows]))
