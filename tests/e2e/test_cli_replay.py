@@ -42,7 +42,8 @@ async def test_replay_runs_a_new_linked_execution_from_where_the_original_stoppe
     processes = Processes(nats_server.url, tmp_path / "logs")
     await processes.start("server", "worker", http=f"127.0.0.1:{port}")
     try:
-        failed = await run_cli("run", str(playbook), "--json", "--quiet", *url)
+        failed = await run_cli("run", str(playbook), "--json", "--quiet", "--label", "team=data",
+                               *url)
         assert failed.returncode == 1, failed.stderr
         original = str(failed.summary["execution_id"])
         assert calls(http_service) == {"one": 1, "two": 1, "three": 1, "four": 1, "five": 0}
@@ -70,6 +71,7 @@ async def test_replay_runs_a_new_linked_execution_from_where_the_original_stoppe
         # The new execution's start names the original; the original's log names both replays.
         started = events_of((await run_cli("watch", second, "--json", *url)).stdout)[0]
         assert (started["event_type"], started["replay_of"]) == ("execution.started", original)
+        assert started["labels"] == {"team": "data"}  # a replay is found by the original's labels
         watched = events_of((await run_cli("watch", original, "--json", *url)).stdout)
         assert [e["replay_execution_id"] for e in watched
                 if e["event_type"] == "execution.replayed"] == [first["execution_id"], second]

@@ -78,7 +78,8 @@ async def request_replay(bus: Bus, original_id: str, *, from_step: str | None = 
     new_id = execution_id or new_execution_id()
     request = ExecutionRequest(execution_id=new_id, playbook=text,
                                playbook_file=original.playbook_path or original.playbook_key,
-                               payload=merge(original.workload, workload or {}), replay=seed)
+                               payload=merge(original.workload, workload or {}), replay=seed,
+                               labels=dict(original.labels))  # found with the original
     await bus.stored.publish(bus.topology.execute_request_subject(),
                              request.model_dump_json().encode(),
                              {"Nats-Msg-Id": ids.request_msg_id(new_id)})
