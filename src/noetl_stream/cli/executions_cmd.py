@@ -44,7 +44,7 @@ def list_executions(statuses: tuple[str, ...], playbook: str | None, since: str 
     and is not listed; `noetl-stream logs ID` shows its reasons).
     """
     from noetl_stream.cli.execution_log import all_states, parse_since, select, table
-    from noetl_stream.runtime.services import client_bus
+    from noetl_stream.services import client_bus
     from noetl_stream.state.records import Skips
 
     now = time.time()
