@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl_stream.dsl import guards, layering, templating
+from noetl_stream.dsl.context import build_context, step_view, task_view
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
 from noetl_stream.observe import task_log, tracing
-from noetl_stream.router.context import build_context, step_view, task_view
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 from noetl_stream.worker import cursor

@@ -9,7 +9,7 @@ from typing import Any
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Task
 from noetl_stream.dsl.parsing.tasks import verbatim
-from noetl_stream.router.context import output_view
+from noetl_stream.dsl.views import output_view
 from noetl_stream.tools.base import Outcome
 
 

@@ -6,24 +6,17 @@ reserved names (`workload`, `ctx`, `args`, ...) always win. Shared by router and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from noetl_stream.dsl.values import LIST_MARK, ListView, LoopResults
-from noetl_stream.router.views import http_view, output_view, step_view, task_view
+from noetl_stream.dsl.values import LIST_MARK, ListView, LoopResults, job_view
+from noetl_stream.dsl.views import http_view, output_view, step_view, task_view
 
 __all__ = ["LIST_MARK", "ListView", "LoopResults", "build_context", "http_view", "job_view",
-           "output_view", "pick_steps", "step_view", "task_view"]
+           "output_view", "step_view", "task_view"]
 
 RESERVED = ("workload", "ctx", "args", "input", "iter", "vars", "execution_id", "event", "result",
             "output", "outcome", "response", "error", "_prev", "_task", "_attempt", "keychain")
-
-
-def job_view(execution_id: str) -> dict[str, str]:
-    """NoETL's `job` namespace: the execution's identity under the names its playbooks read
-    (`{{ job.execution_id }}`, `{{ job.uuid }}`, `{{ job.id }}`).
-    """
-    return {"execution_id": execution_id, "uuid": execution_id, "id": execution_id}
 
 
 def build_context(*, workload: Mapping[str, Any], ctx: Mapping[str, Any],
@@ -54,17 +47,3 @@ def build_context(*, workload: Mapping[str, Any], ctx: Mapping[str, Any],
     if extra:
         context.update(extra)
     return context
-
-
-def pick_steps(names: Iterable[str], records: Mapping[str, Any],
-               execution_id: str | None = None) -> dict[str, Any]:
-    """The finished steps' results among `names` (the names a step's templates read); given the
-    execution, large ones also answer NoETL's locators (`step_view`).
-    """
-    out: dict[str, Any] = {}
-    # Sorted: a set's order follows PYTHONHASHSEED, and this order reaches the command's bytes.
-    for name in sorted(names):
-        rec = records.get(name)
-        if rec is not None and rec.status in ("completed", "failed") and rec.runs:
-            out[name] = step_view(rec.result, rec.http, rec.loop, execution_id=execution_id)
-    return out
