@@ -3,7 +3,7 @@ scrapes without a user session), apart from the API and its sessions.
 
 A worker serves its own series (`/metrics`) and its own liveness (`/health`: the event loop
 answers and a round trip to nats-server on its connection ends within 3 s). A server also serves
-what JetStream and KV say at scrape time, and the cluster's `/health` (runtime/cluster_metrics.py,
+what JetStream and KV say at scrape time, and the cluster's `/health` (server/cluster_metrics.py,
 api/routes_ops.py).
 """
 

@@ -12,7 +12,7 @@ A command is dead-lettered in one of two ways:
   here before terminating it, since a terminated message leaves the work-queue stream at once.
 
 Any other message a consumer refuses (an event or request that fails validation, or one its
-handler raised on) is kept here too, as runtime/dispositions.py says, with the failure class in
+handler raised on) is kept here too, as bus/dispositions.py says, with the failure class in
 `Noetl-Dlq-Failure`.
 
 Every write is idempotent, so a crash at any point is repaired by the advisory's redelivery: the
@@ -51,7 +51,7 @@ DLQ_STREAM = "NOETL_DLQ"
 CONSUMER = "noetl-server-dead-letters"
 REASON_MAX_DELIVERIES = "max_deliveries"
 ADVISORY_BATCH = 16
-REASON_UNREADABLE = "unreadable"  # failed validation (runtime/dispositions.py)
+REASON_UNREADABLE = "unreadable"  # failed validation (bus/dispositions.py)
 REASON_HANDLER_ERROR = "handler_error"  # its consumer's code raised on it
 MAX_KEPT_SUBJECT = 512
 
@@ -194,7 +194,7 @@ class DeadLetters:
             msgs = await consumer.next_batch(ADVISORY_BATCH)
             for m in msgs:
                 try:
-                    # A full store is waited out holding the advisory (runtime/storage.py).
+                    # A full store is waited out holding the advisory (bus/storage.py).
                     await while_storage_refused(partial(self.handle_advisory, m),
                                                 what=f"dead letter for {m.subject[:200]}",
                                                 keep=m.in_progress)

@@ -30,7 +30,7 @@ NAK_DELAY_S = 1.0  # a transient failure waits this long before its message come
 # its deliveries (the consumer's max_deliver) must last while the servers are upgraded.
 NEWER_FORMAT_NAK_DELAY_S = 30.0
 # A message whose writes JetStream still refused for lack of room after the handler's own retries
-# (runtime/storage.py) waits longer: space comes back in minutes, not seconds.
+# (bus/storage.py) waits longer: space comes back in minutes, not seconds.
 STORAGE_NAK_DELAY_S = 30.0
 
 

@@ -38,7 +38,7 @@ def subject_of(bus: Bus, message: Outgoing) -> str:
     if message.kind == "cancel":  # the router stopping a child execution (router/children.py)
         return bus.topology.cancel_request_subject()
     execution_id = str(message.body["execution_id"])
-    if message.pool and message.event_type in ROUTER_INPUT_EVENTS:  # runtime/pools.py
+    if message.pool and message.event_type in ROUTER_INPUT_EVENTS:  # server/pools.py
         return bus.topology.outcome_subject(execution_id, message.event_type, message.pool)
     return bus.topology.event_subject(execution_id, message.event_type)
 
@@ -54,7 +54,7 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
     # events in the order the router produced them.
     sends: list[Awaitable[Any]] = []
     # Which publish a stored command came from: the same on every delivery of it (and after a
-    # backup's restore), another on a copy published again (runtime/attempt_claims.py).
+    # backup's restore), another on a copy published again (worker/attempt_claims.py).
     publish_id = secrets.token_hex(8)
     for m in outbox:
         if m.kind == "timer":

@@ -8,7 +8,7 @@ per connection takes every ack, a counter names each publish, a timer handle bou
 the ack is read with orjson: about half the CPU per publish (bench/README.md).
 
 Failures are nats-py's own exceptions (`APIError` and its subclasses, `NoStreamResponseError`,
-`KeyWrongLastSequenceError`, `TimeoutError`), so callers and runtime/dispositions.py classify
+`KeyWrongLastSequenceError`, `TimeoutError`), so callers and bus/dispositions.py classify
 them as they did.
 """
 
@@ -26,7 +26,7 @@ from nats.js.api import Header
 
 from noetl_stream import jsonutil
 
-JETSTREAM_TIMEOUT_S = 10.0  # also the JetStream context's (runtime/connection.py)
+JETSTREAM_TIMEOUT_S = 10.0  # also the JetStream context's (bus/connection.py)
 # JetStream's error codes for a revision-checked write that found another revision.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 

@@ -1,6 +1,6 @@
 """Following one execution's events live, as `nats sub 'noetl.events.<id>.>'` would.
 
-Reads through `EventFeed` (runtime/event_feed.py): a consumer we name ourselves, re-created from
+Reads through `EventFeed` (bus/event_feed.py): a consumer we name ourselves, re-created from
 the last sequence seen when it is lost, so each event reaches `on_event` once and in order.
 """
 
@@ -75,7 +75,7 @@ class ExecutionWatch:
 
     async def _on_msg(self, msg: Msg) -> None:
         try:
-            # A signal's body is a client's data, not an event envelope (runtime/signals.py).
+            # A signal's body is a client's data, not an event envelope (bus/signals.py).
             event = decode_event(self.bus.topology, msg.subject, msg.data)
         except ValueError:
             return

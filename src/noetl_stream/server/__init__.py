@@ -1,4 +1,5 @@
 """The server process: the shell around the pure router (server.py consumes events and commits
-state) and everything only a server runs or answers for (admission, dead-letter handling is in
-bus/, retention, stalls, triggers, restart, replay and verify). It imports nothing of worker/.
+state) and what only a server runs or answers for: admission, pools, partitions, retention and
+stalls, triggers, and the cancel, restart, replay and verify the API and CLI ask of it. It
+imports nothing of worker/.
 """

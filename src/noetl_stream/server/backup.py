@@ -9,7 +9,7 @@ JetStream reports it, its durable consumers and how far each has acknowledged, h
 its file holds and the file's SHA-256) and one `streams/<name>.jsonl` per stream, one message per
 line: `{seq, subject, time, hdrs, data}` with headers and body base64-encoded as JetStream returns
 them. A restore checks every file against the manifest before it creates anything
-(runtime/backup_files.py), and removes what it created if it fails on the way.
+(server/backup_files.py), and removes what it created if it fails on the way.
 
 Restore replays each stream's messages, in order, into a NATS that has none of these streams yet,
 with their subjects and headers (less the `Nats-Expected-*` checks, which held for the original

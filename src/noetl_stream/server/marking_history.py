@@ -1,5 +1,5 @@
 """An execution's marking after each event it applied (the web UI's timeline scrubber,
-`GET /api/executions/{id}/marking`), from the same rebuild `verify` uses (runtime/replay.py).
+`GET /api/executions/{id}/marking`), from the same rebuild `verify` uses (server/replay.py).
 
 Each frame names the event applied, the execution's status after it, every step's status, the
 steps with a run in flight (where the tokens are) and the joins waiting with the steps that have

@@ -9,7 +9,7 @@ would reach a worker twice. So once an outbox has been published the server mark
 `schema_version`), the revision whose outbox went out. A
 state read cold at the marked revision is not published again. One without the mark (its
 committer stopped between the publish and the mark) is: inside the window the streams drop the
-copies; after it a command's copy meets its attempt's claim (runtime/attempt_claims.py) and is
+copies; after it a command's copy meets its attempt's claim (worker/attempt_claims.py) and is
 acknowledged without running, and an event's copy is stored once more, which the router ignores
 (its run is no longer in flight).
 

@@ -105,7 +105,7 @@ class RouterPartitions:
     def __init__(self, bus: Bus, on_pinned: Callable[[int], None] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
-        # nats-server's time (runtime/nats_clock.py): servers whose hosts' clocks differ still
+        # nats-server's time (server/nats_clock.py): servers whose hosts' clocks differ still
         # agree on whose heartbeat is fresh.
         self.clock = clock
         # Told a partition's number when this server takes its pin: states of its executions

@@ -2,7 +2,7 @@
 
 A pool is known when its durable consumer exists on the commands stream (`noetl-stream init
 --pool NAME` declares it; every worker creates its own pool's at start) or a live worker
-heartbeats in it (runtime/heartbeats.py). A command the router addressed to any other pool would
+heartbeats in it (bus/heartbeats.py). A command the router addressed to any other pool would
 wait in the stream for good; the server publishes in its place the failure its worker would have
 sent (`step.failed` or `loop.iteration.failed`, error kind `pool`), under the same msg id.
 """

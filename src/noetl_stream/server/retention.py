@@ -14,7 +14,7 @@ object store. Every server sweeps every `sweep_period(retention)` (`RetentionSwe
 - events of an execution that has no state (one published after its execution was purged, or
   left by a state that expired by the TTL of earlier versions) go once they have been seen
   without a state for `retention`;
-- result objects no execution still kept can refer to go (runtime/result_sweep.py).
+- result objects no execution still kept can refer to go (server/result_sweep.py).
 
 A running execution is never purged: the sweeper and `purge` skip every state whose status is
 `running`, however old.

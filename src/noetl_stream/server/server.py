@@ -4,7 +4,7 @@ Per event batch of one execution: load state -> apply each event (pure) -> commi
 with its outbox by revision-checked KV update (retry on conflict) -> publish the outbox with
 deterministic msg ids -> mark the outbox published -> ack. A state loaded fresh from KV whose
 outbox is not marked has it re-published first, so a crash between commit and publish loses
-nothing, and a copy can never run a command twice (runtime/outbox_marks.py).
+nothing, and a copy can never run a command twice (server/outbox_marks.py).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class Server:
         req = topo.consumer("noetl-server-requests")
         requests = await open_pull(self.bus, req.stream, req.durable, credit=REQUEST_BATCH)
         # Events come per partition of the router's stream, each pinned to one server at a time
-        # (runtime/partitions.py); one loop per partition's durable.
+        # (server/partitions.py); one loop per partition's durable.
         self._partitions = RouterPartitions(self.bus, on_pinned=self._forget_partition,
                                             clock=self.clock)
         partitions = await self._partitions.start()
@@ -418,7 +418,7 @@ class Server:
 
         try:
             # A full store is waited out holding the group's events (their leases renewed), so
-            # none is spent on redeliveries while nothing can be written (runtime/storage.py).
+            # none is spent on redeliveries while nothing can be written (bus/storage.py).
             await while_storage_refused(commit, what=f"events of {execution_id}",
                                         keep=lambda: renew_leases([m for m, _ in items]))
         except asyncio.CancelledError:
@@ -444,7 +444,7 @@ class Server:
             now = self.clock()
             versions = cached.versions = await readable_versions(named_versions(items), self._playbook)
             # Applied beside the event loop; one whose templates render long is applied again
-            # from the committed state in a process of its own (runtime/render_pool.py).
+            # from the committed state in a process of its own (server/render_pool.py).
             events = [e for _, e in items]
             applied = await asyncio.to_thread(render_pool.apply_events_here, cached, events, now)
             if applied is None:
@@ -531,7 +531,7 @@ class Server:
 
     async def _refuse_unserved(self, state: ExecutionState, now: float) -> bool:
         """Replace the outbox's commands for pools no worker serves with their steps' failures
-        (runtime/pools.py); whether there were any.
+        (server/pools.py); whether there were any.
         """
         pools = {m.pool for m in state.outbox if m.kind == "command"}
         if not pools:

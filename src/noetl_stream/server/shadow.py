@@ -1,7 +1,7 @@
 """Shadow replay (`noetl-stream replay-check`): where a new version of a playbook would route a
 recorded execution differently. No I/O: the recorded log goes in, the differences come out.
 
-The recorded events are applied, through the same rebuild `verify` uses (runtime/replay.py),
+The recorded events are applied, through the same rebuild `verify` uses (server/replay.py),
 once with the version that ran and once with the new one. Each application's routing is what it
 sent on: the commands (by step) and the step and execution events that say where tokens went
 (`step.started`, `step.skipped`, `step.done`, `step.failed`, the end). The first event after

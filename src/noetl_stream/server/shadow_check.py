@@ -1,6 +1,6 @@
 """Reading what `noetl-stream replay-check` compares: each execution's committed state (the
 version it ran, `parent_iter`), its log and the versions its restarts named; then the pure
-comparison (runtime/shadow.py). `recent` finds the latest executions of a playbook.
+comparison (server/shadow.py). `recent` finds the latest executions of a playbook.
 """
 
 from __future__ import annotations

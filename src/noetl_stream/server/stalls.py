@@ -17,7 +17,7 @@ and looks for what it waits on:
 - a command in flight still in the work queue after its max deliveries (delivered, while no
   command of its pool is in progress) was never dead-lettered: its advisory found no room (a full
   store) and JetStream sends none again. It is dead-lettered as the advisory would have done it
-  (runtime/dead_letters.py `dead_letter_command`), on two checks in a row as above.
+  (bus/dead_letters.py `dead_letter_command`), on two checks in a row as above.
 - each listener timer (`ExecutionState.timers`) and each watchdog deadline overdue by more than
   `every_s` on two checks in a row, under the same conditions (no `timer.fired` for it anywhere;
   a listener's schedule message gone too), never fired: the run fails with kind `lost` (a
@@ -26,7 +26,7 @@ and looks for what it waits on:
   so it is delivered late (its `timer.fired` is published) instead, with a warning in the log.
 
 The failure is the one the worker would have published, under the worker's msg id
-(runtime/dead_letters.py `publish_step_failure`), so a real outcome and this one never both
+(bus/dead_letters.py `publish_step_failure`), so a real outcome and this one never both
 count, and the router applies it like any failure: its retry and failure arcs apply. The check
 is pure reading until it publishes, and several servers checking at once publish the same ids.
 """

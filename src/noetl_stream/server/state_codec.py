@@ -3,7 +3,7 @@
 A commit must fit one NATS message with its headers, and every value in it must be JSON. Before
 encoding, the step results the state names by key are written beside it (state/step_results.py)
 and large execution summaries in its outbox go by reference; a state still too large has its
-largest values moved to the object store (runtime/state_size.py). What cannot be stored even so
+largest values moved to the object store (server/state_size.py). What cannot be stored even so
 raises `Unstorable`, which the server turns into the execution's failure with the reason.
 """
 

@@ -75,7 +75,7 @@ def outbox_difference(committed: list[Outgoing],
                       outboxes: list[list[Outgoing]]) -> Difference | None:
     """The committed outbox is what the last commit's events emitted: the outboxes of the last
     few applied events, in order. A command the server replaced by its step's failure (no worker
-    serves its pool, runtime/pools.py) counts as that command.
+    serves its pool, server/pools.py) counts as that command.
     """
     want = [_as_emitted(m) for m in committed]
     emitted: list[str] = []

@@ -3,15 +3,15 @@ execution (docs/triggers.md).
 
 * Fires arrive on `<prefix>.triggers.fire.<name>` through the durable `noetl-server-triggers`:
   produced by nats-server from a trigger's schedule message, or sent by `trigger fire`,
-  `trigger backfill` and catch-up (runtime/trigger_catchup.py). The execution id is derived
+  `trigger backfill` and catch-up (server/trigger_catchup.py). The execution id is derived
   from (trigger, nominal fire time), the nominal time from what the message carries
-  (runtime/trigger_ops.py, triggers/cron.py `nominal_time`), so a redelivered or repeated fire
+  (server/trigger_ops.py, triggers/cron.py `nominal_time`), so a redelivered or repeated fire
   of one time starts one execution.
 * A subject trigger's messages arrive through its own durable on the stream holding its subject;
   the execution id is derived from the trigger, that stream and the message's sequence, so a
   message is started once per trigger however often it is delivered (a server killed before
   its ack included). An event trigger reads the events stream the same way, one execution per
-  (trigger, event id) (runtime/trigger_events.py).
+  (trigger, event id) (server/trigger_events.py).
 
 The request goes out with `Nats-Msg-Id: req:<id>` and the server's request handling creates an
 execution once per id (docs/architecture.md), so the id is the whole of "exactly once". The

@@ -1,8 +1,8 @@
 """`noetl-stream verify`: prove that an execution's committed state is what its events say.
 
 The events stream holds the truth; KV `noetl_executions` holds what the server made of it. This
-rebuilds the state from the events (runtime/replay.py), reads the committed one with the results
-and pages it names, and compares them field by field (runtime/state_diff.py); a finished
+rebuilds the state from the events (server/replay.py), reads the committed one with the results
+and pages it names, and compares them field by field (server/state_diff.py); a finished
 execution's summary in its last `execution.<status>` event is compared with the rebuilt state's
 summary too.
 """

@@ -3,7 +3,7 @@
 An execution runs the version its state names (`playbook_key`), except that a restart may name
 another (`restart --latest`): that restart is applied with the version it names, and if the
 router takes it the state names that version from then on (router/restart.py). The server and
-the rebuild (`runtime/replay.py`) choose the same way, so `verify` holds across the switch. A
+the rebuild (`server/replay.py`) choose the same way, so `verify` holds across the switch. A
 version no longer readable from the catalog is not chosen: the restart is applied with the
 execution's own version and changes none.
 """

@@ -3,12 +3,12 @@
 A command's `Nats-Msg-Id` names its attempt (`cmd:<step_run>:<iteration>:<attempt>`). The stream
 drops a second copy published inside its duplicate window, but not one published after it: a
 server that reads a state cold and cannot tell whether its outbox went out publishes it again
-(runtime/outbox_marks.py). Such a copy is another stored message; the same message handed to
+(server/outbox_marks.py). Such a copy is another stored message; the same message handed to
 another worker after a lease ran out must run again, since its first worker may have died with
 it.
 
 A stored message is told from a copy by its `Noetl-Publish-Id` header, a token the server draws
-for each publish of an outbox (runtime/publish.py): every delivery of one stored message carries
+for each publish of an outbox (bus/publish.py): every delivery of one stored message carries
 the same, and so does that message restored from a backup (restored messages get new stream
 sequences); a copy published again carries another. A command without it (published by a
 release before this header) is known by its stream sequence instead.

@@ -6,10 +6,10 @@ outcome continues and an error fails; with rules and no match, an error still fa
 says continue, but silently passing an error on is never what a playbook author means).
 Rules from a `retry:` clause carry a scope: `chain` re-runs the pipeline from its first task,
 and a clause that has run out hands the outcome to the rules after it. `Task.poll` re-runs a
-task until its guard holds. Waits and retry.* / poll.* events: runtime/retrying.py.
+task until its guard holds. Waits and retry.* / poll.* events: worker/retrying.py.
 Sinks (`Task.sink`, `Rule.sink`) store a result without replacing it, publishing sink.started and
 sink.processed; a failed sink fails the step. One handler per directive (`_on_<directive>`); polls
-and sinks keep state in runtime/polling.py and sinks.py; every wait goes through the given `Clock`.
+and sinks keep state in worker/polling.py and sinks.py; every wait goes through the given `Clock`.
 """
 
 from __future__ import annotations
@@ -355,14 +355,14 @@ class Pipeline:
 
     def _bind(self, task: Task, view: Any) -> None:
         """Name a task's result for the templates after it: `{{ fetch.status_code }}` reads a
-        task's own result through the same views as a finished step's (router/views.py); a
+        task's own result through the same views as a finished step's (dsl/views.py); a
         result a case rule replaced is bound as written.
         """
         self.locals[task.name] = view
         if task.name == self.own_task:
             self.locals[self.step] = view
 
-    # -- retry clause and poll (runtime/retrying.py) ----------------------------------------
+    # -- retry clause and poll (worker/retrying.py) ----------------------------------------
     def _key(self, task: Task, attempt: int) -> str:
         """The idempotency key of one call: new for every attempt, chain re-run and poll round."""
         key = f"{self.key_prefix}:{task.name}:{attempt}"

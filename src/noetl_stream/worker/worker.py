@@ -1,7 +1,7 @@
 """The worker: pull commands of one pool, run their pipelines, publish outcomes (ARCHITECTURE §6.3).
 
 Per command: claim its attempt (a copy published again after the duplicate window is acked
-without running, runtime/attempt_claims.py) -> publish `task.started` -> run the pipeline with
+without running, worker/attempt_claims.py) -> publish `task.started` -> run the pipeline with
 in-progress acks every AckWait/3 -> publish the terminal event (deterministic msg id) -> ack. A
 worker that dies mid-command is replaced by redelivery; the re-run publishes the same msg id, so
 the router sees one outcome.
@@ -157,7 +157,7 @@ class Worker:
         finally:
             if self._consumer is not None:
                 # Its slot is free: one more command may come (asked for at once or with the
-                # consumer's next request, runtime/pull.py).
+                # consumer's next request, bus/pull.py).
                 await self._consumer.grant(1)
 
     async def _handle_command(self, msg: Msg) -> None:
@@ -319,7 +319,7 @@ class Worker:
         if outcome.output:
             body["output"] = outcome.output  # what python tasks printed (events.py TaskOutput)
         if outcome.input:
-            body["input"] = outcome.input  # each task's rendered call (runtime/task_inputs.py)
+            body["input"] = outcome.input  # each task's rendered call (worker/task_inputs.py)
         if outcome.cursor is not None:
             body["cursor"] = outcome.cursor  # a cursor loop's claim: `exhausted` retires the slot
         if self.redact:
@@ -341,7 +341,7 @@ class Worker:
         """Publish the outcome event (its large values to the object store first); returns the
         outcome the router will see. A full store is waited out here, the command's lease kept
         by _keep_leases: handing the command back would run its tools again and spend its
-        deliveries (runtime/storage.py).
+        deliveries (bus/storage.py).
         """
         execution_id, run, iteration = (identity["execution_id"], identity["step_run_id"],
                                         identity["iteration"])
