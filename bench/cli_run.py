@@ -29,8 +29,8 @@ from typing import Any
 from common import raw_round_trips
 from run import chain_playbook
 
-from noetl_stream.runtime.connection import connect
-from noetl_stream.runtime.nats_server import start_nats_server
+from noetl_stream.bus.connection import connect
+from noetl_stream.bus.nats_server import start_nats_server
 
 HERE = Path(__file__).resolve().parent
 CLI = Path(sys.executable).parent / "noetl-stream"

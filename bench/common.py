@@ -21,8 +21,8 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.pull import PullConsumer
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.pull import PullConsumer
 
 
 def cpu_s(pid: int | None) -> float:
@@ -132,7 +132,7 @@ async def raw_concurrent(bus: Bus, executions: int, steps: int, *, tag: str) -> 
     what the delivery rules require of it: the command published and stored, taken by a
     "worker" that publishes the event (stored) and acks the command, the event taken by a
     "router" that commits a ~1 KB state with a revision-checked KV update, publishes the next
-    command and acks the event. Both sides keep pull requests waiting (runtime/pull.py) and
+    command and acks the event. Both sides keep pull requests waiting (bus/pull.py) and
     handle each message in a task of its own, as the runtime does. This is the throughput
     floor of the delivery rules in one Python process with nats-py, with no routing, no
     tools, no watchers and no progress events.

@@ -29,11 +29,11 @@ from typing import Any
 
 from common import cpu_s, raw_concurrent, raw_round_trips, rss_mb
 
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.nats_server import NatsServer, binary_version, start_nats_server
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer, binary_version, start_nats_server
+from noetl_stream.bus.provision import provision
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.services import run_services, submit_and_watch
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -43,11 +43,11 @@ from typing import Any
 
 from common import cpu_s, raw_round_trips, rss_mb
 
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import start_nats_server
+from noetl_stream.bus.provision import provision
 from noetl_stream.messages import ExecutionRequest
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.nats_server import start_nats_server
-from noetl_stream.runtime.provision import provision
+from noetl_stream.server.execution_ids import new_execution_id
 from noetl_stream.state.kv_keys import bucket_keys
 
 HERE = Path(__file__).resolve().parent
@@ -378,7 +378,7 @@ async def held_partitions(bus: Bus, since: float) -> dict[str, list[int]] | None
 
 async def spread_pins(bus: Bus, servers: int, deadline_s: float = 90.0) -> dict[str, list[int]]:
     """Run short executions until every partition of the router is pinned and no server holds
-    more than its share, as the servers' heartbeats say (runtime/partitions.py: a partition is
+    more than its share, as the servers' heartbeats say (server/partitions.py: a partition is
     pinned when its first event comes, and pins move to the servers that prefer them every few
     seconds). Returns the layout, spread or not by the deadline. Nothing to wait for on a build
     whose servers share one router consumer.

@@ -14,9 +14,9 @@ from aiohttp.test_utils import TestServer
 from blockbuster import BlockBuster, blockbuster_ctx
 
 from local_http import HttpService, http_app
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.provision import provision
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.provision import provision
 from noetl_stream.testing.nats import run_nats_server
 
 
@@ -77,8 +77,8 @@ def _allow_what_must_block(buster: BlockBuster) -> None:
     """Blocking calls made on the event loop on purpose; each says why it may."""
     # Starting nats-server makes its store folder, writes its config and spawns the binary: once,
     # before any service runs on the loop (a test's fixture, or the CLI before it serves).
-    _allow(buster, "noetl_stream/runtime/nats_server.py", "start_nats_server")
-    _allow(buster, "noetl_stream/runtime/nats_server.py", "find_binary")
+    _allow(buster, "noetl_stream/bus/nats_server.py", "start_nats_server")
+    _allow(buster, "noetl_stream/bus/nats_server.py", "find_binary")
     # Once per process: the tool plugins' entry points are looked up (then cached, tools/registry.py),
     # the home folder is made and a SecretBox reads its key file (then cached), as services start.
     _allow(buster, "noetl_stream/tools/registry.py", "plugin_entry_points")

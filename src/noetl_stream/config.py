@@ -24,7 +24,7 @@ ENV_COMMAND_MAX_DELIVER = "NOETL_STREAM_COMMAND_MAX_DELIVER"
 ENV_ROUTER_ACK_WAIT_S = "NOETL_STREAM_ROUTER_ACK_WAIT_S"
 
 
-# Node bits (0..1023) of the execution ids this process issues (runtime/execution_ids.py). Unset:
+# Node bits (0..1023) of the execution ids this process issues (server/execution_ids.py). Unset:
 # a random node per process.
 ENV_NODE_ID = "NOETL_STREAM_NODE_ID"
 
@@ -97,7 +97,7 @@ def router_ack_wait_override() -> float | None:
 
 # How long a finished execution is kept after it finished (a duration: `30d`, `12h`, `90m`,
 # `3600s`, or seconds; at least 1 s). Read by the server's retention sweep, which purges finished
-# executions by subject and key (runtime/retention.py); nothing running ever ages out.
+# executions by subject and key (server/retention.py); nothing running ever ages out.
 ENV_RETENTION = "NOETL_STREAM_RETENTION"
 DEFAULT_RETENTION_S = 30 * 86400.0
 MIN_RETENTION_S = 1.0
@@ -158,7 +158,7 @@ def retention_s() -> float:
 
 
 # NoETL's workers redact secret-named fields and secret-shaped texts in what a step stores
-# (runtime/redact.py). Off by default: a result is stored as the tool returned it, which a
+# (worker/redact.py). Off by default: a result is stored as the tool returned it, which a
 # playbook that echoes a header it sent relies on; credential values read through the keychain
 # or the secrets tool are masked either way.
 ENV_REDACT_RESULTS = "NOETL_STREAM_REDACT_RESULTS"

@@ -1,7 +1,7 @@
 """A credential's material as tools receive it, and the scope that says who may use it.
 
 Both live here, below `tools/` and `state/`, so the store (state/credentials.py), the resolvers
-(state/auth_cache.py, runtime/) and the tools all import them from one place and none of them
+(state/auth_cache.py, worker/keychain.py) and the tools all import them from one place and none of them
 imports another's package for them.
 
 A scope is stored with the credential (`credential set --playbook PATTERN`): the playbooks whose
@@ -9,7 +9,7 @@ path (`metadata.path`, else `metadata.name`) may use it, as shell-style patterns
 credential stored without one, as every credential written before scopes existed, may be used by
 every playbook: that keeps them working, and `credential list` shows them as `any playbook`.
 The worker checks the scope on every use and records it as a `credential.used` event
-(runtime/credential_guard.py).
+(worker/credential_guard.py).
 """
 
 from __future__ import annotations

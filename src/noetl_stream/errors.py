@@ -38,7 +38,7 @@ OutcomeErrorKind = Literal[
     # the pipeline around the tools
     "template", "keychain", "tool", "task", "sink", "pipeline", "poll_timeout",
     # JetStream refused to store the outcome for lack of room, for the whole storage bound
-    # (runtime/storage.py)
+    # (bus/storage.py)
     "storage",
 ]
 """`error.kind` of a failed outcome (tools/base.py `Outcome.failure`); the router adds its own
@@ -139,7 +139,7 @@ class CatalogError(NoetlStreamError, LookupError):
 
 
 class RestartRefused(NoetlStreamError, ValueError):
-    """A restart that cannot be asked for (runtime/restart.py); `unknown`: no such execution."""
+    """A restart that cannot be asked for (server/restart.py); `unknown`: no such execution."""
 
     def __init__(self, message: str, *, unknown: bool = False) -> None:
         super().__init__(message)
@@ -147,7 +147,7 @@ class RestartRefused(NoetlStreamError, ValueError):
 
 
 class ReplayRefused(RestartRefused):
-    """A replay that cannot be asked for (runtime/replays.py); `unknown`: no such execution."""
+    """A replay that cannot be asked for (server/replays.py); `unknown`: no such execution."""
 
 
 class KeychainError(CredentialError):

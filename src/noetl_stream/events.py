@@ -2,7 +2,7 @@
 
 Every event published by the router, the server or a worker is a JSON object with the envelope
 fields of `Event` (`event_id`, `event_type`, `execution_id`, `timestamp` as epoch seconds, `time`
-as ISO-8601 UTC, `parent_execution_id`); the publishing layer (runtime/publish.py `stamp`) adds
+as ISO-8601 UTC, `parent_execution_id`); the publishing layer (bus/publish.py `stamp`) adds
 `event_id` and `time` where the producer left them out, so every producer gets them. Each type
 adds its own fields. `schemas/events/<type>.schema.json` is generated from these models
 (`python -m noetl_stream.schemas`); a test validates real published events against them, and
@@ -10,7 +10,7 @@ another keeps the README's list of event types equal to `EVENT_TYPES`.
 
 Models allow fields they do not name: a consumer may rely on the fields named here, and new
 fields can be added without breaking it. Signals (`signal.<name>`) are not in the catalog: their
-body is the data a client published, never an envelope (runtime/signals.py).
+body is the data a client published, never an envelope (bus/signals.py).
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ class TimerFired(Event):
 
 class CredentialUsed(IterationEvent):
     """A worker checked a stored credential's scope for a task and recorded the use
-    (runtime/credential_guard.py); never any of its material.
+    (worker/credential_guard.py); never any of its material.
     """
 
     credential: str = Field(description="The stored credential's name.")

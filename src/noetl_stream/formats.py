@@ -7,7 +7,7 @@ time up to the current one, so a release reads everything any earlier release wr
 version cannot be migrated: `read` raises NewerFormat, and `read_newer` keeps it as written
 (fields this release does not know are ignored) for readers that only show it. A writer never
 rewrites a record newer than it understands: the server refuses such an execution state with a
-log line and hands its events back (runtime/dispositions.py, `newer_format`), for a server that
+log line and hands its events back (bus/dispositions.py, `newer_format`), for a server that
 reads it.
 
 A format's version changes when a release writes something an earlier one would misread. The
@@ -109,8 +109,8 @@ STATE = Format("execution state", 2, {1: _unchanged})
 # An entry of KV noetl_step_results: {"v": value} or {"o": object reference} (a result, a page
 # of loop results or of settled step records).
 STEP_RESULT = Format("stored step result", 2, {1: _unchanged})
-# The claim of a command's attempt (runtime/attempt_claims.py) and the mark of an outbox
-# published (runtime/outbox_marks.py), both new in version 2: no version 1 was ever written.
+# The claim of a command's attempt (worker/attempt_claims.py) and the mark of an outbox
+# published (server/outbox_marks.py), both new in version 2: no version 1 was ever written.
 CLAIM = Format("attempt claim", 2, {1: _unchanged})
 OUTBOX_MARK = Format("outbox mark", 2, {1: _unchanged})
 

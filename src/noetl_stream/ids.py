@@ -1,7 +1,7 @@
 """Identifiers: deterministic execution ids and message ids. Pure: no clock, no randomness.
 
 Fresh execution ids need a clock and are issued by the runtime shell
-(`runtime/execution_ids.py`). The ids here are derived from other ids, so a redelivered command
+(`server/execution_ids.py`). The ids here are derived from other ids, so a redelivered command
 or a repeated request always arrives at the same one. Every `Nats-Msg-Id` is derived from the
 message's content identity so that re-publishing after a crash is dropped by the stream's
 duplicate window (ARCHITECTURE §6.1).
@@ -58,7 +58,7 @@ def is_subject_token(text: str) -> bool:
 def request_msg_id(execution_id: str, body: bytes | None = None) -> str:
     """`Nats-Msg-Id` of an execution request: `req:<id>`, so sending one request twice starts
     one execution. With `body` (`req:<id>:<digest>`), another body under the same id is another
-    message, which the server answers as a conflict (runtime/request_rpc.py).
+    message, which the server answers as a conflict (server/request_rpc.py).
     """
     if body is None:
         return f"req:{execution_id}"

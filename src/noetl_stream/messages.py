@@ -3,7 +3,7 @@ and the one constructor of each message this package produces.
 
 Requests (`ExecutionRequest`, `CancelRequest`), commands (`Command`), events (`EventEnvelope`,
 the catalog of each type's fields is noetl_stream/events.py) and signals (`SignalEvent`) are
-validated where they are received (runtime/server.py, runtime/worker.py) before anything acts
+validated where they are received (server/server.py, worker/worker.py) before anything acts
 on them. Identifiers are limited to a safe charset and length, JSON values to a depth and to
 64-bit integers, so that no single message can build a subject, KV key or header that NATS
 refuses (nats-server closes a connection whose control line passes 4096 bytes) or state that
@@ -370,7 +370,7 @@ class SignalEvent(BaseModel):
 def event_body(event_type: str, execution_id: str, timestamp: float, *,
                parent_execution_id: str | None = None, **fields: Any) -> dict[str, Any]:
     """The one constructor of an event body: the envelope, then the type's own fields
-    (events.py); `event_id` and `time` are stamped where it is published (runtime/publish.py).
+    (events.py); `event_id` and `time` are stamped where it is published (bus/publish.py).
     """
     return {"event_type": event_type, "execution_id": execution_id, "timestamp": timestamp,
             "parent_execution_id": parent_execution_id, **fields}
@@ -379,7 +379,7 @@ def event_body(event_type: str, execution_id: str, timestamp: float, *,
 # -- validation at the edges -----------------------------------------------------------------
 class Malformed(ValueError):
     """A message that no delivery can make valid; `failure` is its class in
-    runtime/dispositions.py (`malformed_json`, `schema`, `subject_mismatch`).
+    bus/dispositions.py (`malformed_json`, `schema`, `subject_mismatch`).
     """
 
     def __init__(self, failure: str, reason: str, raw: Any = None) -> None:

@@ -1,6 +1,6 @@
 """Every subject, stream, consumer and bucket name in one place, read from `subjects/topology.yaml`.
 
-Pure: no NATS here; `runtime/provision.py` turns this description into streams and buckets.
+Pure: no NATS here; `bus/provision.py` turns this description into streams and buckets.
 """
 
 from __future__ import annotations

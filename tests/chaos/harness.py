@@ -39,9 +39,9 @@ from nats.js.api import DeliverPolicy
 from verifying import verify_planned
 
 from noetl_stream import jsonutil
+from noetl_stream.bus.nats_server import NatsServer, start_nats_server
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.messages import ExecutionRequest, split_outcome_pool
-from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
 from noetl_stream.state.catalog import register_files
 from noetl_stream.state.results import ResultStore
 

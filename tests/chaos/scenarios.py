@@ -24,10 +24,10 @@ from nats.js.errors import APIError
 from trigger_firing import trigger_firing
 
 from noetl_stream import ids, jsonutil
+from noetl_stream.bus.nats_server import MAX_PAYLOAD, NatsServer, find_binary, free_port
+from noetl_stream.bus.provision import consumer_config
+from noetl_stream.bus.storage import storage_refusal
 from noetl_stream.messages import ExecutionRequest
-from noetl_stream.runtime.nats_server import MAX_PAYLOAD, NatsServer, find_binary, free_port
-from noetl_stream.runtime.provision import consumer_config
-from noetl_stream.runtime.storage import storage_refusal
 from noetl_stream.state.results import ResultStore
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing import faketime

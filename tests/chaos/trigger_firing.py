@@ -24,8 +24,8 @@ from harness import CLI, Run, Stack, connect_client, read_stream, retrying
 from nats.js.api import DeliverPolicy
 
 from noetl_stream import ids
-from noetl_stream.runtime import trigger_ops
-from noetl_stream.runtime.connection import Bus, connect
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.server import trigger_ops
 from noetl_stream.triggers.document import parse_trigger
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl_stream.runtime.connection import connect
+from noetl_stream.bus.connection import connect
 from noetl_stream.testing.verifying import verify_every_execution
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from noetl_stream.runtime.connection import connect
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.connection import connect
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.verifying import differences, verify_every_execution
 
 CHECK = "every_execution_verifies"

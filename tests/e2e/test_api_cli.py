@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

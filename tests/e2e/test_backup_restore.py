@@ -13,11 +13,11 @@ import pytest
 from cli import run_cli
 from nats.js.errors import KeyNotFoundError
 
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services, submit_and_watch
-from noetl_stream.runtime.signals import publish_signal
-from noetl_stream.runtime.watcher import ExecutionWatch
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.provision import provision
+from noetl_stream.bus.signals import publish_signal
+from noetl_stream.bus.watcher import ExecutionWatch
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.waiting import assert_eventually
 

@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from cli import CLI, run_cli
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

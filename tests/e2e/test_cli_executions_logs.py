@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from cli import run_cli
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.services import run_services, submit_and_watch
 from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e
@@ -98,7 +98,7 @@ async def test_list_logs_and_watch_read_finished_executions(bus: Bus, nats_serve
 async def test_logs_follow_prints_new_events_until_the_end(bus: Bus, nats_server: NatsServer) -> None:
     import asyncio
 
-    from noetl_stream.runtime.signals import publish_signal
+    from noetl_stream.bus.signals import publish_signal
 
     approval = (Path(__file__).parents[2] / "playbooks" / "examples" / "approval.yaml").read_text()
     url = ["--nats-url", nats_server.url]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli import CLI, PLAYBOOKS, run_cli, run_playbook
 
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

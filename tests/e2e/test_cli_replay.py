@@ -16,8 +16,8 @@ from test_cli_restart import Processes, calls
 
 from local_http import HttpService
 from noetl_stream.api import open_authenticator
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer, free_port
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer, free_port
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from cli import run_cli
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import run_services
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.services import run_services
 from playbook_files import read_playbook
 
 pytestmark = pytest.mark.e2e

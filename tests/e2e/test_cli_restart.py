@@ -19,9 +19,9 @@ from cli import CLI, run_cli
 
 from local_http import HttpService
 from noetl_stream.api import open_authenticator
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer, free_port
-from noetl_stream.runtime.services import run_services
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer, free_port
+from noetl_stream.services import run_services
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 

@@ -12,10 +12,10 @@ from cli import run_cli
 
 from local_http import HttpService
 from noetl_stream import ids
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import run_services
-from noetl_stream.runtime.verify import committed_state
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.server.verify import committed_state
+from noetl_stream.services import run_services
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
 from playbook_files import read_playbook

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from cli import CLI, run_cli
 
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.cli.progress import ProgressPrinter
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 

@@ -6,8 +6,8 @@ import pytest
 from cli import PLAYBOOKS, run_cli, run_playbook
 
 from local_http import HttpService
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import free_port
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import free_port
 
 pytestmark = pytest.mark.e2e
 

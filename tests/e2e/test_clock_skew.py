@@ -17,9 +17,9 @@ import pytest
 from cli import CLI
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.provision import provision
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing import faketime
 from noetl_stream.testing.nats import run_nats_server
 

@@ -19,10 +19,10 @@ from cli import run_cli
 from processes import Processes
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.submission import submit
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.provision import provision
+from noetl_stream.server.submission import submit
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
 

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 from cli import CLI
 
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.provision import provision
+from noetl_stream.bus.watcher import ExecutionWatch
 from noetl_stream.messages import ExecutionRequest, RequestReply
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.waiting import assert_eventually

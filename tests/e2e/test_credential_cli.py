@@ -16,8 +16,8 @@ import pytest
 
 from local_http import HttpService
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import connect
-from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
+from noetl_stream.bus.connection import connect
+from noetl_stream.bus.nats_server import NatsServer, start_nats_server
 from noetl_stream.state.crypto import ENV_SECRET_KEY
 from noetl_stream.testing.events import stored_events
 from playbook_files import read_playbook

@@ -21,7 +21,7 @@ from cli import CLI
 from playwright.async_api import Browser, async_playwright, expect
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

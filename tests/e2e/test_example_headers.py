@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from cli import CLI, run_cli
 
-from noetl_stream.runtime.nats_server import NatsServer, free_port
+from noetl_stream.bus.nats_server import NatsServer, free_port
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from cli import run_cli
 
-from noetl_stream.runtime.nats_server import free_port
+from noetl_stream.bus.nats_server import free_port
 from optional_extras import needs_duckdb
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "playbooks" / "examples"

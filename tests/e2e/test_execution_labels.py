@@ -14,10 +14,10 @@ from cli import PLAYBOOKS, run_cli
 from processes import Processes
 
 from noetl_stream import ids, jsonutil
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.verify import verify
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.provision import provision
+from noetl_stream.server.verify import verify
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
 

@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 from processes import Processes
 
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.provision import provision
+from noetl_stream.services import submit_and_watch
 
 pytestmark = pytest.mark.e2e
 

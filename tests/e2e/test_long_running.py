@@ -20,9 +20,9 @@ from nats.js.errors import KeyNotFoundError
 from processes import Processes
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.services import submit_and_watch
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import playbook_path, read_playbook

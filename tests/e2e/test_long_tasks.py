@@ -22,12 +22,12 @@ import pytest
 from processes import RoleProcess
 
 from local_http import HttpService
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.provision import provision
+from noetl_stream.bus.signals import publish_signal
+from noetl_stream.bus.watcher import ExecutionWatch
 from noetl_stream.messages import ExecutionRequest, RequestReply
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.outbox_marks import mark_key
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.signals import publish_signal
-from noetl_stream.runtime.watcher import ExecutionWatch
+from noetl_stream.server.outbox_marks import mark_key
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.nats import run_nats_server

@@ -18,14 +18,14 @@ from nats.js.api import StreamConfig
 from nats.js.errors import APIError, KeyNotFoundError
 
 from noetl_stream import jsonutil
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import MAX_PAYLOAD
+from noetl_stream.bus.provision import provision
+from noetl_stream.bus.storage import storage_refusal
 from noetl_stream.messages import ExecutionRequest, RequestReply
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.nats_server import MAX_PAYLOAD
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services
-from noetl_stream.runtime.stalls import StallCheck
-from noetl_stream.runtime.storage import storage_refusal
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.server.stalls import StallCheck
+from noetl_stream.services import run_services
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.cluster import small_store_node
 from noetl_stream.testing.waiting import assert_eventually

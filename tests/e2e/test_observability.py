@@ -22,8 +22,8 @@ import aiohttp
 import pytest
 from cli import run_cli
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

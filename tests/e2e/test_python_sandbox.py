@@ -22,9 +22,9 @@ import orjson
 import pytest
 from cli import CLI
 
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.provision import provision
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.tools.python_slots import WORKER_CAPABILITIES
 from playbook_files import fill, playbook_path, read_playbook

@@ -13,10 +13,10 @@ from cli import run_cli
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import run_services, submit_and_watch
-from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.signals import publish_signal
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook

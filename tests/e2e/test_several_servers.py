@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from cli import CLI
 
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.watcher import ExecutionWatch
 from noetl_stream.messages import ExecutionRequest
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.watcher import ExecutionWatch
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.waiting import assert_eventually

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from cli import CLI, PLAYBOOKS, run_cli
 
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from cli import run_cli
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.tools.base import TaskCall
 from noetl_stream.tools.registry import ToolRegistry, installed_kinds, tool_origins
 from playbook_files import read_playbook

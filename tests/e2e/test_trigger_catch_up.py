@@ -23,9 +23,9 @@ from processes import RoleProcess
 from test_triggers import EXAMPLES, apply_text, at, cli, fired, started
 
 from noetl_stream import ids
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer, free_port, start_nats_server
-from noetl_stream.runtime.provision import provision
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer, free_port, start_nats_server
+from noetl_stream.bus.provision import provision
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

@@ -20,9 +20,9 @@ from processes import RoleProcess
 from test_triggers import EXAMPLES, cli, completed, fired, started
 
 from noetl_stream import ids
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.provision import provision
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.provision import provision
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

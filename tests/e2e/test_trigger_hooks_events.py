@@ -18,9 +18,9 @@ from processes import RoleProcess
 from test_triggers import EXAMPLES, at, cli, completed, started
 
 from noetl_stream import ids, jsonutil
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.provision import provision
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.provision import provision
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
 from noetl_stream.triggers.signature import sign

@@ -24,8 +24,8 @@ from cli import run_cli
 from processes import RoleProcess
 
 from noetl_stream import ids, jsonutil
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
 from noetl_stream.triggers.cron import Cron

@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 
 from noetl_stream import ids, jsonutil
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.provision import provision
+from noetl_stream.bus.signals import publish_signal
+from noetl_stream.bus.watcher import ExecutionWatch
 from noetl_stream.formats import STATE
 from noetl_stream.messages import ExecutionRequest, RequestReply
 from noetl_stream.router.state import ExecutionState
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services
-from noetl_stream.runtime.signals import publish_signal
-from noetl_stream.runtime.watcher import ExecutionWatch
+from noetl_stream.services import run_services
 
 pytestmark = pytest.mark.e2e
 

@@ -9,9 +9,9 @@ import pytest
 from cli import run_cli
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import run_services
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.services import run_services
 from noetl_stream.testing.verifying import differences, verify_every_execution
 from playbook_files import playbook_path
 

@@ -31,7 +31,7 @@ from web_ui import (
     log_in,
 )
 
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

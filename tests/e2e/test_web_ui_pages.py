@@ -18,7 +18,7 @@ from playwright.async_api import Browser, Page, async_playwright, expect
 from web_ui import CHROMIUM, CHROMIUM_FLAGS, PLAYBOOKS, Stack, log_in, running_stack, shot
 
 from local_http import HttpService
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.nats_server import NatsServer
 
 pytestmark = pytest.mark.e2e
 

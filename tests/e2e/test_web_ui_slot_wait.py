@@ -11,7 +11,7 @@ import pytest
 from playwright.async_api import Browser, async_playwright, expect
 from web_ui import CHROMIUM, CHROMIUM_FLAGS, PLAYBOOKS, Stack, log_in, running_stack
 
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

@@ -16,7 +16,7 @@ import pytest
 from playwright.async_api import Browser, async_playwright, expect
 from web_ui import CHROMIUM, CHROMIUM_FLAGS, CLI, PASSWORD, Stack, _stop, cli, free_port, log_in
 
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e

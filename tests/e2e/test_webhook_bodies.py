@@ -16,8 +16,8 @@ from cli import run_cli
 from test_trigger_hooks_events import SECRET, api_stack
 from test_triggers import EXAMPLES, cli, completed, started
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 from noetl_stream.triggers.signature import sign
 

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestServer
 from noetl_stream.api import create_app, open_authenticator
 from noetl_stream.api.auth import Authenticator
 from noetl_stream.api.context import CONTEXT, ApiContext
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.bus.connection import Bus
 
 
 @dataclass

@@ -13,10 +13,10 @@ import pytest
 import pytest_asyncio
 from plain_client import PlainClient
 
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.provision import provision
+from noetl_stream.services import run_services
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.postgres import PostgresServer, run_postgres_server

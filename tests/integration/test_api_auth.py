@@ -11,7 +11,7 @@ import pytest
 from api_client import Api, admin_key, running_api
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.bus.connection import Bus
 from noetl_stream.state.sessions import SessionStore
 from noetl_stream.testing.events import stored_messages
 

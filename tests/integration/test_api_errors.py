@@ -11,8 +11,8 @@ from aiohttp import web
 from api_client import Api, admin_key, running_api
 
 from noetl_stream import jsonutil
+from noetl_stream.bus.connection import Bus
 from noetl_stream.messages import ExecutionRequest
-from noetl_stream.runtime.connection import Bus
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 

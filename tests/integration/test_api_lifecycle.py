@@ -12,7 +12,7 @@ import pytest
 from api_client import Api, running_api
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.bus.connection import Bus
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 

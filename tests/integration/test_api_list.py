@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from api_client import Api, admin_key, running_api
 
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.bus.connection import Bus
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 

@@ -11,9 +11,9 @@ import pytest
 from api_client import Api, admin_key, running_api
 
 from local_http import HttpService
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import run_services
-from noetl_stream.runtime.verify import verify
+from noetl_stream.bus.connection import Bus
+from noetl_stream.server.verify import verify
+from noetl_stream.services import run_services
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 

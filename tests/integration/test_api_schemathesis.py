@@ -16,7 +16,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
 from noetl_stream.api.routes import api_document
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.bus.connection import Bus
 
 pytestmark = pytest.mark.integration
 

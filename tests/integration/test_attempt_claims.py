@@ -1,4 +1,4 @@
-"""A worker runs one copy of a command per attempt (runtime/attempt_claims.py): a copy stored
+"""A worker runs one copy of a command per attempt (worker/attempt_claims.py): a copy stored
 again after the duplicate window is acknowledged without running, while a delivery of the message
 that holds the claim runs, unless that message's run already stored its outcome. The command is
 one a server wrote (tests/fixtures/inflight-schema-2.json), run by a real worker on a real
@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 
 from noetl_stream import jsonutil
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.publish import PUBLISH_ID_HEADER
 from noetl_stream.formats import CLAIM
-from noetl_stream.runtime.attempt_claims import claim_key
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.publish import PUBLISH_ID_HEADER
-from noetl_stream.runtime.services import run_services
+from noetl_stream.services import run_services
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.waiting import assert_eventually
+from noetl_stream.worker.attempt_claims import claim_key
 
 WRITTEN = json.loads((Path(__file__).parents[1] / "fixtures" / "inflight-schema-2.json").read_text())
 COMMAND = WRITTEN["commands"][0]

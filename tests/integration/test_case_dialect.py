@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from local_http import HttpService
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import run_services, submit_and_watch
 
 pytestmark = pytest.mark.integration
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.provision import provision
 from noetl_stream.dsl.composition import load_with_children
-from noetl_stream.runtime.cancel import request_cancel
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.server.cancel import request_cancel
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.state.catalog import register_files
 from noetl_stream.testing.events import child_states, stored_events
 from noetl_stream.testing.waiting import assert_eventually

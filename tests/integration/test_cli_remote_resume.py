@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import pytest
 from api_client import admin_key, running_api
 
+from noetl_stream.bus.connection import Bus
 from noetl_stream.cli.remote import open_client
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import run_services
+from noetl_stream.services import run_services
 from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration

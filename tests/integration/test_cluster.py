@@ -12,9 +12,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from noetl_stream import config
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.provision import provision, provision_patiently
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.provision import provision, provision_patiently
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.cluster import NatsCluster, run_nats_cluster
 

@@ -9,9 +9,9 @@ import time
 import pytest
 from nats.js.errors import KeyNotFoundError
 
-from noetl_stream.runtime.admission import SWEEP_S
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.server.admission import SWEEP_S
+from noetl_stream.services import submit_and_watch
 from noetl_stream.state import concurrency_groups as groups
 from noetl_stream.testing.waiting import assert_eventually
 

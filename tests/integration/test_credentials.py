@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from nats.js.errors import KeyNotFoundError
 
+from noetl_stream.bus.connection import Bus
 from noetl_stream.credentials import Credential
 from noetl_stream.errors import CredentialError, ToolError
-from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache, CachedCredentialResolver
 from noetl_stream.state.credentials import CredentialStore, mask
 from noetl_stream.state.crypto import ENV_SECRET_KEY, SecretBox, generate_key

@@ -13,8 +13,8 @@ import asyncpg
 import pytest
 from plain_client import PlainClient
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import run_services
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import run_services
 from noetl_stream.tools.base import Claimer, TaskCall
 from noetl_stream.tools.claims import LEDGER
 from noetl_stream.tools.postgres import PostgresTool

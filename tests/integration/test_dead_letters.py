@@ -18,15 +18,15 @@ import pytest
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.dead_letters import (
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.dead_letters import (
     REASON_MAX_DELIVERIES,
     REASON_UNREADABLE,
     DeadLetter,
     list_dead_letters,
 )
-from noetl_stream.runtime.provision import consumer_config
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.provision import consumer_config
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook

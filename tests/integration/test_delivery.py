@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 from plain_client import PlainClient
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.provision import consumer_config
-from noetl_stream.runtime.services import run_services
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.provision import consumer_config
+from noetl_stream.services import run_services
 from noetl_stream.testing.events import stored_events, stored_messages
 from playbook_files import read_playbook
 

@@ -22,7 +22,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from nats_conf import dump, load
-from noetl_stream.runtime.nats_server import find_binary, free_port
+from noetl_stream.bus.nats_server import find_binary, free_port
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 VALUES = DEPLOY / "kubernetes" / "nats" / "values.yaml"

@@ -19,9 +19,9 @@ from optional_extras import import_duckdb
 duckdb = import_duckdb()
 
 from noetl_stream import jsonutil
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import free_port
 from noetl_stream.credentials import Credential
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import SecretBox
 from noetl_stream.testing.events import stored_events

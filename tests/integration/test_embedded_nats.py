@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from noetl_stream.runtime.nats_server import find_binary, free_port, start_nats_server
+from noetl_stream.bus.nats_server import find_binary, free_port, start_nats_server
 from noetl_stream.testing.cluster import stop_node
 from noetl_stream.testing.waiting import assert_eventually
 

@@ -11,11 +11,11 @@ import pytest
 from nats.errors import Error as NatsError
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.event_feed import EVENTS_STREAM, EventFeed
-from noetl_stream.runtime.nats_server import start_nats_server
-from noetl_stream.runtime.provision import provision, provision_patiently
-from noetl_stream.runtime.watcher import ExecutionWatch
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.event_feed import EVENTS_STREAM, EventFeed
+from noetl_stream.bus.nats_server import start_nats_server
+from noetl_stream.bus.provision import provision, provision_patiently
+from noetl_stream.bus.watcher import ExecutionWatch
 from noetl_stream.testing.cluster import run_nats_cluster
 from noetl_stream.testing.waiting import assert_eventually
 

@@ -15,11 +15,11 @@ from jsonschema import Draft202012Validator
 
 from local_http import HttpService
 from noetl_stream import jsonutil
+from noetl_stream.bus.connection import Bus
 from noetl_stream.messages import ExecutionRequest, split_outcome_pool
-from noetl_stream.runtime.cancel import request_cancel
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.server.cancel import request_cancel
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from noetl_stream import refs
+from noetl_stream.bus.connection import Bus
 from noetl_stream.dsl import parse_playbook
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.services import submit_and_watch
 from noetl_stream.state.results import ResultStore
 
 pytestmark = pytest.mark.integration

@@ -22,11 +22,11 @@ import pytest
 from nats.aio.client import Client
 
 from noetl_stream.api import serve
-from noetl_stream.runtime.connection import Bus, own_connection
-from noetl_stream.runtime.dead_letters import list_dead_letters
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus, own_connection
+from noetl_stream.bus.dead_letters import list_dead_letters
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 

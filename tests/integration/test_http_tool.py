@@ -8,7 +8,7 @@ import pytest
 from plain_client import PlainClient
 
 from local_http import HttpService
-from noetl_stream.runtime.nats_server import free_port
+from noetl_stream.bus.nats_server import free_port
 from noetl_stream.tools.base import TaskCall
 from noetl_stream.tools.http import HttpTool
 from playbook_files import read_playbook

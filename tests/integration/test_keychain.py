@@ -15,8 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import submit_and_watch
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import ENV_SECRET_KEY, SecretBox
 from noetl_stream.testing.events import stored_events

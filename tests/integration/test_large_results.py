@@ -17,8 +17,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from noetl_stream import jsonutil, refs
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import submit_and_watch
 from noetl_stream.state.results import ResultStore
 from noetl_stream.testing.events import stored_events
 from noetl_stream.tools.base import TaskCall, ToolServices

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from plain_client import PlainClient
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.services import submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 

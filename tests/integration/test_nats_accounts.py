@@ -17,16 +17,16 @@ from nats.js.api import ConsumerConfig
 from nats.js.errors import NotFoundError
 
 from noetl_stream import config, jsonutil
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.event_feed import EventFeed
+from noetl_stream.bus.nats_server import free_port
+from noetl_stream.bus.provision import provision
+from noetl_stream.bus.publish import publish_event
+from noetl_stream.bus.signals import publish_signal
 from noetl_stream.credentials import CredentialScope
 from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.event_feed import EventFeed
-from noetl_stream.runtime.nats_server import free_port
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.publish import publish_event
-from noetl_stream.runtime.services import run_services, submit_and_watch
-from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.state.catalog import register_files
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import SecretBox

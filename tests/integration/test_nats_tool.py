@@ -14,8 +14,8 @@ from fixed_credentials import Credentials
 from nats.aio.client import Client
 from nats.js.api import StreamConfig
 
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.credentials import Credential
-from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 from noetl_stream.tools.nats import NatsTool
@@ -182,7 +182,7 @@ async def test_auth_runs_the_operation_on_the_credentials_server(tmp_path: Path)
 
 
 async def test_auth_to_an_unreachable_server_is_a_retryable_connection_error() -> None:
-    from noetl_stream.runtime.nats_server import free_port
+    from noetl_stream.bus.nats_server import free_port
 
     url = f"nats://127.0.0.1:{free_port()}"
     creds = Credentials(gone=Credential("gone", "generic", {"url": url}))

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from noetl_stream import jsonutil
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.signals import publish_signal
 from noetl_stream.formats import STATE, VERSION_FIELD
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import run_services
-from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.services import run_services
 from noetl_stream.testing.waiting import assert_eventually
 
 FIXTURE = json.loads((Path(__file__).parents[1] / "fixtures" / "state-0.1.0.json").read_text())

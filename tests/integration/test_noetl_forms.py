@@ -11,8 +11,8 @@ import pytest
 from api_client import running_api
 
 from local_http import HttpService
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import run_services, submit_and_watch
 
 pytestmark = pytest.mark.integration
 

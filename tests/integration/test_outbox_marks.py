@@ -1,5 +1,5 @@
 """A committed outbox read cold is published again only when it is not marked published
-(runtime/outbox_marks.py), however often the state is read and however long after the window.
+(server/outbox_marks.py), however often the state is read and however long after the window.
 The outbox is one a server committed (tests/fixtures/inflight-schema-2.json: three commands of a
 loop and their events); the nats-server's duplicate window is one second."""
 
@@ -9,9 +9,9 @@ import asyncio
 import json
 from pathlib import Path
 
+from noetl_stream.bus.connection import Bus
 from noetl_stream.router.state import ExecutionState
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.outbox_marks import OutboxMarks
+from noetl_stream.server.outbox_marks import OutboxMarks
 
 WRITTEN = json.loads((Path(__file__).parents[1] / "fixtures" / "inflight-schema-2.json").read_text())
 STATE = ExecutionState.from_dict(WRITTEN["state"])

@@ -1,5 +1,5 @@
 """Pull consumers in a priority group with the pinned_client policy (the router's partitions,
-runtime/pull.py and runtime/partitions.py), on a real nats-server: one client at a time gets the
+bus/pull.py and server/partitions.py), on a real nats-server: one client at a time gets the
 messages, the pin moves to a stand-by when its holder goes silent for the priority timeout, and
 `release` hands it over at once."""
 
@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 import pytest
 from nats.js.api import StorageType, StreamConfig
 
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.pull import PullConsumer, open_pull
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import pytest
 from fixed_credentials import Credentials
 from plain_client import PlainClient
 
+from noetl_stream.bus.nats_server import free_port
 from noetl_stream.credentials import Credential
-from noetl_stream.runtime.nats_server import free_port
 from noetl_stream.testing.postgres import PostgresServer
 from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.postgres import PostgresTool

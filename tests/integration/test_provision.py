@@ -6,9 +6,9 @@ import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.partitions import partition_of
-from noetl_stream.runtime.provision import consumer_config, provision
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.provision import consumer_config, provision
+from noetl_stream.server.partitions import partition_of
 from noetl_stream.subjects import ConsumerDecl
 from noetl_stream.testing.waiting import assert_eventually
 

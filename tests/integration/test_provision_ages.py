@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.provision import provision
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.provision import provision
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""The pull consumer of server, worker and dead-letter loops (runtime/pull.py), on a real
+"""The pull consumer of server, worker and dead-letter loops (bus/pull.py), on a real
 nats-server: credit bounds what it holds, requests are renewed when they expire or the consumer
 comes back, and what it did not hand over goes back to the stream when it stops."""
 
@@ -10,9 +10,9 @@ import pytest
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.delivery import Delivery, delivery_of
-from noetl_stream.runtime.pull import PullConsumer, open_pull
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.delivery import Delivery, delivery_of
+from noetl_stream.bus.pull import PullConsumer, open_pull
 
 STREAM, DURABLE, SUBJECT = "PULLTEST", "c", "pulltest.x"
 
@@ -110,7 +110,7 @@ async def test_stop_gives_back_what_was_not_taken(bus: Bus, stream: str) -> None
 
 async def test_delivery_numbers_read_from_the_ack_subject_match_nats_py(bus: Bus,
                                                                         stream: str) -> None:
-    """runtime/delivery.py reads the ack subject nats-server writes as nats-py's metadata does,
+    """bus/delivery.py reads the ack subject nats-server writes as nats-py's metadata does,
     redeliveries included."""
     await _publish(bus, 3)
     consumer = await open_pull(bus, stream, DURABLE, credit=3)

@@ -12,8 +12,8 @@ import pytest
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.pull import PullConsumer
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.pull import PullConsumer
 
 STREAM, DURABLE = "PULLGONE", "gone"
 

@@ -12,11 +12,11 @@ import pytest
 
 from local_http import HttpService
 from noetl_stream import ids
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.provision import provision
+from noetl_stream.bus.watcher import ExecutionWatch
 from noetl_stream.messages import ExecutionRequest
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services
-from noetl_stream.runtime.watcher import ExecutionWatch
+from noetl_stream.services import run_services
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.nats import run_nats_server
 from noetl_stream.testing.waiting import assert_eventually

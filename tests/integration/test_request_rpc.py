@@ -10,9 +10,9 @@ from typing import Any
 import nats
 import pytest
 
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.router.state import ExecutionState
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import NatsServer
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
 from noetl_stream.testing.waiting import assert_eventually

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from plain_client import PlainClient
 
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.bus.connection import Bus
 from playbook_files import read_playbook
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("services")]

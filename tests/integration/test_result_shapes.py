@@ -11,8 +11,8 @@ import pytest
 from plain_client import EventFeed, PlainClient
 
 from local_http import HttpService
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.nats_server import free_port
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import free_port
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import ENV_SECRET_KEY, SecretBox
 from noetl_stream.tools.base import Outcome, TaskCall

@@ -11,9 +11,9 @@ import time
 import pytest
 
 from noetl_stream import refs
+from noetl_stream.bus.connection import Bus
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.result_sweep import purge_unreferenced_objects
+from noetl_stream.server.result_sweep import purge_unreferenced_objects
 from noetl_stream.state import results
 from noetl_stream.state.results import ResultStore
 

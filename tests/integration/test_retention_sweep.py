@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.retention import RetentionSweeper
+from noetl_stream.bus.connection import Bus
+from noetl_stream.server.retention import RetentionSweeper
 
 pytestmark = pytest.mark.integration
 

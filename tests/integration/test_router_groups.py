@@ -1,4 +1,4 @@
-"""How a router partition hands its events to executions (runtime/server.py `_event_loop`), on a
+"""How a router partition hands its events to executions (server/server.py `_event_loop`), on a
 real nats-server: an execution whose commit is slow holds up no other execution of its
 partition, and its own events still apply in order."""
 
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from plain_client import PlainClient
 
-from noetl_stream.runtime import server as server_module
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.partitions import partition_of
-from noetl_stream.runtime.services import run_services
+from noetl_stream.bus.connection import Bus
+from noetl_stream.server import server as server_module
+from noetl_stream.server.partitions import partition_of
+from noetl_stream.services import run_services
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook

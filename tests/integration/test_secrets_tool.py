@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import submit_and_watch
 from noetl_stream.state.auth_cache import CachedCredentialResolver
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import ENV_SECRET_KEY, SecretBox

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import run_services, submit_and_watch
 from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 from plain_client import PlainClient
 
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.bus.connection import Bus
 from noetl_stream.testing.events import stored_events
 from optional_extras import needs_duckdb
 from playbook_files import read_playbook

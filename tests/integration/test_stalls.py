@@ -1,4 +1,4 @@
-"""The stall check (runtime/stalls.py) through the real server and worker, with a 4 s retention
+"""The stall check (server/stalls.py) through the real server and worker, with a 4 s retention
 (a check every second): what a running execution waits for and can no longer come fails its step
 with the reason, instead of leaving it `running` in silence; what is merely slow is left alone.
 """
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.provision import provision
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
 from playbook_files import read_playbook
 

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from noetl_stream import jsonutil, refs
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.signals import publish_signal
 from noetl_stream.router.state import PAGE_SIZE, ExecutionState, LoopState, Outgoing, Run, StepRecord
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.services import run_services, submit_and_watch
-from noetl_stream.runtime.signals import publish_signal
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import BUCKET, StepResults, summaries_by_reference
 from noetl_stream.testing.waiting import assert_eventually

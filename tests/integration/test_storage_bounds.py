@@ -19,14 +19,14 @@ from nats.js.errors import APIError
 from prometheus_client import REGISTRY
 
 from noetl_stream.api import serve
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import free_port
+from noetl_stream.bus.provision import provision
+from noetl_stream.bus.signals import publish_signal
+from noetl_stream.bus.storage import describe, storage_refusal
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.nats_server import free_port
-from noetl_stream.runtime.provision import provision
-from noetl_stream.runtime.services import run_services, submit_and_watch
-from noetl_stream.runtime.signals import publish_signal
-from noetl_stream.runtime.storage import describe, storage_refusal
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.cluster import render_node_config, small_store_node, start_node, stop_node
 from noetl_stream.testing.nats import run_nats_server

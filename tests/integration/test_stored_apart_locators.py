@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import run_services, submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.state.step_results import BUCKET
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The publisher that waits for the store's ack (runtime/stored_publish.py), on a real
+"""The publisher that waits for the store's ack (bus/stored_publish.py), on a real
 nats-server: sequences, duplicates, revision-checked KV writes, and nats-py's own errors for a
 subject no stream stores, a refused write and an ack that never comes."""
 
@@ -11,8 +11,8 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import errors as js_errors
 from nats.js.api import KeyValueConfig, StorageType, StreamConfig
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.stored_publish import StoredPublisher
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.stored_publish import StoredPublisher
 
 pytestmark = pytest.mark.integration
 

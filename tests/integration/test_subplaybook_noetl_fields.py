@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from noetl_stream.bus.connection import Bus
 from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.errors import PlaybookError
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.services import submit_and_watch
 from noetl_stream.state.catalog import register_files
 
 pytestmark = pytest.mark.integration

@@ -11,20 +11,20 @@ from typing import Any
 import pytest
 
 from noetl_stream import ids, jsonutil, refs
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.event_feed import event_follower
+from noetl_stream.bus.provision import consumer_config
+from noetl_stream.bus.watcher import ExecutionWatch
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.dsl.parser import parse_playbook
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.event_feed import event_follower
-from noetl_stream.runtime.pipeline import Pipeline
-from noetl_stream.runtime.provision import consumer_config
-from noetl_stream.runtime.services import run_services, submit_and_watch
-from noetl_stream.runtime.watcher import ExecutionWatch
+from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.state.catalog import register_files, register_path
 from noetl_stream.testing.events import stored_events, stored_messages
 from noetl_stream.testing.waiting import assert_eventually
 from noetl_stream.tools.base import TaskCall, ToolServices
 from noetl_stream.tools.playbook import PlaybookTool
 from noetl_stream.tools.registry import ToolRegistry
+from noetl_stream.worker.pipeline import Pipeline
 from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import submit_and_watch
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import submit_and_watch
 
 pytestmark = pytest.mark.integration
 

@@ -3,9 +3,9 @@ the newest events of one trigger among another's without reading from the beginn
 
 from __future__ import annotations
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.trigger_history import history, newest_start
-from noetl_stream.runtime.trigger_ops import publish_trigger_event
+from noetl_stream.bus.connection import Bus
+from noetl_stream.server.trigger_history import history, newest_start
+from noetl_stream.server.trigger_ops import publish_trigger_event
 
 
 async def test_pages_and_the_newest_events_of_one_trigger_among_others(bus: Bus) -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from noetl_stream import ids, jsonutil
+from noetl_stream.bus.connection import Bus
 from noetl_stream.dsl.composition import load_with_children
-from noetl_stream.runtime import trigger_ops
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import run_services
+from noetl_stream.server import trigger_ops
+from noetl_stream.services import run_services
 from noetl_stream.state.catalog import register_files, register_path
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually

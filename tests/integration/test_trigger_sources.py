@@ -9,9 +9,9 @@ import pytest
 from nats.js.api import StreamConfig
 from nats.js.errors import NotFoundError
 
+from noetl_stream.bus.connection import Bus
 from noetl_stream.dsl.composition import load_with_children
-from noetl_stream.runtime import trigger_ops
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.server import trigger_ops
 from noetl_stream.state.catalog import register_files, register_path
 from noetl_stream.triggers.document import parse_trigger
 

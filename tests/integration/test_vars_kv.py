@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from noetl_stream import jsonutil
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.services import submit_and_watch
-from noetl_stream.runtime.vars_store import VarsStore, changed, vars_key
+from noetl_stream.bus.connection import Bus
+from noetl_stream.server.vars_store import VarsStore, changed, vars_key
+from noetl_stream.services import submit_and_watch
 from playbook_files import read_playbook
 
 pytestmark = pytest.mark.integration

@@ -13,13 +13,13 @@ import pytest
 
 from local_http import HttpService
 from noetl_stream import jsonutil
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.nats_server import NatsServer
+from noetl_stream.bus.signals import publish_signal
 from noetl_stream.dsl.composition import load_with_children
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.nats_server import NatsServer
-from noetl_stream.runtime.services import submit_and_watch
-from noetl_stream.runtime.signals import publish_signal
-from noetl_stream.runtime.verify import verify
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.server.verify import verify
+from noetl_stream.services import submit_and_watch
 from noetl_stream.state.catalog import register_files
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from noetl_stream.errors import BackupError
-from noetl_stream.runtime.backup_files import MessageWriter, stream_file, verified_manifest
+from noetl_stream.server.backup_files import MessageWriter, stream_file, verified_manifest
 
 
 def _backup(folder: Path, messages: int = 3, fmt: int = 2) -> Path:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from unit_helpers import parse
 
-from noetl_stream.runtime.pipeline import Pipeline
 from noetl_stream.testing import Reply, RouterHarness
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
+from noetl_stream.worker.pipeline import Pipeline
 
 PLAYBOOK = """
     workflow:

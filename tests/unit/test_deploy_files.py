@@ -80,7 +80,7 @@ def test_the_worker_is_restarted_when_its_health_says_it_hangs() -> None:
     args = container["args"]
     port = int(args[args.index("--metrics") + 1].rsplit(":", 1)[1])
     assert {"name": "metrics", "containerPort": port} in container["ports"]
-    # The worker's own /health (runtime/metrics_endpoint.py): 503 when NATS carries no round trip.
+    # The worker's own /health (metrics_endpoint.py): 503 when NATS carries no round trip.
     assert container["livenessProbe"]["httpGet"] == {"path": "/health", "port": "metrics"}
 
 
@@ -119,7 +119,7 @@ NATS_CONFIGS = [DEPLOY / "nats" / "single.conf", DEPLOY / "nats" / "cluster" / "
 
 @pytest.mark.parametrize("path", NATS_CONFIGS, ids=lambda p: p.name)
 def test_nats_configs_are_valid_for_nats_server(path: Path) -> None:
-    from noetl_stream.runtime.nats_server import find_binary
+    from noetl_stream.bus.nats_server import find_binary
 
     env = {"NATS_SERVER_NAME": "nats-1", "NOETL_SERVER_PASSWORD": "x",
            "NOETL_WORKER_DEFAULT_PASSWORD": "y", "NOETL_CLIENT_PASSWORD": "z"}

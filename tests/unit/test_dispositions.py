@@ -6,10 +6,7 @@ import pytest
 from nats import errors as nats_errors
 from nats.js import errors as js_errors
 
-from noetl_stream.errors import InfrastructureError
-from noetl_stream.formats import NewerFormat
-from noetl_stream.messages import Malformed
-from noetl_stream.runtime.dispositions import (
+from noetl_stream.bus.dispositions import (
     NAK_DELAY_S,
     NEWER_FORMAT_NAK_DELAY_S,
     RULES,
@@ -20,6 +17,9 @@ from noetl_stream.runtime.dispositions import (
     disposition,
     settle,
 )
+from noetl_stream.errors import InfrastructureError
+from noetl_stream.formats import NewerFormat
+from noetl_stream.messages import Malformed
 
 # Each row of docs/reliability.md's table: the failure class and what it must do.
 TABLE = [
@@ -112,7 +112,7 @@ async def test_settle_on_a_lost_connection_leaves_the_message_to_ack_wait() -> N
     (js_errors.KeyWrongLastSequenceError(), Failure.TRANSIENT),
     (InfrastructureError("NATS went away"), Failure.TRANSIENT),
     (NewerFormat("the state of execution 1", 3, 2), Failure.NEWER_FORMAT),
-    # No room: the store, an account's limit, a stream's bound (runtime/storage.py).
+    # No room: the store, an account's limit, a stream's bound (bus/storage.py).
     (js_errors.ServiceUnavailableError(code=503, err_code=10023,
                                        description="insufficient resources"), Failure.STORAGE),
     (js_errors.APIError(code=400, err_code=10002,

@@ -1,9 +1,9 @@
-"""Which end event of a log is the execution's end (runtime/watcher.py `EndOfLog`): the last one,
+"""Which end event of a log is the execution's end (bus/watcher.py `EndOfLog`): the last one,
 once the reader has caught up; an `execution.restarted` after an end reopens the execution."""
 
 from __future__ import annotations
 
-from noetl_stream.runtime.watcher import EndOfLog
+from noetl_stream.bus.watcher import EndOfLog
 
 
 def test_an_end_followed_by_a_restart_is_not_the_end() -> None:

@@ -24,7 +24,7 @@ NOT_EVENTS = {"step.enter", "step.exit", "call.done", "call.error", "case.when",
 def literals() -> set[str]:
     found: set[str] = set()
     pattern = re.compile('"((?:' + "|".join(FAMILIES) + r')\.[a-z_.]+)"')
-    for folder in ("router", "runtime", "tools"):
+    for folder in ("router", "bus", "server", "worker", "tools"):
         for path in (SRC / folder).rglob("*.py"):
             found |= set(pattern.findall(path.read_text()))
     return found - NOT_EVENTS

@@ -11,8 +11,8 @@ import pytest
 from noetl_stream import ids
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.messages import ExecutionRequest
-from noetl_stream.runtime import execution_ids
-from noetl_stream.runtime.execution_ids import (
+from noetl_stream.server import execution_ids
+from noetl_stream.server.execution_ids import (
     EPOCH_MS,
     MAX_NODE,
     MAX_SEQUENCE,

@@ -16,8 +16,8 @@ from noetl_stream.errors import PlaybookError
 from noetl_stream.router import apply, start
 from noetl_stream.router.explain import explain
 from noetl_stream.router.state import Outgoing
-from noetl_stream.runtime.replay import rebuild
-from noetl_stream.runtime.state_diff import content, first_difference
+from noetl_stream.server.replay import rebuild
+from noetl_stream.server.state_diff import content, first_difference
 from noetl_stream.state import concurrency_groups as groups
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.router_harness import Reply, RouterHarness

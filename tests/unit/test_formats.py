@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from noetl_stream import formats, jsonutil
+from noetl_stream.bus.dispositions import Failure, classify
 from noetl_stream.formats import STATE, VERSION_FIELD, Format, NewerFormat
 from noetl_stream.router.state import ExecutionState
-from noetl_stream.runtime.dispositions import Failure, classify
-from noetl_stream.runtime.state_codec import writable
+from noetl_stream.server.state_codec import writable
 from noetl_stream.state.auth_cache import CacheEntry
 from noetl_stream.state.catalog import read_links
 from noetl_stream.state.credentials import CredentialRecord

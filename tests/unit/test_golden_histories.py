@@ -14,9 +14,9 @@ import pytest
 
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.models import Playbook
-from noetl_stream.runtime.replay import Rebuilt, applied_events, rebuild
-from noetl_stream.runtime.shadow import shadow
-from noetl_stream.runtime.state_diff import content, first_difference
+from noetl_stream.server.replay import Rebuilt, applied_events, rebuild
+from noetl_stream.server.shadow import shadow
+from noetl_stream.server.state_diff import content, first_difference
 from noetl_stream.subjects import load_topology
 from noetl_stream.tools.registry import installed_kinds
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from noetl_stream import ids
-from noetl_stream.runtime.attempt_claims import claim_key
-from noetl_stream.runtime.outbox_marks import mark_key
+from noetl_stream.server.outbox_marks import mark_key
+from noetl_stream.worker.attempt_claims import claim_key
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 GOLDEN = json.loads((FIXTURES / "formats" / "ids-2.json").read_text())
@@ -23,7 +23,7 @@ EXECUTION = "383600000000000077"
 
 def test_every_id_is_derived_as_the_golden_ids_say() -> None:
     run = ids.step_run_id(EXECUTION, "work", 1)
-    key = f"{run}:0:work_task:1"  # step run, iteration, task, attempt (runtime/pipeline.py)
+    key = f"{run}:0:work_task:1"  # step run, iteration, task, attempt (worker/pipeline.py)
     assert {
         "step_run_id": run,
         "command_msg_id": ids.command_msg_id(run, 0, 1),
@@ -56,7 +56,7 @@ def test_the_ids_an_earlier_build_wrote_are_the_ids_this_one_computes(fixture: P
         body = json.loads(base64.b64decode(message["data"]))
         assert message["headers"]["Nats-Msg-Id"] == body["event_id"]
         if body["event_type"] in ("task.started", "step.done", "step.failed"):
-            # runtime/worker.py: a redelivery's outcome is dropped as the same message
+            # worker/worker.py: a redelivery's outcome is dropped as the same message
             worker_events += 1
             assert body["event_id"] == ids.event_msg_id(
                 written["execution_id"], body["event_type"], body["step_run_id"],

@@ -1,5 +1,5 @@
 """The package's module-level imports form no cycle (STYLE.md: imports flow one way), between
-modules nor between its subpackages (tools/, state/, runtime/, ...).
+modules nor between its subpackages (tools/, state/, bus/, server/, worker/, ...).
 
 Only imports that run when a module loads count: those inside functions (deliberately late)
 and under `if TYPE_CHECKING:` do not. A package counts as its `__init__` module.

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from noetl_stream.credentials import CredentialScope
-from noetl_stream.runtime.redact import scrub
 from noetl_stream.tools.sandbox import clean_environment
 from noetl_stream.tools.secrets import is_worker_setting
+from noetl_stream.worker.redact import scrub
 
 
 def test_secrets_used_as_mapping_keys_are_masked_and_keep_their_values_apart() -> None:

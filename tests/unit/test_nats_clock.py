@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from noetl_stream.runtime.nats_clock import parse_ts
+from noetl_stream.server.nats_clock import parse_ts
 
 
 def test_nanoseconds_and_zones_are_read() -> None:

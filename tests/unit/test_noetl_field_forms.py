@@ -211,8 +211,8 @@ def test_keychain_entry_of_noetls_server_form_without_a_kind_says_what_to_write(
 
 
 def test_step_server_url_worker_id_and_command_id_are_no_template_globals_here() -> None:
+    from noetl_stream.dsl.context import build_context
     from noetl_stream.dsl.templating import render_string
-    from noetl_stream.router.context import build_context
 
     bare = build_context(workload={}, ctx={}, execution_id="e1")
     named = build_context(workload={"step": "from-workload"}, ctx={}, execution_id="e1")

@@ -11,8 +11,8 @@ import pytest
 from noetl_stream.observe import tracing
 from noetl_stream.observe.logfmt import JsonFormatter
 from noetl_stream.observe.metrics import process_families
-from noetl_stream.runtime.pipeline import bounded_output
 from noetl_stream.tools.python_runner import TailBuffer, captured_output
+from noetl_stream.worker.pipeline import bounded_output
 
 
 def test_tail_buffer_keeps_the_last_bytes_and_counts_all() -> None:

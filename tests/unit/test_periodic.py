@@ -1,4 +1,4 @@
-"""runtime/periodic.py: the loop under the retention sweep and the stall check."""
+"""server/periodic.py: the loop under the retention sweep and the stall check."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from noetl_stream.runtime.periodic import Periodic
+from noetl_stream.server.periodic import Periodic
 from noetl_stream.testing.waiting import assert_eventually
 
 
@@ -20,7 +20,7 @@ async def test_a_failing_pass_is_logged_and_the_next_one_runs(caplog: pytest.Log
             raise RuntimeError("NATS busy")
 
     periodic = Periodic("test sweep", run, every_s=0.01)
-    with caplog.at_level(logging.WARNING, logger="noetl_stream.runtime.periodic"):
+    with caplog.at_level(logging.WARNING, logger="noetl_stream.server.periodic"):
         periodic.start()
 
         async def ran_again() -> None:

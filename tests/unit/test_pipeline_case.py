@@ -8,9 +8,9 @@ from typing import Any
 
 from unit_helpers import parse
 
-from noetl_stream.runtime.pipeline import Pipeline, PipelineResult, backoff_delay, case_views
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
+from noetl_stream.worker.pipeline import Pipeline, PipelineResult, backoff_delay, case_views
 
 
 class ScriptedHttp:

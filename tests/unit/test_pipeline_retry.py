@@ -14,10 +14,10 @@ from unit_helpers import parse
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Rule
-from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
-from noetl_stream.runtime.retrying import backoff_delay
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
+from noetl_stream.worker.pipeline import Pipeline, PipelineResult
+from noetl_stream.worker.retrying import backoff_delay
 
 
 class Scripted:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from unit_helpers import parse
 
-from noetl_stream.runtime.pipeline import Pipeline
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
+from noetl_stream.worker.pipeline import Pipeline
 
 
 class Raising:

@@ -14,8 +14,8 @@ from unit_helpers import HEADER
 
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.router import graph
-from noetl_stream.runtime import playbook_parsing, server
-from noetl_stream.runtime.playbook_parsing import parse_off_loop
+from noetl_stream.server import playbook_parsing, server
+from noetl_stream.server.playbook_parsing import parse_off_loop
 
 
 def test_a_graph_is_kept_for_as_many_playbooks_as_the_server_keeps() -> None:

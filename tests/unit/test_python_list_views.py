@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from noetl_stream.router.views import http_view, step_view
+from noetl_stream.dsl.views import http_view, step_view
 from noetl_stream.tools.python import encode_inputs
 from noetl_stream.tools.python_runner import ListView, _decode_inputs, _dumps, run_code
 

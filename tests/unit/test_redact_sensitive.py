@@ -1,10 +1,10 @@
-"""NoETL's redaction of a step result by key name and by value shape (runtime/redact.py)."""
+"""NoETL's redaction of a step result by key name and by value shape (worker/redact.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from noetl_stream.runtime.redact import (
+from noetl_stream.worker.redact import (
     REDACTED,
     is_sensitive_key,
     looks_like_secret,

@@ -1,4 +1,4 @@
-"""Rebuilding a state from its recorded log without NATS (runtime/replay.py, runtime/state_diff.py):
+"""Rebuilding a state from its recorded log without NATS (server/replay.py, server/state_diff.py):
 the log a router-driven execution leaves (its applied events and the events it emitted, each at
 its own `now`) rebuilds the same state, times included, also across a restart; a changed field
 is named."""
@@ -10,8 +10,8 @@ from typing import Any
 from unit_helpers import parse
 
 from noetl_stream.router.state import ExecutionState, Outgoing
-from noetl_stream.runtime.replay import copy_state, rebuild
-from noetl_stream.runtime.state_diff import content, first_difference, outbox_difference
+from noetl_stream.server.replay import copy_state, rebuild
+from noetl_stream.server.state_diff import content, first_difference, outbox_difference
 from noetl_stream.subjects import load_topology
 from noetl_stream.testing.router_harness import Command, Reply, RouterHarness
 

@@ -8,7 +8,7 @@ import pytest
 
 from noetl_stream import config
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.runtime.retention import Kept, finished_among, sweep_period
+from noetl_stream.server.retention import Kept, finished_among, sweep_period
 from noetl_stream.subjects import load_topology
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from unit_helpers import parse
 
+from noetl_stream.dsl.context import build_context
 from noetl_stream.errors import PlaybookError
-from noetl_stream.router.context import build_context
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.testing import Reply, RouterHarness
 from noetl_stream.testing.router_harness import Command

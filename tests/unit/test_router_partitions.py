@@ -1,4 +1,4 @@
-"""Pure parts of the router's partitions (runtime/partitions.py, subjects.py): which partition an
+"""Pure parts of the router's partitions (server/partitions.py, subjects.py): which partition an
 execution is in, which server prefers which partition, and the subjects of router copies."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from collections import Counter
 
 from nats.aio.msg import Msg
 
-from noetl_stream.runtime.partitions import origin_sequence, partition_of, preferred_servers
+from noetl_stream.server.partitions import origin_sequence, partition_of, preferred_servers
 from noetl_stream.subjects import load_topology
 
 SERVERS = [f"host-{n}-abc{n}" for n in range(5)]

@@ -10,8 +10,8 @@ from unit_helpers import parse
 
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.values import ListView, LoopResults
+from noetl_stream.dsl.views import http_view, output_view, sql_view, step_view
 from noetl_stream.errors import TemplateError
-from noetl_stream.router.views import http_view, output_view, sql_view, step_view
 from noetl_stream.testing import Reply, RouterHarness
 from noetl_stream.tools.http import status_fields, status_kind
 from noetl_stream.tools.postgres import script_payload
@@ -244,7 +244,7 @@ def test_router_routes_a_failure_on_output_error_kind() -> None:
 
 
 def test_job_namespace_names_the_execution_unless_a_name_job_is_in_scope() -> None:
-    from noetl_stream.router.context import build_context
+    from noetl_stream.dsl.context import build_context
 
     context = build_context(workload={}, ctx={}, execution_id="383521785662206580")
     assert templating.render_string("{{ job.execution_id }}", context) == "383521785662206580"

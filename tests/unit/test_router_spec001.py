@@ -9,10 +9,10 @@ from typing import Any
 from unit_helpers import parse
 
 from noetl_stream.router import ExecutionState
-from noetl_stream.runtime.pipeline import Pipeline
 from noetl_stream.testing.router_harness import RouterHarness
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
+from noetl_stream.worker.pipeline import Pipeline
 
 
 class Recorder:

@@ -1,4 +1,4 @@
-"""Stopping a background loop that swallows its cancellation (runtime/stopping.py), as nats-py
+"""Stopping a background loop that swallows its cancellation (bus/stopping.py), as nats-py
 does when the cancel lands while it flushes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import contextlib
 
 import pytest
 
-from noetl_stream.runtime.stopping import stop_task
+from noetl_stream.bus.stopping import stop_task
 
 
 async def _loop_that_swallows_one_cancel(started: asyncio.Event) -> None:

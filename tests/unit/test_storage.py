@@ -8,8 +8,8 @@ import pytest
 from nats.js import errors as js_errors
 
 from noetl_stream import config
+from noetl_stream.bus.storage import storage_refusal, while_storage_refused
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.runtime.storage import storage_refusal, while_storage_refused
 
 FULL = js_errors.ServiceUnavailableError(code=503, err_code=10023,
                                          description="insufficient resources")

@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 from unit_helpers import parse
 
-from noetl_stream.runtime.task_cache import command_tasks
 from noetl_stream.testing import RouterHarness
+from noetl_stream.worker.task_cache import command_tasks
 
 
 def noop_task(name: str, **input_: Any) -> dict[str, Any]:

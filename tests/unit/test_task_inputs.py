@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from noetl_stream.runtime.task_inputs import TaskInputs
+from noetl_stream.worker.task_inputs import TaskInputs
 
 
 def test_each_task_keeps_its_last_call() -> None:

@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 from noetl_stream import jsonutil
+from noetl_stream.bus.signals import decode_event
 from noetl_stream.cli.progress import ProgressPrinter
-from noetl_stream.runtime.signals import decode_event
 from noetl_stream.subjects import load_topology
 
 TOPOLOGY = load_topology()

@@ -90,7 +90,7 @@ def test_nominal_time_of_a_fire() -> None:
 
 def test_schedule_next_as_nats_server_writes_it() -> None:
     # In the schedule's zone with its offset (cron with a time zone), or in UTC.
-    from noetl_stream.runtime.triggers import _parse_time
+    from noetl_stream.server.triggers import _parse_time
 
     assert _parse_time("2026-11-26T17:01:00+05:30") == datetime(2026, 11, 26, 11, 31, tzinfo=UTC)
     assert _parse_time("2026-11-26T11:30:10Z") == datetime(2026, 11, 26, 11, 30, 10, tzinfo=UTC)

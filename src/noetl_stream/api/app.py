@@ -22,8 +22,8 @@ from noetl_stream.api.errors import error_middleware
 from noetl_stream.api.request_guard import request_guard
 from noetl_stream.api.routes import all_endpoints
 from noetl_stream.api.ui.routes import ui_endpoints
+from noetl_stream.bus.connection import Bus, own_connection
 from noetl_stream.http_site import serve_app
-from noetl_stream.runtime.connection import Bus, own_connection
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import SecretBox

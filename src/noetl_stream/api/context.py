@@ -14,7 +14,7 @@ from nats.js.kv import KeyValue
 
 from noetl_stream.api.auth import Authenticator
 from noetl_stream.api.throttle import LoginThrottle
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.bus.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import CredentialStore
 

@@ -4,7 +4,7 @@ Two ways, both on consumers that live only as long as the read:
 - `read_page`: an ephemeral pull consumer starting after a sequence. The server tells how many
   messages match when the consumer is created, so a page never waits for messages that will not
   come.
-- `follow`: an `EventFeed` (runtime/event_feed.py, what `noetl-stream watch` uses too) from a start
+- `follow`: an `EventFeed` (bus/event_feed.py, what `noetl-stream watch` uses too) from a start
   sequence, live until the caller stops, re-created after the loss of its consumer; the stream
   sequence lets a client resume.
 
@@ -22,10 +22,10 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from noetl_stream.api.models import StoredEvent
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.event_feed import EVENTS_STREAM as EVENTS_STREAM  # re-exported
-from noetl_stream.runtime.event_feed import EventFeed
-from noetl_stream.runtime.signals import decode_event
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.event_feed import EVENTS_STREAM as EVENTS_STREAM  # re-exported
+from noetl_stream.bus.event_feed import EventFeed
+from noetl_stream.bus.signals import decode_event
 
 FETCH_TIMEOUT_S = 5.0
 

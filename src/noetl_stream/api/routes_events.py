@@ -19,9 +19,9 @@ from noetl_stream.api.errors import ApiError
 from noetl_stream.api.event_log import count_after, follow, read_page, stored_event
 from noetl_stream.api.execution_lookup import TERMINAL, check_execution_id, detail
 from noetl_stream.api.models import EventPage, EventsQuery, StoredEvent, StreamQuery
+from noetl_stream.bus.delivery import pending_of
+from noetl_stream.bus.watcher import EndOfLog
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.runtime.delivery import pending_of
-from noetl_stream.runtime.watcher import EndOfLog
 
 KEEPALIVE_S = 15.0
 

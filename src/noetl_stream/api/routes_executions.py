@@ -44,15 +44,15 @@ from noetl_stream.api.models import (
     SkippedRecord,
 )
 from noetl_stream.api.routes_catalog import parse, read_text
+from noetl_stream.bus.signals import publish_signal, why_unheard
 from noetl_stream.errors import ReplayRefused, RestartRefused
 from noetl_stream.ids import derived_execution_id
 from noetl_stream.messages import ExecutionRequest, RequestReply, signal_name_problem
 from noetl_stream.router.state import ExecutionState
-from noetl_stream.runtime.cancel import request_cancel
-from noetl_stream.runtime.execution_ids import new_execution_id
-from noetl_stream.runtime.replays import request_replay
-from noetl_stream.runtime.restart import request_restart
-from noetl_stream.runtime.signals import publish_signal, why_unheard
+from noetl_stream.server.cancel import request_cancel
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.server.replays import request_replay
+from noetl_stream.server.restart import request_restart
 from noetl_stream.state.catalog import path_key
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.records import Skips, read_each

@@ -19,7 +19,7 @@ from noetl_stream.api.playbook_lookup import playbook_by_key, state_and_playbook
 from noetl_stream.api.routes_catalog import PLAYBOOK_ID
 from noetl_stream.api.ui.net import NetView, net_of
 from noetl_stream.router.explain import explain
-from noetl_stream.runtime.marking_history import marking_history
+from noetl_stream.server.marking_history import marking_history
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
 

@@ -2,8 +2,8 @@
 
 Health answers 200 when all is well and 503 `degraded` with the reasons in `problems` when NATS
 or JetStream do not answer, when a pool has commands waiting and no live worker (heartbeats,
-runtime/heartbeats.py), or when the router's consumer lags more than ROUTER_LAG_THRESHOLD events
-behind. Metrics: observe/metrics.py and runtime/cluster_metrics.py.
+bus/heartbeats.py), or when the router's consumer lags more than ROUTER_LAG_THRESHOLD events
+behind. Metrics: observe/metrics.py and server/cluster_metrics.py.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from nats.js.api import ConsumerInfo
 from noetl_stream.api.context import api_context
 from noetl_stream.api.endpoints import Endpoint, json_response
 from noetl_stream.api.models import ConsumerHealth, Health, PoolHealth, SkippedRecord
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.heartbeats import live_processes
 from noetl_stream.observe.metrics import CONTENT_TYPE, pool_of_consumer
-from noetl_stream.runtime.cluster_metrics import consumers as read_consumers
-from noetl_stream.runtime.cluster_metrics import metrics_text
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.heartbeats import live_processes
+from noetl_stream.server.cluster_metrics import consumers as read_consumers
+from noetl_stream.server.cluster_metrics import metrics_text
 from noetl_stream.state.records import Skips
 
 ENV_ROUTER_LAG = "NOETL_STREAM_HEALTH_ROUTER_LAG"

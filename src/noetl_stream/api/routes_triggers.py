@@ -1,4 +1,4 @@
-"""Triggers over HTTP: the same operations as `noetl-stream trigger ...` (runtime/trigger_ops.py)
+"""Triggers over HTTP: the same operations as `noetl-stream trigger ...` (server/trigger_ops.py)
 on the same KV bucket and streams, under the API's roles: reading needs `read`, apply and delete
 `catalog.write`, pause and resume `control`, fire and backfill `run`.
 """
@@ -17,8 +17,8 @@ from noetl_stream.api.endpoints import Endpoint, json_response, read_body, read_
 from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.request_guard import YAML_TYPES
 from noetl_stream.errors import Issue, PlaybookError, YamlSyntaxError
-from noetl_stream.runtime import trigger_ops
-from noetl_stream.runtime.trigger_history import MAX_PAGE, history
+from noetl_stream.server import trigger_ops
+from noetl_stream.server.trigger_history import MAX_PAGE, history
 from noetl_stream.state.triggers import TriggerState
 from noetl_stream.triggers.cron import ScheduleError
 from noetl_stream.triggers.subscription_map import document_trigger

@@ -1,6 +1,6 @@
 """`vars:` values of executions, from KV `noetl_vars` (`<execution_id>.<name>`).
 
-The bucket is a projection the server writes as executions run (`runtime/vars_store.py`). A PUT
+The bucket is a projection the server writes as executions run (`server/vars_store.py`). A PUT
 or DELETE here changes that projection, which is what other readers of the API and of the bucket
 see; it does not reach back into a running execution's own state.
 """
@@ -18,7 +18,7 @@ from noetl_stream.api.endpoints import Endpoint, json_response, read_body
 from noetl_stream.api.errors import not_found
 from noetl_stream.api.execution_lookup import check_execution_id, load_state
 from noetl_stream.api.models import Deleted, SkippedRecord, VarPut, VarsDoc, VarValue
-from noetl_stream.runtime.vars_store import VARS_BUCKET, vars_key
+from noetl_stream.server.vars_store import VARS_BUCKET, vars_key
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.records import Skips, read_each
 

@@ -1,6 +1,6 @@
 """`noetl-stream backup DIR` and `noetl-stream restore DIR`: every stream, KV bucket and object
 store of noetl-stream, with its durable consumers, through the JetStream API
-(runtime/backup.py; docs/deploy.md says when to run them).
+(server/backup.py; docs/deploy.md says when to run them).
 
 Exit codes: 0 done, 2 bad input (DIR not a backup, or the target already has the streams),
 3 NATS unreachable or refusing.
@@ -16,10 +16,10 @@ import click
 from nats.errors import Error as NatsError
 
 from noetl_stream import config
+from noetl_stream.bus.connection import Bus
 from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, prefix_option, run_async
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.runtime.backup import StreamCopy
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.server.backup import StreamCopy
 
 
 @contextlib.asynccontextmanager
@@ -27,8 +27,8 @@ async def _unprovisioned_bus(nats_url: str | None, prefix: str) -> AsyncIterator
     """A plain connection, to the embedded nats-server when no URL is given; never provisions
     (a restore needs a NATS without the streams).
     """
-    from noetl_stream.runtime.connection import connect
-    from noetl_stream.runtime.nats_server import start_nats_server
+    from noetl_stream.bus.connection import connect
+    from noetl_stream.bus.nats_server import start_nats_server
 
     nats = None
     if nats_url is None:
@@ -55,7 +55,7 @@ def _report(copy: StreamCopy) -> None:
 @prefix_option
 def backup(folder: Path, nats_url: str | None, prefix: str) -> None:
     """Copy every stream, KV bucket and object store of noetl-stream into FOLDER."""
-    from noetl_stream.runtime.backup import backup as run_backup
+    from noetl_stream.server.backup import backup as run_backup
 
     if folder.exists() and any(folder.iterdir()):
         fail(EXIT_REJECTED, f"{folder} is not empty; back up into a new folder")
@@ -80,7 +80,7 @@ def backup(folder: Path, nats_url: str | None, prefix: str) -> None:
 @prefix_option
 def restore(folder: Path, replicas: int | None, nats_url: str | None, prefix: str) -> None:
     """Recreate the streams, buckets and object stores backed up in FOLDER on a NATS without them."""
-    from noetl_stream.runtime.backup import restore as run_restore
+    from noetl_stream.server.backup import restore as run_restore
 
     if not (folder / "manifest.json").is_file():
         fail(EXIT_REJECTED, f"{folder} holds no manifest.json: not a backup")

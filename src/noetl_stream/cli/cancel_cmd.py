@@ -1,5 +1,5 @@
 """`noetl-stream cancel <execution_id> [--reason TEXT] [--wait]`: ask the server to cancel an
-execution (runtime/cancel.py) and print its answer; with --wait, follow the execution's events
+execution (server/cancel.py) and print its answer; with --wait, follow the execution's events
 until it ends.
 
 Exit codes: 0 cancel accepted (with --wait: the execution ended cancelled), 1 with --wait: it
@@ -44,7 +44,7 @@ def cancel(execution_id: str, reason: str | None, wait_end: bool, timeout_s: flo
     """Cancel EXECUTION_ID: running steps stop, no new step starts, and it ends `cancelled`;
     children it waits for are cancelled too.
     """
-    from noetl_stream.runtime.services import client_bus
+    from noetl_stream.services import client_bus
 
     if server_url is not None:  # POST .../cancel over the HTTP API (cli/remote_cmds.py)
         from noetl_stream.cli.remote_cmds import cancel_remote
@@ -77,8 +77,8 @@ def cancel(execution_id: str, reason: str | None, wait_end: bool, timeout_s: flo
 async def _cancel(bus: Any, execution_id: str, reason: str | None, wait_end: bool,
                   timeout_s: float) -> tuple[RequestReply | None, dict[str, Any] | None]:
     """Send the request with a reply inbox; with `wait_end`, also follow events to the end."""
-    from noetl_stream.runtime.cancel import request_cancel
-    from noetl_stream.runtime.watcher import ExecutionWatch
+    from noetl_stream.bus.watcher import ExecutionWatch
+    from noetl_stream.server.cancel import request_cancel
 
     finished = await _finished(bus, execution_id)
     if finished is not None:

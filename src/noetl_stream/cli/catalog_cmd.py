@@ -42,7 +42,7 @@ def register(playbooks: tuple[Path, ...], nats_url: str | None, prefix: str, ser
     """Validate PLAYBOOKS and register them in the catalog by their metadata.path."""
     from noetl_stream.cli.remote import RemoteError
     from noetl_stream.cli.remote_cmds import refuse_file_children, register_remote
-    from noetl_stream.runtime.services import open_stack
+    from noetl_stream.services import open_stack
     from noetl_stream.state.catalog import register_files, register_path, register_subscription
 
     loaded, subscriptions = _load_all(playbooks, strict)

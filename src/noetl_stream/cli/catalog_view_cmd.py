@@ -84,7 +84,7 @@ async def fetch_text(path: str, version: str | None, *, nats_url: str | None, pr
                     return None
                 raise
         return str(answer["content"])
-    from noetl_stream.runtime.services import client_bus
+    from noetl_stream.services import client_bus
     from noetl_stream.state.catalog import read_path
 
     async with client_bus(nats_url, prefix=prefix, name="noetl-stream-catalog") as bus:
@@ -100,7 +100,7 @@ async def _list(nats_url: str | None, prefix: str, server_url: str | None,
         async with open_client(server_url, token) as client:
             answer = await client.request("GET", "/api/catalog")
         return list(answer["items"])
-    from noetl_stream.runtime.services import client_bus
+    from noetl_stream.services import client_bus
     from noetl_stream.state.catalog import list_paths, read_entry
 
     async with client_bus(nats_url, prefix=prefix, name="noetl-stream-catalog") as bus:

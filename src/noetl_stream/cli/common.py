@@ -18,7 +18,7 @@ from noetl_stream.errors import InfrastructureError
 from noetl_stream.formats import NewerFormat
 
 if TYPE_CHECKING:
-    from noetl_stream.runtime.connection import Bus
+    from noetl_stream.bus.connection import Bus
 
 # 0 completed, 1 failed or cancelled, 2 rejected input or usage error (nothing runs),
 # 3 infrastructure error; `run` interrupted with Ctrl-C exits 130 (cli/running.py).
@@ -32,7 +32,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _checked_nats_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A malformed URL is a usage error said in one line, before anything connects."""
-    from noetl_stream.runtime.connection import check_nats_url
+    from noetl_stream.bus.connection import check_nats_url
 
     if value is None:
         return None
@@ -74,7 +74,7 @@ def on_stack(nats_url: str | None, prefix: str, name: str, action: Callable[[Bus
     """Open the stack (the embedded nats-server when no URL is given), run `action` on its bus,
     and map errors to exits: the `rejected` kinds exit 2, NATS trouble exits 3.
     """
-    from noetl_stream.runtime.services import open_stack
+    from noetl_stream.services import open_stack
 
     async def go() -> T:
         async with open_stack(nats_url, prefix=prefix, name=name) as stack:

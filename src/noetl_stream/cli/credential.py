@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from noetl_stream import config, jsonutil
+from noetl_stream.bus.connection import Bus
 from noetl_stream.cli.common import (
     EXIT_FAILED,
     EXIT_REJECTED,
@@ -26,7 +27,6 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.credentials import CredentialScope
 from noetl_stream.errors import CredentialError
-from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import (
     KEEP_SCOPE,

@@ -1,5 +1,5 @@
 """`noetl-stream dlq list|show|purge`: look at and clear the commands kept in `NOETL_DLQ`
-(runtime/dead_letters.py says how they get there).
+(bus/dead_letters.py says how they get there).
 
 Exit codes: 0 done, 2 bad input or no such dead letter, 3 NATS unreachable or no DLQ stream.
 """
@@ -29,7 +29,7 @@ T = TypeVar("T")
 
 def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Any], Awaitable[T]]) -> T:
     """Run `action(bus)` on `nats_url`, or on the embedded nats-server when it is None."""
-    from noetl_stream.runtime.services import client_bus
+    from noetl_stream.services import client_bus
 
     async def go() -> T:
         async with client_bus(nats_url, prefix=prefix, name="noetl-stream-dlq") as bus:
@@ -53,7 +53,7 @@ def dlq() -> None:
 @click.option("--limit", default=50, show_default=True, help="Show the newest N.")
 def list_cmd(nats_url: str | None, prefix: str, as_json: bool, limit: int) -> None:
     """List dead letters, oldest of the newest LIMIT first."""
-    from noetl_stream.runtime.dead_letters import list_dead_letters
+    from noetl_stream.bus.dead_letters import list_dead_letters
 
     letters = _on_bus(nats_url, prefix, lambda bus: list_dead_letters(bus, limit=limit))
     if as_json:
@@ -78,7 +78,7 @@ def list_cmd(nats_url: str | None, prefix: str, as_json: bool, limit: int) -> No
 @prefix_option
 def show(seq: int, nats_url: str | None, prefix: str) -> None:
     """Print dead letter SEQ in full: what happened to it and the command itself, as JSON."""
-    from noetl_stream.runtime.dead_letters import read_dead_letter
+    from noetl_stream.bus.dead_letters import read_dead_letter
 
     letter = _on_bus(nats_url, prefix, lambda bus: read_dead_letter(bus, seq))
     if letter is None:
@@ -98,7 +98,7 @@ def show(seq: int, nats_url: str | None, prefix: str) -> None:
 @prefix_option
 def purge(seq: int | None, purge_all: bool, nats_url: str | None, prefix: str) -> None:
     """Remove dead letter SEQ, or all of them with --all."""
-    from noetl_stream.runtime.dead_letters import purge_dead_letters
+    from noetl_stream.bus.dead_letters import purge_dead_letters
 
     if (seq is None) == (not purge_all):
         fail(EXIT_REJECTED, "give a dead letter's SEQ or --all, not both")

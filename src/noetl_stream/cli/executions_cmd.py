@@ -48,7 +48,7 @@ def list_executions(statuses: tuple[str, ...], playbook: str | None, labels: tup
     """
     from noetl_stream.api.execution_filters import has_label
     from noetl_stream.cli.execution_log import all_states, parse_since, select, table
-    from noetl_stream.runtime.services import client_bus
+    from noetl_stream.services import client_bus
     from noetl_stream.state.records import Skips
 
     now = time.time()

@@ -30,12 +30,12 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
          nats_url: str | None, prefix: str) -> None:
     """Show EXECUTION_ID's events, oldest first, with each task's captured stdout and stderr."""
     from noetl_stream.api.event_log import follow as follow_events
+    from noetl_stream.bus.connection import Bus
+    from noetl_stream.bus.delivery import pending_of
+    from noetl_stream.bus.signals import decode_event
+    from noetl_stream.bus.watcher import EndOfLog
     from noetl_stream.cli.execution_log import is_known, read_events
-    from noetl_stream.runtime.connection import Bus
-    from noetl_stream.runtime.delivery import pending_of
-    from noetl_stream.runtime.services import client_bus
-    from noetl_stream.runtime.signals import decode_event
-    from noetl_stream.runtime.watcher import EndOfLog
+    from noetl_stream.services import client_bus
 
     show = _Shown(steps, as_json)
 

@@ -1,5 +1,5 @@
 """`noetl-stream`: the command group. Each command lives in a module of its own (cli/*_cmd.py,
-cli/credential.py) with no logic of its own; they call runtime/ and dsl/.
+cli/credential.py) with no logic of its own; they call bus/, server/ and dsl/.
 
 Exit codes (the conformance contract): 0 completed, 1 failed or cancelled, 2 rejected input or
 usage error, 3 infrastructure error; 130 when Ctrl-C stops `run` waiting (the execution goes on).

@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from noetl_stream.runtime.connection import Bus
+from noetl_stream.bus.connection import Bus
 
 ENV_PICKUP_WARN_S = "NOETL_STREAM_PICKUP_WARN_S"
 PICKUP_WARN_S = 5.0
@@ -42,7 +42,7 @@ class PickupWatch:
         except TimeoutError:
             pass
         from noetl_stream.api.routes_ops import pool_health
-        from noetl_stream.runtime.cluster_metrics import consumers
+        from noetl_stream.server.cluster_metrics import consumers
 
         try:
             pools = await pool_health(bus, await consumers(bus))

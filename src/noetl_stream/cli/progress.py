@@ -12,8 +12,8 @@ import time
 from typing import Any, TextIO
 
 from noetl_stream import jsonutil
+from noetl_stream.bus.timers import TIMER_FIRED, TIMER_SCHEDULED
 from noetl_stream.router.watchdog import TIMER_PREFIX as WATCHDOG_PREFIX
-from noetl_stream.runtime.timers import TIMER_FIRED, TIMER_SCHEDULED
 
 
 def _duration(seconds: float) -> str:

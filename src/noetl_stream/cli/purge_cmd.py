@@ -31,8 +31,8 @@ FINISHED_STATUSES = ("completed", "failed", "cancelled")
 def purge(older_than: str, status: str | None, dry_run: bool, as_json: bool,
           nats_url: str | None, prefix: str) -> None:
     """Remove finished executions (events, vars, state) older than AGE; never running ones."""
-    from noetl_stream.runtime.retention import Finished, purge_finished
-    from noetl_stream.runtime.services import client_bus
+    from noetl_stream.server.retention import Finished, purge_finished
+    from noetl_stream.services import client_bus
 
     try:
         age_s = config.parse_age(older_than)

@@ -1,6 +1,6 @@
 """`noetl-stream replay-check PLAYBOOK_FILE --against ID... | --recent N`: apply recorded
 executions' events to a new version of their playbook and report, per execution, where it would
-route differently (runtime/shadow_check.py reads, runtime/shadow.py compares).
+route differently (server/shadow_check.py reads, server/shadow.py compares).
 
 Exit codes: 0 no execution routes differently, 1 some do (each is named), 2 bad usage or a
 playbook file that does not validate, 3 NATS unreachable.
@@ -27,7 +27,7 @@ from noetl_stream.cli.common import (
 from noetl_stream.errors import InfrastructureError, PlaybookError
 
 if TYPE_CHECKING:
-    from noetl_stream.runtime.shadow import ShadowReport
+    from noetl_stream.server.shadow import ShadowReport
 
 
 @click.command("replay-check")
@@ -46,9 +46,9 @@ def replay_check(playbook_file: Path, against: tuple[str, ...], recent: int | No
     arc taken, a guard that now errors.
     """
     from noetl_stream.cli.running import load_or_exit
-    from noetl_stream.runtime.services import client_bus
-    from noetl_stream.runtime.shadow_check import check_execution
-    from noetl_stream.runtime.shadow_check import recent as latest
+    from noetl_stream.server.shadow_check import check_execution
+    from noetl_stream.server.shadow_check import recent as latest
+    from noetl_stream.services import client_bus
 
     if bool(against) == (recent is not None):
         fail(EXIT_REJECTED, "give --against ID... or --recent N")

@@ -1,5 +1,5 @@
 """`noetl-stream replay ID [--from STEP] [--set k=v | --payload JSON]`: run an execution again as
-a new execution linked to it, seeded with its results before STEP (runtime/replays.py asks,
+a new execution linked to it, seeded with its results before STEP (server/replays.py asks,
 router/replay.py starts it), and follow the new one to its end.
 
 Exit codes as `run`: 0 completed, 1 failed or cancelled, 2 refused (unknown execution, unknown
@@ -50,7 +50,7 @@ def replay(execution_id: str, from_step: str | None, payload: str | None, sets: 
     workload = parse_payload(payload, sets)
 
     async def go() -> dict[str, Any]:
-        from noetl_stream.runtime.services import client_bus
+        from noetl_stream.services import client_bus
 
         if server_url is not None:
             from noetl_stream.cli.remote_cmds import replay_remote
@@ -72,9 +72,9 @@ def replay(execution_id: str, from_step: str | None, payload: str | None, sets: 
 
 async def _replay(bus: Any, execution_id: str, from_step: str | None, workload: dict[str, Any],
                   detach: bool, timeout_s: float | None) -> dict[str, Any]:
-    from noetl_stream.runtime.execution_ids import new_execution_id
-    from noetl_stream.runtime.replays import request_replay
-    from noetl_stream.runtime.watcher import ExecutionWatch
+    from noetl_stream.bus.watcher import ExecutionWatch
+    from noetl_stream.server.execution_ids import new_execution_id
+    from noetl_stream.server.replays import request_replay
     from noetl_stream.state.results import ResultStore
 
     new_id = new_execution_id()

@@ -1,6 +1,6 @@
 """`noetl-stream restart ID [--from STEP] [--set k=v | --payload JSON] [--latest]`: reopen a failed or
 cancelled execution (or any one from a named step) and follow it to its new end
-(runtime/restart.py asks, router/restart.py applies).
+(server/restart.py asks, router/restart.py applies).
 
 Exit codes: 0 it completed, 1 it failed or was cancelled again, 2 refused (unknown execution,
 unknown step, a running or completed execution without --from), 3 NATS unreachable; with
@@ -64,7 +64,7 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
     workload = parse_payload(payload, sets)
 
     async def go() -> dict[str, Any]:
-        from noetl_stream.runtime.services import client_bus
+        from noetl_stream.services import client_bus
 
         if server_url is not None:  # POST .../restart over the HTTP API (cli/remote_cmds.py)
             from noetl_stream.cli.remote_cmds import restart_remote
@@ -111,8 +111,8 @@ def recovery_outcome(asked: Coroutine[Any, Any, dict[str, Any]], *, verb: str,
 async def _restart(bus: Any, execution_id: str, from_step: str | None, workload: dict[str, Any],
                    detach: bool, timeout_s: float | None, latest: bool) -> dict[str, Any]:
     """Ask for the restart and wait for the end that follows it (or the router's refusal)."""
-    from noetl_stream.runtime.restart import request_restart
-    from noetl_stream.runtime.watcher import ExecutionWatch
+    from noetl_stream.bus.watcher import ExecutionWatch
+    from noetl_stream.server.restart import request_restart
 
     follower = _Follower()
     watch = ExecutionWatch(bus, execution_id, follower.on_event)

@@ -217,7 +217,7 @@ async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
                                 on_event=watch.on_event,
                                 timeout_s=request.timeout_s, detach=request.detach,
                                 on_started=watch.started.append)
-    from noetl_stream.runtime.services import open_stack, run_services
+    from noetl_stream.services import open_stack, run_services
     from noetl_stream.state.catalog import register_files
     from noetl_stream.state.results import ResultStore
 
@@ -242,7 +242,7 @@ async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
 async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
                   ui_url: LocalUi | None) -> dict[str, Any]:
     """Start the execution on the bus and follow it to its final event."""
-    from noetl_stream.runtime.services import submit, submit_and_watch
+    from noetl_stream.services import submit, submit_and_watch
 
     if request.detach:
         execution_id = await submit(bus, playbook_text=text, playbook_file=str(request.playbook),

@@ -48,7 +48,7 @@ from noetl_stream.errors import InfrastructureError
 def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
            cors_origin: str | None, metrics: str | None, log_format: str) -> None:
     """Run the server: consume execution requests and outcome events, route, publish commands."""
-    from noetl_stream.runtime.services import run_services
+    from noetl_stream.services import run_services
 
     service_setup("noetl-stream-server", log_format)
     address = http_address(http) if http else None
@@ -76,7 +76,7 @@ def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
 def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, python_processes: int,
            metrics: str | None, log_format: str) -> None:
     """Run a worker: pull commands of POOL, run their task pipelines, publish outcomes."""
-    from noetl_stream.runtime.services import run_services
+    from noetl_stream.services import run_services
 
     name = f"noetl-stream-worker-{pool}"
     service_setup(name, log_format)
@@ -98,7 +98,7 @@ def _serve(name: str, nats_url: str | None, prefix: str, pools: tuple[str, ...],
     """Open the stack (the embedded nats-server when no URL is given), run `services` on its
     bus until Ctrl-C, and exit EXIT_INFRA when NATS or the stack cannot be had.
     """
-    from noetl_stream.runtime.services import open_stack
+    from noetl_stream.services import open_stack
 
     async def go() -> None:
         async with open_stack(nats_url, prefix=prefix, pools=pools, name=name,
@@ -122,9 +122,9 @@ def _serve(name: str, nats_url: str | None, prefix: str, pools: tuple[str, ...],
                    "unset, existing ones keep theirs.")
 def init(nats_url: str | None, prefix: str, pools: tuple[str, ...], replicas: int | None) -> None:
     """Provision streams, consumers and KV buckets (idempotent); report drift."""
-    from noetl_stream.runtime.connection import connect
-    from noetl_stream.runtime.nats_server import start_nats_server
-    from noetl_stream.runtime.provision import provision
+    from noetl_stream.bus.connection import connect
+    from noetl_stream.bus.nats_server import start_nats_server
+    from noetl_stream.bus.provision import provision
 
     async def go() -> list[str]:
         url = nats_url
@@ -160,7 +160,7 @@ def init(nats_url: str | None, prefix: str, pools: tuple[str, ...], replicas: in
                    "[default: $NOETL_STREAM_HOME/nats].")
 def nats_cmd(port: int | None, store: Path | None) -> None:
     """Run the embedded nats-server in the foreground (store under NOETL_STREAM_HOME)."""
-    from noetl_stream.runtime.nats_server import binary_version, start_nats_server
+    from noetl_stream.bus.nats_server import binary_version, start_nats_server
 
     async def go() -> None:
         srv = await start_nats_server(store or config.home_dir() / "nats", port=port)

@@ -39,7 +39,7 @@ async def serve_forever(stop: asyncio.Event) -> None:
 
 
 def announce(nats: Any) -> None:
-    from noetl_stream.runtime.nats_server import binary_version
+    from noetl_stream.bus.nats_server import binary_version
 
     if nats.binary is None:
         click.echo(f"using the running nats-server at {nats.url} (store {nats.store_dir})", err=True)
@@ -62,7 +62,7 @@ async def metrics_endpoint(bus: Any, address: tuple[str, int] | None, *,
     if address is None:
         yield
         return
-    from noetl_stream.runtime.metrics_endpoint import serve_metrics
+    from noetl_stream.metrics_endpoint import serve_metrics
 
     async with serve_metrics(address[0], address[1], bus=bus, cluster=cluster) as url:
         click.echo(f"metrics at {url}/metrics (no authentication)", err=True)

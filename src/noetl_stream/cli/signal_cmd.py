@@ -1,5 +1,5 @@
 """`noetl-stream signal <execution_id> <name> --data JSON`: send an external signal to an
-execution (the same message any NATS client may publish, runtime/signals.py).
+execution (the same message any NATS client may publish, bus/signals.py).
 
 With --server the signal goes through that server's HTTP API (POST .../signals/NAME; --id is
 sent as its Idempotency-Key).
@@ -51,10 +51,10 @@ def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
                 nats_url: str | None, prefix: str, server_url: str | None,
                 token: str | None) -> None:
     """Publish signal NAME to EXECUTION_ID; `eval_mode: on_event` steps see `signal.NAME`."""
+    from noetl_stream.bus.signals import publish_signal, valid_signal_name, why_unheard
     from noetl_stream.cli.remote import RemoteError
     from noetl_stream.cli.remote_cmds import signal_remote
-    from noetl_stream.runtime.services import client_bus
-    from noetl_stream.runtime.signals import publish_signal, valid_signal_name, why_unheard
+    from noetl_stream.services import client_bus
 
     try:
         data = jsonutil.loads(raw_data)

@@ -37,8 +37,8 @@ def status(execution_id: str, as_json: bool, nats_url: str | None, prefix: str,
     """Show EXECUTION_ID's status: running steps and since when, deadlines, loop iterations in
     flight, delayed tokens, joins and the branches they wait for; the result or error once done.
     """
-    from noetl_stream.runtime.connection import Bus
-    from noetl_stream.runtime.services import client_bus
+    from noetl_stream.bus.connection import Bus
+    from noetl_stream.services import client_bus
 
     if server_url is not None:  # the API's execution summary (cli/remote_cmds.py)
         from noetl_stream.cli.remote_cmds import status_remote
@@ -102,7 +102,7 @@ async def _add_pools(bus: Any, report: dict[str, Any], playbook: Any) -> None:
     """Name the pool each running command waits in and how many live workers it has, so a
     command nobody can take (no worker of its pool alive) is said, not just waited on.
     """
-    from noetl_stream.runtime.heartbeats import live_processes
+    from noetl_stream.bus.heartbeats import live_processes
 
     running = [r for r in report.get("running", []) if "listen" not in r]
     if not running or playbook is None:

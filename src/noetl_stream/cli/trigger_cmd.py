@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 
 def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Any], Awaitable[T]]) -> T:
-    from noetl_stream.runtime.trigger_ops import ScheduleRefused, TriggerNotFound
+    from noetl_stream.server.trigger_ops import ScheduleRefused, TriggerNotFound
     from noetl_stream.triggers.cron import ScheduleError
 
     try:
@@ -46,7 +46,7 @@ def is_trigger_file(path: Path) -> bool:
 
 def check_trigger_file(path: Path) -> bool:
     """`validate` of a trigger document: print ok or every problem; whether it is valid."""
-    from noetl_stream.runtime.trigger_ops import describe_source
+    from noetl_stream.server.trigger_ops import describe_source
 
     try:
         doc = parse_trigger(path.read_text(), str(path))
@@ -74,7 +74,7 @@ def apply_cmd(file: Path, nats_url: str | None, prefix: str) -> None:
     """Create or change the trigger FILE describes (kind: Trigger, or a NoETL Subscription
     whose form maps onto one).
     """
-    from noetl_stream.runtime import trigger_ops
+    from noetl_stream.server import trigger_ops
     from noetl_stream.triggers.subscription_map import document_trigger
 
     try:
@@ -102,7 +102,7 @@ def apply_cmd(file: Path, nats_url: str | None, prefix: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON document.")
 def list_cmd(nats_url: str | None, prefix: str, as_json: bool) -> None:
     """Every trigger: state, source, next fire time when known, last execution."""
-    from noetl_stream.runtime import trigger_ops
+    from noetl_stream.server import trigger_ops
 
     rows = _on_bus(nats_url, prefix, trigger_ops.listing)
     if as_json:
@@ -133,7 +133,7 @@ def list_table(rows: list[dict[str, Any]]) -> list[str]:
 @prefix_option
 def pause_cmd(name: str, nats_url: str | None, prefix: str) -> None:
     """Stop NAME firing until it is resumed (a subject trigger's messages wait)."""
-    from noetl_stream.runtime import trigger_ops
+    from noetl_stream.server import trigger_ops
 
     changed = _on_bus(nats_url, prefix, lambda bus: trigger_ops.set_state(bus, name, "paused"))
     click.echo(f"trigger {name} {'paused' if changed else 'was already paused'}")
@@ -145,7 +145,7 @@ def pause_cmd(name: str, nats_url: str | None, prefix: str) -> None:
 @prefix_option
 def resume_cmd(name: str, nats_url: str | None, prefix: str) -> None:
     """Let a paused trigger fire again."""
-    from noetl_stream.runtime import trigger_ops
+    from noetl_stream.server import trigger_ops
 
     changed = _on_bus(nats_url, prefix, lambda bus: trigger_ops.set_state(bus, name, "active"))
     click.echo(f"trigger {name} {'resumed' if changed else 'was already active'}")
@@ -157,7 +157,7 @@ def resume_cmd(name: str, nats_url: str | None, prefix: str) -> None:
 @prefix_option
 def fire_cmd(name: str, nats_url: str | None, prefix: str) -> None:
     """Fire NAME once, now (a server starts the execution)."""
-    from noetl_stream.runtime import trigger_ops
+    from noetl_stream.server import trigger_ops
 
     nominal = _on_bus(nats_url, prefix, lambda bus: trigger_ops.fire(bus, name))
     click.echo(f"trigger {name} fired for {nominal}")
@@ -182,7 +182,7 @@ def backfill_cmd(name: str, start: str, end: str, nats_url: str | None, prefix: 
     """One execution per fire time of NAME's schedule from --from to --to (a server starts them;
     a time that already has its execution starts nothing new).
     """
-    from noetl_stream.runtime import trigger_ops
+    from noetl_stream.server import trigger_ops
 
     first, last = _moment(start), _moment(end)
     times = _on_bus(nats_url, prefix, lambda bus: trigger_ops.backfill(bus, name, first, last))
@@ -196,7 +196,7 @@ def backfill_cmd(name: str, start: str, end: str, nats_url: str | None, prefix: 
 @prefix_option
 def delete_cmd(name: str, nats_url: str | None, prefix: str) -> None:
     """Remove NAME: its schedule, or its consumer (and the stream made for it)."""
-    from noetl_stream.runtime import trigger_ops
+    from noetl_stream.server import trigger_ops
 
     _on_bus(nats_url, prefix, lambda bus: trigger_ops.delete(bus, name))
     click.echo(f"trigger {name} deleted")

@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 import click
 
 from noetl_stream import jsonutil
+from noetl_stream.bus.connection import Bus
 from noetl_stream.cli.common import EXIT_REJECTED, T, fail, nats_url_option, on_stack, prefix_option
-from noetl_stream.runtime.connection import Bus
 from noetl_stream.state.sessions import SessionStore
 from noetl_stream.state.users import ROLES, AccountError, ApiKeyInfo, ApiKeyStore, UserInfo, UserStore
 

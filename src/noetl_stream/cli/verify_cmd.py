@@ -1,5 +1,5 @@
 """`noetl-stream verify ID | --all [--since WHEN]`: rebuild each execution's state from its events
-and compare it with the committed one (runtime/verify.py).
+and compare it with the committed one (server/verify.py).
 
 Exit codes: 0 every state equals its rebuild, 1 one differs (the first differing field is named),
 2 an unknown execution or bad usage, 3 NATS unreachable.
@@ -26,7 +26,7 @@ from noetl_stream.cli.common import (
 from noetl_stream.errors import InfrastructureError, PlaybookError
 
 if TYPE_CHECKING:
-    from noetl_stream.runtime.verify import Verdict
+    from noetl_stream.server.verify import Verdict
 
 
 @click.command("verify")
@@ -42,11 +42,11 @@ def verify(execution_id: str | None, every: bool, since: str | None, as_json: bo
     """Rebuild EXECUTION_ID's state from its recorded events through the router and compare it,
     field by field, with the state committed in KV (and the summary of its end event).
     """
+    from noetl_stream.bus.connection import Bus
     from noetl_stream.cli.execution_log import parse_since
-    from noetl_stream.runtime.connection import Bus
-    from noetl_stream.runtime.services import client_bus
-    from noetl_stream.runtime.verify import execution_ids
-    from noetl_stream.runtime.verify import verify as verify_one
+    from noetl_stream.server.verify import execution_ids
+    from noetl_stream.server.verify import verify as verify_one
+    from noetl_stream.services import client_bus
 
     if every == (execution_id is not None):
         fail(EXIT_REJECTED, "give one EXECUTION_ID or --all")

@@ -37,10 +37,10 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
     An execution that has ended is shown from its first event to its last, with the durations
     it had. An id nothing was recorded for exits 2.
     """
+    from noetl_stream.bus.connection import connect
+    from noetl_stream.bus.watcher import ExecutionWatch
     from noetl_stream.cli.execution_log import is_known
     from noetl_stream.cli.progress import ProgressPrinter
-    from noetl_stream.runtime.connection import connect
-    from noetl_stream.runtime.watcher import ExecutionWatch
     from noetl_stream.state.results import ResultStore
 
     if nats_url is None and server_url is None:

@@ -24,7 +24,7 @@ from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Playbook, Rule, Step, Task
 from noetl_stream.errors import Issue
 
-# Names a template may read that no playbook declares (router/context.py, the pipeline's views,
+# Names a template may read that no playbook declares (dsl/context.py, the pipeline's views,
 # the case and listener dialects, Jinja's own globals).
 CONTEXT_NAMES = frozenset({
     "workload", "ctx", "args", "input", "iter", "vars", "execution_id", "event", "result", "output",

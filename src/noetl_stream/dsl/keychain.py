@@ -2,7 +2,7 @@
 
 A declaration names material a playbook needs and how to get it; templates read the resolved
 material as `{{ keychain.<name>.<field> }}`. Declarations hold no resolved secret, so they may
-travel in commands: the worker resolves them (runtime/keychain.py) and nothing it resolves is
+travel in commands: the worker resolves them (worker/keychain.py) and nothing it resolves is
 written back into commands, router state or events.
 """
 

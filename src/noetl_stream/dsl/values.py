@@ -99,7 +99,7 @@ Locate = Callable[[], "dict[str, str] | None"]
 
 class ResultMapping(dict[str, Any]):
     """A mapping result read by name that may also answer NoETL's locator names of a result
-    stored apart (`_ref`, `_uri`, `_store`; router/views.py says when).
+    stored apart (`_ref`, `_uri`, `_store`; dsl/views.py says when).
 
     `locate` gives them, or None when the result has none; it runs on the first read of such a
     name (in templates, `{{ step._ref }}`), never for other reads, and never for the JSON or
@@ -124,7 +124,7 @@ class DataEnvelope(ResultMapping):
     """A mapping whose `.data` read in a template is NoETL's envelope `data`.
 
     The read is answered in dsl/templating.py, ahead of the mapping's own `data` key; as JSON, or
-    rendered into a python input, it is just the mapping. router/views.py makes two kinds:
+    rendered into a python input, it is just the mapping. dsl/views.py makes two kinds:
 
     - a step's mapping result without a `data` key, read by name: `.data` is the result itself,
       as NoETL wraps a tool's result in `{status, data}` (`{{ run_script.data.total }}`);

@@ -59,7 +59,7 @@ COMMIT_CONFLICTS = Counter("noetl_state_commit_conflicts", "Commits of an execut
                            "the state and applied its events again.")
 STORAGE_REFUSALS = Counter("noetl_storage_refusals", "Writes JetStream refused for lack of room "
                            "(a full store, an account or stream at its byte bound) that this "
-                           "process held and made again (runtime/storage.py).")
+                           "process held and made again (bus/storage.py).")
 RUNNING = Gauge("noetl_worker_running", "Commands this worker is running now, by pool.", ["pool"])
 
 

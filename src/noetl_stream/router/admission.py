@@ -3,7 +3,7 @@
 
 Such an execution starts waiting: its state holds `admission` (the group: playbook and rendered
 key; the limit; what to do at the limit) and its start step does not fire. The router emits
-`concurrency.requested`; the servers' admission service (runtime/admission.py) takes a slot for
+`concurrency.requested`; the servers' admission service (server/admission.py) takes a slot for
 it in KV `noetl_concurrency` and then publishes `execution.admitted` on the execution's subject,
 which the router applies like any event: the start step fires and the execution timeout starts
 counting. A refusal (`on_limit: skip`), and the oldest execution cut short for a newer one

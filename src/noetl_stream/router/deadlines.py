@@ -2,7 +2,7 @@
 the router.
 
 Each is a durable timer (an outbox message of kind `timer`, a NATS message schedule, like a
-step's watchdog: runtime/timers.py), so it fires on nats-server's clock and survives any restart.
+step's watchdog: bus/timers.py), so it fires on nats-server's clock and survives any restart.
 Their timer ids start with the watchdog's prefix, so watchers treat them as deadlines, not as
 timers a listener set.
 

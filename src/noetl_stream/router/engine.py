@@ -16,14 +16,14 @@ from typing import Any
 
 from noetl_stream import ids, jsonutil, messages
 from noetl_stream.dsl import guards, keychain, templating
+from noetl_stream.dsl.context import build_context, output_view
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.dsl.values import EventName
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import admission, cancel, case_events, children, listeners, loops, restart, watchdog
-from noetl_stream.router.context import build_context, output_view, pick_steps
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.graph import graph_of
-from noetl_stream.router.reads import names_read, only, rule_templates
+from noetl_stream.router.reads import names_read, only, pick_steps, rule_templates
 from noetl_stream.router.state import Decision, Delayed, ExecutionState, Join, Outgoing, Run
 
 DEFAULT_POOL = "default"

@@ -54,7 +54,7 @@ class NetGraph:
                               and self.components.get(dst) == self.components[src])
 
 
-# As many graphs as the server keeps parsed playbooks (runtime/server.py reads this size), so
+# As many graphs as the server keeps parsed playbooks (server/server.py reads this size), so
 # every playbook in use keeps its graph. Keyed by identity: an entry holds its playbook, so its
 # id cannot be reused while it is cached; the least recently used entry goes first.
 CACHE_SIZE = 1_000

@@ -9,7 +9,7 @@ finishes more steps. The sandbox gives a template no way to reach a name it does
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -17,6 +17,7 @@ from jinja2 import TemplateSyntaxError, nodes
 
 from noetl_stream.dsl import pycode, templating
 from noetl_stream.dsl.models import Playbook, Rule, Step, Task
+from noetl_stream.dsl.views import step_view
 
 
 def names_read(values: Iterable[Any]) -> set[str]:
@@ -30,7 +31,7 @@ def names_read(values: Iterable[Any]) -> set[str]:
 def task_results_read(playbook: Playbook) -> frozenset[str]:
     """The pipeline steps whose per-task results some template of the playbook reads as
     `<step>.results` (NoETL's Python engine keeps them there: `{{ page.results.check.more }}`).
-    A loop step's `results` are its iterations' (router/views.py), so loop steps are not among them.
+    A loop step's `results` are its iterations' (dsl/views.py), so loop steps are not among them.
     """
     pipelines = {s.name for s in playbook.steps if s.tasks and s.loop is None}
     found: set[str] = set()
@@ -102,3 +103,17 @@ def only(scope: dict[str, Any], names: AbstractSet[str], whole: str) -> dict[str
     if whole in names:
         return scope
     return {k: v for k, v in scope.items() if k in names}
+
+
+def pick_steps(names: Iterable[str], records: Mapping[str, Any],
+               execution_id: str | None = None) -> dict[str, Any]:
+    """The finished steps' results among `names` (the names a step's templates read); given the
+    execution, large ones also answer NoETL's locators (`step_view`).
+    """
+    out: dict[str, Any] = {}
+    # Sorted: a set's order follows PYTHONHASHSEED, and this order reaches the command's bytes.
+    for name in sorted(names):
+        rec = records.get(name)
+        if rec is not None and rec.status in ("completed", "failed") and rec.runs:
+            out[name] = step_view(rec.result, rec.http, rec.loop, execution_id=execution_id)
+    return out

@@ -177,7 +177,7 @@ class ExecutionState:
     delays_set: int = 0  # delayed tokens so far: numbers their timer ids
     watchdogs_set: int = 0  # watchdog timers so far: numbers their timer ids
     # Listeners' timers not fired yet: run id -> timer name -> fire_at. The servers' stall check
-    # (runtime/stalls.py) fails a listener whose timer is overdue and whose schedule is gone.
+    # (server/stalls.py) fails a listener whose timer is overdue and whose schedule is gone.
     timers: dict[str, dict[str, float]] = field(default_factory=dict)
     result_key: str | None = None  # where the execution's result is stored, like a step's
     step_pages: list[str] = field(default_factory=list)  # keys of stored pages of step records

@@ -1,5 +1,5 @@
 """The slots of one concurrency group, as KV `noetl_concurrency` holds them (one entry per group,
-changed only by revision-checked writes, runtime/admission.py). Pure: the decisions on a record.
+changed only by revision-checked writes, server/admission.py). Pure: the decisions on a record.
 
     {"group": "etl/load[acme]", "holders": [{"id": ..., "since": ...}],
      "queue": [{"id": ..., "limit": 2, "on_limit": "queue", "since": ..., "evicts": ...}]}

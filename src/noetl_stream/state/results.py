@@ -7,7 +7,7 @@ two workers) writes one object, and a fetched object is checked against its key 
 Fetched bytes are cached per process (least recently used first out, bounded in bytes).
 
 The store has no age limit; the retention sweep removes objects no kept execution can refer to
-(runtime/result_sweep.py). For that, an object is reused only if it was written less than
+(server/result_sweep.py). For that, an object is reused only if it was written less than
 `REFRESH_S` ago: an older one is written again, so its last write is never much older than the
 start of an execution that refers to it.
 """
@@ -113,7 +113,7 @@ class ResultStore:
             if refs.is_json_ref(value):
                 data = await self.fetch(value[refs.REF_KEY])
                 # A stored value may hold references itself (a loop's results, moved out of a
-                # state that grew too large, runtime/state_size.py).
+                # state that grew too large, server/state_size.py).
                 loaded = jsonutil.loads(data)
                 return await self.resolve(loaded) if holds_ref(data) else loaded
             if refs.ref_of(value) is not None:

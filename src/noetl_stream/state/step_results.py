@@ -32,10 +32,10 @@ from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from noetl_stream import jsonutil
+from noetl_stream.dsl.views import STEP_RESULTS_BUCKET, stored_key
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.formats import STEP_RESULT, VERSION_FIELD
 from noetl_stream.router.state import ExecutionState, LoopState, Outgoing, StepRecord
-from noetl_stream.router.views import STEP_RESULTS_BUCKET, stored_key
 from noetl_stream.state.results import ResultStore
 
 BUCKET = STEP_RESULTS_BUCKET
@@ -184,7 +184,7 @@ def _keyed(value: Any) -> tuple[str, bytes]:
 
 
 def _hash(data: bytes) -> str:
-    return stored_key(data)  # the name a template's `{{ step._ref }}` gives (router/views.py)
+    return stored_key(data)  # the name a template's `{{ step._ref }}` gives (dsl/views.py)
 
 
 def _distinct(writes: list[tuple[str, bytes, Any]]) -> list[tuple[str, bytes, Any]]:

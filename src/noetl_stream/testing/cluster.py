@@ -35,9 +35,9 @@ from typing import Any
 
 import aiohttp
 
+from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.nats_server import find_binary, free_port
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.runtime.connection import Bus, connect
-from noetl_stream.runtime.nats_server import find_binary, free_port
 from noetl_stream.testing.waiting import assert_eventually
 
 # The checked-in cluster configs, found from the source tree (they are not packaged).

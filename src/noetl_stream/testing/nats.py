@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from noetl_stream.runtime.nats_server import NatsServer, start_nats_server
+from noetl_stream.bus.nats_server import NatsServer, start_nats_server
 
 
 @contextlib.asynccontextmanager

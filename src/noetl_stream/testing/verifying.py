@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from noetl_stream.runtime.connection import Bus
-from noetl_stream.runtime.verify import Verdict, execution_ids, verify
+from noetl_stream.bus.connection import Bus
+from noetl_stream.server.verify import Verdict, execution_ids, verify
 
 AT_ONCE = 8  # executions verified concurrently
 

@@ -88,7 +88,7 @@ class ResultSink(Protocol):
 
 
 class EventFollower(Protocol):
-    """A live follower of some execution events (runtime/event_feed.py's EventFeed)."""
+    """A live follower of some execution events (bus/event_feed.py's EventFeed)."""
 
     async def start(self) -> None: ...
 

@@ -360,7 +360,7 @@ class PostgresTool:
 def script_payload(payloads: list[dict[str, Any]]) -> dict[str, Any]:
     """A script's result: its last statement's payload; after several statements also
     `statement_count` and the earlier payloads as `command_<i>`, the names NoETL's older engine
-    gave every statement (router/views.py answers `command_<last>` from the payload itself, so
+    gave every statement (dsl/views.py answers `command_<last>` from the payload itself, so
     the last statement's rows are not stored twice).
     """
     payload = dict(payloads[-1])

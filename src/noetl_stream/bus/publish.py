@@ -1,0 +1,90 @@
+"""Publishing with deterministic `Nats-Msg-Id` headers: outbox messages, worker events.
+
+Every event leaves through here, so this is where each gets the envelope fields any reader may
+count on (noetl_stream/events.py): `event_id` (its msg id) and `time` (ISO-8601 UTC).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Awaitable
+from typing import Any
+
+from noetl_stream import jsonutil
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.timers import publish_timer
+from noetl_stream.events import iso_time
+from noetl_stream.router.state import Outgoing
+from noetl_stream.subjects import ROUTER_INPUT_EVENTS
+
+PUBLISH_ID_HEADER = "Noetl-Publish-Id"
+
+
+def stamp(body: dict[str, Any], msg_id: str) -> dict[str, Any]:
+    """`body` with `event_id` and `time` set where its producer left them out (in place: the
+    fields follow from the body and its id, so stamping a body again changes nothing).
+    """
+    body.setdefault("event_id", msg_id)
+    timestamp = body.get("timestamp")
+    if isinstance(timestamp, (int, float)) and "time" not in body:
+        body["time"] = iso_time(float(timestamp))
+    return body
+
+
+def subject_of(bus: Bus, message: Outgoing) -> str:
+    if message.kind == "command":
+        return bus.topology.command_subject(message.pool, message.tool_kind)
+    if message.kind == "cancel":  # the router stopping a child execution (router/children.py)
+        return bus.topology.cancel_request_subject()
+    execution_id = str(message.body["execution_id"])
+    if message.pool and message.event_type in ROUTER_INPUT_EVENTS:  # server/pools.py
+        return bus.topology.outcome_subject(execution_id, message.event_type, message.pool)
+    return bus.topology.event_subject(execution_id, message.event_type)
+
+
+async def publish_outbox(bus: Bus, outbox: list[Outgoing],
+                         trace_headers: dict[str, str] | None = None) -> None:
+    """Publish every message and wait for JetStream to store each (duplicates are dropped).
+    Commands also carry `trace_headers` (the execution's `traceparent`), when given.
+    """
+    if not outbox:
+        return
+    # Coroutines are started in outbox order and each writes its message first, so watchers see
+    # events in the order the router produced them.
+    sends: list[Awaitable[Any]] = []
+    # Which publish a stored command came from: the same on every delivery of it (and after a
+    # backup's restore), another on a copy published again (worker/attempt_claims.py).
+    publish_id = secrets.token_hex(8)
+    for m in outbox:
+        if m.kind == "timer":
+            sends.append(publish_timer(bus, m))
+            continue
+        data = jsonutil.dumps(stamp(m.body, m.msg_id) if m.kind == "event" else m.body)
+        headers = {"Nats-Msg-Id": m.msg_id}
+        if m.kind == "command":
+            headers[PUBLISH_ID_HEADER] = publish_id
+            if trace_headers:
+                headers.update(trace_headers)
+        if m.progress:
+            sends.append(bus.nc.publish(subject_of(bus, m), data, headers=headers))
+        else:
+            sends.append(bus.stored.publish(subject_of(bus, m), data, headers))
+    await asyncio.gather(*sends)
+
+
+async def publish_event(bus: Bus, execution_id: str, event_type: str, msg_id: str,
+                        body: dict[str, Any], *, wait: bool = True, pool: str | None = None) -> None:
+    """Publish a worker's (or the server's) event; an outcome names the `pool` that ran its
+    command in its subject (subjects.outcome_subject).
+    """
+    topo = bus.topology
+    subject = topo.event_subject(execution_id, event_type) if pool is None \
+        else topo.outcome_subject(execution_id, event_type, pool)
+    data = jsonutil.dumps(stamp(body, msg_id))
+    headers = {"Nats-Msg-Id": msg_id}
+    if wait:
+        await bus.stored.publish(subject, data, headers)
+    else:
+        # Progress only: the stream still stores it, we just do not wait for the store's ack.
+        await bus.nc.publish(subject, data, headers=headers)

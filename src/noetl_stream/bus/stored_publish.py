@@ -1,0 +1,112 @@
+"""Publishing to JetStream and waiting for the store's ack, with less work per message than
+nats-py's `JetStreamContext.publish`.
+
+nats-py answers each publish through its request machinery: a random token per request (an
+`os.urandom` call), `asyncio.wait_for` around the reply, stdlib `json` and a dataclass for the
+ack. Outcome events, commands and state commits each pay it once per step. Here one wildcard inbox
+per connection takes every ack, a counter names each publish, a timer handle bounds the wait, and
+the ack is read with orjson: about half the CPU per publish (bench/README.md).
+
+Failures are nats-py's own exceptions (`APIError` and its subclasses, `NoStreamResponseError`,
+`KeyWrongLastSequenceError`, `TimeoutError`), so callers and bus/dispositions.py classify
+them as they did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from nats.aio.client import NO_RESPONDERS_STATUS, Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import errors as js_errors
+from nats.js.api import Header
+
+from noetl_stream import jsonutil
+
+JETSTREAM_TIMEOUT_S = 10.0  # also the JetStream context's (bus/connection.py)
+# JetStream's error codes for a revision-checked write that found another revision.
+_WRONG_LAST_SEQUENCE = (10071, 10164)
+
+
+class StoredPublisher:
+    """Publishes on one connection and returns the stream sequence each message was stored at."""
+
+    def __init__(self, nc: Client, timeout_s: float = JETSTREAM_TIMEOUT_S) -> None:
+        self._nc = nc
+        self._timeout_s = timeout_s
+        self._prefix = ""
+        self._sub: Subscription | None = None
+        self._starting = asyncio.Lock()  # the inbox is subscribed to once
+        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._sent = 0
+
+    async def publish(self, subject: str, payload: bytes,
+                      headers: dict[str, str] | None = None) -> int:
+        """Publish and wait for the ack; the stream sequence (the revision, for a KV key).
+        A duplicate (same `Nats-Msg-Id` within the window) returns the stored one's sequence.
+        """
+        if self._sub is None:
+            await self._start()
+        self._sent += 1
+        token = str(self._sent)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Msg] = loop.create_future()
+        self._waiting[token] = answer
+        timer = loop.call_later(self._timeout_s, _expire, answer)
+        try:
+            await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+            msg = await answer
+        finally:
+            timer.cancel()
+            self._waiting.pop(token, None)
+        return _sequence(msg)
+
+    async def update(self, bucket: str, key: str, value: bytes, last: int) -> int:
+        """A KV write that succeeds only while the key's revision is `last`; its new revision.
+        Raises KeyWrongLastSequenceError as nats-py's `KeyValue.update` does.
+        """
+        try:
+            return await self.publish(f"$KV.{bucket}.{key}", value,
+                                      {Header.EXPECTED_LAST_SUBJECT_SEQUENCE: str(last)})
+        except js_errors.APIError as exc:
+            if exc.err_code in _WRONG_LAST_SEQUENCE:
+                raise js_errors.KeyWrongLastSequenceError(description=exc.description) from None
+            raise
+
+    async def _start(self) -> None:
+        async with self._starting:
+            if self._sub is not None:
+                return
+            self._prefix = self._nc.new_inbox() + "."
+            self._sub = await self._nc.subscribe(self._prefix + "*", cb=self._on_ack)
+
+    async def _on_ack(self, msg: Msg) -> None:
+        answer = self._waiting.pop(msg.subject[len(self._prefix):], None)
+        if answer is not None and not answer.done():
+            answer.set_result(msg)
+
+
+def _expire(answer: asyncio.Future[Msg]) -> None:
+    if not answer.done():
+        answer.set_exception(NatsTimeoutError())
+
+
+def _sequence(msg: Msg) -> int:
+    if msg.headers and msg.headers.get(Header.STATUS) == NO_RESPONDERS_STATUS:
+        raise js_errors.NoStreamResponseError
+    try:
+        ack: Any = jsonutil.loads(msg.data)
+    except ValueError:
+        raise js_errors.APIError(description="the store's ack is not JSON") from None
+    if not isinstance(ack, dict):
+        raise js_errors.APIError(description="the store's ack is not a JSON object")
+    error = ack.get("error")
+    if isinstance(error, dict):
+        js_errors.APIError.from_error(error)  # raises the error's own class
+    seq = ack.get("seq")
+    if not isinstance(seq, int):
+        raise js_errors.APIError(description="the store's ack has no sequence")
+    return seq

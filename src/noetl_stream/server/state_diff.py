@@ -1,0 +1,105 @@
+"""Two execution states compared field by field (what `noetl-stream verify` reports). Pure.
+
+States are compared by what they hold, not by how a commit laid them out: results are compared
+as values (a committed state names them by key in KV `noetl_step_results`), step records and
+loop results paged out of the state are compared with the others, and the outbox, the last
+commit's messages, by msg id. `trace` (the span ids of the request that started it) is no
+consequence of the events and is left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from noetl_stream import jsonutil
+from noetl_stream.router.state import ExecutionState, Outgoing
+
+LEFT_OUT = ("outbox", "trace", "step_pages", "result_key")
+SHOWN = 160  # characters of a value shown in a difference
+
+
+@dataclass(frozen=True)
+class Difference:
+    """The first field where the committed state and the rebuilt one differ."""
+
+    field: str
+    committed: Any
+    rebuilt: Any
+
+    def describe(self) -> str:
+        return (f"{self.field}: committed {_short(self.committed)}, "
+                f"rebuilt from events {_short(self.rebuilt)}")
+
+
+def content(state: ExecutionState) -> dict[str, Any]:
+    """What a state holds, as plain JSON values, independent of how it was stored."""
+    plain: dict[str, Any] = jsonutil.loads(jsonutil.dumps(state))
+    for name in LEFT_OUT:
+        plain.pop(name, None)
+    plain["result"] = state.result
+    plain["steps"] = {name: {**{k: v for k, v in raw.items() if k != "result_key"},
+                             "result": state.steps[name].result}
+                      for name, raw in plain.get("steps", {}).items()}
+    for run_id, raw in plain.get("runs", {}).items():
+        loop = state.runs[run_id].loop
+        if loop is not None and isinstance(raw.get("loop"), dict):
+            raw["loop"].pop("pages", None)
+            raw["loop"]["results"] = loop.all_results()
+    normal: dict[str, Any] = jsonutil.loads(jsonutil.dumps(plain))
+    return normal
+
+
+def first_difference(committed: Any, rebuilt: Any, path: str = "") -> Difference | None:
+    """The first differing field, in the committed value's key order; None when equal."""
+    if isinstance(committed, dict) and isinstance(rebuilt, dict):
+        for key in [*committed, *(k for k in rebuilt if k not in committed)]:
+            where = f"{path}.{key}" if path else str(key)
+            if key not in rebuilt or key not in committed:
+                return Difference(where, committed.get(key, "<absent>"),
+                                  rebuilt.get(key, "<absent>"))
+            found = first_difference(committed[key], rebuilt[key], where)
+            if found is not None:
+                return found
+        return None
+    if isinstance(committed, list) and isinstance(rebuilt, list) and len(committed) == len(rebuilt):
+        for index, (a, b) in enumerate(zip(committed, rebuilt, strict=True)):
+            found = first_difference(a, b, f"{path}[{index}]")
+            if found is not None:
+                return found
+        return None
+    return None if committed == rebuilt else Difference(path or "state", committed, rebuilt)
+
+
+def outbox_difference(committed: list[Outgoing],
+                      outboxes: list[list[Outgoing]]) -> Difference | None:
+    """The committed outbox is what the last commit's events emitted: the outboxes of the last
+    few applied events, in order. A command the server replaced by its step's failure (no worker
+    serves its pool, server/pools.py) counts as that command.
+    """
+    want = [_as_emitted(m) for m in committed]
+    emitted: list[str] = []
+    for outbox in reversed(outboxes):
+        if len(emitted) >= len(want):
+            break
+        emitted = [m.msg_id for m in outbox] + emitted
+    if emitted == want or (not want and not emitted):
+        return None
+    return Difference("outbox", want, emitted)
+
+
+def _as_emitted(message: Outgoing) -> str:
+    if message.kind == "event" and message.body.get("error", {}) and \
+            isinstance(message.body.get("error"), dict) and \
+            message.body["error"].get("kind") == "pool":
+        run, iteration = message.body.get("step_run_id"), message.body.get("iteration")
+        return f"cmd:{run}:{'-' if iteration is None else iteration}:1"
+    return message.msg_id
+
+
+def _short(value: Any) -> str:
+    try:
+        text = jsonutil.dumps(value).decode()
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= SHOWN else text[:SHOWN] + "..."

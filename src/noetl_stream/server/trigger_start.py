@@ -1,0 +1,59 @@
+"""Starting one execution for a trigger: the playbook from the catalog, the payload rendered in
+the trigger's context, the request published under an id derived from what fired (so a second
+start of the same fire is the same request), then `<name>.last` and the `fired` event.
+
+Shared by the server's trigger service (fires, messages, events) and the API (webhooks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from noetl_stream.bus.connection import Bus
+from noetl_stream.dsl.templating import render
+from noetl_stream.errors import NoetlStreamError
+from noetl_stream.server.submission import submit
+from noetl_stream.server.trigger_ops import publish_trigger_event
+from noetl_stream.state import triggers as store
+from noetl_stream.state.catalog import read_path
+from noetl_stream.state.triggers import LastFire, TriggerRecord
+
+
+async def request_execution(bus: Bus, record: TriggerRecord, execution_id: str,
+                            context: dict[str, Any], base: dict[str, Any] | None = None
+                            ) -> str | None:
+    """Publish the execution request; the reason when none can be made (the playbook is not
+    registered, a template fails). `base` is merged under the rendered payload.
+    """
+    spec = record.trigger.spec
+    found = await read_path(bus.js, spec.playbook, spec.version)
+    if found is None:
+        return (f"no playbook is registered under {spec.playbook}"
+                + (f" version {spec.version}" if spec.version else ""))
+    try:
+        payload = render(spec.payload, context, field="payload")
+    except NoetlStreamError as exc:
+        return f"payload: {exc}"
+    if spec.payload_from is not None:
+        base = _lookup(context, spec.payload_from)
+        if not isinstance(base, dict):
+            return f"payload_from: {spec.payload_from} is not a mapping"
+    await submit(bus, playbook_text=found[0], playbook_file=f"catalog:{spec.playbook}",
+                 payload={**(base or {}), **payload}, execution_id=execution_id,
+                 concurrency=spec.concurrency.model_dump() if spec.concurrency else None,
+                 labels=dict(spec.labels))
+    return None
+
+
+def _lookup(context: dict[str, Any], path: str) -> Any:
+    value: Any = context
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+async def record_fired(bus: Bus, name: str, last: LastFire) -> None:
+    """What a fire started, after its request is stored: `<name>.last`, then the event."""
+    await store.write_last(bus.js, name, last)
+    await publish_trigger_event(bus, name, "fired", f"trg:{name}:fired:{last.execution_id}",
+                                **last.model_dump())
