@@ -182,8 +182,9 @@ def _bound_names(playbook: Playbook) -> set[str]:
             names.add(task.name)
             names |= set(task.set_ctx) | set(task.set_iter) | set(task.set_locals)
             names |= set(task.input)
-            names |= {str(k) for k in task.config.get("vars", {}) or {}} if isinstance(
-                task.config.get("vars"), dict) else set()
+            declared = task.config.get("vars")
+            if isinstance(declared, dict):
+                names |= {str(k) for k in declared}
     return names
 
 
