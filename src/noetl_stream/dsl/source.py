@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import overload
 
 from ruamel.yaml import YAML
@@ -138,7 +138,7 @@ def line_of(node: object, key: object = None) -> int | None:
 
 
 @overload
-def plain(value: Mapping[str, object]) -> JsonObject: ...
+def plain(value: JsonObject) -> JsonObject: ...
 
 
 @overload
