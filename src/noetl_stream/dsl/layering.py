@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from noetl_stream.dsl.models import Playbook, Step, Task
 from noetl_stream.dsl.source import as_float
@@ -36,15 +35,15 @@ LOOP_OWN_KEYS = frozenset({"mode", "max_in_flight", "exec", "frame"})
 EXECUTOR_OWN_KEYS = frozenset({"concurrency", "timeout", "sla"})
 
 
-def merge(*layers: Mapping[str, Any]) -> dict[str, Any]:
+def merge(*layers: Mapping[str, object]) -> dict[str, object]:
     """Overlay `layers` from outer to inner: mappings merge deeply, anything else replaces.
     The runtime merges rendered values with it too, not only the playbook's JSON.
     """
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for layer in layers:
         for key, value in layer.items():
-            if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-                out[key] = merge(out[key], value)
+            if isinstance(value, Mapping) and isinstance(current := out.get(key), Mapping):
+                out[key] = merge(current, value)
             elif isinstance(value, Mapping):
                 out[key] = merge(value)  # a copy, so no layer shares structure with the result
             elif isinstance(value, list):
@@ -65,7 +64,8 @@ def kind_default(kind: str, key: str) -> float:
     return KIND_DEFAULTS[kind][key]
 
 
-def effective_spec(task: Task, step: Step, executor: Mapping[str, JsonValue]) -> JsonObject:
+def effective_spec(task: Task, step: Step,
+                   executor: Mapping[str, JsonValue]) -> dict[str, object]:
     loop_spec = step.loop.spec if step.loop is not None else {}
     spec = merge(KIND_DEFAULTS.get(task.kind, {}),
                  layer_of(executor.get("spec"), SCOPED_KEYS | EXECUTOR_OWN_KEYS),
@@ -82,7 +82,7 @@ _DURATION = re.compile(r"^\s*(?P<n>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h|d)\s
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def duration_s(value: JsonValue) -> float | None:
+def duration_s(value: object) -> float | None:
     """A duration written as NoETL's step specs write it (`30s`, `5m`, `1h`, `500ms`, `1d`) in
     seconds; None for anything else (numbers are seconds already).
     """
@@ -107,7 +107,7 @@ def _layered(task: Task, step: Step, executor: Mapping[str, JsonValue]) -> Task:
     return task.model_copy(update={"spec": effective_spec(task, step, executor), "rules": rules})
 
 
-def timeout_s(spec: Mapping[str, JsonValue]) -> float | None:
+def timeout_s(spec: Mapping[str, object]) -> float | None:
     """`spec.timeout` as seconds (a number, or a duration: `30s`), or None when absent or neither
     (http also takes a mapping of phases there, which its tool reads itself).
     """

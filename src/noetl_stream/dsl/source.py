@@ -162,9 +162,9 @@ def plain(value: object) -> JsonValue:
     return str(value)
 
 
-def as_int(value: JsonValue) -> int:
-    """`int(value)` of a value read from YAML; a list, a mapping or null raises the TypeError
-    `int()` raises for it, so a message built from it reads the same.
+def as_int(value: object) -> int:
+    """`int(value)` of a number or text; anything else (a list, a mapping, null) raises the
+    TypeError `int()` raises for it, so a message built from it reads the same.
     """
     if isinstance(value, (str, int, float)):
         return int(value)
@@ -172,8 +172,8 @@ def as_int(value: JsonValue) -> int:
                     f"not {type(value).__name__!r}")
 
 
-def as_float(value: JsonValue) -> float:
-    """`float(value)` of a value read from YAML, failing as `float()` fails on the others."""
+def as_float(value: object) -> float:
+    """`float(value)` of a number or text, failing as `float()` fails on anything else."""
     if isinstance(value, (str, int, float)):
         return float(value)
     raise TypeError(f"float() argument must be a string or a real number, not "
