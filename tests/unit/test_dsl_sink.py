@@ -154,6 +154,16 @@ def test_step_sink_errors_name_the_field(sink: str, field: str, message: str) ->
     assert message in issue
 
 
+def test_sink_args_beside_a_tool_whose_args_are_not_a_mapping_name_the_tools_field() -> None:
+    (issue,) = issues_of("""
+        workflow:
+          - step: start
+            tool: {kind: noop}
+            sink: {tool: {kind: duckdb, command: x, args: [1]}, args: {a: 1}}
+    """)
+    assert 'step "start" field "tool.args": must be a mapping' in issue
+
+
 def test_sink_on_a_listener_is_an_error() -> None:
     issues = issues_of("""
         workflow:

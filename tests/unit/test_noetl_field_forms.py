@@ -328,6 +328,18 @@ def test_keychain_oauth2_python_form_with_other_data_is_refused_saying_what_to_w
     assert "NoETL form not run here: an oauth2 entry that POSTs any `data`" in issue.message
 
 
+def test_keychain_oauth2_python_form_with_headers_not_a_mapping_is_refused_saying_what_to_write(
+) -> None:
+    text = playbook_text(OAUTH2_PY.replace("headers: {Content-Type: application/x-www-form-"
+                                           "urlencoded}", "headers: [Content-Type]")
+                         .replace("DATA", ""))
+    with pytest.raises(PlaybookError) as caught:
+        parse_playbook(text, FILE)
+    (issue,) = caught.value.issues
+    assert issue.field == "keychain[0].endpoint"
+    assert "NoETL form not run here: an oauth2 entry that POSTs any `data`" in issue.message
+
+
 def test_retry_backoff_seconds_is_the_first_wait() -> None:
     body = ("workflow:\n  - step: start\n    tool:\n      kind: http\n      url: http://x\n"
             "      retry: {max_attempts: 3, backoff_seconds: 2}\n")

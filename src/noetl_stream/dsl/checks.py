@@ -14,9 +14,9 @@ template says a value is optional. Each finding is a warning, an error under --s
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from jinja2 import nodes
 
@@ -182,8 +182,9 @@ def _bound_names(playbook: Playbook) -> set[str]:
             names.add(task.name)
             names |= set(task.set_ctx) | set(task.set_iter) | set(task.set_locals)
             names |= set(task.input)
-            names |= {str(k) for k in task.config.get("vars", {}) or {}} if isinstance(
-                task.config.get("vars"), dict) else set()
+            declared = task.config.get("vars")
+            if isinstance(declared, dict):
+                names |= {str(k) for k in declared}
     return names
 
 
@@ -207,11 +208,15 @@ def _step_rules(step: Step) -> Iterator[Rule]:
         yield from task.rules
 
 
+TemplatesOf = Callable[[object, str, int | None], Iterator[_Template]]
+"""of(value, field, line): the template strings inside a value, placed at field and line."""
+
+
 def _step_templates(step: Step) -> Iterator[_Template]:
     """The step's template strings with the field and line they stand at (python code aside:
     it reads names as Python, not as templates).
     """
-    def of(value: Any, fld: str, line: int | None) -> Iterator[_Template]:
+    def of(value: object, fld: str, line: int | None) -> Iterator[_Template]:
         for text in templating.template_strings(value):
             yield _Template(text, step.name, fld, line)
 
@@ -225,7 +230,7 @@ def _step_templates(step: Step) -> Iterator[_Template]:
         yield from of([arc.when, arc.args, arc.set_ctx], "next", arc.line or step.line)
 
 
-def _task_templates(task: Task, step: Step, of: Any) -> Iterator[_Template]:
+def _task_templates(task: Task, step: Step, of: TemplatesOf) -> Iterator[_Template]:
     line = task.line or step.line
     where = "tool" if len(step.tasks) == 1 else f"tool.{task.name}"
     for key, value in task.config.items():

@@ -13,13 +13,14 @@ inherited by steps and tasks (dsl/layering.py EXECUTOR_OWN_KEYS). Pure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from noetl_stream.dsl.layering import timeout_s
 from noetl_stream.dsl.source import line_of, suggest
 from noetl_stream.dsl.templating import syntax_problem
+from noetl_stream.jsonutil import JsonValue
 
 OnLimit = Literal["queue", "skip", "cancel_oldest"]
 ON_LIMIT: tuple[str, ...] = ("queue", "skip", "cancel_oldest")
@@ -39,19 +40,19 @@ class Concurrency(BaseModel):
     on_limit: OnLimit = "queue"
 
 
-def concurrency_of(executor: Mapping[str, Any]) -> Concurrency | None:
+def concurrency_of(executor: Mapping[str, JsonValue]) -> Concurrency | None:
     """`executor.spec.concurrency` (checked by `problems` when the playbook was parsed)."""
     raw = _spec(executor).get("concurrency")
     return Concurrency.model_validate(dict(raw)) if isinstance(raw, Mapping) else None
 
 
-def execution_timeout_s(executor: Mapping[str, Any]) -> float | None:
+def execution_timeout_s(executor: Mapping[str, JsonValue]) -> float | None:
     """`executor.spec.timeout` in seconds: how long the whole execution may run."""
     seconds = timeout_s(_spec(executor))
     return seconds if seconds is not None and seconds > 0 else None
 
 
-def sla_s(executor: Mapping[str, Any]) -> float | None:
+def sla_s(executor: Mapping[str, JsonValue]) -> float | None:
     """`executor.spec.sla.max_duration` in seconds."""
     sla = _spec(executor).get("sla")
     if not isinstance(sla, Mapping):
@@ -60,12 +61,12 @@ def sla_s(executor: Mapping[str, Any]) -> float | None:
     return seconds if seconds is not None and seconds > 0 else None
 
 
-def _spec(executor: Mapping[str, Any]) -> Mapping[str, Any]:
+def _spec(executor: Mapping[str, JsonValue]) -> Mapping[str, JsonValue]:
     spec = executor.get("spec")
     return spec if isinstance(spec, Mapping) else {}
 
 
-def problems(executor: Any) -> list[Problem]:
+def problems(executor: JsonValue) -> list[Problem]:
     """What is wrong with the execution-wide fields of an `executor:` block (a YAML node)."""
     spec = executor.get("spec") if isinstance(executor, Mapping) else None
     if not isinstance(spec, Mapping):
@@ -85,7 +86,7 @@ def problems(executor: Any) -> list[Problem]:
     return out
 
 
-def concurrency_problems(value: Any, parent: Any, where: str) -> list[Problem]:
+def concurrency_problems(value: JsonValue, parent: JsonValue, where: str) -> list[Problem]:
     """What is wrong with a `concurrency:` mapping found under `parent`."""
     line = line_of(parent, where.rsplit(".", 1)[-1])
     if not isinstance(value, Mapping):
@@ -100,9 +101,9 @@ def concurrency_problems(value: Any, parent: Any, where: str) -> list[Problem]:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         out.append((line_of(value, "limit") or line, f"{where}.limit",
                     f"limit must be a whole number of at least 1, got {limit!r}"))
-    key = value.get("key")
-    if key is not None and (not isinstance(key, str) or syntax_problem(key) is not None):
-        problem = syntax_problem(key) if isinstance(key, str) else "it is not a string"
+    group = value.get("key")
+    if group is not None and (not isinstance(group, str) or syntax_problem(group) is not None):
+        problem = syntax_problem(group) if isinstance(group, str) else "it is not a string"
         out.append((line_of(value, "key") or line, f"{where}.key",
                     f"key is a template string naming the group: {problem}"))
     on_limit = value.get("on_limit", "queue")
@@ -113,7 +114,7 @@ def concurrency_problems(value: Any, parent: Any, where: str) -> list[Problem]:
     return out
 
 
-def _sla_problems(value: Any, spec: Any) -> list[Problem]:
+def _sla_problems(value: JsonValue, spec: JsonValue) -> list[Problem]:
     line = line_of(spec, "sla")
     if not isinstance(value, Mapping):
         return [(line, "executor.spec.sla", "sla is a mapping: {max_duration: 30m}")]

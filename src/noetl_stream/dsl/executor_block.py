@@ -6,17 +6,18 @@ needs). `spec.policy` is read by layering.py and refs.py. Pure.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
+
+from noetl_stream.jsonutil import JsonValue
 
 
-def entry_step(executor: Mapping[str, Any]) -> str | None:
+def entry_step(executor: Mapping[str, JsonValue]) -> str | None:
     """`executor.spec.entry_step`, the step NoETL's runtimes start at, or None."""
     spec = executor.get("spec")
     entry = spec.get("entry_step") if isinstance(spec, Mapping) else None
     return str(entry) if entry is not None else None
 
 
-def problems(executor: Mapping[str, Any], steps: Collection[str],
+def problems(executor: Mapping[str, JsonValue], steps: Collection[str],
              kinds: Collection[str]) -> list[tuple[str, str]]:
     """(field, message) for an executor block this runtime cannot honour."""
     out: list[tuple[str, str]] = []

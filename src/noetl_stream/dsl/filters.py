@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NoReturn
 
 import orjson
 from jinja2 import Undefined
@@ -33,7 +33,7 @@ from jinja2.exceptions import FilterArgumentError
 from jinja2.filters import do_float, do_int
 
 
-def _missing(value: Any) -> bool:
+def _missing(value: object) -> bool:
     """Undefined and readable as missing; a broken read raises its error (by asking its truth)."""
     if isinstance(value, Undefined):
         bool(value)  # a plain Undefined is falsy; a broken read raises here
@@ -41,15 +41,15 @@ def _missing(value: Any) -> bool:
     return False
 
 
-def to_int(value: Any, default: int = 0, base: int = 10) -> int:
+def to_int(value: object, default: int = 0, base: int = 10) -> int:
     return default if _missing(value) else do_int(value, default, base)
 
 
-def to_float(value: Any, default: float = 0.0) -> float:
+def to_float(value: object, default: float = 0.0) -> float:
     return default if _missing(value) else do_float(value, default)
 
 
-def length(value: Any) -> int:
+def length(value: object) -> int:
     if _missing(value):
         return 0
     if isinstance(value, (str, list, tuple, Mapping)):
@@ -59,19 +59,19 @@ def length(value: Any) -> int:
     return 0
 
 
-def default(value: Any, default_value: Any = "", boolean: bool = False) -> Any:
+def default(value: object, default_value: object = "", boolean: bool = False) -> object:
     if isinstance(value, Undefined) or value is None or (boolean and not value):
         return default_value
     return value
 
 
-def to_json(value: Any) -> str:
+def to_json(value: object) -> str:
     if _missing(value):
         return "null"
     return orjson.dumps(value, default=str).decode()
 
 
-def from_json(value: Any) -> Any:
+def from_json(value: object) -> object:
     if _missing(value):
         return None
     if not isinstance(value, (str, bytes)):
@@ -82,15 +82,15 @@ def from_json(value: Any) -> Any:
         return None
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return "" if _missing(value) else value if isinstance(value, str) else str(value)
 
 
-def b64encode(value: Any) -> str:
+def b64encode(value: object) -> str:
     return base64.b64encode(_text(value).encode("utf-8")).decode("ascii")
 
 
-def b64decode(value: Any) -> str:
+def b64decode(value: object) -> str:
     try:
         raw = base64.b64decode(_text(value), validate=True)
     except (binascii.Error, ValueError) as exc:
@@ -101,19 +101,19 @@ def b64decode(value: Any) -> str:
         raise FilterArgumentError("b64decode: the decoded bytes are not UTF-8 text") from None
 
 
-def keys(value: Any) -> list[Any]:
+def keys(value: object) -> list[object]:
     if not isinstance(value, Mapping):
         raise FilterArgumentError("keys needs a mapping")
     return list(value.keys())
 
 
-def values(value: Any) -> list[Any]:
+def values(value: object) -> list[object]:
     if not isinstance(value, Mapping):
         raise FilterArgumentError("values needs a mapping")
     return list(value.values())
 
 
-def get(value: Any, key: Any, fallback: Any = None) -> Any:
+def get(value: object, key: object, fallback: object = None) -> object:
     if isinstance(value, Mapping):
         return value.get(key, fallback)
     if isinstance(value, (list, tuple)) and isinstance(key, int) and -len(value) <= key < len(value):
@@ -121,44 +121,44 @@ def get(value: Any, key: Any, fallback: Any = None) -> Any:
     return fallback
 
 
-def split(value: Any, separator: str | None = None, max_splits: int = -1) -> list[str]:
+def split(value: object, separator: str | None = None, max_splits: int = -1) -> list[str]:
     """NoETL's engines register `split` (Jinja has none): the text's parts, on whitespace when
     no separator is given.
     """
     return _text(value).split(separator, max_splits)
 
 
-def lines(value: Any) -> list[str]:
+def lines(value: object) -> list[str]:
     return _text(value).splitlines()
 
 
-def to_bool(value: Any) -> bool:
+def to_bool(value: object) -> bool:
     return not _missing(value) and bool(value)
 
 
-def starting_with(value: Any, prefix: str) -> bool:
+def starting_with(value: object, prefix: str) -> bool:
     return isinstance(value, str) and value.startswith(prefix)
 
 
-def ending_with(value: Any, suffix: str) -> bool:
+def ending_with(value: object, suffix: str) -> bool:
     return isinstance(value, str) and value.endswith(suffix)
 
 
-def containing(value: Any, item: Any) -> bool:
+def containing(value: Any, item: object) -> bool:
     try:
         return item in value
     except TypeError:
         return False
 
 
-def encrypt_secret(value: Any) -> Any:
+def encrypt_secret(value: object) -> NoReturn:
     raise FilterArgumentError(
         "encrypt_secret encrypts with NoETL's server key, which this runtime does not hold; keep "
         "the secret in the credential store (`noetl-stream credential set NAME ...`) and name it "
         "with `auth: NAME` or read it with `kind: secrets`")
 
 
-FILTERS: dict[str, Any] = {
+FILTERS: dict[str, Callable[..., object]] = {
     "int": to_int, "float": to_float, "length": length, "len": length, "count": length,
     "default": default, "d": default, "tojson": to_json, "to_json": to_json,
     "fromjson": from_json, "from_json": from_json, "b64encode": b64encode,
@@ -167,5 +167,5 @@ FILTERS: dict[str, Any] = {
 }
 
 # Tests minijinja (NoETL's Rust engines) has and Jinja lacks.
-TESTS: dict[str, Any] = {"startingwith": starting_with, "endingwith": ending_with,
+TESTS: dict[str, Callable[..., object]] = {"startingwith": starting_with, "endingwith": ending_with,
                          "containing": containing}

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.source import line_of, plain, suggest
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 KINDS = ("static", "bearer", "env", "credential", "oauth2")
 # Kinds spec 002 names in its example: the first resolves a stored credential, the second needs
@@ -51,7 +52,7 @@ class KeychainEntry(BaseModel):
 
     name: str = Field(description="Read in templates as keychain.<name>.")
     kind: str = Field(description="static | bearer | env | credential | oauth2")
-    config: dict[str, Any] = Field(default_factory=dict, description="The kind's fields.")
+    config: JsonObject = Field(default_factory=dict, description="The kind's fields.")
     line: int | None = None
 
 
@@ -61,13 +62,14 @@ class Reporter(Protocol):
     def error(self, line: int | None, message: str, step: str | None = None,
               field: str | None = None) -> None: ...
 
-    def unknown_keys(self, node: Any, known: Collection[str], step: str | None,
+    def unknown_keys(self, node: object, known: Collection[str], step: str | None,
                      prefix: str) -> None: ...
 
-    def check_templates(self, value: Any, line: int | None, step: str | None, fld: str) -> None: ...
+    def check_templates(self, value: object, line: int | None, step: str | None,
+                        fld: str) -> None: ...
 
 
-def parse_keychain(raw: Any, doc: Any, report: Reporter) -> tuple[KeychainEntry, ...]:
+def parse_keychain(raw: JsonValue, doc: JsonObject, report: Reporter) -> tuple[KeychainEntry, ...]:
     """The declarations of `keychain:`, reporting every problem with its line."""
     if raw is None:
         return ()
@@ -89,7 +91,7 @@ def parse_keychain(raw: Any, doc: Any, report: Reporter) -> tuple[KeychainEntry,
     return tuple(entries)
 
 
-def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> KeychainEntry | None:
+def _parse_entry(item: JsonValue, line: int | None, where: str, report: Reporter) -> KeychainEntry | None:
     if not isinstance(item, dict):
         report.error(line, "a keychain entry is a mapping with name and kind", None, where)
         return None
@@ -146,7 +148,7 @@ def _parse_entry(item: Any, line: int | None, where: str, report: Reporter) -> K
     return KeychainEntry(name=str(name), kind=str(kind), config=config, line=line)
 
 
-def _noetl_keys(kind: str, item: dict[str, Any]) -> set[str]:
+def _noetl_keys(kind: str, item: JsonObject) -> set[str]:
     """The keys of NoETL's spellings of `kind`, which `_noetl_spellings` reads."""
     keys = {"type", "auto_renew"}
     if kind == "credential":
@@ -156,7 +158,7 @@ def _noetl_keys(kind: str, item: dict[str, Any]) -> set[str]:
     return keys
 
 
-def _noetl_spellings(kind: str, config: dict[str, Any]) -> dict[str, Any] | str:
+def _noetl_spellings(kind: str, config: JsonObject) -> JsonObject | str:
     """NoETL's ways of writing entries: a `static` entry's fields under `map:`, a credential's
     cache as `scope:` and its name as `ref:` (`credential_ref`); `auto_renew` is dropped (tokens
     are fetched again when they expire), and its Python engine's oauth2 form (`_noetl_oauth2`);
@@ -179,14 +181,15 @@ _OAUTH2_FORM = frozenset({"grant_type", "client_id", "client_secret", "scope", "
 _FORM_TYPE = "application/x-www-form-urlencoded"
 
 
-def _noetl_oauth2(config: dict[str, Any]) -> dict[str, Any] | str:
+def _noetl_oauth2(config: JsonObject) -> JsonObject | str:
     """NoETL's Python keychain form of oauth2 (POST `data` to `endpoint`) as this runtime's
     client-credentials entry, or why it cannot be. Its entry-level `scope` is a cache scope.
     """
     data = config.get("data") or {}
-    headers = {str(k).lower(): v for k, v in (config.get("headers") or {}).items()}
+    given = config.get("headers") or {}
+    headers = {k.lower(): v for k, v in given.items()} if isinstance(given, dict) else None
     method = str(config.get("method") or "POST").upper()
-    if not isinstance(data, dict) or not set(data) <= _OAUTH2_FORM or method != "POST" or \
+    if headers is None or not isinstance(data, dict) or not set(data) <= _OAUTH2_FORM or method != "POST" or \
             data.get("grant_type", "client_credentials") != "client_credentials" or \
             set(headers) - {"content-type"} or headers.get("content-type", _FORM_TYPE) != _FORM_TYPE:
         return ("NoETL form not run here: an oauth2 entry that POSTs any `data`, `method` or "
@@ -200,7 +203,7 @@ def _noetl_oauth2(config: dict[str, Any]) -> dict[str, Any] | str:
     return out
 
 
-def _missing(kind: str, config: dict[str, Any]) -> list[tuple[str, str]]:
+def _missing(kind: str, config: JsonObject) -> list[tuple[str, str]]:
     """(field, message) for every field `kind` needs and `config` lacks or gets wrong."""
     out: list[tuple[str, str]] = []
     if kind == "static" and not config:
@@ -230,13 +233,13 @@ def _missing(kind: str, config: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
-def declarations(entries: tuple[KeychainEntry, ...]) -> list[dict[str, Any]]:
+def declarations(entries: tuple[KeychainEntry, ...]) -> list[JsonObject]:
     """What a command carries: each entry's name, kind and fields as written."""
     return [{"name": e.name, "kind": e.kind, "config": e.config} for e in entries]
 
 
 def for_command(entries: tuple[KeychainEntry, ...], reads: Collection[str], *,
-                first: bool) -> list[dict[str, Any]]:
+                first: bool) -> list[JsonObject]:
     """The declarations a command carries: all of them when its templates read `keychain`, and
     for the start step's first run, so the keychain is resolved before the workflow goes on.
     """

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from noetl_stream.dsl.models import Playbook, Step, Task
+from noetl_stream.dsl.source import as_float
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 # The one table of per-kind defaults; the tools read their fallbacks from here too.
-KIND_DEFAULTS: Mapping[str, Mapping[str, Any]] = {
+KIND_DEFAULTS: Mapping[str, Mapping[str, float]] = {
     "http": {"timeout": 60.0},
     "python": {"timeout": 300.0},
     "shell": {"timeout": 300.0},
@@ -34,13 +35,15 @@ LOOP_OWN_KEYS = frozenset({"mode", "max_in_flight", "exec", "frame"})
 EXECUTOR_OWN_KEYS = frozenset({"concurrency", "timeout", "sla"})
 
 
-def merge(*layers: Mapping[str, Any]) -> dict[str, Any]:
-    """Overlay `layers` from outer to inner: mappings merge deeply, anything else replaces."""
-    out: dict[str, Any] = {}
+def merge(*layers: Mapping[str, object]) -> dict[str, object]:
+    """Overlay `layers` from outer to inner: mappings merge deeply, anything else replaces.
+    The runtime merges rendered values with it too, not only the playbook's JSON.
+    """
+    out: dict[str, object] = {}
     for layer in layers:
         for key, value in layer.items():
-            if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-                out[key] = merge(out[key], value)
+            if isinstance(value, Mapping) and isinstance(current := out.get(key), Mapping):
+                out[key] = merge(current, value)
             elif isinstance(value, Mapping):
                 out[key] = merge(value)  # a copy, so no layer shares structure with the result
             elif isinstance(value, list):
@@ -50,18 +53,19 @@ def merge(*layers: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def layer_of(spec: Any, drop: frozenset[str] = SCOPED_KEYS) -> dict[str, Any]:
+def layer_of(spec: JsonValue, drop: frozenset[str] = SCOPED_KEYS) -> JsonObject:
     """The part of one scope's `spec` that inner scopes inherit."""
     if not isinstance(spec, Mapping):
         return {}
     return {k: v for k, v in spec.items() if k not in drop}
 
 
-def kind_default(kind: str, key: str) -> Any:
-    return KIND_DEFAULTS.get(kind, {}).get(key)
+def kind_default(kind: str, key: str) -> float:
+    return KIND_DEFAULTS[kind][key]
 
 
-def effective_spec(task: Task, step: Step, executor: Mapping[str, Any]) -> dict[str, Any]:
+def effective_spec(task: Task, step: Step,
+                   executor: Mapping[str, JsonValue]) -> dict[str, object]:
     loop_spec = step.loop.spec if step.loop is not None else {}
     spec = merge(KIND_DEFAULTS.get(task.kind, {}),
                  layer_of(executor.get("spec"), SCOPED_KEYS | EXECUTOR_OWN_KEYS),
@@ -78,7 +82,7 @@ _DURATION = re.compile(r"^\s*(?P<n>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>ms|s|m|h|d)\s
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def duration_s(value: Any) -> float | None:
+def duration_s(value: object) -> float | None:
     """A duration written as NoETL's step specs write it (`30s`, `5m`, `1h`, `500ms`, `1d`) in
     seconds; None for anything else (numbers are seconds already).
     """
@@ -95,7 +99,7 @@ def apply(playbook: Playbook) -> Playbook:
     return playbook.model_copy(update={"steps": steps})
 
 
-def _layered(task: Task, step: Step, executor: Mapping[str, Any]) -> Task:
+def _layered(task: Task, step: Step, executor: Mapping[str, JsonValue]) -> Task:
     """`task` with its effective spec, and so the storage tasks of its case `sink` rules."""
     rules = tuple(rule.model_copy(update={"sink": tuple(_layered(s, step, executor)
                                                          for s in rule.sink)}) if rule.sink else rule
@@ -103,7 +107,7 @@ def _layered(task: Task, step: Step, executor: Mapping[str, Any]) -> Task:
     return task.model_copy(update={"spec": effective_spec(task, step, executor), "rules": rules})
 
 
-def timeout_s(spec: Mapping[str, Any]) -> float | None:
+def timeout_s(spec: Mapping[str, object]) -> float | None:
     """`spec.timeout` as seconds (a number, or a duration: `30s`), or None when absent or neither
     (http also takes a mapping of phases there, which its tool reads itself).
     """
@@ -113,7 +117,7 @@ def timeout_s(spec: Mapping[str, Any]) -> float | None:
     if (seconds := duration_s(value)) is not None:
         return seconds
     try:
-        return float(value) if value is not None else None
+        return as_float(value) if value is not None else None
     except (TypeError, ValueError):
         return None
 

@@ -9,13 +9,14 @@ when the loop starts; here it only has to parse.
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import ValidationError
 
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import CursorSpec, LoopSpec
 from noetl_stream.dsl.source import line_of, plain
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 LOOP_KEYS = frozenset({"in", "collection", "iterator", "element", "spec", "mode", "max_in_flight",
                        "cursor"})
@@ -38,13 +39,13 @@ class Reporter(Protocol):
     def warning(self, line: int | None, message: str, step: str | None = None,
                 field: str | None = None) -> None: ...
 
-    def unknown_keys(self, node: Any, known: Collection[str], step: str | None,
+    def unknown_keys(self, node: object, known: Collection[str], step: str | None,
                      prefix: str) -> None: ...
 
-    def check_templates(self, value: Any, line: int | None, step: str | None, fld: str) -> None: ...
+    def check_templates(self, value: object, line: int | None, step: str | None, fld: str) -> None: ...
 
 
-def parse_loop(raw: Any, step: str, report: Reporter, kinds: Collection[str]) -> LoopSpec | None:
+def parse_loop(raw: JsonValue, step: str, report: Reporter, kinds: Collection[str]) -> LoopSpec | None:
     """The step's `loop:` as IR, reporting every problem with its line; None when unusable."""
     if not isinstance(raw, dict):
         report.error(None, "loop must be a mapping with `in` (or `cursor`) and `iterator`", step,
@@ -89,7 +90,7 @@ def parse_loop(raw: Any, step: str, report: Reporter, kinds: Collection[str]) ->
         return None
 
 
-def _max_in_flight(value: Any, line: int | None, step: str,
+def _max_in_flight(value: JsonValue, line: int | None, step: str,
                    report: Reporter) -> tuple[bool, int | str | None]:
     """(ok, value): a positive whole number, a template string (rendered when the loop starts)
     or None when absent; not ok after reporting anything else.
@@ -107,7 +108,7 @@ def _max_in_flight(value: Any, line: int | None, step: str,
     return True, whole
 
 
-def positive_int(value: Any) -> int | None:
+def positive_int(value: object) -> int | None:
     """`value` as a whole number >= 1 (an int, or text of digits), else None; True is not 1."""
     if isinstance(value, bool):
         return None
@@ -120,7 +121,7 @@ def positive_int(value: Any) -> int | None:
     return None
 
 
-def _parse_cursor(raw: dict[str, Any], collection: Any, mode: Any, step: str, report: Reporter,
+def _parse_cursor(raw: JsonObject, collection: JsonValue, mode: JsonValue, step: str, report: Reporter,
                   kinds: Collection[str]) -> CursorSpec | None:
     node = raw.get("cursor")
     line = line_of(raw, "cursor") or line_of(raw)
@@ -167,7 +168,7 @@ def _parse_cursor(raw: dict[str, Any], collection: Any, mode: Any, step: str, re
                       connection=plain(node.get("connection")), options=plain(options), line=line)
 
 
-def _check_frame(frame: Any, mode: str, line: int | None, step: str, report: Reporter) -> None:
+def _check_frame(frame: JsonValue, mode: str, line: int | None, step: str, report: Reporter) -> None:
     if frame is None:
         return
     if mode != "cursor" or not isinstance(frame, dict):

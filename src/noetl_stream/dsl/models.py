@@ -7,14 +7,15 @@ are kept as written and rendered at run time; `line` fields point back at the so
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from noetl_stream.dsl import executor_block
 from noetl_stream.dsl.keychain import KeychainEntry
+from noetl_stream.jsonutil import JsonObject
 
-Template = Any  # a value that may hold "{{ ... }}" strings at any depth
+Template = JsonValue  # a value that may hold "{{ ... }}" strings at any depth
 
 Directive = Literal["continue", "retry", "jump", "break", "fail"]
 Backoff = Literal["fixed", "linear", "exponential", "none"]
@@ -129,7 +130,7 @@ class Task(_Frozen):
     set_ctx: dict[str, Template] = Field(default_factory=dict)
     set_iter: dict[str, Template] = Field(default_factory=dict)
     set_locals: dict[str, Template] = Field(default_factory=dict)
-    spec: dict[str, Any] = Field(
+    spec: JsonObject = Field(
         default_factory=dict, description="Runtime knobs (timeout, transaction, idempotent, ...), "
         "effective once parsed: kind defaults <- executor.spec <- step.spec <- loop.spec <- the "
         "task's own spec, without `policy` (spec 002 §3, dsl/layering.py).")
@@ -181,7 +182,7 @@ class CursorSpec(_Frozen):
     auth: Template | None = Field(None, description="Credential name, as in the kind's tasks.")
     connection: Template | None = Field(None, description="Inline connection, as in the kind's "
                                         "tasks.")
-    options: dict[str, Any] = Field(default_factory=dict, description="`options` as written "
+    options: JsonObject = Field(default_factory=dict, description="`options` as written "
                                     "(NoETL driver tuning); not read by this build.")
     line: int | None = None
 
@@ -197,7 +198,7 @@ class LoopSpec(_Frozen):
     cursor: CursorSpec | None = Field(
         None, description="`loop.cursor` (mode cursor): iterations claim their items from a "
         "database until a claim returns none, instead of iterating `in`.")
-    spec: dict[str, Any] = Field(
+    spec: JsonObject = Field(
         default_factory=dict, description="`loop.spec` as written; its knobs other than `policy`, "
         "`mode`, `max_in_flight` and `exec` reach the step's tasks (spec 002 §3).")
     line: int | None = None
@@ -254,7 +255,7 @@ class Step(_Frozen):
     listen: tuple[Rule, ...] = Field(
         default=(), description="Rules of an `on_event` step, tried in order on each event: the "
         "first true one writes ctx, sets a timer, and leaves (with its `route`) or fails.")
-    spec: dict[str, Any] = Field(default_factory=dict)
+    spec: JsonObject = Field(default_factory=dict)
     pool: str | None = None
     case: CaseSpec | None = Field(
         None, description="Spec 001 case settings (case_mode, branch_order, next_policy, "
@@ -268,9 +269,9 @@ class Playbook(_Frozen):
     path: str | None = None
     version: str | None = None
     description: str | None = None
-    workload: dict[str, Any] = Field(default_factory=dict)
+    workload: JsonObject = Field(default_factory=dict)
     steps: tuple[Step, ...]
-    executor: dict[str, Any] = Field(default_factory=dict)
+    executor: JsonObject = Field(default_factory=dict)
     keychain: tuple[KeychainEntry, ...] = Field(
         default=(), description="`keychain:` declarations, resolved by the worker (spec 002 §2.1).")
     file: str = "<string>"

@@ -13,7 +13,6 @@ from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -35,6 +34,7 @@ from noetl_stream.dsl.parsing.base import Workbook, one_line, opt_str
 from noetl_stream.dsl.parsing.steps import StepParser
 from noetl_stream.dsl.source import line_of, load_yaml, plain
 from noetl_stream.errors import Issue, PlaybookError, YamlSyntaxError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 API_VERSION = "noetl.io/v2"
 TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "workload", "workflow", "workbook",
@@ -51,7 +51,7 @@ class ParseResult:
 
 class _Parser(StepParser):
     # -- top level -------------------------------------------------------------------------
-    def parse(self, doc: Any) -> Playbook | None:
+    def parse(self, doc: JsonValue) -> Playbook | None:
         if not isinstance(doc, dict):
             self.error(1, "a playbook is a YAML mapping with apiVersion, kind, metadata, workflow")
             return None
@@ -101,7 +101,7 @@ class _Parser(StepParser):
             self.issues.extend(net_checks.net_issues(playbook, strict=self.strict))
         return None if any(i.severity == "error" for i in self.issues) else playbook
 
-    def parse_header(self, doc: dict[str, Any]) -> tuple[Any, Any, dict[str, Any]]:
+    def parse_header(self, doc: JsonObject) -> tuple[JsonValue, JsonValue, JsonObject]:
         """`apiVersion`, `kind` and `metadata`, each checked."""
         api = doc.get("apiVersion")
         if api != API_VERSION:
@@ -118,7 +118,7 @@ class _Parser(StepParser):
             meta = meta if isinstance(meta, dict) else {}
         return api, kind, meta
 
-    def parse_steps(self, raw_steps: list[Any], workbook: Workbook) -> list[Step]:
+    def parse_steps(self, raw_steps: list[JsonValue], workbook: Workbook) -> list[Step]:
         """The workflow's steps, names unique, leaves routed to `end`, every arc's target there."""
         steps: list[Step] = []
         seen: set[str] = set()
@@ -135,7 +135,7 @@ class _Parser(StepParser):
         self.check_graph(steps)
         return steps
 
-    def parse_workbook(self, raw: Any, doc: Any) -> Workbook:
+    def parse_workbook(self, raw: JsonValue, doc: JsonObject) -> Workbook:
         book: Workbook = {}
         if raw is None:
             return book
@@ -153,7 +153,7 @@ class _Parser(StepParser):
             book[str(entry["name"])] = (entry, line)
         return book
 
-    def check_workbook_entry(self, entry: dict[str, Any], index: int, line: int | None) -> None:
+    def check_workbook_entry(self, entry: JsonObject, index: int, line: int | None) -> None:
         """The keys beside an entry's `tool:`; NoETL's `sink:` there is read by no engine."""
         if "sink" in entry:
             self.not_supported(line_of(entry, "sink") or line, "a workbook entry's `sink:` "

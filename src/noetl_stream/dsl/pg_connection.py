@@ -9,10 +9,10 @@ NoETL's tools take the connection of a `postgres` task as separate fields: `host
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from noetl_stream.dsl.kinds import CONNECTION_FIELDS
+from noetl_stream.jsonutil import JsonObject
 
 SETTING = {"db_host": "host", "db_port": "port", "db_user": "user", "db_password": "password",
            "db_name": "database"}
@@ -21,7 +21,7 @@ Report = Callable[[str, str], None]
 """report(field, message): an error of the task's field."""
 
 
-def fold(config: dict[str, Any], report: Report) -> dict[str, Any]:
+def fold(config: JsonObject, report: Report) -> JsonObject:
     """`config` with its flat connection fields moved into `connection`; both ways given, or
     one setting under both names, is reported.
     """
@@ -34,7 +34,7 @@ def fold(config: dict[str, Any], report: Report) -> dict[str, Any]:
         report(given[0], f'"{given[0]}" is a connection field and the task also gives `{other}:`; '
                          f"give the connection one way: `{other}:` or the fields")
         return out
-    settings: dict[str, Any] = {}
+    settings: JsonObject = {}
     for name in given:
         setting = SETTING.get(name, name)
         if setting in settings and settings[setting] != config[name]:
@@ -45,7 +45,7 @@ def fold(config: dict[str, Any], report: Report) -> dict[str, Any]:
     return out
 
 
-def joined_statements(statements: list[Any]) -> str:
+def joined_statements(statements: Sequence[object]) -> str:
     """NoETL's `commands:` list as one script: each statement ends in `;`, one per line."""
     out = []
     for statement in statements:

@@ -14,9 +14,9 @@ import keyword
 import re
 from collections.abc import Callable, Mapping
 from functools import lru_cache
-from typing import Any
 
 from noetl_stream.dsl.templating import has_template
+from noetl_stream.jsonutil import JsonValue
 
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _CONTEXT = "context"
@@ -28,22 +28,23 @@ def _identifier(name: str) -> bool:
     return name.isidentifier() and not keyword.iskeyword(name)
 
 
-def _module_name(value: Any) -> bool:
+def _module_name(value: JsonValue) -> bool:
     return isinstance(value, str) and (has_template(value) or _DOTTED.fullmatch(value) is not None)
 
 
-def normalize_libs(raw: Any) -> tuple[Any, list[str]]:
+def normalize_libs(raw: JsonValue) -> tuple[JsonValue, list[str]]:
     """`libs: [json, os.path]` as the mapping form, each module under its own name, and the list
     entries that are not module names (NoETL's list form also names pip packages such as
     `psycopg2-binary`, which its engines do not act on): those are left out and returned so the
     parser can say so. Anything but a list of texts is returned as it is.
     """
-    if isinstance(raw, list) and all(isinstance(m, str) for m in raw):
-        return {m: m for m in raw if _module_name(m)}, [m for m in raw if not _module_name(m)]
+    names = [m for m in raw if isinstance(m, str)] if isinstance(raw, list) else None
+    if isinstance(raw, list) and names is not None and len(names) == len(raw):
+        return {m: m for m in names if _module_name(m)}, [m for m in names if not _module_name(m)]
     return raw, []
 
 
-def check_libs(raw: Any, report: Report) -> None:
+def check_libs(raw: JsonValue, report: Report) -> None:
     """Report every `libs:` entry that is not `alias: module` or `alias: {from, import}`."""
     if not isinstance(raw, Mapping):
         report("libs", "libs must be a mapping alias: module (e.g. `pd: pandas`) or a list of "
@@ -66,7 +67,7 @@ def check_libs(raw: Any, report: Report) -> None:
             report(fld, f'libs alias "{alias}" is not a Python name the code could use')
 
 
-def _identifier_or_template(value: Any) -> bool:
+def _identifier_or_template(value: JsonValue) -> bool:
     return isinstance(value, str) and (has_template(value) or _identifier(value))
 
 

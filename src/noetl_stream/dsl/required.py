@@ -10,9 +10,9 @@ task), since that is most often where the field was written under another name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from noetl_stream.dsl.kinds import COMMON_TASK_KEYS, KIND_FIELDS, field_aliases
+from noetl_stream.jsonutil import JsonValue
 
 # kind -> (the fields of which one is required, how the error names them). `script:` stands for
 # the kind's main field read from a file (dsl/scripts.py); `*_b64` is that field base64-encoded.
@@ -30,7 +30,7 @@ REQUIRED: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def missing_field(kind: str, body: Mapping[str, Any]) -> tuple[str, str] | None:
+def missing_field(kind: str, body: Mapping[str, JsonValue]) -> tuple[str, str] | None:
     """(field, message) when `body`, a task of `kind` as written, lacks the field the kind
     needs; None when it has one (or the kind needs none: noop, transfer's own check).
     """
@@ -49,7 +49,7 @@ def missing_field(kind: str, body: Mapping[str, Any]) -> tuple[str, str] | None:
     return names[0], message
 
 
-def _given(value: Any) -> bool:
+def _given(value: JsonValue) -> bool:
     """Present and not empty: an empty string or list runs nothing."""
     if value is None:
         return False
@@ -58,6 +58,6 @@ def _given(value: Any) -> bool:
     return True
 
 
-def _unknown_keys(kind: str, body: Mapping[str, Any]) -> list[str]:
+def _unknown_keys(kind: str, body: Mapping[str, JsonValue]) -> list[str]:
     fields = KIND_FIELDS.get(kind, frozenset()) | COMMON_TASK_KEYS | set(field_aliases(kind))
     return sorted(str(k) for k in body if k not in fields)

@@ -21,10 +21,10 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from noetl_stream.dsl.templating import has_template, render_string
 from noetl_stream.errors import TemplateError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 FILES_MARKER = "--- # noetl-stream: the files this playbook's script: fields name, as loaded"
 FILES_KEY = "noetl_stream_files"
@@ -54,8 +54,8 @@ class ScriptRef:
     content: str | None = None
 
 
-def parse_script(raw: Any, report: Report,
-                 workload: Mapping[str, Any] | None = None) -> ScriptRef | None:
+def parse_script(raw: JsonValue, report: Report,
+                 workload: Mapping[str, JsonValue] | None = None) -> ScriptRef | None:
     """Check a `script:` descriptor; a file script comes back, anything else is reported. A
     templated `uri` is rendered with the playbook's `workload` as written (NoETL playbooks keep
     the path in the workload: `uri: "{{ script_path }}"`).
@@ -89,7 +89,7 @@ def parse_script(raw: Any, report: Report,
     return ScriptRef(uri=uri.removeprefix("file://"), encoding=encoding)
 
 
-def _source(raw: Mapping[str, Any], report: Report) -> Mapping[str, Any] | None:
+def _source(raw: Mapping[str, JsonValue], report: Report) -> Mapping[str, JsonValue] | None:
     """A script's `source:` with its keys checked; None after reporting."""
     source = raw.get("source") or {}
     if not isinstance(source, Mapping):
@@ -104,7 +104,7 @@ def _source(raw: Mapping[str, Any], report: Report) -> Mapping[str, Any] | None:
     return source
 
 
-def _file_source(source: Mapping[str, Any], uri: str, report: Report) -> bool:
+def _file_source(source: Mapping[str, JsonValue], uri: str, report: Report) -> bool:
     """Whether the script's source type is a file (the only kind read here); if not, say why."""
     source_type = source.get("type") or _type_of(uri)
     if source_type not in SOURCE_TYPES:
@@ -119,7 +119,7 @@ def _file_source(source: Mapping[str, Any], uri: str, report: Report) -> bool:
     return True
 
 
-def _rendered_uri(uri: str, report: Report, workload: Mapping[str, Any] | None) -> str | None:
+def _rendered_uri(uri: str, report: Report, workload: Mapping[str, JsonValue] | None) -> str | None:
     """A templated file uri rendered with the playbook's workload; None after reporting."""
     why = "a file script's uri may read only the playbook's own workload (the file is read " \
           "when the playbook is loaded)"
@@ -134,7 +134,8 @@ def _rendered_uri(uri: str, report: Report, workload: Mapping[str, Any] | None) 
     return rendered
 
 
-def _inline(raw: Mapping[str, Any], source: Mapping[str, Any], report: Report) -> ScriptRef | None:
+def _inline(raw: Mapping[str, JsonValue], source: Mapping[str, JsonValue],
+            report: Report) -> ScriptRef | None:
     """`script: {source: {type: inline}, content: TEXT}`: the text is written in the playbook
     (`content` beside `source`, or inside it). NoETL's script sources are remote or files; this
     build also takes the text itself, so a task can switch between a file and inline text by
@@ -147,24 +148,34 @@ def _inline(raw: Mapping[str, Any], source: Mapping[str, Any], report: Report) -
     return ScriptRef(uri=str(raw.get("uri") or "inline"), content=content)
 
 
-def inline_code(kind: str, config: dict[str, Any]) -> dict[str, Any]:
-    """NoETL's `script: {source: {type: inline, code: TEXT}}` (the type may be left out) is the
-    kind's inline field written another way: `code` is then rendered and run as `code:` is, and
-    a flat `code:` beside it wins, as in NoETL's Rust python tool.
+def inline_source(kind: str, config: Mapping[str, JsonValue]) -> Mapping[str, JsonValue] | None:
+    """The `source:` of NoETL's `script: {source: {type: inline, code: TEXT}}` (the type may be
+    left out), for a kind that takes scripts; None for any other config.
     """
-    field = SCRIPT_FIELD.get(kind)
     script = config.get("script")
     source = script.get("source") if isinstance(script, Mapping) else None
-    if field is None or not isinstance(source, Mapping) or "code" not in source \
+    if kind not in SCRIPT_FIELD or not isinstance(source, Mapping) or "code" not in source \
             or (source.get("type") or "inline") != "inline":
+        return None
+    return source
+
+
+def inline_code(kind: str, config: JsonObject) -> JsonObject:
+    """An inline script's `code` is the kind's inline field written another way
+    (inline_source): it is then rendered and run as `code:` is, and a flat `code:` beside it
+    wins, as in NoETL's Rust python tool.
+    """
+    source = inline_source(kind, config)
+    if source is None:
         return config
+    field = SCRIPT_FIELD[kind]
     out = {k: v for k, v in config.items() if k != "script"}
     if not any(name in out for name in REPLACED_FIELDS[kind]):
         out[field] = source["code"]
     return out
 
 
-def decode_b64(kind: str, config: dict[str, Any], report: Report) -> dict[str, Any]:
+def decode_b64(kind: str, config: JsonObject, report: Report) -> JsonObject:
     """NoETL's `code_b64` / `command_b64`: the code or SQL base64-encoded, taking the place of
     `code` / `command`. A value that is not base64 of UTF-8 text is reported.
     """

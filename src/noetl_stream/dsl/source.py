@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from typing import Any
+from typing import overload
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -12,6 +12,7 @@ from ruamel.yaml.error import YAMLError
 
 from noetl_stream.dsl import yaml_events
 from noetl_stream.errors import YamlSyntaxError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 MAX_NESTING = 100  # levels of mappings and lists a playbook may nest (aliases included)
 MAX_VALUES = 1_000_000  # values a playbook may hold once its aliases are expanded
@@ -27,10 +28,14 @@ class _Yaml(YAML):
         return []
 
 
-_NOT_READ = object()
+class _NotRead:
+    """What `_load_fast` gives for a document it leaves to ruamel."""
 
 
-def _load_fast(text: str) -> Any:
+_NOT_READ = _NotRead()
+
+
+def _load_fast(text: str) -> JsonValue | _NotRead:
     """The document read on the fast path, or _NOT_READ when it must be read by ruamel alone
     (what it uses is not on that path, or it fails: ruamel then says why, as it always did).
     """
@@ -42,18 +47,18 @@ def _load_fast(text: str) -> Any:
         return _NOT_READ
 
 
-def load_yaml(text: str) -> Any:
+def load_yaml(text: str) -> JsonValue:
     """The document, with line numbers. Bounded: nesting deeper than MAX_NESTING or aliases that
     expand to more than MAX_VALUES values ("billion laughs") are syntax errors, so nothing that
     walks the document afterwards can recurse or loop without end.
     """
-    doc = _load_fast(text)
-    if doc is not _NOT_READ:
-        _check_bounds(doc)
-        return doc
+    fast = _load_fast(text)
+    if not isinstance(fast, _NotRead):
+        _check_bounds(fast)
+        return fast
     yaml = _Yaml(typ="rt")
     try:
-        doc = yaml.load(text)
+        doc: JsonValue = yaml.load(text)
     except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -85,13 +90,13 @@ def _deep_line(text: str) -> int | None:
     return None
 
 
-def _check_bounds(doc: Any) -> None:
+def _check_bounds(doc: object) -> None:
     """Nesting depth and expanded size, computed once per distinct node (an alias shares its
     anchor's node), so measuring a billion laughs costs as little as reading it.
     """
     sizes: dict[int, tuple[int, int]] = {}  # id -> (values once expanded, nesting depth)
     on_path: set[int] = set()
-    stack: list[tuple[Any, bool]] = [(doc, False)]
+    stack: list[tuple[object, bool]] = [(doc, False)]
     while stack:
         node, children_done = stack.pop()
         if not isinstance(node, (dict, list)) or (id(node) in sizes and not children_done):
@@ -118,7 +123,7 @@ def _check_bounds(doc: Any) -> None:
         sizes[id(node)] = (size, depth)
 
 
-def line_of(node: Any, key: Any = None) -> int | None:
+def line_of(node: object, key: object = None) -> int | None:
     """1-based line of `node` (or of `key` inside a mapping / index inside a sequence)."""
     try:
         if key is not None and isinstance(node, CommentedMap):
@@ -132,7 +137,15 @@ def line_of(node: Any, key: Any = None) -> int | None:
     return None
 
 
-def plain(value: Any) -> Any:
+@overload
+def plain(value: JsonObject) -> JsonObject: ...
+
+
+@overload
+def plain(value: object) -> JsonValue: ...
+
+
+def plain(value: object) -> JsonValue:
     """Strip ruamel's wrapper types so the IR holds only JSON-like values."""
     if isinstance(value, dict):
         return {str(k): plain(v) for k, v in value.items()}
@@ -147,6 +160,24 @@ def plain(value: Any) -> Any:
     if isinstance(value, str):
         return str(value)
     return str(value)
+
+
+def as_int(value: object) -> int:
+    """`int(value)` of a number or text; anything else (a list, a mapping, null) raises the
+    TypeError `int()` raises for it, so a message built from it reads the same.
+    """
+    if isinstance(value, (str, int, float)):
+        return int(value)
+    raise TypeError("int() argument must be a string, a bytes-like object or a real number, "
+                    f"not {type(value).__name__!r}")
+
+
+def as_float(value: object) -> float:
+    """`float(value)` of a number or text, failing as `float()` fails on anything else."""
+    if isinstance(value, (str, int, float)):
+        return float(value)
+    raise TypeError(f"float() argument must be a string or a real number, not "
+                    f"{type(value).__name__!r}")
 
 
 def suggest(word: str, known: Iterable[str]) -> str:

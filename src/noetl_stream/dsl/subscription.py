@@ -12,12 +12,13 @@ with `NOT_RUN`, and `trigger apply` runs one whose form maps onto a trigger
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from noetl_stream.dsl.source import line_of, load_yaml, plain
 from noetl_stream.errors import Issue, PlaybookError, YamlSyntaxError
+from noetl_stream.jsonutil import JsonObject
 
 KIND = "Subscription"
 API_VERSIONS = ("noetl.io/v1", "noetl.io/v2")
@@ -73,11 +74,11 @@ class SubscriptionSpec(_Open):
     auth: str | None = None
     dispatch: Dispatch
     ingress: Ingress | None = None
-    runtime: dict[str, Any] = Field(default_factory=dict)
-    headers: dict[str, Any] = Field(default_factory=dict)
-    dedup: dict[str, Any] | None = None
-    limits: dict[str, Any] | None = None
-    spool: dict[str, Any] | None = None
+    runtime: JsonObject = Field(default_factory=dict)
+    headers: JsonObject = Field(default_factory=dict)
+    dedup: JsonObject | None = None
+    limits: JsonObject | None = None
+    spool: JsonObject | None = None
 
 
 class Subscription(BaseModel):
@@ -93,23 +94,23 @@ class Subscription(BaseModel):
     file: str = "<string>"
 
 
-def is_subscription(doc: Any) -> bool:
+def is_subscription(doc: object) -> TypeGuard[JsonObject]:
     return isinstance(doc, dict) and doc.get("kind") == KIND
 
 
-Report = Callable[[Any, str, str], None]  # (node the line is read from, field, message)
+Report = Callable[[object, str, str], None]  # (node the line is read from, field, message)
 
 
-def _positive(value: Any) -> bool:
+def _positive(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _text(node: Any, key: str) -> str | None:
+def _text(node: object, key: str) -> str | None:
     value = node.get(key) if isinstance(node, dict) else None
     return value if isinstance(value, str) and value else None
 
 
-def _check_choice(node: dict[str, Any], key: str, allowed: tuple[str, ...], prefix: str,
+def _check_choice(node: JsonObject, key: str, allowed: tuple[str, ...], prefix: str,
                   report: Report, *, required: bool = True) -> str | None:
     value = node.get(key)
     if value is None:
@@ -124,7 +125,7 @@ def _check_choice(node: dict[str, Any], key: str, allowed: tuple[str, ...], pref
     return str(value)
 
 
-def _check_ingress(spec: dict[str, Any], report: Report) -> None:
+def _check_ingress(spec: JsonObject, report: Report) -> None:
     ingress = spec.get("ingress")
     if not isinstance(ingress, dict):
         report(spec, "spec.ingress", "subscription 'mode: push' requires an 'ingress' block "
@@ -150,7 +151,7 @@ def _check_ingress(spec: dict[str, Any], report: Report) -> None:
                    f"'ingress.verify.{field}' is required for verify.type '{kind}'")
 
 
-def _check_dispatch(spec: dict[str, Any], report: Report) -> None:
+def _check_dispatch(spec: JsonObject, report: Report) -> None:
     dispatch = spec.get("dispatch")
     if not isinstance(dispatch, dict):
         report(spec, "spec.dispatch", "subscription spec requires a 'dispatch' block with the "
@@ -167,7 +168,7 @@ def _check_dispatch(spec: dict[str, Any], report: Report) -> None:
                f"a positive integer of at most {MAX_BATCH}")
 
 
-def _check_blocks(spec: dict[str, Any], report: Report) -> None:
+def _check_blocks(spec: JsonObject, report: Report) -> None:
     dedup = spec.get("dedup")
     if dedup is not None:
         if not isinstance(dedup, dict):
@@ -190,7 +191,7 @@ def _check_blocks(spec: dict[str, Any], report: Report) -> None:
     _check_spool(spec, report)
 
 
-def _check_headers(spec: dict[str, Any], report: Report) -> None:
+def _check_headers(spec: JsonObject, report: Report) -> None:
     headers = spec.get("headers")
     if headers is None:
         return
@@ -209,7 +210,7 @@ def _check_headers(spec: dict[str, Any], report: Report) -> None:
                    f"'headers.directives[{index}]' requires 'header' and 'controls'")
 
 
-def _check_spool(spec: dict[str, Any], report: Report) -> None:
+def _check_spool(spec: JsonObject, report: Report) -> None:
     spool = spec.get("spool")
     if spool is None:
         return
@@ -242,7 +243,7 @@ def _check_spool(spec: dict[str, Any], report: Report) -> None:
                "'per_key'/'none' ordering")
 
 
-def _check(doc: dict[str, Any], report: Report) -> None:
+def _check(doc: JsonObject, report: Report) -> None:
     if doc.get("apiVersion") not in API_VERSIONS:
         report(doc, "apiVersion", f"apiVersion is {doc.get('apiVersion')!r}; a Subscription "
                f"reads {' or '.join(API_VERSIONS)}")
@@ -263,14 +264,14 @@ def _check(doc: dict[str, Any], report: Report) -> None:
     _check_blocks(spec, report)
 
 
-def subscription_from_doc(doc: dict[str, Any], file: str) -> Subscription:
+def subscription_from_doc(doc: JsonObject, file: str) -> Subscription:
     """The typed Subscription of a loaded document; PlaybookError with every issue found."""
     issues: list[Issue] = []
 
-    def report(node: Any, field: str, message: str) -> None:
+    def report(node: object, field: str, message: str) -> None:
         last = field.rsplit(".", 1)[-1]
         # `directives[2]` is read on the list's item; anything else on its mapping's key.
-        key: Any = int(last[last.index("[") + 1:-1]) if last.endswith("]") else last
+        key: int | str = int(last[last.index("[") + 1:-1]) if last.endswith("]") else last
         issues.append(Issue(file, line_of(node, key) or line_of(node) or 1, message,
                             field=field))
 
@@ -278,7 +279,8 @@ def subscription_from_doc(doc: dict[str, Any], file: str) -> Subscription:
     if issues:
         raise PlaybookError(issues)
     data = plain(doc)
-    meta = data.get("metadata") or {}
+    meta = data.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}  # _check found it a mapping with a name
     version = meta.get("version")
     try:
         spec = SubscriptionSpec.model_validate(data["spec"])

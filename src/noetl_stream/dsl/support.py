@@ -16,9 +16,9 @@ docs/tools.md lists the same per kind. Pure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from noetl_stream.dsl.templating import has_template
+from noetl_stream.jsonutil import JsonValue
 
 ANY_KIND = "*"
 
@@ -81,11 +81,11 @@ _NATS_SHADOWED = {"object_put": ("value", "data"), "js_publish": ("data", "value
                   "js_get_msg": ("seq", "subject")}
 
 
-def _given(body: Mapping[str, Any], key: str) -> bool:
+def _given(body: Mapping[str, JsonValue], key: str) -> bool:
     return body.get(key) is not None
 
 
-def ignored_fields(kind: str, body: Mapping[str, Any]) -> list[tuple[str, str]]:
+def ignored_fields(kind: str, body: Mapping[str, JsonValue]) -> list[tuple[str, str]]:
     """(field, why it has no effect) for every field of a task body that would be ignored."""
     found: list[tuple[str, str]] = []
     for table in (UNSUPPORTED[ANY_KIND], UNSUPPORTED.get(kind, {})):
@@ -104,14 +104,14 @@ def ignored_fields(kind: str, body: Mapping[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
-def _nats_operation(body: Mapping[str, Any]) -> str | None:
+def _nats_operation(body: Mapping[str, JsonValue]) -> str | None:
     operation = body.get("operation")
     if not isinstance(operation, str) or has_template(operation):
         return None  # known only when rendered
     return operation if operation in NATS_OPERATION_FIELDS else None
 
 
-def _nats_unused(body: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _nats_unused(body: Mapping[str, JsonValue]) -> list[tuple[str, str]]:
     operation = _nats_operation(body)
     if operation is None:
         return []
@@ -120,7 +120,7 @@ def _nats_unused(body: Mapping[str, Any]) -> list[tuple[str, str]]:
             for key in sorted(_NATS_DATA_FIELDS - reads) if _given(body, key)]
 
 
-def _nats_shadowed(body: Mapping[str, Any]) -> tuple[tuple[str, ...], ...]:
+def _nats_shadowed(body: Mapping[str, JsonValue]) -> tuple[tuple[str, ...], ...]:
     operation = _nats_operation(body)
     group = _NATS_SHADOWED.get(operation or "")
     return (group,) if group else ()
@@ -131,7 +131,7 @@ NOETL_NATS_OPERATIONS = ("kv_purge", "object_delete", "object_list", "object_inf
                          "js_stream_info")
 
 
-def nats_operation_problem(body: Mapping[str, Any]) -> str | None:
+def nats_operation_problem(body: Mapping[str, JsonValue]) -> str | None:
     """Why a `nats` task's literal `operation` cannot run here, or None."""
     operation = body.get("operation")
     if not isinstance(operation, str) or has_template(operation) or \

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from jinja2 import Undefined
@@ -44,7 +44,7 @@ class _Budget:
     def __init__(self, here: _Allowance | None) -> None:
         self.left = MAX_OPERATIONS
         self.pause_at = MAX_OPERATIONS - PAUSE_EVERY
-        self.sizes: dict[int, tuple[Any, int]] = {}
+        self.sizes: dict[int, tuple[object, int]] = {}
         self.here = here
 
 
@@ -137,13 +137,13 @@ def _text_cost(length: int) -> int:
     return length // CHARS_PER_OPERATION
 
 
-def _shallow(value: Any) -> int:
+def _shallow(value: object) -> int:
     if isinstance(value, (str, bytes)):
         return _text_cost(len(value))
     return len(value) if isinstance(value, (*_CONTAINERS, range)) else 0
 
 
-def _size(value: Any) -> int:
+def _size(value: object) -> int:
     """Items all the way down (text by the thousand characters): comparing, sorting or hashing a
     list of lists takes time in what the inner lists hold. Measured once per object and render;
     the walk stops past what the budget has left, so measuring costs no more than it allows.
@@ -163,7 +163,7 @@ def _size(value: Any) -> int:
     return size
 
 
-def _deep_size(value: Any, limit: int) -> int:
+def _deep_size(value: object, limit: int) -> int:
     size, stack = 0, [value]
     while stack and size < limit:
         item = stack.pop()
@@ -178,17 +178,17 @@ def _deep_size(value: Any, limit: int) -> int:
     return size
 
 
-def spend_call(args: Iterable[Any], kwargs: dict[str, Any]) -> None:
+def spend_call(args: Iterable[object], kwargs: Mapping[str, object]) -> None:
     """A filter or call spends one, plus the items (and kilo-characters) of what it is handed."""
     spend(1 + sum(map(_shallow, args)) + sum(map(_shallow, kwargs.values())))
 
 
-def spend_deep(*values: Any) -> None:
+def spend_deep(*values: object) -> None:
     """A comparison spends its operands' sizes all the way down (`a == b` walks both)."""
     spend(1 + sum(map(_size, values)))
 
 
-def counted(iterable: Iterable[Any]) -> Iterator[Any]:
+def counted(iterable: Iterable[T]) -> Iterator[T]:
     for item in iterable:
         spend(1)
         yield item
@@ -206,32 +206,33 @@ CONSTANT_TESTS = frozenset({
 COMPARING_FILTERS = frozenset({"sort", "unique", "min", "max", "dictsort"})
 
 
-def metered_filter(fn: Any, name: str) -> Callable[..., Any]:
+def metered_filter(fn: Callable[..., object], name: str) -> Callable[..., object]:
     spend_for = _spend_one if name in CONSTANT_FILTERS else \
         _spend_deep_args if name in COMPARING_FILTERS else spend_call
     return _metered(fn, spend_for)
 
 
-def metered_test(fn: Any, name: str) -> Callable[..., Any]:
+def metered_test(fn: Any, name: str) -> Callable[..., object]:
     return _metered(fn, _spend_one if name in CONSTANT_TESTS else _spend_deep_args)
 
 
-def _spend_one(args: Iterable[Any], kwargs: dict[str, Any]) -> None:
+def _spend_one(args: Iterable[object], kwargs: Mapping[str, object]) -> None:
     spend(1)
 
 
-def _spend_deep_args(args: Iterable[Any], kwargs: dict[str, Any]) -> None:
+def _spend_deep_args(args: Iterable[object], kwargs: Mapping[str, object]) -> None:
     spend_deep(*args, *kwargs.values())
 
 
-def _metered(fn: Any, spend_for: Callable[[Iterable[Any], dict[str, Any]], None],
-             ) -> Callable[..., Any]:
+def _metered(fn: Callable[..., object],
+             spend_for: Callable[[Iterable[object], Mapping[str, object]], None],
+             ) -> Callable[..., object]:
     """`fn` spending what `spend_for` says it is handed, and one per item of a stream it
     yields. `functools.wraps` keeps Jinja's pass-context/environment marks.
     """
 
     @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: object, **kwargs: object) -> object:
         spend_for(args, kwargs)
         result = fn(*args, **kwargs)
         if isinstance(result, Iterator):
@@ -250,7 +251,7 @@ def bounded_range(*args: int) -> range:
     return items
 
 
-def bounded_iteration(iterable: Any) -> Any:
+def bounded_iteration(iterable: Iterable[object]) -> Iterable[object]:
     """What a `{% for %}` walks: a sized collection spends its length at once (a loop left early
     spends it all; the budget is generous), a range was spent when it was made, anything else
     spends one per item.

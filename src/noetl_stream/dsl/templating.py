@@ -21,9 +21,10 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, overload
 
-from jinja2 import TemplateSyntaxError, Undefined, nodes
+from jinja2 import Template, TemplateSyntaxError, Undefined, nodes
+from jinja2.environment import TemplateExpression
 from jinja2.exceptions import TemplateError as JinjaTemplateError
 from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -43,26 +44,27 @@ from noetl_stream.dsl.template_budget import (
 )
 from noetl_stream.dsl.values import DataEnvelope, ListView
 from noetl_stream.errors import TemplateError
+from noetl_stream.jsonutil import JsonObject
 
 MAX_OUTPUT = 4_000_000  # characters of a rendered text; items or characters a `*` may make
 MAX_POWER_BITS = 4096  # bits of an integer `**` may make
 OUTPUT_BATCH = 32  # text chunks rendered between two checks of the output's size
 
 
-def _measured(value: Any) -> Any:
+def _measured(value: object) -> object:
     """A comparison's operand, its size spent all the way down (the comparison walks it)."""
     spend_deep(value)
     return value
 
 
-def _power_bits(base: Any, exponent: Any) -> float:
+def _power_bits(base: object, exponent: object) -> float:
     if isinstance(base, bool) or isinstance(exponent, bool) or not isinstance(base, int) \
             or not isinstance(exponent, int) or exponent <= 0 or abs(base) < 2:
         return 0.0
     return exponent * math.log2(abs(base))
 
 
-def _repeat_size(left: Any, right: Any) -> int:
+def _repeat_size(left: object, right: object) -> int:
     for seq, times in ((left, right), (right, left)):
         if isinstance(seq, (str, list, tuple)) and isinstance(times, int):
             return len(seq) * max(times, 0)
@@ -223,7 +225,7 @@ _ENV.filters.update({name: metered_filter(f, name) for name, f in _ENV.filters.i
 _ENV.tests.update({name: metered_test(test, name) for name, test in _ENV.tests.items()})
 
 
-def has_template(value: Any) -> bool:
+def has_template(value: object) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
@@ -243,12 +245,12 @@ def _single_expression(text: str) -> str | None:
 
 
 @lru_cache(maxsize=4096)
-def _compiled_expression(expr: str) -> Any:
+def _compiled_expression(expr: str) -> TemplateExpression:
     return _ENV.compile_expression(expr, undefined_to_none=False)
 
 
 @lru_cache(maxsize=4096)
-def _compiled_template(text: str) -> Any:
+def _compiled_template(text: str) -> Template:
     return _ENV.from_string(text)
 
 
@@ -265,7 +267,7 @@ def syntax_problem(text: str) -> str | None:
     return None
 
 
-def _native(value: Any) -> Any:
+def _native(value: object) -> object:
     if isinstance(value, _BrokenRead):
         raise value._error
     if isinstance(value, Undefined):
@@ -273,7 +275,7 @@ def _native(value: Any) -> Any:
     return value
 
 
-def _undefined_message(error: ReadOfUndefined, context: Mapping[str, Any]) -> str:
+def _undefined_message(error: ReadOfUndefined, context: Mapping[str, object]) -> str:
     """`traget` is undefined; did you mean `target`? - suggestions from the mapping the name was
     looked up in, or from the names in scope for a bare name.
     """
@@ -293,8 +295,8 @@ def _undefined_message(error: ReadOfUndefined, context: Mapping[str, Any]) -> st
     return f"{message} (the template reads `.{error.field}` of it)"
 
 
-def render_string(text: str, context: Mapping[str, Any], *, step: str | None = None,
-                  field: str | None = None) -> Any:
+def render_string(text: str, context: Mapping[str, object], *, step: str | None = None,
+                  field: str | None = None) -> object:
     if not has_template(text):
         return text
     try:
@@ -319,7 +321,7 @@ def render_string(text: str, context: Mapping[str, Any], *, step: str | None = N
                             field=field) from None
 
 
-def _bounded_text(template: Any, context: Mapping[str, Any]) -> str:
+def _bounded_text(template: Template, context: Mapping[str, object]) -> str:
     # Checked every OUTPUT_BATCH chunks (C-level slicing and summing): a check per chunk would
     # cost more than rendering them. The root render function is what `render` joins; errors
     # reach render_string as they are (it turns every one into a TemplateError).
@@ -334,16 +336,26 @@ def _bounded_text(template: Any, context: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
-def render(value: Any, context: Mapping[str, Any], *, step: str | None = None,
-           field: str | None = None) -> Any:
+@overload
+def render(value: JsonObject, context: Mapping[str, object], *,
+           step: str | None = None, field: str | None = None) -> dict[str, object]: ...
+
+
+@overload
+def render(value: object, context: Mapping[str, object], *, step: str | None = None,
+           field: str | None = None) -> object: ...
+
+
+def render(value: object, context: Mapping[str, object], *, step: str | None = None,
+           field: str | None = None) -> object:
     """Render every template string inside `value` (dicts and lists are walked), all of them
     under one budget: the ten templates of a `set:` together do at most MAX_OPERATIONS.
     """
     return metered(lambda: _render_all(value, context, step=step, field=field))
 
 
-def _render_all(value: Any, context: Mapping[str, Any], *, step: str | None,
-                field: str | None) -> Any:
+def _render_all(value: object, context: Mapping[str, object], *, step: str | None,
+                field: str | None) -> object:
     if isinstance(value, str):
         return render_string(value, context, step=step, field=field)
     if isinstance(value, dict):
@@ -357,14 +369,14 @@ def _render_all(value: Any, context: Mapping[str, Any], *, step: str | None,
 _FALSE_WORDS = frozenset({"", "false", "0", "no", "none", "null", "off"})
 
 
-def truthy(value: Any) -> bool:
+def truthy(value: object) -> bool:
     """Truth of a rendered guard; text such as "False" from a mixed template counts as false."""
     if isinstance(value, str):
         return value.strip().lower() not in _FALSE_WORDS
     return bool(value)
 
 
-def evaluate_guard(when: str | None, context: Mapping[str, Any], *, step: str | None = None,
+def evaluate_guard(when: str | None, context: Mapping[str, object], *, step: str | None = None,
                    field: str | None = None) -> bool:
     if when is None:
         return True
@@ -377,7 +389,7 @@ def evaluate_guard(when: str | None, context: Mapping[str, Any], *, step: str | 
     return truthy(render_string(when, context, step=step, field=field))
 
 
-def template_strings(value: Any) -> Iterator[str]:
+def template_strings(value: object) -> Iterator[str]:
     if isinstance(value, str):
         if has_template(value):
             yield value
@@ -421,7 +433,7 @@ def _names_in(text: str) -> frozenset[str]:
     return frozenset(n.name for n in ast.find_all(nodes.Name) if n.ctx == "load")
 
 
-def referenced_names(value: Any) -> set[str]:
+def referenced_names(value: object) -> set[str]:
     """Top-level names the templates inside `value` read (to ship only what a command needs)."""
     out: set[str] = set()
     for text in template_strings(value):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from noetl_stream.dsl.templating import has_template
 
@@ -42,9 +41,9 @@ class Endpoint:
     """One side of a transfer, with its settings as the playbook gave them."""
 
     type: str
-    settings: Mapping[str, Any]
+    settings: Mapping[str, object]
 
-    def get(self, key: str) -> Any:
+    def get(self, key: str) -> object:
         value = self.settings.get(key)
         if value is None and key == "auth":
             value = self.settings.get("credential")
@@ -62,7 +61,7 @@ class Plan:
     mapping: dict[str, str] | None  # target column -> source field, in the playbook's order
 
 
-def endpoint_type(settings: Mapping[str, Any]) -> Any:
+def endpoint_type(settings: Mapping[str, object]) -> object:
     """`type` (or the older `kind` / `tool`) as given."""
     for key in TYPE_KEYS:
         if settings.get(key) is not None:
@@ -70,16 +69,16 @@ def endpoint_type(settings: Mapping[str, Any]) -> Any:
     return None
 
 
-def _type_key(settings: Mapping[str, Any]) -> str:
+def _type_key(settings: Mapping[str, object]) -> str:
     return next((k for k in TYPE_KEYS if settings.get(k) is not None), "type")
 
 
-def _decided(value: Any, rendered: bool) -> bool:
+def _decided(value: object, rendered: bool) -> bool:
     """Whether a value is known now: always once rendered, else when no template decides it."""
     return rendered or not has_template(value)
 
 
-def problems(config: Mapping[str, Any], *, rendered: bool) -> list[Problem]:
+def problems(config: Mapping[str, object], *, rendered: bool) -> list[Problem]:
     """Every reason the `source`/`target`/`mode`/`chunk_size` of a transfer task cannot work."""
     found: list[Problem] = []
     source = config.get("source")
@@ -104,7 +103,7 @@ def problems(config: Mapping[str, Any], *, rendered: bool) -> list[Problem]:
     return found
 
 
-def _positive_int(value: Any) -> int | None:
+def _positive_int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     try:
@@ -114,7 +113,7 @@ def _positive_int(value: Any) -> int | None:
     return number if number > 0 else None
 
 
-def _endpoint_problems(side: str, settings: Mapping[str, Any], types: tuple[str, ...],
+def _endpoint_problems(side: str, settings: Mapping[str, object], types: tuple[str, ...],
                        fields: frozenset[str], rendered: bool) -> list[Problem]:
     found = [Problem((side, str(key)), f'transfer {side} has no field "{key}"; it reads '
                                        f"{', '.join(sorted(fields))}")
@@ -140,7 +139,7 @@ def _endpoint_problems(side: str, settings: Mapping[str, Any], types: tuple[str,
     return found
 
 
-def _required(side: str, kind: str, settings: Mapping[str, Any]) -> list[Problem]:
+def _required(side: str, kind: str, settings: Mapping[str, object]) -> list[Problem]:
     found: list[Problem] = []
 
     def given(key: str) -> bool:
@@ -168,14 +167,17 @@ def _required(side: str, kind: str, settings: Mapping[str, Any]) -> list[Problem
     return found
 
 
-def _is_mapping_of_names(value: Any) -> bool:
+def _is_mapping_of_names(value: object) -> bool:
     return isinstance(value, Mapping) and bool(value) and all(
         isinstance(k, str) and k and isinstance(v, str) and v for k, v in value.items())
 
 
-def read_plan(config: Mapping[str, Any]) -> Plan:
+def read_plan(config: Mapping[str, object]) -> Plan:
     """The plan of a rendered task; call only when `problems(config, rendered=True)` is empty."""
     source, target = config["source"], config["target"]
+    if not isinstance(source, Mapping) or not isinstance(target, Mapping):
+        raise TypeError("read_plan needs a config without problems: its source and target are "
+                        "mappings")
     mode = str(config.get("mode") or "append").lower()
     mapping = target.get("mapping")
     return Plan(source=Endpoint(str(endpoint_type(source)).lower(), source),
@@ -183,4 +185,4 @@ def read_plan(config: Mapping[str, Any]) -> Plan:
                 mode="append" if mode == "insert" else mode,
                 chunk_size=_positive_int(config.get("chunk_size") or DEFAULT_CHUNK_SIZE)
                 or DEFAULT_CHUNK_SIZE,
-                mapping=dict(mapping) if mapping is not None else None)
+                mapping=dict(mapping) if isinstance(mapping, Mapping) else None)

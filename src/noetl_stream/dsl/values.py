@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, SupportsIndex, overload
+from typing import SupportsIndex, overload
+
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 # How a ListView crosses to the python tool's child process, which rebuilds it
 # (tools/python.py encode_inputs, tools/python_runner.py): `{LIST_MARK: items, "names": {...},
@@ -11,7 +13,7 @@ from typing import Any, SupportsIndex, overload
 LIST_MARK = "__noetl_list_view__"
 
 
-class ListView(list[Any]):
+class ListView(list[JsonValue]):
     """A list result that also answers named reads, the envelope NoETL's engines put around it.
 
     `names` maps a name to its value; a name in `itself` reads as the plain list. It iterates,
@@ -20,40 +22,40 @@ class ListView(list[Any]):
     which the template sandbox never shows).
     """
 
-    def __init__(self, items: Iterable[Any] = (), names: Mapping[str, Any] | None = None,
-                 itself: Iterable[str] = ()) -> None:
+    def __init__(self, items: Iterable[JsonValue] = (),
+                 names: Mapping[str, JsonValue] | None = None, itself: Iterable[str] = ()) -> None:
         super().__init__(items)
-        self._names: dict[str, Any] = dict(names or {})
+        self._names: JsonObject = dict(names or {})
         self._itself: frozenset[str] = frozenset(itself)
 
-    def has_name(self, key: Any) -> bool:
+    def has_name(self, key: object) -> bool:
         return isinstance(key, str) and (key in self._itself or key in self._names)
 
-    def named(self, key: str) -> Any:
+    def named(self, key: str) -> JsonValue:
         return list(self) if key in self._itself else self._names[key]
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: JsonValue = None) -> JsonValue:
         return self.named(key) if self.has_name(key) else default
 
     @overload
-    def __getitem__(self, key: SupportsIndex) -> Any: ...
+    def __getitem__(self, key: SupportsIndex) -> JsonValue: ...
 
     @overload
-    def __getitem__(self, key: slice) -> list[Any]: ...
+    def __getitem__(self, key: slice) -> list[JsonValue]: ...
 
     @overload
-    def __getitem__(self, key: str) -> Any: ...
+    def __getitem__(self, key: str) -> JsonValue: ...
 
-    def __getitem__(self, key: SupportsIndex | slice | str) -> Any:
+    def __getitem__(self, key: SupportsIndex | slice | str) -> JsonValue:
         if isinstance(key, str):
             if not self.has_name(key):
                 raise KeyError(key)
             return self.named(key)
         return super().__getitem__(key)
 
-    def encoded(self) -> dict[str, Any]:
+    def encoded(self) -> JsonObject:
         """The marked mapping the python child rebuilds this view from."""
-        return {LIST_MARK: list(self), "names": self._names, "itself": sorted(self._itself)}
+        return {LIST_MARK: list(self), "names": self._names, "itself": [*sorted(self._itself)]}
 
 
 class LoopResults(ListView):
@@ -63,7 +65,7 @@ class LoopResults(ListView):
     loop step, so a loop whose results can be read had no failed iteration: `failed` is 0.
     """
 
-    def __init__(self, items: Iterable[Any] = ()) -> None:
+    def __init__(self, items: Iterable[JsonValue] = ()) -> None:
         super().__init__(items, itself=("results",))
         total = len(self)
         self._names = {"count": total, "stats": {"total": total, "success": total, "failed": 0}}
@@ -97,7 +99,7 @@ LOCATOR_NAMES = frozenset({"_ref", "_uri", "_store"})
 Locate = Callable[[], "dict[str, str] | None"]
 
 
-class ResultMapping(dict[str, Any]):
+class ResultMapping(JsonObject):
     """A mapping result read by name that may also answer NoETL's locator names of a result
     stored apart (`_ref`, `_uri`, `_store`; dsl/views.py says when).
 
@@ -106,12 +108,12 @@ class ResultMapping(dict[str, Any]):
     python form of the mapping, which is just its keys. The result's own keys win.
     """
 
-    def __init__(self, items: Mapping[str, Any], *, locate: Locate | None = None) -> None:
+    def __init__(self, items: Mapping[str, JsonValue], *, locate: Locate | None = None) -> None:
         super().__init__(items)
         self._locate = locate
         self._located: dict[str, str] | None = None
 
-    def __missing__(self, key: str) -> Any:
+    def __missing__(self, key: str) -> JsonValue:
         if self._locate is not None and key in LOCATOR_NAMES:
             if self._located is None:
                 self._located = self._locate() or {}
@@ -132,12 +134,13 @@ class DataEnvelope(ResultMapping):
       `data` key, which the mapping keeps for code (`http_output_data`).
     """
 
-    def __init__(self, items: Mapping[str, Any], *, data: Any, locate: Locate | None = None) -> None:
+    def __init__(self, items: Mapping[str, JsonValue], *, data: JsonValue,
+                 locate: Locate | None = None) -> None:
         super().__init__(items, locate=locate)
         self._data = data
 
     @property
-    def envelope_data(self) -> Any:
+    def envelope_data(self) -> JsonValue:
         return self._data
 
 

@@ -23,6 +23,8 @@ from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scalarstring import FoldedScalarString, LiteralScalarString
 
+from noetl_stream.jsonutil import JsonValue
+
 MAX_DEPTH = 100  # deeper documents go to ruamel, which bounds them (dsl/source.py)
 _STR = "tag:yaml.org,2002:str"
 _NULL = "tag:yaml.org,2002:null"
@@ -46,11 +48,17 @@ def _libyaml() -> tuple[Any, Any]:
 
 _CParser, _YAMLError = _libyaml()
 AVAILABLE = _CParser is not None
-_NOTHING = object()
+
+
+class _Nothing:
+    """The root of a document with no content yet."""
+
+
+_NOTHING = _Nothing()
 _NO_KEY = object()
 
 
-def build(text: str, constructor: Any) -> Any:
+def build(text: str, constructor: Any) -> JsonValue:
     """The document of `text` as ruamel's round-trip loader builds it; `constructor` (a
     round-trip constructor) makes the scalars that are neither strings nor null.
     """
@@ -65,7 +73,7 @@ def build(text: str, constructor: Any) -> Any:
         raise NotOnFastPath(str(exc)) from None
     finally:
         parser.dispose()
-    return None if reader.root is _NOTHING else reader.root
+    return None if isinstance(reader.root, _Nothing) else reader.root
 
 
 class _Reader:
@@ -76,9 +84,9 @@ class _Reader:
     def __init__(self, constructor: Any) -> None:
         self.constructor = constructor
         self.resolver = VersionedResolver()
-        self.tags: dict[str, Any] = {}  # plain scalar -> its tag: keys and kinds repeat a lot
+        self.tags: dict[str, object] = {}  # plain scalar -> its tag: keys and kinds repeat a lot
         self.open: list[list[Any]] = []
-        self.root: Any = _NOTHING
+        self.root: JsonValue | _Nothing = _NOTHING
         self.documents = 0
 
     def take(self, event: Any) -> None:

@@ -87,8 +87,8 @@ def loop_reads(step: Step) -> set[str]:
 
 def reads_context(step: Step) -> bool:
     """Whether a python task of the step reads `context`, which holds every finished step."""
-    return any(t.kind == "python" and isinstance(t.config.get("code"), str)
-               and pycode.reads_context(t.config["code"]) for t in tasks_and_rule_sinks(step))
+    return any(t.kind == "python" and isinstance(code := t.config.get("code"), str)
+               and pycode.reads_context(code) for t in tasks_and_rule_sinks(step))
 
 
 def tasks_and_rule_sinks(step: Step) -> tuple[Task, ...]:

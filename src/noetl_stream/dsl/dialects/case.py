@@ -21,9 +21,8 @@ fallback when no route was chosen); a `next` in a call rule also ends the pipeli
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from jinja2 import Environment, TemplateSyntaxError, nodes
 from pydantic import ValidationError
@@ -31,8 +30,9 @@ from pydantic import ValidationError
 from noetl_stream.dsl import noetl_refused
 from noetl_stream.dsl.dialects.sink import ParseTask, rule_sinks
 from noetl_stream.dsl.models import AdmitRule, Arc, Directive, NextSpec, Rule, Task
-from noetl_stream.dsl.source import line_of, plain, suggest
+from noetl_stream.dsl.source import as_float, as_int, line_of, plain, suggest
 from noetl_stream.dsl.templating import enclosed_expression
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 ENTER, DONE, ERROR, EXIT = "step.enter", "call.done", "call.error", "step.exit"
 EVENTS = (ENTER, DONE, ERROR, EXIT)
@@ -73,7 +73,7 @@ class _Entry:
     line: int | None
     when: str | None
     events: frozenset[str]
-    actions: dict[str, Any]
+    actions: JsonObject
 
 
 def events_named(when: str | None) -> frozenset[str] | None:
@@ -120,7 +120,7 @@ def _is_event_name(node: nodes.Node) -> bool:
             and isinstance(node.node, nodes.Name) and node.node.name == "event")
 
 
-def _expression(text: Any) -> str:
+def _expression(text: JsonValue) -> str:
     """`response.data` or `{{ response.data }}` -> the bare expression."""
     source = str(text).strip()
     expr = enclosed_expression(source)
@@ -133,7 +133,7 @@ class _Compiler:
         self.report = report
         self.parse_task = parse_task
 
-    def entries(self, raw: Any, line: int | None) -> list[_Entry]:
+    def entries(self, raw: JsonValue, line: int | None) -> list[_Entry]:
         if not isinstance(raw, list):
             self.report(line, "case must be a list of `{when, then}` entries", "case")
             return []
@@ -144,7 +144,7 @@ class _Compiler:
                 out.append(entry)
         return out
 
-    def entry(self, item: Any, index: int, line: int | None) -> _Entry | None:
+    def entry(self, item: JsonValue, index: int, line: int | None) -> _Entry | None:
         fld = f"case[{index}]"
         if not isinstance(item, dict) or "then" not in item:
             self.report(line, "a case entry is a mapping with `when` and `then`", fld)
@@ -178,9 +178,9 @@ class _Compiler:
                         "store yet; sink in the rule that sees the final outcome", f"{fld}.then")
         return _Entry(index, line, when, events, actions)
 
-    def actions(self, raw: Any, line: int | None, fld: str) -> dict[str, Any]:
+    def actions(self, raw: JsonValue, line: int | None, fld: str) -> JsonObject:
         """`then` as a mapping of actions; a list of one-action mappings is merged in order."""
-        merged: dict[str, Any] = {}
+        merged: JsonObject = {}
         items = raw if isinstance(raw, list) else [raw]
         for item in items:
             if not isinstance(item, dict):
@@ -195,10 +195,10 @@ class _Compiler:
         return {k: plain(v) for k, v in merged.items()}
 
     # -- actions -> IR fields ------------------------------------------------------------------
-    def writes(self, entry: _Entry) -> tuple[dict[str, Any], dict[str, Any]]:
+    def writes(self, entry: _Entry) -> tuple[JsonObject, JsonObject]:
         """`set` and `collect` as (set_ctx, set_iter)."""
-        set_ctx: dict[str, Any] = {}
-        set_iter: dict[str, Any] = {}
+        set_ctx: JsonObject = {}
+        set_iter: JsonObject = {}
         fld = f"case[{entry.index}].then"
         raw_set = entry.actions.get("set")
         if raw_set is not None and not isinstance(raw_set, dict):
@@ -222,7 +222,7 @@ class _Compiler:
                 (set_ctx if scope == "ctx" else set_iter)[name] = template
         return set_ctx, set_iter
 
-    def collect(self, raw: Any, line: int | None, fld: str) -> tuple[str, str, str] | None:
+    def collect(self, raw: JsonValue, line: int | None, fld: str) -> tuple[str, str, str] | None:
         """`{from, into, mode}` -> (scope, name, template) that appends to the current value."""
         if not isinstance(raw, dict) or raw.get("from") is None or not raw.get("into"):
             self.report(line, "collect needs `from` (an expression) and `into` (a name)", fld)
@@ -249,13 +249,13 @@ class _Compiler:
             template = "{{ " + current + " + [" + source + "] }}"
         return scope, name, template
 
-    def result(self, entry: _Entry) -> Any:
+    def result(self, entry: _Entry) -> JsonValue:
         raw = entry.actions.get("result")
         if isinstance(raw, dict) and set(raw) == {"from"}:
             return "{{ " + _expression(raw["from"]) + " }}"
         return raw
 
-    def retry(self, entry: _Entry) -> dict[str, Any]:
+    def retry(self, entry: _Entry) -> JsonObject:
         raw = entry.actions.get("retry")
         fld = f"case[{entry.index}].then.retry"
         if raw is None:
@@ -272,10 +272,10 @@ class _Compiler:
                             f"{fld}.{key}")
         multiplier = raw.get("backoff_multiplier")
         try:
-            return {"attempts": int(raw.get("max_attempts", raw.get("attempts", 3))),
-                    "delay": float(raw.get("initial_delay", raw.get("delay", 0)) or 0),
+            return {"attempts": as_int(raw.get("max_attempts", raw.get("attempts", 3))),
+                    "delay": as_float(raw.get("initial_delay", raw.get("delay", 0)) or 0),
                     "backoff": "exponential" if multiplier is not None else "fixed",
-                    "multiplier": float(multiplier) if multiplier is not None else None,
+                    "multiplier": as_float(multiplier) if multiplier is not None else None,
                     "max_delay": raw.get("max_delay")}
         except (TypeError, ValueError):
             self.report(entry.line, "retry numbers must be numbers", fld)
@@ -303,7 +303,7 @@ class _Compiler:
                 self.report(entry.line, "`next` is a step name or a list of `{step, args}`", fld)
         return arcs
 
-    def fields(self, entry: _Entry) -> dict[str, Any]:
+    def fields(self, entry: _Entry) -> dict[str, object]:
         """The Rule fields an entry's actions give wherever it is placed (computed once)."""
         set_ctx, set_iter = self.writes(entry)
         call = entry.actions.get("call")
@@ -319,7 +319,7 @@ class _Compiler:
                 "result": self.result(entry), "sink": sink, "line": entry.line,
                 **self.retry(entry)}
 
-    def rule(self, entry: _Entry, fields: dict[str, Any], **kwargs: Any) -> Rule | None:
+    def rule(self, entry: _Entry, fields: Mapping[str, object], **kwargs: object) -> Rule | None:
         try:
             return Rule(**{**fields, **kwargs})
         except ValidationError as exc:
@@ -343,7 +343,7 @@ def _call_directive(entry: _Entry, ends: Directive, route: str | None) -> Direct
     return ends
 
 
-def compile_case(raw: Any, *, step: str, line: int | None, tasks: tuple[Task, ...],
+def compile_case(raw: JsonValue, *, step: str, line: int | None, tasks: tuple[Task, ...],
                  next_spec: NextSpec, report: Report,
                  parse_task: ParseTask | None = None) -> CaseIR:
     """The step's tasks, entry/exit rules, admission rules and arcs with `raw` compiled in;
@@ -353,7 +353,7 @@ def compile_case(raw: Any, *, step: str, line: int | None, tasks: tuple[Task, ..
     enter: list[Rule] = []
     exit_rules: list[Rule] = []
     admit: list[AdmitRule] = []
-    call_rules: list[tuple[_Entry, dict[str, Any]]] = []  # per entry and event: Rule fields
+    call_rules: list[tuple[_Entry, dict[str, object]]] = []  # per entry and event: Rule fields
     arcs: list[Arc] = []
     for entry in compiler.entries(raw, line):
         fields = compiler.fields(entry)

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from noetl_stream.dsl.dialects.case import ENTRY_KEYS, Report, _Compiler, _Entry
 from noetl_stream.dsl.models import NextSpec, Rule, TimerSpec
 from noetl_stream.dsl.source import line_of, plain, suggest
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 EVAL_MODES = ("on_entry", "on_event")
 NOT_FOR_LISTENERS = frozenset({"call", "retry", "skip", "sink"})
@@ -40,7 +40,7 @@ class ListenIR:
     next: NextSpec
 
 
-def duration_s(value: Any) -> float | None:
+def duration_s(value: JsonValue) -> float | None:
     """`30`, `2.5`, `"500ms"`, `"30s"`, `"5m"`, `"1h"`, `"1d"` -> seconds; None if unreadable."""
     if isinstance(value, bool):
         return None
@@ -53,7 +53,7 @@ def duration_s(value: Any) -> float | None:
 
 
 class _ListenCompiler(_Compiler):
-    def actions(self, raw: Any, line: int | None, fld: str) -> dict[str, Any]:
+    def actions(self, raw: JsonValue, line: int | None, fld: str) -> JsonObject:
         # `timer` is an action only listeners have: take it out before the case checks run.
         items = raw if isinstance(raw, list) else [raw]
         timer = None
@@ -68,7 +68,7 @@ class _ListenCompiler(_Compiler):
             merged["timer"] = plain(timer)
         return merged
 
-    def listen_entries(self, raw: Any, line: int | None) -> list[_Entry]:
+    def listen_entries(self, raw: JsonValue, line: int | None) -> list[_Entry]:
         if not isinstance(raw, list):
             self.report(line, "case must be a list of `{when, then}` entries", "case")
             return []
@@ -120,7 +120,7 @@ class _ListenCompiler(_Compiler):
         return TimerSpec(name=name, after_s=after)
 
 
-def compile_listeners(raw: Any, *, step: str, line: int | None, next_spec: NextSpec,
+def compile_listeners(raw: JsonValue, *, step: str, line: int | None, next_spec: NextSpec,
                       report: Report) -> ListenIR:
     """The `listen` rules and arcs of an `on_event` step whose `case` is `raw`."""
     compiler = _ListenCompiler(step, report)
@@ -143,7 +143,7 @@ def compile_listeners(raw: Any, *, step: str, line: int | None, next_spec: NextS
     return ListenIR(tuple(rules), next_spec.model_copy(update={"arcs": (*next_spec.arcs, *arcs)}))
 
 
-def eval_mode_of(raw: dict[str, Any], spec: Any, report: Report) -> str:
+def eval_mode_of(raw: JsonObject, spec: JsonValue, report: Report) -> str:
     """`eval_mode` from the step or its `spec` (spec 001 writes it under `spec`)."""
     value = raw.get("eval_mode")
     fld, line = "eval_mode", line_of(raw, "eval_mode")

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import TypeVar, cast
 
 from pydantic import ValidationError
 
 from noetl_stream.dsl.models import Backoff, PollSpec, RetryScope, Rule, Task
-from noetl_stream.dsl.source import suggest
+from noetl_stream.dsl.source import as_float, suggest
 from noetl_stream.dsl.templating import enclosed_expression
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 RETRY_KEYS = frozenset({"max_attempts", "attempts", "initial_delay", "delay", "backoff_multiplier",
                         "backoff", "max_delay", "max_delay_seconds", "jitter", "retry_when",
@@ -43,6 +44,9 @@ Report = Callable[[int | None, str, str], None]
 """report(line, message, field): record an error against the step being parsed."""
 
 
+_Name = TypeVar("_Name", str, int)
+
+
 class _Invalid(ValueError):
     """A clause value that cannot be read; carries the field it belongs to."""
 
@@ -51,7 +55,7 @@ class _Invalid(ValueError):
         self.field = field
 
 
-def seconds(value: Any, field: str) -> float:
+def seconds(value: JsonValue, field: str) -> float:
     """A duration: a number of seconds or text such as `5s`, `250ms`, `2m`, `1h`."""
     if isinstance(value, bool):
         raise _Invalid(field, "must be a duration such as 5, 5s, 250ms or 2m")
@@ -67,7 +71,7 @@ def seconds(value: Any, field: str) -> float:
     return number
 
 
-def _expression(text: Any, field: str) -> str:
+def _expression(text: JsonValue, field: str) -> str:
     """`{{ expr }}` (or a bare `expr`) -> `expr`; a guard is one expression so it can be combined."""
     source = str(text).strip()
     expr = enclosed_expression(source)
@@ -79,7 +83,7 @@ def _expression(text: Any, field: str) -> str:
     return expr.strip()
 
 
-def _count(value: Any, field: str) -> int:
+def _count(value: JsonValue, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise _Invalid(field, "must be a whole number of attempts, the first included")
     try:
@@ -91,13 +95,13 @@ def _count(value: Any, field: str) -> int:
     return count
 
 
-def _unknown(raw: dict[str, Any], known: frozenset[str], field: str) -> None:
+def _unknown(raw: JsonObject, known: frozenset[str], field: str) -> None:
     for key in raw:
         if key not in known:
             raise _Invalid(f"{field}.{key}", f'unknown key "{key}"{suggest(str(key), known)}')
 
 
-def _backoff(raw: dict[str, Any], field: str) -> dict[str, Any]:
+def _backoff(raw: JsonObject, field: str) -> JsonObject:
     """The Rule fields of the clause's backoff: 004's flat keys and 001's `backoff:` block."""
     block = raw.get("backoff")
     if isinstance(block, str):
@@ -112,7 +116,7 @@ def _backoff(raw: dict[str, Any], field: str) -> dict[str, Any]:
     _unknown(block, BACKOFF_KEYS, f"{field}.backoff")
     merged = {**raw, **block}
 
-    def pick(*names: str) -> Any:
+    def pick(*names: str) -> JsonValue:
         return next((merged[n] for n in names if merged.get(n) is not None), None)
 
     multiplier = pick("multiplier", "backoff_multiplier")
@@ -126,7 +130,7 @@ def _backoff(raw: dict[str, Any], field: str) -> dict[str, Any]:
     if jitter is not None and not isinstance(jitter, bool):
         raise _Invalid(f"{field}.jitter", "is true or false")
     try:
-        factor = None if multiplier is None else float(multiplier)
+        factor = None if multiplier is None else as_float(multiplier)
     except (TypeError, ValueError):
         raise _Invalid(f"{field}.backoff_multiplier", "must be a number") from None
     return {"backoff": cast(Backoff, kind), "multiplier": factor,
@@ -135,14 +139,15 @@ def _backoff(raw: dict[str, Any], field: str) -> dict[str, Any]:
             "jitter": bool(jitter)}
 
 
-def _names(value: Any, field: str, kind: type) -> list[Any]:
+def _names(value: JsonValue, field: str, kind: type[_Name]) -> list[_Name]:
     items = value if isinstance(value, list) else [value]
-    if not items or not all(isinstance(i, kind) and not isinstance(i, bool) for i in items):
+    names = [i for i in items if isinstance(i, kind) and not isinstance(i, bool)]
+    if not items or len(names) != len(items):
         raise _Invalid(field, f"is a list of {'error kinds' if kind is str else 'HTTP statuses'}")
-    return items
+    return names
 
 
-def _retry_on(raw: dict[str, Any], field: str) -> str | None:
+def _retry_on(raw: JsonObject, field: str) -> str | None:
     """`retry_on: [timeout, connection_error]` (error kinds; `_error` spelled or not) and
     `retry_on_status: [429, 503]`, as NoETL's playbooks write them: a failed call is retried only
     when one of them matches. None when neither is given.
@@ -158,7 +163,7 @@ def _retry_on(raw: dict[str, Any], field: str) -> str | None:
     return f"({' or '.join(tests)})" if tests else None
 
 
-def _rules(raw: Any, line: int | None, field: str) -> tuple[Rule, ...]:
+def _rules(raw: JsonValue, line: int | None, field: str) -> tuple[Rule, ...]:
     if raw is True or (isinstance(raw, int) and not isinstance(raw, bool)):
         raw = {} if raw is True else {"max_attempts": raw}
     if not isinstance(raw, dict):
@@ -191,7 +196,7 @@ def _rules(raw: Any, line: int | None, field: str) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-def compile_retry(raw: Any, *, line: int | None, field: str, report: Report) -> tuple[Rule, ...]:
+def compile_retry(raw: JsonValue, *, line: int | None, field: str, report: Report) -> tuple[Rule, ...]:
     """The policy rules of one `retry:` clause; () after reporting when it cannot be read."""
     try:
         return _rules(raw, line, field)
@@ -202,7 +207,7 @@ def compile_retry(raw: Any, *, line: int | None, field: str, report: Report) -> 
     return ()
 
 
-def compile_poll(raw: Any, *, line: int | None, field: str, report: Report) -> PollSpec | None:
+def compile_poll(raw: JsonValue, *, line: int | None, field: str, report: Report) -> PollSpec | None:
     """`poll: {until, interval, max_attempts, deadline}`; None after reporting a problem."""
     try:
         if not isinstance(raw, dict) or raw.get("until") is None:

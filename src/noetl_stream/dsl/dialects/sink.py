@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 
 from noetl_stream.dsl.models import Rule, SinkSpec, Task
 from noetl_stream.dsl.source import line_of, suggest
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 SINK_KEYS = frozenset({"tool", "table", "mode", "key", "args", "when", "desc"})
 TABLE_KEYS = ("table", "mode", "key")  # sink fields that may also be written inside `tool`
@@ -30,11 +30,11 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 Report = Callable[[int | None, str, str], None]
 """report(line, message, field): record an error against the step being parsed."""
-ParseTask = Callable[[str, dict[str, Any], int | None], Task | None]
+ParseTask = Callable[[str, JsonObject, int | None], Task | None]
 """parse_task(name, body, line): a tool body parsed as any task of the step (parser.py)."""
 
 
-def compile_sink(raw: Any, *, name: str, line: int | None, field: str, report: Report,
+def compile_sink(raw: JsonValue, *, name: str, line: int | None, field: str, report: Report,
                  parse_task: ParseTask) -> Task | None:
     """One sink mapping as a storage task named `name`, or None after reporting why not."""
     if not isinstance(raw, dict):
@@ -68,7 +68,9 @@ def compile_sink(raw: Any, *, name: str, line: int | None, field: str, report: R
         report(line, f"`{next(iter(sink_fields))}` needs `table`", field)
         return None
     elif args:
-        tool["args"] = {**(tool.get("args") or {}), **args}
+        own = tool.get("args") or {}
+        # A tool's own `args` that is not a mapping stays as written: the task reports it.
+        tool["args"] = {**own, **args} if isinstance(own, dict) else own
     task = parse_task(name, tool, line)
     if task is None:
         return None
@@ -77,9 +79,9 @@ def compile_sink(raw: Any, *, name: str, line: int | None, field: str, report: R
                                                     source=field)})
 
 
-def _table_command(kind: str, fields: dict[str, Any], args: dict[str, Any] | None,
-                   tool: dict[str, Any], line: int | None, field: str,
-                   report: Report) -> dict[str, Any] | None:
+def _table_command(kind: str, fields: JsonObject, args: JsonObject | None,
+                   tool: JsonObject, line: int | None, field: str,
+                   report: Report) -> JsonObject | None:
     """`table` + `args` (+ `mode`, `key`) as the `command` and `params` of a SQL kind."""
     mark = PLACEHOLDER.get(kind)
     if mark is None:
@@ -123,7 +125,7 @@ def _table_command(kind: str, fields: dict[str, Any], args: dict[str, Any] | Non
     return {"command": sql, "params": dict(args)}
 
 
-def step_sinks(raw: Any, *, step: str, line: int | None, report: Report,
+def step_sinks(raw: JsonValue, *, step: str, line: int | None, report: Report,
                parse_task: ParseTask) -> list[Task]:
     """A step's `sink:` (one mapping or a list of them) as its storage tasks, in order."""
     items = raw if isinstance(raw, list) else [raw]
@@ -158,7 +160,7 @@ def append_sinks(tasks: list[Task], sinks: list[Task], *, report: Report) -> lis
     return [*out, *sinks]
 
 
-def rule_sinks(raw: Any, *, step: str, index: int, line: int | None, report: Report,
+def rule_sinks(raw: JsonValue, *, step: str, index: int, line: int | None, report: Report,
                parse_task: ParseTask) -> tuple[Task, ...]:
     """A case entry's `sink` action (one mapping or a list of them) as `Rule.sink` tasks."""
     items = raw if isinstance(raw, list) else [raw]

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from jinja2 import Environment, TemplateSyntaxError, nodes
 
@@ -46,8 +45,9 @@ from noetl_stream.dsl.guard_exprs import (
     template,
 )
 from noetl_stream.dsl.models import Arc, CaseBranch, CaseSpec, NextSpec, Rule, Task
-from noetl_stream.dsl.source import line_of, plain, suggest
+from noetl_stream.dsl.source import as_int, line_of, plain, suggest
 from noetl_stream.dsl.templating import enclosed_expression
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 KNOBS = ("case_mode", "branch_order", "next_policy")
 MODES = ("exclusive", "inclusive")
@@ -62,11 +62,11 @@ _PARSER = Environment()
 
 Report = Callable[[int | None, str, str], None]
 """report(line, message, field): record an error against the step being parsed."""
-ParseTask = Callable[[str, Any, int | None], Task | None]
+ParseTask = Callable[[str, JsonValue, int | None], Task | None]
 """parse_task(name, tool body, line): the parser's own task parsing."""
 
 
-def _is_target(item: Any) -> bool:
+def _is_target(item: JsonValue) -> bool:
     """A `then` item `{step: name}` (NoETL's CLI writes targets there), not a named task."""
     return isinstance(item, dict) and isinstance(item.get("step"), str) and \
         set(item) <= {"step", "args", "when"}
@@ -90,7 +90,7 @@ class _Branch:
     priority: int
     tasks: list[Task] = field(default_factory=list)
     retries: dict[str, Rule] = field(default_factory=dict)
-    next: dict[str, Any] | None = None
+    next: JsonObject | None = None
     policy: str = "end_step"
     next_priority: int = 0  # `next.priority`, under `defer`
     delay: float | None = None  # `next.spec.delay`, seconds
@@ -100,7 +100,7 @@ class _Branch:
         return f"case[{self.position}]" if self.next is not None else None
 
 
-def uses_spec001(raw_step: dict[str, Any]) -> bool:
+def uses_spec001(raw_step: JsonObject) -> bool:
     """True when a step is written in the spec 001 form rather than the spec 000/004 `case`."""
     spec = raw_step.get("spec")
     if any(k in raw_step for k in KNOBS) or (isinstance(spec, dict) and any(k in spec for k in KNOBS)):
@@ -119,7 +119,7 @@ def uses_spec001(raw_step: dict[str, Any]) -> bool:
                 continue
             if any(k not in CASE_ACTIONS for k in item):
                 return True  # a named task
-            if isinstance(item.get("next"), dict) and "to" in item["next"]:
+            if isinstance(nxt := item.get("next"), dict) and "to" in nxt:
                 return True
     return False
 
@@ -142,7 +142,7 @@ def _choices(node: nodes.Node) -> list[str] | None:
     return None
 
 
-def target_arcs(raw: Any, *, route: str | None, line: int | None, fld: str,
+def target_arcs(raw: JsonValue, *, route: str | None, line: int | None, fld: str,
                 report: Report, delay: float | None = None) -> list[Arc]:
     """`to: [{step, args}]` (or names) as arcs with `route`; a templated name becomes one arc
     per string constant it can give, guarded by the template's value.
@@ -175,8 +175,8 @@ def target_arcs(raw: Any, *, route: str | None, line: int | None, fld: str,
     return arcs
 
 
-def _target(item: Any, line: int | None, where: str,
-            report: Report) -> tuple[str, dict[str, Any]] | None:
+def _target(item: JsonValue, line: int | None, where: str,
+            report: Report) -> tuple[str, JsonObject] | None:
     """One `next.to` entry as (step name, args); None after reporting when it cannot be read."""
     if isinstance(item, str):
         item = {"step": item}
@@ -204,7 +204,7 @@ def _expression_choices(expr: str) -> list[str] | None:
     return None
 
 
-def structural_next(raw: dict[str, Any], *, line: int | None, report: Report) -> NextSpec:
+def structural_next(raw: JsonObject, *, line: int | None, report: Report) -> NextSpec:
     """A step's own `next: {to: [...]}`: every target fires (a fork)."""
     for key in raw:
         if key not in NEXT_KEYS - {"policy", "priority"}:
@@ -216,7 +216,7 @@ def structural_next(raw: dict[str, Any], *, line: int | None, report: Report) ->
                                            report=report, delay=delay)))
 
 
-def next_delay(spec: Any, line: int | None, fld: str, report: Report) -> float | None:
+def next_delay(spec: JsonValue, line: int | None, fld: str, report: Report) -> float | None:
     """`next.spec`: its `delay` in seconds (`30`, `500ms`, `30s`, `5m`), None without one."""
     if spec is None:
         return None
@@ -242,7 +242,7 @@ class _Compiler:
         self.parse_task = parse_task
         self.retries: dict[str, int] = {}  # task -> how many leading rules its `retry` gave
 
-    def knob(self, raw_step: dict[str, Any], name: str, allowed: tuple[str, ...]) -> str:
+    def knob(self, raw_step: JsonObject, name: str, allowed: tuple[str, ...]) -> str:
         spec = raw_step.get("spec")
         value = spec.get(name) if isinstance(spec, dict) and name in spec else raw_step.get(name)
         if value is None:
@@ -254,7 +254,7 @@ class _Compiler:
             return allowed[0]
         return str(value)
 
-    def branches(self, raw: Any, line: int | None, policy: str) -> list[_Branch]:
+    def branches(self, raw: JsonValue, line: int | None, policy: str) -> list[_Branch]:
         if not isinstance(raw, list):
             self.report(line, "case must be a list of `{when, then}` entries", "case")
             return []
@@ -289,7 +289,7 @@ class _Compiler:
                 if "{{" not in when and "{%" not in when:
                     when = template(Source(when))
                 try:
-                    priority = int(entry.get("priority", 0))
+                    priority = as_int(entry.get("priority", 0))
                 except (TypeError, ValueError):
                     self.report(at, "`priority` is a whole number", f"{where}.priority")
                     priority = 0
@@ -300,7 +300,7 @@ class _Compiler:
             out.append(branch)
         return out
 
-    def chain(self, branch: _Branch, raw: Any, policy: str, where: str) -> None:
+    def chain(self, branch: _Branch, raw: JsonValue, policy: str, where: str) -> None:
         items = raw if isinstance(raw, list) else [raw]
         targets = [item for item in items if _is_target(item)]
         if targets:  # NoETL's CLI: `then: [{step: b}]` goes to those steps
@@ -342,8 +342,8 @@ class _Compiler:
                         f"run under next_policy {branch.policy}; move them before `next` or use "
                         "next_policy: defer", f"{where}.then")
 
-    def next_action(self, raw: Any, policy: str, fld: str, line: int | None
-                    ) -> tuple[dict[str, Any], str]:
+    def next_action(self, raw: JsonValue, policy: str, fld: str, line: int | None
+                    ) -> tuple[JsonObject, str]:
         if isinstance(raw, list):
             raw = {"to": raw}  # `next: [{step}]` as NoETL writes it today
         if not isinstance(raw, dict):
@@ -360,7 +360,7 @@ class _Compiler:
             own = policy
         return plain(raw), str(own)
 
-    def next_priority(self, raw: dict[str, Any], policy: str, fld: str, line: int | None) -> int:
+    def next_priority(self, raw: JsonObject, policy: str, fld: str, line: int | None) -> int:
         """`next.priority`: chooses among the routes reached under `next_policy: defer`."""
         if raw.get("priority") is None:
             return 0
@@ -374,7 +374,7 @@ class _Compiler:
             return 0
         return value
 
-    def task(self, name: str, body: Any, line: int | None, fld: str) -> Task | None:
+    def task(self, name: str, body: JsonValue, line: int | None, fld: str) -> Task | None:
         if not isinstance(body, dict) or not isinstance(body.get("tool"), dict):
             self.report(line, f'task "{name}" needs `tool: {{kind: ...}}`', f"{fld}.{name}")
             return None
@@ -398,8 +398,8 @@ class _Compiler:
     # -- rules ---------------------------------------------------------------------------------
     def selectors(self, branch: _Branch, later: list[_Branch], inclusive: bool) -> Rule | None:
         """The last entry task's rule that picks `branch` (and, inclusive, records `later`)."""
-        locals_: dict[str, Any] = {}
-        matched: Any = [branch.name]
+        locals_: JsonObject = {}
+        matched: JsonValue = [branch.name]
         if inclusive and later:
             for other in later:
                 expr = single_expression(str(other.when))
@@ -430,7 +430,7 @@ class _Compiler:
                              line=branch.line)]
 
 
-def compile_spec001(raw_step: dict[str, Any], *, step: str, tasks: tuple[Task, ...],
+def compile_spec001(raw_step: JsonObject, *, step: str, tasks: tuple[Task, ...],
                     next_spec: NextSpec, report: Report, parse_task: ParseTask) -> Spec001IR:
     """The step's pipeline, arcs and `Step.case` with its spec 001 `case` compiled in."""
     compiler = _Compiler(step, report, parse_task)

@@ -4,19 +4,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from noetl_stream.dsl.dialects.v2_spec001 import structural_next
 from noetl_stream.dsl.models import Arc, NextSpec, Step
 from noetl_stream.dsl.parsing.base import ParserBase, split_set
 from noetl_stream.dsl.source import line_of, suggest
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 # `spec` is NoETL's arc-level placeholder: its engines read nothing from it, and neither does this.
 ARC_KEYS = frozenset({"step", "when", "args", "set", "input", "desc", "spec"})
 
 
 class ArcParser(ParserBase):
-    def parse_next(self, raw: Any, step_node: dict[str, Any], step: str) -> NextSpec:
+    def parse_next(self, raw: JsonValue, step_node: JsonObject, step: str) -> NextSpec:
         line = line_of(step_node, "next")
         if raw is None:
             return NextSpec()
@@ -49,7 +48,7 @@ class ArcParser(ParserBase):
         self.error(line, "next must be a step name, a list, or {spec, arcs}", step, "next")
         return NextSpec()
 
-    def next_mode(self, step_node: dict[str, Any], step: str) -> str | None:
+    def next_mode(self, step_node: JsonObject, step: str) -> str | None:
         """The step's `spec.next_mode` (NoETL's server: the mode of a `next` list of targets and of
         `{arcs}` without its own `spec.mode`), or None when not given.
         """
@@ -63,7 +62,7 @@ class ArcParser(ParserBase):
             return None
         return str(mode)
 
-    def parse_arc(self, item: Any, seq: Any, index: int, step: str) -> Arc | None:
+    def parse_arc(self, item: JsonValue, seq: object, index: int, step: str) -> Arc | None:
         line = line_of(seq, index)
         if isinstance(item, str):
             return Arc(step=item, line=line)

@@ -7,15 +7,15 @@ all of them (errors.PlaybookError). The dialect compilers (dsl/dialects/) report
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
-from typing import Any
 
 from noetl_stream.dsl import noetl_refused, templating
 from noetl_stream.dsl.source import line_of, plain, suggest
 from noetl_stream.errors import Issue
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
-Workbook = dict[str, tuple[Any, int | None]]
+Workbook = dict[str, tuple[JsonObject, int | None]]
 """The playbook's named workbook tasks: name -> (raw entry, line)."""
 Report = Callable[[int | None, str, str], None]
 """report(line, message, field): record an error against one step."""
@@ -28,7 +28,7 @@ class ParserBase:
         self.kinds = kinds
         self.strict = strict
         self.base_dir = base_dir
-        self.workload: dict[str, Any] = {}  # a script's uri may read it (scripts.parse_script)
+        self.workload: JsonObject = {}  # a script's uri may read it (scripts.parse_script)
         self.attached = attached or {}
         self.scripts: dict[str, str] = {}
         self.issues: list[Issue] = []
@@ -38,7 +38,7 @@ class ParserBase:
               field: str | None = None) -> None:
         self.issues.append(Issue(self.file, line, message, step, field))
 
-    def unknown_keys(self, node: Any, known: Collection[str], step: str | None,
+    def unknown_keys(self, node: object, known: Collection[str], step: str | None,
                      prefix: str, *, where: str | None = None, kind: str | None = None) -> None:
         """Keys of `node` not in `known`: a warning (an error under --strict); a NoETL form
         refused at `where` (noetl_refused.py) is an error that says what to write instead.
@@ -65,7 +65,7 @@ class ParserBase:
         self.issues.append(Issue(self.file, line, message, step, fld,
                                  "error" if self.strict else "warning"))
 
-    def check_templates(self, value: Any, line: int | None, step: str | None, fld: str,
+    def check_templates(self, value: object, line: int | None, step: str | None, fld: str,
                         hint: str = "") -> None:
         for text in templating.template_strings(value):
             problem = templating.syntax_problem(text)
@@ -75,7 +75,7 @@ class ParserBase:
             for name in sorted(templating.called_names(text) & noetl_refused.TEMPLATE_GLOBALS.keys()):
                 self.error(line, noetl_refused.template_global_message(name), step, fld)
 
-    def check_guard(self, when: Any, line: int | None, step: str | None, fld: str) -> None:
+    def check_guard(self, when: object, line: int | None, step: str | None, fld: str) -> None:
         """A `when` guard: a template, or an expression written without braces."""
         if isinstance(when, str) and when.strip() and not templating.has_template(when):
             when = "{{ " + when + " }}"
@@ -87,17 +87,18 @@ class ParserBase:
             self.error(line, message, step, fld)
         return report
 
-    def mapping(self, node: dict[str, Any], key: str, step: str | None, fld: str) -> dict[str, Any]:
+    def mapping(self, node: Mapping[str, JsonValue], key: str, step: str | None,
+                fld: str) -> JsonObject:
         value = node.get(key)
         if value is None:
             return {}
         if not isinstance(value, dict):
             self.error(line_of(node, key), "must be a mapping", step, fld)
             return {}
-        return plain(value)  # type: ignore[no-any-return]
+        return plain(value)
 
-    def split_rule(self, entry: Any, seq: Any, index: int, step: str | None,
-                   fld: str) -> tuple[str | None, dict[str, Any] | None, int | None]:
+    def split_rule(self, entry: JsonValue, seq: object, index: int, step: str | None,
+                   fld: str) -> tuple[str | None, JsonObject | None, int | None]:
         """Return (when, then, line) for `{when, then}`, `{else: {then}}`, `{else: {...}}` or
         `{else: null, then}`.
         """
@@ -124,11 +125,11 @@ class ParserBase:
         return (None if when is None else str(when)), then, line
 
 
-def split_set(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def split_set(values: Mapping[str, JsonValue]) -> tuple[JsonObject, JsonObject, JsonObject]:
     """Split NoETL's `set: {ctx.x, iter.y, z}` into (ctx, iter, locals)."""
-    ctx: dict[str, Any] = {}
-    it: dict[str, Any] = {}
-    local: dict[str, Any] = {}
+    ctx: JsonObject = {}
+    it: JsonObject = {}
+    local: JsonObject = {}
     for key, value in values.items():
         scope, _, name = key.partition(".")
         if scope == "ctx" and name:
@@ -144,7 +145,7 @@ def split_set(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], d
     return ctx, it, local
 
 
-def opt_str(value: Any) -> str | None:
+def opt_str(value: object) -> str | None:
     return None if value is None else str(value)
 
 

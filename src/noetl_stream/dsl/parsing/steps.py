@@ -4,8 +4,6 @@ and the step forms compiled by the dialects (case, spec 001, listeners, sinks).
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import ValidationError
 
 from noetl_stream import ids
@@ -20,6 +18,7 @@ from noetl_stream.dsl.parsing.arcs import ArcParser
 from noetl_stream.dsl.parsing.base import Workbook, one_line, opt_str
 from noetl_stream.dsl.parsing.tasks import TaskParser
 from noetl_stream.dsl.source import line_of, plain
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 STEP_KEYS = frozenset({"step", "desc", "description", "tool", "next", "loop", "set", "args",
                        "input", "spec", "vars", "when", "meta", "output", "outcome", "pool",
@@ -28,7 +27,7 @@ STEP_KEYS = frozenset({"step", "desc", "description", "tool", "next", "loop", "s
 
 
 class StepParser(TaskParser, ArcParser):
-    def parse_step(self, raw: Any, line: int | None,
+    def parse_step(self, raw: JsonValue, line: int | None,
                    workbook: Workbook) -> Step | None:
         try:
             return self.parse_step_fields(raw, line, workbook)
@@ -39,7 +38,7 @@ class StepParser(TaskParser, ArcParser):
                        f"{one_line(str(exc))})", name)
             return None
 
-    def parse_step_fields(self, raw: Any, line: int | None,
+    def parse_step_fields(self, raw: JsonValue, line: int | None,
                           workbook: Workbook) -> Step | None:
         if not isinstance(raw, dict) or "step" not in raw:
             self.error(line, "each workflow entry needs a `step:` name", None, "step")
@@ -102,7 +101,7 @@ class StepParser(TaskParser, ArcParser):
             self.error(line, f"step does not fit the model: {exc.errors()[0]['msg']}", name)
             return None
 
-    def parse_listeners(self, raw: dict[str, Any], step: str,
+    def parse_listeners(self, raw: JsonObject, step: str,
                         nxt: NextSpec) -> tuple[tuple[Rule, ...], NextSpec]:
         """An `eval_mode: on_event` step's `case:` as listen rules (dsl/dialects/listeners.py)."""
         line = line_of(raw, "case")
@@ -114,7 +113,7 @@ class StepParser(TaskParser, ArcParser):
         self.check_templates([a.args for a in ir.next.arcs if a.route], line, step, "case.next")
         return ir.listen, ir.next
 
-    def parse_spec001(self, raw: dict[str, Any], step: str, tasks: list[Task], nxt: NextSpec,
+    def parse_spec001(self, raw: JsonObject, step: str, tasks: list[Task], nxt: NextSpec,
                       workbook: Workbook
                       ) -> tuple[list[Task], NextSpec, CaseSpec]:
         """The spec 001 step form compiled into the canonical IR (dsl/dialects/v2_spec001.py)."""
@@ -129,7 +128,7 @@ class StepParser(TaskParser, ArcParser):
         self.check_templates([[a.when, a.args] for a in ir.next.arcs], line, step, "case.next")
         return list(ir.tasks), ir.next, ir.case
 
-    def parse_step_sinks(self, raw: dict[str, Any], step: str, tasks: list[Task],
+    def parse_step_sinks(self, raw: JsonObject, step: str, tasks: list[Task],
                          workbook: Workbook, eval_mode: str) -> list[Task]:
         """Step-level `sink:` as storage tasks after the pipeline (dsl/dialects/sink.py)."""
         line = line_of(raw, "sink")
@@ -143,7 +142,7 @@ class StepParser(TaskParser, ArcParser):
             self.check_templates(sink.sink.when if sink.sink else None, line, step, "sink.when")
         return append_sinks(tasks, sinks, report=self.report_for(step))
 
-    def parse_case(self, raw: dict[str, Any], step: str, tasks: list[Task], nxt: NextSpec,
+    def parse_case(self, raw: JsonObject, step: str, tasks: list[Task], nxt: NextSpec,
                    workbook: Workbook) -> CaseIR:
         """Step-level `case:` compiled into the canonical IR (dsl/dialects/case.py)."""
         line = line_of(raw, "case")
@@ -157,7 +156,7 @@ class StepParser(TaskParser, ArcParser):
         self.check_templates([a.args for a in case.next.arcs if a.route], line, step, "case.next")
         return case
 
-    def parse_admit(self, spec: Any, raw: dict[str, Any], step: str) -> tuple[AdmitRule, ...]:
+    def parse_admit(self, spec: JsonValue, raw: JsonObject, step: str) -> tuple[AdmitRule, ...]:
         rules: list[AdmitRule] = []
         if raw.get("when") is not None:
             # Older playbooks guard a step with `when:`; it means exactly an admission rule.
@@ -165,7 +164,8 @@ class StepParser(TaskParser, ArcParser):
             self.check_guard(raw["when"], line_of(raw, "when"), step, "when")
         if not isinstance(spec, dict):
             return tuple(rules)
-        admit = (spec.get("policy") or {}).get("admit") if isinstance(spec.get("policy"), dict) else None
+        policy = spec.get("policy")
+        admit = policy.get("admit") if isinstance(policy, dict) else None
         if admit is None:
             return tuple(rules)
         raw_rules = admit.get("rules") if isinstance(admit, dict) else None
@@ -181,9 +181,9 @@ class StepParser(TaskParser, ArcParser):
             rules.append(AdmitRule(when=when, allow=bool(allow)))
         return tuple(rules)
 
-    def parse_step_set(self, raw: dict[str, Any], step: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        ctx: dict[str, Any] = {}
-        vars_: dict[str, Any] = {}
+    def parse_step_set(self, raw: JsonObject, step: str) -> tuple[JsonObject, JsonObject]:
+        ctx: JsonObject = {}
+        vars_: JsonObject = {}
         for key, value in self.mapping(raw, "set", step, "set").items():
             scope, _, name = key.partition(".")
             if scope == "vars" and name:

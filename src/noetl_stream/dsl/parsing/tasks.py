@@ -4,8 +4,7 @@ a task's policy rules, and the `retry:` / `poll:` clauses on a task or on its st
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from pydantic import ValidationError
 
@@ -28,18 +27,19 @@ from noetl_stream.dsl.kinds import (
 )
 from noetl_stream.dsl.models import PollSpec, Rule, Task
 from noetl_stream.dsl.parsing.base import ParserBase, Workbook, opt_str, split_set
-from noetl_stream.dsl.source import line_of, plain, suggest
+from noetl_stream.dsl.source import as_float, as_int, line_of, plain, suggest
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 RULE_THEN_KEYS = frozenset({"do", "attempts", "max_attempts", "backoff", "delay", "max_delay", "to",
                             "set_ctx", "set_iter", "set"})
 CODE_TEMPLATE_HINT = ("; python code is rendered like every field, so `{{` and `{%` start templates "
                       "(as in NoETL): wrap literal ones in {% raw %}...{% endraw %}")
 
-ParseTask = Callable[[str, Any, int | None], Task | None]
+ParseTask = Callable[[str, JsonValue, int | None], Task | None]
 """parse_task(name, tool body, line): a tool body parsed as any task of one step."""
 
 
-def verbatim(config: dict[str, Any], key: str) -> bool:
+def verbatim(config: Mapping[str, JsonValue], key: str) -> bool:
     """Whether a config field is taken as written, not rendered as a template: the `script`
     descriptor, and python code read from a script file (NoETL runs such files as they are).
     """
@@ -49,11 +49,11 @@ def verbatim(config: dict[str, Any], key: str) -> bool:
 class TaskParser(ParserBase):
     def task_parser_for(self, step: str, workbook: Workbook) -> ParseTask:
         """The `parse_task` callback the dialect compilers take: a body parsed as a task of `step`."""
-        def parse_task(name: str, body: Any, line: int | None) -> Task | None:
+        def parse_task(name: str, body: JsonValue, line: int | None) -> Task | None:
             return self.parse_task(name, body, line, step, workbook)
         return parse_task
 
-    def parse_tools(self, raw: Any, step_node: dict[str, Any], step: str,
+    def parse_tools(self, raw: JsonValue, step_node: JsonObject, step: str,
                     workbook: Workbook) -> list[Task]:
         if raw is None:
             return [Task(name=f"{step}_task", kind="noop", line=line_of(step_node))]
@@ -70,15 +70,15 @@ class TaskParser(ParserBase):
         self.check_jumps(tasks, names, step)
         return tasks
 
-    def task_entries(self, raw: Any, step_node: dict[str, Any],
-                     step: str) -> list[tuple[str, Any, int | None]]:
+    def task_entries(self, raw: JsonValue, step_node: JsonObject,
+                     step: str) -> list[tuple[str, JsonValue, int | None]]:
         """(name, body, line) of each task in any of the shapes `tool:` takes."""
         if isinstance(raw, dict) and "kind" in raw:
             return [(f"{step}_task", raw, line_of(step_node, "tool"))]
         if not isinstance(raw, list):
             self.error(line_of(step_node, "tool"), "tool must be a task or a list of tasks", step, "tool")
             return []
-        entries: list[tuple[str, Any, int | None]] = []
+        entries: list[tuple[str, JsonValue, int | None]] = []
         for index, item in enumerate(raw):
             line = line_of(raw, index)
             if isinstance(item, dict) and "kind" in item:
@@ -99,7 +99,7 @@ class TaskParser(ParserBase):
                     self.error(rule.line, f'jump target "{rule.to}" is not a task of this step'
                                f"{suggest(str(rule.to), names)}", step, f"tool.{task.name}.spec.policy")
 
-    def parse_task(self, name: str, body: Any, line: int | None, step: str,
+    def parse_task(self, name: str, body: JsonValue, line: int | None, step: str,
                    workbook: Workbook, depth: int = 0) -> Task | None:
         if not isinstance(body, dict):
             self.error(line, "a task must be a mapping", step, "tool")
@@ -131,7 +131,7 @@ class TaskParser(ParserBase):
                     has_policy=has_policy, set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals,
                     spec=spec_plain, poll=poll, line=line)
 
-    def check_kind(self, kind: str, body: dict[str, Any], line: int | None, step: str) -> bool:
+    def check_kind(self, kind: str, body: JsonObject, line: int | None, step: str) -> bool:
         """Whether this runtime runs `kind`; if not, say whether it is unknown or not built yet."""
         if kind in self.kinds:
             return True
@@ -151,8 +151,8 @@ class TaskParser(ParserBase):
                        f'unknown tool kind "{kind}"{suggest(kind, known)}', step, "tool.kind")
         return False
 
-    def task_config(self, kind: str, body: dict[str, Any], line: int | None,
-                    step: str) -> dict[str, Any]:
+    def task_config(self, kind: str, body: JsonObject, line: int | None,
+                    step: str) -> JsonObject:
         """The kind's fields of a task body: aliases resolved, scripts read, base64 decoded."""
         fields = KIND_FIELDS.get(kind, frozenset())
         self.unknown_keys(body, COMMON_TASK_KEYS | fields | frozenset(field_aliases(kind)), step,
@@ -164,16 +164,17 @@ class TaskParser(ParserBase):
         if kind == "postgres":
             config = pg_connection.fold(config, lambda fld, message: self.error(
                 line_of(body, fld) or line, message, step, f"tool.{fld}"))
-        if kind in ("postgres", "duckdb") and isinstance(config.get("command"), list):
+        if kind in ("postgres", "duckdb") and isinstance(commands := config.get("command"), list):
             # NoETL's `commands:` list of SQL statements (a shell `command:` list is an argv)
-            config["command"] = pg_connection.joined_statements(config["command"])
+            config["command"] = pg_connection.joined_statements(commands)
         # Older spellings count under the field's name: `credential` beside `connection` is
         # shadowed like `auth` is.
         spelled = {k: v for k, v in body.items() if k not in field_aliases(kind)} | config
         inline = scripts.inline_code(kind, config)
-        if "script" in config and "script" not in inline:  # NoETL's script.source.code
+        source = scripts.inline_source(kind, config)
+        if source is not None:  # NoETL's script.source.code
             del spelled["script"]
-            if inline[scripts.SCRIPT_FIELD[kind]] != config["script"]["source"]["code"]:
+            if inline[scripts.SCRIPT_FIELD[kind]] != source["code"]:
                 self.not_supported(line_of(body, "script") or line, "script.source.code is "
                                    "ignored: the flat field is given, and it wins", step,
                                    "tool.script")
@@ -193,7 +194,7 @@ class TaskParser(ParserBase):
             self.python_libs(config, body, line, step)
         return config
 
-    def python_libs(self, config: dict[str, Any], body: dict[str, Any], line: int | None,
+    def python_libs(self, config: JsonObject, body: JsonObject, line: int | None,
                     step: str) -> None:
         config["libs"], packages = pycode.normalize_libs(config.get("libs"))
         for package in packages:
@@ -204,7 +205,7 @@ class TaskParser(ParserBase):
         pycode.check_libs(config["libs"], lambda fld, message: self.error(
             line_of(body, "libs") or line, message, step, f"tool.{fld}"))
 
-    def policy_rules(self, spec: Any, step: str) -> tuple[list[Rule], bool]:
+    def policy_rules(self, spec: JsonValue, step: str) -> tuple[list[Rule], bool]:
         """A task's `spec.policy.rules`, and whether it has a policy with rules at all."""
         policy = spec.get("policy") if isinstance(spec, dict) else None
         if not (isinstance(policy, dict) and "rules" in policy):
@@ -217,7 +218,7 @@ class TaskParser(ParserBase):
                  if (rule := self.parse_rule(entry, raw_rules, index, step)) is not None]
         return rules, True
 
-    def check_spec_fields(self, kind: str, spec: Any, line: int | None, step: str) -> None:
+    def check_spec_fields(self, kind: str, spec: JsonValue, line: int | None, step: str) -> None:
         """Tool fields written under `spec:` (the "v10" layout of some NoETL examples): NoETL's
         engines read them beside `kind:` and so does this runtime; under `spec:` they would do
         nothing.
@@ -231,7 +232,7 @@ class TaskParser(ParserBase):
                        f"task's `spec:` (no NoETL engine reads tool fields there); instead, write "
                        f"`{key}:` beside `kind:`", step, f"tool.spec.{key}")
 
-    def check_required(self, kind: str, name: str, body: dict[str, Any], line: int | None,
+    def check_required(self, kind: str, name: str, body: JsonObject, line: int | None,
                        step: str) -> None:
         """The field a kind cannot run without (dsl/required.py), the same way for every kind."""
         if kind == "transfer":
@@ -244,7 +245,7 @@ class TaskParser(ParserBase):
                 message = message.replace(" task needs", f' task "{name}" needs', 1)
             self.error(line, message, step, where + fld)
 
-    def check_config_templates(self, kind: str, config: dict[str, Any], body: dict[str, Any],
+    def check_config_templates(self, kind: str, config: JsonObject, body: JsonObject,
                                line: int | None, step: str) -> None:
         for key, value in config.items():
             if verbatim(config, key):
@@ -255,18 +256,18 @@ class TaskParser(ParserBase):
             self.check_templates(value, line_of(body, "script" if from_script else key) or line,
                                  step, fld, hint)
 
-    def check_transfer(self, body: dict[str, Any], line: int | None, step: str) -> None:
+    def check_transfer(self, body: JsonObject, line: int | None, step: str) -> None:
         """A transfer's source and target types and required fields, where no template decides them."""
         for problem in transfer.problems(plain(body), rendered=False):
-            node: Any = body
+            node: JsonValue = body
             at = line
             for key in problem.path:
                 at = line_of(node, key) or at
                 node = node.get(key) if isinstance(node, dict) else None
             self.error(at, problem.message, step, "tool." + ".".join(problem.path))
 
-    def load_script(self, kind: str, config: dict[str, Any], body: dict[str, Any],
-                    line: int | None, step: str) -> dict[str, Any]:
+    def load_script(self, kind: str, config: JsonObject, body: JsonObject,
+                    line: int | None, step: str) -> JsonObject:
         """Put the text of a `script:` file where the kind reads its code or SQL.
 
         The descriptor stays as `script: {uri}`, which the python tool names in tracebacks and
@@ -293,8 +294,8 @@ class TaskParser(ParserBase):
         config[scripts.SCRIPT_FIELD[kind]] = text
         return config
 
-    def resolve_aliases(self, kind: str, body: dict[str, Any], line: int | None, step: str,
-                        config: dict[str, Any]) -> dict[str, Any]:
+    def resolve_aliases(self, kind: str, body: JsonObject, line: int | None, step: str,
+                        config: JsonObject) -> JsonObject:
         """Older spellings (`credential:` for `auth:`) under the field's name; both spellings with
         different values is an error, since either could be the one the author meant.
         """
@@ -310,7 +311,7 @@ class TaskParser(ParserBase):
             config[new] = value
         return config
 
-    def parse_retry_poll(self, node: dict[str, Any], step: str, prefix: str,
+    def parse_retry_poll(self, node: JsonObject, step: str, prefix: str,
                          line: int | None) -> tuple[tuple[Rule, ...], PollSpec | None]:
         """A node's `retry:` clause as policy rules and its `poll:` (dsl/dialects/retry.py)."""
         def report(ln: int | None, message: str, fld: str) -> None:
@@ -330,7 +331,7 @@ class TaskParser(ParserBase):
                 self.check_templates(poll.until, poll.line, step, f"{prefix}poll.until")
         return rules, poll
 
-    def parse_step_retry(self, raw: dict[str, Any], step: str, tasks: list[Task]) -> list[Task]:
+    def parse_step_retry(self, raw: JsonObject, step: str, tasks: list[Task]) -> list[Task]:
         """Step-level `retry:` is inherited by tasks without their own; `poll:` needs one task."""
         rules, poll = self.parse_retry_poll(raw, step, "", line_of(raw))
         tasks = inherit_retry(tasks, rules)
@@ -342,7 +343,7 @@ class TaskParser(ParserBase):
                 tasks = [tasks[0].model_copy(update={"poll": poll})]
         return tasks
 
-    def inline_workbook(self, name: str, body: dict[str, Any], line: int | None, step: str,
+    def inline_workbook(self, name: str, body: JsonObject, line: int | None, step: str,
                         workbook: Workbook, depth: int) -> Task | None:
         """`kind: workbook, name: X` becomes the workbook task X, with the caller's inputs on top."""
         target = body.get("name")
@@ -364,7 +365,7 @@ class TaskParser(ParserBase):
         base = {k: v for k, v in inner.input.items() if v is not None}
         return inner.model_copy(update={"input": {**base, **caller_inputs}})
 
-    def parse_rule(self, entry: Any, seq: Any, index: int, step: str) -> Rule | None:
+    def parse_rule(self, entry: JsonValue, seq: object, index: int, step: str) -> Rule | None:
         when, then, line = self.split_rule(entry, seq, index, step, "tool.spec.policy")
         if then is None:
             return None
@@ -375,8 +376,8 @@ class TaskParser(ParserBase):
         set_iter.update(self.mapping(then, "set_iter", step, f"{fld}.set_iter"))
         attempts = then.get("attempts", then.get("max_attempts", 3))
         try:
-            return Rule(when=when, do=then.get("do", "continue"), attempts=int(attempts),
-                        backoff=then.get("backoff", "fixed"), delay=float(then.get("delay", 0) or 0),
+            return Rule(when=when, do=then.get("do", "continue"), attempts=as_int(attempts),
+                        backoff=then.get("backoff", "fixed"), delay=as_float(then.get("delay", 0) or 0),
                         max_delay=then.get("max_delay"), to=opt_str(then.get("to")),
                         set_ctx=set_ctx, set_iter=set_iter, set_locals=set_locals, line=line)
         except (ValidationError, ValueError, TypeError) as exc:
