@@ -21,6 +21,7 @@ from typing import Any
 from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
+from noetl_stream.messages import Command
 from noetl_stream.observe import task_log, tracing
 from noetl_stream.router.context import build_context, step_view, task_view
 from noetl_stream.runtime import cursor
@@ -36,7 +37,6 @@ from noetl_stream.runtime.retrying import (
     retry_names,
 )
 from noetl_stream.runtime.sinks import SinkRuns
-from noetl_stream.runtime.task_cache import command_tasks
 from noetl_stream.runtime.task_inputs import TaskInputs
 from noetl_stream.runtime.task_views import (
     case_views,
@@ -124,7 +124,7 @@ _Handler = Callable[["Pipeline", _Settled, _Position], Awaitable["PipelineResult
 
 
 class Pipeline:
-    def __init__(self, command: dict[str, Any], tools: ToolRegistry,
+    def __init__(self, command: Command, tools: ToolRegistry,
                  idempotency_prefix: str, keychain: KeychainResolver | None = None,
                  on_event: EventSink | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.cmd = command
@@ -140,18 +140,18 @@ class Pipeline:
         self.key_prefix = idempotency_prefix
         self.captured: dict[str, dict[str, Any]] = {}  # task -> its last call's printed output
         self.inputs = TaskInputs()
-        ctx_in = command["context"]
-        self.tasks = list(command_tasks(command["tasks"]))
+        ctx_in = command.context
+        self.tasks = list(command.tasks.tasks)  # validated once per distinct list (task_list.py)
         self.index = {t.name: i for i, t in enumerate(self.tasks)}
-        self.workload: dict[str, Any] = ctx_in.get("workload", {})
-        self.ctx: dict[str, Any] = dict(ctx_in.get("ctx", {}))
-        self.iter: dict[str, Any] = dict(ctx_in.get("iter", {}))
-        self.vars: dict[str, Any] = ctx_in.get("vars", {})
-        http = ctx_in.get("steps_http", {})
-        loops = set(ctx_in.get("steps_loop", ()))
-        self.steps = {n: step_view(r, http.get(n), n in loops, execution_id=command["execution_id"])
-                      for n, r in ctx_in.get("steps", {}).items()}
-        self.token_args: dict[str, Any] = ctx_in.get("args", {})
+        self.workload = ctx_in.workload
+        self.ctx = dict(ctx_in.ctx)
+        self.iter = dict(ctx_in.iter)
+        self.vars = ctx_in.vars
+        http = ctx_in.steps_http
+        loops = set(ctx_in.steps_loop)
+        self.steps = {n: step_view(r, http.get(n), n in loops, execution_id=command.execution_id)
+                      for n, r in ctx_in.steps.items()}
+        self.token_args = ctx_in.args
         self.args: dict[str, Any] = dict(self.token_args)
         self.locals: dict[str, Any] = {}
         self.ctx_patch: dict[str, Any] = {}
@@ -160,8 +160,8 @@ class Pipeline:
         self.route_priority = 0  # of `route`: a later route replaces it only with a higher one
         self.case_matched: list[Any] | None = None
         self.secrets: set[str] = set()  # values tools marked secret; the worker masks them
-        self.kept: dict[str, Any] | None = {} if command.get("task_results") else None
-        self.step = command["step"]
+        self.kept: dict[str, Any] | None = {} if command.task_results else None
+        self.step = command.step
         self.own_task = self._own_task()
 
     def _own_task(self) -> str | None:
@@ -177,26 +177,26 @@ class Pipeline:
     def context(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         return build_context(workload=self.workload, ctx=self.ctx, args=self.args,
                              iter_vars=self.iter, vars_=self.vars, steps=self.steps,
-                             execution_id=self.cmd["execution_id"],
+                             execution_id=self.cmd.execution_id,
                              extra={**self.locals, **(extra or {}), "keychain": self.keychain})
 
     async def run(self) -> PipelineResult:
         claim: cursor.ClaimResult | None = None
         try:
             await self._resolve_keychain()
-            if self.cmd.get("cursor"):  # a cursor loop iteration: claim its item first
-                claim = await cursor.claim_item(self.cmd, self.tools, self.context())
+            if self.cmd.cursor:  # a cursor loop iteration: claim its item first
+                claim = await cursor.claim_item(self.cmd, self.cmd.cursor, self.tools, self.context())
                 if claim.row is None:  # nothing left to claim, or the claim failed
                     return PipelineResult(claim.error is None, error=claim.error,
                                           cursor=claim.report)
-                self.iter[str(self.cmd["cursor"]["iterator"])] = claim.row
-            step_args = self.cmd.get("step_args") or {}
+                self.iter[str(self.cmd.cursor["iterator"])] = claim.row
+            step_args = self.cmd.step_args or {}
             if step_args:
                 rendered = templating.render(step_args, self.context(), step=self.step, field="input")
                 self.args = {**self.token_args, **rendered}
             result = await self._run_tasks()
         except TemplateError as exc:
-            located = exc.at(self.cmd.get("source_file"), self.cmd.get("step_line"))
+            located = exc.at(self.cmd.source_file, self.cmd.step_line)
             result = PipelineResult(False, error={"message": str(located), "kind": "template"},
                                     ctx_patch=self.ctx_patch)
         except KeychainError as exc:
@@ -208,14 +208,14 @@ class Pipeline:
         return result
 
     async def _resolve_keychain(self) -> None:
-        declarations = self.cmd.get("keychain") or []
+        declarations = self.cmd.keychain
         if not declarations:
             return
         if self.keychain_resolver is None:
             raise KeychainError(str(declarations[0].get("name")), "this worker cannot resolve "
                                 "keychain entries")
         resolved = await self.keychain_resolver.resolve(
-            declarations, self.context(), execution_id=self.cmd["execution_id"])
+            declarations, self.context(), execution_id=self.cmd.execution_id)
         self.keychain = resolved.values
         self.secrets.update(resolved.secrets)
 
@@ -446,17 +446,17 @@ class Pipeline:
                 config = layering.merge(config, self.overrides[task.name])
             inputs = templating.render(task.input, context, step=self.step, field="tool.input")
         except TemplateError as exc:
-            located = exc.at(self.cmd.get("source_file"), task.line or self.cmd.get("step_line"))
+            located = exc.at(self.cmd.source_file, task.line or self.cmd.step_line)
             return Outcome.failure(str(located), "template")
         if task.kind == "python":
             inputs = {**self.args, **inputs}
         self.inputs.record(task.name, task.kind, attempt, config, inputs)
         call = TaskCall(
-            execution_id=self.cmd["execution_id"], step=self.step, task=task.name, kind=task.kind,
+            execution_id=self.cmd.execution_id, step=self.step, task=task.name, kind=task.kind,
             config=config, input=inputs, spec=task.spec,
             idempotency_key=self._key(task, attempt), attempt=attempt,
             timeout_s=layering.timeout_s(task.spec), iteration=self._iteration(),
-            step_run_id=self.cmd.get("step_run_id"), command_iteration=self.cmd.get("iteration"),
+            step_run_id=self.cmd.step_run_id, command_iteration=self.cmd.iteration,
             context=context if task.kind == "python" else None)
         with tracing.task_span(task.name, task.kind, attempt) as span, task_log.logged(
                 execution_id=call.execution_id, step=self.step, task=task.name, kind=task.kind,
@@ -479,7 +479,7 @@ class Pipeline:
         """The innermost loop iteration this pipeline runs in (spec 002 §6.4): its own `iter` in
         a loop step, else the one a child execution inherited as `iter.parent`.
         """
-        if self.cmd.get("iteration") is not None:
+        if self.cmd.iteration is not None:
             return dict(self.iter)
         parent = self.iter.get("parent")
         return parent if isinstance(parent, dict) else None
