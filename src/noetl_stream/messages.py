@@ -17,7 +17,15 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.dsl.task_list import TaskList
@@ -255,6 +263,19 @@ class CancelRequest(BaseModel):
 
 
 # -- commands -------------------------------------------------------------------------------
+def _received_object(value: object) -> jsonutil.JsonObject:
+    if not isinstance(value, dict):
+        raise ValueError("Input should be a valid dictionary")
+    return value
+
+
+# A JSON object as received (parse_object bounded its depth) or as the router holds it: checked to
+# be an object, not walked value by value (a command's context may hold large results), and kept
+# as it is, not copied.
+ReceivedObject = Annotated[jsonutil.JsonObject, PlainValidator(_received_object),
+                           WithJsonSchema({"additionalProperties": True, "type": "object"})]
+
+
 class CommandContext(BaseModel):
     """The part of the execution a command's templates may read (router/engine.py `command`)."""
 
@@ -262,14 +283,14 @@ class CommandContext(BaseModel):
     # not dead-letter the commands of a rolling upgrade.
     model_config = ConfigDict(extra="allow")
 
-    workload: dict[str, Any] = Field(default_factory=dict)
-    ctx: dict[str, Any] = Field(default_factory=dict)
-    args: dict[str, Any] = Field(default_factory=dict)
-    iter: dict[str, Any] = Field(default_factory=dict)
-    vars: dict[str, Any] = Field(default_factory=dict)
-    steps: dict[str, Any] = Field(default_factory=dict, description="Results of the finished "
+    workload: ReceivedObject = Field(default_factory=dict)
+    ctx: ReceivedObject = Field(default_factory=dict)
+    args: ReceivedObject = Field(default_factory=dict)
+    iter: ReceivedObject = Field(default_factory=dict)
+    vars: ReceivedObject = Field(default_factory=dict)
+    steps: ReceivedObject = Field(default_factory=dict, description="Results of the finished "
                                   "steps the command's templates name, by step name.")
-    steps_http: dict[str, Any] = Field(default_factory=dict)
+    steps_http: ReceivedObject = Field(default_factory=dict)
     steps_loop: list[str] = Field(default_factory=list)
 
     def encoded(self) -> object:

@@ -14,13 +14,14 @@ and sinks keep state in runtime/polling.py and sinks.py; every wait goes through
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import Command
 from noetl_stream.observe import task_log, tracing
 from noetl_stream.router.context import build_context, step_view, task_view
@@ -37,7 +38,7 @@ from noetl_stream.runtime.retrying import (
     retry_names,
 )
 from noetl_stream.runtime.sinks import SinkRuns
-from noetl_stream.runtime.task_inputs import TaskInputs
+from noetl_stream.runtime.task_inputs import TaskInput, TaskInputs
 from noetl_stream.runtime.task_views import (
     case_views,
     kept_task_result,
@@ -56,24 +57,24 @@ OUTPUT_EVENT_BYTES = 256 * 1024  # captured output one outcome event carries, al
 @dataclass
 class PipelineResult:
     ok: bool
-    result: Any = None
+    result: object = None
     error: dict[str, Any] | None = None
     ctx_patch: dict[str, Any] = field(default_factory=dict)
     http: dict[str, Any] | None = None
     tasks_run: int = 0
     route: str | None = None  # set by a case rule with `next`: only the step's arcs with it fire
-    case_matched: list[Any] | None = None  # spec 001 case: the branches found true
-    cursor: dict[str, Any] | None = None  # a cursor loop iteration's claim: exhausted, replayed
-    output: dict[str, dict[str, Any]] | None = None  # task -> captured stdout/stderr (events.py)
-    input: dict[str, dict[str, Any]] | None = None  # task -> its rendered call (task_inputs.py)
+    case_matched: list[object] | None = None  # spec 001 case: the branches found true
+    cursor: JsonObject | None = None  # a cursor loop iteration's claim: exhausted, replayed
+    output: dict[str, dict[str, object]] | None = None  # task -> captured stdout/stderr (events.py)
+    input: dict[str, TaskInput] | None = None  # task -> its rendered call (task_inputs.py)
 
 
-def bounded_output(captured: dict[str, dict[str, Any]],
-                   budget: int = OUTPUT_EVENT_BYTES) -> dict[str, dict[str, Any]]:
+def bounded_output(captured: Mapping[str, Mapping[str, object]],
+                   budget: int = OUTPUT_EVENT_BYTES) -> dict[str, dict[str, object]]:
     """Captured output within `budget` bytes: the last tasks' text is kept, earlier tasks keep
     their sizes with the text dropped (`truncated`), so the event stays far below NATS's limit.
     """
-    kept: dict[str, dict[str, Any]] = {}
+    kept: dict[str, dict[str, object]] = {}
     left = budget
     for name in reversed(list(captured)):
         out = dict(captured[name])
@@ -103,7 +104,7 @@ class _Position:
 
     pc: int = 0
     attempt: int = 1
-    prev: Any = None
+    prev: object = None
     last: Outcome | None = None
     executed: int = 0
 
@@ -114,8 +115,8 @@ class _Settled:
 
     task: Task
     outcome: Outcome
-    extra: dict[str, Any]  # the names the policy's templates read
-    read: Any  # the result as read by the task's name
+    extra: dict[str, object]  # the names the policy's templates read
+    read: object  # the result as read by the task's name
     rule: Rule | None
     directive: str
 
@@ -135,10 +136,10 @@ class Pipeline:
         self.poll = Polling(clock)
         self.sinks = SinkRuns(self.events)
         self.keychain_resolver = keychain
-        self.keychain: dict[str, Any] = {}  # resolved entries, read as `keychain.<name>`
+        self.keychain: Mapping[str, object] = {}  # resolved entries, read as `keychain.<name>`
         self.tools = tools
         self.key_prefix = idempotency_prefix
-        self.captured: dict[str, dict[str, Any]] = {}  # task -> its last call's printed output
+        self.captured: dict[str, dict[str, object]] = {}  # task -> its last call's printed output
         self.inputs = TaskInputs()
         ctx_in = command.context
         self.tasks = list(command.tasks.tasks)  # validated once per distinct list (task_list.py)
@@ -149,18 +150,18 @@ class Pipeline:
         self.vars = ctx_in.vars
         http = ctx_in.steps_http
         loops = set(ctx_in.steps_loop)
-        self.steps = {n: step_view(r, http.get(n), n in loops, execution_id=command.execution_id)
-                      for n, r in ctx_in.steps.items()}
+        self.steps = {n: step_view(r, h if isinstance(h := http.get(n), dict) else None, n in loops,
+                                   execution_id=command.execution_id) for n, r in ctx_in.steps.items()}
         self.token_args = ctx_in.args
-        self.args: dict[str, Any] = dict(self.token_args)
-        self.locals: dict[str, Any] = {}
+        self.args: dict[str, object] = dict(self.token_args)
+        self.locals: dict[str, object] = {}
         self.ctx_patch: dict[str, Any] = {}
-        self.overrides: dict[str, dict[str, Any]] = {}  # task -> config from a case `call`
+        self.overrides: dict[str, dict[str, object]] = {}  # task -> config from a case `call`
         self.route: str | None = None
         self.route_priority = 0  # of `route`: a later route replaces it only with a higher one
-        self.case_matched: list[Any] | None = None
+        self.case_matched: list[object] | None = None
         self.secrets: set[str] = set()  # values tools marked secret; the worker masks them
-        self.kept: dict[str, Any] | None = {} if command.task_results else None
+        self.kept: dict[str, object] | None = {} if command.task_results else None
         self.step = command.step
         self.own_task = self._own_task()
 
@@ -174,7 +175,7 @@ class Pipeline:
         calls = [t.name for t in self.tasks if t.sink is None]
         return calls[0] if len(calls) == 1 and self.step not in self.index else None
 
-    def context(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def context(self, extra: Mapping[str, object] | None = None) -> dict[str, Any]:
         return build_context(workload=self.workload, ctx=self.ctx, args=self.args,
                              iter_vars=self.iter, vars_=self.vars, steps=self.steps,
                              execution_id=self.cmd.execution_id,
@@ -267,7 +268,7 @@ class Pipeline:
         rule, directive = self._decide(task, extra, outcome.ok, pos.attempt)
         return _Settled(task, outcome, extra, read, rule, directive)
 
-    def _decide(self, task: Task, extra: dict[str, Any], ok: bool,
+    def _decide(self, task: Task, extra: Mapping[str, object], ok: bool,
                 attempt: int) -> tuple[Rule | None, str]:
         """The rule that holds and its directive: continue on success, fail on error without one."""
         default = "continue" if ok else "fail"
@@ -353,7 +354,7 @@ class Pipeline:
                 self.kept[s.task.name] = kept_task_result(s.outcome, value)
         pos.attempt = 1
 
-    def _bind(self, task: Task, view: Any) -> None:
+    def _bind(self, task: Task, view: object) -> None:
         """Name a task's result for the templates after it: `{{ fetch.status_code }}` reads a
         task's own result through the same views as a finished step's (router/views.py); a
         result a case rule replaced is bound as written.
@@ -374,7 +375,7 @@ class Pipeline:
             key += f":p{self.poll.round}"
         return key
 
-    async def _event(self, event_type: str, task: str | None, attempt: int, **fields: Any) -> None:
+    async def _event(self, event_type: str, task: str | None, attempt: int, **fields: object) -> None:
         await self.events.publish(event_type, task, chain=self.chain, round_=self.poll.round_of(task),
                                   attempt=attempt, **fields)
 
@@ -408,7 +409,7 @@ class Pipeline:
                           max_attempts=task.poll.max_attempts, deadline_s=task.poll.deadline)
 
     async def _poll_done(self, task: Task, outcome: Outcome, attempt: int,
-                         extra: dict[str, Any]) -> bool:
+                         extra: Mapping[str, object]) -> bool:
         """Whether `until` holds; if not, wait for the next round (or give up: poll.task None)."""
         poll = task.poll
         assert poll is not None
@@ -435,8 +436,8 @@ class Pipeline:
         return (f'task "{task.name}" ({task.kind}): poll gave up before `until` held '
                 f"(max_attempts {task.poll.max_attempts}, deadline {task.poll.deadline} s)")
 
-    async def _call(self, task: Task, attempt: int, prev: Any,
-                    view: dict[str, Any] | None = None) -> Outcome:
+    async def _call(self, task: Task, attempt: int, prev: object,
+                    view: Mapping[str, object] | None = None) -> Outcome:
         extra = {"_prev": prev, "_task": task.name, "_attempt": attempt, **(view or {})}
         context = self.context(extra)
         try:
@@ -475,7 +476,7 @@ class Pipeline:
         self.secrets.update(secret_values(outcome))
         return outcome
 
-    def _iteration(self) -> dict[str, Any] | None:
+    def _iteration(self) -> JsonObject | None:
         """The innermost loop iteration this pipeline runs in (spec 002 §6.4): its own `iter` in
         a loop step, else the one a child execution inherited as `iter.parent`.
         """
@@ -484,7 +485,7 @@ class Pipeline:
         parent = self.iter.get("parent")
         return parent if isinstance(parent, dict) else None
 
-    def _match(self, task: Task, extra: dict[str, Any], ok: bool,
+    def _match(self, task: Task, extra: Mapping[str, object], ok: bool,
                after: Rule | None = None) -> Rule | None:
         """The first rule whose guard holds (only rules past `after`, when given)."""
         if not task.rules:
@@ -500,8 +501,7 @@ class Pipeline:
                 continue
             guard_context = context
             field = f"tool.{task.name}.spec.policy.when"
-            if rule.scope is not None:  # a retry clause: its guard reads the retry context
-                names = extra["_retry"]
+            if rule.scope is not None and isinstance(names := extra["_retry"], dict):  # retry clause
                 attempt = extra["_chain_attempt"] if rule.scope == "chain" else names["attempt"]
                 guard_context = {**context, **names, "attempt": attempt,
                                  "max_attempts": rule.attempts}
@@ -514,7 +514,7 @@ class Pipeline:
                 return rule
         return None
 
-    def _apply_case(self, task: Task, rule: Rule, extra: dict[str, Any], value: Any) -> Any:
+    def _apply_case(self, task: Task, rule: Rule, extra: Mapping[str, object], value: object) -> object:
         """A case rule's `call` overrides, `route` and `result`; returns the task's result."""
         # The first `next` reached wins, unless a later one has a higher `next.priority` (defer).
         if rule.route is not None and (self.route is None or rule.priority > self.route_priority):
@@ -533,8 +533,8 @@ class Pipeline:
             value = templating.render(rule.result, context, step=self.step, field="case.result")
         return value
 
-    def _apply_writes(self, task: Task, rule: Rule | None, extra: dict[str, Any],
-                      read: Any) -> None:
+    def _apply_writes(self, task: Task, rule: Rule | None, extra: Mapping[str, object],
+                      read: object) -> None:
         """A rule's writes, then the task's own `set:`.
 
         A policy rule reads `output` as the outcome envelope (`output.status`, `output.data`);
@@ -558,13 +558,13 @@ class Pipeline:
             self.locals.update(templating.render(set_locals, context, step=self.step, field="set"))
 
     # -- sinks ---------------------------------------------------------------------------------
-    async def _sink_admitted(self, task: Task, view: dict[str, Any]) -> bool:
+    async def _sink_admitted(self, task: Task, view: Mapping[str, object]) -> bool:
         assert task.sink is not None
         admitted = task.sink.when is None or templating.evaluate_guard(
             task.sink.when, self.context(view), step=self.step, field=f"{task.sink.source}.when")
         return await self.sinks.admit(task, admitted, self.chain)
 
-    async def _rule_sinks(self, rule: Rule, view: dict[str, Any]) -> PipelineResult | None:
+    async def _rule_sinks(self, rule: Rule, view: Mapping[str, object]) -> PipelineResult | None:
         """Run a case rule's sinks in order; the failure of the first that fails, if any."""
         for sink in rule.sink:
             if not await self._sink_admitted(sink, view):
