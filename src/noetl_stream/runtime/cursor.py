@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from noetl_stream.dsl import templating
 from noetl_stream.errors import NoetlStreamError
@@ -43,7 +42,7 @@ def claim_key(step_run_id: str, iteration: int | None) -> str:
 
 
 async def claim_item(command: Command, cursor: Mapping[str, object], tools: ToolRegistry,
-                     context: dict[str, Any]) -> ClaimResult:
+                     context: Mapping[str, object]) -> ClaimResult:
     """Claim the iteration's item with the command's `cursor`; template errors raise
     TemplateError (the step's failure).
     """

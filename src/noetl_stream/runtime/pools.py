@@ -10,7 +10,7 @@ sent (`step.failed` or `loop.iteration.failed`, error kind `pool`), under the sa
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Mapping
 
 from nats.js.errors import NotFoundError
 
@@ -52,7 +52,7 @@ class KnownPools:
         return True
 
 
-async def _live_workers(bus: Bus) -> list[dict[str, Any]]:
+async def _live_workers(bus: Bus) -> list[Mapping[str, object]]:
     try:
         return [p for p in await live_processes(bus) if p.get("role") == "worker"]
     except Exception as exc:  # no runtime bucket (not provisioned): no heartbeat to go by

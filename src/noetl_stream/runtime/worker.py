@@ -26,6 +26,7 @@ from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import errors as js_errors
 from pydantic import ValidationError
 
@@ -87,10 +88,10 @@ class Worker:
         self._ack_wait_s = bus.topology.pool_consumer(pool).ack_wait_s
         # task -> the command it runs: withdrawn by execution id or command key, and its lease
         # kept by _keep_leases
-        self._commands: dict[asyncio.Task[Any], _Running] = {}
+        self._commands: dict[asyncio.Task[None], _Running] = {}
         self._withdrawn: OrderedDict[str, None] = OrderedDict()
-        self._withdrawing: set[asyncio.Task[Any]] = set()
-        self._withdraw_subs: list[Any] = []
+        self._withdrawing: set[asyncio.Task[None]] = set()
+        self._withdraw_subs: list[Subscription] = []
         metrics.RUNNING.labels(pool).set_function(lambda: len(self._running))
 
     async def start(self) -> None:
@@ -333,7 +334,7 @@ class Worker:
         await msg.ack()
         return outcome.ok, outcome.error
 
-    async def _store_outcome(self, etype: str, body: dict[str, Any], max_payload: Any,
+    async def _store_outcome(self, etype: str, body: dict[str, Any], max_payload: int | None,
                              identity: dict[str, Any], outcome: PipelineResult
                              ) -> PipelineResult:
         """Publish the outcome event (its large values to the object store first); returns the
@@ -374,7 +375,7 @@ class Worker:
         previous round: a command's lease is renewed within 2/3 of AckWait of its start and
         every AckWait/3 after, by one loop instead of a timer task per command.
         """
-        seen: set[asyncio.Task[Any]] = set()
+        seen: set[asyncio.Task[None]] = set()
         while True:
             await asyncio.sleep(self._ack_wait_s / 3)
             running = dict(self._commands)
@@ -412,7 +413,7 @@ def _storable(outcome: PipelineResult) -> PipelineResult:
     return outcome
 
 
-def _command_key(step_run_id: str, iteration: Any) -> str:
+def _command_key(step_run_id: str, iteration: int | None) -> str:
     return f"{step_run_id}:{'-' if iteration is None else iteration}"
 
 
