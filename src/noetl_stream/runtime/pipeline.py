@@ -175,7 +175,7 @@ class Pipeline:
         calls = [t.name for t in self.tasks if t.sink is None]
         return calls[0] if len(calls) == 1 and self.step not in self.index else None
 
-    def context(self, extra: Mapping[str, object] | None = None) -> dict[str, Any]:
+    def context(self, extra: Mapping[str, object] | None = None) -> dict[str, object]:
         return build_context(workload=self.workload, ctx=self.ctx, args=self.args,
                              iter_vars=self.iter, vars_=self.vars, steps=self.steps,
                              execution_id=self.cmd.execution_id,

@@ -65,8 +65,9 @@ class Outcome:
         return self.status == "ok"
 
     @classmethod
-    def success(cls, result: object, **kw: Any) -> Outcome:
-        return cls("ok", result=result, **kw)
+    def success(cls, result: object, *, http: dict[str, Any] | None = None,
+                meta: Mapping[str, object] | None = None) -> Outcome:
+        return cls("ok", result=result, http=http, meta=dict(meta or {}))
 
     @classmethod
     def failure(cls, message: str, kind: OutcomeErrorKind, *, retryable: bool = False,
