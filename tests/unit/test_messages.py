@@ -160,6 +160,14 @@ def test_a_received_command_reads_its_tasks_as_task_models_validated_once_per_li
     assert jsonutil.dumps(again) == jsonutil.dumps(command())  # and it encodes as received
 
 
+def test_a_command_whose_tasks_are_not_a_list_of_objects_is_refused_naming_the_field() -> None:
+    for tasks, reason in (("noop", "tasks: Input should be a valid list"),
+                          ([1], "tasks.0: Input should be a valid dictionary")):
+        with pytest.raises(Malformed) as caught:
+            validated(Command, json.dumps(command(tasks=tasks)).encode())
+        assert caught.value.reason == reason
+
+
 def test_a_task_a_worker_cannot_read_fails_when_read_not_when_received() -> None:
     # The command stays valid, so the worker fails its step with the reason (worker.py).
     received = Command.model_validate(command(tasks=[{"name": "t", "kind": "noop", "x": 1}]))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from functools import lru_cache
 
-from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler, ValidatorFunctionWrapHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
@@ -65,14 +65,15 @@ class TaskList:
     @classmethod
     def __get_pydantic_core_schema__(cls, source: object,
                                      handler: GetCoreSchemaHandler) -> CoreSchema:
-        # A received list is checked to be a list of objects (as `list[dict]` was); a TaskList
-        # (the router's own) is taken as it is.
-        received = core_schema.no_info_after_validator_function(
-            cls, core_schema.list_schema(core_schema.dict_schema(core_schema.str_schema())))
-        return core_schema.json_or_python_schema(
-            json_schema=received,
-            python_schema=core_schema.union_schema([core_schema.is_instance_schema(cls), received]),
+        # A received list is checked to be a list of objects (as `list[dict]` was, with its
+        # messages); a TaskList (the router's own) is taken as it is.
+        return core_schema.no_info_wrap_validator_function(
+            cls._received, core_schema.list_schema(core_schema.dict_schema(core_schema.str_schema())),
             serialization=core_schema.plain_serializer_function_ser_schema(lambda v: v.wire))
+
+    @classmethod
+    def _received(cls, value: object, check: ValidatorFunctionWrapHandler) -> TaskList:
+        return value if isinstance(value, TaskList) else cls(check(value))
 
     @classmethod
     def __get_pydantic_json_schema__(cls, schema: CoreSchema,
