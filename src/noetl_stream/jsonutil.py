@@ -28,8 +28,16 @@ class Encodable(Protocol):
         ...
 
 
+# type -> whether it is Encodable: a Protocol's isinstance looks at each member every time, and
+# every command the router publishes passes here (its context and tasks too).
+_ENCODABLE: dict[type, bool] = {}
+
+
 def _fallback(value: Any) -> Any:
-    if isinstance(value, Encodable):
+    encodable = _ENCODABLE.get(type(value))
+    if encodable is None:
+        encodable = _ENCODABLE[type(value)] = isinstance(value, Encodable)
+    if encodable:
         return value.encoded()
     # Values a tool may hand back that JSON has no word for: keep them readable, never crash.
     if isinstance(value, (set, frozenset, tuple)):

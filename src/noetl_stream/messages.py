@@ -295,7 +295,7 @@ class CommandContext(BaseModel):
 
     def encoded(self) -> object:
         """Its fields as published (jsonutil.Encodable), values as they are, not copied."""
-        return dict(self)
+        return _fields(self)
 
 
 class Command(BaseModel):
@@ -332,7 +332,7 @@ class Command(BaseModel):
         (the tasks as the router dumped them), `cursor`, `task_results` and `restart` only when
         set. A command is encoded once, where it is published or stored.
         """
-        body = dict(self)
+        body = _fields(self)
         if self.cursor is None:
             del body["cursor"]
         if not self.task_results:
@@ -340,6 +340,13 @@ class Command(BaseModel):
         if not self.restart:
             del body["restart"]
         return body
+
+
+def _fields(model: BaseModel) -> dict[str, object]:
+    """A model's fields (then those it kept beyond its own), in order, as they are: a shallow
+    copy of pydantic's own store, many times faster than `dict(model)`.
+    """
+    return {**model.__dict__, **(model.model_extra or {})}
 
 
 def command_body(*, execution_id: str, playbook: str | None, step: str, step_run_id: str,
