@@ -26,6 +26,7 @@ from pydantic import (
     ValidationError,
     WithJsonSchema,
 )
+from pydantic_core import PydanticCustomError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.dsl.task_list import TaskList
@@ -265,7 +266,7 @@ class CancelRequest(BaseModel):
 # -- commands -------------------------------------------------------------------------------
 def _received_object(value: object) -> jsonutil.JsonObject:
     if not isinstance(value, dict):
-        raise ValueError("Input should be a valid dictionary")
+        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")  # as pydantic's
     return value
 
 
