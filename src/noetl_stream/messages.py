@@ -299,6 +299,24 @@ class CommandContext(BaseModel):
         return _fields(self)
 
 
+class CommandCursor(BaseModel):
+    """A cursor loop's claim (router/loops.py): the worker runs it before the step's tasks to
+    claim the iteration's item (runtime/cursor.py) and binds the row to `iterator`.
+    """
+
+    model_config = ConfigDict(extra="allow")  # as CommandContext
+
+    kind: str = Field("postgres", description="The tool kind that claims.")
+    claim: str = Field(description="Template of the SQL that claims one item.")
+    auth: jsonutil.JsonValue = None
+    connection: jsonutil.JsonValue = None
+    iterator: str = Field(description="The name `iter` holds the claimed row under.")
+
+    def encoded(self) -> object:
+        """Its fields as published (jsonutil.Encodable)."""
+        return _fields(self)
+
+
 class Command(BaseModel):
     """Body of a message on `noetl.commands.<pool>.<kind>`: run one step's tasks (or one loop
     iteration's) and report the outcome.
@@ -322,7 +340,7 @@ class Command(BaseModel):
                                      "errors name it: template errors are located in it.")
     step_line: Int64 | None = Field(None, description="The step's line in that file.")
     # The fields below are published only when set, as the router always sent them.
-    cursor: dict[str, Any] | None = Field(None, description="A cursor loop's claim.")
+    cursor: CommandCursor | None = Field(None, description="A cursor loop's claim.")
     task_results: bool = Field(False, description="Keep each task's result in the step's "
                                "result as `results` (a template reads `<step>.results`).")
     restart: Int64 = Field(0, description="The execution's restarts when it was issued: a "
@@ -354,7 +372,7 @@ def command_body(*, execution_id: str, playbook: str | None, step: str, step_run
                  parent_execution_id: str | None, iteration: int | None, tasks: TaskList,
                  step_args: dict[str, Any] | None, context: CommandContext,
                  keychain: list[dict[str, Any]], max_payload_bytes: int | None,
-                 attempt: int = 1, cursor: dict[str, Any] | None = None,
+                 attempt: int = 1, cursor: CommandCursor | None = None,
                  source_file: str | None = None, step_line: int | None = None,
                  task_results: bool = False, restart: int = 0) -> Command:
     """The one constructor of a command (the router's; a worker validates what it receives)."""

@@ -14,6 +14,7 @@ from noetl_stream.messages import (
     CancelRequest,
     Command,
     CommandContext,
+    CommandCursor,
     ExecutionRequest,
     Malformed,
     decode_event,
@@ -127,7 +128,8 @@ def test_the_command_constructor_builds_a_valid_command() -> None:
     body = command()
     assert Command.model_validate(body).step == "start"
     assert "cursor" not in body
-    assert typed_command(cursor={"kind": "postgres"}).cursor == {"kind": "postgres"}
+    cursor = CommandCursor(claim="select 1", iterator="row")
+    assert typed_command(cursor=cursor).cursor == cursor
 
 
 def test_a_command_is_published_byte_for_byte_as_the_router_always_built_it() -> None:
@@ -144,7 +146,7 @@ def test_a_command_is_published_byte_for_byte_as_the_router_always_built_it() ->
     assert jsonutil.dumps(plain) == jsonutil.dumps(before)
     cursor = {"kind": "postgres", "claim": "select 1", "auth": None, "connection": None,
               "iterator": "row"}
-    full = typed_command(cursor=cursor, task_results=True, restart=2)
+    full = typed_command(cursor=CommandCursor(**cursor), task_results=True, restart=2)
     assert jsonutil.dumps(full) == jsonutil.dumps(
         {**before, "playbook": "p", "parent_execution_id": None, "iteration": None,
          "step_args": {}, "context": {**CommandContext(workload={}, steps={}).model_dump()},

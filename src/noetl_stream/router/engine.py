@@ -193,7 +193,7 @@ class Engine:
                 first=run.run_no == 1 and step.name == self.graph.start),
             max_payload_bytes=self.graph.max_payload_bytes,
             source_file=self.pb.file, step_line=step.line, restart=self.state.restarts,
-            task_results=step.name in self.graph.task_results, **loops.command_fields(step))
+            task_results=step.name in self.graph.task_results, cursor=loops.command_cursor(step))
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.send(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
                            pool=step.pool or DEFAULT_POOL, tool_kind=kind))

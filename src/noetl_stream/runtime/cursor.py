@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from noetl_stream.dsl import templating
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.jsonutil import JsonObject, JsonValue
-from noetl_stream.messages import Command
+from noetl_stream.messages import Command, CommandCursor
 from noetl_stream.tools.base import Claimer, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 
@@ -41,19 +41,18 @@ def claim_key(step_run_id: str, iteration: int | None) -> str:
     return f"claim:{step_run_id}:{iteration}"
 
 
-async def claim_item(command: Command, cursor: Mapping[str, object], tools: ToolRegistry,
+async def claim_item(command: Command, cursor: CommandCursor, tools: ToolRegistry,
                      context: Mapping[str, object]) -> ClaimResult:
     """Claim the iteration's item with the command's `cursor`; template errors raise
     TemplateError (the step's failure).
     """
     step = command.step
-    kind = str(cursor.get("kind") or "postgres")
+    kind = cursor.kind or "postgres"
     scope = {**context, "__frame_max_rows": FRAME_MAX_ROWS}
-    config = {"command": templating.render(cursor.get("claim"), scope, step=step, field=FIELD)}
-    for name in ("auth", "connection"):
-        if cursor.get(name) is not None:
-            config[name] = templating.render(cursor[name], scope, step=step,
-                                             field=f"loop.cursor.{name}")
+    config = {"command": templating.render(cursor.claim, scope, step=step, field=FIELD)}
+    for name, value in (("auth", cursor.auth), ("connection", cursor.connection)):
+        if value is not None:
+            config[name] = templating.render(value, scope, step=step, field=f"loop.cursor.{name}")
     try:
         tool = tools.get(kind)
     except NoetlStreamError as exc:

@@ -190,7 +190,7 @@ class Pipeline:
                 if claim.row is None:  # nothing left to claim, or the claim failed
                     return PipelineResult(claim.error is None, error=claim.error,
                                           cursor=claim.report)
-                self.iter[str(self.cmd.cursor["iterator"])] = claim.row
+                self.iter[self.cmd.cursor.iterator] = claim.row
             step_args = self.cmd.step_args or {}
             if step_args:
                 rendered = templating.render(step_args, self.context(), step=self.step, field="input")
