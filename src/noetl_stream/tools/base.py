@@ -89,7 +89,7 @@ class CredentialResolver(Protocol):
 class ResultSink(Protocol):
     """Where tools put bytes that must not travel inside events (object store `noetl_results`)."""
 
-    async def put_binary(self, data: bytes, *, content_type: str | None) -> dict[str, Any]:
+    async def put_binary(self, data: bytes, *, content_type: str | None) -> JsonObject:
         """Store `data`; return its reference `{"$ref": {store, key, size, checksum, ...}}`."""
         ...
 
