@@ -63,21 +63,23 @@ class TaskList:
         return f"TaskList({self.wire!r})"
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: object,
-                                     handler: GetCoreSchemaHandler) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: object, handler: GetCoreSchemaHandler) -> CoreSchema:
         # A received list is checked to be a list of objects (as `list[dict]` was, with its
         # messages); a TaskList (the router's own) is taken as it is.
         return core_schema.no_info_wrap_validator_function(
-            cls._received, core_schema.list_schema(core_schema.dict_schema(core_schema.str_schema())),
-            serialization=core_schema.plain_serializer_function_ser_schema(lambda v: v.wire))
+            cls._received,
+            core_schema.list_schema(core_schema.dict_schema(core_schema.str_schema())),
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda v: v.wire),
+        )
 
     @classmethod
     def _received(cls, value: object, check: ValidatorFunctionWrapHandler) -> TaskList:
         return value if isinstance(value, TaskList) else cls(check(value))
 
     @classmethod
-    def __get_pydantic_json_schema__(cls, schema: CoreSchema,
-                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(
+        cls, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
         return {"type": "array", "items": {"type": "object", "additionalProperties": True}}
 
 
