@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import orjson
 from pydantic import JsonValue
@@ -12,12 +12,33 @@ from pydantic import JsonValue
 # it comes from someone else. `object` is for values a tool hands back before they are encoded.
 JsonObject: TypeAlias = dict[str, JsonValue]
 
-__all__ = ["JsonObject", "JsonValue", "dumps", "dumps_str", "loads", "loads_object", "to_plain"]
+__all__ = ["Encodable", "JsonObject", "JsonValue", "dumps", "dumps_str", "loads", "loads_object", "to_plain"]
 
 _OPTS = orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
 
 
+@runtime_checkable
+class Encodable(Protocol):
+    """A typed value that encodes as the JSON it stands for (messages.Command): orjson cannot
+    read a pydantic model, and pydantic's own dump would copy every value it holds first.
+    """
+
+    def encoded(self) -> object:
+        """The value as JSON-ready Python values, nested typed values left to encode in turn."""
+        ...
+
+
+# type -> whether it is Encodable: a Protocol's isinstance looks at each member every time, and
+# every command the router publishes passes here (its context and tasks too).
+_ENCODABLE: dict[type, bool] = {}
+
+
 def _fallback(value: Any) -> Any:
+    encodable = _ENCODABLE.get(type(value))
+    if encodable is None:
+        encodable = _ENCODABLE[type(value)] = isinstance(value, Encodable)
+    if encodable:
+        return value.encoded()
     # Values a tool may hand back that JSON has no word for: keep them readable, never crash.
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)

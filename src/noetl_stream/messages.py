@@ -17,9 +17,19 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+)
+from pydantic_core import PydanticCustomError
 
 from noetl_stream import ids, jsonutil
+from noetl_stream.dsl.task_list import TaskList
 
 # -- identifiers ---------------------------------------------------------------------------
 # 128 characters for one identifier: an int64 id has 19 digits, a UUID 36, a step or signal name
@@ -254,6 +264,19 @@ class CancelRequest(BaseModel):
 
 
 # -- commands -------------------------------------------------------------------------------
+def _received_object(value: object) -> jsonutil.JsonObject:
+    if not isinstance(value, dict):
+        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")  # as pydantic's
+    return value
+
+
+# A JSON object as received (parse_object bounded its depth) or as the router holds it: checked to
+# be an object, not walked value by value (a command's context may hold large results), and kept
+# as it is, not copied.
+ReceivedObject = Annotated[jsonutil.JsonObject, PlainValidator(_received_object),
+                           WithJsonSchema({"additionalProperties": True, "type": "object"})]
+
+
 class CommandContext(BaseModel):
     """The part of the execution a command's templates may read (router/engine.py `command`)."""
 
@@ -261,15 +284,37 @@ class CommandContext(BaseModel):
     # not dead-letter the commands of a rolling upgrade.
     model_config = ConfigDict(extra="allow")
 
-    workload: dict[str, Any] = Field(default_factory=dict)
-    ctx: dict[str, Any] = Field(default_factory=dict)
-    args: dict[str, Any] = Field(default_factory=dict)
-    iter: dict[str, Any] = Field(default_factory=dict)
-    vars: dict[str, Any] = Field(default_factory=dict)
-    steps: dict[str, Any] = Field(default_factory=dict, description="Results of the finished "
+    workload: ReceivedObject = Field(default_factory=dict)
+    ctx: ReceivedObject = Field(default_factory=dict)
+    args: ReceivedObject = Field(default_factory=dict)
+    iter: ReceivedObject = Field(default_factory=dict)
+    vars: ReceivedObject = Field(default_factory=dict)
+    steps: ReceivedObject = Field(default_factory=dict, description="Results of the finished "
                                   "steps the command's templates name, by step name.")
-    steps_http: dict[str, Any] = Field(default_factory=dict)
+    steps_http: ReceivedObject = Field(default_factory=dict)
     steps_loop: list[str] = Field(default_factory=list)
+
+    def encoded(self) -> object:
+        """Its fields as published (jsonutil.Encodable), values as they are, not copied."""
+        return _fields(self)
+
+
+class CommandCursor(BaseModel):
+    """A cursor loop's claim (router/loops.py): the worker runs it before the step's tasks to
+    claim the iteration's item (runtime/cursor.py) and binds the row to `iterator`.
+    """
+
+    model_config = ConfigDict(extra="allow")  # as CommandContext
+
+    kind: str = Field("postgres", description="The tool kind that claims.")
+    claim: str = Field(description="Template of the SQL that claims one item.")
+    auth: jsonutil.JsonValue = None
+    connection: jsonutil.JsonValue = None
+    iterator: str = Field(description="The name `iter` holds the claimed row under.")
+
+    def encoded(self) -> object:
+        """Its fields as published (jsonutil.Encodable)."""
+        return _fields(self)
 
 
 class Command(BaseModel):
@@ -286,43 +331,57 @@ class Command(BaseModel):
     parent_execution_id: ExecutionId | None = None
     iteration: Int64 | None = Field(None, description="The loop iteration, or null.")
     attempt: Int64 = 1
-    tasks: list[dict[str, Any]] = Field(description="The step's tasks, normalized.")
+    tasks: TaskList = Field(description="The step's tasks, normalized.")
     step_args: dict[str, Any] | None = None
     context: CommandContext = Field(default_factory=CommandContext)
     keychain: list[dict[str, Any]] = Field(default_factory=list)
     max_payload_bytes: Int64 | None = None
-    cursor: dict[str, Any] | None = Field(None, description="A cursor loop's claim.")
     source_file: Text | None = Field(None, description="The playbook's file, as its parse "
                                      "errors name it: template errors are located in it.")
     step_line: Int64 | None = Field(None, description="The step's line in that file.")
+    # The fields below are published only when set, as the router always sent them.
+    cursor: CommandCursor | None = Field(None, description="A cursor loop's claim.")
     task_results: bool = Field(False, description="Keep each task's result in the step's "
                                "result as `results` (a template reads `<step>.results`).")
     restart: Int64 = Field(0, description="The execution's restarts when it was issued: a "
                            "cancellation before the latest restart does not withdraw it.")
 
+    def encoded(self) -> object:
+        """The body as published (jsonutil.Encodable): its fields in order, values as they are
+        (the tasks as the router dumped them), `cursor`, `task_results` and `restart` only when
+        set. A command is encoded once, where it is published or stored.
+        """
+        body = _fields(self)
+        if self.cursor is None:
+            del body["cursor"]
+        if not self.task_results:
+            del body["task_results"]
+        if not self.restart:
+            del body["restart"]
+        return body
+
+
+def _fields(model: BaseModel) -> dict[str, object]:
+    """A model's fields (then those it kept beyond its own), in order, as they are: a shallow
+    copy of pydantic's own store, many times faster than `dict(model)`.
+    """
+    return {**model.__dict__, **(model.model_extra or {})}
+
 
 def command_body(*, execution_id: str, playbook: str | None, step: str, step_run_id: str,
-                 parent_execution_id: str | None, iteration: int | None,
-                 tasks: list[dict[str, Any]], step_args: dict[str, Any] | None,
-                 context: dict[str, Any], keychain: list[dict[str, Any]],
-                 max_payload_bytes: int | None, attempt: int = 1,
-                 cursor: dict[str, Any] | None = None, source_file: str | None = None,
-                 step_line: int | None = None, task_results: bool = False,
-                 restart: int = 0) -> dict[str, Any]:
-    """The one constructor of a command body (fields of `Command`)."""
-    body: dict[str, Any] = {
-        "execution_id": execution_id, "playbook": playbook, "step": step,
-        "step_run_id": step_run_id, "parent_execution_id": parent_execution_id,
-        "iteration": iteration, "attempt": attempt, "tasks": tasks, "step_args": step_args,
-        "context": context, "keychain": keychain, "max_payload_bytes": max_payload_bytes,
-        "source_file": source_file, "step_line": step_line}
-    if cursor is not None:
-        body["cursor"] = cursor
-    if task_results:
-        body["task_results"] = True
-    if restart:
-        body["restart"] = restart
-    return body
+                 parent_execution_id: str | None, iteration: int | None, tasks: TaskList,
+                 step_args: dict[str, Any] | None, context: CommandContext,
+                 keychain: list[dict[str, Any]], max_payload_bytes: int | None,
+                 attempt: int = 1, cursor: CommandCursor | None = None,
+                 source_file: str | None = None, step_line: int | None = None,
+                 task_results: bool = False, restart: int = 0) -> Command:
+    """The one constructor of a command (the router's; a worker validates what it receives)."""
+    return Command(execution_id=execution_id, playbook=playbook, step=step,
+                   step_run_id=step_run_id, parent_execution_id=parent_execution_id,
+                   iteration=iteration, attempt=attempt, tasks=tasks, step_args=step_args,
+                   context=context, keychain=keychain, max_payload_bytes=max_payload_bytes,
+                   source_file=source_file, step_line=step_line, cursor=cursor,
+                   task_results=task_results, restart=restart)
 
 
 class StepIdentity(BaseModel):

@@ -202,3 +202,41 @@ async def test_command_whose_context_is_not_a_mapping_is_dead_lettered_at_once(
     assert letter.failure == "schema" and letter.execution_id == "1"
     assert letter.detail.startswith("context: Input should be a valid dictionary"), letter.detail
     await commands_left(bus)
+
+
+async def test_a_context_scope_that_is_not_a_mapping_is_dead_lettered_naming_it(bus: Bus) -> None:
+    command = {"execution_id": "1", "step": "start", "step_run_id": "1.start.1",
+               "iteration": None, "tasks": [], "context": {"workload": [1]}}
+    async with run_services(bus, server=False, python_children=1):
+        await bus.js.publish("noetl.commands.default.python", json.dumps(command).encode(),
+                             headers={"Nats-Msg-Id": "ctx-workload"})
+        letter = await assert_eventually(lambda: one_dead_letter(bus), timeout_s=20)
+
+    assert (letter.reason, letter.failure) == (REASON_UNREADABLE, "schema")
+    assert letter.detail == "context.workload: Input should be a valid dictionary", letter.detail
+
+
+async def test_a_task_the_worker_cannot_read_fails_its_step_and_is_not_dead_lettered(
+        bus: Bus) -> None:
+    # A readable command whose task this worker does not know (a newer router's field): the
+    # step fails with the reason, so the execution learns of it at once.
+    command = {"execution_id": "t1", "step": "start", "step_run_id": "t1.start.1",
+               "iteration": None, "context": {},
+               "tasks": [{"name": "start_task", "kind": "noop", "from_a_newer_router": 1}]}
+    async with run_services(bus, server=False, python_children=1):
+        await bus.js.publish("noetl.commands.default.noop", json.dumps(command).encode(),
+                             headers={"Nats-Msg-Id": "newer-task"})
+
+        async def failed() -> dict[str, Any]:
+            events = [e for e in await stored_events(bus.js, "t1")
+                      if e["event_type"] == "step.failed"]
+            assert len(events) == 1, events
+            return events[0]
+
+        event = await assert_eventually(failed, timeout_s=20)
+
+    assert event["error"]["kind"] == "command", event
+    assert event["error"]["message"].startswith("malformed command:"), event
+    assert "from_a_newer_router" in event["error"]["message"], event
+    assert await list_dead_letters(bus) == []
+    await commands_left(bus)

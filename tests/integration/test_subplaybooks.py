@@ -17,6 +17,7 @@ from noetl_stream.bus.provision import consumer_config
 from noetl_stream.bus.watcher import ExecutionWatch
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.dsl.parser import parse_playbook
+from noetl_stream.messages import Command
 from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.state.catalog import register_files, register_path
 from noetl_stream.testing.events import stored_events, stored_messages
@@ -220,7 +221,8 @@ async def test_loop_of_six_children_starts_six_even_when_a_worker_dies_mid_comma
         (lost,) = await lost_sub.fetch(1, timeout=10)
         command = jsonutil.loads(lost.data)
         prefix = f"{command['step_run_id']}:{command['iteration']}"
-        dying = asyncio.create_task(Pipeline(command, doomed, idempotency_prefix=prefix).run())
+        dying = asyncio.create_task(Pipeline(Command.model_validate(command),
+                                             doomed, idempotency_prefix=prefix).run())
         await assert_eventually(lambda: _has_children(bus, "loop6", 1), timeout_s=10)
         dying.cancel()
         await lost_sub.unsubscribe()

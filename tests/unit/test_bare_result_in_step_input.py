@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from unit_helpers import parse
 
+from noetl_stream.messages import Command
 from noetl_stream.testing import Reply, RouterHarness
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
@@ -65,7 +66,8 @@ async def end_input(harness: RouterHarness) -> dict[str, object]:
     """The input the worker renders for `end` from the command the router published."""
     (command,) = harness.commands_for("end")
     tool = Recording()
-    outcome = await Pipeline(command, ToolRegistry({"python": tool}), idempotency_prefix="r1").run()
+    outcome = await Pipeline(Command.model_validate(command),
+                             ToolRegistry({"python": tool}), idempotency_prefix="r1").run()
     assert outcome.ok, outcome.error
     (call,) = tool.calls
     return call.input

@@ -8,10 +8,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from noetl_stream import ids, messages
+from noetl_stream import ids, jsonutil, messages
+from noetl_stream.dsl.task_list import TaskList
 from noetl_stream.messages import (
     CancelRequest,
     Command,
+    CommandContext,
+    CommandCursor,
     ExecutionRequest,
     Malformed,
     decode_event,
@@ -104,20 +107,74 @@ def test_a_body_that_is_not_an_object_is_malformed_json() -> None:
         assert caught.value.failure == "malformed_json"
 
 
+TASKS = [{"name": "t", "kind": "noop"}]
+
+
+def typed_command(**changes: Any) -> Command:
+    fields: dict[str, Any] = {
+        "execution_id": "1", "playbook": "p", "step": "start", "step_run_id": "1.start.1",
+        "parent_execution_id": None, "iteration": None, "tasks": TaskList(TASKS),
+        "step_args": {}, "context": CommandContext(workload={}, steps={}), "keychain": [],
+        "max_payload_bytes": 262144, **changes}
+    return messages.command_body(**fields)
+
+
 def command(**overrides: Any) -> dict[str, Any]:
-    return {**messages.command_body(
-        execution_id="1", playbook="p", step="start", step_run_id="1.start.1",
-        parent_execution_id=None, iteration=None, tasks=[{"name": "t", "kind": "noop"}],
-        step_args={}, context={"workload": {}, "steps": {}}, keychain=[],
-        max_payload_bytes=262144), **overrides}
+    """A command as a worker receives it (JSON), with fields replaced."""
+    return {**jsonutil.loads(jsonutil.dumps(typed_command())), **overrides}
 
 
 def test_the_command_constructor_builds_a_valid_command() -> None:
     body = command()
     assert Command.model_validate(body).step == "start"
     assert "cursor" not in body
-    cursor = messages.command_body(**{**body, "cursor": {"kind": "postgres"}})
-    assert cursor["cursor"] == {"kind": "postgres"}
+    cursor = CommandCursor(claim="select 1", iterator="row")
+    assert typed_command(cursor=cursor).cursor == cursor
+
+
+def test_a_command_is_published_byte_for_byte_as_the_router_always_built_it() -> None:
+    context = {"workload": {"n": 1}, "ctx": {}, "args": {}, "iter": {"item": [1, "é"]},
+               "vars": {}, "steps": {"a": {"x": 1.5}}, "steps_http": {}, "steps_loop": ["a"]}
+    before = {"execution_id": "1", "playbook": None, "step": "start",
+              "step_run_id": "1.start.1", "parent_execution_id": "0", "iteration": 3,
+              "attempt": 1, "tasks": TASKS, "step_args": None, "context": context,
+              "keychain": [{"name": "k", "kind": "secret"}], "max_payload_bytes": 262144,
+              "source_file": "p.yaml", "step_line": 7}
+    plain = typed_command(playbook=None, parent_execution_id="0", iteration=3, step_args=None,
+                          context=CommandContext(**context), keychain=before["keychain"],
+                          source_file="p.yaml", step_line=7)
+    assert jsonutil.dumps(plain) == jsonutil.dumps(before)
+    cursor = {"kind": "postgres", "claim": "select 1", "auth": None, "connection": None,
+              "iterator": "row"}
+    full = typed_command(cursor=CommandCursor(**cursor), task_results=True, restart=2)
+    assert jsonutil.dumps(full) == jsonutil.dumps(
+        {**before, "playbook": "p", "parent_execution_id": None, "iteration": None,
+         "step_args": {}, "context": {**CommandContext(workload={}, steps={}).model_dump()},
+         "keychain": [], "source_file": None, "step_line": None, "cursor": cursor,
+         "task_results": True, "restart": 2})
+
+
+def test_a_received_command_reads_its_tasks_as_task_models_validated_once_per_list() -> None:
+    first = Command.model_validate(command())
+    again = Command.model_validate(command())  # equal list, another object
+    assert first.tasks.tasks[0].name == "t" and first.tasks.tasks[0].kind == "noop"
+    assert again.tasks.tasks is first.tasks.tasks
+    assert jsonutil.dumps(again) == jsonutil.dumps(command())  # and it encodes as received
+
+
+def test_a_command_whose_tasks_are_not_a_list_of_objects_is_refused_naming_the_field() -> None:
+    for tasks, reason in (("noop", "tasks: Input should be a valid list"),
+                          ([1], "tasks.0: Input should be a valid dictionary")):
+        with pytest.raises(Malformed) as caught:
+            validated(Command, json.dumps(command(tasks=tasks)).encode())
+        assert caught.value.reason == reason
+
+
+def test_a_task_a_worker_cannot_read_fails_when_read_not_when_received() -> None:
+    # The command stays valid, so the worker fails its step with the reason (worker.py).
+    received = Command.model_validate(command(tasks=[{"name": "t", "kind": "noop", "x": 1}]))
+    with pytest.raises(ValidationError):
+        assert received.tasks.tasks is None  # never reached: reading raises
 
 
 @pytest.mark.parametrize("context", [[1, 2], "ctx", 7, None])

@@ -8,6 +8,8 @@ import logging
 
 import pytest
 
+from noetl_stream.dsl.task_list import TaskList
+from noetl_stream.messages import Command
 from noetl_stream.observe import tracing
 from noetl_stream.observe.logfmt import JsonFormatter
 from noetl_stream.observe.metrics import process_families
@@ -46,7 +48,8 @@ def test_tracing_is_off_without_an_exporter(monkeypatch: pytest.MonkeyPatch) -> 
     assert tracing.execution_trace("1", {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01"}) \
         is None
     assert tracing.command_headers({"trace_id": "a" * 32, "span_id": "b" * 16}) is None
-    with tracing.command_span({}, {"step": "s"}, "default") as span:
+    with tracing.command_span({}, Command(execution_id="e", step="s", step_run_id="e.s.1",
+                                          tasks=TaskList([])), "default") as span:
         assert span is None
     with tracing.task_span("t", "python", 1) as span:
         assert span is None

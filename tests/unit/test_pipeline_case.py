@@ -8,6 +8,7 @@ from typing import Any
 
 from unit_helpers import parse
 
+from noetl_stream.messages import Command
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 from noetl_stream.worker.pipeline import Pipeline, PipelineResult, backoff_delay, case_views
@@ -42,7 +43,8 @@ async def run_step(body: str, tool: ScriptedHttp, ctx: dict[str, Any] | None = N
     command = {"execution_id": "e1", "step": "start", "step_run_id": "r1",
                "tasks": [t.model_dump(mode="json") for t in step.tasks],
                "context": {"workload": {}, "ctx": ctx or {}, "args": {}, "iter": {}}}
-    return await Pipeline(command, ToolRegistry({"http": tool}), idempotency_prefix="r1:None").run()
+    return await Pipeline(Command.model_validate(command),
+                          ToolRegistry({"http": tool}), idempotency_prefix="r1:None").run()
 
 
 PAGINATE = """

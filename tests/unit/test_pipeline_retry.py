@@ -14,6 +14,7 @@ from unit_helpers import parse
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Rule
+from noetl_stream.messages import Command
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 from noetl_stream.worker.pipeline import Pipeline, PipelineResult
@@ -84,7 +85,7 @@ async def run_with_clock(clock: SteppedClock, body: str, tool: Scripted,
         if events is not None:
             events.append((event_type, msg_id, body))
 
-    return await Pipeline(command, ToolRegistry({tool.kind: tool}),
+    return await Pipeline(Command.model_validate(command), ToolRegistry({tool.kind: tool}),
                           idempotency_prefix="e1.start.1:None", on_event=sink, clock=clock).run()
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from unit_helpers import parse
 
+from noetl_stream.messages import Command
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 from noetl_stream.worker.pipeline import Pipeline, PipelineResult
@@ -40,7 +41,7 @@ async def run_step(body: str, *tools: Recording,
         if events is not None:
             events.append({**body, "msg_id": msg_id})
 
-    return await Pipeline(command, ToolRegistry({t.kind: t for t in tools}),
+    return await Pipeline(Command.model_validate(command), ToolRegistry({t.kind: t for t in tools}),
                           idempotency_prefix="e1.start.1:None", on_event=publish).run()
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from unit_helpers import parse
 
+from noetl_stream.messages import Command
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 from noetl_stream.worker.pipeline import Pipeline
@@ -49,7 +50,8 @@ async def run(iteration: int | None, iter_vars: dict[str, Any]) -> Recorder:
                "tasks": [t.model_dump(mode="json") for t in step.tasks],
                "context": {"workload": {}, "ctx": {}, "args": {}, "iter": iter_vars}}
     tool = Recorder()
-    result = await Pipeline(command, ToolRegistry({"playbook": tool}), idempotency_prefix="r1").run()
+    result = await Pipeline(Command.model_validate(command),
+                            ToolRegistry({"playbook": tool}), idempotency_prefix="r1").run()
     assert result.ok
     return tool
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from unit_helpers import parse
 
+from noetl_stream.messages import Command
 from noetl_stream.router.reads import task_results_read
 from noetl_stream.testing import Reply, RouterHarness
 from noetl_stream.tools.base import Outcome, TaskCall
@@ -79,7 +80,7 @@ async def run_start(task_results: bool) -> Any:
     body = {"data": [{"id": 1}], "paging": {"page": 1}}
     tool = Scripted([Outcome.success(body, http={"status": 200, "headers": {"a": "b"}}),
                      Outcome.success({"more": True})])
-    outcome = await Pipeline(command, ToolRegistry({"python": tool, "http": tool}),
+    outcome = await Pipeline(Command.model_validate(command), ToolRegistry({"python": tool, "http": tool}),
                              idempotency_prefix="r1").run()
     assert outcome.ok, outcome.error
     return outcome.result

@@ -7,6 +7,7 @@ from typing import Any
 
 from unit_helpers import parse
 
+from noetl_stream.messages import Command
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 from noetl_stream.worker.pipeline import Pipeline
@@ -36,7 +37,7 @@ async def run_step(body: str, results: list[Any]) -> tuple[Scripted, Any]:
                "context": {"workload": {}, "ctx": {}, "args": {}, "iter": {}}}
     tool = Scripted(results)
     tools = ToolRegistry({"python": tool, "postgres": tool})
-    outcome = await Pipeline(command, tools, idempotency_prefix="r1").run()
+    outcome = await Pipeline(Command.model_validate(command), tools, idempotency_prefix="r1").run()
     assert outcome.ok, outcome.error
     return tool, outcome
 

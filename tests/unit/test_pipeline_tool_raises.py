@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from unit_helpers import parse
 
+from noetl_stream.messages import Command
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 from noetl_stream.worker.pipeline import Pipeline
@@ -40,7 +41,7 @@ async def test_a_tools_own_exception_is_a_tool_failure(exc: Exception, shown: st
     command = {"execution_id": "e1", "step": "start", "step_run_id": "r1", "iteration": None,
                "tasks": [t.model_dump(mode="json") for t in step.tasks],
                "context": {"workload": {}, "ctx": {}, "args": {}, "iter": {}}}
-    outcome = await Pipeline(command, ToolRegistry({"python": Raising(exc)}),
+    outcome = await Pipeline(Command.model_validate(command), ToolRegistry({"python": Raising(exc)}),
                              idempotency_prefix="r1").run()
     assert not outcome.ok
     assert outcome.error is not None

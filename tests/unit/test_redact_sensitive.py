@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from noetl_stream.tools.base import Outcome
 from noetl_stream.worker.redact import (
     REDACTED,
     is_sensitive_key,
     looks_like_secret,
     redact_secret_texts,
     redact_sensitive,
+    secret_values,
 )
 
 
@@ -72,3 +74,15 @@ def test_printed_output_keyed_by_task_names_is_redacted_by_shape_only() -> None:
     assert redact_secret_texts(output) == {
         "fetch_token": {"stdout": REDACTED, "stderr": "", "stdout_bytes": 20, "stderr_bytes": 0,
                         "truncated": False}}
+
+
+def test_the_values_a_tool_marks_secret_are_found_by_their_paths() -> None:
+    outcome = Outcome.success({"token": "s3cret", "rows": [{"pw": "p1"}], "n": 1},
+                              meta={"redact": ["token", "rows.0.pw", "missing.x"]})
+    assert secret_values(outcome) == {"s3cret", "p1"}
+    assert secret_values(Outcome.success({"token": "s3cret"})) == set()
+
+
+def test_redact_paths_that_are_not_a_list_are_refused_with_the_reason() -> None:
+    with pytest.raises(TypeError, match=r"meta\.redact is a int"):
+        secret_values(Outcome.success({"token": "s3cret"}, meta={"redact": 5}))

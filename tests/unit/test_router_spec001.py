@@ -8,6 +8,7 @@ from typing import Any
 
 from unit_helpers import parse
 
+from noetl_stream.messages import Command
 from noetl_stream.router import ExecutionState
 from noetl_stream.testing.router_harness import RouterHarness
 from noetl_stream.tools.base import Outcome, TaskCall
@@ -40,7 +41,7 @@ async def drive(body: str, workload: dict[str, Any] | None = None
     recorder = Recorder()
     while harness.pending:
         command = harness.pending.pop(0)
-        result = await Pipeline(command, ToolRegistry({"noop": recorder}),
+        result = await Pipeline(Command.model_validate(command), ToolRegistry({"noop": recorder}),
                                 idempotency_prefix=command["step_run_id"]).run()
         harness.send({"event_type": "step.done" if result.ok else "step.failed",
                       "execution_id": command["execution_id"], "step": command["step"],

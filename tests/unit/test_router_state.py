@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from unit_helpers import parse
 
+from noetl_stream import jsonutil
 from noetl_stream.jsonutil import to_plain
+from noetl_stream.messages import Command
 from noetl_stream.router import ExecutionState, apply
 from noetl_stream.testing import Reply, RouterHarness, outcome_event
 
@@ -205,8 +207,23 @@ def test_router_state_survives_a_json_snapshot_between_events() -> None:
     command = harness.pending[0]
     state = apply(playbook, state, outcome_event(command, Reply(result={"n": 2, "id": "y"})), 1.0).state
     assert state.ctx["total"] == 12
-    (after,) = [o.body for o in state.outbox if o.kind == "command"]
-    assert after["step"] == "after"
+    (after,) = [o.body for o in state.outbox if isinstance(o.body, Command)]
+    assert after.step == "after"
+
+
+def test_a_committed_command_reads_back_as_the_command_it_was() -> None:
+    harness = RouterHarness(parse("""
+        workflow:
+          - step: start
+            tool: {kind: noop, input: {v: "{{ workload.v }}"}}
+    """), workload={"v": 1})
+    (sent,) = [o for o in harness.state.outbox if o.kind == "command"]
+    (stored,) = [o for o in ExecutionState.from_dict(harness.state.to_dict()).outbox
+                 if o.kind == "command"]
+    assert isinstance(stored.body, Command) and stored.body.tasks.tasks[0].kind == "noop"
+    assert jsonutil.dumps(stored.body) == jsonutil.dumps(sent.body)  # published as it was built
+    with pytest.raises(TypeError):
+        stored.plain_body  # noqa: B018 - a command has no plain body
 
 
 def test_router_unknown_event_type_changes_nothing() -> None:

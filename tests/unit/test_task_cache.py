@@ -9,12 +9,19 @@ import pytest
 from pydantic import ValidationError
 from unit_helpers import parse
 
+from noetl_stream.dsl.task_list import TaskList
+from noetl_stream.messages import Command
+from noetl_stream.router import start
 from noetl_stream.testing import RouterHarness
-from noetl_stream.worker.task_cache import command_tasks
 
 
 def noop_task(name: str, **input_: Any) -> dict[str, Any]:
     return {"name": name, "kind": "noop", "input": input_}
+
+
+def command_tasks(raw: list[dict[str, Any]]) -> tuple[Any, ...]:
+    """The tasks a worker reads from a list it received."""
+    return TaskList(raw).tasks
 
 
 def test_the_same_list_is_validated_once() -> None:
@@ -38,13 +45,15 @@ def test_an_invalid_list_still_raises_every_time() -> None:
 
 
 def test_the_router_sends_every_iteration_the_steps_tasks_dumped_once() -> None:
-    harness = RouterHarness(parse("""
+    playbook = parse("""
         workflow:
           - step: start
             loop: {in: "{{ [1, 2, 3] }}", iterator: item, spec: {mode: parallel}}
             tool: {kind: noop, input: {v: "{{ item }}"}}
-    """))
-    commands = harness.pending_for("start")
-    assert len(commands) == 3
-    assert commands[0]["tasks"] is commands[2]["tasks"]  # one dump, not one per command
+    """)
+    state = start(playbook, execution_id="e1", playbook_key="k", workload={}, now=0.0)
+    lists = [m.body.tasks for m in state.outbox if isinstance(m.body, Command)]
+    assert len(lists) == 3
+    assert lists[0] is lists[2]  # one dump, not one per command
+    commands = RouterHarness(playbook).pending_for("start")
     assert commands[0]["tasks"][0]["input"] == {"v": "{{ item }}"}  # rendered by the worker

@@ -37,7 +37,7 @@ def subject_of(bus: Bus, message: Outgoing) -> str:
         return bus.topology.command_subject(message.pool, message.tool_kind)
     if message.kind == "cancel":  # the router stopping a child execution (router/children.py)
         return bus.topology.cancel_request_subject()
-    execution_id = str(message.body["execution_id"])
+    execution_id = str(message.plain_body["execution_id"])
     if message.pool and message.event_type in ROUTER_INPUT_EVENTS:  # server/pools.py
         return bus.topology.outcome_subject(execution_id, message.event_type, message.pool)
     return bus.topology.event_subject(execution_id, message.event_type)
@@ -60,7 +60,7 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
         if m.kind == "timer":
             sends.append(publish_timer(bus, m))
             continue
-        data = jsonutil.dumps(stamp(m.body, m.msg_id) if m.kind == "event" else m.body)
+        data = jsonutil.dumps(stamp(m.plain_body, m.msg_id) if m.kind == "event" else m.body)
         headers = {"Nats-Msg-Id": m.msg_id}
         if m.kind == "command":
             headers[PUBLISH_ID_HEADER] = publish_id

@@ -34,19 +34,19 @@ def schedule_time(fire_at_s: float) -> str:
 
 
 def schedule_headers(bus: Bus, timer: Outgoing) -> dict[str, str]:
-    execution_id = str(timer.body["execution_id"])
+    execution_id = str(timer.plain_body["execution_id"])
     return {
         "Nats-Msg-Id": timer.msg_id,
-        "Nats-Schedule": f"@at {schedule_time(float(timer.body['fire_at']))}",
+        "Nats-Schedule": f"@at {schedule_time(float(timer.plain_body['fire_at']))}",
         "Nats-Schedule-Target": bus.topology.event_subject(execution_id, TIMER_FIRED),
     }
 
 
 async def publish_timer(bus: Bus, timer: Outgoing) -> None:
     """Store the schedule message; the stream publishes `timer.fired` when it is due."""
-    subject = bus.topology.timer_schedule_subject(str(timer.body["execution_id"]),
-                                                  str(timer.body["timer_id"]))
+    subject = bus.topology.timer_schedule_subject(str(timer.plain_body["execution_id"]),
+                                                  str(timer.plain_body["timer_id"]))
     # The event it becomes happens at `fire_at`: that is its timestamp (set_at says when it was set).
-    body = {"event_id": timer.msg_id, "timestamp": timer.body["fire_at"],
-            "time": iso_time(float(timer.body["fire_at"])), **timer.body}
+    body = {"event_id": timer.msg_id, "timestamp": timer.plain_body["fire_at"],
+            "time": iso_time(float(timer.plain_body["fire_at"])), **timer.plain_body}
     await bus.js.publish(subject, jsonutil.dumps(body), headers=schedule_headers(bus, timer))

@@ -30,6 +30,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from noetl_stream.messages import Command
+
 # `*_created` series double the output and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
@@ -67,19 +69,17 @@ def label(value: Any) -> str:
     return str(value) if value else UNKNOWN
 
 
-def command_kind(command: dict[str, Any]) -> str:
+def command_kind(command: Command) -> str:
     """The tool kind of a command: its single task's kind, else `pipeline` (as its subject)."""
-    tasks = command.get("tasks") or []
-    if len(tasks) == 1 and isinstance(tasks[0], dict):
-        return label(tasks[0].get("kind"))
-    return "pipeline"
+    tasks = command.tasks.wire
+    return label(tasks[0].get("kind")) if len(tasks) == 1 else "pipeline"
 
 
 _step_series: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
 
 
-def observe_step(command: dict[str, Any], pool: str, ok: bool, seconds: float) -> None:
-    labels = (label(command.get("playbook")), command_kind(command), pool, "ok" if ok else "error")
+def observe_step(command: Command, pool: str, ok: bool, seconds: float) -> None:
+    labels = (label(command.playbook), command_kind(command), pool, "ok" if ok else "error")
     series = _step_series.get(labels)
     if series is None:  # `labels()` takes a lock and builds a key: done once per label set
         series = _step_series[labels] = (STEPS.labels(*labels), STEP_SECONDS.labels(*labels))

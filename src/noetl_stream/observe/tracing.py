@@ -33,6 +33,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from noetl_stream import jsonutil
+from noetl_stream.messages import Command
 
 ENV_OTLP = "OTEL_EXPORTER_OTLP_ENDPOINT"
 ENV_OTLP_TRACES = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -210,7 +211,7 @@ def record_execution(trace_ids: Mapping[str, str] | None, *, execution_id: str, 
 # -- spans around work ---------------------------------------------------------------------------
 
 @contextlib.contextmanager
-def command_span(headers: Mapping[str, str] | None, command: Mapping[str, Any],
+def command_span(headers: Mapping[str, str] | None, command: Command,
                  pool: str) -> Iterator[Any]:
     """The span of one command on a worker, under the execution's root span; None when off."""
     if not _enabled:
@@ -218,14 +219,13 @@ def command_span(headers: Mapping[str, str] | None, command: Mapping[str, Any],
         return
     parent = parse_traceparent((headers or {}).get(HEADER))
     context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else None
-    iteration = command.get("iteration")
-    name = f"step {command.get('step')}" + (f" [{iteration}]" if iteration is not None else "")
-    attributes: dict[str, str | int] = {"noetl.execution_id": str(command.get("execution_id")),
-                  "noetl.step": str(command.get("step")),
-                  "noetl.step_run_id": str(command.get("step_run_id")),
-                  "noetl.pool": pool, "noetl.playbook": str(command.get("playbook") or "")}
+    iteration = command.iteration
+    name = f"step {command.step}" + (f" [{iteration}]" if iteration is not None else "")
+    attributes: dict[str, str | int] = {"noetl.execution_id": command.execution_id,
+                  "noetl.step": command.step, "noetl.step_run_id": command.step_run_id,
+                  "noetl.pool": pool, "noetl.playbook": command.playbook or ""}
     if iteration is not None:
-        attributes["noetl.iteration"] = int(iteration)
+        attributes["noetl.iteration"] = iteration
     with _tracer().start_as_current_span(name, context=context, kind=SpanKind.CONSUMER,
                                          attributes=attributes) as span:
         yield span

@@ -176,24 +176,24 @@ class Engine:
             step_run_id=run.run_id,
             parent_execution_id=self.state.parent_execution_id,
             iteration=index,
-            tasks=self.graph.task_dumps[step.name],
+            tasks=self.graph.task_lists[step.name],
             step_args=step.args,
-            context={
-                "workload": only(self.state.workload, names, "workload"),
-                "ctx": only(self.state.ctx, names, "ctx"),
-                "args": run.args,
-                "iter": iter_vars,
-                "vars": self.state.vars,
-                "steps": {n: self.state.steps[n].result for n in steps},
-                "steps_http": http,
-                "steps_loop": loop_steps,
-            },
+            context=messages.CommandContext(
+                workload=only(self.state.workload, names, "workload"),
+                ctx=only(self.state.ctx, names, "ctx"),
+                args=run.args,
+                iter=iter_vars,
+                vars=self.state.vars,
+                steps={n: self.state.steps[n].result for n in steps},
+                steps_http=http,
+                steps_loop=loop_steps,
+            ),
             keychain=keychain.for_command(
                 self.pb.keychain, names,
                 first=run.run_no == 1 and step.name == self.graph.start),
             max_payload_bytes=self.graph.max_payload_bytes,
             source_file=self.pb.file, step_line=step.line, restart=self.state.restarts,
-            task_results=step.name in self.graph.task_results, **loops.command_fields(step))
+            task_results=step.name in self.graph.task_results, cursor=loops.command_cursor(step))
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.send(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
                            pool=step.pool or DEFAULT_POOL, tool_kind=kind))

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
 
 from noetl_stream import refs
 from noetl_stream.dsl import keychain, net
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.dsl.task_list import TaskList
 from noetl_stream.router.budgets import budget_s
 from noetl_stream.router.reads import reads_context, step_reads, task_results_read
 
@@ -28,7 +28,7 @@ class NetGraph:
     start: str = ""  # the start step's name, looked up once (every command asks)
     # Each step's tasks as its commands carry them, dumped once per playbook rather than per
     # command (a 500-item loop sends the same list 500 times). Never changed once built.
-    task_dumps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    task_lists: dict[str, TaskList] = field(default_factory=dict)
     # The names each step's commands read (its worker-side templates and the keychain's), and
     # the steps whose python code reads `context` (any finished step): found with Jinja's and
     # Python's AST, once per playbook rather than once per command.
@@ -80,8 +80,7 @@ def _build(playbook: Playbook) -> NetGraph:
     shape = net.shape_of(playbook)
     return NetGraph(shape.forward_preds, shape.back_edges,
                     net.components([s.name for s in playbook.steps], shape.succ), start=shape.start,
-                    task_dumps={s.name: [t.model_dump(mode="json") for t in s.tasks]
-                                for s in playbook.steps},
+                    task_lists={s.name: TaskList.of(s.tasks) for s in playbook.steps},
                     command_reads={s.name: frozenset(step_reads(s) | keychain_reads)
                                    for s in playbook.steps},
                     reads_context=frozenset(s.name for s in playbook.steps if reads_context(s)),

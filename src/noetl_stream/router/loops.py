@@ -30,6 +30,7 @@ from noetl_stream.dsl import template_budget, templating
 from noetl_stream.dsl.loops import positive_int
 from noetl_stream.dsl.models import LoopSpec, Step
 from noetl_stream.errors import TemplateError
+from noetl_stream.messages import CommandCursor
 from noetl_stream.router import children
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.interface import Router
@@ -120,14 +121,14 @@ def iteration_vars(spec: LoopSpec, index: int, item: Any) -> dict[str, Any]:
     return {spec.iterator: item, "_index": index}
 
 
-def command_fields(step: Step) -> dict[str, Any]:
-    """Fields a loop step's commands carry besides the tasks: a cursor loop's claim."""
+def command_cursor(step: Step) -> CommandCursor | None:
+    """The claim a cursor loop's commands carry besides the tasks; None for any other step."""
     spec = step.loop
     if spec is None or spec.cursor is None:
-        return {}
+        return None
     cursor = spec.cursor
-    return {"cursor": {"kind": cursor.kind, "claim": cursor.claim, "auth": cursor.auth,
-                       "connection": cursor.connection, "iterator": spec.iterator}}
+    return CommandCursor(kind=cursor.kind, claim=cursor.claim, auth=cursor.auth,
+                         connection=cursor.connection, iterator=spec.iterator)
 
 
 def _limit(router: Router, step: Step, spec: LoopSpec,

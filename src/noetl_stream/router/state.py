@@ -29,6 +29,7 @@ import orjson
 
 from noetl_stream import jsonutil
 from noetl_stream.formats import STATE, VERSION_FIELD
+from noetl_stream.messages import Command
 
 OutgoingKind = Literal["command", "event", "timer", "cancel"]
 LoopMode = Literal["sequential", "parallel", "cursor"]
@@ -48,11 +49,18 @@ class Outgoing:
 
     kind: OutgoingKind
     msg_id: str
-    body: dict[str, Any]
+    body: dict[str, Any] | Command  # a command's is its typed message (encoded where published)
     event_type: str = ""  # for events
     pool: str = ""  # for commands; for an outcome the server publishes in a worker's place
     tool_kind: str = ""  # for commands: subject suffix
     progress: bool = False  # informational event: published without waiting for the store
+
+    @property
+    def plain_body(self) -> dict[str, Any]:
+        """The body of an event, timer or cancel request (a command's is its `Command`)."""
+        if isinstance(self.body, Command):
+            raise TypeError(f"{self.msg_id} is a command, not a plain body")
+        return self.body
 
 
 @dataclass
@@ -381,7 +389,7 @@ class ExecutionState:
             started_at=data.get("started_at", 0.0),
             ended_at=data.get("ended_at"),
             trace=data.get("trace"),
-            outbox=[Outgoing(**_known(Outgoing, o)) for o in data.get("outbox", [])],
+            outbox=[_outgoing(o) for o in data.get("outbox", [])],
             applied=data.get("applied", 0),
             schema_version=data[VERSION_FIELD],
             restarts=data.get("restarts", 0),
@@ -406,6 +414,14 @@ def _record_value(rec: StepRecord) -> dict[str, Any]:
     """A record as the plain value a page holds (a copy: the record goes on changing)."""
     return {"status": rec.status, "runs": rec.runs, "error": rec.error, "http": rec.http,
             "loop": rec.loop, "result_key": rec.result_key}
+
+
+def _outgoing(raw: dict[str, Any]) -> Outgoing:
+    """A stored outbox message; a command's body as the Command it was built as."""
+    message = Outgoing(**_known(Outgoing, raw))
+    if message.kind == "command":
+        message.body = Command.model_validate(message.body)
+    return message
 
 
 def _known(cls: type, raw: dict[str, Any]) -> dict[str, Any]:

@@ -10,14 +10,14 @@ sent (`step.failed` or `loop.iteration.failed`, error kind `pool`), under the sa
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Mapping
 
 from nats.js.errors import NotFoundError
 
 from noetl_stream import ids
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.heartbeats import live_processes
-from noetl_stream.messages import event_body
+from noetl_stream.messages import Command, event_body
 from noetl_stream.router.state import Outgoing
 
 log = logging.getLogger("noetl_stream.pools")
@@ -52,7 +52,7 @@ class KnownPools:
         return True
 
 
-async def _live_workers(bus: Bus) -> list[dict[str, Any]]:
+async def _live_workers(bus: Bus) -> list[Mapping[str, object]]:
     try:
         return [p for p in await live_processes(bus) if p.get("role") == "worker"]
     except Exception as exc:  # no runtime bucket (not provisioned): no heartbeat to go by
@@ -65,18 +65,18 @@ def refuse_commands(outbox: list[Outgoing], unknown: set[str], known: list[str],
     """`outbox` with each command for an `unknown` pool replaced by its step's failure."""
     out = []
     for m in outbox:
-        if m.kind != "command" or m.pool not in unknown:
+        command = m.body
+        if not isinstance(command, Command) or m.pool not in unknown:
             out.append(m)
             continue
-        body = m.body
-        execution_id, run, iteration = body["execution_id"], body["step_run_id"], body["iteration"]
+        execution_id, run, iteration = command.execution_id, command.step_run_id, command.iteration
         etype = "step.failed" if iteration is None else "loop.iteration.failed"
         message = (f'no worker serves pool "{m.pool}": no consumer was declared for it '
                    f"(`noetl-stream init --pool {m.pool}`) and no worker of it is alive"
                    + (f"; known pools: {', '.join(sorted(known))}" if known else ""))
         failure = event_body(etype, execution_id, now,
-                             parent_execution_id=body.get("parent_execution_id"),
-                             step=body["step"], step_run_id=run, iteration=iteration,
+                             parent_execution_id=command.parent_execution_id,
+                             step=command.step, step_run_id=run, iteration=iteration,
                              status="error", result=None,
                              error={"message": message, "kind": "pool", "pool": m.pool})
         out.append(Outgoing("event", ids.event_msg_id(execution_id, etype, run, iteration),

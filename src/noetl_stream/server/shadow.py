@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.messages import Command
 from noetl_stream.router import cause_of
 from noetl_stream.router.state import ExecutionState, Outgoing
 from noetl_stream.server.replay import Rebuilt, applied_events, rebuild
@@ -44,10 +45,10 @@ def routing(outbox: list[Outgoing]) -> Counter[tuple[str, str]]:
     """What one application routed: (command | event type, step) pairs, counted."""
     found: Counter[tuple[str, str]] = Counter()
     for m in outbox:
-        if m.kind == "command":
-            found["command", str(m.body.get("step"))] += 1
+        if isinstance(m.body, Command):
+            found["command", m.body.step] += 1
         elif m.kind == "event" and m.event_type in ROUTING_EVENTS:
-            found[m.event_type, str(m.body.get("step") or "")] += 1
+            found[m.event_type, str(m.plain_body.get("step") or "")] += 1
     return found
 
 

@@ -89,10 +89,10 @@ def outbox_difference(committed: list[Outgoing],
 
 
 def _as_emitted(message: Outgoing) -> str:
-    if message.kind == "event" and message.body.get("error", {}) and \
-            isinstance(message.body.get("error"), dict) and \
-            message.body["error"].get("kind") == "pool":
-        run, iteration = message.body.get("step_run_id"), message.body.get("iteration")
+    if message.kind == "event" and message.plain_body.get("error", {}) and \
+            isinstance(message.plain_body.get("error"), dict) and \
+            message.plain_body["error"].get("kind") == "pool":
+        run, iteration = message.plain_body.get("step_run_id"), message.plain_body.get("iteration")
         return f"cmd:{run}:{'-' if iteration is None else iteration}:1"
     return message.msg_id
 

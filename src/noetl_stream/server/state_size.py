@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from noetl_stream import jsonutil, refs
+from noetl_stream.messages import Command
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.state.results import ResultStore
 
@@ -56,13 +57,12 @@ def _slots(state: ExecutionState) -> Iterator[_Slot]:
         if run.loop is not None:
             yield from _entries(run.loop.results)
     for message in state.outbox:
-        body = message.body
-        if message.kind == "command":
-            context = body.get("context")
-            if isinstance(context, dict):
-                for scope in ("steps", "ctx", "workload"):
-                    yield from _entries(context.get(scope))
+        if isinstance(message.body, Command):
+            context = message.body.context
+            for scope in (context.steps, context.ctx, context.workload):
+                yield from _entries(scope)
         elif message.kind == "event":
+            body = message.plain_body
             if "result" in body:
                 yield _Slot(body, "result")
             yield from _entries(body.get("ctx"))

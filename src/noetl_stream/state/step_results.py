@@ -166,7 +166,7 @@ async def summaries_by_reference(outbox: list[Outgoing], objects: ResultStore, l
     for message in outbox:
         if message.kind != "event" or not message.event_type.startswith("execution."):
             continue
-        body = message.body
+        body = message.plain_body
         for name in SUMMARY_FIELDS:
             if len(jsonutil.dumps(body)) <= limit:
                 break

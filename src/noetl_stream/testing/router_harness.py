@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl_stream import jsonutil
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.router import ExecutionState, Outgoing, apply, start
 from noetl_stream.subjects import DEFAULT_POOL
@@ -138,7 +139,7 @@ class RouterHarness:
 
     def fire_timer(self, timer: Outgoing) -> list[Outgoing]:
         """Apply the `timer.fired` event a timer the router asked for publishes when it is due."""
-        return self.send(dict(timer.body))
+        return self.send(dict(timer.plain_body))
 
     # -- reading ---------------------------------------------------------------------------
     def timers(self) -> list[Outgoing]:
@@ -147,7 +148,7 @@ class RouterHarness:
 
     def cancelled_children(self) -> list[str]:
         """Child executions the router asked to cancel, in order."""
-        return [str(o.body["execution_id"]) for o in self.cancels]
+        return [str(o.plain_body["execution_id"]) for o in self.cancels]
 
     def commands_for(self, step: str) -> list[Command]:
         return [c for c in self.commands if c.get("step") == step]
@@ -159,7 +160,7 @@ class RouterHarness:
         return [o.event_type for o in self.events]
 
     def events_of(self, event_type: str) -> list[dict[str, Any]]:
-        return [o.body for o in self.events if o.event_type == event_type]
+        return [o.plain_body for o in self.events if o.event_type == event_type]
 
     def fired_steps(self) -> list[str]:
         """Steps in the order the router started them (one entry per run)."""
@@ -168,8 +169,9 @@ class RouterHarness:
     def _collect(self, outbox: list[Outgoing]) -> None:
         for message in outbox:
             if message.kind == "command":
-                self.commands.append(message.body)
-                self.pending.append(message.body)
+                body = jsonutil.to_plain(message.body)  # as a worker reads it
+                self.commands.append(body)
+                self.pending.append(body)
             elif message.kind == "cancel":
                 self.cancels.append(message)
             else:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from noetl_stream.credentials import Credential
 from noetl_stream.errors import OutcomeErrorKind
+from noetl_stream.jsonutil import JsonObject
+
+if TYPE_CHECKING:  # tools/ loads without nats-py; kinds that use NATS import it themselves
+    from nats.aio.client import Client
+    from nats.aio.msg import Msg
 
 
 @dataclass(frozen=True)
@@ -26,7 +32,7 @@ class TaskCall:
     timeout_s: float | None = None
     # The innermost loop iteration the task runs in (its `iter`, holding `parent` when nested),
     # None outside any loop; a child playbook started by the task reads it as `iter.parent`.
-    iteration: dict[str, Any] | None = None
+    iteration: JsonObject | None = None
     # The command the task runs in, as the router knows it: its step run and loop iteration
     # number (None outside a loop step). A child playbook names them so that the router can
     # cancel the child when it gives up on that command.
@@ -34,7 +40,7 @@ class TaskCall:
     command_iteration: int | None = None
     # What the task's templates saw (workload, ctx, iter, vars, args, step results, pipeline
     # locals, keychain): handed to kinds that expose it to user code (python's `context`).
-    context: dict[str, Any] | None = None
+    context: Mapping[str, object] | None = None
 
     def timeout(self, default_s: float) -> float:
         """Seconds this call may take: the task's own `timeout`, else its effective
@@ -49,18 +55,19 @@ class Outcome:
     """Spec 003 §5.3: status ok|error, result, error, meta, plus kind fields (http)."""
 
     status: str
-    result: Any = None
+    result: object = None
     error: dict[str, Any] | None = None
     http: dict[str, Any] | None = None
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, object] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
     @classmethod
-    def success(cls, result: Any, **kw: Any) -> Outcome:
-        return cls("ok", result=result, **kw)
+    def success(cls, result: object, *, http: dict[str, Any] | None = None,
+                meta: Mapping[str, object] | None = None) -> Outcome:
+        return cls("ok", result=result, http=http, meta=dict(meta or {}))
 
     @classmethod
     def failure(cls, message: str, kind: OutcomeErrorKind, *, retryable: bool = False,
@@ -82,7 +89,7 @@ class CredentialResolver(Protocol):
 class ResultSink(Protocol):
     """Where tools put bytes that must not travel inside events (object store `noetl_results`)."""
 
-    async def put_binary(self, data: bytes, *, content_type: str | None) -> dict[str, Any]:
+    async def put_binary(self, data: bytes, *, content_type: str | None) -> JsonObject:
         """Store `data`; return its reference `{"$ref": {store, key, size, checksum, ...}}`."""
         ...
 
@@ -96,20 +103,19 @@ class EventFollower(Protocol):
 
 
 # (filter subject, handler awaited for each message in order) -> a follower not yet started.
-FollowEvents = Callable[[str, Callable[[Any], Awaitable[None]]], EventFollower]
+FollowEvents = Callable[[str, Callable[["Msg"], Awaitable[None]]], EventFollower]
 
 
 @dataclass(frozen=True)
 class ToolServices:
     """What the worker hands every tool kind at creation: shared clients and resolvers.
 
-    `nats` is the worker's nats-py client (`nats.aio.client.Client`) and `home` the
-    NOETL_STREAM_HOME folder; both typed loosely so tools/ stays free of runtime imports.
+    `nats` is the worker's nats-py client and `home` the NOETL_STREAM_HOME folder.
     """
 
     credentials: CredentialResolver | None = None
-    nats: Any = None
-    home: Any = None
+    nats: Client | None = None
+    home: Path | None = None
     prefix: str = "noetl"  # subject prefix, for tools that publish requests or follow events
     # Handed in by the runtime so tools/ never imports it (the sub-playbook tool waits on it).
     follow_events: FollowEvents | None = None

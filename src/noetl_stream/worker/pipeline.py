@@ -14,14 +14,17 @@ and sinks keep state in worker/polling.py and sinks.py; every wait goes through 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl_stream import jsonutil
 from noetl_stream.dsl import guards, layering, templating
 from noetl_stream.dsl.context import build_context, step_view, task_view
 from noetl_stream.dsl.models import Rule, Task
 from noetl_stream.errors import KeychainError, NoetlStreamError, TemplateError
+from noetl_stream.jsonutil import JsonObject
+from noetl_stream.messages import Command
 from noetl_stream.observe import task_log, tracing
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
@@ -38,8 +41,7 @@ from noetl_stream.worker.retrying import (
     retry_names,
 )
 from noetl_stream.worker.sinks import SinkRuns
-from noetl_stream.worker.task_cache import command_tasks
-from noetl_stream.worker.task_inputs import TaskInputs
+from noetl_stream.worker.task_inputs import TaskInput, TaskInputs
 from noetl_stream.worker.task_views import (
     case_views,
     kept_task_result,
@@ -56,24 +58,24 @@ OUTPUT_EVENT_BYTES = 256 * 1024  # captured output one outcome event carries, al
 @dataclass
 class PipelineResult:
     ok: bool
-    result: Any = None
+    result: object = None
     error: dict[str, Any] | None = None
     ctx_patch: dict[str, Any] = field(default_factory=dict)
     http: dict[str, Any] | None = None
     tasks_run: int = 0
     route: str | None = None  # set by a case rule with `next`: only the step's arcs with it fire
-    case_matched: list[Any] | None = None  # spec 001 case: the branches found true
-    cursor: dict[str, Any] | None = None  # a cursor loop iteration's claim: exhausted, replayed
-    output: dict[str, dict[str, Any]] | None = None  # task -> captured stdout/stderr (events.py)
-    input: dict[str, dict[str, Any]] | None = None  # task -> its rendered call (task_inputs.py)
+    case_matched: list[object] | None = None  # spec 001 case: the branches found true
+    cursor: JsonObject | None = None  # a cursor loop iteration's claim: exhausted, replayed
+    output: dict[str, dict[str, object]] | None = None  # task -> captured stdout/stderr (events.py)
+    input: dict[str, TaskInput] | None = None  # task -> its rendered call (task_inputs.py)
 
 
-def bounded_output(captured: dict[str, dict[str, Any]],
-                   budget: int = OUTPUT_EVENT_BYTES) -> dict[str, dict[str, Any]]:
+def bounded_output(captured: Mapping[str, Mapping[str, object]],
+                   budget: int = OUTPUT_EVENT_BYTES) -> dict[str, dict[str, object]]:
     """Captured output within `budget` bytes: the last tasks' text is kept, earlier tasks keep
     their sizes with the text dropped (`truncated`), so the event stays far below NATS's limit.
     """
-    kept: dict[str, dict[str, Any]] = {}
+    kept: dict[str, dict[str, object]] = {}
     left = budget
     for name in reversed(list(captured)):
         out = dict(captured[name])
@@ -97,13 +99,11 @@ def _handles_failures(rule: Rule) -> bool:
 
 @dataclass
 class _Position:
-    """Where a pipeline stands: the task to run, its attempt, the result handed on to the next
-    task (`_prev`) and the last outcome of a task that is not a sink.
-    """
+    """Where a pipeline stands: task, attempt, result handed on (`_prev`), last non-sink outcome."""
 
     pc: int = 0
     attempt: int = 1
-    prev: Any = None
+    prev: object = None
     last: Outcome | None = None
     executed: int = 0
 
@@ -114,8 +114,8 @@ class _Settled:
 
     task: Task
     outcome: Outcome
-    extra: dict[str, Any]  # the names the policy's templates read
-    read: Any  # the result as read by the task's name
+    extra: dict[str, object]  # the names the policy's templates read
+    read: object  # the result as read by the task's name
     rule: Rule | None
     directive: str
 
@@ -124,7 +124,7 @@ _Handler = Callable[["Pipeline", _Settled, _Position], Awaitable["PipelineResult
 
 
 class Pipeline:
-    def __init__(self, command: dict[str, Any], tools: ToolRegistry,
+    def __init__(self, command: Command, tools: ToolRegistry,
                  idempotency_prefix: str, keychain: KeychainResolver | None = None,
                  on_event: EventSink | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.cmd = command
@@ -135,33 +135,33 @@ class Pipeline:
         self.poll = Polling(clock)
         self.sinks = SinkRuns(self.events)
         self.keychain_resolver = keychain
-        self.keychain: dict[str, Any] = {}  # resolved entries, read as `keychain.<name>`
+        self.keychain: Mapping[str, object] = {}  # resolved entries, read as `keychain.<name>`
         self.tools = tools
         self.key_prefix = idempotency_prefix
-        self.captured: dict[str, dict[str, Any]] = {}  # task -> its last call's printed output
+        self.captured: dict[str, dict[str, object]] = {}  # task -> its last call's printed output
         self.inputs = TaskInputs()
-        ctx_in = command["context"]
-        self.tasks = list(command_tasks(command["tasks"]))
+        ctx_in = command.context
+        self.tasks = list(command.tasks.tasks)  # validated once per distinct list (task_list.py)
         self.index = {t.name: i for i, t in enumerate(self.tasks)}
-        self.workload: dict[str, Any] = ctx_in.get("workload", {})
-        self.ctx: dict[str, Any] = dict(ctx_in.get("ctx", {}))
-        self.iter: dict[str, Any] = dict(ctx_in.get("iter", {}))
-        self.vars: dict[str, Any] = ctx_in.get("vars", {})
-        http = ctx_in.get("steps_http", {})
-        loops = set(ctx_in.get("steps_loop", ()))
-        self.steps = {n: step_view(r, http.get(n), n in loops, execution_id=command["execution_id"])
-                      for n, r in ctx_in.get("steps", {}).items()}
-        self.token_args: dict[str, Any] = ctx_in.get("args", {})
-        self.args: dict[str, Any] = dict(self.token_args)
-        self.locals: dict[str, Any] = {}
+        self.workload = ctx_in.workload
+        self.ctx: dict[str, object] = dict(ctx_in.ctx)
+        self.iter = dict(ctx_in.iter)
+        self.vars = ctx_in.vars
+        http = ctx_in.steps_http
+        loops = set(ctx_in.steps_loop)
+        self.steps = {n: step_view(r, h if isinstance(h := http.get(n), dict) else None, n in loops,
+                                   execution_id=command.execution_id) for n, r in ctx_in.steps.items()}
+        self.token_args = ctx_in.args
+        self.args: dict[str, object] = dict(self.token_args)
+        self.locals: dict[str, object] = {}
         self.ctx_patch: dict[str, Any] = {}
-        self.overrides: dict[str, dict[str, Any]] = {}  # task -> config from a case `call`
+        self.overrides: dict[str, dict[str, object]] = {}  # task -> config from a case `call`
         self.route: str | None = None
         self.route_priority = 0  # of `route`: a later route replaces it only with a higher one
-        self.case_matched: list[Any] | None = None
+        self.case_matched: list[object] | None = None
         self.secrets: set[str] = set()  # values tools marked secret; the worker masks them
-        self.kept: dict[str, Any] | None = {} if command.get("task_results") else None
-        self.step = command["step"]
+        self.kept: dict[str, object] | None = {} if command.task_results else None
+        self.step = command.step
         self.own_task = self._own_task()
 
     def _own_task(self) -> str | None:
@@ -174,29 +174,29 @@ class Pipeline:
         calls = [t.name for t in self.tasks if t.sink is None]
         return calls[0] if len(calls) == 1 and self.step not in self.index else None
 
-    def context(self, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def context(self, extra: Mapping[str, object] | None = None) -> dict[str, object]:
         return build_context(workload=self.workload, ctx=self.ctx, args=self.args,
                              iter_vars=self.iter, vars_=self.vars, steps=self.steps,
-                             execution_id=self.cmd["execution_id"],
+                             execution_id=self.cmd.execution_id,
                              extra={**self.locals, **(extra or {}), "keychain": self.keychain})
 
     async def run(self) -> PipelineResult:
         claim: cursor.ClaimResult | None = None
         try:
             await self._resolve_keychain()
-            if self.cmd.get("cursor"):  # a cursor loop iteration: claim its item first
-                claim = await cursor.claim_item(self.cmd, self.tools, self.context())
+            if self.cmd.cursor:  # a cursor loop iteration: claim its item first
+                claim = await cursor.claim_item(self.cmd, self.cmd.cursor, self.tools, self.context())
                 if claim.row is None:  # nothing left to claim, or the claim failed
                     return PipelineResult(claim.error is None, error=claim.error,
                                           cursor=claim.report)
-                self.iter[str(self.cmd["cursor"]["iterator"])] = claim.row
-            step_args = self.cmd.get("step_args") or {}
+                self.iter[self.cmd.cursor.iterator] = claim.row
+            step_args = self.cmd.step_args or {}
             if step_args:
                 rendered = templating.render(step_args, self.context(), step=self.step, field="input")
                 self.args = {**self.token_args, **rendered}
             result = await self._run_tasks()
         except TemplateError as exc:
-            located = exc.at(self.cmd.get("source_file"), self.cmd.get("step_line"))
+            located = exc.at(self.cmd.source_file, self.cmd.step_line)
             result = PipelineResult(False, error={"message": str(located), "kind": "template"},
                                     ctx_patch=self.ctx_patch)
         except KeychainError as exc:
@@ -208,14 +208,14 @@ class Pipeline:
         return result
 
     async def _resolve_keychain(self) -> None:
-        declarations = self.cmd.get("keychain") or []
+        declarations = self.cmd.keychain
         if not declarations:
             return
         if self.keychain_resolver is None:
             raise KeychainError(str(declarations[0].get("name")), "this worker cannot resolve "
                                 "keychain entries")
         resolved = await self.keychain_resolver.resolve(
-            declarations, self.context(), execution_id=self.cmd["execution_id"])
+            declarations, self.context(), execution_id=self.cmd.execution_id)
         self.keychain = resolved.values
         self.secrets.update(resolved.secrets)
 
@@ -267,7 +267,7 @@ class Pipeline:
         rule, directive = self._decide(task, extra, outcome.ok, pos.attempt)
         return _Settled(task, outcome, extra, read, rule, directive)
 
-    def _decide(self, task: Task, extra: dict[str, Any], ok: bool,
+    def _decide(self, task: Task, extra: Mapping[str, object], ok: bool,
                 attempt: int) -> tuple[Rule | None, str]:
         """The rule that holds and its directive: continue on success, fail on error without one."""
         default = "continue" if ok else "fail"
@@ -353,7 +353,7 @@ class Pipeline:
                 self.kept[s.task.name] = kept_task_result(s.outcome, value)
         pos.attempt = 1
 
-    def _bind(self, task: Task, view: Any) -> None:
+    def _bind(self, task: Task, view: object) -> None:
         """Name a task's result for the templates after it: `{{ fetch.status_code }}` reads a
         task's own result through the same views as a finished step's (dsl/views.py); a
         result a case rule replaced is bound as written.
@@ -374,7 +374,7 @@ class Pipeline:
             key += f":p{self.poll.round}"
         return key
 
-    async def _event(self, event_type: str, task: str | None, attempt: int, **fields: Any) -> None:
+    async def _event(self, event_type: str, task: str | None, attempt: int, **fields: object) -> None:
         await self.events.publish(event_type, task, chain=self.chain, round_=self.poll.round_of(task),
                                   attempt=attempt, **fields)
 
@@ -408,7 +408,7 @@ class Pipeline:
                           max_attempts=task.poll.max_attempts, deadline_s=task.poll.deadline)
 
     async def _poll_done(self, task: Task, outcome: Outcome, attempt: int,
-                         extra: dict[str, Any]) -> bool:
+                         extra: Mapping[str, object]) -> bool:
         """Whether `until` holds; if not, wait for the next round (or give up: poll.task None)."""
         poll = task.poll
         assert poll is not None
@@ -435,8 +435,8 @@ class Pipeline:
         return (f'task "{task.name}" ({task.kind}): poll gave up before `until` held '
                 f"(max_attempts {task.poll.max_attempts}, deadline {task.poll.deadline} s)")
 
-    async def _call(self, task: Task, attempt: int, prev: Any,
-                    view: dict[str, Any] | None = None) -> Outcome:
+    async def _call(self, task: Task, attempt: int, prev: object,
+                    view: Mapping[str, object] | None = None) -> Outcome:
         extra = {"_prev": prev, "_task": task.name, "_attempt": attempt, **(view or {})}
         context = self.context(extra)
         try:
@@ -446,17 +446,17 @@ class Pipeline:
                 config = layering.merge(config, self.overrides[task.name])
             inputs = templating.render(task.input, context, step=self.step, field="tool.input")
         except TemplateError as exc:
-            located = exc.at(self.cmd.get("source_file"), task.line or self.cmd.get("step_line"))
+            located = exc.at(self.cmd.source_file, task.line or self.cmd.step_line)
             return Outcome.failure(str(located), "template")
         if task.kind == "python":
             inputs = {**self.args, **inputs}
         self.inputs.record(task.name, task.kind, attempt, config, inputs)
         call = TaskCall(
-            execution_id=self.cmd["execution_id"], step=self.step, task=task.name, kind=task.kind,
+            execution_id=self.cmd.execution_id, step=self.step, task=task.name, kind=task.kind,
             config=config, input=inputs, spec=task.spec,
             idempotency_key=self._key(task, attempt), attempt=attempt,
             timeout_s=layering.timeout_s(task.spec), iteration=self._iteration(),
-            step_run_id=self.cmd.get("step_run_id"), command_iteration=self.cmd.get("iteration"),
+            step_run_id=self.cmd.step_run_id, command_iteration=self.cmd.iteration,
             context=context if task.kind == "python" else None)
         with tracing.task_span(task.name, task.kind, attempt) as span, task_log.logged(
                 execution_id=call.execution_id, step=self.step, task=task.name, kind=task.kind,
@@ -475,16 +475,16 @@ class Pipeline:
         self.secrets.update(secret_values(outcome))
         return outcome
 
-    def _iteration(self) -> dict[str, Any] | None:
+    def _iteration(self) -> JsonObject | None:
         """The innermost loop iteration this pipeline runs in (spec 002 §6.4): its own `iter` in
         a loop step, else the one a child execution inherited as `iter.parent`.
         """
-        if self.cmd.get("iteration") is not None:
+        if self.cmd.iteration is not None:
             return dict(self.iter)
         parent = self.iter.get("parent")
         return parent if isinstance(parent, dict) else None
 
-    def _match(self, task: Task, extra: dict[str, Any], ok: bool,
+    def _match(self, task: Task, extra: Mapping[str, object], ok: bool,
                after: Rule | None = None) -> Rule | None:
         """The first rule whose guard holds (only rules past `after`, when given)."""
         if not task.rules:
@@ -500,8 +500,7 @@ class Pipeline:
                 continue
             guard_context = context
             field = f"tool.{task.name}.spec.policy.when"
-            if rule.scope is not None:  # a retry clause: its guard reads the retry context
-                names = extra["_retry"]
+            if rule.scope is not None and isinstance(names := extra["_retry"], dict):  # retry clause
                 attempt = extra["_chain_attempt"] if rule.scope == "chain" else names["attempt"]
                 guard_context = {**context, **names, "attempt": attempt,
                                  "max_attempts": rule.attempts}
@@ -514,7 +513,7 @@ class Pipeline:
                 return rule
         return None
 
-    def _apply_case(self, task: Task, rule: Rule, extra: dict[str, Any], value: Any) -> Any:
+    def _apply_case(self, task: Task, rule: Rule, extra: Mapping[str, object], value: object) -> object:
         """A case rule's `call` overrides, `route` and `result`; returns the task's result."""
         # The first `next` reached wins, unless a later one has a higher `next.priority` (defer).
         if rule.route is not None and (self.route is None or rule.priority > self.route_priority):
@@ -533,8 +532,8 @@ class Pipeline:
             value = templating.render(rule.result, context, step=self.step, field="case.result")
         return value
 
-    def _apply_writes(self, task: Task, rule: Rule | None, extra: dict[str, Any],
-                      read: Any) -> None:
+    def _apply_writes(self, task: Task, rule: Rule | None, extra: Mapping[str, object],
+                      read: object) -> None:
         """A rule's writes, then the task's own `set:`.
 
         A policy rule reads `output` as the outcome envelope (`output.status`, `output.data`);
@@ -551,20 +550,21 @@ class Pipeline:
             if not (set_iter or set_ctx or set_locals):
                 continue
             context = self.context(names)
-            self.iter.update(templating.render(set_iter, context, step=self.step, field="set_iter"))
+            self.iter.update(jsonutil.to_plain(  # it travels on as JSON (a child's parent_iter)
+                templating.render(set_iter, context, step=self.step, field="set_iter")))
             written = templating.render(set_ctx, context, step=self.step, field="set_ctx")
             self.ctx.update(written)
             self.ctx_patch.update(written)
             self.locals.update(templating.render(set_locals, context, step=self.step, field="set"))
 
     # -- sinks ---------------------------------------------------------------------------------
-    async def _sink_admitted(self, task: Task, view: dict[str, Any]) -> bool:
+    async def _sink_admitted(self, task: Task, view: Mapping[str, object]) -> bool:
         assert task.sink is not None
         admitted = task.sink.when is None or templating.evaluate_guard(
             task.sink.when, self.context(view), step=self.step, field=f"{task.sink.source}.when")
         return await self.sinks.admit(task, admitted, self.chain)
 
-    async def _rule_sinks(self, rule: Rule, view: dict[str, Any]) -> PipelineResult | None:
+    async def _rule_sinks(self, rule: Rule, view: Mapping[str, object]) -> PipelineResult | None:
         """Run a case rule's sinks in order; the failure of the first that fails, if any."""
         for sink in rule.sink:
             if not await self._sink_admitted(sink, view):

@@ -37,9 +37,11 @@ def _leaves(value: Any) -> Iterable[str]:
 def secret_values(outcome: Outcome) -> set[str]:
     """The string values an outcome's `meta["redact"]` paths point at."""
     paths = outcome.meta.get("redact") or ()
+    if not isinstance(paths, Iterable):
+        raise TypeError(f"meta.redact is a {type(paths).__name__}, not a list of paths")
     found: set[str] = set()
     for path in paths:
-        node: Any = outcome.result
+        node: object = outcome.result
         for part in (p for p in str(path).split(".") if p):
             if isinstance(node, dict):
                 node = node.get(part)

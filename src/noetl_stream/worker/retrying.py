@@ -16,7 +16,7 @@ from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Rule
-from noetl_stream.messages import event_body
+from noetl_stream.messages import Command, event_body
 from noetl_stream.tools.base import Outcome
 
 EventSink = Callable[[str, str, dict[str, Any]], Awaitable[None]]
@@ -54,23 +54,23 @@ def retry_names(outcome: Outcome, attempt: int, rule: Rule | None = None) -> dic
 class ActionEvents:
     """Publishes `retry.*` and `poll.*` events of one command's pipeline through a sink."""
 
-    def __init__(self, command: dict[str, Any], sink: EventSink | None) -> None:
+    def __init__(self, command: Command, sink: EventSink | None) -> None:
         self.cmd = command
         self.sink = sink
 
     def action_id(self, task: str | None) -> str:
-        return ids.action_id(str(self.cmd.get("step_run_id")), self.cmd.get("iteration"), task)
+        return ids.action_id(self.cmd.step_run_id, self.cmd.iteration, task)
 
     async def publish(self, event_type: str, task: str | None, *, chain: int, round_: int,
                       attempt: int, **fields: Any) -> None:
         if self.sink is None:
             return
         action = self.action_id(task)
-        execution_id = str(self.cmd["execution_id"])
+        execution_id = self.cmd.execution_id
         body = event_body(event_type, execution_id, time.time(),
-                          parent_execution_id=self.cmd.get("parent_execution_id"),
-                          step=self.cmd.get("step"), step_run_id=self.cmd.get("step_run_id"),
-                          iteration=self.cmd.get("iteration"), task=task, action_id=action,
+                          parent_execution_id=self.cmd.parent_execution_id,
+                          step=self.cmd.step, step_run_id=self.cmd.step_run_id,
+                          iteration=self.cmd.iteration, task=task, action_id=action,
                           attempt=attempt, chain_attempt=chain, **fields)
         msg_id = ids.event_msg_id(execution_id, event_type, action, chain, round_, attempt)
         await self.sink(event_type, msg_id, body)

@@ -7,14 +7,12 @@ keys and message ids of their own (`:s<run>`); `sink.started` / `sink.skipped` s
 
 from __future__ import annotations
 
-from typing import Any
-
 from noetl_stream.dsl.models import Task
 from noetl_stream.tools.base import Outcome
 from noetl_stream.worker.retrying import ActionEvents, outcome_fields
 
 
-def affected_rows(outcome: Outcome) -> Any:
+def affected_rows(outcome: Outcome) -> object:
     """What a `sink.processed` event says about the write: the SQL kinds' row count, if any."""
     result = outcome.result
     return result.get("affected_rows", result.get("row_count")) if isinstance(result, dict) else None

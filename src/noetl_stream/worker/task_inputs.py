@@ -8,31 +8,43 @@ past `INPUT_EVENT_BYTES` a task's rendered values give way to their size.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import NotRequired, TypedDict
 
 from noetl_stream import jsonutil
 
 INPUT_EVENT_BYTES = 64 * 1024  # rendered input one outcome event carries, all tasks together
 
 
+class TaskInput(TypedDict):
+    """One task's last call as the outcome event carries it (events.py `input`)."""
+
+    kind: str
+    attempt: int
+    config: NotRequired[Mapping[str, object]]  # rendered, left out past the budget
+    input: NotRequired[Mapping[str, object]]
+    truncated: NotRequired[bool]  # past the budget: only the size of its values is kept
+    bytes: NotRequired[int]
+
+
 class TaskInputs:
     """task name -> {kind, attempt, config, input} of its last call."""
 
     def __init__(self) -> None:
-        self._calls: dict[str, dict[str, Any]] = {}
+        self._calls: dict[str, TaskInput] = {}
 
-    def record(self, task: str, kind: str, attempt: int, config: dict[str, Any],
-               inputs: dict[str, Any]) -> None:
+    def record(self, task: str, kind: str, attempt: int, config: Mapping[str, object],
+               inputs: Mapping[str, object]) -> None:
         self._calls[task] = {"kind": kind, "attempt": attempt, "config": config, "input": inputs}
 
-    def bounded(self, budget: int = INPUT_EVENT_BYTES) -> dict[str, dict[str, Any]] | None:
+    def bounded(self, budget: int = INPUT_EVENT_BYTES) -> dict[str, TaskInput] | None:
         """The calls within `budget` bytes (the first tasks first), or None when none ran."""
         if not self._calls:
             return None
-        kept: dict[str, dict[str, Any]] = {}
+        kept: dict[str, TaskInput] = {}
         left = budget
         for name, call in self._calls.items():
-            size = len(jsonutil.dumps({"config": call["config"], "input": call["input"]}))
+            size = len(jsonutil.dumps({"config": call.get("config"), "input": call.get("input")}))
             if size > left:
                 call = {"kind": call["kind"], "attempt": call["attempt"], "truncated": True,
                         "bytes": size}

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Task
@@ -13,7 +13,7 @@ from noetl_stream.dsl.views import output_view
 from noetl_stream.tools.base import Outcome
 
 
-def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
+def outcome_views(task: Task, outcome: Outcome) -> dict[str, object]:
     """`output` (NoETL today) and `outcome` (spec 002/003) as templates read them."""
     # NoETL reads `output` both as the envelope (`output.status`, `output.data`) and as the result
     # itself (`{{ output }}['count']`): the result's keys are there too, the envelope's win.
@@ -27,7 +27,7 @@ def outcome_views(task: Task, outcome: Outcome) -> dict[str, Any]:
                         "http": outcome.http, "pg": output["pg"], "meta": outcome.meta}}
 
 
-def case_views(outcome: Outcome) -> dict[str, Any]:
+def case_views(outcome: Outcome) -> dict[str, object]:
     """`response` and `this` as case rules read them (ARCHITECTURE §8): `response` is the parsed
     body (an error reply's too), and `response.status_code` falls back to the HTTP status.
     """
@@ -40,13 +40,14 @@ def case_views(outcome: Outcome) -> dict[str, Any]:
     return {"response": response, "this": this}
 
 
-def sink_view(result: Any, outcome: Outcome | None) -> dict[str, Any]:
+def sink_view(result: object, outcome: Outcome | None) -> dict[str, object]:
     """The names a sink's templates read: the data to store and the call's envelope."""
     this = case_views(outcome)["this"] if outcome is not None else None
     return {"result": result, "data": result, "this": this}
 
 
-def rendered_field(task: Task, key: str, value: Any, context: dict[str, Any], step: str) -> Any:
+def rendered_field(task: Task, key: str, value: object, context: Mapping[str, object],
+                   step: str) -> object:
     """One config field with its templates rendered, as NoETL renders a task's whole config.
 
     Python code is text whatever its templates give (`{{ workload.n }} * 2`); code read from a
@@ -60,7 +61,7 @@ def rendered_field(task: Task, key: str, value: Any, context: dict[str, Any], st
     return rendered
 
 
-def kept_task_result(outcome: Outcome, value: Any) -> Any:
+def kept_task_result(outcome: Outcome, value: object) -> object:
     """A task's result as a step's per-task map keeps it: an http call's as NoETL's Python engine
     hands it on (`{status_code, headers, data: <body>}`), any other as the task left it.
     """
@@ -70,7 +71,7 @@ def kept_task_result(outcome: Outcome, value: Any) -> Any:
     return value
 
 
-def with_task_results(result: Any, kept: dict[str, Any]) -> Any:
+def with_task_results(result: object, kept: Mapping[str, object]) -> object:
     """The step's result with its per-task map as `results`, as NoETL's Python engine shapes a
     pipeline's result; a result that is not a mapping, or has its own `results`, stays as it is.
     """

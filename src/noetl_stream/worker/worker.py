@@ -26,6 +26,7 @@ from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.js import errors as js_errors
 from pydantic import ValidationError
 
@@ -49,7 +50,7 @@ from noetl_stream.bus.storage import (
     while_storage_refused,
 )
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.messages import Command, Malformed, checked, parse_object
+from noetl_stream.messages import Command, CommandContext, Malformed, checked, parse_object
 from noetl_stream.observe import metrics, tracing
 from noetl_stream.state.results import ResultStore, holds_ref
 from noetl_stream.subjects import DEFAULT_POOL
@@ -87,10 +88,10 @@ class Worker:
         self._ack_wait_s = bus.topology.pool_consumer(pool).ack_wait_s
         # task -> the command it runs: withdrawn by execution id or command key, and its lease
         # kept by _keep_leases
-        self._commands: dict[asyncio.Task[Any], _Running] = {}
+        self._commands: dict[asyncio.Task[None], _Running] = {}
         self._withdrawn: OrderedDict[str, None] = OrderedDict()
-        self._withdrawing: set[asyncio.Task[Any]] = set()
-        self._withdraw_subs: list[Any] = []
+        self._withdrawing: set[asyncio.Task[None]] = set()
+        self._withdraw_subs: list[Subscription] = []
         metrics.RUNNING.labels(pool).set_function(lambda: len(self._running))
 
     async def start(self) -> None:
@@ -162,8 +163,7 @@ class Worker:
 
     async def _handle_command(self, msg: Msg) -> None:
         try:
-            command = parse_object(msg.data)  # the pipeline reads the body as sent
-            valid = checked(Command, command)
+            command = checked(Command, parse_object(msg.data))  # what the pipeline runs
         except Malformed as exc:
             # No redelivery can make it readable: every delivery would fail the same way.
             log.warning("poison command on %s dead-lettered: %s", msg.subject[:200], exc)
@@ -171,10 +171,10 @@ class Worker:
             await dead_letter_message(self.bus, msg, exc.failure, exc.reason)
             await settle(msg, classify(exc))
             return
-        execution_id, step_run_id, step = valid.execution_id, valid.step_run_id, valid.step
-        iteration = command.get("iteration")
+        execution_id, step_run_id, step = command.execution_id, command.step_run_id, command.step
+        iteration = command.iteration
         key = _command_key(step_run_id, iteration)
-        generation = _generation(execution_id, valid.restart)
+        generation = _generation(execution_id, command.restart)
         if generation in self._withdrawn or key in self._withdrawn:
             log.info("command %s of %s withdrawn before it ran: acknowledged", key, execution_id)
             await msg.ack()
@@ -241,11 +241,11 @@ class Worker:
                 self._withdrawing.add(task)
                 task.cancel(WITHDRAWN)
 
-    async def _execute(self, msg: Msg, command: dict[str, Any], execution_id: str,
-                       step_run_id: str, step: str, iteration: Any
+    async def _execute(self, msg: Msg, command: Command, execution_id: str,
+                       step_run_id: str, step: str, iteration: int | None
                        ) -> tuple[bool, dict[str, Any] | None]:
         """Run the command and publish its outcome; returns whether it succeeded and its error."""
-        parent = command.get("parent_execution_id")  # set on a child execution's commands
+        parent = command.parent_execution_id  # set on a child execution's commands
         started = time.time()
         delivered = _deliveries(msg)
         if delivered > 1:
@@ -268,7 +268,8 @@ class Worker:
         secrets: set[str] = set()
         try:
             if holds_ref(msg.data):
-                command["context"] = await self.results.resolve(command.get("context") or {})
+                command.context = CommandContext.model_validate(
+                    await self.results.resolve(dict(command.context)))
             async def publish_action(etype: str, msg_id: str, body: dict[str, Any]) -> None:
                 # retry.* / poll.* events; `secrets` is the pipeline's set by the time they run.
                 # A full store is waited out as for the outcome (leases kept by _keep_leases):
@@ -283,10 +284,8 @@ class Worker:
                                 idempotency_prefix=_command_key(step_run_id, iteration),
                                 keychain=self.keychain, on_event=publish_action)
             secrets = pipeline.secrets
-            playbook = command.get("playbook")
-            use = CommandInUse(execution_id, str(playbook) if playbook else None, step,
-                               step_run_id, iteration if isinstance(iteration, int) else None,
-                               parent)
+            use = CommandInUse(execution_id, command.playbook or None, step, step_run_id,
+                               iteration, parent)
             with running_command(use):  # credential scopes are checked against it
                 outcome = await pipeline.run()
         except InfrastructureError as exc:
@@ -327,7 +326,7 @@ class Worker:
         body = scrub(body, secrets)
         identity = {"execution_id": execution_id, "step": step, "step_run_id": step_run_id,
                     "iteration": iteration, "parent_execution_id": parent}
-        outcome = await self._store_outcome(etype, body, command.get("max_payload_bytes"),
+        outcome = await self._store_outcome(etype, body, command.max_payload_bytes,
                                             identity, outcome)
         await finished(self.bus, msg, execution_id)  # a lost ack no longer re-runs it
         # A plain ack: the outcome is stored by now. A lost ack brings the command back after
@@ -335,7 +334,7 @@ class Worker:
         await msg.ack()
         return outcome.ok, outcome.error
 
-    async def _store_outcome(self, etype: str, body: dict[str, Any], max_payload: Any,
+    async def _store_outcome(self, etype: str, body: dict[str, Any], max_payload: int | None,
                              identity: dict[str, Any], outcome: PipelineResult
                              ) -> PipelineResult:
         """Publish the outcome event (its large values to the object store first); returns the
@@ -376,7 +375,7 @@ class Worker:
         previous round: a command's lease is renewed within 2/3 of AckWait of its start and
         every AckWait/3 after, by one loop instead of a timer task per command.
         """
-        seen: set[asyncio.Task[Any]] = set()
+        seen: set[asyncio.Task[None]] = set()
         while True:
             await asyncio.sleep(self._ack_wait_s / 3)
             running = dict(self._commands)
@@ -414,7 +413,7 @@ def _storable(outcome: PipelineResult) -> PipelineResult:
     return outcome
 
 
-def _command_key(step_run_id: str, iteration: Any) -> str:
+def _command_key(step_run_id: str, iteration: int | None) -> str:
     return f"{step_run_id}:{'-' if iteration is None else iteration}"
 
 
