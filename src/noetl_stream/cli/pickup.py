@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from typing import Any
 
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.runtime.connection import Bus
 
 ENV_PICKUP_WARN_S = "NOETL_STREAM_PICKUP_WARN_S"
@@ -29,7 +29,7 @@ class PickupWatch:
     def __init__(self) -> None:
         self.taken = asyncio.Event()
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: JsonObject) -> None:
         if event.get("event_type") in ("task.started", "execution.completed", "execution.failed",
                                        "execution.cancelled", "execution.rejected"):
             self.taken.set()
