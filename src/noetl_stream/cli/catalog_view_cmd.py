@@ -7,13 +7,12 @@ Exit codes: 0 shown, 2 no such path or version, 3 NATS or the server unreachable
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote
 
 import click
 
 from noetl_stream import jsonutil
-from noetl_stream.api.models import CatalogList, CatalogPath, CatalogPlaybook
 from noetl_stream.cli.common import (
     EXIT_INFRA,
     EXIT_REJECTED,
@@ -24,6 +23,9 @@ from noetl_stream.cli.common import (
     run_async,
 )
 from noetl_stream.errors import InfrastructureError, PlaybookError
+
+if TYPE_CHECKING:
+    from noetl_stream.api.models import CatalogPath
 
 T = TypeVar("T")
 
@@ -77,6 +79,7 @@ async def fetch_text(path: str, version: str | None, *, nats_url: str | None, pr
                      server_url: str | None, token: str | None) -> str | None:
     """The text registered under `path` (latest, or `version`), or None."""
     if server_url is not None:
+        from noetl_stream.api.models import CatalogPlaybook
         from noetl_stream.cli.remote import RemoteError, open_client
 
         query = f"?version={quote(version)}" if version else ""
@@ -100,11 +103,13 @@ async def fetch_text(path: str, version: str | None, *, nats_url: str | None, pr
 async def _list(nats_url: str | None, prefix: str, server_url: str | None,
                 token: str | None) -> list[CatalogPath]:
     if server_url is not None:
+        from noetl_stream.api.models import CatalogList
         from noetl_stream.cli.remote import open_client
 
         async with open_client(server_url, token) as client:
             answer = await client.answer(CatalogList, "GET", "/api/catalog")
         return answer.items
+    from noetl_stream.api.models import CatalogPath
     from noetl_stream.runtime.services import client_bus
     from noetl_stream.state.catalog import list_paths, read_entry
 
