@@ -301,7 +301,7 @@ class CommandContext(BaseModel):
 
 class CommandCursor(BaseModel):
     """A cursor loop's claim (router/loops.py): the worker runs it before the step's tasks to
-    claim the iteration's item (runtime/cursor.py) and binds the row to `iterator`.
+    claim the iteration's item (worker/cursor.py) and binds the row to `iterator`.
     """
 
     model_config = ConfigDict(extra="allow")  # as CommandContext

@@ -159,6 +159,15 @@ async def test_bad_operation_and_missing_fields_are_config_errors(tool: NatsTool
     assert "key" in outcomes[1].error["message"]  # type: ignore[index]
 
 
+async def test_js_publish_headers_that_are_not_a_mapping_are_a_config_error(tool: NatsTool) -> None:
+    outcome = await tool.run(call(operation="js_publish", subject="orders.new", data="x",
+                                  headers=["X-Tenant: acme"]))
+
+    assert outcome.error is not None and outcome.error["kind"] == "config", outcome.error
+    assert outcome.error["message"] == ("nats field headers must be a mapping of header -> value, "
+                                        "not list")
+
+
 async def test_auth_runs_the_operation_on_the_credentials_server(tmp_path: Path) -> None:
     async with run_nats_server(tmp_path / "other") as other:
         direct = await nats.connect(other.url)

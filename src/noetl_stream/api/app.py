@@ -10,7 +10,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -18,6 +17,7 @@ from aiohttp.typedefs import Handler, Middleware
 from noetl_stream import config
 from noetl_stream.api.auth import ENDPOINTS, Authenticator, auth_middleware
 from noetl_stream.api.context import CONTEXT, ApiContext
+from noetl_stream.api.endpoints import Endpoint
 from noetl_stream.api.errors import error_middleware
 from noetl_stream.api.request_guard import request_guard
 from noetl_stream.api.routes import all_endpoints
@@ -80,7 +80,7 @@ async def create_app(bus: Bus, *, auth: Authenticator | None, cors_origin: str |
         middlewares.insert(0, _cors(cors_origin))
     app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     app[CONTEXT] = ctx
-    table: dict[object, Any] = {}
+    table: dict[object, Endpoint] = {}
     for ep in [*all_endpoints(), *ui_endpoints()]:
         route = app.router.add_route(ep.method, ep.route_path or ep.path, ep.handler)
         table[route] = ep

@@ -8,15 +8,16 @@ routes.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel
 
 from noetl_stream import jsonutil
 from noetl_stream.api.errors import ApiError
+from noetl_stream.jsonutil import JsonValue
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Permission = Literal["read", "run", "control", "catalog.write", "vars.write", "credentials.write",
@@ -52,20 +53,22 @@ class Endpoint:
         return self.handler.__name__.lstrip("_")
 
 
-def json_response(data: BaseModel | dict[str, Any] | list[Any], status: int = 200) -> web.Response:
+def json_response(data: BaseModel | Mapping[str, object] | Sequence[object],
+                  status: int = 200) -> web.Response:
     body = data.model_dump_json().encode() if isinstance(data, BaseModel) else jsonutil.dumps(data)
     return web.Response(status=status, body=body, content_type="application/json")
 
 
-async def read_json(request: web.Request) -> Any:
+async def read_json(request: web.Request) -> JsonValue:
     """The body as JSON (any value); 422 when it is not JSON. The size limit is the app's."""
     raw = await request.read()
     if not raw.strip():
         raise ApiError(422, "request body is empty; a JSON document is expected")
     try:
-        return jsonutil.loads(raw)
+        data: JsonValue = jsonutil.loads(raw)
     except ValueError:
         raise ApiError(422, "request body is not valid JSON") from None
+    return data
 
 
 async def read_body(request: web.Request, model: type[M]) -> M:

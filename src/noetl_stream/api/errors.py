@@ -9,7 +9,7 @@ traceback and answered with a generic 500.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TypedDict
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -32,7 +32,7 @@ class ApiError(NoetlStreamError):
     """An answer other than success, with the status, code and details the client sees."""
 
     def __init__(self, status: int, message: str, *, code: str | None = None,
-                 details: Any = None, headers: dict[str, str] | None = None) -> None:
+                 details: object = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.headers = headers or {}
         self.status = status
@@ -45,14 +45,22 @@ def not_found(what: str) -> ApiError:
     return ApiError(404, f"{what} not found")
 
 
-def error_response(status: int, code: str, message: str, details: Any = None,
+def error_response(status: int, code: str, message: str, details: object = None,
                    headers: dict[str, str] | None = None) -> web.Response:
     body = {"error": {"code": code, "message": message, "details": details}}
     return web.Response(status=status, body=jsonutil.dumps(body), content_type="application/json",
                         headers=headers)
 
 
-def validation_details(exc: ValidationError) -> list[dict[str, Any]]:
+class FieldProblem(TypedDict):
+    """One problem of a rejected body or query, as the error's `details` list it."""
+
+    loc: list[str]
+    message: str
+    type: str
+
+
+def validation_details(exc: ValidationError) -> list[FieldProblem]:
     """Where and why, never the input: a rejected value may be a secret."""
     return [{"loc": [str(p) for p in e["loc"]], "message": e["msg"], "type": e["type"]}
             for e in exc.errors()]

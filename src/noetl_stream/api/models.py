@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.messages import Labels
 from noetl_stream.state.credentials import CredentialInfo
 from noetl_stream.state.sessions import SessionInfo
@@ -31,7 +32,7 @@ class SkippedRecord(_Out):
 class ErrorDetail(_Out):
     code: str = Field(description="Stable machine-readable code, e.g. not_found, invalid_playbook")
     message: str
-    details: Any = Field(None, description="Per-field problems or playbook issues, when any")
+    details: JsonValue = Field(None, description="Per-field problems or playbook issues, when any")
 
 
 class ErrorReply(_Out):
@@ -86,7 +87,7 @@ class ExecuteBody(_In):
     version: str | None = Field(None, max_length=200, description="With `path`: default latest")
     playbook_id: str | None = Field(None, max_length=200, description="A catalog content key")
     playbook: str | None = Field(None, max_length=MAX_TEXT, description="Inline playbook YAML")
-    payload: dict[str, Any] = Field(default_factory=dict,
+    payload: JsonObject = Field(default_factory=dict,
                                     description="Deep-merged over the playbook's workload")
     labels: Labels = Field(default_factory=dict)
 
@@ -164,11 +165,11 @@ class ExecutionList(_Out):
 
 
 class ExecutionDetail(ExecutionItem):
-    result: Any = None
-    error: dict[str, Any] | None = None
-    steps: dict[str, Any] = Field(default_factory=dict)
-    ctx: dict[str, Any] = Field(default_factory=dict)
-    vars: dict[str, Any] = Field(default_factory=dict)
+    result: JsonValue = None
+    error: JsonObject | None = None
+    steps: JsonObject = Field(default_factory=dict)
+    ctx: JsonObject = Field(default_factory=dict)
+    vars: JsonObject = Field(default_factory=dict)
     errors: list[str] = Field(default_factory=list, description="Why a rejected request was refused")
     replay_of: str | None = Field(None, description="The execution this one replays")
     replays: list[str] = Field(default_factory=list, description="Executions replayed from this one")
@@ -187,7 +188,7 @@ class RestartBody(_In):
     from_step: str | None = Field(None, max_length=256, description="Run this step and every step "
                                   "downstream of it again (any execution); without it, the steps "
                                   "that failed or were cancelled (a failed or cancelled execution)")
-    workload: dict[str, Any] = Field(default_factory=dict, description="Merged over the workload "
+    workload: JsonObject = Field(default_factory=dict, description="Merged over the workload "
                                      "for what runs again")
     latest: bool = Field(False, description="Run the newest registered version of the playbook "
                          "from now on; refused (409) when it lacks a step the execution has run")
@@ -197,7 +198,7 @@ class ReplayBody(_In):
     from_step: str | None = Field(None, max_length=256, description="Run this step and every step "
                                   "downstream of it; the others keep the original's results. "
                                   "Without it: where the original failed or was cancelled")
-    workload: dict[str, Any] = Field(default_factory=dict, description="Merged over the "
+    workload: JsonObject = Field(default_factory=dict, description="Merged over the "
                                      "original's workload")
 
 
@@ -235,7 +236,7 @@ class StreamQuery(_In):
 class StoredEvent(_Out):
     seq: int = Field(description="Events stream sequence")
     event_type: str
-    event: dict[str, Any]
+    event: JsonObject
 
 
 class EventPage(_Out):
@@ -247,7 +248,7 @@ class EventPage(_Out):
 class CredentialCreate(_In):
     name: str = Field(max_length=200)
     kind: str = Field(max_length=64, description="postgres, bearer, basic, api_key or generic")
-    data: dict[str, Any] = Field(description="The material; validated per kind")
+    data: JsonObject = Field(description="The material; validated per kind")
     description: str | None = Field(None, max_length=2000)
     tags: list[str] = Field(default_factory=list, max_length=64)
 
@@ -265,13 +266,13 @@ class CredentialQuery(_In):
 
 
 class CredentialDetail(CredentialInfo):
-    data: dict[str, Any] = Field(description="Masked unless include_data")
+    data: JsonObject = Field(description="Masked unless include_data")
 
 
 # -- vars ---------------------------------------------------------------------------------------
 class VarsDoc(_Out):
     execution_id: str
-    vars: dict[str, Any]
+    vars: JsonObject
     skipped: list[SkippedRecord] = Field(default_factory=list, description="Records that do "
                                          "not decode, left out (and logged)")
 
@@ -279,11 +280,11 @@ class VarsDoc(_Out):
 class VarValue(_Out):
     execution_id: str
     name: str
-    value: Any
+    value: JsonValue
 
 
 class VarPut(_In):
-    value: Any = Field(description="Any JSON value")
+    value: JsonValue = Field(description="Any JSON value")
 
 
 # -- sessions -----------------------------------------------------------------------------------

@@ -8,32 +8,36 @@ endpoint, so the document cannot drift from the routes.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel
-from pydantic.json_schema import JsonSchemaMode, models_json_schema
+from pydantic.json_schema import JsonSchemaMode, JsonSchemaValue, models_json_schema
 
 from noetl_stream import __version__
 from noetl_stream.api.endpoints import Endpoint
 from noetl_stream.api.models import ErrorReply
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 REF = "#/components/schemas/{model}"
 _PATH_PARAM = re.compile(r"\{([A-Za-z_]+)\}")
 
 
-def _non_null(schema: dict[str, Any]) -> dict[str, Any]:
+# The reference to a model's schema in the document, for validation (a body) or serialization.
+_Ref = Callable[[type[BaseModel], JsonSchemaMode], JsonSchemaValue]
+
+
+def _non_null(schema: JsonObject) -> JsonObject:
     """A query parameter is absent rather than null: drop the null branch of an optional."""
     variants = schema.get("anyOf")
     if isinstance(variants, list):
         kept = [v for v in variants if v != {"type": "null"}]
-        if len(kept) == 1:
+        if len(kept) == 1 and isinstance(kept[0], dict):
             rest = {k: v for k, v in schema.items() if k != "anyOf"}
             return {**rest, **kept[0]}
     return schema
 
 
-def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
+def _query_parameters(model: type[BaseModel]) -> list[JsonObject]:
     schema = model.model_json_schema()
     required = set(schema.get("required", []))
     out = []
@@ -43,7 +47,7 @@ def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
         if prop.get("default", "") is None:
             prop.pop("default")
         description = prop.pop("description", None)
-        param: dict[str, Any] = {"name": name, "in": "query", "required": name in required,
+        param: JsonObject = {"name": name, "in": "query", "required": name in required,
                                  "schema": prop}
         if description:
             param["description"] = description
@@ -51,9 +55,9 @@ def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
     return out
 
 
-def _operation(ep: Endpoint, refs: dict[Any, dict[str, Any]]) -> dict[str, Any]:
-    op: dict[str, Any] = {"operationId": ep.operation_id, "summary": ep.summary, "tags": [ep.tag]}
-    params: list[dict[str, Any]] = [
+def _operation(ep: Endpoint, ref: _Ref) -> JsonObject:
+    op: JsonObject = {"operationId": ep.operation_id, "summary": ep.summary, "tags": [ep.tag]}
+    params: list[JsonValue] = [
         {"name": name, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1}}
         for name in _PATH_PARAM.findall(ep.path)]
     if ep.query is not None:
@@ -63,19 +67,19 @@ def _operation(ep: Endpoint, refs: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     if params:
         op["parameters"] = params
     if ep.body is not None:
-        content: dict[str, Any] = {"application/json": {"schema": refs[(ep.body, "validation")]}}
+        content: JsonObject = {"application/json": {"schema": ref(ep.body, "validation")}}
         if ep.raw_body:
             content[ep.raw_body] = {"schema": {"type": "string"}}
         op["requestBody"] = {"required": ep.body_required, "content": content}
     elif ep.any_body:
         op["requestBody"] = {"required": False, "content": {"application/json": {"schema": {}}}}
-    ok: dict[str, Any] = {"description": "success"}
+    ok: JsonObject = {"description": "success"}
     if ep.response is not None:
-        ok["content"] = {ep.produces: {"schema": refs[(ep.response, "serialization")]}}
+        ok["content"] = {ep.produces: {"schema": ref(ep.response, "serialization")}}
     elif ep.produces != "application/json":
         ok["content"] = {ep.produces: {"schema": {"type": "string"}}}
-    responses: dict[str, Any] = {str(ep.status): ok}
-    error = {"content": {"application/json": {"schema": refs[(ErrorReply, "serialization")]}}}
+    responses: JsonObject = {str(ep.status): ok}
+    error: JsonObject = {"content": {"application/json": {"schema": ref(ErrorReply, "serialization")}}}
     codes = set(ep.errors) | ({401, 403} if ep.permission is not None else set())
     for code in sorted(codes):
         responses[str(code)] = {"description": _DESCRIPTIONS.get(code, "error"), **error}
@@ -92,7 +96,7 @@ _DESCRIPTIONS = {401: "no valid bearer token", 403: "the caller's roles lack the
                  422: "invalid request", 503: "NATS or JetStream unreachable"}
 
 
-def build_openapi(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
+def build_openapi(endpoints: Sequence[Endpoint]) -> JsonObject:
     """The document for `endpoints`, deterministic (the same routes give the same text)."""
     wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(ErrorReply, "serialization")]
     for ep in endpoints:
@@ -102,15 +106,16 @@ def build_openapi(endpoints: Sequence[Endpoint]) -> dict[str, Any]:
             wanted.append((ep.response, "serialization"))
     unique = list(dict.fromkeys(wanted))
     refs, defs = models_json_schema(unique, ref_template=REF)
-    paths: dict[str, dict[str, Any]] = {}
+    paths: dict[str, JsonObject] = {}
     for ep in endpoints:
-        paths.setdefault(ep.path, {})[ep.method.lower()] = _operation(ep, dict(refs))
+        paths.setdefault(ep.path, {})[ep.method.lower()] = _operation(
+            ep, lambda model, mode: refs[(model, mode)])
     return {
         "openapi": "3.1.0",
         "info": {"title": "noetl-stream API", "version": __version__,
                  "description": "Control plane of noetl-stream: catalog, executions, events, "
                                 "credentials, vars, sessions. See docs/api.md."},
-        "paths": paths,
+        "paths": {path: operations for path, operations in paths.items()},
         "components": {"schemas": defs.get("$defs", {}),
                        "securitySchemes": {"bearer": {
                            "type": "http", "scheme": "bearer",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
 
 from aiohttp import web
 
@@ -22,6 +21,7 @@ from noetl_stream.api import (
 )
 from noetl_stream.api.endpoints import Endpoint
 from noetl_stream.api.openapi import build_openapi
+from noetl_stream.jsonutil import JsonObject
 
 
 async def openapi_document(request: web.Request) -> web.StreamResponse:
@@ -46,6 +46,6 @@ def all_endpoints() -> list[Endpoint]:
 
 
 @cache
-def api_document() -> dict[str, Any]:
+def api_document() -> JsonObject:
     """The OpenAPI document of every route the app serves."""
     return build_openapi(all_endpoints())

@@ -10,7 +10,7 @@ delivery sent again starts nothing new; the answer names the same execution.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TypedDict
 from urllib.parse import parse_qsl
 
 from aiohttp import web
@@ -22,6 +22,7 @@ from noetl_stream.api.endpoints import Endpoint, json_response
 from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.routes_triggers import trigger_name
 from noetl_stream.events import iso_time
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.server.trigger_ops import publish_trigger_event
 from noetl_stream.server.trigger_start import record_fired, request_execution
 from noetl_stream.state import triggers as store
@@ -66,7 +67,7 @@ async def _check_signature(request: web.Request, record: TriggerRecord, body: by
                        code="bad_signature")
 
 
-def parsed_body(content_type: str, body: bytes) -> Any:
+def parsed_body(content_type: str, body: bytes) -> JsonValue:
     """The body as a payload template sees it: JSON parsed (when declared JSON, or when it
     parses without a declared type), a form as a mapping of its fields (a repeated field: the
     list of its values), anything else as text; None when empty.
@@ -75,7 +76,7 @@ def parsed_body(content_type: str, body: bytes) -> Any:
         return None
     text = body.decode("utf-8", errors="replace")
     if content_type == "application/x-www-form-urlencoded":
-        fields: dict[str, Any] = {}
+        fields: JsonObject = {}
         for key, value in parse_qsl(text, keep_blank_values=True):
             held = fields.get(key)
             fields[key] = value if held is None else [*held, value] if isinstance(held, list) \
@@ -84,13 +85,25 @@ def parsed_body(content_type: str, body: bytes) -> Any:
     if content_type in ("application/json", "application/octet-stream") \
             or content_type.endswith("+json"):
         try:
-            return jsonutil.loads(body)
+            parsed: JsonValue = jsonutil.loads(body)
         except ValueError:
             return text
+        return parsed
     return text
 
 
-def webhook_context(request: web.Request, body: bytes, delivery: str) -> dict[str, Any]:
+class WebhookContext(TypedDict):
+    """What a webhook trigger's payload templates read as `webhook`."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: JsonValue
+    delivery: str
+
+
+def webhook_context(request: web.Request, body: bytes, delivery: str) -> WebhookContext:
     data = parsed_body(request.content_type, body)
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _HIDDEN_HEADERS}
     return {"method": request.method, "path": request.path, "query": dict(request.query),

@@ -8,7 +8,6 @@ draws the net and shows the report beside the live marking.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from aiohttp import web
 
@@ -45,7 +44,7 @@ async def explain_execution(request: web.Request) -> web.StreamResponse:
     # The report shows every step's status and the result, stored beside the state.
     ctx = api_context(request)
     await StepResults(ctx.bus.js, ResultStore(ctx.bus.js)).load(state, steps=False)
-    report: dict[str, Any] = explain(state, playbook, time.time())
+    report = explain(state, playbook, time.time())
     return json_response(report)
 
 

@@ -5,8 +5,9 @@ on the same KV bucket and streams, under the API's roles: reading needs `read`, 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
@@ -17,11 +18,14 @@ from noetl_stream.api.endpoints import Endpoint, json_response, read_body, read_
 from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.request_guard import YAML_TYPES
 from noetl_stream.errors import Issue, PlaybookError, YamlSyntaxError
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.server import trigger_ops
 from noetl_stream.server.trigger_history import MAX_PAGE, history
 from noetl_stream.state.triggers import TriggerState
 from noetl_stream.triggers.cron import ScheduleError
 from noetl_stream.triggers.subscription_map import document_trigger
+
+T = TypeVar("T")
 
 REQUEST_FILE = "<request>"
 
@@ -54,7 +58,7 @@ class TriggerSummary(BaseModel):
     playbook: str
     source: str
     next_fire: str | None
-    last_execution: dict[str, Any] | None
+    last_execution: JsonObject | None
 
 
 class TriggerList(BaseModel):
@@ -65,13 +69,13 @@ class TriggerList(BaseModel):
 class TriggerDetail(TriggerSummary):
     revision: int
     applied_at: str
-    document: dict[str, Any]
+    document: JsonObject
     next_fires: list[str] = Field(description="The next fire times of an active cron schedule")
 
 
 class TriggerHistory(BaseModel):
     model_config = ConfigDict(frozen=True)
-    items: list[dict[str, Any]] = Field(description="Trigger events, oldest first, with `seq`")
+    items: list[JsonObject] = Field(description="Trigger events, oldest first, with `seq`")
     last_seq: int = Field(description="The next page's after_seq")
 
 
@@ -92,7 +96,7 @@ def trigger_name(request: web.Request) -> str:
     return name
 
 
-async def _call(action: Any) -> Any:
+async def _call(action: Awaitable[T]) -> T:
     """Map the operations' refusals to HTTP."""
     try:
         return await action

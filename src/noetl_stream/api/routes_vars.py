@@ -7,7 +7,8 @@ see; it does not reach back into a running execution's own state.
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from typing import Literal
 
 from aiohttp import web
 from nats.js.errors import KeyNotFoundError
@@ -18,19 +19,30 @@ from noetl_stream.api.endpoints import Endpoint, json_response, read_body
 from noetl_stream.api.errors import not_found
 from noetl_stream.api.execution_lookup import check_execution_id, load_state
 from noetl_stream.api.models import Deleted, SkippedRecord, VarPut, VarsDoc, VarValue
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.server.vars_store import VARS_BUCKET, vars_key
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.records import Skips, read_each
 
-_MISSING = object()
+
+class _Missing(enum.Enum):
+    """No value: the var was never set or is deleted."""
+
+    MISSING = enum.auto()
 
 
-async def _read(ctx: ApiContext, key: str) -> Any:
+_MISSING = _Missing.MISSING
+
+
+async def _read(ctx: ApiContext, key: str) -> JsonValue | Literal[_Missing.MISSING]:
     try:
         entry = await ctx.vars.get(key)
     except KeyNotFoundError:  # KeyDeletedError too
         return _MISSING
-    return jsonutil.loads(entry.value) if entry.value else _MISSING
+    if not entry.value:
+        return _MISSING
+    value: JsonValue = jsonutil.loads(entry.value)
+    return value
 
 
 async def _known(ctx: ApiContext, execution_id: str) -> None:
@@ -49,7 +61,7 @@ async def get_vars(request: web.Request) -> web.StreamResponse:
     ctx = api_context(request)
     execution_id = request.match_info["execution_id"]
     await _known(ctx, execution_id)
-    values: dict[str, Any] = {}
+    values: JsonObject = {}
     skips = Skips("var")
 
     async def read(key: str) -> str | None:

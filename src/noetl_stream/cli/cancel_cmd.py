@@ -10,7 +10,7 @@ server answered.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 from nats.errors import Error as NatsError
@@ -27,7 +27,11 @@ from noetl_stream.cli.common import (
     run_async,
 )
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import RequestReply
+
+if TYPE_CHECKING:
+    from noetl_stream.bus.connection import Bus
 
 
 @click.command("cancel")
@@ -51,7 +55,7 @@ def cancel(execution_id: str, reason: str | None, wait_end: bool, timeout_s: flo
 
         cancel_remote(server_url, token, execution_id, reason, wait_end, timeout_s)
 
-    async def go() -> tuple[RequestReply | None, dict[str, Any] | None]:
+    async def go() -> tuple[RequestReply | None, JsonObject | None]:
         async with client_bus(nats_url, prefix=prefix, name="noetl-stream-cancel") as bus:
             return await _cancel(bus, execution_id, reason, wait_end, timeout_s)
 
@@ -69,13 +73,15 @@ def cancel(execution_id: str, reason: str | None, wait_end: bool, timeout_s: flo
     click.echo(f"cancel of {execution_id} requested", err=True)
     if final is None:
         return
-    status = str(final.get("status") or final.get("event_type", "").removeprefix("execution."))
+    event_type = final.get("event_type", "")
+    status = str(final.get("status")
+                 or (event_type.removeprefix("execution.") if isinstance(event_type, str) else ""))
     click.echo(f"{execution_id} {status}")
     raise SystemExit(EXIT_OK if status == "cancelled" else EXIT_FAILED)
 
 
-async def _cancel(bus: Any, execution_id: str, reason: str | None, wait_end: bool,
-                  timeout_s: float) -> tuple[RequestReply | None, dict[str, Any] | None]:
+async def _cancel(bus: Bus, execution_id: str, reason: str | None, wait_end: bool,
+                  timeout_s: float) -> tuple[RequestReply | None, JsonObject | None]:
     """Send the request with a reply inbox; with `wait_end`, also follow events to the end."""
     from noetl_stream.bus.watcher import ExecutionWatch
     from noetl_stream.server.cancel import request_cancel
@@ -108,7 +114,7 @@ async def _cancel(bus: Any, execution_id: str, reason: str | None, wait_end: boo
             await sub.unsubscribe()
 
 
-async def _finished(bus: Any, execution_id: str) -> RequestReply | None:
+async def _finished(bus: Bus, execution_id: str) -> RequestReply | None:
     """A refusal when the execution has already ended, else None."""
     from nats.js.errors import KeyNotFoundError
 

@@ -6,7 +6,8 @@ Exit codes: 0 shown, 2 no such path or version, 3 NATS or the server unreachable
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote
 
 import click
@@ -22,6 +23,11 @@ from noetl_stream.cli.common import (
     run_async,
 )
 from noetl_stream.errors import InfrastructureError, PlaybookError
+
+if TYPE_CHECKING:
+    from noetl_stream.api.models import CatalogPath
+
+T = TypeVar("T")
 
 
 @click.group("catalog")
@@ -39,13 +45,13 @@ def list_catalog(as_json: bool, nats_url: str | None, prefix: str, server_url: s
     """List registered paths with the playbook id of `latest` and their versions."""
     items = _call(_list(nats_url, prefix, server_url, token))
     if as_json:
-        click.echo(jsonutil.dumps_str(items))
+        click.echo(jsonutil.dumps_str([item.model_dump(mode="json") for item in items]))
         return
-    width = max([len("PATH"), *(len(str(i["path"])) for i in items)])
+    width = max([len("PATH"), *(len(i.path) for i in items)])
     click.echo(f"{'PATH':<{width}}  {'LATEST':<35}  VERSIONS")
     for item in items:
-        versions = ", ".join(sorted(item["versions"])) or "-"
-        click.echo(f"{item['path']:<{width}}  {item['latest'] or '-':<35}  {versions}")
+        versions = ", ".join(sorted(item.versions)) or "-"
+        click.echo(f"{item.path:<{width}}  {item.latest or '-':<35}  {versions}")
 
 
 @catalog.command("show")
@@ -73,17 +79,19 @@ async def fetch_text(path: str, version: str | None, *, nats_url: str | None, pr
                      server_url: str | None, token: str | None) -> str | None:
     """The text registered under `path` (latest, or `version`), or None."""
     if server_url is not None:
+        from noetl_stream.api.models import CatalogPlaybook
         from noetl_stream.cli.remote import RemoteError, open_client
 
         query = f"?version={quote(version)}" if version else ""
         async with open_client(server_url, token) as client:
             try:
-                answer = await client.request("GET", f"/api/catalog/{quote(path.strip('/'))}{query}")
+                answer = await client.answer(CatalogPlaybook, "GET",
+                                             f"/api/catalog/{quote(path.strip('/'))}{query}")
             except RemoteError as exc:
                 if exc.status == 404:
                     return None
                 raise
-        return str(answer["content"])
+        return answer.content
     from noetl_stream.services import client_bus
     from noetl_stream.state.catalog import read_path
 
@@ -93,13 +101,14 @@ async def fetch_text(path: str, version: str | None, *, nats_url: str | None, pr
 
 
 async def _list(nats_url: str | None, prefix: str, server_url: str | None,
-                token: str | None) -> list[dict[str, Any]]:
+                token: str | None) -> list[CatalogPath]:
     if server_url is not None:
+        from noetl_stream.api.models import CatalogList
         from noetl_stream.cli.remote import open_client
 
         async with open_client(server_url, token) as client:
-            answer = await client.request("GET", "/api/catalog")
-        return list(answer["items"])
+            answer = await client.answer(CatalogList, "GET", "/api/catalog")
+        return answer.items
     from noetl_stream.services import client_bus
     from noetl_stream.state.catalog import list_paths, read_entry
 
@@ -116,10 +125,10 @@ async def _list(nats_url: str | None, prefix: str, server_url: str | None,
             return playbook.path, playbook.version
 
         paths = await list_paths(bus.js, describe)
-    return [{"path": p.path, "latest": p.latest, "versions": p.versions} for p in paths]
+    return [CatalogPath(path=p.path, latest=p.latest, versions=p.versions) for p in paths]
 
 
-def _call(coro: Any) -> Any:
+def _call(coro: Coroutine[object, object, T]) -> T:
     from noetl_stream.cli.remote import RemoteError
 
     try:

@@ -90,7 +90,7 @@ def on_stack(nats_url: str | None, prefix: str, name: str, action: Callable[[Bus
         fail(EXIT_INFRA, str(exc))
 
 
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
+def run_async(coro: Coroutine[object, object, T]) -> T:
     """Run `coro` on uvloop where it is installed (it is optional off Linux/macOS). SIGTERM
     ends it as Ctrl-C does (KeyboardInterrupt once its cleanup ran), so a command stopped by a
     supervisor also stops the embedded nats-server it started.
@@ -102,7 +102,7 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return uvloop.run(_terminable(coro))
 
 
-async def _terminable(coro: Coroutine[Any, Any, T]) -> T:
+async def _terminable(coro: Coroutine[object, object, T]) -> T:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     terminated = False

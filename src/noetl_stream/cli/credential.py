@@ -27,6 +27,7 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.credentials import CredentialScope
 from noetl_stream.errors import CredentialError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.state.auth_cache import AuthCache
 from noetl_stream.state.credentials import (
     KEEP_SCOPE,
@@ -52,7 +53,7 @@ def _with_store(nats_url: str | None, prefix: str,
                     rejected=(CredentialError,))
 
 
-def _read_data(raw: str) -> Any:
+def _read_data(raw: str) -> JsonValue:
     source = "--data"
     if raw.startswith("@"):
         path = Path(raw[1:])
@@ -62,11 +63,12 @@ def _read_data(raw: str) -> Any:
         except OSError as exc:
             fail(EXIT_REJECTED, f"--data {source}: cannot read: {exc.strerror}")
     try:
-        return jsonutil.loads(raw)
+        data: JsonValue = jsonutil.loads(raw)
     except ValueError:
         # The text may be the secret: say where the JSON was, not what it said.
         fail(EXIT_REJECTED, f"{source} is not valid JSON (expected an object such as "
                              '\'{"token": "..."}\')')
+    return data
 
 
 @click.group("credential")
@@ -163,7 +165,7 @@ def list_cmd(as_json: bool, nats_url: str | None, prefix: str) -> None:
 def get_cmd(name: str, show_secrets: bool, nats_url: str | None, prefix: str) -> None:
     """Show credential NAME as JSON, its secret fields masked unless --show-secrets."""
 
-    async def action(store: CredentialStore, cache: AuthCache) -> dict[str, Any] | None:
+    async def action(store: CredentialStore, cache: AuthCache) -> JsonObject | None:
         info = await store.info(name)
         material = await store.get(name)
         if info is None or material is None:

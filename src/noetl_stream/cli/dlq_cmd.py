@@ -7,7 +7,7 @@ Exit codes: 0 done, 2 bad input or no such dead letter, 3 NATS unreachable or no
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 import orjson
@@ -23,11 +23,15 @@ from noetl_stream.cli.common import (
     run_async,
 )
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.jsonutil import JsonValue
+
+if TYPE_CHECKING:
+    from noetl_stream.bus.connection import Bus
 
 T = TypeVar("T")
 
 
-def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Any], Awaitable[T]]) -> T:
+def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Bus], Awaitable[T]]) -> T:
     """Run `action(bus)` on `nats_url`, or on the embedded nats-server when it is None."""
     from noetl_stream.services import client_bus
 
@@ -84,7 +88,7 @@ def show(seq: int, nats_url: str | None, prefix: str) -> None:
     if letter is None:
         fail(EXIT_REJECTED, f"no dead letter {seq}")
     try:
-        command: Any = jsonutil.loads(letter.data)
+        command: JsonValue = jsonutil.loads(letter.data)
     except ValueError:
         command = letter.data.decode(errors="replace")  # an unreadable command, shown as text
     full = {**letter.summary(), "command": command}

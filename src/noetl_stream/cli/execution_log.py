@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from nats.js.errors import KeyNotFoundError
 
@@ -18,6 +17,7 @@ from noetl_stream.api.event_log import count_after, read_page
 from noetl_stream.bus.connection import Bus
 from noetl_stream.cli.progress import output_lines
 from noetl_stream.events import iso_time
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.records import Skips, read_each
@@ -54,9 +54,9 @@ async def is_known(bus: Bus, execution_id: str) -> bool:
     return await count_after(bus, execution_id, 0) > 0
 
 
-async def read_events(bus: Bus, execution_id: str) -> tuple[list[dict[str, Any]], int]:
+async def read_events(bus: Bus, execution_id: str) -> tuple[list[JsonObject], int]:
     """Every event the stream holds for the execution, oldest first, and the last sequence read."""
-    events: list[dict[str, Any]] = []
+    events: list[JsonObject] = []
     last = 0
     while True:
         page, last = await read_page(bus, execution_id, after_seq=last, limit=PAGE)
@@ -87,7 +87,7 @@ class ExecutionRow:
     ended_at: float | None
     parent_execution_id: str | None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"execution_id": self.execution_id, "status": self.status,
                 "playbook": self.playbook, "started_at": iso_time(self.started_at),
                 "ended_at": iso_time(self.ended_at) if self.ended_at else None,
@@ -149,12 +149,12 @@ def table(rows: list[ExecutionRow], now: float | None = None) -> list[str]:
             for row in cells]
 
 
-def _short(value: Any, limit: int = 200) -> str:
+def _short(value: JsonValue, limit: int = 200) -> str:
     text = value if isinstance(value, str) else jsonutil.dumps_str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _details(event: dict[str, Any]) -> str:
+def _details(event: JsonObject) -> str:
     """What is worth reading about an event beyond its type and step."""
     etype = str(event.get("event_type", ""))
     parts: list[str] = []
@@ -167,12 +167,13 @@ def _details(event: dict[str, Any]) -> str:
         parts.append(f"result {_short(event.get('result'))}")
     if isinstance(error, dict) and error.get("message"):
         parts.append(f"error: {_short(error['message'], 500)}")
-    for problem in event.get("errors") or []:
+    problems = event.get("errors") or []
+    for problem in problems if isinstance(problems, list) else []:
         parts.append(_short(problem, 500))
     return "  ".join(p for p in parts if p)
 
 
-def _kind_details(etype: str, event: dict[str, Any]) -> list[str]:
+def _kind_details(etype: str, event: JsonObject) -> list[str]:
     """The fields that matter for this type of event."""
     parts: list[str] = []
     if etype == "execution.started":
@@ -197,7 +198,7 @@ def _kind_details(etype: str, event: dict[str, Any]) -> list[str]:
     return parts
 
 
-def event_lines(event: dict[str, Any]) -> list[str]:
+def event_lines(event: JsonObject) -> list[str]:
     """One line for the event, then what its tasks printed, indented."""
     ts = event.get("timestamp")
     when = str(event.get("time") or (iso_time(float(ts)) if isinstance(ts, (int, float)) else "-"))

@@ -7,7 +7,6 @@ Exit codes: 0 the events were shown, 2 no such execution, 3 NATS unreachable.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import click
 from nats.errors import Error as NatsError
@@ -15,6 +14,7 @@ from nats.errors import Error as NatsError
 from noetl_stream import jsonutil
 from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, prefix_option, run_async
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.jsonutil import JsonObject
 
 
 @click.command("logs")
@@ -83,7 +83,7 @@ class _Shown:
         self.steps = steps
         self.as_json = as_json
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: JsonObject) -> None:
         from noetl_stream.cli.execution_log import event_lines
 
         if self.steps and event.get("step") not in self.steps:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
-from typing import Any
 
 from noetl_stream.bus.connection import Bus
+from noetl_stream.jsonutil import JsonObject
 
 ENV_PICKUP_WARN_S = "NOETL_STREAM_PICKUP_WARN_S"
 PICKUP_WARN_S = 5.0
@@ -29,7 +29,7 @@ class PickupWatch:
     def __init__(self) -> None:
         self.taken = asyncio.Event()
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: JsonObject) -> None:
         if event.get("event_type") in ("task.started", "execution.completed", "execution.failed",
                                        "execution.cancelled", "execution.rejected"):
             self.taken.set()

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
 
 from noetl_stream import jsonutil
 from noetl_stream.bus.timers import TIMER_FIRED, TIMER_SCHEDULED
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.router.watchdog import TIMER_PREFIX as WATCHDOG_PREFIX
 
 
@@ -23,12 +24,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _short(value: Any, limit: int = 120) -> str:
+def _short(value: JsonValue, limit: int = 120) -> str:
     text = jsonutil.dumps_str(value) if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def output_lines(event: dict[str, Any]) -> list[str]:
+def output_lines(event: JsonObject) -> list[str]:
     """What the event's tasks printed (`output`, events.py), as `[task stdout] line` lines."""
     lines: list[str] = []
     output = event.get("output")
@@ -42,13 +43,19 @@ def output_lines(event: dict[str, Any]) -> list[str]:
         for stream in ("stdout", "stderr"):
             text = str(captured.get(stream) or "")
             size = captured.get(f"{stream}_bytes") or 0
-            if len(text.encode()) < size:
+            if isinstance(size, int) and len(text.encode()) < size:
                 lines.append(f"[{task} {stream}] … (last {len(text.encode())} of {size} bytes)")
             lines += [f"[{task} {stream}] {line}" for line in text.splitlines()]
     return lines
 
 
-def _timestamp(event: dict[str, Any]) -> float | None:
+def _error_field(event: JsonObject, name: str) -> JsonValue:
+    """A field of the event's `error` object; "" when it has none."""
+    error = event.get("error")
+    return error.get(name, "") if isinstance(error, dict) else ""
+
+
+def _timestamp(event: JsonObject) -> float | None:
     ts = event.get("timestamp")
     return float(ts) if isinstance(ts, (int, float)) and not isinstance(ts, bool) else None
 
@@ -76,7 +83,7 @@ class ProgressPrinter:
         except (BrokenPipeError, ValueError):
             self.out = open(os.devnull, "w")  # noqa: SIM115 - the reader left; stop writing
 
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: JsonObject) -> None:
         ts = _timestamp(event)
         if ts is not None and event.get("event_type") != "timer.scheduled":  # its ts is the future
             self.now = max(self.now, ts) if self.t0 is not None else ts
@@ -86,7 +93,7 @@ class ProgressPrinter:
             for line in output_lines(event):
                 self._line(self._c("2", f"  {line}"))
 
-    def _show(self, event: dict[str, Any]) -> None:
+    def _show(self, event: JsonObject) -> None:
         etype = str(event.get("event_type", ""))
         if etype in (TIMER_SCHEDULED, TIMER_FIRED):
             self._timer(etype, event)
@@ -101,7 +108,7 @@ class ProgressPrinter:
         elif etype in ("concurrency.requested", "sla.missed"):
             self._limit_line(etype, event)
 
-    def _limit_line(self, etype: str, event: dict[str, Any]) -> None:
+    def _limit_line(self, etype: str, event: JsonObject) -> None:
         """Waiting for a concurrency slot, or past the SLA (docs/triggers.md)."""
         if etype == "concurrency.requested":
             self._line(f"waiting for a slot: at most {event.get('limit')} of "
@@ -110,34 +117,35 @@ class ProgressPrinter:
             self._line(self._c("33", "SLA missed") + f"  running {event.get('elapsed_s')}s, "
                        f"max_duration {event.get('max_duration_s'):g}s")
 
-    def _execution_line(self, etype: str, event: dict[str, Any]) -> None:
+    def _execution_line(self, etype: str, event: JsonObject) -> None:
         if etype == "execution.started":
             self._line(f"execution {event.get('execution_id')} started "
                        f"({event.get('playbook')})")
         elif etype == "execution.completed":
             self._line(self._c("1;32", "completed") + f"  result: {_short(event.get('result'), 400)}")
         elif etype == "execution.failed":
-            err = (event.get("error") or {}).get("message", "")
+            err = _error_field(event, "message")
             self._line(self._c("1;31", "failed") + f"  {_short(err, 600)}")
         elif etype == "execution.cancelled":
-            reason = (event.get("error") or {}).get("reason") or ""
+            reason = _error_field(event, "reason") or ""
             self._line(self._c("1;33", "cancelled") + (f"  {_short(reason, 300)}" if reason else ""))
         elif etype == "execution.admitted":
             self._line("admitted: it holds a slot")
         elif etype == "execution.rejected":
             self._line(self._c("1;31", "rejected"))
-            for e in event.get("errors", []):
+            errors = event.get("errors", [])
+            for e in errors if isinstance(errors, list) else []:
                 self.out.write(f"  {e}\n")
 
-    def _step_line(self, etype: str, event: dict[str, Any], step: str) -> None:
+    def _step_line(self, etype: str, event: JsonObject, step: str) -> None:
         if etype == "step.started":
             self.started[str(event.get("step_run_id"))] = self.now
             run = event.get("run", 1)
-            self._line(f"▶ {step}" + (f" (run {run})" if run and run > 1 else ""))
+            self._line(f"▶ {step}" + (f" (run {run})" if isinstance(run, int) and run > 1 else ""))
         elif etype == "step.done":
             self._line(self._c("32", f"✓ {step}") + f"  {self._took(event)}")
         elif etype == "step.failed":
-            err = (event.get("error") or {}).get("message", "")
+            err = _error_field(event, "message")
             self._line(self._c("31", f"✗ {step}") + f"  {_short(err, 300)}")
         elif etype == "step.timeout":
             self._line(self._c("31", f"⏱ {step}") + f"  {_short(event.get('reason', ''), 300)}")
@@ -149,10 +157,10 @@ class ProgressPrinter:
         elif etype == "step.skipped":
             self._line(self._c("2", f"- {step} skipped ({event.get('reason', '')})"))
 
-    def _retry_line(self, event: dict[str, Any], step: str) -> None:
+    def _retry_line(self, event: JsonObject, step: str) -> None:
         """`↻ fetch 2/5 in 4s: HTTP 404`: which attempt comes next, when, and why."""
         raw = event.get("after")
-        after: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        after: JsonObject = raw if isinstance(raw, dict) else {}
         code = after.get("status_code")
         why = f"HTTP {code}" if isinstance(code, int) else _short(after.get("error") or "", 200)
         of = f"/{event['max_attempts']}" if event.get("max_attempts") else ""
@@ -166,7 +174,7 @@ class ProgressPrinter:
         self._line(self._c("33", f"↻ {where}{item}") + f" {event.get('attempt')}{of}{when}"
                    + (f": {why}" if why else ""))
 
-    def _loop_line(self, etype: str, event: dict[str, Any], step: str) -> None:
+    def _loop_line(self, etype: str, event: JsonObject, step: str) -> None:
         if etype == "loop.started":
             if event.get("total") is None:  # a cursor loop: its items are claimed as it goes
                 self._line(f"  {step}: cursor loop, {event.get('max_in_flight')} claiming at once")
@@ -182,10 +190,10 @@ class ProgressPrinter:
         elif etype == "loop.done":
             self._line(self._c("32", f"✓ {step}") + f"  loop done  {self._took(event)}")
         elif etype == "loop.failed":
-            err = (event.get("error") or {}).get("message", "")
+            err = _error_field(event, "message")
             self._line(self._c("31", f"✗ {step}") + f"  loop failed: {_short(err, 300)}")
 
-    def _timer(self, etype: str, event: dict[str, Any]) -> None:
+    def _timer(self, etype: str, event: JsonObject) -> None:
         timer_id = str(event.get("timer_id", ""))
         if timer_id.startswith(WATCHDOG_PREFIX):
             return  # a step's deadline: shown as step.timeout if it is ever reached
@@ -203,7 +211,7 @@ class ProgressPrinter:
         else:
             self._line(f"⏲ {step}: {what} scheduled")
 
-    def _took(self, event: dict[str, Any]) -> str:
+    def _took(self, event: JsonObject) -> str:
         ms = event.get("duration_ms")
         if ms is None:
             t = self.started.get(str(event.get("step_run_id")))

@@ -17,14 +17,16 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 from urllib.parse import quote
 
 import aiohttp
+from pydantic import BaseModel, ValidationError
 
 from noetl_stream import config, jsonutil
 from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED
 from noetl_stream.errors import InfrastructureError, NoetlStreamError
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 
 END_EVENTS = frozenset({*TERMINAL_EXECUTION_EVENTS, "execution.rejected"})
@@ -37,11 +39,13 @@ STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=15, sock_read=45
 RECONNECTS = 8
 NOT_AUTHENTICATED = f"not authenticated: pass --token or set {config.ENV_TOKEN}"
 
+M = TypeVar("M", bound=BaseModel)
+
 
 class RemoteError(NoetlStreamError):
     """The server answered with an error (`{"error": {"code", "message", "details"}}`)."""
 
-    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+    def __init__(self, status: int, code: str, message: str, details: JsonValue = None) -> None:
         self.status = status
         self.code = code
         self.message = message
@@ -56,8 +60,9 @@ class RemoteError(NoetlStreamError):
     def reasons(self) -> list[str]:
         """The lines that say why a playbook or request was refused, when the server gave them."""
         details = self.details
-        if isinstance(details, dict) and isinstance(details.get("errors"), list):
-            return [str(e) for e in details["errors"]]
+        errors = details.get("errors") if isinstance(details, dict) else None
+        if isinstance(errors, list):
+            return [str(e) for e in errors]
         if isinstance(details, list):
             return [str(d.get("text") or d.get("message") or d) if isinstance(d, dict) else str(d)
                     for d in details]
@@ -87,8 +92,9 @@ class SseEvent:
     event: str
     data: str
 
-    def json(self) -> Any:
-        return jsonutil.loads(self.data)
+    def json(self) -> JsonValue:
+        value: JsonValue = jsonutil.loads(self.data)
+        return value
 
 
 class SseParser:
@@ -140,8 +146,8 @@ class ApiClient:
         return InfrastructureError(f"cannot reach the server at {self.base_url}: "
                                    f"{exc or type(exc).__name__}")
 
-    async def request(self, method: str, path: str, *, json: Any = None,
-                      headers: dict[str, str] | None = None) -> Any:
+    async def request(self, method: str, path: str, *, json: object = None,
+                      headers: dict[str, str] | None = None) -> JsonValue:
         """The JSON answer to a request; RemoteError for an error answer."""
         body = None if json is None else jsonutil.dumps(json)
         sent = {**self.headers, **(headers or {})}
@@ -156,7 +162,14 @@ class ApiClient:
             raise self._unreachable(exc) from None
         if status >= 400:
             raise _error_of(status, reason, answer)
-        return jsonutil.loads(answer) if answer.strip() else None
+        value: JsonValue = jsonutil.loads(answer) if answer.strip() else None
+        return value
+
+    async def answer(self, model: type[M], method: str, path: str, *, json: object = None,
+                     headers: dict[str, str] | None = None) -> M:
+        """The answer to a request, read as the API's model of it (api/models.py)."""
+        value = await self.request(method, path, json=json, headers=headers)
+        return answer_as(model, value, f"{method} {path}")
 
     async def events(self, execution_id: str, *, wait_for_start: bool = False,
                      ) -> AsyncIterator[SseEvent]:
@@ -204,6 +217,19 @@ class ApiClient:
                 # sent (or, on a first connection, none is left; the caller asks how it ended).
                 return
             # Ended cleanly before the terminal event: a proxy's cut; resume.
+
+
+def answer_as(model: type[M], value: JsonValue, request: str) -> M:
+    """`value` as `model`; an answer of another shape (a server of another version, a proxy)
+    is an InfrastructureError naming the request and the first field that does not fit.
+    """
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        where = ".".join(str(p) for p in problem["loc"]) or "the body"
+        raise InfrastructureError(f"the server's answer to {request} is not what this client "
+                                  f"reads: {where}: {problem['msg']}") from None
 
 
 @contextlib.asynccontextmanager

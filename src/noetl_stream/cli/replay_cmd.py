@@ -9,7 +9,7 @@ step), 3 NATS unreachable, 4 still running after --timeout; with --detach, 0 onc
 from __future__ import annotations
 
 import getpass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +22,10 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.cli.restart_cmd import recovery_outcome
 from noetl_stream.cli.running import parse_payload, report_outcome
+from noetl_stream.jsonutil import JsonObject
+
+if TYPE_CHECKING:
+    from noetl_stream.bus.connection import Bus
 
 
 @click.command("replay")
@@ -49,7 +53,7 @@ def replay(execution_id: str, from_step: str | None, payload: str | None, sets: 
     """
     workload = parse_payload(payload, sets)
 
-    async def go() -> dict[str, Any]:
+    async def go() -> JsonObject:
         from noetl_stream.services import client_bus
 
         if server_url is not None:
@@ -70,8 +74,8 @@ def replay(execution_id: str, from_step: str | None, payload: str | None, sets: 
     report_outcome(final, as_json)
 
 
-async def _replay(bus: Any, execution_id: str, from_step: str | None, workload: dict[str, Any],
-                  detach: bool, timeout_s: float | None) -> dict[str, Any]:
+async def _replay(bus: Bus, execution_id: str, from_step: str | None, workload: JsonObject,
+                  detach: bool, timeout_s: float | None) -> JsonObject:
     from noetl_stream.bus.watcher import ExecutionWatch
     from noetl_stream.server.execution_ids import new_execution_id
     from noetl_stream.server.replays import request_replay
@@ -86,7 +90,7 @@ async def _replay(bus: Any, execution_id: str, from_step: str | None, workload: 
         if detach:
             return asked.as_json()
         final = await watch.wait(timeout_s)
-        resolved: dict[str, Any] = await ResultStore(bus.js).resolve(final)
+        resolved: JsonObject = await ResultStore(bus.js).resolve(final)
         return resolved
     finally:
         await watch.stop()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 from nats.errors import Error as NatsError
@@ -32,6 +32,10 @@ from noetl_stream.cli.common import (
 from noetl_stream.cli.remote import RemoteError
 from noetl_stream.cli.running import parse_payload, report_outcome
 from noetl_stream.errors import InfrastructureError, PlaybookError, RestartRefused
+from noetl_stream.jsonutil import JsonObject
+
+if TYPE_CHECKING:
+    from noetl_stream.bus.connection import Bus
 
 END_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
 
@@ -63,7 +67,7 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
     """
     workload = parse_payload(payload, sets)
 
-    async def go() -> dict[str, Any]:
+    async def go() -> JsonObject:
         from noetl_stream.services import client_bus
 
         if server_url is not None:  # POST .../restart over the HTTP API (cli/remote_cmds.py)
@@ -90,8 +94,8 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
 
 
 
-def recovery_outcome(asked: Coroutine[Any, Any, dict[str, Any]], *, verb: str,
-                     still_running: str) -> dict[str, Any]:
+def recovery_outcome(asked: Coroutine[object, object, JsonObject], *, verb: str,
+                     still_running: str) -> JsonObject:
     """Run a restart or replay request to its answer; each way it can fail is one line with its
     exit code (a replay's refusal is a restart's).
     """
@@ -108,8 +112,8 @@ def recovery_outcome(asked: Coroutine[Any, Any, dict[str, Any]], *, verb: str,
     except (InfrastructureError, NatsError) as exc:
         fail(EXIT_INFRA, f"could not {verb} the execution: {exc or type(exc).__name__}")
 
-async def _restart(bus: Any, execution_id: str, from_step: str | None, workload: dict[str, Any],
-                   detach: bool, timeout_s: float | None, latest: bool) -> dict[str, Any]:
+async def _restart(bus: Bus, execution_id: str, from_step: str | None, workload: JsonObject,
+                   detach: bool, timeout_s: float | None, latest: bool) -> JsonObject:
     """Ask for the restart and wait for the end that follows it (or the router's refusal)."""
     from noetl_stream.bus.watcher import ExecutionWatch
     from noetl_stream.server.restart import request_restart
@@ -134,8 +138,8 @@ class _Follower:
     """
 
     def __init__(self) -> None:
-        self.done: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.seen: list[dict[str, Any]] = []
+        self.done: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
+        self.seen: list[JsonObject] = []
         self.restarted = self.ignored = ""
         self.marked = False
 
@@ -145,13 +149,13 @@ class _Follower:
             self._take(event)
         self.seen = []
 
-    def on_event(self, event: dict[str, Any]) -> None:
+    def on_event(self, event: JsonObject) -> None:
         if not self.restarted:
             self.seen.append(event)
         else:
             self._take(event)
 
-    def _take(self, event: dict[str, Any]) -> None:
+    def _take(self, event: JsonObject) -> None:
         if self.done.done():
             return
         if event.get("event_id") == self.ignored:

@@ -11,10 +11,10 @@ import asyncio
 import contextlib
 import secrets
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 import orjson
@@ -36,7 +36,11 @@ from noetl_stream.cli.services import announce, serve_forever
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import InfrastructureError, PlaybookError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools.registry import installed_kinds
+
+if TYPE_CHECKING:
+    from noetl_stream.bus.connection import Bus
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a Ctrl-C
 
@@ -50,7 +54,7 @@ class RunRequest:
     prefix: str
     server_url: str | None
     token: str | None
-    payload: dict[str, Any]
+    payload: JsonObject
     timeout_s: float | None
     quiet: bool
     detach: bool  # print the id once the request is stored, and wait for nothing more
@@ -69,7 +73,7 @@ class _Watch:
     execution_id: str | None = None
     started: list[str] = field(default_factory=list)
 
-    def on_event(self, event: dict[str, Any]) -> None:
+    def on_event(self, event: JsonObject) -> None:
         if self.execution_id is None:
             self.execution_id = str(event.get("execution_id"))
         self.pickup(event)
@@ -77,9 +81,9 @@ class _Watch:
             self.printer(event)
 
 
-def parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
+def parse_payload(payload: str | None, sets: tuple[str, ...]) -> JsonObject:
     """`--payload JSON` with each `--set KEY=VALUE` over it (dots nest)."""
-    data: dict[str, Any] = {}
+    data: JsonObject = {}
     if payload:
         try:
             loaded = jsonutil.loads(payload)
@@ -93,13 +97,17 @@ def parse_payload(payload: str | None, sets: tuple[str, ...]) -> dict[str, Any]:
         if not sep or not key:
             fail(EXIT_REJECTED, f"--set expects KEY=VALUE, got {item!r}")
         try:
-            value: Any = jsonutil.loads(raw)
+            value: JsonValue = jsonutil.loads(raw)
         except ValueError:
             value = raw  # a bare word is a string
         target = data
         parts = key.split(".")
-        for part in parts[:-1]:
-            target = target.setdefault(part, {})
+        for depth, part in enumerate(parts[:-1], start=1):
+            nested = target.setdefault(part, {})
+            if not isinstance(nested, dict):
+                fail(EXIT_REJECTED, f"--set {key}: {'.'.join(parts[:depth])} is already set to a "
+                                    "value that is not an object")
+            target = nested
         target[parts[-1]] = value
     return data
 
@@ -140,7 +148,7 @@ def load_or_exit(path: Path, strict: bool) -> tuple[str, list[PlaybookFile]]:
     return result.files[0].text, result.files
 
 
-def refuse_missing_workload(path: Path, playbook: Playbook, payload: dict[str, Any]) -> None:
+def refuse_missing_workload(path: Path, playbook: Playbook, payload: Mapping[str, JsonValue]) -> None:
     """Exit 2 before publishing when a template reads a workload key that neither the playbook's
     workload nor the payload gives (dsl/checks.py): it would render empty and fail later.
     """
@@ -185,7 +193,7 @@ def load_registered(path: str, strict: bool, *, nats_url: str | None, prefix: st
     return text, [PlaybookFile(shown, text, ids.playbook_key(text), result.playbook)]
 
 
-def run_playbook(request: RunRequest, text: str, files: list[PlaybookFile]) -> dict[str, Any]:
+def run_playbook(request: RunRequest, text: str, files: list[PlaybookFile]) -> JsonObject:
     """Run the playbook and wait for its final event; exit with the matching code on errors."""
     from noetl_stream.cli.remote import RemoteError
 
@@ -208,7 +216,7 @@ def run_playbook(request: RunRequest, text: str, files: list[PlaybookFile]) -> d
 
 
 async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
-               watch: _Watch) -> dict[str, Any]:
+               watch: _Watch) -> JsonObject:
     if request.server_url is not None:
         from noetl_stream.cli.remote_cmds import run_remote
 
@@ -235,12 +243,12 @@ async def _run(request: RunRequest, text: str, files: list[PlaybookFile],
                            f"at {ui_url.page('/')} until Ctrl-C", err=True)
                 await serve_forever(asyncio.Event())
             # Large results arrive as references to the object store; show their values.
-            resolved: dict[str, Any] = await ResultStore(stack.bus.js).resolve(final)
+            resolved: JsonObject = await ResultStore(stack.bus.js).resolve(final)
             return resolved
 
 
-async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
-                  ui_url: LocalUi | None) -> dict[str, Any]:
+async def _submit(bus: Bus, request: RunRequest, text: str, watch: _Watch,
+                  ui_url: LocalUi | None) -> JsonObject:
     """Start the execution on the bus and follow it to its final event."""
     from noetl_stream.services import submit, submit_and_watch
 
@@ -259,7 +267,7 @@ async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
         bus, lambda: watch.started[0] if watch.started else None,
         lambda text: click.echo(f"noetl-stream: {text}", err=True)))
     try:
-        final: dict[str, Any] = await submit_and_watch(
+        final: JsonObject = await submit_and_watch(
             bus, playbook_text=text, playbook_file=str(request.playbook), payload=request.payload,
             on_event=watch.on_event, on_started=on_started, timeout_s=request.timeout_s,
             labels=request.labels)
@@ -268,13 +276,14 @@ async def _submit(bus: Any, request: RunRequest, text: str, watch: _Watch,
         warner.cancel()
 
 
-def report_outcome(final: dict[str, Any], as_json: bool, *, quiet: bool = False) -> NoReturn:
+def report_outcome(final: JsonObject, as_json: bool, *, quiet: bool = False) -> NoReturn:
     """Print the outcome (JSON, or the result alone for a completed run) and exit with its code.
     A failed or cancelled run says why in one line on stderr: the progress did, or with
     --quiet this does.
     """
     if final.get("event_type") == "execution.rejected":
-        for err in final.get("errors", []):
+        errors = final.get("errors", [])
+        for err in errors if isinstance(errors, list) else []:
             click.echo(err, err=True)
         fail(EXIT_REJECTED, "the server rejected the playbook")
     if final.get("status") == "submitted":  # --detach
@@ -298,7 +307,7 @@ def report_outcome(final: dict[str, Any], as_json: bool, *, quiet: bool = False)
     sys.exit(EXIT_OK if completed else EXIT_FAILED)
 
 
-def failure_reason(error: Any) -> str:
+def failure_reason(error: JsonValue) -> str:
     """The one line that says why an execution did not complete."""
     if isinstance(error, dict):
         text = error.get("message") or error.get("reason") or error.get("kind")
@@ -324,7 +333,7 @@ class LocalUi:
 
 
 @contextlib.asynccontextmanager
-async def run_ui(bus: Any, address: tuple[str, int] | None, *,
+async def run_ui(bus: Bus, address: tuple[str, int] | None, *,
                  embedded: bool) -> AsyncIterator[LocalUi | None]:
     """The API and UI of `run --ui`, or nothing. On the embedded stack nobody else shares the
     bus, so there are no users to log in: the API accepts one random token made for this run,

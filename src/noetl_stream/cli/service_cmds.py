@@ -8,7 +8,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -33,6 +33,9 @@ from noetl_stream.cli.services import (
 )
 from noetl_stream.errors import InfrastructureError
 
+if TYPE_CHECKING:
+    from noetl_stream.bus.connection import Bus
+
 
 @click.command()
 @nats_url_option
@@ -55,7 +58,7 @@ def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
     metrics_address = http_address(metrics, "--metrics") if metrics else None
 
     @contextlib.asynccontextmanager
-    async def services(bus: Any) -> AsyncIterator[None]:
+    async def services(bus: Bus) -> AsyncIterator[None]:
         async with run_services(bus, server=True, worker=False), \
                 metrics_endpoint(bus, metrics_address, cluster=True), \
                 http_api(bus, address, auth=not no_auth, cors_origin=cors_origin):
@@ -83,7 +86,7 @@ def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, pytho
     metrics_address = http_address(metrics, "--metrics") if metrics else None
 
     @contextlib.asynccontextmanager
-    async def services(bus: Any) -> AsyncIterator[None]:
+    async def services(bus: Bus) -> AsyncIterator[None]:
         async with run_services(bus, server=False, worker=True, pool=pool,
                                 concurrency=concurrency, python_children=python_processes), \
                 metrics_endpoint(bus, metrics_address, cluster=False):
@@ -94,7 +97,7 @@ def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, pytho
 
 
 def _serve(name: str, nats_url: str | None, prefix: str, pools: tuple[str, ...],
-           services: Callable[[Any], AbstractAsyncContextManager[None]], running: str) -> None:
+           services: Callable[[Bus], AbstractAsyncContextManager[None]], running: str) -> None:
     """Open the stack (the embedded nats-server when no URL is given), run `services` on its
     bus until Ctrl-C, and exit EXIT_INFRA when NATS or the stack cannot be had.
     """

@@ -8,11 +8,15 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from noetl_stream.cli.common import EXIT_REJECTED, fail, setup_logging, verbosity
+
+if TYPE_CHECKING:
+    from noetl_stream.bus.connection import Bus
+    from noetl_stream.bus.nats_server import NatsServer
 
 metrics_option = click.option(
     "--metrics", default=None, metavar="HOST:PORT",
@@ -38,7 +42,7 @@ async def serve_forever(stop: asyncio.Event) -> None:
     await stop.wait()
 
 
-def announce(nats: Any) -> None:
+def announce(nats: NatsServer) -> None:
     from noetl_stream.bus.nats_server import binary_version
 
     if nats.binary is None:
@@ -57,7 +61,7 @@ def service_setup(service: str, log_format: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def metrics_endpoint(bus: Any, address: tuple[str, int] | None, *,
+async def metrics_endpoint(bus: Bus, address: tuple[str, int] | None, *,
                             cluster: bool) -> AsyncIterator[None]:
     if address is None:
         yield
@@ -70,7 +74,7 @@ async def metrics_endpoint(bus: Any, address: tuple[str, int] | None, *,
 
 
 @contextlib.asynccontextmanager
-async def http_api(bus: Any, address: tuple[str, int] | None, *, auth: bool,
+async def http_api(bus: Bus, address: tuple[str, int] | None, *, auth: bool,
                     cors_origin: str | None) -> AsyncIterator[None]:
     if address is None:
         yield

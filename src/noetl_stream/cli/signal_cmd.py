@@ -17,7 +17,6 @@ stream.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import click
 from nats.errors import Error as NatsError
@@ -74,7 +73,7 @@ def send_signal(execution_id: str, name: str, raw_data: str, msg_id: str | None,
             return await publish_signal(bus, execution_id, name, data, msg_id=msg_id)
 
     try:
-        seq: Any = asyncio.run(go())
+        seq = asyncio.run(go())
     except RemoteError as exc:
         fail(exc.exit_code, str(exc))
     except ValueError as exc:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from nats.errors import Error as NatsError
@@ -25,6 +25,10 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.errors import InfrastructureError, PlaybookError
 
+if TYPE_CHECKING:
+    from noetl_stream.bus.connection import Bus
+    from noetl_stream.dsl.models import Playbook
+
 
 @click.command("status")
 @click.argument("execution_id")
@@ -37,7 +41,6 @@ def status(execution_id: str, as_json: bool, nats_url: str | None, prefix: str,
     """Show EXECUTION_ID's status: running steps and since when, deadlines, loop iterations in
     flight, delayed tokens, joins and the branches they wait for; the result or error once done.
     """
-    from noetl_stream.bus.connection import Bus
     from noetl_stream.services import client_bus
 
     if server_url is not None:  # the API's execution summary (cli/remote_cmds.py)
@@ -65,7 +68,7 @@ def status(execution_id: str, as_json: bool, nats_url: str | None, prefix: str,
         click.echo(line)
 
 
-async def _report(bus: Any, execution_id: str, now: float) -> dict[str, Any] | None:
+async def _report(bus: Bus, execution_id: str, now: float) -> dict[str, Any] | None:
     """The explain() report of the execution's committed state; None when there is none."""
     from nats.js.errors import KeyNotFoundError
 
@@ -98,7 +101,7 @@ async def _report(bus: Any, execution_id: str, now: float) -> dict[str, Any] | N
     return report
 
 
-async def _add_pools(bus: Any, report: dict[str, Any], playbook: Any) -> None:
+async def _add_pools(bus: Bus, report: dict[str, Any], playbook: Playbook | None) -> None:
     """Name the pool each running command waits in and how many live workers it has, so a
     command nobody can take (no worker of its pool alive) is said, not just waited on.
     """

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from nats.errors import Error as NatsError
@@ -21,10 +21,13 @@ from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_op
 from noetl_stream.errors import CatalogError, PlaybookError, YamlSyntaxError
 from noetl_stream.triggers.document import KIND, parse_trigger
 
+if TYPE_CHECKING:
+    from noetl_stream.bus.connection import Bus
+
 T = TypeVar("T")
 
 
-def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Any], Awaitable[T]]) -> T:
+def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Bus], Awaitable[T]]) -> T:
     from noetl_stream.server.trigger_ops import ScheduleRefused, TriggerNotFound
     from noetl_stream.triggers.cron import ScheduleError
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
 
 import click
 
@@ -22,6 +21,7 @@ from noetl_stream.cli.common import (
     verbosity,
 )
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.jsonutil import JsonObject
 
 
 @click.command()
@@ -47,7 +47,7 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
         fail(EXIT_REJECTED, "watch needs --nats-url (or NOETL_STREAM_NATS_URL) or --server")
     printer = ProgressPrinter(sys.stdout, show_output=verbosity() > 0)
 
-    def on_event(event: dict[str, Any]) -> None:
+    def on_event(event: JsonObject) -> None:
         if as_json:
             click.echo(jsonutil.dumps_str(event))
         else:
@@ -59,10 +59,10 @@ def watch(execution_id: str, nats_url: str | None, prefix: str, server_url: str 
         final = call(watch_remote(server_url, token, execution_id, on_event))
         sys.exit(EXIT_OK if final.get("status") == "completed" else EXIT_FAILED)
 
-    async def go() -> dict[str, Any] | None:
+    async def go() -> JsonObject | None:
         bus = await connect(str(nats_url), prefix=prefix)
         results = ResultStore(bus.js)
-        events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        events: asyncio.Queue[JsonObject] = asyncio.Queue()
         w = ExecutionWatch(bus, execution_id, events.put_nowait)
         try:
             if not await is_known(bus, execution_id):

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools.sql import json_safe
 
 LEDGER = "noetl_cursor_claims"
@@ -47,11 +48,11 @@ class ClaimShapeError(ValueError):
 
 @dataclass(frozen=True)
 class Claimed:
-    row: dict[str, Any] | None  # None: nothing left to claim
+    row: JsonObject | None  # None: nothing left to claim
     replayed: bool  # the row was claimed by an earlier delivery of the same command
 
 
-async def prepare_ledger(conn: Any) -> None:
+async def prepare_ledger(conn: PoolConnectionProxy) -> None:
     """Create the ledger if needed and drop entries no command can come back for."""
     # Another worker may create it at the same moment: its table is as good as ours.
     with contextlib.suppress(asyncpg.UniqueViolationError, asyncpg.DuplicateTableError):
@@ -59,7 +60,8 @@ async def prepare_ledger(conn: Any) -> None:
     await conn.execute(_PURGE)
 
 
-async def claim_once(conn: Any, statements: list[str], claim_key: str, timeout_s: float) -> Claimed:
+async def claim_once(conn: PoolConnectionProxy, statements: list[str], claim_key: str,
+                     timeout_s: float) -> Claimed:
     """Run the claim (its statements in order, the last one returning the row) unless
     `claim_key` already claimed; record what it claimed. asyncpg errors propagate.
     """
@@ -80,5 +82,5 @@ async def claim_once(conn: Any, statements: list[str], claim_key: str, timeout_s
     return Claimed(row, replayed=False)
 
 
-def _row_of(value: Any) -> dict[str, Any] | None:
+def _row_of(value: JsonValue) -> JsonObject | None:
     return value if isinstance(value, dict) else None

@@ -26,7 +26,7 @@ import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import duckdb
@@ -34,8 +34,15 @@ import orjson
 
 from noetl_stream.credentials import Credential
 from noetl_stream.dsl.layering import kind_default
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
-from noetl_stream.tools.sql import json_safe, postgres_credential, read_sql_task, rows_payload
+from noetl_stream.tools.sql import (
+    SqlParams,
+    json_safe,
+    postgres_credential,
+    read_sql_task,
+    rows_payload,
+)
 
 DEFAULT_TIMEOUT_S = float(kind_default("duckdb", "timeout"))  # dsl/layering.py: one table
 # Statement types whose result set is their answer; any other type that answers with a lone
@@ -65,7 +72,7 @@ class _DsnError(ValueError):
     """A connection string that cannot be read (the message never holds the string)."""
 
 
-def _libpq_params(data: Mapping[str, Any]) -> dict[str, str]:
+def _libpq_params(data: Mapping[str, JsonValue]) -> dict[str, str]:
     """The credential as libpq keywords: its `dsn` (URI or key=value) or its separate fields."""
     dsn = str(data.get("dsn") or "").strip()
     if not dsn:
@@ -115,7 +122,7 @@ def _conninfo_escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def _secrets(data: Mapping[str, Any]) -> list[str]:
+def _secrets(data: Mapping[str, JsonValue]) -> list[str]:
     """Every form of the password the credential holds, to mask wherever text leaves the tool."""
     found = [str(data["password"])] if data.get("password") else []
     try:
@@ -211,7 +218,7 @@ class _OnConnection:
 class _Job(_OnConnection):
     """One task's work, done in a thread; `interrupt` stops it from the event loop."""
 
-    def __init__(self, path: str, script: str, params: Any, attach: list[tuple[str, Credential]],
+    def __init__(self, path: str, script: str, params: SqlParams, attach: list[tuple[str, Credential]],
                  as_objects: bool) -> None:
         super().__init__(path)
         self.script = script
@@ -283,12 +290,12 @@ class _Job(_OnConnection):
 
     def _run_statements(self, con: duckdb.DuckDBPyConnection) -> Outcome:
         index = 0
-        statements: list[Any] = []
+        statements: list[duckdb.Statement] = []
         try:
             statements = con.extract_statements(self.script)
             if not statements:
                 return Outcome.failure("duckdb task's SQL holds no statement", "config")
-            payload: dict[str, Any] = {}
+            payload: JsonObject = {}
             for statement in statements:
                 index += 1
                 if self._stopped:
@@ -303,7 +310,7 @@ class _Job(_OnConnection):
             payload["statement_count"] = len(statements)
         return Outcome.success(payload)
 
-    def _args(self, names: set[str]) -> Any:
+    def _args(self, names: set[str]) -> JsonObject | list[JsonValue] | None:
         if not names or self.params is None:
             return None
         if isinstance(self.params, Mapping):
@@ -311,7 +318,7 @@ class _Job(_OnConnection):
         positions = [int(n) for n in names if n.isdigit()]
         return list(self.params[:max(positions)]) if positions else None
 
-    def _payload(self, statement_type: str, cursor: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    def _payload(self, statement_type: str, cursor: duckdb.DuckDBPyConnection) -> JsonObject:
         description = cursor.description or []
         columns = [d[0] for d in description]
         rows = cursor.fetchall()
@@ -329,7 +336,7 @@ class _BatchJob(_OnConnection):
     """Rows written with one statement in one transaction, in a thread; `interrupt` stops it."""
 
     def __init__(self, path: str, setup: Sequence[str], statement: str,
-                 rows: Sequence[Sequence[Any]], chunk_size: int) -> None:
+                 rows: Sequence[Sequence[JsonValue]], chunk_size: int) -> None:
         super().__init__(path)
         self.setup = setup
         self.statement = statement
@@ -364,7 +371,7 @@ class _BatchJob(_OnConnection):
         return Outcome.success({"rows": len(self.rows), "chunks": chunks})
 
 
-def _batch_value(value: Any) -> Any:
+def _batch_value(value: JsonValue) -> JsonValue:
     """A row value as DuckDB takes it: objects and lists go as JSON text, which DuckDB casts to a
     JSON, STRUCT or LIST column, rather than as Python containers it would guess a type for.
     """
@@ -373,13 +380,14 @@ def _batch_value(value: Any) -> Any:
     return value
 
 
-def _parse_json(value: Any) -> Any:
+def _parse_json(value: object) -> JsonValue:
     if not isinstance(value, str):
         return json_safe(value)
     try:
-        return orjson.loads(value)
+        parsed: JsonValue = orjson.loads(value)
     except orjson.JSONDecodeError:
         return value
+    return parsed
 
 
 class DuckdbTool:
@@ -410,7 +418,7 @@ class DuckdbTool:
         return await _run_job(job, call.timeout(DEFAULT_TIMEOUT_S))
 
     async def run_batches(self, call: TaskCall, setup: Sequence[str], statement: str,
-                          rows: Sequence[Sequence[Any]], chunk_size: int) -> Outcome:
+                          rows: Sequence[Sequence[JsonValue]], chunk_size: int) -> Outcome:
         """Run the `setup` statements, then `statement` once per row of arguments, `chunk_size`
         rows at a time, in one transaction on the call's database (`db_path`, as for `run`): an
         error anywhere rolls back every row and the setup.

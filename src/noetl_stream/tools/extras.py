@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 from collections.abc import Sequence
-from typing import Any
+from typing import Protocol
 
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 DUCKDB_INSTALL = ("the duckdb extra: pip install -e '.[duckdb]' in a checkout, or "
@@ -19,6 +20,19 @@ DUCKDB_INSTALL = ("the duckdb extra: pip install -e '.[duckdb]' in a checkout, o
 
 def duckdb_installed() -> bool:
     return importlib.util.find_spec("duckdb") is not None
+
+
+class BatchWriter(Protocol):
+    """A SQL kind that also writes rows in chunks inside one transaction (what `transfer` uses)."""
+
+    kind: str
+
+    async def run(self, call: TaskCall) -> Outcome: ...
+
+    async def run_batches(self, call: TaskCall, setup: Sequence[str], statement: str,
+                          rows: Sequence[Sequence[JsonValue]], chunk_size: int) -> Outcome: ...
+
+    async def close(self) -> None: ...
 
 
 class MissingExtraTool:
@@ -33,14 +47,14 @@ class MissingExtraTool:
         return Outcome.failure(self.message, "missing_extra")
 
     async def run_batches(self, call: TaskCall, setup: Sequence[str], statement: str,
-                          rows: Sequence[Sequence[Any]], chunk_size: int) -> Outcome:
+                          rows: Sequence[Sequence[JsonValue]], chunk_size: int) -> Outcome:
         return Outcome.failure(self.message, "missing_extra")
 
     async def close(self) -> None:
         return None
 
 
-def duckdb_tool(services: ToolServices | None = None) -> Any:
+def duckdb_tool(services: ToolServices | None = None) -> BatchWriter:
     """The duckdb tool, or its stand-in when DuckDB is not installed."""
     if not duckdb_installed():
         return MissingExtraTool("duckdb", DUCKDB_INSTALL)

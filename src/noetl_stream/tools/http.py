@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import aiohttp
 import orjson
@@ -16,18 +16,31 @@ import orjson
 from noetl_stream.credentials import Credential
 from noetl_stream.dsl.layering import kind_default
 from noetl_stream.errors import OutcomeErrorKind, ToolError
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 RETRYABLE_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 DEFAULT_TIMEOUT_S = float(kind_default("http", "timeout"))  # dsl/layering.py: one table
 
 
-def _query_value(value: Any) -> str:
+def _query_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list)):
         return orjson.dumps(value).decode()
     return str(value)
+
+
+class _Request(TypedDict, total=False):
+    """The aiohttp request options a task sets."""
+
+    params: dict[str, str]
+    headers: dict[str, str]
+    json: JsonValue
+    data: dict[str, str] | str
+    timeout: aiohttp.ClientTimeout
+    allow_redirects: bool
+    ssl: bool
 
 
 class HttpTool:
@@ -56,7 +69,7 @@ class HttpTool:
             if isinstance(auth, Outcome):
                 return auth
             headers.update(auth)
-        kwargs: dict[str, Any] = {"params": params, "headers": headers}
+        kwargs: _Request = {"params": params, "headers": headers}
         problem = _add_body(kwargs, cfg)
         if problem is not None:
             return problem
@@ -85,7 +98,7 @@ class HttpTool:
         except ValueError as exc:
             return Outcome.failure(f"{method} {url}: bad request: {exc}", "config")
 
-    async def _send(self, method: str, url: str, kwargs: dict[str, Any],
+    async def _send(self, method: str, url: str, kwargs: _Request,
                     response_type: str | None) -> Outcome:
         """One request and its reply as an outcome; transport errors are the caller's."""
         async with self._client().request(method, url, **kwargs) as resp:
@@ -108,7 +121,7 @@ class HttpTool:
                 status_kind(resp.status), retryable=resp.status in RETRYABLE_STATUS,
                 body=body_value, http=http, **status_fields(resp.status, resp.headers))
 
-    async def _auth_headers(self, auth: Any, execution_id: str) -> dict[str, str] | Outcome:
+    async def _auth_headers(self, auth: JsonValue, execution_id: str) -> dict[str, str] | Outcome:
         """`auth: <name>` (a stored credential) or an inline `{type, ...}` -> request headers."""
         name = auth if isinstance(auth, str) else auth.get("credential") if isinstance(auth, dict) \
             else None
@@ -136,15 +149,16 @@ class HttpTool:
             await self._session.close()
 
 
-def _add_body(kwargs: dict[str, Any], cfg: dict[str, Any]) -> Outcome | None:
+def _add_body(kwargs: _Request, cfg: Mapping[str, JsonValue]) -> Outcome | None:
     """The request body from `json`, `form` or `body` (`data`, `payload`); a failure if unusable."""
+    form = cfg.get("form")
     if cfg.get("json") is not None:
         kwargs["json"] = cfg["json"]
-    elif cfg.get("form") is not None:
-        if not isinstance(cfg["form"], dict):
+    elif form is not None:
+        if not isinstance(form, dict):
             return Outcome.failure("http field form must be a mapping of field -> value", "config")
         # A dict body is sent by aiohttp as application/x-www-form-urlencoded.
-        kwargs["data"] = {str(k): _query_value(v) for k, v in cfg["form"].items() if v is not None}
+        kwargs["data"] = {str(k): _query_value(v) for k, v in form.items() if v is not None}
     else:
         body = cfg.get("body", cfg.get("data", cfg.get("payload")))
         if isinstance(body, (dict, list)):
@@ -169,11 +183,11 @@ def status_kind(status: int) -> OutcomeErrorKind:
     return "http"
 
 
-def status_fields(status: int, headers: Mapping[str, str]) -> dict[str, Any]:
+def status_fields(status: int, headers: Mapping[str, str]) -> dict[str, int | str]:
     """The status under each name NoETL's engines read it by (`status`, `status_code`,
     `http_status`), its code `HTTP_<status>`, and `retry_after` when the reply says how long.
     """
-    fields: dict[str, Any] = {"status": status, "status_code": status, "http_status": status,
+    fields: dict[str, int | str] = {"status": status, "status_code": status, "http_status": status,
                               "code": f"HTTP_{status}"}
     retry_after = headers.get("Retry-After", "").strip()
     if retry_after.isdigit():
@@ -190,14 +204,16 @@ def _connection_code(exc: aiohttp.ClientError) -> str:
     return "CONN_ERROR"
 
 
-def _parse_body(raw: bytes, content_type: str) -> Any:
+def _parse_body(raw: bytes, content_type: str) -> JsonValue:
     if not raw:
         return None
     if "json" in content_type or raw[:1] in (b"{", b"["):
         try:
-            return orjson.loads(raw)
+            parsed: JsonValue = orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass
+        else:
+            return parsed
     return raw.decode("utf-8", errors="replace")
 
 
@@ -205,7 +221,7 @@ RESPONSE_TYPES = ("json", "text", "binary")
 _FALSE_WORDS = frozenset({"false", "no", "off", "0"})
 
 
-def _flag(value: Any, default: bool) -> bool:
+def _flag(value: object, default: bool) -> bool:
     """A yes/no field that may arrive as a rendered string ("False") rather than a bool."""
     if value is None:
         return default
@@ -240,7 +256,7 @@ def _timeout_message(exc: TimeoutError, limits: dict[str, float]) -> str:
 
 
 def _typed_body(raw: bytes, content_type: str, charset: str | None,
-                response_type: str | None) -> tuple[Any, str | None]:
+                response_type: str | None) -> tuple[JsonValue, str | None]:
     """The result for `response_type`, or a reason the body does not fit it."""
     if response_type is None:
         return _parse_body(raw, content_type), None

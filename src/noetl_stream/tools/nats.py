@@ -24,22 +24,24 @@ redelivered command publishes once within the stream's duplicate window.
 from __future__ import annotations
 
 import base64
-from collections.abc import Awaitable, Callable
-from typing import Any
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
 
 import nats
 import orjson
 from nats.errors import Error as NatsError
 from nats.errors import NoServersError
+from nats.js import JetStreamContext
 from nats.js.errors import NoKeysError, NotFoundError
 
 from noetl_stream.errors import NoetlStreamError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 CONNECT_TIMEOUT_S = 5.0
 
 
-def _encode(value: Any) -> bytes:
+def _encode(value: object) -> bytes:
     if isinstance(value, bytes):
         return value
     if isinstance(value, str):
@@ -47,7 +49,7 @@ def _encode(value: Any) -> bytes:
     return orjson.dumps(value)
 
 
-def _decode(raw: bytes | None, name: str) -> dict[str, Any]:
+def _decode(raw: bytes | None, name: str) -> dict[str, str | None]:
     if raw is None:
         return {name: None, "encoding": None}
     try:
@@ -60,33 +62,37 @@ class _ConfigError(Exception):
     """A task field is missing or malformed; becomes a `config` error outcome."""
 
 
-def _required(cfg: dict[str, Any], name: str, operation: str) -> str:
+def _required(cfg: Mapping[str, JsonValue], name: str, operation: str) -> str:
     value = cfg.get(name)
     if value is None or value == "":
         raise _ConfigError(f'nats operation "{operation}" needs field {name}')
     return str(value)
 
 
-async def _kv_get(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+async def _kv_get(js: JetStreamContext, cfg: Mapping[str, JsonValue],
+                  call: TaskCall) -> JsonObject:
     bucket, key = _required(cfg, "bucket", "kv_get"), _required(cfg, "key", "kv_get")
     entry = await (await js.key_value(bucket)).get(key)
     return {"bucket": bucket, "key": key, **_decode(entry.value, "value"),
             "revision": entry.revision}
 
 
-async def _kv_put(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+async def _kv_put(js: JetStreamContext, cfg: Mapping[str, JsonValue],
+                  call: TaskCall) -> JsonObject:
     bucket, key = _required(cfg, "bucket", "kv_put"), _required(cfg, "key", "kv_put")
     revision = await (await js.key_value(bucket)).put(key, _encode(cfg.get("value")))
     return {"bucket": bucket, "key": key, "revision": revision}
 
 
-async def _kv_delete(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+async def _kv_delete(js: JetStreamContext, cfg: Mapping[str, JsonValue],
+                  call: TaskCall) -> JsonObject:
     bucket, key = _required(cfg, "bucket", "kv_delete"), _required(cfg, "key", "kv_delete")
     deleted = await (await js.key_value(bucket)).delete(key)
     return {"bucket": bucket, "key": key, "deleted": bool(deleted)}
 
 
-async def _kv_keys(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+async def _kv_keys(js: JetStreamContext, cfg: Mapping[str, JsonValue],
+                  call: TaskCall) -> JsonObject:
     bucket = _required(cfg, "bucket", "kv_keys")
     kv = await js.key_value(bucket)
     try:
@@ -96,7 +102,7 @@ async def _kv_keys(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, An
     # nats-py filters by substring; a key filter here means a subject pattern, as in `nats kv ls`.
     # `pattern` is NoETL's name for the same filter.
     pattern = str(cfg.get("key") or cfg.get("pattern") or ">")
-    return {"bucket": bucket, "keys": sorted(k for k in keys if _subject_matches(pattern, k))}
+    return {"bucket": bucket, "keys": [k for k in sorted(keys) if _subject_matches(pattern, k)]}
 
 
 def _subject_matches(pattern: str, subject: str) -> bool:
@@ -110,46 +116,61 @@ def _subject_matches(pattern: str, subject: str) -> bool:
     return len(want) == len(have)
 
 
-async def _object_put(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+async def _object_put(js: JetStreamContext, cfg: Mapping[str, JsonValue],
+                  call: TaskCall) -> JsonObject:
     bucket, key = _required(cfg, "bucket", "object_put"), _required(cfg, "key", "object_put")
     data = cfg.get("value", cfg.get("data"))
     info = await (await js.object_store(bucket)).put(key, _encode(data))
     return {"bucket": bucket, "key": key, "size": info.size, "digest": info.digest}
 
 
-async def _object_get(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+async def _object_get(js: JetStreamContext, cfg: Mapping[str, JsonValue],
+                  call: TaskCall) -> JsonObject:
     bucket, key = _required(cfg, "bucket", "object_get"), _required(cfg, "key", "object_get")
     obj = await (await js.object_store(bucket)).get(key)
     return {"bucket": bucket, "key": key, **_decode(obj.data or b"", "data"),
             "size": obj.info.size, "digest": obj.info.digest}
 
 
-async def _js_publish(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+async def _js_publish(js: JetStreamContext, cfg: Mapping[str, JsonValue],
+                  call: TaskCall) -> JsonObject:
     subject = _required(cfg, "subject", "js_publish")
-    headers = {str(k): str(v) for k, v in (cfg.get("headers") or {}).items()}
+    given = cfg.get("headers") or {}
+    if not isinstance(given, dict):
+        raise _ConfigError("nats field headers must be a mapping of header -> value, not "
+                           f"{type(given).__name__}")
+    headers = {str(k): str(v) for k, v in given.items()}
     if call.spec.get("idempotent"):
         headers["Nats-Msg-Id"] = call.idempotency_key
     ack = await js.publish(subject, _encode(cfg.get("data", cfg.get("value"))),
-                           stream=cfg.get("stream") or None, headers=headers or None)
+                           stream=str(cfg["stream"]) if cfg.get("stream") else None,
+                           headers=headers or None)
     return {"stream": ack.stream, "seq": ack.seq, "duplicate": bool(ack.duplicate)}
 
 
-async def _js_get_msg(js: Any, cfg: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+async def _js_get_msg(js: JetStreamContext, cfg: Mapping[str, JsonValue],
+                  call: TaskCall) -> JsonObject:
     stream = _required(cfg, "stream", "js_get_msg")
     seq, subject = cfg.get("seq"), cfg.get("subject")
     if seq is None and not subject:
         raise _ConfigError('nats operation "js_get_msg" needs field seq or subject')
-    try:
-        number = int(seq) if seq is not None else None
-    except (TypeError, ValueError):
-        raise _ConfigError(f"nats field seq must be an integer, got {seq!r}") from None
-    msg = await js.get_msg(stream, seq=number, subject=None if number is not None else subject)
+    number = _sequence_number(seq)
+    msg = await js.get_msg(stream, seq=number, subject=None if number is not None else str(subject))
     return {"stream": stream, "seq": msg.seq, "subject": msg.subject, **_decode(msg.data, "data"),
             "headers": dict(msg.headers or {}),
             "time": msg.time.isoformat() if msg.time is not None else None}
 
 
-Operation = Callable[[Any, dict[str, Any], TaskCall], Awaitable[dict[str, Any]]]
+def _sequence_number(seq: JsonValue) -> int | None:
+    if seq is None:
+        return None
+    if isinstance(seq, (int, float, str)):
+        with contextlib.suppress(ValueError):
+            return int(seq)
+    raise _ConfigError(f"nats field seq must be an integer, got {seq!r}")
+
+
+Operation = Callable[[JetStreamContext, Mapping[str, JsonValue], TaskCall], Awaitable[JsonObject]]
 
 OPERATIONS: dict[str, Operation] = {
     "kv_get": _kv_get,
@@ -168,7 +189,7 @@ _PREFIXED = {"nats_url": "url", "nats_user": "user", "nats_username": "user",
              "nats_password": "password", "nats_token": "token"}
 
 
-def _connection_fields(data: dict[str, Any]) -> dict[str, Any]:
+def _connection_fields(data: Mapping[str, JsonValue]) -> JsonObject:
     """A credential's connection fields under their plain names (`nats_url` -> `url`); a plain
     name given too wins.
     """
@@ -176,7 +197,7 @@ def _connection_fields(data: dict[str, Any]) -> dict[str, Any]:
     return {**prefixed, **{k: v for k, v in data.items() if v}}
 
 
-def _alias(auth: Any) -> str | None:
+def _alias(auth: JsonValue) -> str | None:
     if auth is None or auth == "":
         return None
     if isinstance(auth, dict):
@@ -222,7 +243,7 @@ class NatsTool:
         except (ValueError, TypeError) as exc:
             return Outcome.failure(f"nats {name}: bad field value: {exc}", "config")
 
-    async def _run_elsewhere(self, alias: str, operation: Operation, cfg: dict[str, Any],
+    async def _run_elsewhere(self, alias: str, operation: Operation, cfg: Mapping[str, JsonValue],
                              call: TaskCall) -> Outcome:
         if self.services.credentials is None:
             return Outcome.failure(f'nats auth "{alias}": this worker has no credential store',
@@ -236,7 +257,7 @@ class NatsTool:
         url = data.get("url")
         if not url:
             return Outcome.failure(f'nats auth "{alias}": the credential has no url', "config")
-        options: dict[str, Any] = {k: data[k] for k in ("user", "password", "token")
+        options: JsonObject = {k: data[k] for k in ("user", "password", "token")
                                    if data.get(k)}
         try:
             # nats-py retries the first connect forever at 0 attempts; 1 means one retry.

@@ -26,14 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
+from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import ids, jsonutil, refs
 from noetl_stream.errors import CatalogError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.messages import CancelRequest, ExecutionRequest, split_outcome_pool
 from noetl_stream.observe import tracing
 from noetl_stream.router.state import ExecutionState
@@ -50,7 +51,7 @@ _PARENT_KEYS_KEPT = 4096
 WITHDRAWN = "noetl-stream: command withdrawn"
 
 
-def _flag(value: Any) -> bool:
+def _flag(value: object) -> bool:
     if isinstance(value, str):
         return value.strip().lower() in ("true", "yes", "1", "on")
     return bool(value)
@@ -88,7 +89,7 @@ class PlaybookTool:
             if is_async:
                 return _started(child_id)
             return self._outcome(child_id, await _finished_summary(js, known), call)
-        final: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        final: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
         feed = None if is_async else await self._follow(child_id, final)
         try:
             if known is None:
@@ -125,7 +126,7 @@ class PlaybookTool:
                 await feed.stop()
         return self._outcome(child_id, await _with_steps(js, end, call), call)
 
-    async def _cancel_child(self, js: Any, child_id: str, call: TaskCall) -> None:
+    async def _cancel_child(self, js: JetStreamContext, child_id: str, call: TaskCall) -> None:
         """Ask for the child to be cancelled (the same request `noetl-stream cancel` sends)."""
         request = CancelRequest(execution_id=child_id, requested_by=f"execution {call.execution_id}",
                                 reason=f"its parent {call.execution_id} stopped waiting for it "
@@ -135,7 +136,7 @@ class PlaybookTool:
             await js.publish(f"{self.prefix}.requests.cancel", request.model_dump_json().encode(),
                              headers={"Nats-Msg-Id": ids.cancel_msg_id(child_id)})
 
-    async def _child_state(self, js: Any, child_id: str) -> dict[str, Any] | None:
+    async def _child_state(self, js: JetStreamContext, child_id: str) -> JsonObject | None:
         kv = await js.key_value("noetl_executions")
         try:
             entry = await kv.get(child_id)
@@ -144,7 +145,7 @@ class PlaybookTool:
         value = jsonutil.loads(entry.value) if entry.value else None
         return value if isinstance(value, dict) else None
 
-    async def _parent_key(self, js: Any, call: TaskCall) -> str | None:
+    async def _parent_key(self, js: JetStreamContext, call: TaskCall) -> str | None:
         """The calling playbook's catalog key, which holds its file links (read once per execution)."""
         if call.execution_id not in self._parent_keys:
             state = await self._child_state(js, call.execution_id)
@@ -154,7 +155,7 @@ class PlaybookTool:
             self._parent_keys[call.execution_id] = key if isinstance(key, str) else None
         return self._parent_keys[call.execution_id]
 
-    async def _follow(self, child_id: str, final: asyncio.Future[dict[str, Any]]) -> EventFollower:
+    async def _follow(self, child_id: str, final: asyncio.Future[JsonObject]) -> EventFollower:
         """Watch the child's execution events from its first, so an end already stored is seen."""
 
         async def on_msg(msg: Msg) -> None:
@@ -171,14 +172,17 @@ class PlaybookTool:
         await feed.start()
         return feed
 
-    def _outcome(self, child_id: str, end: dict[str, Any], call: TaskCall) -> Outcome:
-        status = str(end.get("status") or end.get("event_type", "").removeprefix("execution."))
+    def _outcome(self, child_id: str, end: JsonObject, call: TaskCall) -> Outcome:
+        event_type = end.get("event_type", "")
+        status = str(end.get("status")
+                     or (event_type.removeprefix("execution.") if isinstance(event_type, str) else ""))
         meta = {"execution_id": child_id}
         if status == "completed":
             result = end.get("result")
             return_step = _returned_step(call)
             if return_step:
-                step = (end.get("steps") or {}).get(str(return_step))
+                steps = end.get("steps")
+                step = steps.get(str(return_step)) if isinstance(steps, dict) else None
                 if not isinstance(step, dict):
                     return Outcome.failure(f'child execution {child_id} has no step "{return_step}" '
                                            "to return", "playbook", execution_id=child_id)
@@ -188,10 +192,11 @@ class PlaybookTool:
             return Outcome.success(result, meta=meta)
         if status == "rejected":
             errors = end.get("errors") or []
-            return Outcome.failure(f"child playbook was rejected: {'; '.join(map(str, errors))}",
+            listed = errors if isinstance(errors, list) else [errors]
+            return Outcome.failure(f"child playbook was rejected: {'; '.join(map(str, listed))}",
                                    "playbook", execution_id=child_id, meta=meta)
         raw_error = end.get("error")
-        error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
+        error: JsonObject = raw_error if isinstance(raw_error, dict) else {}
         message = error.get("message") or f"child execution {status}"
         return Outcome.failure(f"child execution {child_id} {status}: {message}", "playbook",
                                execution_id=child_id, child_error=error, meta=meta)
@@ -200,7 +205,7 @@ class PlaybookTool:
         return None
 
 
-def _payload(call: TaskCall) -> dict[str, Any] | None:
+def _payload(call: TaskCall) -> JsonObject | None:
     """The child's payload: `args`/`input` when given, else NoETL's `payload:` (its Rust tool lets
     a non-empty `args` win over `payload`); None when `payload` is not a mapping.
     """
@@ -218,7 +223,7 @@ def _returned_step(call: TaskCall) -> str | None:
     return str(step) if step else None
 
 
-def _latest_result(steps: Any) -> Any:
+def _latest_result(steps: JsonValue) -> JsonValue:
     """NoETL's `return_result` without `result_step`: the latest step result that is not null
     (a child ending on a step without a result, a bare `end`, returns what came before it).
     Steps are in the order they first ran.
@@ -237,7 +242,7 @@ def _started(child_id: str) -> Outcome:
                            meta={"execution_id": child_id})
 
 
-async def _finished_summary(js: Any, stored: dict[str, Any]) -> dict[str, Any]:
+async def _finished_summary(js: JetStreamContext, stored: JsonObject) -> JsonObject:
     """A finished child's summary from its committed state, whose results are stored beside it
     (state/step_results.py).
     """
@@ -246,7 +251,7 @@ async def _finished_summary(js: Any, stored: dict[str, Any]) -> dict[str, Any]:
     return state.summary()
 
 
-async def _with_steps(js: Any, end: dict[str, Any], call: TaskCall) -> dict[str, Any]:
+async def _with_steps(js: JetStreamContext, end: JsonObject, call: TaskCall) -> JsonObject:
     """The child's end event, with its `steps` read back when a large summary sent them by
     reference and the task returns one of them.
     """

@@ -27,16 +27,19 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 import orjson
+from asyncpg.pool import PoolConnectionProxy
 
 from noetl_stream.dsl.layering import kind_default
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools import claims
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 from noetl_stream.tools.sql import (
+    SqlParams,
     bind_named,
     flag,
     postgres_credential,
@@ -63,7 +66,7 @@ class _Target:
     label: str  # user@host:port/database
     user: str
     database: str
-    connect: dict[str, Any]
+    connect: dict[str, str | int]
     secrets: tuple[str, ...]
 
     def scrub(self, text: str) -> str:
@@ -79,8 +82,10 @@ class _SettingsError(ValueError):
     """Connection settings a user must fix (never holds the password)."""
 
 
+# A connection lent by a pool (asyncpg's proxy for it).
+_Connection: TypeAlias = PoolConnectionProxy
 # What a task does on a connection: (connection, target, timeout in seconds) -> its outcome.
-_Work = Callable[[Any, _Target, float], Awaitable[Outcome]]
+_Work = Callable[[_Connection, _Target, float], Awaitable[Outcome]]
 
 
 def _target(data: str | Mapping[str, Any], key: str, source: str) -> _Target:
@@ -96,7 +101,7 @@ def _target(data: str | Mapping[str, Any], key: str, source: str) -> _Target:
     user = str(data.get("user") or data.get("username") or "postgres")
     database = str(data.get("database") or data.get("dbname") or data.get("db") or user)
     password = data.get("password")
-    connect: dict[str, Any] = {"host": host, "port": port, "user": user, "database": database}
+    connect: dict[str, str | int] = {"host": host, "port": port, "user": user, "database": database}
     if password is not None:
         connect["password"] = str(password)
     if data.get("sslmode"):
@@ -125,7 +130,7 @@ def _target_from_dsn(dsn: str, key: str, source: str) -> _Target:
                    user, database, {"dsn": dsn}, tuple(s for s in secrets if s))
 
 
-def _fingerprint(settings: Mapping[str, Any]) -> str:
+def _fingerprint(settings: Mapping[str, str | int]) -> str:
     return hashlib.sha256(orjson.dumps(settings, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
 
 
@@ -148,17 +153,18 @@ def _aware(text: str) -> dt.datetime:
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
-def _json_text(text: str) -> Any:
+def _json_text(text: str) -> JsonValue:
     try:
-        return orjson.loads(text)
+        value: JsonValue = orjson.loads(text)
     except orjson.JSONDecodeError:
         return text  # not JSON text: store it as a JSON string
+    return value
 
 
 # Playbook values are JSON, so a date or a UUID arrives as a string: parse it for the parameter's
 # declared type, since asyncpg wants the Python type. A value that does not parse goes through
 # unchanged and asyncpg names the parameter in its error.
-_FROM_TEXT: dict[str, Callable[[str], Any]] = {
+_FROM_TEXT: dict[str, Callable[[str], object]] = {
     "int2": int, "int4": int, "int8": int, "oid": int, "float4": float, "float8": float,
     "numeric": decimal.Decimal, "bool": _bool, "date": dt.date.fromisoformat, "timestamp": _naive,
     "timestamptz": _aware, "time": dt.time.fromisoformat, "uuid": uuid.UUID,
@@ -169,7 +175,7 @@ _TEXT_TYPES = frozenset({"text", "varchar", "bpchar", "name"})
 _INT_TYPES = frozenset({"int2", "int4", "int8"})
 
 
-def _coerce(value: Any, type_name: str) -> Any:
+def _coerce(value: JsonValue, type_name: str) -> object:
     if isinstance(value, str):
         parse = _FROM_TEXT.get(type_name)
         if parse is not None:
@@ -192,7 +198,7 @@ def _affected_rows(status: str | None) -> int:
     return int(match.group(1)) if match else 0
 
 
-async def _init_connection(conn: Any) -> None:
+async def _init_connection(conn: asyncpg.Connection) -> None:
     for name in ("json", "jsonb"):
         await conn.set_type_codec(name, schema="pg_catalog", format="text",
                                   encoder=lambda v: orjson.dumps(v).decode(), decoder=orjson.loads)
@@ -204,7 +210,7 @@ class PostgresTool:
     def __init__(self, services: ToolServices | None = None, *, max_connections: int = 10) -> None:
         self.services = services or ToolServices()
         self.max_connections = max_connections
-        self._pools: dict[str, tuple[str, Any]] = {}
+        self._pools: dict[str, tuple[str, asyncpg.Pool]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._retired: set[asyncio.Task[None]] = set()
         self._ledgers: set[str] = set()  # pool fingerprints whose claim ledger is ready
@@ -234,7 +240,7 @@ class PostgresTool:
             call, lambda conn, target, timeout_s: self._claim(conn, target, timeout_s, statements,
                                                               claim_key))
 
-    async def _claim(self, conn: Any, target: _Target, timeout_s: float, statements: list[str],
+    async def _claim(self, conn: _Connection, target: _Target, timeout_s: float, statements: list[str],
                      claim_key: str) -> Outcome:
         try:
             if target.fingerprint not in self._ledgers:
@@ -248,7 +254,7 @@ class PostgresTool:
         return Outcome.success({"row": claimed.row, "replayed": claimed.replayed})
 
     async def run_batches(self, call: TaskCall, setup: Sequence[str], statement: str,
-                          rows: Sequence[Sequence[Any]], chunk_size: int) -> Outcome:
+                          rows: Sequence[Sequence[JsonValue]], chunk_size: int) -> Outcome:
         """Run the `setup` statements, then `statement` once per row of arguments, `chunk_size`
         rows per round trip, all in one transaction: an error anywhere rolls back every row and
         the setup. The target is the call's `auth:` or `connection:`, as for `run`.
@@ -297,7 +303,7 @@ class PostgresTool:
         return Outcome.failure("postgres task needs `auth:` (a credential name) or `connection:` "
                                "(a postgresql:// URI or a mapping)", "config")
 
-    async def _pool(self, target: _Target) -> Any:
+    async def _pool(self, target: _Target) -> asyncpg.Pool:
         key = target.key if target.key != "inline" else f"inline:{target.fingerprint}"
         current = self._pools.get(key)
         if current is not None and current[0] == target.fingerprint:
@@ -317,7 +323,8 @@ class PostgresTool:
                 task.add_done_callback(self._retired.discard)
             return pool
 
-    async def _run_script(self, conn: Any, statements: list[str], params: Any, target: _Target,
+    async def _run_script(self, conn: _Connection, statements: list[str], params: SqlParams,
+                          target: _Target,
                           timeout_s: float, *, as_objects: bool, transaction: bool) -> Outcome:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
@@ -329,7 +336,7 @@ class PostgresTool:
         try:
             if tx is not None:
                 await tx.start()
-            payloads: list[dict[str, Any]] = []
+            payloads: list[JsonObject] = []
             for statement in statements:
                 index += 1
                 remaining = max(deadline - loop.time(), 0.001)
@@ -357,7 +364,7 @@ class PostgresTool:
             await asyncio.gather(*self._retired, return_exceptions=True)
 
 
-def script_payload(payloads: list[dict[str, Any]]) -> dict[str, Any]:
+def script_payload(payloads: list[JsonObject]) -> JsonObject:
     """A script's result: its last statement's payload; after several statements also
     `statement_count` and the earlier payloads as `command_<i>`, the names NoETL's older engine
     gave every statement (dsl/views.py answers `command_<last>` from the payload itself, so
@@ -370,18 +377,19 @@ def script_payload(payloads: list[dict[str, Any]]) -> dict[str, Any]:
     return payload
 
 
-async def _run_statement(conn: Any, statement: str, params: Any, timeout_s: float,
-                         as_objects: bool) -> dict[str, Any]:
-    args: list[Any] = []
+async def _run_statement(conn: _Connection, statement: str, params: SqlParams, timeout_s: float,
+                         as_objects: bool) -> JsonObject:
+    args: list[JsonValue] = []
     if isinstance(params, Mapping):
         statement, args = bind_named(statement, params)
     prepared = await conn.prepare(statement, timeout=timeout_s)
     declared = prepared.get_parameters()
     if isinstance(params, (list, tuple)):
         args = list(params[:len(declared)])
-    args = [_coerce(value, ptype.name) for value, ptype in zip(args, declared, strict=False)] \
-        + args[len(declared):]
-    rows = await prepared.fetch(*args, timeout=timeout_s)
+    values: list[object] = [
+        *(_coerce(value, ptype.name) for value, ptype in zip(args, declared, strict=False)),
+        *args[len(declared):]]
+    rows = await prepared.fetch(*values, timeout=timeout_s)
     attributes = prepared.get_attributes()
     if attributes:
         return rows_payload([a.name for a in attributes], [tuple(r) for r in rows],
@@ -389,8 +397,8 @@ async def _run_statement(conn: Any, statement: str, params: Any, timeout_s: floa
     return {"affected_rows": _affected_rows(prepared.get_statusmsg())}
 
 
-async def _write_batches(conn: Any, setup: Sequence[str], statement: str,
-                         rows: Sequence[Sequence[Any]], chunk_size: int, target: _Target,
+async def _write_batches(conn: _Connection, setup: Sequence[str], statement: str,
+                         rows: Sequence[Sequence[JsonValue]], chunk_size: int, target: _Target,
                          timeout_s: float) -> Outcome:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
@@ -428,19 +436,20 @@ async def _write_batches(conn: Any, setup: Sequence[str], statement: str,
     return Outcome.success({"rows": len(rows), "chunks": chunks})
 
 
-def _batch_value(value: Any, type_name: str) -> Any:
+def _batch_value(value: JsonValue, type_name: str) -> object:
     """A row value for a parameter of `type_name`: as `_coerce` makes it, with objects and lists
     sent as JSON text where the column is neither JSON nor an array (`_` starts array types).
     """
-    value = _coerce(value, type_name)
-    if isinstance(value, (dict, list)) and type_name not in ("json", "jsonb") \
+    coerced = _coerce(value, type_name)
+    if isinstance(coerced, (dict, list)) and type_name not in ("json", "jsonb") \
             and not type_name.startswith("_"):
-        return orjson.dumps(value).decode()
-    return value
+        return orjson.dumps(coerced).decode()
+    return coerced
 
 
-def _pg_fields(exc: asyncpg.PostgresError, target: _Target) -> dict[str, Any]:
-    fields = {"sqlstate": exc.sqlstate, "message": target.scrub(str(exc.args[0] if exc.args else exc))}
+def _pg_fields(exc: asyncpg.PostgresError, target: _Target) -> dict[str, str]:
+    fields: dict[str, str] = {"sqlstate": exc.sqlstate,
+                              "message": target.scrub(str(exc.args[0] if exc.args else exc))}
     for name in ("detail", "hint", "position"):
         value = getattr(exc, name, None)
         if value:
@@ -488,7 +497,7 @@ def _connect_failure(exc: BaseException, target: _Target) -> Outcome:
         reason = str(exc)
         retryable = str(sqlstate or "").startswith(RETRYABLE_SQLSTATE_PREFIXES)
     message = target.scrub(f"postgres: cannot connect to {target.label} ({target.source}): {reason}")
-    fields: dict[str, Any] = {}
+    fields: dict[str, dict[str, str]] = {}
     if isinstance(exc, asyncpg.PostgresError):
         fields["pg"] = _pg_fields(exc, target)
     return Outcome.failure(message, "connection", retryable=retryable, **fields)

@@ -19,13 +19,14 @@ import os
 import struct
 import subprocess
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.layering import kind_default
 from noetl_stream.dsl.values import ListView, job_view
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.python_forks import ForkedProcess, ForkServer, ForkServerGone
 from noetl_stream.tools.python_slots import ENV_PYTHON_UIDS
@@ -46,7 +47,38 @@ IDLE_KEEP_S = 30.0  # how long a child waits for its execution's next step
 KEPT_PER_PROCESS = 4  # interpreters kept alive per step that may run at once
 
 
-def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+class _Request(TypedDict):
+    """What the worker sends a child (tools/python_runner.py reads it)."""
+
+    code: str
+    input: dict[str, object]
+    context: dict[str, object]
+    libs: NotRequired[JsonValue]
+    filename: NotRequired[str]
+
+
+class _CodeError(TypedDict, total=False):
+    message: str
+    kind: str  # "import" when a module was missing
+    module: str
+    type: str
+    traceback: str
+
+
+class _ModuleField(TypedDict, total=False):
+    module: str  # the module an import error names
+
+
+class _Reply(TypedDict, total=False):
+    """What a child answers: the code's result, or why it failed, and what it printed."""
+
+    status: str  # ok | error
+    result: JsonValue
+    error: _CodeError
+    output: JsonObject
+
+
+def encode_inputs(inputs: Mapping[str, object]) -> dict[str, object]:
     """Mark list views (loop results, an http list body) so the child rebuilds them as the
     mappings NoETL hands to code (`loop["stats"]`, `resp["status_code"]`, `resp.get("data")`),
     which iterate, count and index as their list (tools/python_runner.py ListView).
@@ -54,7 +86,7 @@ def encode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
     return {k: v.encoded() if isinstance(v, ListView) else v for k, v in inputs.items()}
 
 
-def python_context(call: TaskCall) -> dict[str, Any]:
+def python_context(call: TaskCall) -> dict[str, object]:
     """The `context` python code reads: the names the task's templates read (workload, ctx,
     iter, vars, finished step results by step name, earlier task results of the step, keychain,
     and workload / ctx / args keys as bare names, as in NoETL's render context), plus NoETL's
@@ -119,14 +151,14 @@ class _Child:
     def alive(self) -> bool:
         return self.proc.returncode is None
 
-    async def call(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, request: _Request) -> _Reply:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         data = jsonutil.dumps(request)
         self.proc.stdin.write(struct.pack(">I", len(data)) + data)
         await self.proc.stdin.drain()
         head = await self.proc.stdout.readexactly(4)
         (size,) = struct.unpack(">I", head)
-        reply: dict[str, Any] = jsonutil.loads(await self.proc.stdout.readexactly(size))
+        reply: _Reply = jsonutil.loads(await self.proc.stdout.readexactly(size))
         return reply
 
     async def kill(self) -> None:
@@ -340,7 +372,7 @@ class PythonTool:
             return False
         return True
 
-    def _chore(self, work: Coroutine[Any, Any, None]) -> None:
+    def _chore(self, work: Coroutine[object, object, None]) -> None:
         task = asyncio.create_task(work)
         self._chores.add(task)
         task.add_done_callback(_chore_done(self._chores))
@@ -353,7 +385,7 @@ class PythonTool:
         async with self._slots:
             child = await self._acquire(call.execution_id)
             try:
-                request = {"code": code, "input": encode_inputs(call.input),
+                request: _Request = {"code": code, "input": encode_inputs(call.input),
                            "context": python_context(call), "libs": call.config.get("libs"),
                            "filename": _filename(call)}
                 reply = await asyncio.wait_for(child.call(request), timeout_s)
@@ -370,13 +402,13 @@ class PythonTool:
                 self._chore(self._end(child))
                 raise
             self._release(child, call.execution_id)
-        output = reply.get("output") or {}
+        output: JsonObject = reply.get("output") or {}
         # `meta.stdout` as before; the pipeline lifts `meta.output` into the outcome event.
         meta = {"stdout": output.get("stdout", ""), "output": output}
         if reply.get("status") == "ok":
             return Outcome.success(reply.get("result"), meta=meta)
-        err = reply.get("error") or {}
-        extra = {"module": err["module"]} if err.get("module") else {}
+        err: _CodeError = reply.get("error") or {}
+        extra: _ModuleField = {"module": err["module"]} if err.get("module") else {}
         return Outcome.failure(str(err.get("message", "python code failed")),
                                "import" if err.get("kind") == "import" else "python",
                                exception_type=err.get("type"),

@@ -19,7 +19,7 @@ import select
 import signal
 import socket
 import struct
-from typing import Any
+from typing import TypedDict
 
 from noetl_stream import jsonutil
 from noetl_stream.tools.python_slots import SandboxUser
@@ -89,7 +89,7 @@ class ForkServer:
         """A fresh child in `place`; ForkServerGone when the server is not there."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            order = {"cwd": place.folder, "env": place.env, **_who(place.user)}
+            order: _Order = {"cwd": place.folder, "env": place.env, **_who(place.user)}
             pid, pidfd = await self._order(order, theirs.fileno())
         except BaseException:
             ours.close()
@@ -112,14 +112,14 @@ class ForkServer:
         finally:
             os.close(pidfd)
 
-    async def _order(self, order: dict[str, Any], channel: int) -> tuple[int, int]:
+    async def _order(self, order: _Order, channel: int) -> tuple[int, int]:
         if self._control is None:
             raise ForkServerGone("the fork server is not running")
         async with self._lock:  # one order at a time: answers come back in order
             return await asyncio.to_thread(self._ask, self._control, order, channel)
 
     @staticmethod
-    def _ask(control: socket.socket, order: dict[str, Any], channel: int) -> tuple[int, int]:
+    def _ask(control: socket.socket, order: _Order, channel: int) -> tuple[int, int]:
         try:
             socket.send_fds(control, [jsonutil.dumps(order)], [channel])
             data, fds, _, _ = socket.recv_fds(control, 16, 1)
@@ -143,7 +143,20 @@ class ForkServer:
                 await self._proc.wait()
 
 
-def _who(user: SandboxUser | None) -> dict[str, Any]:
+class _Order(TypedDict, total=False):
+    """What the fork server is asked (tools/python_runner.py reads it): fork a child in `cwd`
+    with `env`, or `clear` the processes a uid left; as the user `uid` (None: its own).
+    """
+
+    cwd: str | None
+    env: dict[str, str]
+    clear: bool
+    uid: int | None
+    gid: int
+    exclusive: bool
+
+
+def _who(user: SandboxUser | None) -> _Order:
     if user is None:
         return {"uid": None}
     return {"uid": user.uid, "gid": user.gid, "exclusive": user.exclusive}

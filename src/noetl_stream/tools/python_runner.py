@@ -31,13 +31,14 @@ import struct
 import sys
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from collections.abc import Callable, Iterator, Mapping
+from types import CodeType
+from typing import Any, BinaryIO, TypedDict
 
 import orjson
 
 
-def _dumps(value: Any) -> bytes:
+def _dumps(value: object) -> bytes:
     # Subclasses pass through to _fallback, so a ListView the code hands back is its list again.
     return orjson.dumps(value, default=_fallback,
                         option=orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_SUBCLASS)
@@ -46,7 +47,7 @@ def _dumps(value: Any) -> bytes:
 _loads: Callable[[bytes], Any] = orjson.loads
 
 
-def _fallback(value: Any) -> Any:
+def _fallback(value: object) -> object:
     if isinstance(value, ListView):
         return value.items_list()
     if isinstance(value, dict):
@@ -102,7 +103,7 @@ class TailBuffer(io.TextIOBase):
         return b"".join(self._parts).decode("utf-8", errors="ignore")
 
 
-def captured_output(out: TailBuffer, err: TailBuffer) -> dict[str, Any]:
+def captured_output(out: TailBuffer, err: TailBuffer) -> dict[str, str | int | bool]:
     return {"stdout": out.tail(), "stderr": err.tail(), "stdout_bytes": out.total,
             "stderr_bytes": err.total,
             "truncated": out.total > out.limit or err.total > err.limit}
@@ -154,13 +155,13 @@ class ListView(dict[str, Any]):
         return self._items.index(value, *args)
 
 
-def _decode(value: Any) -> Any:
+def _decode(value: object) -> object:
     if isinstance(value, dict) and LIST_MARK in value:
         return ListView(value[LIST_MARK], value.get("names") or {}, value.get("itself") or [])
     return value
 
 
-def _decode_inputs(inputs: dict[str, Any]) -> dict[str, Any]:
+def _decode_inputs(inputs: Mapping[str, object]) -> dict[str, object]:
     return {k: _decode(v) for k, v in inputs.items()}
 
 
@@ -179,7 +180,7 @@ class LibraryError(Exception):
         self.type = type(cause).__name__
 
 
-def _compile(code: str, filename: str) -> tuple[Any, bool]:
+def _compile(code: str, filename: str) -> tuple[CodeType, bool]:
     """Compile user code; a top-level `return` makes the code the body of a function."""
     tree = ast.parse(code, filename, "exec")
     has_return = any(isinstance(n, ast.Return) for n in _top_level_nodes(tree.body))
@@ -207,9 +208,9 @@ def _top_level_nodes(body: list[ast.stmt]) -> Iterator[ast.AST]:
                 stack.append(child)
 
 
-def import_libs(libs: dict[str, Any] | None) -> dict[str, Any]:
+def import_libs(libs: Mapping[str, object] | None) -> dict[str, object]:
     """The `libs:` modules by alias: `alias: module`, or `alias: {from: package, import: name}`."""
-    bound: dict[str, Any] = {}
+    bound: dict[str, object] = {}
     for alias, target in (libs or {}).items():
         if isinstance(target, dict):
             package, name = str(target.get("from")), str(target.get("import"))
@@ -233,7 +234,8 @@ def import_libs(libs: dict[str, Any] | None) -> dict[str, Any]:
     return bound
 
 
-def _globals(inputs: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+def _globals(inputs: Mapping[str, object], context: dict[str, object]) -> dict[str, Any]:
+    """The globals the code runs with (exec's namespace: whatever the code binds)."""
     context.setdefault("variables", {k: v for k, v in context.items()})
     namespace: dict[str, Any] = {
         "__name__": "__noetl__", "json": json, "os": os, "sys": sys, "datetime": datetime,
@@ -246,10 +248,11 @@ def _globals(inputs: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
     return namespace
 
 
-def _call_main(main: Callable[..., Any], inputs: dict[str, Any], context: dict[str, Any]) -> Any:
+def _call_main(main: Callable[..., object], inputs: Mapping[str, object],
+               context: Mapping[str, object]) -> object:
     given = context.get("data")
-    data: dict[str, Any] = given if isinstance(given, dict) else {}
-    kwargs: dict[str, Any] = {}
+    data: Mapping[str, object] = given if isinstance(given, dict) else {}
+    kwargs: dict[str, object] = {}
     rest = False
     for param in inspect.signature(main).parameters.values():
         if param.kind == param.VAR_POSITIONAL:
@@ -277,8 +280,8 @@ def _call_main(main: Callable[..., Any], inputs: dict[str, Any], context: dict[s
     return value
 
 
-def run_code(code: str, inputs: dict[str, Any], context: dict[str, Any] | None = None,
-             libs: dict[str, Any] | None = None, filename: str = "<playbook code>") -> Any:
+def run_code(code: str, inputs: Mapping[str, object], context: Mapping[str, object] | None = None,
+             libs: Mapping[str, object] | None = None, filename: str = "<playbook code>") -> object:
     context = dict(context or {})
     namespace = _globals(inputs, context)
     namespace.update(import_libs(libs))
@@ -440,7 +443,21 @@ def _serve_fds() -> None:
     _serve(proto_in, proto_out)
 
 
-def _forked(order: dict[str, Any], channel: int, held: dict[str, int]) -> None:
+class _Order(TypedDict, total=False):
+    """A fork server's order (tools/python_forks.py writes it; this file imports nothing of
+    noetl_stream): fork a child in `cwd` with `env` as user `uid` (None: the server's own), or
+    `clear` what that uid left running.
+    """
+
+    cwd: str | None
+    env: dict[str, str]
+    clear: bool
+    uid: int | None
+    gid: int
+    exclusive: bool
+
+
+def _forked(order: _Order, channel: int, held: dict[str, int]) -> None:
     """A fork server's child: its own session, its channel as fd 0 and 1, its folder and
     environment, then its user; it serves steps until its channel closes.
     """
@@ -451,16 +468,17 @@ def _forked(order: dict[str, Any], channel: int, held: dict[str, int]) -> None:
     os.dup2(channel, 0)
     os.dup2(channel, 1)
     os.close(channel)
-    if order.get("cwd"):
-        os.chdir(order["cwd"])
+    cwd, uid = order.get("cwd"), order.get("uid")
+    if cwd:
+        os.chdir(cwd)
     os.environ.clear()
     os.environ.update(order.get("env") or {})
-    if order.get("uid") is None:
+    if uid is None:
         _prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: it dies with the fork server
         for fd in held.values():
             os.close(fd)
     else:
-        become(int(order["uid"]), int(order["gid"]), bool(order.get("exclusive")), held)
+        become(int(uid), int(order["gid"]), bool(order.get("exclusive")), held)
     if order.get("clear"):  # only there to kill what the uid left running
         return
     _serve_fds()

@@ -11,10 +11,10 @@ tasks of the same step's pipeline see it in clear.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from noetl_stream.credentials import Credential
 from noetl_stream.errors import ToolError
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 PROVIDERS = ("env", "credential")
@@ -32,7 +32,7 @@ def worker_setting_refusal(variable: str) -> str:
 REDACT = {"redact": ["value"]}
 
 
-def secret_of(credential: Credential) -> Any:
+def secret_of(credential: Credential) -> JsonValue:
     """The field of a credential that is the secret itself."""
     data = credential.data
     field = {"bearer": "token", "basic": "password", "api_key": "value"}.get(credential.kind)

@@ -20,10 +20,12 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from noetl_stream.dsl.layering import kind_default
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 DEFAULT_TIMEOUT_S = float(kind_default("shell", "timeout"))  # dsl/layering.py: one table
@@ -34,7 +36,7 @@ PREVIEW_CHARS = 120  # NoETL's `cmd_preview`: the first line of a program, this 
 PIPE_GRACE_S = 1.0
 
 
-def _argv(command: Any, shell: str) -> list[str] | None:
+def _argv(command: JsonValue, shell: str) -> list[str] | None:
     if isinstance(command, str) and command.strip():
         return [shell, "-c", command]
     if isinstance(command, list) and command:
@@ -42,7 +44,7 @@ def _argv(command: Any, shell: str) -> list[str] | None:
     return None
 
 
-def _programs(cfg: dict[str, Any]) -> list[str] | None:
+def _programs(cfg: Mapping[str, JsonValue]) -> list[str] | None:
     """NoETL's `cmds:` (a list of programs, or one string) or `cmd:`; None when neither is given."""
     raw = cfg.get("cmds")
     if raw is None:
@@ -54,14 +56,36 @@ def _programs(cfg: dict[str, Any]) -> list[str] | None:
     return [str(raw)] if str(raw).strip() else []
 
 
-def _environment(overrides: Any) -> dict[str, str]:
+def _environment(overrides: JsonValue) -> dict[str, str]:
     env = dict(os.environ)
-    for key, value in (overrides or {}).items():
+    # ShellTool.run refuses an `env` that is not a mapping before anything starts.
+    for key, value in (overrides.items() if isinstance(overrides, dict) else ()):
         if value is None:
             env.pop(str(key), None)
         else:
             env[str(key)] = value if isinstance(value, str) else str(value)
     return env
+
+
+class _CommandRun(TypedDict):
+    """One program of `cmds:` as the result lists it (NoETL's names)."""
+
+    cmd_preview: str
+    returncode: int | None
+    stdout: str
+    stderr: str
+    duration_ms: int
+
+
+class _ShellResult(TypedDict):
+    """A shell task's result; `cmds:` adds NoETL's names for each program's run."""
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    returncode: NotRequired[int | None]
+    commands: NotRequired[list[_CommandRun]]
+    duration_ms: NotRequired[int]
 
 
 def _tail(text: str) -> str:
@@ -119,7 +143,7 @@ class ShellTool:
             ran = await _run(argv, cfg, timeout_s)
         except _StartError as exc:
             return Outcome.failure(str(exc), "config")
-        result: dict[str, Any] = {"stdout": ran.stdout, "stderr": ran.stderr,
+        result: _ShellResult = {"stdout": ran.stdout, "stderr": ran.stderr,
                                   "exit_code": ran.returncode}
         if ran.timed_out:
             return _timed_out(timeout_s, result)
@@ -130,7 +154,7 @@ class ShellTool:
     async def _run_programs(self, call: TaskCall, programs: list[str], shell: str) -> Outcome:
         timeout_s = call.timeout(DEFAULT_TIMEOUT_S)
         started = time.monotonic()
-        each: list[dict[str, Any]] = []
+        each: list[_CommandRun] = []
         ran: _Ran | None = None
         for program in programs:
             try:
@@ -145,7 +169,7 @@ class ShellTool:
                 break
         assert ran is not None  # programs is not empty
         returncode = each[-1]["returncode"]
-        result = {"stdout": "\n".join(c["stdout"] for c in each if c["stdout"]),
+        result: _ShellResult = {"stdout": "\n".join(c["stdout"] for c in each if c["stdout"]),
                   "stderr": "\n".join(c["stderr"] for c in each if c["stderr"]),
                   "returncode": returncode, "exit_code": returncode, "commands": each,
                   "duration_ms": int((time.monotonic() - started) * 1000)}
@@ -160,14 +184,14 @@ class ShellTool:
         return None
 
 
-def _timed_out(timeout_s: float, result: dict[str, Any], what: str = "command") -> Outcome:
+def _timed_out(timeout_s: float, result: _ShellResult, what: str = "command") -> Outcome:
     outcome = Outcome.failure(f"{what} ran longer than its timeout of {timeout_s:g}s and was "
                               "killed", "timeout", retryable=True, **result)
     outcome.result = result
     return outcome
 
 
-def _exited(what: str, ran: _Ran, result: dict[str, Any]) -> Outcome:
+def _exited(what: str, ran: _Ran, result: _ShellResult) -> Outcome:
     tail = _tail(ran.stderr)
     outcome = Outcome.failure(f"{what} exited with code {ran.returncode}"
                               + (f": {tail}" if tail else ""), "shell", **result)
@@ -175,7 +199,7 @@ def _exited(what: str, ran: _Ran, result: dict[str, Any]) -> Outcome:
     return outcome
 
 
-async def _run(argv: list[str], cfg: dict[str, Any], timeout_s: float) -> _Ran:
+async def _run(argv: list[str], cfg: Mapping[str, JsonValue], timeout_s: float) -> _Ran:
     """Run one child process to its end or its timeout (its whole process group killed)."""
     cwd = cfg.get("cwd")
     started = time.monotonic()

@@ -21,10 +21,11 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 from noetl_stream.credentials import Credential
 from noetl_stream.errors import NoetlStreamError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
 # The credential kinds a SQL kind connects to PostgreSQL with.
@@ -130,7 +131,7 @@ def split_statements(script: str) -> list[str]:
     return statements
 
 
-def bind_named(statement: str, params: Mapping[str, Any]) -> tuple[str, list[Any]]:
+def bind_named(statement: str, params: Mapping[str, JsonValue]) -> tuple[str, list[JsonValue]]:
     """Rewrite `:name` placeholders (names found in `params`) to `$1..$n` with their values.
 
     Only code is rewritten, so `'a:b'`, `"x:y"`, comments and `::casts` stay as they are; a
@@ -154,7 +155,7 @@ def bind_named(statement: str, params: Mapping[str, Any]) -> tuple[str, list[Any
     return "".join(out), [params[name] for name in order]
 
 
-def json_safe(value: Any) -> Any:
+def json_safe(value: object) -> JsonValue:
     """A database value as JSON can hold it (the rules are in the module docstring)."""
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
@@ -186,19 +187,19 @@ def _decimal(value: decimal.Decimal) -> int | float | str:
     return as_float if decimal.Decimal(repr(as_float)) == value else str(value)
 
 
-def rows_payload(columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
-                 as_objects: bool = True) -> dict[str, Any]:
+def rows_payload(columns: Sequence[str], rows: Sequence[Sequence[object]], *,
+                 as_objects: bool = True) -> JsonObject:
     """`{columns, rows, row_count}` with JSON-safe values."""
     names = list(columns)
     if as_objects:
-        body: list[Any] = [{name: json_safe(v) for name, v in zip(names, row, strict=False)}
+        body: list[JsonValue] = [{name: json_safe(v) for name, v in zip(names, row, strict=False)}
                            for row in rows]
     else:
         body = [[json_safe(v) for v in row] for row in rows]
-    return {"columns": names, "rows": body, "row_count": len(body)}
+    return {"columns": list(names), "rows": body, "row_count": len(body)}
 
 
-def flag(value: Any, default: bool) -> bool:
+def flag(value: object, default: bool) -> bool:
     """A yes/no field that may arrive as a rendered string ("false") rather than a bool."""
     if value is None:
         return default
@@ -207,10 +208,14 @@ def flag(value: Any, default: bool) -> bool:
     return bool(value)
 
 
-def script_of(config: Mapping[str, Any]) -> str | None:
+def script_of(config: Mapping[str, JsonValue]) -> str | None:
     """The SQL of a task: `command` or `query` (the same field under two names)."""
     sql = config.get("command", config.get("query"))
     return sql if isinstance(sql, str) and sql.strip() else None
+
+
+# What a task binds to its statements' parameters: a list (by position), a mapping (by name).
+SqlParams: TypeAlias = Sequence[JsonValue] | Mapping[str, JsonValue] | None
 
 
 @dataclass(frozen=True)
@@ -218,11 +223,12 @@ class SqlTask:
     """What every SQL kind reads from its task before it touches a database."""
 
     script: str
-    params: Sequence[Any] | Mapping[str, Any] | None
+    params: SqlParams
     as_objects: bool
 
 
-def read_sql_task(kind: str, config: Mapping[str, Any], *, params_forms: str) -> SqlTask | Outcome:
+def read_sql_task(kind: str, config: Mapping[str, JsonValue], *,
+                  params_forms: str) -> SqlTask | Outcome:
     """The task's SQL, `params` and `as_objects`, or the config failure naming what is wrong.
 
     `params_forms` says, in the kind's own placeholders, what a list and a mapping bind to.

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from noetl_stream.dsl import transfer
 from noetl_stream.dsl.transfer import Endpoint, Plan
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 from noetl_stream.tools.extras import duckdb_tool
 from noetl_stream.tools.http import HttpTool
@@ -28,7 +28,7 @@ class _DataError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class _Rows:
-    records: list[Mapping[str, Any]]
+    records: list[Mapping[str, JsonValue]]
     columns: list[str] | None  # a query's columns; None for an HTTP body
 
 
@@ -63,7 +63,8 @@ class TransferTool:
         if not written.ok:
             return _prefixed(written, f"transfer target {plan.target.type} "
                                       f"{plan.target.get('table') or '(query)'}")
-        return Outcome.success(result_of(plan, columns, len(read.records), written.result))
+        counts = written.result if isinstance(written.result, Mapping) else {}  # {rows, chunks}
+        return Outcome.success(result_of(plan, columns, len(read.records), counts))
 
     async def _read(self, call: TaskCall, source: Endpoint) -> _Rows | Outcome:
         sub = dataclasses.replace(call, kind=source.type, config=_source_config(source))
@@ -92,7 +93,7 @@ class TransferTool:
         await self.duckdb.close()
 
 
-def _source_config(source: Endpoint) -> dict[str, Any]:
+def _source_config(source: Endpoint) -> dict[str, object]:
     if source.type == "http":
         keys = {"url": "url", "method": "method", "headers": "headers", "auth": "auth"}
     elif source.type == "postgres":
@@ -102,7 +103,7 @@ def _source_config(source: Endpoint) -> dict[str, Any]:
     return {name: source.get(key) for name, key in keys.items() if source.get(key) is not None}
 
 
-def _target_config(target: Endpoint) -> dict[str, Any]:
+def _target_config(target: Endpoint) -> dict[str, object]:
     keys = ("auth", "connection") if target.type == "postgres" else ("db_path",)
     return {key: target.get(key) for key in keys if target.get(key) is not None}
 
@@ -114,7 +115,7 @@ def _prefixed(outcome: Outcome, where: str) -> Outcome:
     return dataclasses.replace(outcome, error=error)
 
 
-def records_of(body: Any, data_path: Any) -> list[Mapping[str, Any]]:
+def records_of(body: object, data_path: object) -> list[Mapping[str, JsonValue]]:
     """The rows of an HTTP body: the list at `data_path` (dot-separated keys), or the body itself;
     a lone object is one row.
     """
@@ -129,29 +130,32 @@ def records_of(body: Any, data_path: Any) -> list[Mapping[str, Any]]:
     if not isinstance(data, list):
         raise _DataError(f"the response{' at data_path' if data_path else ''} is "
                          f"{type(data).__name__}, not a list of objects")
+    records: list[Mapping[str, JsonValue]] = []
     for index, record in enumerate(data):
         if not isinstance(record, Mapping):
             raise _DataError(f"row {index} of the response is {type(record).__name__}, not an "
                              "object")
-    return data
+        records.append(record)
+    return records
 
 
-def field_value(record: Mapping[str, Any], name: str) -> Any:
+def field_value(record: Mapping[str, JsonValue], name: str) -> JsonValue:
     """`record[name]`, else the value at a dotted path (`address.city`); None when absent."""
     if name in record:
         return record[name]
-    value: Any = record
-    for key in name.split("."):
+    first, *rest = name.split(".")
+    value = record.get(first)
+    for key in rest:
         if not isinstance(value, Mapping):
             return None
         value = value.get(key)
     return value
 
 
-def _has_field(record: Mapping[str, Any], name: str) -> bool:
+def _has_field(record: Mapping[str, JsonValue], name: str) -> bool:
     if name in record:
         return True
-    value: Any = record
+    value: JsonValue | Mapping[str, JsonValue] = record
     for key in name.split("."):
         if not isinstance(value, Mapping) or key not in value:
             return False
@@ -178,7 +182,7 @@ def columns_and_fields(mapping: dict[str, str] | None, rows: _Rows) -> tuple[lis
     return list(mapping), list(mapping.values())
 
 
-def _keys(records: Sequence[Mapping[str, Any]]) -> list[str]:
+def _keys(records: Sequence[Mapping[str, JsonValue]]) -> list[str]:
     return list(dict.fromkeys(str(k) for record in records for k in record))
 
 
@@ -214,8 +218,11 @@ def write_statements(plan: Plan, columns: list[str]) -> tuple[list[str], str]:
     return setup, statement
 
 
-def result_of(plan: Plan, columns: list[str], fetched: int, written: Any) -> dict[str, Any]:
-    """The result under the names NoETL's engines give it."""
+def result_of(plan: Plan, columns: list[str], fetched: int,
+              written: Mapping[str, int]) -> JsonObject:
+    """The result under the names NoETL's engines give it; `written` is the writer's
+    `{rows, chunks}`.
+    """
     table = plan.target.get("table")
     return {
         "direction": f"{plan.source.type}_to_{plan.target.type}",
@@ -226,5 +233,5 @@ def result_of(plan: Plan, columns: list[str], fetched: int, written: Any) -> dic
         "chunks_processed": int(written["chunks"]),
         "records_fetched": fetched,
         "target_table": str(table) if table else "custom_query",
-        "columns": columns,
+        "columns": list(columns),
     }
