@@ -14,6 +14,7 @@ from typing import Any
 
 from noetl_stream.errors import TemplateError
 from noetl_stream.formats import STATE, NewerFormat
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.runtime.state_size import shrink
 from noetl_stream.state.results import ResultStore
@@ -112,7 +113,7 @@ def encoding_problem(exc: Exception) -> str:
     return f"a value cannot be stored as JSON: {text}"
 
 
-def fault(exc: Exception) -> dict[str, Any]:
+def fault(exc: Exception) -> JsonObject:
     """The error an execution fails with when applying an event raised `exc`."""
     if isinstance(exc, Unstorable):
         return {"message": str(exc), "kind": exc.kind}
