@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import (
     REGISTRY,
@@ -29,6 +28,8 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 # `*_created` series double the output and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -63,22 +64,22 @@ STORAGE_REFUSALS = Counter("noetl_storage_refusals", "Writes JetStream refused f
 RUNNING = Gauge("noetl_worker_running", "Commands this worker is running now, by pool.", ["pool"])
 
 
-def label(value: Any) -> str:
+def label(value: object) -> str:
     return str(value) if value else UNKNOWN
 
 
-def command_kind(command: dict[str, Any]) -> str:
+def command_kind(command: Mapping[str, JsonValue]) -> str:
     """The tool kind of a command: its single task's kind, else `pipeline` (as its subject)."""
-    tasks = command.get("tasks") or []
-    if len(tasks) == 1 and isinstance(tasks[0], dict):
+    tasks = command.get("tasks")
+    if isinstance(tasks, list) and len(tasks) == 1 and isinstance(tasks[0], dict):
         return label(tasks[0].get("kind"))
     return "pipeline"
 
 
-_step_series: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+_step_series: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
 
 
-def observe_step(command: dict[str, Any], pool: str, ok: bool, seconds: float) -> None:
+def observe_step(command: Mapping[str, JsonValue], pool: str, ok: bool, seconds: float) -> None:
     labels = (label(command.get("playbook")), command_kind(command), pool, "ok" if ok else "error")
     series = _step_series.get(labels)
     if series is None:  # `labels()` takes a lock and builds a key: done once per label set
@@ -87,7 +88,8 @@ def observe_step(command: dict[str, Any], pool: str, ok: bool, seconds: float) -
     series[1].observe(seconds)
 
 
-def observe_outbox(events: Iterable[tuple[str, dict[str, Any]]], playbook: str | None) -> None:
+def observe_outbox(events: Iterable[tuple[str, Mapping[str, JsonValue]]],
+                   playbook: str | None) -> None:
     """Count execution starts and ends among the events a server published."""
     for event_type, body in events:
         if event_type == "execution.started":
@@ -133,7 +135,7 @@ def pool_of_consumer(name: str) -> str | None:
     return name[len(WORKER_CONSUMER_PREFIX):] if name.startswith(WORKER_CONSUMER_PREFIX) else None
 
 
-def process_families(processes: list[dict[str, Any]], pools: Iterable[str],
+def process_families(processes: list[JsonObject], pools: Iterable[str],
                      now: float | None = None) -> list[GaugeMetricFamily]:
     """Live processes by role and pool (0 for a pool with a consumer and no live worker, so the
     series reads 0 instead of vanishing), and each worker's heartbeat age and running commands.
@@ -149,9 +151,16 @@ def process_families(processes: list[dict[str, Any]], pools: Iterable[str],
         gauge("noetl_worker_heartbeat_age_seconds", "Seconds since each worker's last heartbeat "
               "(written every 10 s; the entry expires after 60 s).", ["pool", "worker"],
               [([str(w.get("pool")), str(w.get("instance"))],
-                round(max(0.0, now - float(w.get("heartbeat_at") or now)), 3)) for w in workers]),
+                round(max(0.0, now - _number(w.get("heartbeat_at"), now)), 3)) for w in workers]),
         gauge("noetl_worker_running_commands", "Commands each worker is running (its heartbeat).",
               ["pool", "worker"],
-              [([str(w.get("pool")), str(w.get("instance"))], int(w.get("running") or 0))
+              [([str(w.get("pool")), str(w.get("instance"))], int(_number(w.get("running"), 0)))
                for w in workers]),
     ]
+
+
+def _number(value: JsonValue, missing: float) -> float:
+    """A number a heartbeat holds (written by any release): `missing` when it holds none."""
+    if isinstance(value, (int, float, str)) and value:
+        return float(value)
+    return missing
