@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Rule
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.messages import event_body
 from noetl_stream.tools.base import Outcome
 
-EventSink = Callable[[str, str, dict[str, Any]], Awaitable[None]]
+EventSink = Callable[[str, str, JsonObject], Awaitable[None]]
 """sink(event_type, msg_id, body): publish one worker event with a deterministic msg id."""
 
 
@@ -40,11 +40,11 @@ def backoff_delay(rule: Rule, attempt: int, key: str | None = None) -> float:
     return float(min(wait, rule.max_delay) if rule.max_delay is not None else wait)
 
 
-def retry_names(outcome: Outcome, attempt: int, rule: Rule | None = None) -> dict[str, Any]:
+def retry_names(outcome: Outcome, attempt: int, rule: Rule | None = None) -> JsonObject:
     """The names a `retry_when` / `stop_when` / `poll.until` guard reads (spec 004 §7.3)."""
     error = outcome.error or {}
     status = (outcome.http or {}).get("status", error.get("status"))
-    names = {"attempt": attempt, "status_code": status, "error": outcome.error,
+    names: JsonObject = {"attempt": attempt, "status_code": status, "error": outcome.error,
              "success": outcome.ok, "result": outcome.result, "data": outcome.result}
     if rule is not None:
         names["max_attempts"] = rule.attempts
@@ -54,29 +54,33 @@ def retry_names(outcome: Outcome, attempt: int, rule: Rule | None = None) -> dic
 class ActionEvents:
     """Publishes `retry.*` and `poll.*` events of one command's pipeline through a sink."""
 
-    def __init__(self, command: dict[str, Any], sink: EventSink | None) -> None:
+    def __init__(self, command: Mapping[str, JsonValue], sink: EventSink | None) -> None:
         self.cmd = command
         self.sink = sink
+        # Checked where the command was received (messages.py): an int or none, a text or none.
+        iteration, parent = command.get("iteration"), command.get("parent_execution_id")
+        self.iteration = iteration if isinstance(iteration, int) else None
+        self.parent_execution_id = parent if isinstance(parent, str) else None
 
     def action_id(self, task: str | None) -> str:
-        return ids.action_id(str(self.cmd.get("step_run_id")), self.cmd.get("iteration"), task)
+        return ids.action_id(str(self.cmd.get("step_run_id")), self.iteration, task)
 
     async def publish(self, event_type: str, task: str | None, *, chain: int, round_: int,
-                      attempt: int, **fields: Any) -> None:
+                      attempt: int, **fields: JsonValue) -> None:
         if self.sink is None:
             return
         action = self.action_id(task)
         execution_id = str(self.cmd["execution_id"])
         body = event_body(event_type, execution_id, time.time(),
-                          parent_execution_id=self.cmd.get("parent_execution_id"),
+                          parent_execution_id=self.parent_execution_id,
                           step=self.cmd.get("step"), step_run_id=self.cmd.get("step_run_id"),
-                          iteration=self.cmd.get("iteration"), task=task, action_id=action,
+                          iteration=self.iteration, task=task, action_id=action,
                           attempt=attempt, chain_attempt=chain, **fields)
         msg_id = ids.event_msg_id(execution_id, event_type, action, chain, round_, attempt)
         await self.sink(event_type, msg_id, body)
 
 
-def outcome_fields(outcome: Outcome) -> dict[str, Any]:
+def outcome_fields(outcome: Outcome) -> JsonObject:
     """What a `retry.processed` / `poll.attempt` event says about a call: status, never data."""
     error = outcome.error or {}
     status = (outcome.http or {}).get("status", error.get("status"))
