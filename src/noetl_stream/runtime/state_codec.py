@@ -10,7 +10,8 @@ raises `Unstorable`, which the server turns into the execution's failure with th
 from __future__ import annotations
 
 import logging
-from typing import Any
+
+from nats.aio.client import Client
 
 from noetl_stream.errors import TemplateError
 from noetl_stream.formats import STATE, NewerFormat
@@ -37,7 +38,7 @@ class Unstorable(Exception):
 class StateCodec:
     """Encodes states for commit on one NATS connection (its max_payload is the limit)."""
 
-    def __init__(self, nc: Any, results: ResultStore, step_results: StepResults) -> None:
+    def __init__(self, nc: Client, results: ResultStore, step_results: StepResults) -> None:
         self._nc = nc
         self._results = results
         self._step_results = step_results
