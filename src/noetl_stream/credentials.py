@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from noetl_stream.jsonutil import JsonObject
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Credential:
 
     name: str
     kind: str  # postgres | bearer | basic | api_key | generic | ...
-    data: dict[str, Any]
+    data: JsonObject
 
 
 class CredentialScope(BaseModel):

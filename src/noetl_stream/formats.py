@@ -23,11 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl_stream.errors import NoetlStreamError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 VERSION_FIELD = "schema_version"
 UNVERSIONED = 1  # what was written before formats had versions
 
-Migration = Callable[[dict[str, Any]], dict[str, Any]]
+Migration = Callable[[JsonObject], JsonObject]
 
 
 class NewerFormat(NoetlStreamError):
@@ -56,16 +57,16 @@ class Format:
         if missing:
             raise ValueError(f"{self.name}: no migration from version(s) {missing}")
 
-    def version_of(self, record: Mapping[str, Any]) -> int:
+    def version_of(self, record: Mapping[str, JsonValue]) -> int:
         version = record.get(VERSION_FIELD, UNVERSIONED)
         if not isinstance(version, int) or isinstance(version, bool) or version < UNVERSIONED:
             raise ValueError(f"{self.name}: {VERSION_FIELD} {version!r} is not a version")
         return version
 
-    def is_newer(self, record: Mapping[str, Any]) -> bool:
+    def is_newer(self, record: Mapping[str, JsonValue]) -> bool:
         return self.version_of(record) > self.current
 
-    def read(self, record: dict[str, Any], what: str | None = None) -> dict[str, Any]:
+    def read(self, record: JsonObject, what: str | None = None) -> JsonObject:
         """`record` in the current version (migrated when older; a new dict then). Raises
         NewerFormat for a newer one, naming it as `what` (the format's name by default).
         """
@@ -81,12 +82,12 @@ class Format:
         version = self.version_of(record)
         return record if version > self.current else self._migrated(record, version)
 
-    def stamp(self, record: dict[str, Any]) -> dict[str, Any]:
+    def stamp(self, record: JsonObject) -> JsonObject:
         """`record` marked with the current version (in place)."""
         record[VERSION_FIELD] = self.current
         return record
 
-    def _migrated(self, record: dict[str, Any], version: int) -> dict[str, Any]:
+    def _migrated(self, record: JsonObject, version: int) -> JsonObject:
         if version == self.current:
             return record
         out = dict(record)
@@ -97,7 +98,7 @@ class Format:
         return out
 
 
-def _unchanged(record: dict[str, Any]) -> dict[str, Any]:
+def _unchanged(record: JsonObject) -> JsonObject:
     """Version 1 to 2 of a format whose fields did not change: only the version is new."""
     return record
 
@@ -115,7 +116,7 @@ CLAIM = Format("attempt claim", 2, {1: _unchanged})
 OUTBOX_MARK = Format("outbox mark", 2, {1: _unchanged})
 
 
-def _links_v1(record: dict[str, Any]) -> dict[str, Any]:
+def _links_v1(record: JsonObject) -> JsonObject:
     """Version 1 of a catalog entry's links was the mapping itself (path as written -> key)."""
     return {"links": {k: v for k, v in record.items() if k != VERSION_FIELD and isinstance(v, str)}}
 

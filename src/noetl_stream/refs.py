@@ -13,20 +13,21 @@ http body read with `response_type: binary`; it is never inlined, since its byte
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 RESULTS_STORE = "noetl_results"
 DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
 REF_KEY = "$ref"
 
 
-def make_ref(key: str, size: int, **extra: Any) -> dict[str, Any]:
+def make_ref(key: str, size: int, **extra: JsonValue) -> JsonObject:
     """The reference to the object `key` (a sha256 hex digest) of `size` bytes."""
     return {REF_KEY: {"store": RESULTS_STORE, "key": key, "size": size,
                       "checksum": f"sha256:{key}", **extra}}
 
 
-def ref_of(value: Any) -> dict[str, Any] | None:
+def ref_of(value: JsonValue) -> JsonObject | None:
     """The inner reference when `value` is exactly a result reference, else None."""
     if not isinstance(value, dict) or len(value) != 1:
         return None
@@ -37,22 +38,22 @@ def ref_of(value: Any) -> dict[str, Any] | None:
     return None
 
 
-def is_json_ref(value: Any) -> bool:
+def is_json_ref(value: JsonValue) -> bool:
     """A reference to a JSON value, which readers replace with the value itself."""
     inner = ref_of(value)
     return inner is not None and inner.get("encoding", "json") == "json"
 
 
-def _limit_node(executor: Mapping[str, Any]) -> Any:
-    node: Any = executor
-    for part in ("spec", "policy", "limits", "max_payload_bytes"):
-        if not isinstance(node, Mapping):
+def _limit_node(executor: Mapping[str, JsonValue]) -> JsonValue:
+    node = executor.get("spec")
+    for part in ("policy", "limits", "max_payload_bytes"):
+        if not isinstance(node, dict):
             return None
         node = node.get(part)
     return node
 
 
-def limit_problem(executor: Mapping[str, Any]) -> str | None:
+def limit_problem(executor: Mapping[str, JsonValue]) -> str | None:
     """Why `executor.spec.policy.limits.max_payload_bytes` is unusable, or None."""
     value = _limit_node(executor)
     if value is None:
@@ -62,7 +63,7 @@ def limit_problem(executor: Mapping[str, Any]) -> str | None:
     return None
 
 
-def max_payload_bytes(executor: Mapping[str, Any]) -> int:
+def max_payload_bytes(executor: Mapping[str, JsonValue]) -> int:
     """The playbook's payload limit: `executor.spec.policy.limits.max_payload_bytes`, else 256 KiB."""
     value = _limit_node(executor)
     return value if limit_problem(executor) is None and isinstance(value, int) \

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
 from noetl_stream.api.routes import api_document
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.events import EVENT_TYPES, schema_file
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.messages import (
     CancelRequest,
     Command,
@@ -51,13 +51,13 @@ EVENTS_DIR = "events"
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
-def export_schemas() -> dict[str, dict[str, Any]]:
+def export_schemas() -> dict[str, JsonObject]:
     """File name -> JSON Schema, for every exported model."""
     return {name: {"$schema": JSON_SCHEMA_DIALECT, "$id": name, **model.model_json_schema()}
             for name, model in MODELS.items()}
 
 
-def export_event_schemas() -> dict[str, dict[str, Any]]:
+def export_event_schemas() -> dict[str, JsonObject]:
     """File name (under `events/`) -> JSON Schema, one per event type; `event_type` is pinned."""
     out = {}
     for event_type, (model, meaning) in EVENT_TYPES.items():
@@ -70,12 +70,12 @@ def export_event_schemas() -> dict[str, dict[str, Any]]:
     return out
 
 
-def render_schema(schema: dict[str, Any]) -> str:
+def render_schema(schema: Mapping[str, JsonValue]) -> str:
     """The exact text written to disk: sorted keys, 2-space indent, trailing newline."""
     return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def export_openapi() -> dict[str, Any]:
+def export_openapi() -> JsonObject:
     """The HTTP API's OpenAPI document (built from its route table and pydantic models)."""
     return api_document()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 from noetl_stream import config
 from noetl_stream.bus.connection import Bus, connect
@@ -14,6 +14,7 @@ from noetl_stream.bus.event_feed import event_follower
 from noetl_stream.bus.nats_server import NatsServer, start_nats_server
 from noetl_stream.bus.provision import provision_patiently
 from noetl_stream.bus.watcher import ExecutionWatch
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.server.admission import AdmissionService
 from noetl_stream.server.execution_ids import new_execution_id
 from noetl_stream.server.request_rpc import RequestResponder
@@ -31,6 +32,14 @@ from noetl_stream.tools.sandbox import protect_worker_process
 from noetl_stream.worker.credential_guard import CredentialGuard, ScopedCredentialResolver
 from noetl_stream.worker.keychain import KeychainResolver
 from noetl_stream.worker.worker import Worker
+
+
+class _Service(Protocol):
+    """A part of the stack: started in order, stopped in the reverse one."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
 
 
 @dataclass
@@ -114,9 +123,9 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
            if tools is not None else None)
     # Started in this order and stopped in the reverse one: the worker stops taking commands
     # before the server that routes their outcomes goes away.
-    parts = [p for p in (srv, dead_letters, admissions, responder, sweeper, stalls, triggers, wrk)
-             if p is not None]
-    started: list[Any] = []
+    parts: list[_Service] = [p for p in (srv, dead_letters, admissions, responder, sweeper,
+                                         stalls, triggers, wrk) if p is not None]
+    started: list[_Service] = []
     try:
         for part in parts:
             await part.start()
@@ -131,11 +140,11 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
 
 
 async def submit_and_watch(bus: Bus, *, playbook_text: str, playbook_file: str,
-                           payload: dict[str, Any], on_event: Callable[[dict[str, Any]], None],
+                           payload: JsonObject, on_event: Callable[[JsonObject], None],
                            execution_id: str | None = None,
                            on_started: Callable[[str], None] | None = None,
                            timeout_s: float | None = None,
-                           labels: dict[str, str] | None = None) -> dict[str, Any]:
+                           labels: dict[str, str] | None = None) -> JsonObject:
     """Publish an execution request and follow its events to the end; return the final event."""
     execution_id = execution_id or new_execution_id()
     watch = ExecutionWatch(bus, execution_id, on_event)

@@ -9,12 +9,19 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from ruamel.yaml import YAML
 
 from noetl_stream import config
 from noetl_stream.messages import OUTCOME_EVENTS, split_outcome_pool
+from noetl_stream.topology_file import (
+    BucketSpec,
+    ConsumerSpec,
+    ObjectStoreSpec,
+    RouterSpec,
+    StreamSpec,
+    TopologyFile,
+)
 
 DEFAULT_PREFIX = "noetl"
 DEFAULT_POOL = "default"
@@ -215,7 +222,7 @@ class Topology:
         return tuple(c for c in self.consumers if not c.per_pool)
 
 
-def _window(stream: dict[str, Any], configured: float) -> float:
+def _window(stream: StreamSpec, configured: float) -> float:
     """A stream's duplicate window: NOETL_STREAM_DUPLICATE_WINDOW for the streams publishers
     write to (`follows_duplicate_window`), its own otherwise; never longer than a stream's max
     age where it has one (JetStream refuses a window beyond it).
@@ -237,7 +244,7 @@ def _topology_text() -> str:
 
 @lru_cache(maxsize=8)
 def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
-    raw: dict[str, Any] = YAML(typ="safe").load(_topology_text())
+    raw: TopologyFile = YAML(typ="safe").load(_topology_text())
 
     def fill(text: str) -> str:
         return text.replace("{prefix}", prefix)
@@ -245,7 +252,7 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
     window = config.duplicate_window_s()
     budget = config.store_bytes()
 
-    def share(decl: dict[str, Any]) -> int:
+    def share(decl: StreamSpec | BucketSpec | ObjectStoreSpec) -> int:
         return int(budget * float(decl["store_share"])) if budget and "store_share" in decl else -1
 
     streams = tuple(
@@ -269,7 +276,7 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
     lease_ack_wait, lease_max_deliver = config.command_lease_overrides()
     router_ack_wait = config.router_ack_wait_override()
 
-    def ack_wait(c: dict[str, Any]) -> float:
+    def ack_wait(c: ConsumerSpec) -> float:
         if c.get("per_pool") and lease_ack_wait:
             return float(lease_ack_wait)
         if not c.get("per_pool") and router_ack_wait:
@@ -299,7 +306,7 @@ def load_topology(prefix: str = DEFAULT_PREFIX) -> Topology:
                     _router(raw["router"], prefix, router_ack_wait))
 
 
-def _router(raw: dict[str, Any], prefix: str, ack_wait_override: float | None) -> RouterDecl:
+def _router(raw: RouterSpec, prefix: str, ack_wait_override: float | None) -> RouterDecl:
     return RouterDecl(stream=raw["stream"], partitions=int(raw["partitions"]),
                       durable=raw["durable"], group=raw["group"], pin_ttl_s=float(raw["pin_ttl_s"]),
                       ack_wait_s=float(ack_wait_override or raw["ack_wait_s"]),
@@ -307,7 +314,7 @@ def _router(raw: dict[str, Any], prefix: str, ack_wait_override: float | None) -
                       legacy_durable=raw["legacy_durable"], legacy_stream="NOETL_EVENTS")
 
 
-def _router_copy_subject(source_subject: str, prefix: str, raw: dict[str, Any]) -> str:
+def _router_copy_subject(source_subject: str, prefix: str, raw: RouterSpec) -> str:
     """`noetl.events.*.step.done` -> `noetl.router.{{partition(16,1)}}.{{wildcard(1)}}.step.done`:
     nats-server hashes the execution id (the first wildcard) into one of the partitions.
     """

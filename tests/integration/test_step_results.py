@@ -14,6 +14,7 @@ import pytest
 from noetl_stream import jsonutil, refs
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.signals import publish_signal
+from noetl_stream.errors import InfrastructureError
 from noetl_stream.router.state import PAGE_SIZE, ExecutionState, LoopState, Outgoing, Run, StepRecord
 from noetl_stream.server.execution_ids import new_execution_id
 from noetl_stream.services import run_services, submit_and_watch
@@ -145,3 +146,14 @@ async def test_settled_step_records_leave_the_state_and_are_read_back_cold(bus: 
     assert len(state.steps) == count
     assert {name: state.steps[name].result for name in state.steps} == \
         {name: step["result"] for name, step in final["steps"].items()}
+
+
+async def test_an_entry_whose_object_reference_is_malformed_is_named_not_misread(bus: Bus) -> None:
+    execution_id = new_execution_id()
+    kv = await bus.js.key_value(BUCKET)
+    await kv.put(f"{execution_id}.k1", jsonutil.dumps({"schema_version": 2, "o": {"key": "x"}}))
+    state = ExecutionState(execution_id=execution_id, playbook_key="pb", workload={},
+                           result_key="k1")
+    with pytest.raises(InfrastructureError, match=f'result "k1" of execution {execution_id} in '
+                                                  f'"{BUCKET}" holds no object reference'):
+        await StepResults(bus.js, ResultStore(bus.js)).load(state)

@@ -58,3 +58,13 @@ def test_a_first_format_backup_is_checked_by_its_counts(tmp_path: Path) -> None:
     path.write_text("".join(path.read_text().splitlines(keepends=True)[:2]))
     with pytest.raises(BackupError, match="holds 2 messages, the manifest says 3"):
         verified_manifest(tmp_path)
+
+
+def test_a_stream_field_of_another_type_than_a_backup_writes_is_named(tmp_path: Path) -> None:
+    _backup(tmp_path)
+    manifest = tmp_path / "manifest.json"
+    doc = json.loads(manifest.read_text())
+    doc["streams"][0]["consumers"] = {"durable_name": "x"}
+    manifest.write_text(json.dumps(doc))
+    with pytest.raises(BackupError, match=r"manifest\.json: stream S: consumers not as a backup writes it"):
+        verified_manifest(tmp_path)

@@ -81,3 +81,10 @@ def test_live_process_series_reads_zero_for_a_pool_without_workers() -> None:
     processes = {tuple(s.labels.values()): s.value for s in families[0].samples}
     assert processes == {("worker", "a"): 1, ("worker", "b"): 0}
     assert [s.value for s in families[1].samples] == [2.0]
+
+
+def test_a_heartbeat_without_numbers_reads_as_fresh_and_idle() -> None:
+    families = process_families([{"role": "worker", "pool": "a", "instance": "w1",
+                                  "heartbeat_at": [10.0], "running": {"n": 2}}], pools=["a"], now=12.0)
+    assert [s.value for s in families[1].samples] == [0.0]
+    assert [s.value for s in families[2].samples] == [0.0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from unit_helpers import parse
 
 from noetl_stream.router.state import ExecutionState, Outgoing
@@ -121,3 +122,12 @@ def test_events_stored_after_the_state_was_read_are_left_out_of_its_rebuild() ->
     assert out is not None and everything is not None
     assert first_difference(content(committed), content(out.state)) is None
     assert first_difference(content(committed), content(everything.state)) is not None
+
+
+def test_a_start_without_a_timestamp_is_named_rather_than_rebuilt_at_some_time() -> None:
+    recorder = Recorder()
+    recorder.run(check)
+    started = next(e for e in recorder.log if e.get("event_type") == "execution.started")
+    del started["timestamp"]
+    with pytest.raises(ValueError, match=r"execution\.started of .* carries no timestamp"):
+        rebuild(PLAYBOOK, recorder.log, TOPOLOGY, playbook_key=recorder.state.playbook_key)

@@ -7,9 +7,8 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import nats
@@ -87,7 +86,7 @@ def check_nats_url(url: str) -> str:
     return url
 
 
-def _auth_options(servers: list[str]) -> dict[str, Any]:
+def _auth_options(servers: list[str]) -> dict[str, str]:
     # Credentials in a URL apply to every node, including those the cluster announces later
     # (nats-py sends a URL's user info only to that URL's server); else the environment's.
     for server in servers:
@@ -99,7 +98,7 @@ def _auth_options(servers: list[str]) -> dict[str, Any]:
     return config.nats_auth_from_env()
 
 
-def inbox_prefix(auth: dict[str, Any]) -> str:
+def inbox_prefix(auth: Mapping[str, str]) -> str:
     """Where replies to this process go: `_INBOX.<user>` for a user (deploy/nats/accounts lets
     each user subscribe to its own prefix only, so no user reads replies meant for another),
     NOETL_STREAM_INBOX_PREFIX when set, else `_INBOX` (token or creds-file users).

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -44,6 +45,7 @@ from noetl_stream.bus.publish import publish_event
 from noetl_stream.bus.pull import PullConsumer, open_pull
 from noetl_stream.bus.stopping import stop_task
 from noetl_stream.bus.storage import while_storage_refused
+from noetl_stream.jsonutil import JsonObject
 
 log = logging.getLogger("noetl_stream.dead_letters")
 
@@ -90,7 +92,7 @@ class DeadLetter:
     data: bytes
     failure: str | None = None  # the failure class of a refused message (dispositions.py)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> JsonObject:
         return {"seq": self.seq, "time": self.time, "execution_id": self.execution_id,
                 "step": self.step, "step_run_id": self.step_run_id, "iteration": self.iteration,
                 "subject": self.subject, "deliveries": self.deliveries, "reason": self.reason,
@@ -168,7 +170,7 @@ async def dead_letter_message(bus: Bus, msg: Msg, failure: str, detail: str) -> 
 class DeadLetters:
     """Turns max-delivery advisories of worker pool consumers into dead letters and failed steps."""
 
-    def __init__(self, bus: Bus, *, clock: Any = time.time) -> None:
+    def __init__(self, bus: Bus, *, clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
         self.clock = clock
         self._task: asyncio.Task[None] | None = None

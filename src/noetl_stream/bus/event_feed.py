@@ -27,10 +27,10 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
-from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import ConnectionClosedError
 from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
@@ -82,7 +82,7 @@ class EventFeed:
         # What the current consumer delivered, not yet taken; a new consumer gets a new one, so
         # late deliveries of a replaced consumer are never read.
         self._inbox: asyncio.Queue[Msg] = asyncio.Queue()
-        self._sub: Any = None
+        self._sub: Subscription | None = None
         self._stopped = False
         self._consumer_seq = 0
         self._pump: asyncio.Task[None] | None = None

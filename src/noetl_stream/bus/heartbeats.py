@@ -15,13 +15,13 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.stopping import stop_task
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.records import Skips, read_each
 
@@ -41,7 +41,7 @@ class Heartbeat:
     """Publishes `{role, pool, instance, pid, started_at, heartbeat_at, **load()}` periodically."""
 
     def __init__(self, bus: Bus, *, role: str, pool: str,
-                 load: Callable[[], dict[str, Any]] | None = None,
+                 load: Callable[[], JsonObject] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.bus = bus
         # Servers pass nats-server's clock: they compare each other's beats with it.
@@ -86,21 +86,21 @@ class Heartbeat:
         await self._kv.put(self.key, jsonutil.dumps(body))
 
 
-async def live_processes(bus: Bus, skips: Skips | None = None) -> list[dict[str, Any]]:
+async def live_processes(bus: Bus, skips: Skips | None = None) -> list[JsonObject]:
     """The heartbeat entries currently in the bucket (one per live process). An entry that is
     not a heartbeat (not a JSON object with a text `role` and `pool`) is left out and named in
     `skips` (and logged).
     """
     kv = await bus.js.key_value(RUNTIME_BUCKET)
 
-    async def read(key: str) -> dict[str, Any] | None:
+    async def read(key: str) -> JsonObject | None:
         try:
             entry = await kv.get(key)
         except KeyNotFoundError:  # deleted or expired since the listing
             return None
         if not entry.value:
             return None
-        value = jsonutil.loads(entry.value)
+        value: JsonValue = jsonutil.loads(entry.value)
         if not isinstance(value, dict) or not all(isinstance(value.get(f), str)
                                                   for f in ("role", "pool")):
             raise ValueError("not a heartbeat: a JSON object with text `role` and `pool` expected")

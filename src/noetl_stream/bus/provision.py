@@ -17,7 +17,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from nats.errors import Error as NatsError
 from nats.js.api import (
@@ -40,6 +39,7 @@ from noetl_stream import config
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.storage import STORAGE_RESOURCES_EXCEEDED
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.subjects import ConsumerDecl, RouterDecl, StreamDecl
 
 _RETENTION = {"workqueue": RetentionPolicy.WORK_QUEUE, "limits": RetentionPolicy.LIMITS}
@@ -64,7 +64,7 @@ class ProvisionReport:
         return out
 
 
-async def _create(report: ProvisionReport, name: str, create: Awaitable[Any],
+async def _create(report: ProvisionReport, name: str, create: Awaitable[object],
                   exists: Callable[[], Awaitable[bool]]) -> None:
     """Run `create`, accepting an existing one when we are not permitted to create it: NATS drops
     a request its user may not publish, so the sign of that is a timeout.
@@ -260,7 +260,7 @@ async def _source_start(bus: Bus, s: StreamDecl, infos: dict[str, StreamInfo]) -
     return int(source.state.last_seq) + 1 if source is not None else 1
 
 
-def router_consumer_config(router: RouterDecl, partition: int) -> dict[str, Any]:
+def router_consumer_config(router: RouterDecl, partition: int) -> JsonObject:
     """The JSON config of a partition's durable; nats-py has no fields for priority groups."""
     return {"durable_name": router.durable_of(partition), "ack_policy": "explicit",
             "deliver_policy": "all", "ack_wait": int(router.ack_wait_s * 1e9),
@@ -274,21 +274,24 @@ _COMPARED = ("filter_subject", "ack_wait", "max_deliver", "priority_groups", "pr
              "priority_timeout")
 
 
-async def _jsapi(bus: Bus, subject: str, body: dict[str, Any] | None = None,
-                 timeout: float = 5.0) -> dict[str, Any]:
+async def _jsapi(bus: Bus, subject: str, body: JsonObject | None = None,
+                 timeout: float = 5.0) -> JsonObject:
     prefix = getattr(bus.js, "_prefix", "$JS.API")
     reply = await bus.nc.request(f"{prefix}.{subject}", json.dumps(body).encode() if body else b"",
                                  timeout=timeout)
-    answer: dict[str, Any] = json.loads(reply.data)
+    answer: JsonValue = json.loads(reply.data)
+    if not isinstance(answer, dict):
+        raise InfrastructureError(f"JetStream answered {subject} with no JSON object")
     return answer
 
 
-async def _create_router_consumer(bus: Bus, stream: str, config: dict[str, Any]) -> None:
+async def _create_router_consumer(bus: Bus, stream: str, config: JsonObject) -> None:
     answer = await _jsapi(bus, f"CONSUMER.CREATE.{stream}.{config['durable_name']}",
                           {"stream_name": stream, "config": config})
     if "error" in answer:
-        raise InfrastructureError(f"consumer {stream}/{config['durable_name']}: "
-                                  f"{answer['error'].get('description', answer['error'])}")
+        error = answer["error"]
+        detail = error.get("description", error) if isinstance(error, dict) else error
+        raise InfrastructureError(f"consumer {stream}/{config['durable_name']}: {detail}")
 
 
 async def ensure_router_consumers(bus: Bus, router: RouterDecl, report: ProvisionReport) -> None:
@@ -296,15 +299,15 @@ async def ensure_router_consumers(bus: Bus, router: RouterDecl, report: Provisio
     unacknowledged events were copied into the router stream when that was created.
     """
     for partition in range(router.partitions):
-        want = router_consumer_config(router, partition)
-        name = f"consumer {router.stream}/{want['durable_name']}"
-        info = await _jsapi(bus, f"CONSUMER.INFO.{router.stream}.{want['durable_name']}")
+        want, durable = router_consumer_config(router, partition), router.durable_of(partition)
+        name = f"consumer {router.stream}/{durable}"
+        info = await _jsapi(bus, f"CONSUMER.INFO.{router.stream}.{durable}")
         if "error" in info:
             await _create(report, name, _create_router_consumer(bus, router.stream, want),
-                          partial(_consumer_exists, bus, router.stream, want["durable_name"]))
+                          partial(_consumer_exists, bus, router.stream, durable))
             continue
-        have = info.get("config", {})
-        if all(have.get(k) == want[k] for k in _COMPARED):
+        have = info.get("config")
+        if isinstance(have, dict) and all(have.get(k) == want[k] for k in _COMPARED):
             report.unchanged.append(name)
             continue
         try:

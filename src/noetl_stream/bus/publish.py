@@ -15,13 +15,14 @@ from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.timers import publish_timer
 from noetl_stream.events import iso_time
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import Outgoing
 from noetl_stream.subjects import ROUTER_INPUT_EVENTS
 
 PUBLISH_ID_HEADER = "Noetl-Publish-Id"
 
 
-def stamp(body: dict[str, Any], msg_id: str) -> dict[str, Any]:
+def stamp(body: JsonObject, msg_id: str) -> JsonObject:
     """`body` with `event_id` and `time` set where its producer left them out (in place: the
     fields follow from the body and its id, so stamping a body again changes nothing).
     """
@@ -52,7 +53,7 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
         return
     # Coroutines are started in outbox order and each writes its message first, so watchers see
     # events in the order the router produced them.
-    sends: list[Awaitable[Any]] = []
+    sends: list[Awaitable[object]] = []
     # Which publish a stored command came from: the same on every delivery of it (and after a
     # backup's restore), another on a copy published again (worker/attempt_claims.py).
     publish_id = secrets.token_hex(8)

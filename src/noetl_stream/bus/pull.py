@@ -33,12 +33,13 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from noetl_stream.bus.connection import Bus
+from noetl_stream.jsonutil import JsonObject
 
 log = logging.getLogger("noetl_stream.pull")
 
@@ -86,7 +87,7 @@ class PullConsumer:
         self._queue: deque[Msg] = deque()
         self._arrived = asyncio.Event()
         self._inbox = ""
-        self._sub: Any = None
+        self._sub: Subscription | None = None
         self._last_heard = time.monotonic()
         self._watch: asyncio.Task[None] | None = None
         self._retry: asyncio.Task[None] | None = None
@@ -153,7 +154,7 @@ class PullConsumer:
             return
         batch, self._owed = self._owed, 0
         self._pending += batch
-        body: dict[str, Any] = {"batch": batch, "expires": self._expires_ns,
+        body: JsonObject = {"batch": batch, "expires": self._expires_ns,
                                 "idle_heartbeat": int(self._heartbeat_s * 1e9)}
         if self._group is not None:
             body["group"] = self._group

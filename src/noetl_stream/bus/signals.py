@@ -15,6 +15,7 @@ from typing import Any
 
 from noetl_stream import jsonutil, messages
 from noetl_stream.bus.connection import Bus
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.messages import SIGNAL_PREFIX
 from noetl_stream.subjects import Topology
 
@@ -41,7 +42,7 @@ def decode_event(topology: Topology, subject: str, data: bytes,
                                  seq)
 
 
-async def publish_signal(bus: Bus, execution_id: str, name: str, data: Any, *,
+async def publish_signal(bus: Bus, execution_id: str, name: str, data: JsonValue, *,
                          msg_id: str | None = None) -> int:
     """Store a signal in the events stream; returns its stream sequence. With `msg_id`, a second
     publish with the same id within the duplicate window is dropped. Raises ValueError for an id,

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
 
 RECANCEL_S = 0.2  # a swallowed cancellation is repeated this often
 
 
-async def stop_task(task: asyncio.Task[Any] | None) -> None:
+async def stop_task(task: asyncio.Task[object] | None) -> None:
     """Cancel `task` and wait for its end, cancelling again for as long as it keeps running."""
     if task is None:
         return

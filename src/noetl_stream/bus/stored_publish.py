@@ -15,7 +15,6 @@ them as they did.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from nats.aio.client import NO_RESPONDERS_STATUS, Client
 from nats.aio.msg import Msg
@@ -25,6 +24,7 @@ from nats.js import errors as js_errors
 from nats.js.api import Header
 
 from noetl_stream import jsonutil
+from noetl_stream.jsonutil import JsonValue
 
 JETSTREAM_TIMEOUT_S = 10.0  # also the JetStream context's (bus/connection.py)
 # JetStream's error codes for a revision-checked write that found another revision.
@@ -98,7 +98,7 @@ def _sequence(msg: Msg) -> int:
     if msg.headers and msg.headers.get(Header.STATUS) == NO_RESPONDERS_STATUS:
         raise js_errors.NoStreamResponseError
     try:
-        ack: Any = jsonutil.loads(msg.data)
+        ack: JsonValue = jsonutil.loads(msg.data)
     except ValueError:
         raise js_errors.APIError(description="the store's ack is not JSON") from None
     if not isinstance(ack, dict):

@@ -10,7 +10,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
 
 from nats.aio.msg import Msg
 
@@ -18,6 +17,7 @@ from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.delivery import pending_of
 from noetl_stream.bus.event_feed import IDLE_HEARTBEAT, EventFeed
 from noetl_stream.bus.signals import decode_event
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 
 log = logging.getLogger("noetl_stream.watch")
@@ -35,10 +35,10 @@ class EndOfLog:
     """
 
     def __init__(self) -> None:
-        self.end: dict[str, Any] | None = None
+        self.end: JsonObject | None = None
         self.reopening = False  # a restart was asked for after the end: not applied or refused yet
 
-    def see(self, event: dict[str, Any], pending: int | None) -> dict[str, Any] | None:
+    def see(self, event: JsonObject, pending: int | None) -> JsonObject | None:
         """Take the next event (`pending`: messages still to come, None when unknown); the end
         event once it is known to be the last one.
         """
@@ -60,12 +60,12 @@ class ExecutionWatch:
     """
 
     def __init__(self, bus: Bus, execution_id: str,
-                 on_event: Callable[[dict[str, Any]], None] | None = None, *,
+                 on_event: Callable[[JsonObject], None] | None = None, *,
                  idle_heartbeat: timedelta = IDLE_HEARTBEAT) -> None:
         self.bus = bus
         self.execution_id = execution_id
         self.on_event = on_event
-        self._final: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._final: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
         self._end = EndOfLog()
         self.feed = EventFeed(bus.nc, bus.topology.execution_events_filter(execution_id),
                               on_msg=self._on_msg, idle_heartbeat=idle_heartbeat)
@@ -89,11 +89,11 @@ class ExecutionWatch:
         if end is not None and not self._final.done():
             self._final.set_result(end)
 
-    def ended(self) -> dict[str, Any] | None:
+    def ended(self) -> JsonObject | None:
         """The end event once it has come (see `EndOfLog`), else None."""
         return self._final.result() if self._final.done() else None
 
-    async def wait(self, timeout_s: float | None = None) -> dict[str, Any]:
+    async def wait(self, timeout_s: float | None = None) -> JsonObject:
         return await asyncio.wait_for(asyncio.shield(self._final), timeout_s)
 
     async def stop(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import overload
 
 from noetl_stream.dsl.models import Playbook, Step, Task
 from noetl_stream.dsl.source import as_float
@@ -35,9 +36,18 @@ LOOP_OWN_KEYS = frozenset({"mode", "max_in_flight", "exec", "frame"})
 EXECUTOR_OWN_KEYS = frozenset({"concurrency", "timeout", "sla"})
 
 
-def merge(*layers: Mapping[str, object]) -> dict[str, object]:
+@overload
+def merge(*layers: Mapping[str, JsonValue]) -> JsonObject: ...
+
+
+@overload
+def merge(*layers: Mapping[str, object]) -> dict[str, object]: ...
+
+
+def merge(*layers: Mapping[str, object]) -> JsonObject | dict[str, object]:
     """Overlay `layers` from outer to inner: mappings merge deeply, anything else replaces.
-    The runtime merges rendered values with it too, not only the playbook's JSON.
+    The runtime merges rendered values with it too, not only the playbook's JSON (JSON layers
+    give JSON: a mapping or a list of them stays one).
     """
     out: dict[str, object] = {}
     for layer in layers:
@@ -65,7 +75,7 @@ def kind_default(kind: str, key: str) -> float:
 
 
 def effective_spec(task: Task, step: Step,
-                   executor: Mapping[str, JsonValue]) -> dict[str, object]:
+                   executor: Mapping[str, JsonValue]) -> JsonObject:
     loop_spec = step.loop.spec if step.loop is not None else {}
     spec = merge(KIND_DEFAULTS.get(task.kind, {}),
                  layer_of(executor.get("spec"), SCOPED_KEYS | EXECUTOR_OWN_KEYS),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
 
 from noetl_stream import jsonutil
 from noetl_stream.events import iso_time
@@ -21,7 +20,7 @@ class JsonFormatter(logging.Formatter):
     """`{"time", "level", "logger", "message", ...extra, "exception"?}` on one line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {"time": iso_time(record.created), "level": record.levelname,
+        entry: dict[str, object] = {"time": iso_time(record.created), "level": record.levelname,
                                  "logger": record.name, "message": record.getMessage()}
         for key, value in record.__dict__.items():
             if key not in _STANDARD and not key.startswith("_"):

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from prometheus_client import (
     REGISTRY,
@@ -30,6 +29,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.messages import Command
 
 # `*_created` series double the output and no dashboard reads them.
@@ -65,7 +65,7 @@ STORAGE_REFUSALS = Counter("noetl_storage_refusals", "Writes JetStream refused f
 RUNNING = Gauge("noetl_worker_running", "Commands this worker is running now, by pool.", ["pool"])
 
 
-def label(value: Any) -> str:
+def label(value: object) -> str:
     return str(value) if value else UNKNOWN
 
 
@@ -75,7 +75,7 @@ def command_kind(command: Command) -> str:
     return label(tasks[0].get("kind")) if len(tasks) == 1 else "pipeline"
 
 
-_step_series: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+_step_series: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
 
 
 def observe_step(command: Command, pool: str, ok: bool, seconds: float) -> None:
@@ -87,7 +87,8 @@ def observe_step(command: Command, pool: str, ok: bool, seconds: float) -> None:
     series[1].observe(seconds)
 
 
-def observe_outbox(events: Iterable[tuple[str, dict[str, Any]]], playbook: str | None) -> None:
+def observe_outbox(events: Iterable[tuple[str, Mapping[str, JsonValue]]],
+                   playbook: str | None) -> None:
     """Count execution starts and ends among the events a server published."""
     for event_type, body in events:
         if event_type == "execution.started":
@@ -133,7 +134,7 @@ def pool_of_consumer(name: str) -> str | None:
     return name[len(WORKER_CONSUMER_PREFIX):] if name.startswith(WORKER_CONSUMER_PREFIX) else None
 
 
-def process_families(processes: list[dict[str, Any]], pools: Iterable[str],
+def process_families(processes: list[JsonObject], pools: Iterable[str],
                      now: float | None = None) -> list[GaugeMetricFamily]:
     """Live processes by role and pool (0 for a pool with a consumer and no live worker, so the
     series reads 0 instead of vanishing), and each worker's heartbeat age and running commands.
@@ -149,9 +150,16 @@ def process_families(processes: list[dict[str, Any]], pools: Iterable[str],
         gauge("noetl_worker_heartbeat_age_seconds", "Seconds since each worker's last heartbeat "
               "(written every 10 s; the entry expires after 60 s).", ["pool", "worker"],
               [([str(w.get("pool")), str(w.get("instance"))],
-                round(max(0.0, now - float(w.get("heartbeat_at") or now)), 3)) for w in workers]),
+                round(max(0.0, now - _number(w.get("heartbeat_at"), now)), 3)) for w in workers]),
         gauge("noetl_worker_running_commands", "Commands each worker is running (its heartbeat).",
               ["pool", "worker"],
-              [([str(w.get("pool")), str(w.get("instance"))], int(w.get("running") or 0))
+              [([str(w.get("pool")), str(w.get("instance"))], int(_number(w.get("running"), 0)))
                for w in workers]),
     ]
+
+
+def _number(value: JsonValue, missing: float) -> float:
+    """A number a heartbeat holds (written by any release): `missing` when it holds none."""
+    if isinstance(value, (int, float, str)) and value:
+        return float(value)
+    return missing

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+
+from noetl_stream.jsonutil import JsonValue
 
 LOGGER = "noetl_stream.tasks"
 log = logging.getLogger(LOGGER)
@@ -20,16 +21,16 @@ log = logging.getLogger(LOGGER)
 
 @contextmanager
 def logged(*, execution_id: str, step: str, task: str, kind: str, attempt: int,
-           iteration: Any) -> Iterator[Callable[[bool, dict[str, Any] | None], None]]:
+           iteration: int | None) -> Iterator[Callable[[bool, Mapping[str, JsonValue] | None], None]]:
     """Log the start now; the callable it yields logs the end with its duration."""
-    fields: dict[str, Any] = {"execution_id": execution_id, "step": step, "task": task,
+    fields: dict[str, object] = {"execution_id": execution_id, "step": step, "task": task,
                               "kind": kind, "attempt": attempt, "iteration": iteration}
     info = log.isEnabledFor(logging.INFO)
     if info:
         log.info("task started", extra=fields)
     started = time.monotonic()
 
-    def ended(ok: bool, error: dict[str, Any] | None) -> None:
+    def ended(ok: bool, error: Mapping[str, JsonValue] | None) -> None:
         if not info:
             return
         done = {**fields, "duration_ms": round((time.monotonic() - started) * 1000, 3)}

@@ -27,13 +27,19 @@ import hashlib
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from noetl_stream import jsonutil
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.messages import Command
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 ENV_OTLP = "OTEL_EXPORTER_OTLP_ENDPOINT"
 ENV_OTLP_TRACES = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -42,7 +48,7 @@ HEADER = "traceparent"
 TRACER_NAME = "noetl_stream"
 
 _enabled = False
-_provider: Any = None
+_provider: TracerProvider | None = None
 # (trace id, span id) the next span must take: how a root span gets the ids handed out earlier.
 _forced: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar(
     "noetl_forced_ids", default=None)
@@ -89,7 +95,7 @@ def _tracer() -> trace.Tracer:
     return trace.get_tracer(TRACER_NAME)
 
 
-def _ids() -> Any:
+def _ids() -> IdGenerator:
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
     class ForcedIds(RandomIdGenerator):
@@ -104,8 +110,7 @@ def _ids() -> Any:
     return ForcedIds()
 
 
-def _file_exporter(path: str) -> Any:
-    from opentelemetry.sdk.trace import ReadableSpan
+def _file_exporter(path: str) -> SpanExporter:
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
     lock = threading.Lock()
@@ -123,11 +128,12 @@ def _file_exporter(path: str) -> Any:
     return JsonLinesExporter()
 
 
-def _span_record(span: Any) -> dict[str, Any]:
+def _span_record(span: ReadableSpan) -> dict[str, object]:
     context = span.get_span_context()
     parent = span.parent
-    return {"name": span.name, "trace_id": f"{context.trace_id:032x}",
-            "span_id": f"{context.span_id:016x}",
+    return {"name": span.name,
+            "trace_id": f"{context.trace_id:032x}" if context is not None else None,
+            "span_id": f"{context.span_id:016x}" if context is not None else None,
             "parent_id": f"{parent.span_id:016x}" if parent is not None else None,
             "service": span.resource.attributes.get("service.name"),
             "start_ns": span.start_time, "end_ns": span.end_time,
@@ -212,7 +218,7 @@ def record_execution(trace_ids: Mapping[str, str] | None, *, execution_id: str, 
 
 @contextlib.contextmanager
 def command_span(headers: Mapping[str, str] | None, command: Command,
-                 pool: str) -> Iterator[Any]:
+                 pool: str) -> Iterator[trace.Span | None]:
     """The span of one command on a worker, under the execution's root span; None when off."""
     if not _enabled:
         yield None
@@ -231,7 +237,7 @@ def command_span(headers: Mapping[str, str] | None, command: Command,
         yield span
 
 
-def finish(span: Any, ok: bool, error: Mapping[str, Any] | None = None) -> None:
+def finish(span: trace.Span | None, ok: bool, error: Mapping[str, JsonValue] | None = None) -> None:
     """Mark a span's outcome (no-op for None)."""
     if span is None:
         return
@@ -241,7 +247,7 @@ def finish(span: Any, ok: bool, error: Mapping[str, Any] | None = None) -> None:
 
 
 @contextlib.contextmanager
-def task_span(task: str, kind: str, attempt: int) -> Iterator[Any]:
+def task_span(task: str, kind: str, attempt: int) -> Iterator[trace.Span | None]:
     """The span of one task call, under the current command span; None when off."""
     if not _enabled:
         yield None

@@ -33,11 +33,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from noetl_stream.bus.connection import Bus
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.server.backup_files import FORMAT, MessageWriter, stream_file, verified_manifest
+from noetl_stream.jsonutil import JsonObject, JsonValue
+from noetl_stream.server.backup_files import (
+    FORMAT,
+    MessageWriter,
+    StreamEntry,
+    stream_file,
+    verified_manifest,
+)
 
 API_TIMEOUT_S = 10.0
 # Checks that held against the original stream's sequence numbers, not the restored one's.
@@ -58,21 +64,42 @@ def state_streams(bus: Bus) -> list[str]:
             + [f"OBJ_{o.name}" for o in topo.object_stores])
 
 
-async def _api(bus: Bus, subject: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+async def _api(bus: Bus, subject: str, body: JsonObject | None = None) -> JsonObject:
     reply = await bus.nc.request(f"$JS.API.{subject}", json.dumps(body).encode() if body else b"",
                                  timeout=API_TIMEOUT_S)
-    answer: dict[str, Any] = json.loads(reply.data)
+    answer: JsonValue = json.loads(reply.data)
+    if not isinstance(answer, dict):
+        raise InfrastructureError(f"JetStream answered {subject} with no JSON object")
     return answer
 
 
-def _error_code(answer: dict[str, Any]) -> int | None:
+def _object(value: JsonValue) -> JsonObject:
+    """A part of a JetStream answer that is an object; an empty one where the answer has none."""
+    return value if isinstance(value, dict) else {}
+
+
+def _objects(value: JsonValue) -> list[JsonObject]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _int(value: JsonValue) -> int:
+    """A count or sequence number of a JetStream answer: 0 where it has none."""
+    if value is None:
+        return 0
+    if isinstance(value, (int, float, str)):
+        return int(value)
+    raise InfrastructureError(f"JetStream answered {value!r} where a number belongs")
+
+
+def _error_code(answer: JsonObject) -> int | None:
     error = answer.get("error")
-    return int(error.get("err_code", 0)) if isinstance(error, dict) else None
+    return _int(error.get("err_code", 0)) if isinstance(error, dict) else None
 
 
-def _check(answer: dict[str, Any], what: str) -> dict[str, Any]:
+def _check(answer: JsonObject, what: str) -> JsonObject:
     if "error" in answer:
-        raise InfrastructureError(f"{what}: {answer['error'].get('description', answer['error'])}")
+        error = answer["error"]
+        raise InfrastructureError(f"{what}: {_object(error).get('description', error)}")
     return answer
 
 
@@ -80,41 +107,43 @@ STREAM_NOT_FOUND = 10059
 NO_MESSAGE_FOUND = 10037
 
 
-async def _stream_info(bus: Bus, name: str) -> dict[str, Any] | None:
+async def _stream_info(bus: Bus, name: str) -> JsonObject | None:
     answer = await _api(bus, f"STREAM.INFO.{name}")
     if _error_code(answer) == STREAM_NOT_FOUND:
         return None
     return _check(answer, f"stream {name}")
 
 
-async def _durables(bus: Bus, stream: str) -> list[dict[str, Any]]:
+async def _durables(bus: Bus, stream: str) -> list[JsonObject]:
     answer = _check(await _api(bus, f"CONSUMER.LIST.{stream}", {"offset": 0}), f"consumers of {stream}")
-    return [c for c in answer.get("consumers") or [] if c.get("config", {}).get("durable_name")]
+    return [c for c in _objects(answer.get("consumers")) if _object(c.get("config")).get("durable_name")]
 
 
 async def backup(bus: Bus, folder: Path, *, on_stream: Callable[[StreamCopy], None] | None = None,
                  ) -> list[StreamCopy]:
     """Write every state stream that exists, with its durable consumers, to `folder`."""
     (folder / "streams").mkdir(parents=True, exist_ok=True)
-    manifest: dict[str, Any] = {"format": FORMAT, "created_at": time.time(),
-                                "prefix": bus.topology.prefix, "streams": []}
+    streams: list[JsonValue] = []
+    manifest: JsonObject = {"format": FORMAT, "created_at": time.time(),
+                            "prefix": bus.topology.prefix, "streams": streams}
     copies = []
     for name in state_streams(bus):
         info = await _stream_info(bus, name)
         if info is None:
             continue  # never provisioned here (an object store nobody used yet)
-        consumers = [{"config": c["config"], "ack_floor": c.get("ack_floor", {}).get("stream_seq", 0)}
-                     for c in await _durables(bus, name)]
-        entry: dict[str, Any] = {"name": name, "config": info["config"], "consumers": consumers}
+        consumers: list[JsonValue] = [
+            {"config": c["config"], "ack_floor": _object(c.get("ack_floor")).get("stream_seq", 0)}
+            for c in await _durables(bus, name)]
+        entry: JsonObject = {"name": name, "config": info["config"], "consumers": consumers}
         with stream_file(folder, name).open("wb") as out:
             writer = MessageWriter(out)
-            if info["config"].get("sources"):
+            if _object(info["config"]).get("sources"):
                 entry["source_floor"] = await _source_floor(bus, name, info)
             else:
                 await _write_messages(bus, name, info, writer)
         count = entry["messages"] = writer.count
         entry["sha256"] = writer.sha256
-        manifest["streams"].append(entry)
+        streams.append(entry)
         copy = StreamCopy(name, count, len(consumers))
         copies.append(copy)
         if on_stream is not None:
@@ -123,39 +152,41 @@ async def backup(bus: Bus, folder: Path, *, on_stream: Callable[[StreamCopy], No
     return copies
 
 
-async def _source_floor(bus: Bus, name: str, info: dict[str, Any]) -> int:
+async def _source_floor(bus: Bus, name: str, info: JsonObject) -> int:
     """The sequence in the source stream of the first message a copying stream still holds (its
     messages are the router's work not yet acknowledged); when it holds none, the first one it
     has not copied yet.
     """
-    first = int(info.get("state", {}).get("first_seq", 0))
-    if int(info.get("state", {}).get("messages", 0)) > 0:
+    state = _object(info.get("state"))
+    first = _int(state.get("first_seq", 0))
+    if _int(state.get("messages", 0)) > 0:
         answer = await _api(bus, f"STREAM.MSG.GET.{name}", {"seq": first, "next_by_subj": ">"})
         if _error_code(answer) != NO_MESSAGE_FOUND:
-            headers = parse_headers(_check(answer, f"stream {name}")["message"].get("hdrs"))
+            hdrs = _object(_check(answer, f"stream {name}")["message"]).get("hdrs")
+            headers = parse_headers(hdrs if isinstance(hdrs, str) else None)
             origin = headers.get("Nats-Stream-Source", "").split(" ")
             if len(origin) > 1 and origin[1].isdigit():
                 return int(origin[1])
-    source = (info["config"].get("sources") or [{}])[0]
+    source = next(iter(_objects(_object(info["config"]).get("sources"))), {})
     source_info = await _stream_info(bus, str(source.get("name")))
-    last = int((source_info or {}).get("state", {}).get("last_seq", 0))
-    lag = int(next((s.get("lag", 0) for s in info.get("sources") or []), 0))
+    last = _int(_object((source_info or {}).get("state")).get("last_seq", 0))
+    lag = next((_int(s.get("lag", 0)) for s in _objects(info.get("sources"))), 0)
     return last - lag + 1
 
 
-async def _write_messages(bus: Bus, name: str, info: dict[str, Any],
+async def _write_messages(bus: Bus, name: str, info: JsonObject,
                           writer: MessageWriter) -> None:
-    state = info.get("state", {})
-    seq, last = int(state.get("first_seq", 1)), int(state.get("last_seq", 0))
+    state = _object(info.get("state"))
+    seq, last = _int(state.get("first_seq", 1)), _int(state.get("last_seq", 0))
     while seq <= last:
         # The next message at or after `seq`: deleted ones and gaps are skipped.
         answer = await _api(bus, f"STREAM.MSG.GET.{name}", {"seq": seq, "next_by_subj": ">"})
         if _error_code(answer) == NO_MESSAGE_FOUND:
             break
-        msg = _check(answer, f"stream {name} message {seq}")["message"]
+        msg = _object(_check(answer, f"stream {name} message {seq}")["message"])
         writer.write({"seq": msg["seq"], "subject": msg["subject"], "time": msg.get("time"),
                       "hdrs": msg.get("hdrs"), "data": msg.get("data")})
-        seq = int(msg["seq"]) + 1
+        seq = _int(msg["seq"]) + 1
 
 
 def parse_headers(hdrs: str | None) -> dict[str, str]:
@@ -209,7 +240,7 @@ async def _delete_streams(bus: Bus, names: list[str]) -> None:
             await _api(bus, f"STREAM.DELETE.{name}")
 
 
-async def _restore_copy(bus: Bus, stream: dict[str, Any], replicas: int | None,
+async def _restore_copy(bus: Bus, stream: StreamEntry, replicas: int | None,
                         renumbering: dict[str, list[tuple[int, int]]]) -> StreamCopy:
     """A stream that copies another one (the router's): copying starts at the restored message
     of the first one the original had not applied.
@@ -219,8 +250,8 @@ async def _restore_copy(bus: Bus, stream: dict[str, Any], replicas: int | None,
     if replicas is not None:
         config["num_replicas"] = replicas
     floor = int(stream["source_floor"])
-    sources = []
-    for source in config.get("sources") or []:
+    sources: list[JsonValue] = []
+    for source in _objects(config.get("sources")):
         restored = renumbering.get(str(source.get("name")), [])
         after = [new for old, new in restored if old >= floor]
         start = after[0] if after else (restored[-1][1] + 1 if restored else 1)
@@ -232,7 +263,7 @@ async def _restore_copy(bus: Bus, stream: dict[str, Any], replicas: int | None,
     return StreamCopy(name, 0, len(stream["consumers"]))
 
 
-async def _restore_stream(bus: Bus, folder: Path, stream: dict[str, Any],
+async def _restore_stream(bus: Bus, folder: Path, stream: StreamEntry,
                           replicas: int | None) -> tuple[StreamCopy, list[tuple[int, int]]]:
     name = stream["name"]
     config = dict(stream["config"])
@@ -255,14 +286,14 @@ async def _restore_stream(bus: Bus, folder: Path, stream: dict[str, Any],
     return StreamCopy(name, len(renumbered), len(stream["consumers"])), renumbered
 
 
-async def _restore_consumer(bus: Bus, stream: str, consumer: dict[str, Any],
+async def _restore_consumer(bus: Bus, stream: str, consumer: JsonObject,
                             renumbered: list[tuple[int, int]]) -> None:
     """The durable, starting at the first restored message after its original ack floor
     (`renumbered` empty: as it was configured).
     """
-    config = dict(consumer["config"])
+    config = dict(_object(consumer["config"]))
     if renumbered:
-        floor = int(consumer.get("ack_floor") or 0)
+        floor = _int(consumer.get("ack_floor"))
         after = [new for old, new in renumbered if old > floor]
         start = after[0] if after else renumbered[-1][1] + 1
         config.update(deliver_policy="by_start_sequence", opt_start_seq=start)

@@ -11,13 +11,30 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, NotRequired, TypedDict
 
 from noetl_stream.errors import BackupError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 FORMAT = 2
 READABLE_FORMATS = frozenset({1, 2})  # format 1 carries counts but no checksums
 MANIFEST = "manifest.json"
+
+
+class StreamEntry(TypedDict):
+    """One stream of a manifest as a restore reads it: what `backup` wrote of it."""
+
+    name: str
+    config: NotRequired[JsonObject]  # as JetStream reported it
+    consumers: NotRequired[list[JsonObject]]  # {config, ack_floor} of each durable
+    messages: NotRequired[int]  # in its file
+    sha256: NotRequired[str]  # of its file (format 2)
+    source_floor: NotRequired[int]  # a stream that copies another: where its copy starts
+
+
+class Manifest(TypedDict):
+    format: int
+    streams: list[StreamEntry]
 
 
 def stream_file(folder: Path, name: str) -> Path:
@@ -32,7 +49,7 @@ class MessageWriter:
         self._hash = hashlib.sha256()
         self.count = 0
 
-    def write(self, message: dict[str, Any]) -> None:
+    def write(self, message: JsonObject) -> None:
         line = (json.dumps(message) + "\n").encode()
         self._out.write(line)
         self._hash.update(line)
@@ -43,24 +60,50 @@ class MessageWriter:
         return self._hash.hexdigest()
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
+def read_manifest(folder: Path) -> Manifest:
     path = folder / MANIFEST
     try:
-        manifest = json.loads(path.read_text())
+        manifest: JsonValue = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise BackupError(f"{path}: not a readable manifest ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") not in READABLE_FORMATS:
-        found = manifest.get("format") if isinstance(manifest, dict) else None
-        raise BackupError(f"{path}: backup format {found!r}; this version reads formats "
+    fmt = manifest.get("format") if isinstance(manifest, dict) else None
+    if not isinstance(manifest, dict) or not isinstance(fmt, int) or fmt not in READABLE_FORMATS:
+        raise BackupError(f"{path}: backup format {fmt!r}; this version reads formats "
                           f"{', '.join(map(str, sorted(READABLE_FORMATS)))}")
     streams = manifest.get("streams")
     if not isinstance(streams, list) or not all(
             isinstance(s, dict) and isinstance(s.get("name"), str) for s in streams):
         raise BackupError(f"{path}: `streams` is not a list of named streams")
-    return manifest
+    return {"format": fmt, "streams": [_entry(path, s) for s in streams if isinstance(s, dict)]}
 
 
-def verified_manifest(folder: Path) -> dict[str, Any]:
+def _entry(path: Path, raw: JsonObject) -> StreamEntry:
+    """A stream of the manifest, each field it holds of the type `backup` writes."""
+    name = raw.get("name")
+    if not isinstance(name, str):
+        raise BackupError(f"{path}: a stream has no name")
+    entry: StreamEntry = {"name": name}
+    config, consumers = raw.get("config"), raw.get("consumers")
+    messages, digest, floor = raw.get("messages"), raw.get("sha256"), raw.get("source_floor")
+    if isinstance(config, dict):
+        entry["config"] = config
+    if isinstance(consumers, list):
+        entry["consumers"] = [c for c in consumers if isinstance(c, dict)]
+    if isinstance(messages, int):
+        entry["messages"] = messages
+    if isinstance(digest, str):
+        entry["sha256"] = digest
+    if isinstance(floor, int):
+        entry["source_floor"] = floor
+    bad = [k for k, v in (("config", config), ("consumers", consumers), ("messages", messages),
+                          ("sha256", digest), ("source_floor", floor))
+           if v is not None and k not in entry]
+    if bad:
+        raise BackupError(f"{path}: stream {name}: {', '.join(bad)} not as a backup writes it")
+    return entry
+
+
+def verified_manifest(folder: Path) -> Manifest:
     """The manifest, once every stream file it names is checked whole against it."""
     manifest = read_manifest(folder)
     for stream in manifest["streams"]:
@@ -68,7 +111,7 @@ def verified_manifest(folder: Path) -> dict[str, Any]:
     return manifest
 
 
-def _verify(path: Path, stream: dict[str, Any], fmt: int) -> None:
+def _verify(path: Path, stream: StreamEntry, fmt: int) -> None:
     try:
         data = path.read_bytes()
     except OSError as exc:

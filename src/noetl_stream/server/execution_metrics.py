@@ -4,20 +4,18 @@ ended (for /metrics; commands are counted by workers) and the execution's root s
 
 from __future__ import annotations
 
-from typing import Any
-
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.observe import tracing
 from noetl_stream.observe.metrics import observe_outbox
-from noetl_stream.router.state import ExecutionState
+from noetl_stream.router.state import ExecutionState, Outgoing
 
 
-def count_execution(state: ExecutionState, outbox: list[Any], playbook: Playbook) -> None:
+def count_execution(state: ExecutionState, outbox: list[Outgoing], playbook: Playbook) -> None:
     """Executions started and ended, for /metrics (commands are counted by workers) and the
     execution's root span once it has ended.
     """
     name = playbook.path or playbook.name
-    observe_outbox(((m.event_type, m.body) for m in outbox
+    observe_outbox(((m.event_type, m.plain_body) for m in outbox
                     if m.kind == "event" and m.event_type.startswith("execution.")), name)
     if state.trace and state.status != "running" and state.ended_at is not None and any(
             m.event_type == f"execution.{state.status}" for m in outbox):

@@ -8,13 +8,12 @@ arrived. Results are left out: a frame says where the execution was, not what it
 
 from __future__ import annotations
 
-from typing import Any
-
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream.bus.connection import Bus
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.messages import execution_id_problem
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server.replay import rebuild
@@ -27,17 +26,17 @@ from noetl_stream.tools.registry import installed_kinds
 MAX_FRAMES = 5000  # an execution with more events shows its first frames and says so
 
 
-def frame(index: int, event: dict[str, Any], state: ExecutionState) -> dict[str, Any]:
+def frame(index: int, event: JsonObject, state: ExecutionState) -> JsonObject:
     step = event.get("step")
     return {"index": index, "event_type": event.get("event_type"),
             "step": step if isinstance(step, str) else None,
             "timestamp": event.get("timestamp"), "status": state.status,
             "steps": {name: rec.status for name, rec in state.steps.items()},
-            "running": sorted({run.step for run in state.active_runs}),
-            "joins": {name: sorted(join.arrived) for name, join in state.joins.items()}}
+            "running": [*sorted({run.step for run in state.active_runs})],
+            "joins": {name: [*sorted(join.arrived)] for name, join in state.joins.items()}}
 
 
-async def marking_history(bus: Bus, execution_id: str) -> dict[str, Any] | None:
+async def marking_history(bus: Bus, execution_id: str) -> JsonObject | None:
     """{"frames": [...], "truncated": bool}; None for an execution without a committed state."""
     state = None if execution_id_problem(execution_id) else \
         await committed_state(bus, execution_id, StepResults(bus.js, ResultStore(bus.js)))
@@ -56,9 +55,9 @@ async def marking_history(bus: Bus, execution_id: str) -> dict[str, Any] | None:
     except KeyNotFoundError:
         return None
     versions = await readable_versions(named_versions((None, e) for e in events), load)
-    frames: list[dict[str, Any]] = []
+    frames: list[JsonValue] = []
 
-    def observe(event: dict[str, Any], now: ExecutionState) -> None:
+    def observe(event: JsonObject, now: ExecutionState) -> None:
         if len(frames) < MAX_FRAMES:
             frames.append(frame(len(frames), event, now))
 

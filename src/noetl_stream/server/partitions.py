@@ -26,7 +26,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError
@@ -37,6 +36,7 @@ from noetl_stream.bus.delivery import delivery_of
 from noetl_stream.bus.heartbeats import HEARTBEAT_S, RUNTIME_BUCKET, Heartbeat
 from noetl_stream.bus.pull import PullConsumer, open_pull
 from noetl_stream.bus.stopping import stop_task
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.state.kv_keys import bucket_keys
 
 log = logging.getLogger("noetl_stream.partitions")
@@ -168,8 +168,8 @@ class RouterPartitions:
         """The partitions this server holds the pin of, as far as it knows."""
         return [p for p, c in enumerate(self.consumers) if c.pin is not None]
 
-    def _load(self) -> dict[str, Any]:
-        return {"partitions": self.held()}
+    def _load(self) -> JsonObject:
+        return {"partitions": [*self.held()]}
 
     async def _start_later(self, consumers: list[PullConsumer]) -> None:
         await asyncio.sleep(STANDBY_DELAY_S)

@@ -20,10 +20,11 @@ import multiprocessing
 import os
 import pickle
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from functools import partial
+from typing import ParamSpec, TypeVar
 
 from noetl_stream import router
 from noetl_stream.dsl.models import Playbook
@@ -32,6 +33,7 @@ from noetl_stream.dsl.template_budget import RenderElsewhere, rendering_here
 __all__ = ["INLINE_OPERATIONS", "RenderElsewhere", "RenderPool", "apply_events",
            "apply_events_here", "note_foreign_outcome", "rendering_here", "start_here"]
 from noetl_stream.errors import NoetlStreamError
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server.versions import Cached, playbook_for
 
@@ -44,7 +46,9 @@ PROCESSES = 1  # long renders take turns; each is bounded by its budget
 # the workers and nats-server beside it) the CPU first.
 NICENESS = 10
 
-Events = list[dict[str, Any]]
+Events = list[JsonObject]
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 
 class RenderPoolFailed(NoetlStreamError):
@@ -81,14 +85,14 @@ def apply_events_here(cached: Cached, events: Events, now: float) -> bool | None
 
 
 def start_here(start: Callable[..., ExecutionState], playbook: Playbook,
-               arguments: dict[str, Any]) -> ExecutionState:
+               arguments: Mapping[str, object]) -> ExecutionState:
     """`start(playbook, **arguments)` within the allowance of this process (RenderElsewhere past
     it: the caller starts it in the pool instead).
     """
     return rendering_here(INLINE_OPERATIONS, lambda: start(playbook, **arguments))
 
 
-def note_foreign_outcome(playbook: Any, state: ExecutionState, event: dict[str, Any]) -> None:
+def note_foreign_outcome(playbook: Playbook, state: ExecutionState, event: JsonObject) -> None:
     """Say so when the router is about to drop an outcome from another pool than its command's."""
     expected = router.foreign_pool(playbook, state, event)
     if expected is not None:
@@ -102,7 +106,7 @@ def _apply_events_in_child(cached: Cached, events: Events, now: float) -> tuple[
 
 
 def _start_in_child(start: Callable[..., ExecutionState], playbook: Playbook,
-                    arguments: dict[str, Any]) -> ExecutionState | Exception:
+                    arguments: Mapping[str, object]) -> ExecutionState | Exception:
     try:
         return start(playbook, **arguments)
     except Exception as exc:
@@ -117,7 +121,7 @@ def _crossing(exc: Exception) -> Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def _apply_one_in_child(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
+def _apply_one_in_child(playbook: Playbook, state: ExecutionState, event: JsonObject,
                         now: float) -> ExecutionState | Exception:
     try:
         router.apply(playbook, state, event, now)
@@ -141,7 +145,7 @@ class RenderPool:
         return bool(applied)
 
     async def start(self, start: Callable[..., ExecutionState], playbook: Playbook,
-                    arguments: dict[str, Any]) -> ExecutionState | Exception:
+                    arguments: Mapping[str, object]) -> ExecutionState | Exception:
         """`start(playbook, **arguments)` in a process of the pool: the new state, or what the
         start raised.
         """
@@ -149,7 +153,7 @@ class RenderPool:
                                                               arguments)
         return result
 
-    async def apply_one(self, playbook: Playbook, state: ExecutionState, event: dict[str, Any],
+    async def apply_one(self, playbook: Playbook, state: ExecutionState, event: JsonObject,
                         now: float) -> ExecutionState:
         """`router.apply` of one event, in this process while its renders are short and in the
         pool past that; the state it leaves (the one given, or a copy from the pool). Raises
@@ -172,9 +176,9 @@ class RenderPool:
         assert isinstance(result, ExecutionState)
         return result
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
+    async def _run(self, fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         # Starting processes (and the pool's locks) blocks: done beside the event loop.
-        submitted = await asyncio.to_thread(self._submit, fn, *args)
+        submitted = await asyncio.to_thread(self._submit, partial(fn, *args, **kwargs))
         try:
             return await asyncio.wait_for(asyncio.wrap_future(submitted), WALL_CLOCK_S)
         except (TimeoutError, BrokenProcessPool) as exc:
@@ -182,7 +186,7 @@ class RenderPool:
             raise RenderPoolFailed(f"a long template render did not finish within "
                                    f"{WALL_CLOCK_S:.0f} s or its process died") from exc
 
-    def _submit(self, fn: Any, *args: Any) -> Future[Any]:
+    def _submit(self, call: Callable[[], _T]) -> Future[_T]:
         with self._starting:
             if self._pool is None:
                 # Spawned, not forked: the server has threads and open sockets a fork would copy.
@@ -191,7 +195,7 @@ class RenderPool:
                     max_workers=processes, mp_context=multiprocessing.get_context("spawn"),
                     initializer=os.nice, initargs=(NICENESS,))
                 log.info("long template renders run in a pool of %d processes", processes)
-            return self._pool.submit(fn, *args)
+            return self._pool.submit(call)
 
     async def stop(self) -> None:
         pool, self._pool = self._pool, None

@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from noetl_stream import router
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import TIMER_SCHEDULED
 from noetl_stream.router.state import ExecutionState, Outgoing
 from noetl_stream.server.state_codec import fault
@@ -31,7 +31,7 @@ from noetl_stream.server.versions import playbook_for
 from noetl_stream.subjects import Topology
 
 STARTED = "execution.started"
-Observer = Callable[[dict[str, Any], ExecutionState], None]
+Observer = Callable[[JsonObject, ExecutionState], None]
 
 
 @dataclass
@@ -67,14 +67,14 @@ def router_event_types(topology: Topology) -> tuple[frozenset[str], tuple[str, .
     return frozenset(exact), tuple(prefixes), frozenset(pooled)
 
 
-def applied_events(events: Iterable[dict[str, Any]], topology: Topology) -> list[dict[str, Any]]:
+def applied_events(events: Iterable[JsonObject], topology: Topology) -> list[JsonObject]:
     """The events of a log the server applied, in order, each once (the stream's duplicate
     window drops a second publish of one msg id; a timer's schedule is not the timer; an
     outcome type counts only from a worker's pool-bound subject, whose pool decoding keeps).
     """
     exact, prefixes, pooled = router_event_types(topology)
 
-    def applied(e: dict[str, Any]) -> bool:
+    def applied(e: JsonObject) -> bool:
         etype = str(e.get("event_type"))
         if etype in pooled:
             return bool(e.get("pool"))
@@ -83,7 +83,7 @@ def applied_events(events: Iterable[dict[str, Any]], topology: Topology) -> list
     return [e for e in events if applied(e)]
 
 
-def recorded_times(events: Iterable[dict[str, Any]]) -> dict[str, float]:
+def recorded_times(events: Iterable[JsonObject]) -> dict[str, float]:
     """The `now` each recorded msg id was produced at: an event's `timestamp`, a schedule's `set_at`."""
     times: dict[str, float] = {}
     for e in events:
@@ -96,8 +96,8 @@ def recorded_times(events: Iterable[dict[str, Any]]) -> dict[str, float]:
     return times
 
 
-def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology, *,
-            playbook_key: str, parent_iter: dict[str, Any] | None = None,
+def rebuild(playbook: Playbook, events: list[JsonObject], topology: Topology, *,
+            playbook_key: str, parent_iter: JsonObject | None = None,
             applied: int | None = None,
             versions: Mapping[str, Playbook] | None = None,
             observe: Observer | None = None) -> Rebuilt | None:
@@ -112,7 +112,11 @@ def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology
     if started is None:
         return None
     times = recorded_times(events)
-    now = float(started["timestamp"])
+    stamp = started.get("timestamp")
+    if not isinstance(stamp, (int, float)):
+        raise ValueError(f"the recorded execution.started of {started.get('execution_id')} "
+                         f"carries no timestamp (found {stamp!r})")
+    now = float(stamp)
     state = _start(playbook, started, playbook_key, parent_iter, now)
     rebuilt = Rebuilt(state, [list(state.outbox)])
     if observe is not None:
@@ -133,8 +137,8 @@ def rebuild(playbook: Playbook, events: list[dict[str, Any]], topology: Topology
     return rebuilt
 
 
-def _start(playbook: Playbook, started: dict[str, Any], key: str,
-           parent_iter: dict[str, Any] | None, now: float) -> ExecutionState:
+def _start(playbook: Playbook, started: JsonObject, key: str,
+           parent_iter: JsonObject | None, now: float) -> ExecutionState:
     execution_id = str(started["execution_id"])
     workload = started.get("workload")
     workload = workload if isinstance(workload, dict) else {}
@@ -156,7 +160,7 @@ def _start(playbook: Playbook, started: dict[str, Any], key: str,
         return state
 
 
-def _labels(started: dict[str, Any]) -> dict[str, str]:
+def _labels(started: JsonObject) -> dict[str, str]:
     """The request's labels, as its `execution.started` says; none in a log written before
     the event carried them.
     """
@@ -166,13 +170,13 @@ def _labels(started: dict[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
-def _concurrency(started: dict[str, Any]) -> dict[str, Any] | None:
+def _concurrency(started: JsonObject) -> JsonObject | None:
     """The concurrency limit the execution started under, as its `execution.started` says."""
     value = started.get("concurrency")
     return value if isinstance(value, dict) else None
 
 
-def _apply_recorded(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
+def _apply_recorded(playbook: Playbook, state: ExecutionState, event: JsonObject,
                     guess: float, times: dict[str, float]) -> tuple[ExecutionState, float]:
     """`event` applied at the time the server applied it; also that time."""
     trial = _applied(playbook, copy_state(state), event, guess)
@@ -184,7 +188,7 @@ def _apply_recorded(playbook: Playbook, state: ExecutionState, event: dict[str, 
     return _applied(playbook, state, event, now), now
 
 
-def _applied(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
+def _applied(playbook: Playbook, state: ExecutionState, event: JsonObject,
              now: float) -> ExecutionState:
     before = copy_state(state)
     try:

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 from nats.js.errors import KeyNotFoundError
 
@@ -25,6 +24,7 @@ from noetl_stream.bus.publish import publish_event
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.errors import ReplayRefused
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import ExecutionRequest, ReplaySeed
 from noetl_stream.router.links import REPLAYED
 from noetl_stream.router.replay import seed_of
@@ -49,14 +49,14 @@ class ReplayAsked:
     replay_of: str
     seed: ReplaySeed
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"execution_id": self.execution_id, "replay_of": self.replay_of,
-                "from_step": self.seed.from_step, "roots": self.seed.roots,
-                "kept": sorted(self.seed.steps)}
+                "from_step": self.seed.from_step, "roots": [*self.seed.roots],
+                "kept": [*sorted(self.seed.steps)]}
 
 
 async def request_replay(bus: Bus, original_id: str, *, from_step: str | None = None,
-                         workload: dict[str, Any] | None = None,
+                         workload: JsonObject | None = None,
                          requested_by: str | None = None,
                          execution_id: str | None = None) -> ReplayAsked:
     """Start a replay of `original_id`; ReplayRefused (unknown or not replayable) says why."""

@@ -6,7 +6,7 @@ leaves in an execution's log: the reply on `reply_to`, `execution.rejected`, a c
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Mapping
 
 from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError
@@ -16,6 +16,7 @@ from noetl_stream import ids, jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.dispositions import Failure, classify, settle
 from noetl_stream.bus.publish import publish_event
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.messages import (
     CancelRequest,
     ExecutionRequest,
@@ -71,7 +72,7 @@ async def refuse_conflict(bus: Bus, msg: Msg, execution_id: str, reply_to: str |
     await settle(msg, Failure.REFUSED)
 
 
-def same_request(state: ExecutionState, playbook_key: str, workload: dict[str, Any],
+def same_request(state: ExecutionState, playbook_key: str, workload: Mapping[str, JsonValue],
                  request: ExecutionRequest) -> bool:
     """Whether `request` is the one that started `state` again: same playbook text, same
     workload after the payload merge, same parent. Compared as JSON, as the state stores them.

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
 
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -24,6 +23,7 @@ from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import ids, jsonutil, messages
 from noetl_stream.bus.connection import Bus
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.messages import RequestReply
 from noetl_stream.server.execution_ids import new_execution_id
 
@@ -71,9 +71,9 @@ class RequestResponder:
         execution_id = body.get("execution_id")
         if execution_id is None:  # made here, so the answer and the message id can name it
             execution_id = body["execution_id"] = new_execution_id()
-        problem = messages.execution_id_problem(execution_id) if isinstance(execution_id, str) \
-            else "must be a string"
-        if problem is not None:
+        checked = execution_id if isinstance(execution_id, str) else None
+        problem = "must be a string" if checked is None else messages.execution_id_problem(checked)
+        if checked is None or problem is not None:
             await self._answer(msg, RequestReply(accepted=False, errors=[
                 f"bad execution request: execution_id: {problem}"]))
             return
@@ -81,14 +81,14 @@ class RequestResponder:
         try:
             ack = await self.bus.js.publish(
                 self.bus.topology.execute_request_subject(), data,
-                headers={"Nats-Msg-Id": request_msg_id(execution_id, data)})
+                headers={"Nats-Msg-Id": request_msg_id(checked, data)})
         except (NatsError, TimeoutError) as exc:
-            await self._answer(msg, RequestReply(accepted=False, execution_id=execution_id,
+            await self._answer(msg, RequestReply(accepted=False, execution_id=checked,
                                                  errors=[f"not stored: {exc or type(exc).__name__}"]))
             return
         if ack.duplicate:
             # The same request was stored moments ago and answers its own sender: say what it did.
-            await self._answer(msg, await self._earlier_outcome(execution_id))
+            await self._answer(msg, await self._earlier_outcome(checked))
 
     async def _cancel(self, msg: Msg) -> None:
         body = await self._body(msg)
@@ -101,12 +101,12 @@ class RequestResponder:
             await self._answer(msg, RequestReply(accepted=False, execution_id=None,
                                                  errors=[f"not stored: {exc or type(exc).__name__}"]))
 
-    async def _body(self, msg: Msg) -> dict[str, Any] | None:
+    async def _body(self, msg: Msg) -> JsonObject | None:
         """The request as an object with the requester's inbox as `reply_to`; None (answered)
         when it is not a JSON object.
         """
         try:
-            body = jsonutil.loads(msg.data)
+            body: JsonValue = jsonutil.loads(msg.data)
         except ValueError as exc:
             body, problem = None, f"not JSON: {exc}"
         else:

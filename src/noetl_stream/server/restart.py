@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from nats.js.errors import KeyNotFoundError
 
@@ -25,6 +24,7 @@ from noetl_stream.bus.publish import publish_event
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import RestartRefused
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.restart import REQUESTED, RESTARTED, refusal
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server.verify import committed_state
@@ -41,12 +41,12 @@ class RestartAsked:
     restarted_id: str  # msg id of the `execution.restarted` that says it was applied
     ignored_id: str  # msg id of the `event.ignored` that says it was refused
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"execution_id": self.execution_id, "restart": self.restart}
 
 
 async def request_restart(bus: Bus, execution_id: str, *, from_step: str | None = None,
-                          workload: dict[str, Any] | None = None,
+                          workload: JsonObject | None = None,
                           requested_by: str | None = None, latest: bool = False) -> RestartAsked:
     state = None if messages.execution_id_problem(execution_id) else \
         await committed_state(bus, execution_id, StepResults(bus.js, ResultStore(bus.js)))

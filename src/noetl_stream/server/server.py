@@ -34,6 +34,7 @@ from noetl_stream.dsl import template_budget
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import (
     ExecutionRequest,
     Malformed,
@@ -155,7 +156,7 @@ class Server:
         await self._renders.stop()
 
     async def _loop(self, consumer: PullConsumer, batch: int,
-                    handler: Callable[[list[Msg]], Any]) -> None:
+                    handler: Callable[[list[Msg]], Awaitable[None]]) -> None:
         # One loop per consumer (several loops on one durable stall, ARCHITECTURE §10).
         while not self._stopping.is_set():
             msgs = await consumer.next_batch(batch)
@@ -297,7 +298,7 @@ class Server:
         await msg.ack_sync()
 
     def _started(self, playbook: Playbook, request: ExecutionRequest, execution_id: str,
-                 key: str, workload: dict[str, Any], trace: Any,
+                 key: str, workload: JsonObject, trace: dict[str, str] | None,
                  made: ExecutionState | Exception | None = None) -> tuple[ExecutionState, bytes]:
         """The new execution's state and its encoded commit; a start that raises, or leaves a
         state that cannot be stored, is an execution that failed at once, with the reason.
@@ -329,7 +330,7 @@ class Server:
         return state, self._codec.encode(state)
 
     def _start_arguments(self, request: ExecutionRequest, execution_id: str, key: str,
-                         workload: dict[str, Any]) -> dict[str, Any]:
+                         workload: JsonObject) -> dict[str, object]:
         return {"execution_id": execution_id, "playbook_key": key, "workload": workload,
                 "now": self.clock(), "parent_execution_id": request.parent_execution_id,
                 "parent_iter": request.parent_iter, "concurrency": request.concurrency,
@@ -591,7 +592,7 @@ class Server:
         return pb
 
 
-def _bounded_put(cache: dict[str, Any], key: str, value: Any, limit: int) -> None:
+def _bounded_put(cache: dict[str, Any], key: str, value: object, limit: int) -> None:
     """Insert or refresh `key`, dropping the least recently stored entries beyond `limit`."""
     cache.pop(key, None)
     cache[key] = value

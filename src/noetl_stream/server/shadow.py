@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import Command
 from noetl_stream.router import cause_of
 from noetl_stream.router.state import ExecutionState, Outgoing
@@ -36,9 +36,9 @@ class ShadowReport:
     events: int  # recorded events applied
     differences: list[str] = field(default_factory=list)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"execution_id": self.execution_id, "events": self.events,
-                "same": not self.differences, "differences": self.differences}
+                "same": not self.differences, "differences": [*self.differences]}
 
 
 def routing(outbox: list[Outgoing]) -> Counter[tuple[str, str]]:
@@ -52,9 +52,9 @@ def routing(outbox: list[Outgoing]) -> Counter[tuple[str, str]]:
     return found
 
 
-def shadow(recorded: Playbook, candidate: Playbook, events: list[dict[str, Any]],
+def shadow(recorded: Playbook, candidate: Playbook, events: list[JsonObject],
            topology: Topology, *, execution_id: str, playbook_key: str,
-           parent_iter: dict[str, Any] | None = None,
+           parent_iter: JsonObject | None = None,
            versions: Mapping[str, Playbook] | None = None) -> ShadowReport:
     """Apply the recorded `events` to both versions and report where `candidate` differs."""
     before = rebuild(recorded, events, topology, playbook_key=playbook_key,
@@ -75,7 +75,7 @@ def shadow(recorded: Playbook, candidate: Playbook, events: list[dict[str, Any]]
 
 
 def _first_divergence(before: Rebuilt, after: Rebuilt,
-                      applied: list[dict[str, Any]]) -> str | None:
+                      applied: list[JsonObject]) -> str | None:
     for index, (old, new) in enumerate(zip(before.outboxes, after.outboxes, strict=False)):
         was, now = routing(old), routing(new)
         if was == now:

@@ -37,7 +37,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from nats.js.errors import NotFoundError
 
@@ -48,6 +47,7 @@ from noetl_stream.bus.publish import publish_event, subject_of
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.events import iso_time
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server.periodic import Periodic
 from noetl_stream.server.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
@@ -242,7 +242,7 @@ class StallCheck:
         """Whether the events stream holds what the wait waits for (an outcome, a fired timer)
         that has not reached the router's stream yet.
         """
-        match: dict[str, Any] = {"step_run_id": wait.run_id} if wait.run_id else {}
+        match: JsonObject = {"step_run_id": wait.run_id} if wait.run_id else {}
         if wait.what == "command":
             types = "step.*" if wait.iteration is None else "loop.iteration.*"
             match["iteration"] = wait.iteration
@@ -290,7 +290,7 @@ class StallCheck:
                       "watchdog timer that should have ended it never fired")
             kind = "timeout"
         log.warning("execution %s step %s: %s", state.execution_id, wait.step, reason)
-        error: dict[str, Any] = {"message": reason, "kind": kind, "source": "watchdog"}
+        error: JsonObject = {"message": reason, "kind": kind, "source": "watchdog"}
         if wait.iteration is not None:
             error["iteration"] = wait.iteration
         await publish_step_failure(self.bus, {

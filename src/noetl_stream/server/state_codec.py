@@ -10,10 +10,12 @@ raises `Unstorable`, which the server turns into the execution's failure with th
 from __future__ import annotations
 
 import logging
-from typing import Any
+
+from nats.aio.client import Client
 
 from noetl_stream.errors import TemplateError
 from noetl_stream.formats import STATE, NewerFormat
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server.state_size import shrink
 from noetl_stream.state.results import ResultStore
@@ -36,7 +38,7 @@ class Unstorable(Exception):
 class StateCodec:
     """Encodes states for commit on one NATS connection (its max_payload is the limit)."""
 
-    def __init__(self, nc: Any, results: ResultStore, step_results: StepResults) -> None:
+    def __init__(self, nc: Client, results: ResultStore, step_results: StepResults) -> None:
         self._nc = nc
         self._results = results
         self._step_results = step_results
@@ -112,7 +114,7 @@ def encoding_problem(exc: Exception) -> str:
     return f"a value cannot be stored as JSON: {text}"
 
 
-def fault(exc: Exception) -> dict[str, Any]:
+def fault(exc: Exception) -> JsonObject:
     """The error an execution fails with when applying an event raised `exc`."""
     if isinstance(exc, Unstorable):
         return {"message": str(exc), "kind": exc.kind}

@@ -10,9 +10,9 @@ consequence of the events and is left out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from noetl_stream import jsonutil
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.router.state import ExecutionState, Outgoing
 
 LEFT_OUT = ("outbox", "trace", "step_pages", "result_key")
@@ -24,33 +24,40 @@ class Difference:
     """The first field where the committed state and the rebuilt one differ."""
 
     field: str
-    committed: Any
-    rebuilt: Any
+    committed: JsonValue
+    rebuilt: JsonValue
 
     def describe(self) -> str:
         return (f"{self.field}: committed {_short(self.committed)}, "
                 f"rebuilt from events {_short(self.rebuilt)}")
 
 
-def content(state: ExecutionState) -> dict[str, Any]:
+def content(state: ExecutionState) -> JsonObject:
     """What a state holds, as plain JSON values, independent of how it was stored."""
-    plain: dict[str, Any] = jsonutil.loads(jsonutil.dumps(state))
+    plain: JsonObject = jsonutil.loads(jsonutil.dumps(state))
     for name in LEFT_OUT:
         plain.pop(name, None)
     plain["result"] = state.result
     plain["steps"] = {name: {**{k: v for k, v in raw.items() if k != "result_key"},
                              "result": state.steps[name].result}
-                      for name, raw in plain.get("steps", {}).items()}
-    for run_id, raw in plain.get("runs", {}).items():
-        loop = state.runs[run_id].loop
-        if loop is not None and isinstance(raw.get("loop"), dict):
-            raw["loop"].pop("pages", None)
-            raw["loop"]["results"] = loop.all_results()
-    normal: dict[str, Any] = jsonutil.loads(jsonutil.dumps(plain))
+                      for name, raw in _objects(plain.get("steps"))}
+    for run_id, raw in _objects(plain.get("runs")):
+        loop, stored = state.runs[run_id].loop, raw.get("loop")
+        if loop is not None and isinstance(stored, dict):
+            stored.pop("pages", None)
+            stored["results"] = loop.all_results()
+    normal: JsonObject = jsonutil.loads(jsonutil.dumps(plain))
     return normal
 
 
-def first_difference(committed: Any, rebuilt: Any, path: str = "") -> Difference | None:
+def _objects(value: JsonValue) -> list[tuple[str, JsonObject]]:
+    """The entries of a state's mapping (its steps, its runs): each one an object."""
+    if not isinstance(value, dict):
+        return []
+    return [(key, entry) for key, entry in value.items() if isinstance(entry, dict)]
+
+
+def first_difference(committed: JsonValue, rebuilt: JsonValue, path: str = "") -> Difference | None:
     """The first differing field, in the committed value's key order; None when equal."""
     if isinstance(committed, dict) and isinstance(rebuilt, dict):
         for key in [*committed, *(k for k in rebuilt if k not in committed)]:
@@ -77,12 +84,12 @@ def outbox_difference(committed: list[Outgoing],
     few applied events, in order. A command the server replaced by its step's failure (no worker
     serves its pool, server/pools.py) counts as that command.
     """
-    want = [_as_emitted(m) for m in committed]
-    emitted: list[str] = []
+    want: list[JsonValue] = [_as_emitted(m) for m in committed]
+    emitted: list[JsonValue] = []
     for outbox in reversed(outboxes):
         if len(emitted) >= len(want):
             break
-        emitted = [m.msg_id for m in outbox] + emitted
+        emitted = [*(m.msg_id for m in outbox), *emitted]
     if emitted == want or (not want and not emitted):
         return None
     return Difference("outbox", want, emitted)
@@ -97,7 +104,7 @@ def _as_emitted(message: Outgoing) -> str:
     return message.msg_id
 
 
-def _short(value: Any) -> str:
+def _short(value: JsonValue) -> str:
     try:
         text = jsonutil.dumps(value).decode()
     except (TypeError, ValueError):

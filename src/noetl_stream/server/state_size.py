@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
-from typing import Any
 
 from noetl_stream import jsonutil, refs
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.messages import Command
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.state.results import ResultStore
@@ -27,23 +27,19 @@ SMALLEST_MOVED = 4096  # bytes: smaller values stay inline, a reference is not m
 
 @dataclass
 class _Slot:
-    """A key of a mapping, or an attribute of a record, that holds a playbook's value."""
+    """A key of a mapping that holds a playbook's value."""
 
-    holder: Any
+    holder: MutableMapping[str, JsonValue]
     key: str
-    attribute: bool = False
 
-    def read(self) -> Any:
-        return getattr(self.holder, self.key) if self.attribute else self.holder[self.key]
+    def read(self) -> JsonValue:
+        return self.holder[self.key]
 
-    def write(self, value: Any) -> None:
-        if self.attribute:
-            setattr(self.holder, self.key, value)
-        else:
-            self.holder[self.key] = value
+    def write(self, value: JsonValue) -> None:
+        self.holder[self.key] = value
 
 
-def _entries(mapping: Any) -> Iterator[_Slot]:
+def _entries(mapping: object) -> Iterator[_Slot]:
     if isinstance(mapping, MutableMapping):
         yield from (_Slot(mapping, key) for key in list(mapping))
 
@@ -72,7 +68,7 @@ def _slots(state: ExecutionState) -> Iterator[_Slot]:
                             if isinstance(step, dict) and "result" in step)
 
 
-def _size(value: Any) -> int:
+def _size(value: JsonValue) -> int:
     if value is None or isinstance(value, (bool, int, float)) or refs.ref_of(value) is not None:
         return 0
     try:

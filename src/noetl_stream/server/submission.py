@@ -4,17 +4,16 @@ triggers) start an execution by id.
 
 from __future__ import annotations
 
-from typing import Any
-
 from noetl_stream import ids
 from noetl_stream.bus.connection import Bus
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import ExecutionRequest
 from noetl_stream.server.execution_ids import new_execution_id
 
 
-async def submit(bus: Bus, *, playbook_text: str, playbook_file: str, payload: dict[str, Any],
+async def submit(bus: Bus, *, playbook_text: str, playbook_file: str, payload: JsonObject,
                  execution_id: str | None = None,
-                 concurrency: dict[str, Any] | None = None,
+                 concurrency: JsonObject | None = None,
                  labels: dict[str, str] | None = None) -> str:
     """Publish an execution request and return its execution id once JetStream has stored it."""
     execution_id = execution_id or new_execution_id()

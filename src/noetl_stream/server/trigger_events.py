@@ -12,16 +12,38 @@ fails would otherwise start itself on its own failure, without end.
 from __future__ import annotations
 
 import fnmatch
-from typing import Any
+from typing import TypedDict
 
 from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.bus.connection import Bus
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.triggers.document import OnMessage
 
 _DETAIL_FIELDS = ("status", "error", "result", "reason", "step", "duration_ms")
+
+
+class TriggerContext(TypedDict):
+    """What templates see as `trigger`: the trigger, its playbook and when it fired."""
+
+    name: str
+    playbook: str
+    fire_time: str
+    nominal_time: str | None
+
+
+class MessageContext(TypedDict):
+    """What templates see as `message`: a message a subject trigger read (its body decoded
+    as JSON when it is JSON, else as text).
+    """
+
+    subject: str
+    data: JsonValue
+    headers: dict[str, str]
+    stream: str
+    sequence: int
 
 
 async def execution_playbook(bus: Bus, execution_id: str) -> str | None:
@@ -37,7 +59,7 @@ async def execution_playbook(bus: Bus, execution_id: str) -> str | None:
 
 
 async def event_context(bus: Bus, on: OnMessage, own_playbook: str,
-                        message: dict[str, Any]) -> dict[str, Any] | None:
+                        message: MessageContext) -> JsonObject | None:
     """What templates see as `event`: type, execution id, playbook, error and the whole event;
     None when the event is not for this trigger (another playbook, or its own).
     """
@@ -49,7 +71,7 @@ async def event_context(bus: Bus, on: OnMessage, own_playbook: str,
     if on.playbook is not None and (playbook is None or not fnmatch.fnmatchcase(playbook,
                                                                                 on.playbook)):
         return None
-    out: dict[str, Any] = {"type": on.event, "execution_id": execution_id,
+    out: JsonObject = {"type": on.event, "execution_id": execution_id,
                            "playbook": playbook, "time": data.get("time"), "data": data}
     for key in _DETAIL_FIELDS:
         out.setdefault(key, data.get(key))

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.server.trigger_ops import TRIGGERS_STREAM
 
 FETCH_TIMEOUT_S = 5.0
@@ -55,7 +55,7 @@ async def newest_start(bus: Bus, name: str, limit: int) -> int:
 
 
 async def history(bus: Bus, name: str, *, after_seq: int = 0, limit: int = 100,
-                  newest: bool = False) -> tuple[list[dict[str, Any]], int]:
+                  newest: bool = False) -> tuple[list[JsonObject], int]:
     """Up to `limit` events of the trigger after stream sequence `after_seq` (or, with
     `newest`, the last `limit`), oldest first, each with its `seq`; also the last sequence read
     (the next page's `after_seq`).
@@ -64,7 +64,7 @@ async def history(bus: Bus, name: str, *, after_seq: int = 0, limit: int = 100,
     if newest:
         after_seq = max(after_seq, await newest_start(bus, name, limit))
     info = await bus.js.add_consumer(TRIGGERS_STREAM, _reader(bus, name, after_seq))
-    out: list[dict[str, Any]] = []
+    out: list[JsonObject] = []
     last = after_seq
     try:
         wanted = min(limit, int(info.num_pending or 0))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError, KeyNotFoundError, NotFoundError
@@ -26,6 +25,7 @@ from noetl_stream import config, jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.errors import CatalogError, NoetlStreamError
 from noetl_stream.events import iso_time
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.state import triggers as store
 from noetl_stream.state.catalog import read_path
 from noetl_stream.state.triggers import MessageSource, TriggerEvent, TriggerRecord, TriggerState
@@ -57,7 +57,7 @@ def _now_iso() -> str:
 
 
 async def publish_trigger_event(bus: Bus, name: str, event_type: str, msg_id: str,
-                                **fields: Any) -> None:
+                                **fields: object) -> None:
     event = TriggerEvent.model_validate({"trigger": name, "event_type": f"trigger.{event_type}",
                                          "time": _now_iso(), **fields})
     await bus.js.publish(bus.topology.trigger_event_subject(name, event_type),
@@ -76,7 +76,7 @@ async def _set_schedule(bus: Bus, record: TriggerRecord, revision: int) -> None:
                     "Nats-Schedule-Target": bus.topology.trigger_fire_subject(name)}
         if schedule.timezone is not None:
             headers["Nats-Schedule-Time-Zone"] = schedule.timezone
-        body: dict[str, Any] = {"trigger": name}
+        body: JsonObject = {"trigger": name}
     else:
         body = {"trigger": name, "schedule": None, "state": record.state}
     try:
@@ -293,7 +293,7 @@ async def delete(bus: Bus, name: str) -> None:
                                 revision=revision)
 
 
-async def listing(bus: Bus) -> list[dict[str, Any]]:
+async def listing(bus: Bus) -> list[JsonObject]:
     """Every trigger: name, source, playbook, state, next fire time (when known), last execution."""
     out = []
     for name in await store.trigger_names(bus.js):
@@ -303,7 +303,7 @@ async def listing(bus: Bus) -> list[dict[str, Any]]:
     return out
 
 
-async def summary(bus: Bus, record: TriggerRecord) -> dict[str, Any]:
+async def summary(bus: Bus, record: TriggerRecord) -> JsonObject:
     """What `list` shows of one trigger."""
     name = record.trigger.name
     last = await store.read_last(bus.js, name)
@@ -316,12 +316,12 @@ async def summary(bus: Bus, record: TriggerRecord) -> dict[str, Any]:
                                if last else None)}
 
 
-async def detail(bus: Bus, name: str, upcoming: int = 5) -> dict[str, Any]:
+async def detail(bus: Bus, name: str, upcoming: int = 5) -> JsonObject:
     """One trigger: its summary, document, applied time and its next `upcoming` fire times."""
     record, revision = await _require(bus, name)
     return {**await summary(bus, record), "revision": revision, "applied_at": record.applied_at,
             "document": record.trigger.model_dump(mode="json", exclude_none=True),
-            "next_fires": next_fires(record, upcoming)}
+            "next_fires": [*next_fires(record, upcoming)]}
 
 
 def next_fires(record: TriggerRecord, count: int) -> list[str]:

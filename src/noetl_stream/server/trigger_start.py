@@ -7,11 +7,13 @@ Shared by the server's trigger service (fires, messages, events) and the API (we
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
+from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.dsl.templating import render
 from noetl_stream.errors import NoetlStreamError
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.server.submission import submit
 from noetl_stream.server.trigger_ops import publish_trigger_event
 from noetl_stream.state import triggers as store
@@ -20,7 +22,7 @@ from noetl_stream.state.triggers import LastFire, TriggerRecord
 
 
 async def request_execution(bus: Bus, record: TriggerRecord, execution_id: str,
-                            context: dict[str, Any], base: dict[str, Any] | None = None
+                            context: Mapping[str, object], base: JsonObject | None = None
                             ) -> str | None:
     """Publish the execution request; the reason when none can be made (the playbook is not
     registered, a template fails). `base` is merged under the rendered payload.
@@ -35,18 +37,20 @@ async def request_execution(bus: Bus, record: TriggerRecord, execution_id: str,
     except NoetlStreamError as exc:
         return f"payload: {exc}"
     if spec.payload_from is not None:
-        base = _lookup(context, spec.payload_from)
-        if not isinstance(base, dict):
+        found_base = _lookup(context, spec.payload_from)
+        if not isinstance(found_base, dict):
             return f"payload_from: {spec.payload_from} is not a mapping"
+        base = found_base
     await submit(bus, playbook_text=found[0], playbook_file=f"catalog:{spec.playbook}",
-                 payload={**(base or {}), **payload}, execution_id=execution_id,
+                 payload={**(base or {}), **jsonutil.to_plain(payload)}, execution_id=execution_id,
                  concurrency=spec.concurrency.model_dump() if spec.concurrency else None,
                  labels=dict(spec.labels))
     return None
 
 
-def _lookup(context: dict[str, Any], path: str) -> Any:
-    value: Any = context
+def _lookup(context: Mapping[str, object], path: str) -> object:
+    """The value at a dotted `path` of the trigger's context (None where it has none)."""
+    value: object = context
     for key in path.split("."):
         value = value.get(key) if isinstance(value, dict) else None
     return value

@@ -25,8 +25,8 @@ import asyncio
 import contextlib
 import logging
 import re
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeout
@@ -38,8 +38,14 @@ from noetl_stream.bus.pull import PullConsumer, open_pull
 from noetl_stream.bus.stopping import stop_task
 from noetl_stream.dsl.templating import evaluate_guard
 from noetl_stream.errors import NoetlStreamError
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.server.trigger_catchup import catch_up
-from noetl_stream.server.trigger_events import event_context, event_execution_id
+from noetl_stream.server.trigger_events import (
+    MessageContext,
+    TriggerContext,
+    event_context,
+    event_execution_id,
+)
 from noetl_stream.server.trigger_ops import H_MANUAL, H_NOMINAL, publish_trigger_event
 from noetl_stream.server.trigger_start import record_fired, request_execution
 from noetl_stream.state import triggers as store
@@ -96,10 +102,10 @@ def _stored_at(msg: Msg) -> str:
     return _iso(msg.metadata.timestamp)
 
 
-def message_context(msg: Msg) -> dict[str, Any]:
+def message_context(msg: Msg) -> MessageContext:
     raw = msg.data or b""
     try:
-        data: Any = jsonutil.loads(raw)
+        data: JsonValue = jsonutil.loads(raw)
     except ValueError:
         data = raw.decode("utf-8", errors="replace")
     headers = {k: v for k, v in (msg.headers or {}).items()}
@@ -133,7 +139,8 @@ class TriggerService:
         if self._fires is not None:
             await self._fires.stop()
 
-    async def _loop(self, consumer: PullConsumer, handle: Any) -> None:
+    async def _loop(self, consumer: PullConsumer,
+                    handle: Callable[[Msg], Awaitable[None]]) -> None:
         while not self._stopping.is_set():
             msgs = await consumer.next_batch(BATCH)
             for m in msgs:
@@ -221,7 +228,7 @@ class TriggerService:
                 await msg.ack()
                 return
         execution_id = ids.derived_execution_id("trigger", name, nominal)
-        context = {"trigger": self._trigger_context(record, msg, nominal)}
+        context: dict[str, object] = {"trigger": self._trigger_context(record, msg, nominal)}
         await self._start(record, msg, execution_id, context,
                           LastFire(execution_id=execution_id, fired_at=_stored_at(msg),
                                    nominal_time=nominal, next_fire=next_fire))
@@ -237,13 +244,13 @@ class TriggerService:
             return
         record = found[0]
         on = record.trigger.spec.on
-        context = {"trigger": self._trigger_context(record, msg, None),
-                   "message": message_context(msg)}
+        message = message_context(msg)
+        context: dict[str, object] = {"trigger": self._trigger_context(record, msg, None),
+                                      "message": message}
         # The trigger is part of the id: two triggers reading one subject each start one.
         execution_id = ids.derived_execution_id("trigger-message", name, stream, str(seq))
         if on is not None and on.event is not None:
-            event = await event_context(self.bus, on, record.trigger.spec.playbook,
-                                        context["message"])
+            event = await event_context(self.bus, on, record.trigger.spec.playbook, message)
             if event is None:
                 await msg.ack()
                 return
@@ -262,14 +269,14 @@ class TriggerService:
                                    message=f"{stream}:{seq}"))
 
     @staticmethod
-    def _trigger_context(record: TriggerRecord, msg: Msg, nominal: str | None) -> dict[str, Any]:
+    def _trigger_context(record: TriggerRecord, msg: Msg, nominal: str | None) -> TriggerContext:
         # The fire time is when JetStream stored the fire or message: every delivery of it
         # renders the same payload.
         return {"name": record.trigger.name, "playbook": record.trigger.spec.playbook,
                 "fire_time": _stored_at(msg), "nominal_time": nominal}
 
     async def _start(self, record: TriggerRecord, msg: Msg, execution_id: str,
-                     context: dict[str, Any], last: LastFire) -> None:
+                     context: Mapping[str, object], last: LastFire) -> None:
         name = record.trigger.name
         refused = await request_execution(self.bus, record, execution_id, context)
         if refused is not None:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from collections.abc import Mapping
 
+from nats.js import JetStreamContext
 from nats.js.errors import NoKeysError
+from nats.js.kv import KeyValue
 
 from noetl_stream import jsonutil
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.state.records import Skips
 
 log = logging.getLogger("noetl_stream.vars")
@@ -27,7 +30,7 @@ def vars_key(execution_id: str, name: str) -> str | None:
     return f"{execution_id}.{name}" if _NAME.fullmatch(name) else None
 
 
-def changed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+def changed(before: Mapping[str, JsonValue], after: Mapping[str, JsonValue]) -> JsonObject:
     """The vars that are new or hold a different value."""
     return {k: v for k, v in after.items() if k not in before or before[k] != v}
 
@@ -35,12 +38,12 @@ def changed(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
 class VarsStore:
     """Writes vars of executions to KV; opens the bucket on first use."""
 
-    def __init__(self, js: Any) -> None:
+    def __init__(self, js: JetStreamContext) -> None:
         self.js = js
-        self._kv: Any = None
+        self._kv: KeyValue | None = None
 
-    async def commit_vars(self, execution_id: str, before: dict[str, Any],
-                          after: dict[str, Any]) -> None:
+    async def commit_vars(self, execution_id: str, before: Mapping[str, JsonValue],
+                          after: Mapping[str, JsonValue]) -> None:
         values = changed(before, after)
         if not values:
             return
@@ -54,7 +57,7 @@ class VarsStore:
                 continue
             await self._kv.put(key, jsonutil.dumps(value))
 
-    async def read_vars(self, execution_id: str, skips: Skips | None = None) -> dict[str, Any]:
+    async def read_vars(self, execution_id: str, skips: Skips | None = None) -> JsonObject:
         """Every var stored for `execution_id` (what `/api/vars/{execution_id}` serves); one
         that does not decode is named in `skips`.
         """
@@ -65,7 +68,7 @@ class VarsStore:
             keys = await self._kv.keys(filters=[f"{execution_id}."])
         except NoKeysError:
             return {}
-        out: dict[str, Any] = {}
+        out: JsonObject = {}
         for key in keys:
             if not key.startswith(f"{execution_id}."):
                 continue

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError
@@ -23,6 +23,7 @@ from noetl_stream.bus.event_feed import EVENTS_STREAM
 from noetl_stream.bus.signals import decode_event
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import execution_id_problem
 from noetl_stream.router.restart import RESTARTED
 from noetl_stream.router.state import ExecutionState
@@ -49,7 +50,7 @@ class Verdict:
     detail: str = ""  # the first difference, or why the execution is unknown
     events: int = 0  # events read from its log
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> JsonObject:
         return {"execution_id": self.execution_id, "outcome": self.outcome,
                 "detail": self.detail, "events": self.events}
 
@@ -104,7 +105,7 @@ async def verify(bus: Bus, execution_id: str) -> Verdict:
     return Verdict(execution_id, "equal", "", len(events))
 
 
-def first_version(events: list[dict[str, Any]], current: str) -> str:
+def first_version(events: list[JsonObject], current: str) -> str:
     """The playbook version the execution started with: the one its first change of version
     (`execution.restarted` of `restart --latest`) left, else the one it runs now.
     """
@@ -115,7 +116,7 @@ def first_version(events: list[dict[str, Any]], current: str) -> str:
     return current
 
 
-async def _summary_difference(events: list[dict[str, Any]], state: ExecutionState,
+async def _summary_difference(events: list[JsonObject], state: ExecutionState,
                               results: ResultStore) -> Difference | None:
     """The last `execution.<status>` event's summary against the rebuilt state's."""
     if state.status == "running":
@@ -135,7 +136,7 @@ async def _summary_difference(events: list[dict[str, Any]], state: ExecutionStat
     return Difference(f"{last.get('event_type')}.{found.field}", found.committed, found.rebuilt)
 
 
-async def read_log(bus: Bus, execution_id: str) -> list[dict[str, Any]]:
+async def read_log(bus: Bus, execution_id: str) -> list[JsonObject]:
     """Every event the stream holds for the execution, oldest first, as the server decodes them
     (signals and fired timers carry their stream sequence); messages it refuses are left out.
     """
@@ -144,7 +145,7 @@ async def read_log(bus: Bus, execution_id: str) -> list[dict[str, Any]]:
                             filter_subject=bus.topology.execution_events_filter(execution_id),
                             mem_storage=True, num_replicas=1, inactive_threshold=30.0)
     info = await bus.js.add_consumer(EVENTS_STREAM, config)
-    events: list[dict[str, Any]] = []
+    events: list[JsonObject] = []
     try:
         wanted = int(info.num_pending or 0)
         if wanted == 0:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.router.restart import REQUESTED
 from noetl_stream.router.state import ExecutionState
 
@@ -52,7 +52,7 @@ async def readable_versions(keys: Iterable[str],
     return found
 
 
-def named_version(event: dict[str, Any]) -> str | None:
+def named_version(event: Mapping[str, JsonValue]) -> str | None:
     """The playbook version a restart event names, None for any other event."""
     if event.get("event_type") != REQUESTED:
         return None
@@ -60,13 +60,13 @@ def named_version(event: dict[str, Any]) -> str | None:
     return key if isinstance(key, str) and key else None
 
 
-def named_versions(items: Iterable[tuple[Any, dict[str, Any]]]) -> set[str]:
+def named_versions(items: Iterable[tuple[object, Mapping[str, JsonValue]]]) -> set[str]:
     """The versions the restarts among (message, event) pairs name."""
     return {key for _, e in items if (key := named_version(e)) is not None}
 
 
-def playbook_for(current: Playbook, versions: Mapping[str, Playbook], event: dict[str, Any]) -> \
-        tuple[Playbook, dict[str, Any]]:
+def playbook_for(current: Playbook, versions: Mapping[str, Playbook], event: JsonObject) -> \
+        tuple[Playbook, JsonObject]:
     """(the playbook to apply `event` with, the event as applied)."""
     key = named_version(event)
     if key is None:

@@ -20,9 +20,10 @@ import hashlib
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.dsl.composition import PlaybookFile, is_file_reference
@@ -30,6 +31,7 @@ from noetl_stream.dsl.models import Playbook
 from noetl_stream.dsl.subscription import Subscription
 from noetl_stream.errors import CatalogError
 from noetl_stream.formats import CATALOG_LINKS, UNVERSIONED, VERSION_FIELD
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.records import Skips, read_each
 
@@ -56,21 +58,21 @@ def links_key(key: str) -> str:
     return f"{key}.links"
 
 
-async def register_files(js: Any, files: list[PlaybookFile]) -> None:
+async def register_files(js: JetStreamContext, files: list[PlaybookFile]) -> None:
     """Store each file's text under its key, and its links when it names children by file."""
     kv = await js.key_value(CATALOG_BUCKET)
     for f in files:
         await kv.put(f.key, f.text.encode())
         if f.links:
-            await kv.put(links_key(f.key), jsonutil.dumps(CATALOG_LINKS.stamp({"links": f.links})))
+            await kv.put(links_key(f.key), jsonutil.dumps(CATALOG_LINKS.stamp({"links": {**f.links}})))
 
 
-async def register_path(js: Any, playbook: Playbook, key: str) -> list[str]:
+async def register_path(js: JetStreamContext, playbook: Playbook, key: str) -> list[str]:
     """Point the playbook's `metadata.path` (latest, and its version if it has one) at `key`."""
     return await point_path(js, playbook.path, playbook.version, key)
 
 
-async def point_path(js: Any, path: str | None, version: str | None, key: str) -> list[str]:
+async def point_path(js: JetStreamContext, path: str | None, version: str | None, key: str) -> list[str]:
     """Point a catalog document's `metadata.path` (latest, and `version` if set) at `key`."""
     if not path:
         return []
@@ -83,7 +85,7 @@ async def point_path(js: Any, path: str | None, version: str | None, key: str) -
     return names
 
 
-async def register_subscription(js: Any, text: str, subscription: Subscription) -> str:
+async def register_subscription(js: JetStreamContext, text: str, subscription: Subscription) -> str:
     """Store a `kind: Subscription` document's text and point its path at it; its key."""
     key = ids.playbook_key(text)
     kv = await js.key_value(CATALOG_BUCKET)
@@ -92,7 +94,7 @@ async def register_subscription(js: Any, text: str, subscription: Subscription) 
     return key
 
 
-def read_links(stored: Any) -> dict[str, str]:
+def read_links(stored: JsonValue) -> dict[str, str]:
     """The links of a catalog text as stored by any release: version 1 was the mapping itself,
     whose values are keys (text); a versioned entry holds it under `links` (formats.py).
     """
@@ -104,7 +106,7 @@ def read_links(stored: Any) -> dict[str, str]:
     return {k: v for k, v in links.items() if isinstance(v, str)} if isinstance(links, dict) else {}
 
 
-async def _get(kv: Any, key: str) -> bytes | None:
+async def _get(kv: KeyValue, key: str) -> bytes | None:
     try:
         entry = await kv.get(key)
     except KeyNotFoundError:
@@ -112,7 +114,7 @@ async def _get(kv: Any, key: str) -> bytes | None:
     return bytes(entry.value) if entry.value is not None else None
 
 
-async def resolve_child(js: Any, *, parent_key: str | None, path: str,
+async def resolve_child(js: JetStreamContext, *, parent_key: str | None, path: str,
                         version: str | None = None) -> tuple[str, str]:
     """The (text, key) of the playbook a `kind: playbook` task names from the playbook `parent_key`.
 
@@ -163,13 +165,14 @@ def split_path_key(key: str) -> tuple[str, str] | None:
     return (token, version) if sep and "." not in token else None
 
 
-async def read_entry(js: Any, key: str) -> str | None:
+async def read_entry(js: JetStreamContext, key: str) -> str | None:
     """The text stored under `key`, or None."""
     raw = await _get(await js.key_value(CATALOG_BUCKET), key)
     return raw.decode() if raw else None
 
 
-async def list_paths(js: Any, describe: Describe, skips: Skips | None = None) -> list[CatalogPath]:
+async def list_paths(js: JetStreamContext, describe: Describe,
+                     skips: Skips | None = None) -> list[CatalogPath]:
     """Every catalog path with its latest and versioned playbook ids, sorted by path; an entry
     that does not decode is left out and named in `skips`.
     """
@@ -201,7 +204,7 @@ async def list_paths(js: Any, describe: Describe, skips: Skips | None = None) ->
     return [found[p] for p in sorted(found)]
 
 
-async def read_path(js: Any, path: str, version: str | None = None) -> tuple[str, str] | None:
+async def read_path(js: JetStreamContext, path: str, version: str | None = None) -> tuple[str, str] | None:
     """The (text, playbook id) a catalog path (latest, or one version) names, or None."""
     pointer = await read_entry(js, path_key(path, version))
     text = await read_entry(js, pointer) if pointer else None

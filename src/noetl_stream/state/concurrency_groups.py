@@ -13,10 +13,12 @@ playbook), and the head of the line starts once fewer than its limit hold a slot
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from noetl_stream.jsonutil import JsonValue
 
 BUCKET = "noetl_concurrency"
 
@@ -158,7 +160,7 @@ def decode(data: bytes | None, group: str) -> GroupRecord:
     return GroupRecord.model_validate_json(data) if data else GroupRecord(group=group)
 
 
-def fields_of(event: dict[str, Any]) -> tuple[str, int, str] | None:
+def fields_of(event: Mapping[str, JsonValue]) -> tuple[str, int, str] | None:
     """(group, limit, on_limit) of a `concurrency.*` event, or None when it has none."""
     group, limit, on_limit = event.get("group"), event.get("limit"), event.get("on_limit")
     if not isinstance(group, str) or not isinstance(limit, int) or isinstance(limit, bool):

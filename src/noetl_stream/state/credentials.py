@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError
 from nats.js.kv import KeyValue
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from noetl_stream import jsonutil
 from noetl_stream.credentials import Credential, CredentialScope
 from noetl_stream.errors import CredentialError
 from noetl_stream.formats import CREDENTIAL
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.state.crypto import SecretBox
 from noetl_stream.state.records import Skips, read_each
 from noetl_stream.state.versioned import Versioned
@@ -94,7 +95,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def validate_material(kind: str, data: Any) -> dict[str, Any]:
+def validate_material(kind: str, data: JsonValue) -> JsonObject:
     """Check `data` against `kind`'s fields; return it normalized (aliases resolved, nulls dropped)."""
     model = MATERIAL_MODELS.get(kind)
     if model is None:
@@ -112,7 +113,7 @@ def validate_material(kind: str, data: Any) -> dict[str, Any]:
     return parsed.model_dump(exclude_none=True)
 
 
-def _describe(kind: str, error: Any) -> str:
+def _describe(kind: str, error: ErrorDetails) -> str:
     # Only the location and pydantic's message: the input value may be the secret itself.
     where = ".".join(str(p) for p in error["loc"])
     if error["type"] == "extra_forbidden":
@@ -125,7 +126,7 @@ def _describe(kind: str, error: Any) -> str:
     return f'field "{where}": {error["msg"]}' if where else str(error["msg"]).removeprefix("Value error, ")
 
 
-def mask(kind: str, data: dict[str, Any]) -> dict[str, Any]:
+def mask(kind: str, data: Mapping[str, JsonValue]) -> JsonObject:
     public = PUBLIC_FIELDS.get(kind, frozenset())
     return {k: (v if k in public else MASK) for k, v in data.items()}
 
@@ -183,7 +184,7 @@ class CredentialStore:
             raise CredentialError(f'KV bucket "{bucket}" does not exist; run `noetl-stream init`') from None
         return cls(kv, box, js, bucket)
 
-    async def set(self, name: str, kind: str, data: Any, *, description: str | None = None,
+    async def set(self, name: str, kind: str, data: JsonValue, *, description: str | None = None,
                   tags: Iterable[str] = (),
                   scope: CredentialScope | KeepScope | None = KEEP_SCOPE) -> CredentialInfo:
         """Store `name`. Without `scope`, a credential that had one keeps it (replacing the

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +28,7 @@ from nats.js.object_store import ObjectStore
 
 from noetl_stream import jsonutil, refs
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 CACHE_BYTES = 64 * 1024 * 1024
 REFRESH_S = 3600.0
@@ -51,7 +53,7 @@ class ResultStore:
                                           "run `noetl-stream init`") from None
         return self._obs
 
-    async def put_bytes(self, data: bytes, **extra: Any) -> dict[str, Any]:
+    async def put_bytes(self, data: bytes, **extra: JsonValue) -> JsonObject:
         """Store `data` (unless an object with its hash exists) and return its reference."""
         key = hashlib.sha256(data).hexdigest()
         obs = await self._store()
@@ -64,11 +66,11 @@ class ResultStore:
         self._remember(key, data)
         return refs.make_ref(key, len(data), **extra)
 
-    async def put_binary(self, data: bytes, *, content_type: str | None) -> dict[str, Any]:
+    async def put_binary(self, data: bytes, *, content_type: str | None) -> JsonObject:
         """Raw bytes (not JSON) as a reference that readers never inline."""
         return await self.put_bytes(data, encoding="binary", content_type=content_type)
 
-    async def externalize(self, value: Any, limit: int) -> Any:
+    async def externalize(self, value: JsonValue, limit: int) -> JsonValue:
         """`value` itself when its JSON fits in `limit` bytes, else a reference to it."""
         if value is None or isinstance(value, (bool, int, float)) or refs.ref_of(value) is not None:
             return value
@@ -79,7 +81,7 @@ class ResultStore:
             return value
         return await self.put_bytes(data)
 
-    async def externalize_outcome(self, body: dict[str, Any], limit: Any) -> dict[str, Any]:
+    async def externalize_outcome(self, body: JsonObject, limit: object) -> JsonObject:
         """An outcome event's `result` and each `ctx_patch` value, as references where too large."""
         size = limit if isinstance(limit, int) and limit > 0 else refs.DEFAULT_MAX_PAYLOAD_BYTES
         body["result"] = await self.externalize(body.get("result"), size)
@@ -88,7 +90,7 @@ class ResultStore:
             body["ctx_patch"] = {k: await self.externalize(v, size) for k, v in patch.items()}
         return body
 
-    async def fetch(self, ref: dict[str, Any]) -> bytes:
+    async def fetch(self, ref: Mapping[str, JsonValue]) -> bytes:
         """The bytes a reference points at, checked against its content hash."""
         key = str(ref["key"])
         data = self._cache.get(key)
@@ -107,18 +109,19 @@ class ResultStore:
         self._remember(key, data)
         return data
 
-    async def resolve(self, value: Any) -> Any:
+    async def resolve(self, value: JsonValue) -> Any:
         """`value` with every JSON reference inside it replaced by the value it points at."""
         if isinstance(value, dict):
-            if refs.is_json_ref(value):
-                data = await self.fetch(value[refs.REF_KEY])
-                # A stored value may hold references itself (a loop's results, moved out of a
-                # state that grew too large, server/state_size.py).
-                loaded = jsonutil.loads(data)
-                return await self.resolve(loaded) if holds_ref(data) else loaded
-            if refs.ref_of(value) is not None:
+            inner = refs.ref_of(value)
+            if inner is None:
+                return {k: await self.resolve(v) for k, v in value.items()}
+            if not refs.is_json_ref(value):
                 return value  # binary: stays a reference
-            return {k: await self.resolve(v) for k, v in value.items()}
+            data = await self.fetch(inner)
+            # A stored value may hold references itself (a loop's results, moved out of a
+            # state that grew too large, server/state_size.py).
+            loaded = jsonutil.loads(data)
+            return await self.resolve(loaded) if holds_ref(data) else loaded
         if isinstance(value, list):
             return [await self.resolve(v) for v in value]
         return value

@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
-from noetl_stream import jsonutil
+from noetl_stream import jsonutil, refs
 from noetl_stream.dsl.views import STEP_RESULTS_BUCKET, stored_key
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.formats import STEP_RESULT, VERSION_FIELD
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import ExecutionState, LoopState, Outgoing, StepRecord
 from noetl_stream.state.results import ResultStore
 
@@ -46,6 +46,7 @@ SUMMARY_FIELDS = ("steps", "result")  # moved out of a large summary, in this or
 ENTRY_HEAD = b'{"' + VERSION_FIELD.encode() + b'":' + str(STEP_RESULT.current).encode() + b',"v":'
 
 Holder = StepRecord | ExecutionState
+_Write = tuple[str, bytes, object]  # key, the value's JSON, the value (for the cache)
 
 
 class StepResults:
@@ -56,7 +57,7 @@ class StepResults:
         self.js = js
         self.objects = objects
         self._kv: KeyValue | None = None
-        self._cache: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[object, int]] = OrderedDict()
         self._cached_bytes = 0
         self._cache_limit = cache_bytes
 
@@ -74,7 +75,7 @@ class StepResults:
         """Write the results the state holds but has not stored yet and record their keys.
         Raises TypeError/ValueError for a value JSON cannot hold (the commit's check names it).
         """
-        writes: list[tuple[str, bytes, Any]] = []
+        writes: list[_Write] = []
         for holder in state.unstored():
             key, data = _keyed(holder.result)
             holder.hold(holder.result, key)
@@ -97,7 +98,7 @@ class StepResults:
             await asyncio.gather(*(self._put(state.execution_id, key, data, value)
                                    for key, data, value in _distinct(writes)))
 
-    async def _put(self, execution_id: str, key: str, data: bytes, value: Any) -> None:
+    async def _put(self, execution_id: str, key: str, data: bytes, value: object) -> None:
         name = f"{execution_id}.{key}"
         if name in self._cache:
             return  # stored by this process already: same key, same bytes
@@ -129,7 +130,7 @@ class StepResults:
                 page = values[key]
                 loop.page_loaded(page if isinstance(page, dict) else {})
 
-    async def _get(self, execution_id: str, key: str) -> Any:
+    async def _get(self, execution_id: str, key: str) -> object:
         name = f"{execution_id}.{key}"
         cached = self._cache.get(name)
         if cached is not None:
@@ -142,14 +143,15 @@ class StepResults:
                                       f'from "{BUCKET}" (expired or removed)') from None
         raw = entry.value or b"{}"
         # Older entries are migrated; one a newer release wrote raises NewerFormat.
-        body = STEP_RESULT.read(jsonutil.loads(raw), f'result "{key}" of execution {execution_id}')
+        name_of = f'result "{key}" of execution {execution_id}'
+        body = STEP_RESULT.read(jsonutil.loads(raw), name_of)
         # An object's bytes are checked against their hash by the object store.
-        value = jsonutil.loads(await self.objects.fetch(body["o"]["$ref"])) if "o" in body \
-            else body.get("v")
+        value = jsonutil.loads(await self.objects.fetch(_object_ref(body, name_of))) \
+            if "o" in body else body.get("v")
         self._remember(name, value, len(raw))
         return value
 
-    def _remember(self, key: str, value: Any, size: int) -> None:
+    def _remember(self, key: str, value: object, size: int) -> None:
         if size > self._cache_limit or key in self._cache:
             return
         self._cache[key] = (value, size)
@@ -178,17 +180,25 @@ def _loops(state: ExecutionState) -> list[LoopState]:
     return [run.loop for run in state.runs.values() if run.loop is not None]
 
 
-def _keyed(value: Any) -> tuple[str, bytes]:
+def _keyed(value: object) -> tuple[str, bytes]:
     data = jsonutil.dumps(value)
     return _hash(data), data
+
+
+def _object_ref(body: JsonObject, name: str) -> JsonObject:
+    """The object reference of an entry stored as {"o": reference}."""
+    ref = refs.ref_of(body["o"])
+    if ref is None:
+        raise InfrastructureError(f'{name} in "{BUCKET}" holds no object reference')
+    return ref
 
 
 def _hash(data: bytes) -> str:
     return stored_key(data)  # the name a template's `{{ step._ref }}` gives (dsl/views.py)
 
 
-def _distinct(writes: list[tuple[str, bytes, Any]]) -> list[tuple[str, bytes, Any]]:
-    seen: dict[str, tuple[str, bytes, Any]] = {}
+def _distinct(writes: list[_Write]) -> list[_Write]:
+    seen: dict[str, _Write] = {}
     for write in writes:
         seen.setdefault(write[0], write)
     return list(seen.values())

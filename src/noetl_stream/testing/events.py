@@ -6,14 +6,13 @@ A live subscriber sees every publish, duplicates included; the stream stores a m
 
 from __future__ import annotations
 
-from typing import Any
-
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import split_outcome_pool
 from noetl_stream.state.kv_keys import bucket_keys
 
@@ -41,10 +40,10 @@ async def stored_messages(js: JetStreamContext, subject: str, *, stream: str = "
 
 
 async def stored_events(js: JetStreamContext, execution_id: str, *,
-                        prefix: str = "noetl") -> list[dict[str, Any]]:
+                        prefix: str = "noetl") -> list[JsonObject]:
     """The execution's events as the stream holds them, each with its `event_type` filled in."""
     subject = f"{prefix}.events.{execution_id}.>"
-    events: list[dict[str, Any]] = []
+    events: list[JsonObject] = []
     for msg_subject, data in await stored_messages(js, subject):
         event = jsonutil.loads_object(data)
         if event is not None:
@@ -53,10 +52,10 @@ async def stored_events(js: JetStreamContext, execution_id: str, *,
     return events
 
 
-async def child_states(js: JetStreamContext, parent_execution_id: str) -> list[dict[str, Any]]:
+async def child_states(js: JetStreamContext, parent_execution_id: str) -> list[JsonObject]:
     """The committed states of every execution whose parent is `parent_execution_id`."""
     kv = await js.key_value("noetl_executions")
-    states: list[dict[str, Any]] = []
+    states: list[JsonObject] = []
     for key in await bucket_keys(js, "noetl_executions"):
         try:
             entry = await kv.get(key)

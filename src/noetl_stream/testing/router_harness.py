@@ -14,15 +14,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.router import ExecutionState, Outgoing, apply, start
 from noetl_stream.subjects import DEFAULT_POOL
 
-Command = dict[str, Any]
-Event = dict[str, Any]
+Command = JsonObject  # a command body, as the router's outbox holds it
+Event = JsonObject  # an event as the server decodes it
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,10 @@ class Reply:
     """How a fake worker answers one command."""
 
     ok: bool = True
-    result: Any = None
-    error: dict[str, Any] | None = None
-    ctx_patch: dict[str, Any] = field(default_factory=dict)
-    http: dict[str, Any] | None = None
+    result: JsonValue = None
+    error: JsonObject | None = None
+    ctx_patch: JsonObject = field(default_factory=dict)
+    http: JsonObject | None = None
     exhausted: bool = False  # a cursor loop's claim found nothing: the iteration ran no tasks
 
 
@@ -55,7 +55,7 @@ def outcome_event(command: Command, reply: Reply | None = None,
     error = reply.error
     if not reply.ok and error is None:
         error = {"message": "task failed"}
-    cursor = {"cursor": {"exhausted": reply.exhausted}} if command.get("cursor") else {}
+    cursor: JsonObject = {"cursor": {"exhausted": reply.exhausted}} if command.get("cursor") else {}
     return {
         **cursor,
         "event_type": event_type,
@@ -80,8 +80,8 @@ class RouterHarness:
     """
 
     def __init__(self, playbook: Playbook, *, execution_id: str = "exec1",
-                 workload: dict[str, Any] | None = None, now: float = 0.0,
-                 parent_iter: dict[str, Any] | None = None) -> None:
+                 workload: JsonObject | None = None, now: float = 0.0,
+                 parent_iter: JsonObject | None = None) -> None:
         self.playbook = playbook
         self.now = now
         self.commands: list[Command] = []
@@ -121,7 +121,7 @@ class RouterHarness:
             self.answer(*choice)
         raise RuntimeError(f"execution still running after {max_events} events")
 
-    def signal(self, name: str, data: Any = None, *, seq: int | None = None) -> list[Outgoing]:
+    def signal(self, name: str, data: JsonValue = None, *, seq: int | None = None) -> list[Outgoing]:
         """Apply an external signal, as the server builds it from `<prefix>.events.<id>.signal.<name>`."""
         event: Event = {"event_type": f"signal.{name}", "execution_id": self.state.execution_id,
                         "data": data}
@@ -159,7 +159,7 @@ class RouterHarness:
     def event_types(self) -> list[str]:
         return [o.event_type for o in self.events]
 
-    def events_of(self, event_type: str) -> list[dict[str, Any]]:
+    def events_of(self, event_type: str) -> list[JsonObject]:
         return [o.plain_body for o in self.events if o.event_type == event_type]
 
     def fired_steps(self) -> list[str]:

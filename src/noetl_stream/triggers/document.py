@@ -20,7 +20,7 @@ once with file, line and field, as playbooks are.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -29,6 +29,7 @@ from noetl_stream.dsl.execution_limits import Concurrency, concurrency_problems
 from noetl_stream.dsl.source import line_of, load_yaml, plain, suggest
 from noetl_stream.dsl.templating import syntax_problem, template_strings
 from noetl_stream.errors import Issue, PlaybookError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.messages import Labels
 from noetl_stream.triggers.cron import ScheduleError, every_seconds, six_fields, zone
 
@@ -83,7 +84,7 @@ class TriggerSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     playbook: str
     version: str | None = None
-    payload: dict[str, Any] = {}
+    payload: JsonObject = {}
     schedule: Schedule | None = None
     on: OnMessage | None = None
     webhook: Webhook | None = None
@@ -116,7 +117,7 @@ class _Collector:
         self.file = file
         self.issues: list[Issue] = []
 
-    def add(self, node: Any, key: Any, message: str, field: str | None = None) -> None:
+    def add(self, node: JsonValue, key: str | None, message: str, field: str | None = None) -> None:
         self.issues.append(Issue(self.file, line_of(node, key) or line_of(node), message,
                                  field=field))
 
@@ -139,7 +140,7 @@ def parse_trigger(text: str, file: str = "<trigger>") -> Trigger:
     return Trigger(name=name, spec=TriggerSpec.model_validate(plain(spec)))
 
 
-def _check_header(doc: dict[str, Any], out: _Collector) -> None:
+def _check_header(doc: JsonObject, out: _Collector) -> None:
     if doc.get("apiVersion") != API_VERSION:
         out.add(doc, "apiVersion", f"apiVersion must be {API_VERSION}", "apiVersion")
     if doc.get("kind") != KIND:
@@ -150,7 +151,7 @@ def _check_header(doc: dict[str, Any], out: _Collector) -> None:
                     f"{suggest(str(key), ('apiVersion', 'kind', 'metadata', 'spec'))}", str(key))
 
 
-def _name(doc: dict[str, Any], out: _Collector) -> str:
+def _name(doc: JsonObject, out: _Collector) -> str:
     meta = doc.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     if not isinstance(name, str) or not ids.is_subject_token(name):
@@ -161,18 +162,19 @@ def _name(doc: dict[str, Any], out: _Collector) -> str:
     return name
 
 
-def _check_spec(spec: dict[str, Any], out: _Collector) -> None:
+def _check_spec(spec: JsonObject, out: _Collector) -> None:
     for key in spec:
         if key not in _SPEC_KEYS:
             out.add(spec, key, f"unknown key {key!r}{suggest(str(key), _SPEC_KEYS)}",
                     f"spec.{key}")
-    if not isinstance(spec.get("playbook"), str) or not spec["playbook"].strip():
+    playbook = spec.get("playbook")
+    if not isinstance(playbook, str) or not playbook.strip():
         out.add(spec, "playbook" if "playbook" in spec else None,
                 "the catalog path of the playbook to start is required", "spec.playbook")
     if "version" in spec and not isinstance(spec["version"], (str, int)):
         out.add(spec, "version", "a version is a string or a number", "spec.version")
-    elif isinstance(spec.get("version"), int):
-        spec["version"] = str(spec["version"])
+    elif isinstance(version := spec.get("version"), int):
+        spec["version"] = str(version)
     payload = spec.get("payload", {})
     if not isinstance(payload, dict):
         out.add(spec, "payload", "payload must be a mapping", "spec.payload")
@@ -186,7 +188,7 @@ def _check_spec(spec: dict[str, Any], out: _Collector) -> None:
     _check_source(spec, out)
 
 
-def _check_labels(spec: dict[str, Any], out: _Collector) -> None:
+def _check_labels(spec: JsonObject, out: _Collector) -> None:
     try:
         TypeAdapter(Labels).validate_python(spec.get("labels", {}))
     except ValidationError as exc:
@@ -195,7 +197,7 @@ def _check_labels(spec: dict[str, Any], out: _Collector) -> None:
         out.add(spec, "labels", f"labels{where}: {problem['msg']}", "spec.labels")
 
 
-def _check_source(spec: dict[str, Any], out: _Collector) -> None:
+def _check_source(spec: JsonObject, out: _Collector) -> None:
     sources = [s for s in _SOURCES if s in spec]
     if len(sources) != 1:
         out.add(spec, sources[1] if len(sources) > 1 else None,
@@ -206,8 +208,9 @@ def _check_source(spec: dict[str, Any], out: _Collector) -> None:
         _check_on(spec["on"], spec, out)
     else:
         _check_webhook(spec["webhook"], spec, out)
-    if "payload_from" in spec and not (isinstance(spec["payload_from"], str)
-                                       and _PAYLOAD_FROM.fullmatch(spec["payload_from"])):
+    payload_from = spec.get("payload_from")
+    if "payload_from" in spec and not (isinstance(payload_from, str)
+                                       and _PAYLOAD_FROM.fullmatch(payload_from)):
         out.add(spec, "payload_from", "payload_from is a path in the trigger's context, e.g. "
                 "message.data", "spec.payload_from")
     if "catch_up" in spec:
@@ -217,13 +220,13 @@ def _check_source(spec: dict[str, Any], out: _Collector) -> None:
             out.add(spec, "catch_up", "catch_up applies to a schedule", "spec.catch_up")
 
 
-def _check_templates(node: Any, key: str, value: Any, out: _Collector) -> None:
+def _check_templates(node: JsonObject, key: str, value: JsonValue, out: _Collector) -> None:
     for text in template_strings(value):
         if (problem := syntax_problem(text)) is not None:
             out.add(node, key, f"template does not parse: {problem}", f"spec.{key}")
 
 
-def _check_schedule(schedule: Any, spec: dict[str, Any], out: _Collector) -> None:
+def _check_schedule(schedule: JsonValue, spec: JsonObject, out: _Collector) -> None:
     if not isinstance(schedule, dict):
         out.add(spec, "schedule", "schedule is a mapping: {cron: ...} or {every: ...}",
                 "spec.schedule")
@@ -242,19 +245,20 @@ def _check_schedule(schedule: Any, spec: dict[str, Any], out: _Collector) -> Non
     for key, check in (("cron", six_fields), ("every", every_seconds), ("timezone", zone)):
         if key not in schedule:
             continue
-        if not isinstance(schedule[key], str):
+        text = schedule[key]
+        if not isinstance(text, str):
             out.add(schedule, key, f"{key} is a string", f"spec.schedule.{key}")
             continue
         try:
-            check(schedule[key])
+            check(text)
         except ScheduleError as exc:
             out.add(schedule, key, str(exc), f"spec.schedule.{key}")
 
 
-def _check_webhook(hook: Any, spec: dict[str, Any], out: _Collector) -> None:
+def _check_webhook(hook: JsonValue, spec: JsonObject, out: _Collector) -> None:
+    secret = hook.get("secret") if isinstance(hook, dict) else None
     if not isinstance(hook, dict) or not set(hook) <= {"secret", "header"} or not isinstance(
-            hook.get("secret"), str) or not hook["secret"].strip() or not isinstance(
-            hook.get("header", ""), str):
+            secret, str) or not secret.strip() or not isinstance(hook.get("header", ""), str):
         out.add(hook if isinstance(hook, dict) else spec, "secret" if isinstance(hook, dict)
                 and "secret" in hook else "webhook",
                 "webhook is {secret: <credential name>, header: <name>}: the credential whose "
@@ -262,7 +266,7 @@ def _check_webhook(hook: Any, spec: dict[str, Any], out: _Collector) -> None:
                 "spec.webhook")
 
 
-def _check_on(on: Any, spec: dict[str, Any], out: _Collector) -> None:
+def _check_on(on: JsonValue, spec: JsonObject, out: _Collector) -> None:
     if not isinstance(on, dict):
         out.add(spec, "on", "on is a mapping: {subject: ..., when: ...} or {event: ...}",
                 "spec.on")
@@ -285,7 +289,7 @@ def _check_on(on: Any, spec: dict[str, Any], out: _Collector) -> None:
             out.add(on, "when", f"template does not parse: {problem}", "spec.on.when")
 
 
-def _check_on_subject(on: dict[str, Any], out: _Collector) -> None:
+def _check_on_subject(on: JsonObject, out: _Collector) -> None:
     subject = on.get("subject")
     if not isinstance(subject, str) or not _valid_subject(subject):
         out.add(on, "subject", "a NATS subject is required (tokens separated by '.', '*' "
@@ -295,7 +299,7 @@ def _check_on_subject(on: dict[str, Any], out: _Collector) -> None:
                 "spec.on.playbook")
 
 
-def _check_on_event(on: dict[str, Any], out: _Collector) -> None:
+def _check_on_event(on: JsonObject, out: _Collector) -> None:
     event = on.get("event")
     if not isinstance(event, str) or not _valid_subject(event) or "*" in event or ">" in event:
         out.add(on, "event", "an event type is required, e.g. execution.failed",

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any
+from collections.abc import Mapping
+
+from noetl_stream.jsonutil import JsonValue
 
 SIGNATURE_HEADER = "X-Noetl-Signature"
 DELIVERY_HEADER = "X-Noetl-Delivery"
@@ -31,7 +33,7 @@ def verify(secret: str, body: bytes, header: str | None) -> bool:
     return hmac.compare_digest(sign(secret, body).encode(), given.encode())
 
 
-def secret_of(material: dict[str, Any]) -> str | None:
+def secret_of(material: Mapping[str, JsonValue]) -> str | None:
     """The signing secret in a credential's material: `secret` (generic), `token` (bearer),
     `value` (api_key), `key` or `password` (basic), the first one present.
     """

@@ -18,7 +18,6 @@ execution here anyway). Pure: no I/O.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from noetl_stream.dsl.subscription import Subscription, subscription_in
 from noetl_stream.errors import Issue, PlaybookError
@@ -84,21 +83,23 @@ def from_subscription(sub: Subscription) -> tuple[Trigger, list[str]]:
         raise PlaybookError([Issue(sub.file, None, f"this Subscription does not map onto a "
                                    f"trigger: {reason}") for reason in reasons])
     spec = sub.spec
-    fields: dict[str, Any] = {"playbook": spec.dispatch.playbook}
+    playbook = spec.dispatch.playbook
     name = sub.name
     if spec.source == "nats":
-        fields |= {"on": OnMessage(subject=_subject(sub)), "payload_from": "message.data"}
+        trigger_spec = TriggerSpec(playbook=playbook, on=OnMessage(subject=_subject(sub)),
+                                   payload_from="message.data")
     else:
         assert spec.ingress is not None
         verify = spec.ingress.verify
         name = spec.ingress.gateway_path.rstrip("/").rsplit("/", 1)[-1] or sub.name
-        fields |= {"webhook": Webhook(secret=verify.secret or "", header=verify.header),
-                   "payload_from": "webhook.body"}
+        trigger_spec = TriggerSpec(playbook=playbook,
+                                   webhook=Webhook(secret=verify.secret or "", header=verify.header),
+                                   payload_from="webhook.body")
     notes = warnings(sub)
     if spec.source == "webhook":
         notes.append(f"deliveries go to POST /api/hooks/{name}")
     # Checked as a trigger document is: a name NATS takes, a subject it takes.
-    trigger = Trigger(name=name, spec=TriggerSpec(**fields))
+    trigger = Trigger(name=name, spec=trigger_spec)
     parse_trigger(_as_document(trigger), sub.file)
     return trigger, notes
 

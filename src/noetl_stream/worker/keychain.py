@@ -17,15 +17,18 @@ import asyncio
 import base64
 import os
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 import aiohttp
+from nats.js import JetStreamContext
 
+from noetl_stream import jsonutil
 from noetl_stream.credentials import Credential
 from noetl_stream.dsl import templating
 from noetl_stream.errors import CredentialError, KeychainError, TemplateError, ToolError
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.state.auth_cache import DEFAULT_TTL, AuthCache
 from noetl_stream.state.credentials import PUBLIC_FIELDS
 from noetl_stream.state.crypto import SecretBox
@@ -44,7 +47,7 @@ _NOT_SECRET = frozenset({"type", "token_type", "expires_at", "expires_in", "scop
 class Resolved:
     """Resolved entries by name (what templates read as `keychain`) and the secret values."""
 
-    values: dict[str, dict[str, Any]] = field(default_factory=dict)
+    values: dict[str, JsonObject] = field(default_factory=dict)
     secrets: set[str] = field(default_factory=set)
 
 
@@ -56,7 +59,7 @@ def refresh_margin_s(expires_in: float) -> float:
 class KeychainResolver:
     """Resolves one command's declarations; shared by every command of a worker process."""
 
-    def __init__(self, js: Any, box: SecretBox, credentials: CredentialResolver | None, *,
+    def __init__(self, js: JetStreamContext, box: SecretBox, credentials: CredentialResolver | None, *,
                  guard: CredentialGuard | None = None) -> None:
         self.js = js
         self.box = box
@@ -66,13 +69,14 @@ class KeychainResolver:
         self._session: aiohttp.ClientSession | None = None
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def resolve(self, declarations: list[dict[str, Any]], context: dict[str, Any], *,
-                      execution_id: str) -> Resolved:
+    async def resolve(self, declarations: Sequence[Mapping[str, JsonValue]],
+                      context: Mapping[str, object], *, execution_id: str) -> Resolved:
         """Every declaration in order; a later entry's templates may read earlier ones."""
         out = Resolved()
         for decl in declarations:
             name, kind = str(decl["name"]), str(decl["kind"])
-            config = dict(decl.get("config") or {})
+            raw = decl.get("config")
+            config: JsonObject = dict(raw) if isinstance(raw, dict) else {}
             scope = None if config.get("cache") == "global" else execution_id
             if kind in ("credential", "oauth2") and config.get("credential"):
                 # Before the auth cache: a cached entry is a use too, and a global one may have
@@ -89,8 +93,8 @@ class KeychainResolver:
                                if k not in public and v is not None and str(v))
         return out
 
-    async def _cached(self, name: str, kind: str, config: dict[str, Any], context: dict[str, Any],
-                      scope: str | None, execution_id: str) -> dict[str, Any]:
+    async def _cached(self, name: str, kind: str, config: JsonObject, context: Mapping[str, object],
+                      scope: str | None, execution_id: str) -> JsonObject:
         cache = await self._auth_cache(name)
         key = f"{scope}:{name}"
         lock = self._locks.setdefault(key, asyncio.Lock())
@@ -113,8 +117,8 @@ class KeychainResolver:
             if not lock.locked():
                 self._locks.pop(key, None)
 
-    async def _material(self, name: str, kind: str, config: dict[str, Any],
-                        execution_id: str) -> tuple[dict[str, Any], timedelta]:
+    async def _material(self, name: str, kind: str, config: JsonObject,
+                        execution_id: str) -> tuple[JsonObject, timedelta]:
         if kind == "bearer":
             token = config.get("token")
             if not token:
@@ -131,7 +135,7 @@ class KeychainResolver:
             return await self._oauth2(name, config, execution_id)
         raise KeychainError(name, f'kind "{kind}" is not known to this worker')
 
-    async def _admit(self, name: str, credential: Any, context: dict[str, Any]) -> None:
+    async def _admit(self, name: str, credential: JsonValue, context: Mapping[str, object]) -> None:
         if self.guard is None:
             return
         stored = self._render(name, {"credential": credential}, context)["credential"]
@@ -148,8 +152,8 @@ class KeychainResolver:
         except ToolError as exc:
             raise KeychainError(name, str(exc)) from None
 
-    async def _oauth2(self, name: str, config: dict[str, Any],
-                      execution_id: str) -> tuple[dict[str, Any], timedelta]:
+    async def _oauth2(self, name: str, config: JsonObject,
+                      execution_id: str) -> tuple[JsonObject, timedelta]:
         fields = dict(config)
         if config.get("credential"):
             stored = await self._credential(name, str(config["credential"]), execution_id)
@@ -195,12 +199,12 @@ class KeychainResolver:
                 "expires_at": time.time() + expires_in, "type": "bearer"}
         return data, timedelta(seconds=life)
 
-    def _render(self, name: str, config: dict[str, Any], context: dict[str, Any]) -> dict[str, Any]:
+    def _render(self, name: str, config: JsonObject, context: Mapping[str, object]) -> JsonObject:
         try:
             rendered = templating.render(config, context, field=f"keychain.{name}")
         except TemplateError as exc:
             raise KeychainError(name, str(exc)) from None
-        return dict(rendered)
+        return dict(jsonutil.to_plain(rendered))  # sent and cached as JSON
 
     async def _auth_cache(self, name: str) -> AuthCache:
         if self._cache is None:
@@ -221,10 +225,12 @@ class KeychainResolver:
             await self._session.close()
 
 
-def _from_env(name: str, spec: Any) -> dict[str, Any]:
+def _from_env(name: str, spec: JsonValue) -> JsonObject:
     """`env: VAR` gives `{value}`; `env: {field: VAR}` gives one field per variable."""
-    wanted = {"value": spec} if isinstance(spec, str) else dict(spec)
-    out: dict[str, Any] = {}
+    if not isinstance(spec, (str, dict)):
+        raise KeychainError(name, 'needs "env": a variable name, or a mapping of field -> variable')
+    wanted: JsonObject = {"value": spec} if isinstance(spec, str) else spec
+    out: JsonObject = {}
     for fld, var in wanted.items():
         if is_worker_setting(str(var)):
             raise KeychainError(name, worker_setting_refusal(str(var)))

@@ -20,7 +20,7 @@ MASK = "***"
 MIN_SUBSTRING_LEN = 4
 
 
-def _leaves(value: Any) -> Iterable[str]:
+def _leaves(value: object) -> Iterable[str]:
     if isinstance(value, str):
         if value:
             yield value
@@ -54,11 +54,11 @@ def secret_values(outcome: Outcome) -> set[str]:
     return found
 
 
-def _scrub_mapping(value: dict[Any, Any], secrets: set[str]) -> dict[Any, Any]:
+def _scrub_mapping(value: dict[object, object], secrets: set[str]) -> dict[object, object]:
     """Keys are masked like values (code may key a mapping by a token or a password). Two keys
     that mask alike stay apart as `***`, `***#2`, ... in their order, so no value is lost.
     """
-    out: dict[Any, Any] = {}
+    out: dict[object, object] = {}
     for key, item in value.items():
         masked = scrub(key, secrets) if isinstance(key, str) else key
         if masked != key:
@@ -157,7 +157,7 @@ def looks_like_secret(text: str) -> bool:
     return _has_vendor_token(text)
 
 
-def redact_sensitive(value: Any) -> Any:
+def redact_sensitive(value: object) -> object:
     """`value` with NoETL's redaction applied (a copy; `value` is not changed)."""
     if isinstance(value, dict):
         return {key: REDACTED if isinstance(key, str) and is_sensitive_key(key)
@@ -169,7 +169,7 @@ def redact_sensitive(value: Any) -> Any:
     return value
 
 
-def redact_secret_texts(value: Any) -> Any:
+def redact_secret_texts(value: object) -> object:
     """`value` with only secret-shaped texts redacted, its keys left alone: for what is keyed by
     names of ours (a step's printed output, keyed by task name), not by the tool's data.
     """
@@ -197,7 +197,7 @@ def redact_outcome(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _redacted_call(call: Any) -> Any:
+def _redacted_call(call: object) -> object:
     """A task's rendered call without its config (code, SQL and commands are texts that may
     hold a literal secret no name or shape gives away) and with its input redacted.
     """

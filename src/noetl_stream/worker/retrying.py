@@ -12,14 +12,14 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Rule
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import Command, event_body
 from noetl_stream.tools.base import Outcome
 
-EventSink = Callable[[str, str, dict[str, Any]], Awaitable[None]]
+EventSink = Callable[[str, str, JsonObject], Awaitable[None]]
 """sink(event_type, msg_id, body): publish one worker event with a deterministic msg id."""
 
 
@@ -40,11 +40,11 @@ def backoff_delay(rule: Rule, attempt: int, key: str | None = None) -> float:
     return float(min(wait, rule.max_delay) if rule.max_delay is not None else wait)
 
 
-def retry_names(outcome: Outcome, attempt: int, rule: Rule | None = None) -> dict[str, Any]:
+def retry_names(outcome: Outcome, attempt: int, rule: Rule | None = None) -> dict[str, object]:
     """The names a `retry_when` / `stop_when` / `poll.until` guard reads (spec 004 §7.3)."""
     error = outcome.error or {}
     status = (outcome.http or {}).get("status", error.get("status"))
-    names = {"attempt": attempt, "status_code": status, "error": outcome.error,
+    names: dict[str, object] = {"attempt": attempt, "status_code": status, "error": outcome.error,
              "success": outcome.ok, "result": outcome.result, "data": outcome.result}
     if rule is not None:
         names["max_attempts"] = rule.attempts
@@ -62,7 +62,7 @@ class ActionEvents:
         return ids.action_id(self.cmd.step_run_id, self.cmd.iteration, task)
 
     async def publish(self, event_type: str, task: str | None, *, chain: int, round_: int,
-                      attempt: int, **fields: Any) -> None:
+                      attempt: int, **fields: object) -> None:
         if self.sink is None:
             return
         action = self.action_id(task)
@@ -76,7 +76,7 @@ class ActionEvents:
         await self.sink(event_type, msg_id, body)
 
 
-def outcome_fields(outcome: Outcome) -> dict[str, Any]:
+def outcome_fields(outcome: Outcome) -> JsonObject:
     """What a `retry.processed` / `poll.attempt` event says about a call: status, never data."""
     error = outcome.error or {}
     status = (outcome.http or {}).get("status", error.get("status"))
