@@ -23,6 +23,7 @@ from noetl_stream.errors import InfrastructureError
 from noetl_stream.runtime.connection import Bus, connect
 from noetl_stream.runtime.event_feed import EventFeed
 from noetl_stream.runtime.nats_server import free_port
+from noetl_stream.runtime.outcome_lookup import AttemptOutcome, outcome_stored
 from noetl_stream.runtime.provision import provision
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.services import run_services, submit_and_watch
@@ -197,6 +198,19 @@ async def test_worker_fetches_its_pool_commands_and_reports_the_outcome(
 
     assert jsonutil.loads(msg.data) == {"n": 1}
     assert await _stored(server_bus, "NOETL_EVENTS", "noetl.events.ex1.step.done.default") == 1
+
+
+async def test_worker_finds_a_stored_outcome_of_its_pool(worker_bus: Bus) -> None:
+    """What a redelivered command asks before it runs again (runtime/outcome_lookup.py): the
+    worker's user may read its outcomes back."""
+    attempt = AttemptOutcome("ex2", "ex2.s1.1", None, "default")
+    assert not await outcome_stored(worker_bus, attempt, None)
+    await publish_event(worker_bus, "ex2", "step.failed", "evt:ex2:step.failed:ex2.s1.1:-",
+                        {"event_type": "step.failed", "execution_id": "ex2", "status": "error"},
+                        pool="default")
+    assert await outcome_stored(worker_bus, attempt, None)
+    assert not await outcome_stored(
+        worker_bus, AttemptOutcome("ex2", "ex2.s1.2", None, "default"), None)
 
 
 async def test_worker_and_client_start_on_a_provisioned_topology(worker_bus: Bus,
