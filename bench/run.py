@@ -170,7 +170,9 @@ class SizeTap:
     the streams: they see copies and change no consumer). Costs some CPU, so it is opt-in."""
 
     SUBJECTS = {"commands": "noetl.commands.>", "events": "noetl.events.>",
-                "kv_state": "$KV.noetl_executions.>"}
+                "kv_state": "$KV.noetl_executions.>",
+                # attempt claims, outbox marks and stored step results
+                "kv_step_results": "$KV.noetl_step_results.>"}
 
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
