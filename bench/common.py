@@ -37,15 +37,27 @@ def cpu_s(pid: int | None) -> float:
         return 0.0
 
 
-def rss_mb(pid: int | str = "self") -> float | None:
+def rss_mb(pid: int | str = "self", field: str = "VmRSS") -> float | None:
+    """A process's resident memory in MB (`VmHWM`: its peak since start or `reset_peak_rss`)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) / 1024
     except OSError:
         return None
     return None
+
+
+def reset_peak_rss(pid: int | str = "self") -> bool:
+    """Start a process's VmHWM again from its current RSS (Linux `clear_refs` 5); False when
+    this kernel or process does not allow it."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return rss_mb(pid, "VmHWM") is not None
 
 
 # -- scratch streams and bucket of the RAW workloads -------------------------------------------

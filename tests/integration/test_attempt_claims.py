@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from noetl_stream import jsonutil
+from noetl_stream import ids, jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.publish import PUBLISH_ID_HEADER
 from noetl_stream.formats import CLAIM
@@ -27,6 +27,7 @@ WRITTEN = json.loads((Path(__file__).parents[1] / "fixtures" / "inflight-schema-
 COMMAND = WRITTEN["commands"][0]
 EXECUTION_ID = WRITTEN["execution_id"]
 MSG_ID = COMMAND["headers"]["Nats-Msg-Id"]
+COMMAND_BODY = json.loads(base64.b64decode(COMMAND["data"]))
 
 
 async def publish_command(bus: Bus, publish_id: str | None = None) -> int:
@@ -40,10 +41,10 @@ async def publish_command(bus: Bus, publish_id: str | None = None) -> int:
 
 
 async def runs(bus: Bus) -> list[dict[str, Any]]:
-    """The iteration's outcomes in the events stream: one per run (the window is past between
-    runs, so a second outcome would be stored too)."""
+    """The iteration's outcomes in the events stream that a worker stored: one per run (the
+    window is past between runs, so a second outcome would be stored too)."""
     return [e for e in await stored_events(bus.js, EXECUTION_ID)
-            if e["event_type"] == "loop.iteration.done"]
+            if e["event_type"] == "loop.iteration.done" and e.get("result") != {"stored": True}]
 
 
 async def queue_empty(bus: Bus) -> None:
@@ -70,30 +71,47 @@ async def test_a_copy_stored_after_the_window_is_not_run_again(
     claim = await (await bus.js.key_value("noetl_step_results")).get(
         claim_key(EXECUTION_ID, MSG_ID))
     held = CLAIM.read(jsonutil.loads(claim.value or b""))
-    assert (held["copy"], held["finished"]) == (holder, True)
+    # The claim is all a run writes here: its stored outcome is what tells that it ended.
+    assert (held["copy"], held.get("finished")) == (holder, None)
 
 
-@pytest.mark.parametrize(("publish_id", "claimed", "ended", "ran"), [
+async def store_outcome(bus: Bus, iteration: int, etype: str = "loop.iteration.done") -> None:
+    """An outcome of the command's step run, as its worker publishes it (pool `later`)."""
+    body = COMMAND_BODY | {"event_type": etype, "iteration": iteration, "status": "ok",
+                           "result": {"stored": True}}
+    await bus.js.publish(bus.topology.outcome_subject(EXECUTION_ID, etype, "later"),
+                         jsonutil.dumps(body), headers={"Nats-Msg-Id": ids.event_msg_id(
+                             EXECUTION_ID, etype, COMMAND_BODY["step_run_id"], iteration)})
+
+
+@pytest.mark.parametrize(("publish_id", "claimed", "ended", "stored", "ran"), [
     # Its earlier delivery was lost before an outcome: it runs again. Restored from a backup,
     # the message has another stream sequence but the same publish id.
-    ("a1", "publish:a1", False, 1),
-    (None, "seq:1", False, 1),
-    # Its outcome is stored, only the ack was lost: not again.
-    ("a1", "publish:a1", True, 0),
-    (None, "seq:1", True, 0),
+    ("a1", "publish:a1", False, None, 1),
+    (None, "seq:1", False, None, 1),
+    # The outcome of another iteration of the step run proves nothing about this one.
+    ("a1", "publish:a1", False, (1, "loop.iteration.done"), 1),
+    # Its outcome is stored, only the ack was lost: not again, whether it succeeded or failed.
+    ("a1", "publish:a1", False, (0, "loop.iteration.done"), 0),
+    (None, "seq:1", False, (0, "loop.iteration.failed"), 0),
+    # ... or an earlier release marked its claim finished.
+    ("a1", "publish:a1", True, None, 0),
+    (None, "seq:1", True, None, 0),
     # A copy stored again after the window: never.
-    ("b2", "publish:a1", False, 0),
-    (None, "seq:77", False, 0),
+    ("b2", "publish:a1", False, None, 0),
+    (None, "seq:77", False, None, 0),
 ])
 async def test_a_claimed_attempt_runs_only_for_the_message_that_holds_the_claim_unfinished(
         one_second_window: Bus, publish_id: str | None, claimed: str, ended: bool,
-        ran: int) -> None:
+        stored: tuple[int, str] | None, ran: int) -> None:
     bus = one_second_window
     # The claim an earlier delivery wrote (its worker died, or its ack was lost).
     await (await bus.js.key_value("noetl_step_results")).create(
         claim_key(EXECUTION_ID, MSG_ID),
         jsonutil.dumps(CLAIM.stamp({"msg_id": MSG_ID, "copy": claimed, "claimed_at": 0.0,
                                     "finished": ended})))
+    if stored is not None:
+        await store_outcome(bus, *stored)
     assert await publish_command(bus, publish_id) == 1
     async with run_services(bus, server=False, pool="later", python_children=1):
         await assert_eventually(lambda: queue_empty(bus), timeout_s=20)

@@ -34,6 +34,7 @@ from noetl_stream.state.results import ResultStore
 from noetl_stream.testing.cluster import render_node_config, start_node, stop_node
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
+from noetl_stream.worker.outcome_lookup import AttemptOutcome, outcome_stored
 from playbook_files import fill, read_playbook
 
 pytestmark = pytest.mark.integration
@@ -197,6 +198,19 @@ async def test_worker_fetches_its_pool_commands_and_reports_the_outcome(
 
     assert jsonutil.loads(msg.data) == {"n": 1}
     assert await _stored(server_bus, "NOETL_EVENTS", "noetl.events.ex1.step.done.default") == 1
+
+
+async def test_worker_finds_a_stored_outcome_of_its_pool(worker_bus: Bus) -> None:
+    """What a redelivered command asks before it runs again (worker/outcome_lookup.py): the
+    worker's user may read its outcomes back."""
+    attempt = AttemptOutcome("ex2", "ex2.s1.1", None, "default")
+    assert not await outcome_stored(worker_bus, attempt, None)
+    await publish_event(worker_bus, "ex2", "step.failed", "evt:ex2:step.failed:ex2.s1.1:-",
+                        {"event_type": "step.failed", "execution_id": "ex2", "status": "error"},
+                        pool="default")
+    assert await outcome_stored(worker_bus, attempt, None)
+    assert not await outcome_stored(
+        worker_bus, AttemptOutcome("ex2", "ex2.s1.2", None, "default"), None)
 
 
 async def test_worker_and_client_start_on_a_provisioned_topology(worker_bus: Bus,

@@ -56,7 +56,7 @@ from noetl_stream.state.results import ResultStore, holds_ref
 from noetl_stream.subjects import DEFAULT_POOL
 from noetl_stream.tools.playbook import WITHDRAWN
 from noetl_stream.tools.registry import ToolRegistry
-from noetl_stream.worker.attempt_claims import finished, first_copy
+from noetl_stream.worker.attempt_claims import first_copy
 from noetl_stream.worker.credential_guard import CommandInUse, running_command
 from noetl_stream.worker.keychain import KeychainResolver
 from noetl_stream.worker.pipeline import Pipeline, PipelineResult
@@ -179,7 +179,7 @@ class Worker:
             log.info("command %s of %s withdrawn before it ran: acknowledged", key, execution_id)
             await msg.ack()
             return
-        if not await first_copy(self.bus, msg, execution_id):
+        if not await first_copy(self.bus, msg, command, self.pool):
             await msg.ack()  # another copy of this attempt runs or ran (attempt_claims.py)
             return
         task = asyncio.current_task()
@@ -328,9 +328,9 @@ class Worker:
                     "iteration": iteration, "parent_execution_id": parent}
         outcome = await self._store_outcome(etype, body, command.max_payload_bytes,
                                             identity, outcome)
-        await finished(self.bus, msg, execution_id)  # a lost ack no longer re-runs it
         # A plain ack: the outcome is stored by now. A lost ack brings the command back after
-        # AckWait, and a double ack would not avoid that: its timeout hands the command back too.
+        # AckWait, and a double ack would not avoid that: its timeout hands the command back too;
+        # the stored outcome then tells the redelivery that the attempt ran (attempt_claims.py).
         await msg.ack()
         return outcome.ok, outcome.error
 
