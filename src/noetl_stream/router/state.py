@@ -200,6 +200,9 @@ class ExecutionState:
     # it still waits for a slot; None when no limit applies.
     admission: dict[str, Any] | None = None
     sla_missed: bool = False  # `sla.missed` was emitted (router/deadlines.py)
+    # Set by the server, not the router: the highest NOETL_EVENTS sequence applied and the
+    # NOETL_ROUTER sequence of its copy, to skip copies made again (runtime/source_copies.py).
+    source_mark: list[int] = field(default_factory=list)
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
@@ -390,6 +393,7 @@ class ExecutionState:
             replays=list(data.get("replays", [])),
             admission=data.get("admission"),
             sla_missed=data.get("sla_missed", False),
+            source_mark=list(data.get("source_mark", [])),
         )
         if state.step_pages:
             state._inline = dict.fromkeys(state.steps)
