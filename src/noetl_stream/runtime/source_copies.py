@@ -4,17 +4,22 @@ NOETL_ROUTER is a work queue sourced from NOETL_EVENTS; each copy names its orig
 its `Nats-Stream-Source` header. After a nats-server restart the work queue, empty once its copies
 are acknowledged, has no last copy to resume its sourcing after, and nats-server copies events of
 NOETL_EVENTS again. Such a copy is a new message: its NOETL_ROUTER sequence is past every earlier
-copy's, while its origin is an event the execution already applied.
+copy's, while its origin is an event the execution may have applied already.
 
-The committed state keeps a mark (`ExecutionState.source_mark`): the highest origin sequence it
-applied and the NOETL_ROUTER sequence of the copy that origin came in. A copy is one already
-applied when its origin is that same event, or an earlier event copied after the mark's copy.
-Copies are made in origin order, so the first copy of an earlier event precedes the mark's copy:
-an earlier event that comes late (redelivered after a failed group, or after a server died holding
-it) has a lower NOETL_ROUTER sequence and is applied. A plain high-water mark of origins would drop
-it. The mark is set beside the events' effects and committed with them: a group whose commit fails
-leaves the committed mark where it was. A state without a mark (written before it existed) applies
-every copy.
+The committed state keeps two marks, set by the server beside the events' effects and committed
+with them (a group whose commit fails leaves them as they were):
+
+- `source_mark`: the highest origin sequence applied and the NOETL_ROUTER sequence of the copy it
+  came in. An earlier origin copied after that copy is a copy made again. Copies are made in
+  origin order, so the first copy of an earlier event precedes the mark's copy: an earlier event
+  that comes late (redelivered after a failed group, or after a server died holding it) has a
+  lower NOETL_ROUTER sequence and is applied. A plain high-water mark of origins would drop it.
+- `source_recent`: the origins of the last RECENT events applied. A first copy still pending at
+  the restart comes back after its lease, possibly after its second copy was applied: its origin
+  is then among the recent ones.
+
+A copy whose origin is neither recent nor earlier than the mark and copied after it is applied. A
+state without marks (written before they existed) applies every copy.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ from noetl_stream.runtime.delivery import delivery_of
 from noetl_stream.runtime.partitions import SOURCE_HEADER
 
 log = logging.getLogger("noetl_stream.server")
+
+# Origins of the latest events applied that a state keeps: a first copy pending at a restart
+# comes back within its lease (NOETL_ROUTER's ack_wait), seldom after this many more events.
+RECENT = 128
 
 
 class Copy(NamedTuple):
@@ -59,27 +68,37 @@ def mark_of(state: ExecutionState) -> Copy | None:
     return Copy(mark[0], mark[1])
 
 
-def applied_before(mark: Copy | None, copy: Copy | None) -> bool:
-    """Whether `copy` is a copy of an event applied already, as far as `mark` tells."""
-    if mark is None or copy is None:
+def applied_before(mark: Copy | None, recent: set[int], copy: Copy | None) -> bool:
+    """Whether `copy` is a copy of an event applied already, as far as the marks tell."""
+    if copy is None:
         return False
-    return copy.origin == mark.origin or (copy.origin < mark.origin and copy.copy > mark.copy)
+    if copy.origin in recent:
+        return True
+    return mark is not None and (copy.origin == mark.origin or (
+        copy.origin < mark.origin and copy.copy > mark.copy))
 
 
 def sort_out(state: ExecutionState, copies: list[Copy | None]) -> list[bool]:
     """For each copy of a group, in order, whether it is applied (True) or was applied before;
-    moves the state's mark past the copies to apply. Set before they are applied, so every way
-    the server applies a group (here, in the render pool, one event at a time) commits it.
+    moves the state's marks past the copies to apply. Set before they are applied, so every way
+    the server applies a group (here, in the render pool, one event at a time) commits them.
     """
     mark = mark_of(state)
+    recent = list(state.source_recent)
+    seen = set(recent)
     fresh: list[bool] = []
     for copy in copies:
-        again = applied_before(mark, copy)
+        again = applied_before(mark, seen, copy)
         fresh.append(not again)
-        if not again and copy is not None and (mark is None or copy.origin > mark.origin):
+        if again or copy is None:
+            continue
+        recent.append(copy.origin)
+        seen.add(copy.origin)
+        if mark is None or copy.origin > mark.origin:
             mark = copy
     if mark is not None:
         state.source_mark = [mark.origin, mark.copy]
+        state.source_recent = recent[-RECENT:]
     return fresh
 
 

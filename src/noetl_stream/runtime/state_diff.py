@@ -4,7 +4,7 @@ States are compared by what they hold, not by how a commit laid them out: result
 as values (a committed state names them by key in KV `noetl_step_results`), step records and
 loop results paged out of the state are compared with the others, and the outbox, the last
 commit's messages, by msg id. `trace` (the span ids of the request that started it) and
-`source_mark` (where the server is in the events stream, runtime/source_copies.py) are no
+`source_*` (where the server is in the events stream, runtime/source_copies.py) are no
 consequence of the events and are left out.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from noetl_stream import jsonutil
 from noetl_stream.router.state import ExecutionState, Outgoing
 
-LEFT_OUT = ("outbox", "trace", "step_pages", "result_key", "source_mark")
+LEFT_OUT = ("outbox", "trace", "step_pages", "result_key", "source_mark", "source_recent")
 SHOWN = 160  # characters of a value shown in a difference
 
 
