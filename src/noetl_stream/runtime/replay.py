@@ -146,7 +146,8 @@ def _start(playbook: Playbook, started: dict[str, Any], key: str,
     try:
         return start(playbook, execution_id=execution_id, playbook_key=key,
                      workload=workload, now=now, parent_execution_id=parent,
-                     parent_iter=parent_iter, concurrency=_concurrency(started), labels=labels)
+                     parent_iter=parent_iter, concurrency=_concurrency(started), labels=labels,
+                     playbook_file=_file(started))
     except Exception as exc:  # as the server does: an execution that failed at once
         state = ExecutionState(execution_id=execution_id, playbook_key=key, workload=workload,
                                playbook_path=playbook.path, playbook_name=playbook.name,
@@ -164,6 +165,14 @@ def _labels(started: dict[str, Any]) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {str(k): str(v) for k, v in value.items()}
+
+
+def _file(started: dict[str, Any]) -> str | None:
+    """The file the request named, as its `execution.started` says; None in a log written
+    before the event carried it (the server's state then has none either).
+    """
+    value = started.get("file")
+    return value if isinstance(value, str) else None
 
 
 def _concurrency(started: dict[str, Any]) -> dict[str, Any] | None:

@@ -334,7 +334,7 @@ class Server:
         return {"execution_id": execution_id, "playbook_key": key, "workload": workload,
                 "now": self.clock(), "parent_execution_id": request.parent_execution_id,
                 "parent_iter": request.parent_iter, "concurrency": request.concurrency,
-                "labels": request.labels}
+                "labels": request.labels, "playbook_file": request.playbook_file}
 
     # -- events ----------------------------------------------------------------------------
     async def _event_loop(self, consumer: PullConsumer) -> None:
