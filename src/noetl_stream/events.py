@@ -104,6 +104,8 @@ class ExecutionEnd(Event):
 class ExecutionStarted(Event):
     playbook: str | None = Field(None, description="The playbook's metadata.name.")
     path: str | None = Field(None, description="The playbook's metadata.path.")
+    file: str | None = Field(None, description="The file the request named the playbook by; "
+                             "router-side template errors name it.")
     workload: dict[str, Any] = Field(description="The workload after the request's payload.")
     replay_of: str | None = Field(None, description="The execution this one replays.")
     replay: dict[str, Any] | None = Field(None, description="A replay's seed: the original "

@@ -85,9 +85,6 @@ async def heavy_execution(bus: Bus, on_event: Any) -> dict[str, Any]:
     return final
 
 
-# The template error names the file the playbook was submitted as; a rebuild from the events knows
-# only its catalog key, so the two messages differ in that name alone.
-@pytest.mark.unverified("a template error names the submitted file, which a rebuild does not know")
 async def test_a_heavy_template_does_not_slow_other_executions(stack: Bus) -> None:
     bus = stack
     # Warm: the server, the worker and the server's render pool (started on a first long render).

@@ -59,6 +59,9 @@ REDELIVERIES = Counter("noetl_worker_redeliveries", "Commands this worker took t
 COMMIT_CONFLICTS = Counter("noetl_state_commit_conflicts", "Commits of an execution's state this "
                            "server found moved by another server (revision check): it reloaded "
                            "the state and applied its events again.")
+EVENTS_COPIED_AGAIN = Counter("noetl_events_copied_again", "Events NOETL_ROUTER copied again "
+                              "(after a nats-server restart) that this server found applied "
+                              "already and acknowledged unapplied (server/source_copies.py).")
 STORAGE_REFUSALS = Counter("noetl_storage_refusals", "Writes JetStream refused for lack of room "
                            "(a full store, an account or stream at its byte bound) that this "
                            "process held and made again (bus/storage.py).")

@@ -21,7 +21,7 @@ from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.dsl.values import EventName
 from noetl_stream.errors import TemplateError
 from noetl_stream.router import admission, cancel, case_events, children, listeners, loops, restart, watchdog
-from noetl_stream.router.failures import template_failure
+from noetl_stream.router.failures import file_of, template_failure
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.reads import names_read, only, pick_steps, rule_templates
 from noetl_stream.router.state import Decision, Delayed, ExecutionState, Join, Outgoing, Run
@@ -192,7 +192,7 @@ class Engine:
                 self.pb.keychain, names,
                 first=run.run_no == 1 and step.name == self.graph.start),
             max_payload_bytes=self.graph.max_payload_bytes,
-            source_file=self.pb.file, step_line=step.line, restart=self.state.restarts,
+            source_file=file_of(self), step_line=step.line, restart=self.state.restarts,
             task_results=step.name in self.graph.task_results, cursor=loops.command_cursor(step))
         kind = step.tasks[0].kind if len(step.tasks) == 1 else "pipeline"
         self.send(Outgoing("command", ids.command_msg_id(run.run_id, index), body,
@@ -264,7 +264,7 @@ class Engine:
                 self.apply_step_writes(step, run, context_extra)
             self.route(step, run, ok, error, context_extra, route)
         except TemplateError as exc:
-            error = template_failure(self.pb, step, exc)
+            error = template_failure(self, step, exc)
             if ok:  # its `set:`/`vars:` or arcs failed: the step did not complete after all
                 rec.status, rec.error = "failed", error
             self.fail_execution(run.step, error)
@@ -296,7 +296,7 @@ class Engine:
                 self.state.ctx.update(templating.render(rule.set_ctx, self.context(
                     reads=reads, args=run.args, extra=extra), step=step.name, field="case.set"))
         except TemplateError as exc:
-            self.finish_run(run, ok=False, result=None, error=template_failure(self.pb, step, exc))
+            self.finish_run(run, ok=False, result=None, error=template_failure(self, step, exc))
             return False
         if rule is not None and rule.do == "fail":
             self.finish_run(run, ok=False, result=None, error={
@@ -326,7 +326,7 @@ class Engine:
                 result = templating.render(rule.result, context(), step=step.name,
                                            field="case.result")
         except TemplateError as exc:
-            return False, None, template_failure(self.pb, step, exc), None
+            return False, None, template_failure(self, step, exc), None
         if rule.do == "fail":
             return False, None, {"message": f"case rule at line {rule.line} failed the step on "
                                  "step.exit", "kind": "case"}, None
@@ -475,18 +475,18 @@ def _error_of(value: Any) -> dict[str, Any] | None:
 def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload: dict[str, Any],
           now: float, parent_execution_id: str | None = None,
           parent_iter: dict[str, Any] | None = None, concurrency: Mapping[str, Any] | None = None,
-          labels: Mapping[str, str] | None = None) -> ExecutionState:
+          labels: Mapping[str, str] | None = None, playbook_file: str | None = None) -> ExecutionState:
     """A new execution: a token at the start step, or in line for a slot under a concurrency
     limit (router/admission.py). Returns the state with its outbox filled.
     """
     state = ExecutionState(execution_id=execution_id, playbook_key=playbook_key, workload=workload,
                            playbook_path=playbook.path, playbook_name=playbook.name,
                            parent_execution_id=parent_execution_id, parent_iter=parent_iter,
-                           started_at=now, labels=dict(labels or {}))
+                           started_at=now, labels=dict(labels or {}), playbook_file=playbook_file)
     engine = Engine(playbook, state, now)
     held = admission.hold(engine, concurrency)
     engine.emit("execution.started", ids.event_msg_id(execution_id, "execution.started"),
-                playbook=playbook.name, path=playbook.path, workload=workload, **held,
+                playbook=playbook.name, path=playbook.path, file=playbook_file, workload=workload, **held,
                 **({"labels": dict(state.labels)} if state.labels else {}))
     admission.begin(engine)  # fires the start step unless it waits for a slot
     engine.check_quiescence()

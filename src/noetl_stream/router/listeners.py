@@ -96,7 +96,7 @@ def hear(router: Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
                                                                     extra=extra),
                                        step=step.name, field="case.result")
     except TemplateError as exc:
-        leave(router, run, ok=False, result=None, error=template_failure(router.pb, step, exc),
+        leave(router, run, ok=False, result=None, error=template_failure(router, step, exc),
               route=None)
         return True
     if rule.timer is not None:

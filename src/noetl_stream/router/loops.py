@@ -145,7 +145,7 @@ def _limit(router: Router, step: Step, spec: LoopSpec,
         rendered = templating.render(value, router.context(reads=[value], args=args), step=step.name,
                                      field=LIMIT_FIELD)
     except TemplateError as exc:
-        return 0, template_failure(router.pb, step, exc, field=LIMIT_FIELD)
+        return 0, template_failure(router, step, exc, field=LIMIT_FIELD)
     whole = positive_int(rendered)
     if whole is None:
         return 0, {"message": f'step "{step.name}" field "{LIMIT_FIELD}": {value!r} gave '
@@ -160,7 +160,7 @@ def _collection(router: Router, step: Step, spec: LoopSpec, run: Run) -> list[An
         context = router.context(reads=[spec.collection], args=run.args)
         items = templating.render(spec.collection, context, step=step.name, field="loop.in")
     except TemplateError as exc:
-        router.finish_run(run, ok=False, result=None, error=template_failure(router.pb, step, exc))
+        router.finish_run(run, ok=False, result=None, error=template_failure(router, step, exc))
         return None
     items = _as_items(items)
     if not isinstance(items, list):

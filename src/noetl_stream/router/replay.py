@@ -48,7 +48,8 @@ def start_replay(playbook: Playbook, seed: dict[str, Any], *, execution_id: str,
                  parent_execution_id: str | None = None,
                  parent_iter: dict[str, Any] | None = None,
                  concurrency: Mapping[str, Any] | None = None,
-                 labels: Mapping[str, str] | None = None) -> ExecutionState:
+                 labels: Mapping[str, str] | None = None,
+                 playbook_file: str | None = None) -> ExecutionState:
     """The replay's first state: the seeded records, then tokens at the seed's roots."""
     if concurrency or execution_limits.concurrency_of(playbook.executor) is not None:
         # A replay starts at its roots, not the start step the admission line fires: it would
@@ -62,10 +63,11 @@ def start_replay(playbook: Playbook, seed: dict[str, Any], *, execution_id: str,
     state = ExecutionState(execution_id=execution_id, playbook_key=playbook_key, workload=workload,
                            playbook_path=playbook.path, playbook_name=playbook.name,
                            parent_execution_id=parent_execution_id, parent_iter=parent_iter,
-                           started_at=now, replay_of=str(seed.get("of")), labels=dict(labels or {}))
+                           started_at=now, replay_of=str(seed.get("of")), labels=dict(labels or {}),
+                           playbook_file=playbook_file)
     engine = Engine(playbook, state, now)
     engine.emit("execution.started", ids.event_msg_id(execution_id, "execution.started"),
-                playbook=playbook.name, path=playbook.path, workload=workload,
+                playbook=playbook.name, path=playbook.path, file=playbook_file, workload=workload,
                 replay_of=state.replay_of, replay=seed,
                 **({"labels": dict(state.labels)} if state.labels else {}))
     again = downstream(playbook, roots)

@@ -113,6 +113,8 @@ def _switch_version(router: Router, key: Any) -> dict[str, str]:
         return {}
     previous, state.playbook_key = state.playbook_key, key
     state.playbook_path, state.playbook_name = router.pb.path, router.pb.name
+    # Its errors name the catalog entry it came from, not the file the first version was sent as.
+    state.playbook_file = f"catalog:{router.pb.path}" if router.pb.path else key
     return {"playbook_key": key, "previous_playbook_key": previous}
 
 

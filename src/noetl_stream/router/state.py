@@ -175,6 +175,8 @@ class ExecutionState:
     workload: dict[str, Any]
     playbook_path: str | None = None  # metadata.path, for listing executions by playbook
     playbook_name: str | None = None
+    # The file the request named the playbook by, named in its errors (router/failures.py).
+    playbook_file: str | None = None
     status: ExecutionStatus = "running"
     ctx: dict[str, Any] = field(default_factory=dict)
     vars: dict[str, Any] = field(default_factory=dict)
@@ -208,6 +210,11 @@ class ExecutionState:
     # it still waits for a slot; None when no limit applies.
     admission: dict[str, Any] | None = None
     sla_missed: bool = False  # `sla.missed` was emitted (router/deadlines.py)
+    # Set by the server, not the router, to skip copies made again (server/source_copies.py):
+    # the highest NOETL_EVENTS sequence applied with the NOETL_ROUTER sequence of its copy, and
+    # the NOETL_EVENTS sequences of the latest events applied.
+    source_mark: list[int] = field(default_factory=list)
+    source_recent: list[int] = field(default_factory=list)
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
@@ -371,6 +378,7 @@ class ExecutionState:
             workload=data.get("workload", {}),
             playbook_path=data.get("playbook_path"),
             playbook_name=data.get("playbook_name"),
+            playbook_file=data.get("playbook_file"),
             status=data.get("status", "running"),
             ctx=data.get("ctx", {}),
             vars=data.get("vars", {}),
@@ -398,6 +406,8 @@ class ExecutionState:
             replays=list(data.get("replays", [])),
             admission=data.get("admission"),
             sla_missed=data.get("sla_missed", False),
+            source_mark=list(data.get("source_mark", [])),
+            source_recent=list(data.get("source_recent", [])),
         )
         if state.step_pages:
             state._inline = dict.fromkeys(state.steps)

@@ -18,7 +18,7 @@ from noetl_stream import ids
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.heartbeats import live_processes
 from noetl_stream.messages import Command, event_body
-from noetl_stream.router.state import Outgoing
+from noetl_stream.router.state import ExecutionState, Outgoing
 
 log = logging.getLogger("noetl_stream.pools")
 
@@ -42,6 +42,21 @@ class KnownPools:
             missing -= live
         self._known |= pools - missing
         return missing
+
+    async def refuse_unserved(self, state: ExecutionState, now: float) -> bool:
+        """Replace the outbox's commands for pools no worker serves with their steps' failures
+        (`refuse_commands`); whether there were any.
+        """
+        pools = {m.pool for m in state.outbox if m.kind == "command"}
+        if not pools:
+            return False
+        unknown = await self.unknown(pools)
+        if not unknown:
+            return False
+        log.warning("execution %s addresses pools no worker serves: %s", state.execution_id,
+                    ", ".join(sorted(unknown)))
+        state.outbox = refuse_commands(state.outbox, unknown, self.known, now)
+        return True
 
     async def _has_consumer(self, pool: str) -> bool:
         decl = self.bus.topology.pool_consumer(pool)

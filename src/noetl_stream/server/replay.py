@@ -150,7 +150,8 @@ def _start(playbook: Playbook, started: JsonObject, key: str,
     try:
         return start(playbook, execution_id=execution_id, playbook_key=key,
                      workload=workload, now=now, parent_execution_id=parent,
-                     parent_iter=parent_iter, concurrency=_concurrency(started), labels=labels)
+                     parent_iter=parent_iter, concurrency=_concurrency(started), labels=labels,
+                     playbook_file=_file(started))
     except Exception as exc:  # as the server does: an execution that failed at once
         state = ExecutionState(execution_id=execution_id, playbook_key=key, workload=workload,
                                playbook_path=playbook.path, playbook_name=playbook.name,
@@ -168,6 +169,14 @@ def _labels(started: JsonObject) -> dict[str, str]:
     if not isinstance(value, dict):
         return {}
     return {str(k): str(v) for k, v in value.items()}
+
+
+def _file(started: JsonObject) -> str | None:
+    """The file the request named, as its `execution.started` says; None in a log written
+    before the event carried it (the server's state then has none either).
+    """
+    value = started.get("file")
+    return value if isinstance(value, str) else None
 
 
 def _concurrency(started: JsonObject) -> JsonObject | None:

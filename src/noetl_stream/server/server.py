@@ -53,9 +53,10 @@ from noetl_stream.server.outbox_marks import OutboxMarks
 from noetl_stream.server.partitions import BATCH as PARTITION_BATCH
 from noetl_stream.server.partitions import RouterPartitions, origin_sequence, partition_of
 from noetl_stream.server.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
-from noetl_stream.server.pools import KnownPools, refuse_commands
+from noetl_stream.server.pools import KnownPools
 from noetl_stream.server.replays import start_of
 from noetl_stream.server.retention import EXECUTIONS_BUCKET
+from noetl_stream.server.source_copies import fresh_items
 from noetl_stream.server.state_codec import StateCodec, Unstorable, fault, writable
 from noetl_stream.server.vars_store import VarsStore
 from noetl_stream.server.versions import Cached, named_versions, playbook_for, readable_versions
@@ -270,7 +271,7 @@ class Server:
                 request, execution_id, key, workload))
             state, data = await asyncio.to_thread(
                 self._started, playbook, request, execution_id, key, workload, trace, made)
-        if await self._refuse_unserved(state, self.clock()):
+        if await self._pools.refuse_unserved(state, self.clock()):
             data = self._codec.encode(state)
         created = True
         try:
@@ -334,7 +335,7 @@ class Server:
         return {"execution_id": execution_id, "playbook_key": key, "workload": workload,
                 "now": self.clock(), "parent_execution_id": request.parent_execution_id,
                 "parent_iter": request.parent_iter, "concurrency": request.concurrency,
-                "labels": request.labels}
+                "labels": request.labels, "playbook_file": request.playbook_file}
 
     # -- events ----------------------------------------------------------------------------
     async def _event_loop(self, consumer: PullConsumer) -> None:
@@ -444,32 +445,32 @@ class Server:
             vars_before = dict(cached.state.vars)
             now = self.clock()
             versions = cached.versions = await readable_versions(named_versions(items), self._playbook)
+            # Copies made again of events already applied are left out (server/source_copies.py).
+            if not (fresh := fresh_items(cached.state, items)):
+                break
             # Applied beside the event loop; one whose templates render long is applied again
             # from the committed state in a process of its own (server/render_pool.py).
-            events = [e for _, e in items]
+            events = [e for _, e in fresh]
             applied = await asyncio.to_thread(render_pool.apply_events_here, cached, events, now)
             if applied is None:
-                self._cache.pop(execution_id, None)
-                cached = await self._load(execution_id)
-                if cached is None:
+                if (again := await self._reload(execution_id, versions, fresh)) is None:
                     break
-                cached.versions = versions
+                cached, fresh = again
                 vars_before = dict(cached.state.vars)
+                events = [e for _, e in fresh]
                 applied = await self._renders.apply(cached, events, now)
             data = await self._codec.encoded(cached.state) if applied else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
                 # the group again from the committed state, one event at a time, and fail the
                 # execution at the event that did it (never drop the event and leave it running).
-                self._cache.pop(execution_id, None)
-                cached = await self._load(execution_id)
-                if cached is None:
+                if (again := await self._reload(execution_id, versions, fresh)) is None:
                     break
-                cached.versions = versions
+                cached, fresh = again
                 vars_before = dict(cached.state.vars)
-                data = await self._apply_until_fault(cached, items, now)
+                data = await self._apply_until_fault(cached, fresh, now)
             state = cached.state
-            if await self._refuse_unserved(state, now):
+            if await self._pools.refuse_unserved(state, now):
                 data = self._codec.encode(state)
             try:
                 cached.revision = await self._commit(execution_id, data, state, cached.revision)
@@ -501,6 +502,20 @@ class Server:
         for m, _ in items:
             await m.ack()
 
+    async def _reload(self, execution_id: str, versions: dict[str, Playbook],
+                      items: list[tuple[Msg, dict[str, Any]]]
+                      ) -> tuple[Cached, list[tuple[Msg, dict[str, Any]]]] | None:
+        """The committed state again, to apply `items` to anew, and those of them it has not
+        applied; None when it is gone or holds them all (another server committed them meanwhile).
+        """
+        self._cache.pop(execution_id, None)
+        cached = await self._load(execution_id)
+        if cached is None:
+            return None
+        cached.versions = versions
+        fresh = fresh_items(cached.state, items)
+        return (cached, fresh) if fresh else None
+
     async def _apply_until_fault(self, cached: Cached, items: list[tuple[Msg, dict[str, Any]]],
                                  now: float) -> bytes:
         """Apply the group event by event; the first event that raises, or leaves a state that
@@ -529,21 +544,6 @@ class Server:
         state.outbox = outbox
         cached.state = state
         return await self._codec.encode_fitting(state)
-
-    async def _refuse_unserved(self, state: ExecutionState, now: float) -> bool:
-        """Replace the outbox's commands for pools no worker serves with their steps' failures
-        (server/pools.py); whether there were any.
-        """
-        pools = {m.pool for m in state.outbox if m.kind == "command"}
-        if not pools:
-            return False
-        unknown = await self._pools.unknown(pools)
-        if not unknown:
-            return False
-        log.warning("execution %s addresses pools no worker serves: %s", state.execution_id,
-                    ", ".join(sorted(unknown)))
-        state.outbox = refuse_commands(state.outbox, unknown, self._pools.known, now)
-        return True
 
     async def _commit(self, execution_id: str, data: bytes, state: ExecutionState,
                       last: int) -> int:

@@ -3,8 +3,9 @@
 States are compared by what they hold, not by how a commit laid them out: results are compared
 as values (a committed state names them by key in KV `noetl_step_results`), step records and
 loop results paged out of the state are compared with the others, and the outbox, the last
-commit's messages, by msg id. `trace` (the span ids of the request that started it) is no
-consequence of the events and is left out.
+commit's messages, by msg id. `trace` (the span ids of the request that started it) and
+`source_*` (where the server is in the events stream, server/source_copies.py) are no
+consequence of the events and are left out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from noetl_stream import jsonutil
 from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.router.state import ExecutionState, Outgoing
 
-LEFT_OUT = ("outbox", "trace", "step_pages", "result_key")
+LEFT_OUT = ("outbox", "trace", "step_pages", "result_key", "source_mark", "source_recent")
 SHOWN = 160  # characters of a value shown in a difference
 
 
