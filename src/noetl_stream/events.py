@@ -15,17 +15,11 @@ body is the data a client published, never an envelope (runtime/signals.py).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-
-def iso_time(epoch_s: float) -> str:
-    """Epoch seconds as ISO-8601 UTC with microseconds and a `Z`: `2026-01-02T03:04:05.678901Z`."""
-    # isoformat with a fixed precision writes the same text as strftime, in less time; every
-    # event is stamped with it.
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+from noetl_stream.errors import OutcomeErrorKind
 
 
 class Event(BaseModel):
@@ -54,6 +48,18 @@ class IterationEvent(StepEvent):
 
 
 Status = Literal["ok", "error"]
+
+
+class ErrorInfo(BaseModel):
+    """The `error` of a failed outcome as its producer builds it: what went wrong and its kind
+    (errors.py `OutcomeErrorKind`, so a kind nobody documented is a type error), with any fields
+    of the kind's own (`pool`, `iteration`, `retryable`, `source`, ...).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    message: str = Field(description="What went wrong, for people.")
+    kind: OutcomeErrorKind = Field(description="The class of the failure (errors.py).")
 
 
 class OutcomeEvent(IterationEvent):

@@ -15,11 +15,13 @@ Pure: no clock, no I/O (the router imports the constructors).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError, WithJsonSchema
 
 from noetl_stream import ids, jsonutil
+from noetl_stream.events import ErrorInfo
 
 # -- identifiers ---------------------------------------------------------------------------
 # 128 characters for one identifier: an int64 id has 19 digits, a UUID 36, a step or signal name
@@ -374,6 +376,36 @@ def event_body(event_type: str, execution_id: str, timestamp: float, *,
     """
     return {"event_type": event_type, "execution_id": execution_id, "timestamp": timestamp,
             "parent_execution_id": parent_execution_id, **fields}
+
+
+OutcomeType = Literal["step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed"]
+
+
+def outcome_type(ok: bool, iteration: int | None) -> OutcomeType:
+    """The type of a command's outcome: `step.done` / `step.failed` for a step's own command,
+    `loop.iteration.done` / `loop.iteration.failed` for one iteration of a loop.
+    """
+    if iteration is None:
+        return "step.done" if ok else "step.failed"
+    return "loop.iteration.done" if ok else "loop.iteration.failed"
+
+
+def outcome_event(*, ok: bool, execution_id: str, step: str, step_run_id: str,
+                  iteration: int | None, timestamp: float, parent_execution_id: str | None = None,
+                  result: JsonValue = None, error: ErrorInfo | Mapping[str, JsonValue] | None = None,
+                  **fields: object) -> dict[str, Any]:
+    """The one constructor of an outcome event body (events.py `OutcomeEvent`): what a worker
+    publishes when a command ends, and what the dead-letter service, the pool and stall checks,
+    the router's watchdog and the test harness publish or apply in its place. Its type is
+    `outcome_type(ok, iteration)`. A failure's `error` is an `ErrorInfo`; the worker's pipeline
+    still reports its own as a mapping (runtime/pipeline.py).
+    """
+    return event_body(
+        outcome_type(ok, iteration), execution_id, timestamp,
+        parent_execution_id=parent_execution_id, step=step, step_run_id=step_run_id,
+        iteration=iteration, status="ok" if ok else "error", result=result,
+        error=error.model_dump(mode="json", exclude_none=True) if isinstance(error, ErrorInfo)
+        else None if error is None else dict(error), **fields)
 
 
 # -- validation at the edges -----------------------------------------------------------------

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 from noetl_stream import ids
-from noetl_stream.events import EVENT_TYPES, event_types_table, iso_time
+from noetl_stream.events import EVENT_TYPES, event_types_table
+from noetl_stream.isotime import iso_time
 from noetl_stream.runtime.publish import stamp
 
 ROOT = Path(__file__).resolve().parents[2]

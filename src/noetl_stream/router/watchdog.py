@@ -20,6 +20,8 @@ from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Step
+from noetl_stream.events import ErrorInfo
+from noetl_stream.messages import outcome_event
 from noetl_stream.router import children, deadlines
 from noetl_stream.router.budgets import GRACE_S
 from noetl_stream.router.interface import Router
@@ -75,16 +77,15 @@ def on_fired(router: Router, event: dict[str, Any]) -> None:
     timeout = event.get("timeout_s")
     seconds = float(timeout) if isinstance(timeout, (int, float)) else 0.0
     reason = f"no outcome within {seconds:g}s (spec.timeout)"
-    error = {"message": reason, "kind": "timeout", "retryable": True, "source": "watchdog"}
-    if index is not None:
-        error["iteration"] = index
+    where = {} if index is None else {"iteration": index}
+    error = ErrorInfo(message=reason, kind="timeout", retryable=True, source="watchdog", **where)
     router.emit("step.timeout", ids.event_msg_id(router.state.execution_id, "step.timeout",
                                                  run.run_id, index),
                 step=run.step, step_run_id=run.run_id, iteration=index, reason=reason,
-                timeout_s=seconds, error=error)
+                timeout_s=seconds, error=error.model_dump(mode="json"))
     # Before the failure is applied: it forgets the command's children as if they had ended.
     children.cancel_command(router, run, index, f"its parent's step {run.step} timed out: "
                                                 f"{reason}")
-    router.on_outcome({"event_type": "step.failed" if index is None else "loop.iteration.failed",
-                       "execution_id": router.state.execution_id, "step": run.step,
-                       "step_run_id": run.run_id, "iteration": index, "error": error})
+    router.on_outcome(outcome_event(
+        ok=False, execution_id=router.state.execution_id, step=run.step, step_run_id=run.run_id,
+        iteration=index, timestamp=router.now, error=error))

@@ -15,7 +15,8 @@ from typing import Any
 from nats.js.errors import NotFoundError
 
 from noetl_stream import ids
-from noetl_stream.messages import event_body
+from noetl_stream.events import ErrorInfo
+from noetl_stream.messages import outcome_event, outcome_type
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.heartbeats import live_processes
@@ -70,15 +71,14 @@ def refuse_commands(outbox: list[Outgoing], unknown: set[str], known: list[str],
             continue
         body = m.body
         execution_id, run, iteration = body["execution_id"], body["step_run_id"], body["iteration"]
-        etype = "step.failed" if iteration is None else "loop.iteration.failed"
+        etype = outcome_type(False, iteration)
         message = (f'no worker serves pool "{m.pool}": no consumer was declared for it '
                    f"(`noetl-stream init --pool {m.pool}`) and no worker of it is alive"
                    + (f"; known pools: {', '.join(sorted(known))}" if known else ""))
-        failure = event_body(etype, execution_id, now,
-                             parent_execution_id=body.get("parent_execution_id"),
-                             step=body["step"], step_run_id=run, iteration=iteration,
-                             status="error", result=None,
-                             error={"message": message, "kind": "pool", "pool": m.pool})
+        failure = outcome_event(ok=False, execution_id=execution_id, step=body["step"],
+                                step_run_id=run, iteration=iteration, timestamp=now,
+                                parent_execution_id=body.get("parent_execution_id"),
+                                error=ErrorInfo(message=message, kind="pool", pool=m.pool))
         out.append(Outgoing("event", ids.event_msg_id(execution_id, etype, run, iteration),
                             failure, event_type=etype, pool=m.pool))
     return out

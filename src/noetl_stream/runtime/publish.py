@@ -12,7 +12,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from noetl_stream import jsonutil
-from noetl_stream.events import iso_time
+from noetl_stream.isotime import iso_time
 from noetl_stream.router.state import Outgoing
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.timers import publish_timer

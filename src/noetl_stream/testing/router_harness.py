@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl_stream import messages
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.router import ExecutionState, Outgoing, apply, start
 from noetl_stream.subjects import DEFAULT_POOL
@@ -41,33 +42,22 @@ Responder = Callable[[Command], Reply | None]
 
 
 def outcome_event(command: Command, reply: Reply | None = None,
-                  pool: str = DEFAULT_POOL) -> Event:
+                  pool: str = DEFAULT_POOL, now: float = 0.0) -> Event:
     """The outcome event a worker of `pool` publishes for `command` (a command body from the
     outbox), as readers decode it: the pool comes from its subject.
     """
     reply = reply or Reply()
-    iteration = command.get("iteration")
-    if iteration is None:
-        event_type = "step.done" if reply.ok else "step.failed"
-    else:
-        event_type = "loop.iteration.done" if reply.ok else "loop.iteration.failed"
     error = reply.error
     if not reply.ok and error is None:
         error = {"message": "task failed"}
     cursor = {"cursor": {"exhausted": reply.exhausted}} if command.get("cursor") else {}
-    return {
-        **cursor,
-        "event_type": event_type,
-        "execution_id": command.get("execution_id"),
-        "step": command.get("step"),
-        "step_run_id": command.get("step_run_id"),
-        "pool": pool,
-        "iteration": iteration,
-        "result": reply.result if reply.ok else None,
-        "error": None if reply.ok else error,
-        "ctx_patch": dict(reply.ctx_patch),
-        "http": reply.http,
-    }
+    body = messages.outcome_event(
+        ok=reply.ok, execution_id=command["execution_id"], step=command["step"],
+        step_run_id=command["step_run_id"], iteration=command.get("iteration"), timestamp=now,
+        parent_execution_id=command.get("parent_execution_id"),
+        result=reply.result if reply.ok else None, error=None if reply.ok else error,
+        ctx_patch=dict(reply.ctx_patch), http=reply.http, **cursor)
+    return {**body, "pool": pool}
 
 
 class RouterHarness:
