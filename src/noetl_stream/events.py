@@ -17,23 +17,41 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from noetl_stream.errors import OutcomeErrorKind
+
+# Stamped on every event that is published (runtime/publish.py `stamp`), so the schemas require
+# them; a body the router builds and applies in memory (the watchdog's outcome) has none yet.
+STAMPED = ("event_id", "timestamp", "time")
+
+
+def _stamped_required(schema: dict[str, Any]) -> None:
+    """The published schema of an event: the stamped fields required, never null."""
+    properties = schema["properties"]
+    for name in STAMPED:
+        field = properties[name]
+        (kept,) = [branch for branch in field.pop("anyOf") if branch.get("type") != "null"]
+        field.pop("default", None)
+        properties[name] = {**field, **kept}
+    required = set(schema.get("required", ())) | set(STAMPED)
+    schema["required"] = [name for name in properties if name in required]
 
 
 class Event(BaseModel):
     """The envelope every event carries."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=_stamped_required)
 
-    event_id: str = Field(description="Unique id of the event: its `Nats-Msg-Id` (the stream "
-                          "drops a second message with the same id within its duplicate window).")
+    event_id: str | None = Field(None, description="Unique id of the event: its `Nats-Msg-Id` "
+                                 "(the stream drops a second message with the same id within its "
+                                 "duplicate window).")
     event_type: str = Field(description="The type; also the subject's tokens after the id.")
     execution_id: str = Field(description="The execution the event belongs to.")
-    timestamp: float = Field(description="When it happened, epoch seconds (UTC).")
-    time: str = Field(description="`timestamp` as ISO-8601 UTC, e.g. 2026-01-02T03:04:05.678901Z.",
-                      pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+    timestamp: float | None = Field(None, description="When it happened, epoch seconds (UTC).")
+    time: str | None = Field(None, description="`timestamp` as ISO-8601 UTC, e.g. "
+                             "2026-01-02T03:04:05.678901Z.",
+                             pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
     parent_execution_id: str | None = Field(None, description="The parent execution of a child "
                                             "playbook's events; null otherwise.")
 
@@ -82,6 +100,22 @@ class OutcomeEvent(IterationEvent):
                              "token of its subject (`...step.done.<pool>`); readers set it from "
                              "the subject, never from the body. The router takes an outcome "
                              "only from the pool it sent the command to.")
+    http: dict[str, JsonValue] | None = Field(None, description="An http task's response "
+                                              "`{status, headers, ...}` (`<step>.http`).")
+    route: str | None = Field(None, description="The route a case rule chose (`next`): only "
+                              "the step's arcs with it fire.")
+    case_matched: list[JsonValue] | None = Field(None, description="A spec 001 case: the "
+                                                 "branches the outcome found true.")
+    cursor: dict[str, JsonValue] | None = Field(None, description="A cursor loop iteration's "
+                                                "claim; `exhausted: true` retires its slot.")
+
+    @field_validator("error", mode="before")
+    @classmethod
+    def _error_as_mapping(cls, value: object) -> object:
+        """An error that is not a mapping keeps its text (a worker that sent a bare string)."""
+        if value is None or isinstance(value, dict):
+            return value
+        return {"message": str(value)}
 
 
 class TaskOutput(BaseModel):
@@ -267,6 +301,19 @@ class TimerFired(Event):
     fire_at: float
     set_at: float
     step: str | None = None
+    step_run_id: str | None = Field(None, description="The run a listener's or a watchdog's "
+                                    "timer belongs to.")
+    iteration: int | None = Field(None, description="A watchdog's loop iteration, or null.")
+    timeout_s: float | None = Field(None, description="A step watchdog's `spec.timeout`.")
+    seconds: float | None = Field(None, description="An execution deadline's length (timeout, "
+                                  "sla).")
+    data: JsonValue = Field(None, description="What a listener's guard reads as `event.data`.")
+    seq: int | None = Field(None, description="Its stream sequence, set by the reader: a "
+                            "listener skips a redelivered timer.")
+
+
+class ExecutionAdmitted(Event):
+    """An execution under a concurrency limit holds a slot: its first step fires now."""
 
 
 class CredentialUsed(IterationEvent):
@@ -292,7 +339,7 @@ EVENT_TYPES: dict[str, tuple[type[Event], str]] = {
     "execution.failed": (ExecutionEnd, "a failure nothing handled ended it"),
     "execution.cancelled": (ExecutionEnd, "it was cancelled"),
     "execution.rejected": (ExecutionRejected, "the request was refused (invalid playbook)"),
-    "execution.admitted": (Event, "it holds a slot under its concurrency limit; its first "
+    "execution.admitted": (ExecutionAdmitted, "it holds a slot under its concurrency limit; its first "
                            "step follows"),
     "concurrency.requested": (ConcurrencyEvent, "it waits for a slot under a concurrency limit"),
     "concurrency.released": (ConcurrencyEvent, "it ended: its slot (or place in line) is free"),

@@ -18,7 +18,15 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError, WithJsonSchema
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    WithJsonSchema,
+)
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.events import ErrorInfo
@@ -497,8 +505,10 @@ def split_outcome_pool(tail: str) -> tuple[str, str | None]:
     return tail, None
 
 
-def decode_event(prefix: str, subject: str, data: bytes, seq: int | None = None) -> dict[str, Any]:
-    """The event a message on `<prefix>.events.<execution_id>.<event_type>` carries, checked:
+def decode_event_body(prefix: str, subject: str, data: bytes,
+                      seq: int | None = None) -> dict[str, Any]:
+    """The body of the event a message on `<prefix>.events.<execution_id>.<event_type>` carries,
+    as JSON, for readers that show or forward it (watchers, `logs`, the API); checked:
     identifiers valid, and a body's own `execution_id` and `event_type` equal to the subject's
     (a body never moves itself to another execution or type). Raises Malformed.
 
@@ -540,6 +550,7 @@ def decode_event(prefix: str, subject: str, data: bytes, seq: int | None = None)
     if seq is not None and event_type == TIMER_FIRED:
         event["seq"] = seq  # lets a listener skip a redelivered timer
     return event
+
 
 
 def signal_size_problem(data: bytes) -> str | None:

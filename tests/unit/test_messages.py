@@ -14,7 +14,7 @@ from noetl_stream.messages import (
     Command,
     ExecutionRequest,
     Malformed,
-    decode_event,
+    decode_event_body,
     reply_address,
     validated,
 )
@@ -144,7 +144,7 @@ def test_the_event_constructor_puts_the_envelope_first() -> None:
 # -- events read off the stream -------------------------------------------------------------
 def event(subject: str, body: Any, seq: int | None = None) -> dict[str, Any]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return decode_event("noetl", subject, data, seq)
+    return decode_event_body("noetl", subject, data, seq)
 
 
 def test_an_event_takes_its_identity_from_its_subject() -> None:

@@ -34,7 +34,7 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
     from noetl_stream.runtime.connection import Bus
     from noetl_stream.runtime.delivery import pending_of
     from noetl_stream.runtime.services import client_bus
-    from noetl_stream.runtime.signals import decode_event
+    from noetl_stream.runtime.signals import decode_event_body
     from noetl_stream.runtime.watcher import EndOfLog
 
     show = _Shown(steps, as_json)
@@ -45,7 +45,7 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
             while True:
                 msg = await feed.get()
                 try:
-                    event = decode_event(bus.topology, msg.subject, msg.data)
+                    event = decode_event_body(bus.topology, msg.subject, msg.data)
                 except ValueError:
                     continue
                 show(event)

@@ -38,7 +38,7 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
-from noetl_stream.runtime.signals import decode_event
+from noetl_stream.runtime.signals import decode_event_body
 from noetl_stream.state import concurrency_groups as groups
 from noetl_stream.state.kv_keys import bucket_keys
 
@@ -100,7 +100,7 @@ class AdmissionService:
 
     async def handle(self, msg: Msg) -> None:
         try:
-            event = decode_event(self.bus.topology, msg.subject, msg.data)
+            event = decode_event_body(self.bus.topology, msg.subject, msg.data)
         except Malformed as exc:
             log.warning("admission: %s refused: %s", msg.subject[:200], exc)
             await msg.term()

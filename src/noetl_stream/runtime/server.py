@@ -53,7 +53,7 @@ from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.replays import start_of
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
-from noetl_stream.runtime.signals import decode_event
+from noetl_stream.runtime.signals import decode_event_body
 from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault, writable
 from noetl_stream.runtime.storage import while_storage_refused
 from noetl_stream.runtime.vars_store import VarsStore
@@ -360,7 +360,7 @@ class Server:
         for m in msgs:
             try:
                 # Checked against its subject; signals carry a client's data, never an envelope.
-                event = decode_event(self.bus.topology, m.subject, m.data, origin_sequence(m))
+                event = decode_event_body(self.bus.topology, m.subject, m.data, origin_sequence(m))
             except Exception as exc:  # Malformed, or a bug: either is settled alone below
                 groups[""].append((m, exc))
                 continue

@@ -15,10 +15,11 @@ from typing import Any
 
 from noetl_stream import jsonutil, messages
 from noetl_stream.messages import SIGNAL_PREFIX
+from noetl_stream.router_events import RouterEvent, router_event
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.subjects import Topology
 
-__all__ = ["SIGNAL_PREFIX", "awaited_signals", "decode_event", "publish_signal",
+__all__ = ["SIGNAL_PREFIX", "awaited_signals", "decode_event", "decode_event_body", "publish_signal",
            "valid_signal_name", "why_unheard"]
 
 
@@ -29,16 +30,24 @@ def valid_signal_name(name: str) -> bool:
     return messages.signal_name_problem(name) is None
 
 
-def decode_event(topology: Topology, subject: str, data: bytes,
-                 seq: int | None = None) -> dict[str, Any]:
-    """The event a message on the events stream (or its copy in the router's stream) carries,
-    checked (messages.decode_event) under the subject it was published on. Raises
-    messages.Malformed (a ValueError) for a message no reader may take: an identifier that is
-    not one, a body that is not a JSON object where an event envelope is expected, or a body
-    whose `execution_id` or `event_type` is not its subject's.
+def decode_event_body(topology: Topology, subject: str, data: bytes,
+                      seq: int | None = None) -> dict[str, Any]:
+    """The body of the event a message on the events stream (or its copy in the router's
+    stream) carries, as JSON, checked (messages.decode_event_body) under the subject it was
+    published on. Raises messages.Malformed (a ValueError) for a message no reader may take: an
+    identifier that is not one, a body that is not a JSON object where an event envelope is
+    expected, or a body whose `execution_id` or `event_type` is not its subject's.
     """
-    return messages.decode_event(topology.prefix, topology.published_subject(subject), data,
-                                 seq)
+    return messages.decode_event_body(topology.prefix, topology.published_subject(subject), data,
+                                      seq)
+
+
+def decode_event(topology: Topology, subject: str, data: bytes,
+                 seq: int | None = None) -> RouterEvent:
+    """The event as the model of its type (router_events.py), checked as `decode_event_body`
+    checks it; a body of a known type without its type's fields is Malformed too.
+    """
+    return router_event(decode_event_body(topology, subject, data, seq))
 
 
 async def publish_signal(bus: Bus, execution_id: str, name: str, data: Any, *,

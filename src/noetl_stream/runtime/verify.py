@@ -27,7 +27,7 @@ from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.event_feed import EVENTS_STREAM
 from noetl_stream.runtime.replay import rebuild
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
-from noetl_stream.runtime.signals import decode_event
+from noetl_stream.runtime.signals import decode_event_body
 from noetl_stream.runtime.state_diff import Difference, content, first_difference, outbox_difference
 from noetl_stream.runtime.versions import named_versions, readable_versions
 from noetl_stream.state.kv_keys import bucket_keys
@@ -156,7 +156,7 @@ async def read_log(bus: Bus, execution_id: str) -> list[dict[str, Any]]:
                 for msg in await sub.fetch(min(FETCH, wanted - read), timeout=FETCH_TIMEOUT_S):
                     read += 1
                     with contextlib.suppress(ValueError):  # refused by the server as well
-                        events.append(decode_event(bus.topology, msg.subject, msg.data,
+                        events.append(decode_event_body(bus.topology, msg.subject, msg.data,
                                                    int(msg.metadata.sequence.stream)))
         finally:
             await sub.unsubscribe()

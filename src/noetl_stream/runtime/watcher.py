@@ -17,7 +17,7 @@ from nats.aio.msg import Msg
 from noetl_stream.runtime.connection import Bus
 from noetl_stream.runtime.delivery import pending_of
 from noetl_stream.runtime.event_feed import IDLE_HEARTBEAT, EventFeed
-from noetl_stream.runtime.signals import decode_event
+from noetl_stream.runtime.signals import decode_event_body
 from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 
 log = logging.getLogger("noetl_stream.watch")
@@ -76,7 +76,7 @@ class ExecutionWatch:
     async def _on_msg(self, msg: Msg) -> None:
         try:
             # A signal's body is a client's data, not an event envelope (runtime/signals.py).
-            event = decode_event(self.bus.topology, msg.subject, msg.data)
+            event = decode_event_body(self.bus.topology, msg.subject, msg.data)
         except ValueError:
             return
         try:

@@ -50,7 +50,7 @@ from noetl_stream.runtime.pipeline import Pipeline, PipelineResult
 from noetl_stream.runtime.publish import publish_event
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.redact import redact_outcome, scrub
-from noetl_stream.runtime.signals import decode_event
+from noetl_stream.runtime.signals import decode_event_body
 from noetl_stream.runtime.storage import (
     describe,
     retry_bound_s,
@@ -224,7 +224,7 @@ class Worker:
         """`execution.cancelled` or `step.timeout`: stop the commands the router gave up on."""
         try:
             # Checked against its subject: a body cannot withdraw another execution's commands.
-            event = decode_event(self.bus.topology, msg.subject, msg.data)
+            event = decode_event_body(self.bus.topology, msg.subject, msg.data)
         except Malformed as exc:
             log.warning("withdrawal on %s ignored: %s", msg.subject[:200], exc)
             return
