@@ -62,7 +62,9 @@ class StepEvent(Event):
 
 
 class IterationEvent(StepEvent):
-    iteration: int | None = Field(None, description="The loop iteration, or null outside loops.")
+    # Strict: `true` or `1.0` is no iteration number (True == 1 would match iteration 1).
+    iteration: int | None = Field(None, strict=True,
+                                  description="The loop iteration, or null outside loops.")
 
 
 Status = Literal["ok", "error"]
@@ -116,6 +118,24 @@ class OutcomeEvent(IterationEvent):
         if value is None or isinstance(value, dict):
             return value
         return {"message": str(value)}
+
+    @field_validator("ctx_patch", "http", "cursor", mode="before")
+    @classmethod
+    def _mapping_or_none(cls, value: object) -> object:
+        """What a step's outcome adds besides its result is taken only in its shape: a ctx patch,
+        response or claim that is no mapping is none (the outcome itself still counts).
+        """
+        return value if isinstance(value, dict) else None
+
+    @field_validator("route", mode="before")
+    @classmethod
+    def _route_or_none(cls, value: object) -> object:
+        return value if isinstance(value, str) and value else None
+
+    @field_validator("case_matched", mode="before")
+    @classmethod
+    def _list_or_none(cls, value: object) -> object:
+        return value if isinstance(value, list) else None
 
 
 class TaskOutput(BaseModel):
@@ -218,7 +238,7 @@ class Replayed(Event):
 class ChildStarted(Event):
     child_execution_id: str
     step_run_id: str
-    iteration: int | None = None
+    iteration: int | None = Field(None, strict=True)
     detached: bool
 
 
@@ -303,7 +323,8 @@ class TimerFired(Event):
     step: str | None = None
     step_run_id: str | None = Field(None, description="The run a listener's or a watchdog's "
                                     "timer belongs to.")
-    iteration: int | None = Field(None, description="A watchdog's loop iteration, or null.")
+    iteration: int | None = Field(None, strict=True,
+                                  description="A watchdog's loop iteration, or null.")
     timeout_s: float | None = Field(None, description="A step watchdog's `spec.timeout`.")
     seconds: float | None = Field(None, description="An execution deadline's length (timeout, "
                                   "sla).")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -492,7 +492,7 @@ TIMER_SCHEDULED = "timer.scheduled"
 
 
 # What a worker reports when a command ends; the subject's last token names its pool.
-OUTCOME_EVENTS = ("step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed")
+OUTCOME_EVENTS: tuple[OutcomeType, ...] = get_args(OutcomeType)
 
 
 def split_outcome_pool(tail: str) -> tuple[str, str | None]:

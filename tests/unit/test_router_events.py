@@ -98,7 +98,7 @@ def test_an_outcome_whose_error_is_text_keeps_it_as_the_message() -> None:
     ("execution.replayed", {}, "replay_execution_id"),
     ("timer.fired", {"timer_id": "t", "set_at": 1.0}, "fire_at"),
     ("step.done", {"step": "s", "status": "ok"}, "step_run_id"),
-    ("step.done", {**OUTCOME, "ctx_patch": [1]}, "ctx_patch"),
+    ("step.done", {**OUTCOME, "iteration": True}, "iteration"),
 ])
 def test_a_known_type_without_its_fields_is_refused_as_schema(event_type: str, body: dict[str, Any],
                                                               named: str) -> None:

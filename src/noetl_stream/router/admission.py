@@ -20,6 +20,7 @@ from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl import execution_limits, templating
+from noetl_stream.events import ExecutionAdmitted
 from noetl_stream.router import deadlines
 from noetl_stream.router.interface import Router
 from noetl_stream.router.state import ExecutionState
@@ -78,7 +79,7 @@ def begin(router: Router) -> None:
                 **_fields(state.admission), playbook=router.pb.path or router.pb.name)
 
 
-def on_admitted(router: Router, event: dict[str, Any]) -> bool:
+def on_admitted(router: Router, event: ExecutionAdmitted) -> bool:
     """`execution.admitted`: the execution holds a slot; its start step fires now."""
     state = router.state
     if not waiting(state):

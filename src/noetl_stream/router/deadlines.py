@@ -21,10 +21,9 @@ finished execution).
 
 from __future__ import annotations
 
-from typing import Any
-
 from noetl_stream import ids
 from noetl_stream.dsl import execution_limits
+from noetl_stream.events import TimerFired
 from noetl_stream.router import children
 from noetl_stream.router.interface import Router
 from noetl_stream.router.state import Outgoing
@@ -58,14 +57,13 @@ def _timer(router: Router, timer_id: str, fire_at: float, seconds: float) -> Non
                          event_type="timer.fired"))
 
 
-def is_deadline(event: dict[str, Any]) -> bool:
-    return event.get("timer_id") in (TIMEOUT, SLA)
+def is_deadline(event: TimerFired) -> bool:
+    return event.timer_id in (TIMEOUT, SLA)
 
 
-def on_fired(router: Router, event: dict[str, Any]) -> None:
-    seconds = event.get("seconds")
-    seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
-    if event.get("timer_id") == SLA:
+def on_fired(router: Router, event: TimerFired) -> None:
+    seconds = event.seconds or 0.0
+    if event.timer_id == SLA:
         _sla_missed(router, seconds)
     else:
         _timed_out(router, seconds)

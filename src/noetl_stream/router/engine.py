@@ -11,7 +11,7 @@ cancel, children, case events) see the engine through `router.interface.Router` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from noetl_stream import ids, jsonutil, messages
@@ -19,14 +19,25 @@ from noetl_stream.dsl import guards, keychain, templating
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.dsl.values import EventName
 from noetl_stream.errors import TemplateError
+from noetl_stream.events import (
+    CancelRequested,
+    ChildStarted,
+    ExecutionAdmitted,
+    OutcomeEvent,
+    Replayed,
+    RestartRequested,
+    TimerFired,
+)
 from noetl_stream.router import admission, cancel, case_events, children, listeners, loops, restart, watchdog
 from noetl_stream.router.context import build_context, output_view, pick_steps
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.reads import names_read, only, rule_templates
 from noetl_stream.router.state import Decision, Delayed, ExecutionState, Join, Outgoing, Run
+from noetl_stream.router_events import RouterEvent
 
 DEFAULT_POOL = "default"
+DELAY_TIMER_PREFIX = "next."  # the timer of a delayed token (`next.spec.delay`)
 # What NoETL's Python engine calls the end of a plain step's call, when its arcs are evaluated.
 CALL_EVENTS = {"step.done": ("call.done",), "step.failed": ("call.error",)}
 PROGRESS_EVENTS = frozenset({"step.started", "step.skipped", "loop.started", "loop.progress",
@@ -200,16 +211,13 @@ class Engine:
         watchdog.arm(self, step, run, index)
 
     # -- outcomes --------------------------------------------------------------------------
-    def on_outcome(self, event: dict[str, Any]) -> None:
-        run = self.state.runs.get(str(event.get("step_run_id")))
+    def on_outcome(self, event: OutcomeEvent) -> None:
+        run = self.state.runs.get(event.step_run_id)
         if run is None or run.status != "running":
             return  # a duplicate or late outcome: already applied
-        etype = event["event_type"]
-        ok = etype in ("step.done", "loop.iteration.done")
-        index = event.get("iteration")
-        if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
-            return  # not an iteration number (True == 1 would match iteration 1)
-        error = _error_of(event.get("error"))
+        ok = event.event_type in ("step.done", "loop.iteration.done")
+        index = event.iteration  # a whole number: decoding refuses anything else
+        error = event.error
         if ok and (index is None) == (run.loop is None) and (
                 run.loop is None or index in run.loop.in_flight):
             case_events.evaluated(self, self.pb.step(run.step), run, event)
@@ -218,18 +226,16 @@ class Engine:
                 return
             self.patch_ctx(ok, event)
             rec = self.state.record(run.step)
-            http = event.get("http")
-            rec.http = http if isinstance(http, dict) else None
-            self.finish_run(run, ok=ok, result=event.get("result"), error=error,
-                            route=_route_of(event) if ok else None)
+            rec.http = event.http
+            self.finish_run(run, ok=ok, result=event.result, error=error,
+                            route=(event.route or None) if ok else None)
             return
         if index is not None and index in run.loop.in_flight:
             loops.on_outcome(self, run, index, ok, event, error)
 
-    def patch_ctx(self, ok: bool, event: dict[str, Any]) -> None:
-        patch = event.get("ctx_patch")
-        if ok and isinstance(patch, dict):
-            self.state.ctx.update(patch)
+    def patch_ctx(self, ok: bool, event: OutcomeEvent) -> None:
+        if ok and event.ctx_patch is not None:
+            self.state.ctx.update(event.ctx_patch)
 
     def finish_run(self, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
                    route: str | None = None) -> None:
@@ -394,7 +400,8 @@ class Engine:
     def delay(self, src: str, dst: str, args: dict[str, Any], seconds: float) -> None:
         """A token on a delayed arc: held in the state, delivered when its durable timer fires."""
         self.state.delays_set += 1
-        timer_id = f"next.{self.state.delays_set}"  # a dot: no listener timer has this name
+        # A dot: no listener timer has this name.
+        timer_id = f"{DELAY_TIMER_PREFIX}{self.state.delays_set}"
         fire_at = self.now + seconds
         self.state.delayed[timer_id] = Delayed(src=src, dst=dst, args=args, fire_at=fire_at)
         body = {"event_type": "timer.fired", "execution_id": self.state.execution_id, "step": src,
@@ -454,24 +461,6 @@ class Engine:
         self.state.delayed.clear()
 
 
-def _delay_timer(event: dict[str, Any]) -> str:
-    """The timer id of a delayed token's `timer.fired`, "" for any other event."""
-    timer_id = event.get("timer_id")
-    return timer_id if isinstance(timer_id, str) and timer_id.startswith("next.") else ""
-
-
-def _route_of(event: dict[str, Any]) -> str | None:
-    route = event.get("route")
-    return route if isinstance(route, str) and route else None
-
-
-def _error_of(value: Any) -> dict[str, Any] | None:
-    """An outcome's error as a mapping; a worker that sent anything else still gets its text shown."""
-    if value is None or isinstance(value, dict):
-        return value
-    return {"message": str(value)}
-
-
 def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload: dict[str, Any],
           now: float, parent_execution_id: str | None = None,
           parent_iter: dict[str, Any] | None = None, concurrency: Mapping[str, Any] | None = None,
@@ -509,25 +498,24 @@ def abort(playbook: Playbook, state: ExecutionState, cause: str, error: dict[str
     return state
 
 
-def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
+def apply(playbook: Playbook, state: ExecutionState, event: RouterEvent,
           now: float) -> Decision:
     """Apply one event (an outcome, a signal, a timer, a cancel request, a child's start); the
     decision's outbox (also `state.outbox`) holds only the messages this event implies.
     """
     state.outbox = []
-    etype = event.get("event_type")
-    if etype == children.STARTED:
+    if isinstance(event, ChildStarted):
         # Even for a finished execution: a child that started after its parent gave up on it
         # must still be cancelled.
         if state.status == "running":
             state.applied += 1
         children.on_started(Engine(playbook, state, now), event)
         return Decision(state, state.outbox)
-    if isinstance(etype, str) and etype in restart.ANY_STATUS:
+    if isinstance(event, (RestartRequested, Replayed)):
         # A restart reopens a finished execution, so it is taken whatever the status.
         state.applied += 1
         engine = Engine(playbook, state, now)
-        restart.ANY_STATUS[etype](engine, event)
+        restart.apply_any_status(engine, event)
         if state.status == "running":
             engine.check_quiescence()
         return Decision(state, state.outbox)
@@ -536,38 +524,44 @@ def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
     engine = Engine(playbook, state, now)
     state.applied += 1
     heard_by = listeners.listening(playbook, state)
-    handler = _HANDLERS.get(etype if isinstance(etype, str) else "", _for_listeners)
-    if handler(engine, event):
+    if _handled(engine, event):
         listeners.hear_all(engine, heard_by, event)
     engine.check_quiescence()
     return Decision(state, state.outbox)
 
 
-# What each event type does; the answer says whether the listeners hear the event too.
-_Handler = Callable[[Engine, dict[str, Any]], bool]
-
-
-def _for_listeners(engine: Engine, event: dict[str, Any]) -> bool:
-    """Signals, listener timers and anything else: only listeners act on them."""
+def _handled(engine: Engine, event: RouterEvent) -> bool:
+    """What the event does; the answer says whether the listeners hear it too. Signals,
+    listener timers and any other type: only listeners act on them.
+    """
+    if isinstance(event, OutcomeEvent):
+        return _on_outcome(engine, event)
+    if isinstance(event, CancelRequested):
+        cancel.apply_cancel(engine, event)
+        return False
+    if isinstance(event, ExecutionAdmitted):
+        return admission.on_admitted(engine, event)
+    if isinstance(event, TimerFired):
+        return _on_timer(engine, event)
     return True
 
 
-def foreign_pool(playbook: Playbook, state: ExecutionState, event: dict[str, Any]) -> str | None:
+def foreign_pool(playbook: Playbook, state: ExecutionState, event: RouterEvent) -> str | None:
     """The pool a running step's command was sent to, when this outcome came from another
     (None when it may be applied: from that pool, or for a run no longer running, which
     on_outcome passes over). The event's pool is its subject's, which NATS lets only that
     pool's workers publish.
     """
-    if event.get("event_type") not in messages.OUTCOME_EVENTS:
+    if not isinstance(event, OutcomeEvent):
         return None
-    run = state.runs.get(str(event.get("step_run_id")))
+    run = state.runs.get(event.step_run_id)
     if run is None or run.status != "running":
         return None
     expected = playbook.step(run.step).pool or DEFAULT_POOL
-    return None if event.get("pool") == expected else expected
+    return None if event.pool == expected else expected
 
 
-def _on_outcome(engine: Engine, event: dict[str, Any]) -> bool:
+def _on_outcome(engine: Engine, event: OutcomeEvent) -> bool:
     """A worker's outcome; one from another pool than its command's is dropped unheard."""
     if foreign_pool(engine.pb, engine.state, event) is not None:
         return False
@@ -575,26 +569,12 @@ def _on_outcome(engine: Engine, event: dict[str, Any]) -> bool:
     return True
 
 
-def _on_cancel(engine: Engine, event: dict[str, Any]) -> bool:
-    cancel.apply_cancel(engine, event)
-    return False
-
-
-def _on_timer(engine: Engine, event: dict[str, Any]) -> bool:
+def _on_timer(engine: Engine, event: TimerFired) -> bool:
     """A delayed token's timer (`next.spec.delay`), a watchdog's, or else a listener's."""
-    timer_id = _delay_timer(event)
-    if timer_id:
-        engine.on_delay_timer(timer_id)
+    if event.timer_id.startswith(DELAY_TIMER_PREFIX):
+        engine.on_delay_timer(event.timer_id)
         return False
     if watchdog.is_watchdog(event):
         watchdog.on_fired(engine, event)
         return False
     return True
-
-
-_HANDLERS: dict[str, _Handler] = {
-    cancel.REQUESTED: _on_cancel,
-    admission.ADMITTED: admission.on_admitted,
-    "timer.fired": _on_timer,
-    **dict.fromkeys(listeners.OUTCOMES, _on_outcome),
-}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from noetl_stream.dsl.models import Playbook, Step
 from noetl_stream.errors import TemplateError
+from noetl_stream.router_events import RouterEvent
 
 
 def template_failure(playbook: Playbook, step: Step, exc: TemplateError,
@@ -16,8 +18,13 @@ def template_failure(playbook: Playbook, step: Step, exc: TemplateError,
     return {"message": str(exc.at(playbook.file, step.line)), "kind": "template", **extra}
 
 
-def cause_of(event: dict[str, Any]) -> str:
-    """How an event is named in an error: its type, and the step it reports on."""
-    cause = str(event.get("event_type") or "an event")
-    step = event.get("step")
+def cause_of(event: RouterEvent | Mapping[str, object]) -> str:
+    """How an event is named in an error: its type, and the step it reports on. An event the
+    router applies, or a body of a log as it was recorded.
+    """
+    if isinstance(event, Mapping):
+        etype, step = event.get("event_type"), event.get("step")
+    else:
+        etype, step = event.event_type, getattr(event, "step", None)
+    cause = etype if isinstance(etype, str) and etype else "an event"
     return cause + (f' of step "{step}"' if isinstance(step, str) and step else "")

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from noetl_stream.dsl.models import Playbook, Step
+from noetl_stream.events import OutcomeEvent
 from noetl_stream.router.graph import NetGraph
 from noetl_stream.router.state import ExecutionState, Outgoing, Run
 
@@ -49,8 +50,8 @@ class Router(Protocol):
                    route: str | None = None) -> None:
         """End a run: record its step, route its arcs."""
 
-    def on_outcome(self, event: dict[str, Any]) -> None:
+    def on_outcome(self, event: OutcomeEvent) -> None:
         """Apply an outcome (`step.done`, `loop.iteration.failed`, ...) to its run."""
 
-    def patch_ctx(self, ok: bool, event: dict[str, Any]) -> None:
+    def patch_ctx(self, ok: bool, event: OutcomeEvent) -> None:
         """Merge an ok outcome's `ctx_patch` into the execution's ctx."""

@@ -21,11 +21,13 @@ from noetl_stream import ids
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Playbook, Rule, Step, TimerSpec
 from noetl_stream.errors import TemplateError
-from noetl_stream.messages import OUTCOME_EVENTS
+from noetl_stream.events import OutcomeEvent, TimerFired
+from noetl_stream.messages import OUTCOME_EVENTS, SignalEvent
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.interface import Router
 from noetl_stream.router.reads import rule_templates
 from noetl_stream.router.state import ExecutionState, Outgoing, Run
+from noetl_stream.router_events import RouterEvent
 
 HEARD_KEPT = 256  # redeliveries come within a few AckWaits, far fewer signals than this apart
 
@@ -43,29 +45,31 @@ def listening(playbook: Playbook, state: ExecutionState) -> list[str]:
             if playbook.step(run.step).eval_mode == "on_event"]
 
 
-def event_view(event: dict[str, Any]) -> dict[str, Any]:
-    """What a listener's guard reads as `event`: `name`, `data`, `step`, `payload`."""
-    etype = str(event.get("event_type") or "")
-    data = event.get("data")
-    if etype in OUTCOMES and "data" not in event:
-        data = {"step": event.get("step"), "result": event.get("result"),
-                "error": event.get("error"), "iteration": event.get("iteration")}
-    return {"name": etype, "data": data, "step": event.get("step"),
-            "payload": {k: v for k, v in event.items() if k != "data"}}
+def event_view(event: RouterEvent) -> dict[str, Any]:
+    """What a listener's guard reads as `event`: `name`, `data`, `step`, `payload` (the event's
+    fields as it came).
+    """
+    body = event.model_dump(exclude_unset=True)
+    data = body.get("data")
+    if isinstance(event, OutcomeEvent) and "data" not in body:
+        data = {"step": event.step, "result": event.result, "error": event.error,
+                "iteration": event.iteration}
+    return {"name": event.event_type, "data": data, "step": body.get("step"),
+            "payload": {k: v for k, v in body.items() if k != "data"}}
 
 
-def hear_all(router: Router, run_ids: list[str], event: dict[str, Any]) -> None:
+def hear_all(router: Router, run_ids: list[str], event: RouterEvent) -> None:
     """Offer `event` to the listeners that were active before it was applied."""
-    etype = str(event.get("event_type") or "")
-    seq = event.get("seq")
+    etype = event.event_type
+    seq = event.seq if isinstance(event, (SignalEvent, TimerFired)) else None
     heard = False
-    if etype == "timer.fired":
+    if isinstance(event, TimerFired):
         _timer_fired(router, event)
     for run_id in run_ids:
         run = router.state.runs.get(run_id)
         if run is None or run.status != "running" or router.state.status != "running":
             continue
-        if is_external(etype) and isinstance(seq, int) and not isinstance(seq, bool):
+        if is_external(etype) and seq is not None:
             if seq in run.heard:
                 heard = True  # already applied before a redelivery: not "unheard" either
                 continue
@@ -144,12 +148,12 @@ def set_timer(router: Router, step: Step, run: Run, timer: TimerSpec) -> None:
     router.send(Outgoing("timer", msg_id, body, event_type="timer.fired"))
 
 
-def _timer_fired(router: Router, event: dict[str, Any]) -> None:
+def _timer_fired(router: Router, event: TimerFired) -> None:
     """Forget a listener's timer once it fired (a reset one waits for its latest `fire_at`)."""
-    run_id = str(event.get("step_run_id"))
+    run_id = str(event.step_run_id)
     timers = router.state.timers.get(run_id, {})
-    name = event.get("timer_id")
-    if isinstance(name, str) and name in timers and timers[name] == event.get("fire_at"):
+    name = event.timer_id
+    if name in timers and timers[name] == event.fire_at:
         del timers[name]
         if not timers:
             del router.state.timers[run_id]

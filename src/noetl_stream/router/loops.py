@@ -30,6 +30,7 @@ from noetl_stream.dsl import template_budget, templating
 from noetl_stream.dsl.loops import positive_int
 from noetl_stream.dsl.models import LoopSpec, Step
 from noetl_stream.errors import TemplateError
+from noetl_stream.events import OutcomeEvent
 from noetl_stream.router import children
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.interface import Router
@@ -76,7 +77,7 @@ def schedule(router: Router, step: Step, run: Run) -> None:
         router.command(step, run, index, None if loop.mode == CURSOR else loop.items[index])
 
 
-def on_outcome(router: Router, run: Run, index: int, ok: bool, event: dict[str, Any],
+def on_outcome(router: Router, run: Run, index: int, ok: bool, event: OutcomeEvent,
                error: dict[str, Any] | None) -> None:
     """Fold one outcome of an iteration that is in flight into its loop."""
     loop = run.loop
@@ -86,15 +87,16 @@ def on_outcome(router: Router, run: Run, index: int, ok: bool, event: dict[str, 
     children.forget(run, index)
     loop.issued_at.pop(str(index), None)
     loop.deadlines.pop(str(index), None)
-    exhausted = ok and loop.mode == CURSOR and _exhausted(event)
+    exhausted = ok and loop.mode == CURSOR and event.cursor is not None \
+        and event.cursor.get("exhausted") is True
     if exhausted:
         loop.exhausted += 1  # this slot found nothing to claim: it is not refilled
     else:
         loop.done += 1
         if ok:
-            loop.results[str(index)] = event.get("result")
+            loop.results[str(index)] = event.result
             # A case `next` on an iteration's call ends the loop early (spec 000 §1.2).
-            loop.route = loop.route or _route_of(event)
+            loop.route = loop.route or event.route or None
         elif loop.error is None:
             loop.error = {**(error or {}), "iteration": index}
     progress: dict[str, Any] = {"exhausted": True} if exhausted else {}
@@ -211,12 +213,3 @@ def _ordered_results(loop: LoopState) -> list[Any]:
     results = loop.all_results()
     return [results.get(str(i)) for i in range(loop.next_index)]
 
-
-def _exhausted(event: dict[str, Any]) -> bool:
-    cursor = event.get("cursor")
-    return isinstance(cursor, dict) and cursor.get("exhausted") is True
-
-
-def _route_of(event: dict[str, Any]) -> str | None:
-    route = event.get("route")
-    return route if isinstance(route, str) and route else None

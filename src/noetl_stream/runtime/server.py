@@ -36,6 +36,7 @@ from noetl_stream.messages import (
 from noetl_stream.observe import tracing
 from noetl_stream.observe.metrics import COMMIT_CONFLICTS
 from noetl_stream.router.state import ExecutionState
+from noetl_stream.router_events import RouterEvent
 from noetl_stream.runtime import render_pool
 from noetl_stream.runtime import request_answers as answers
 from noetl_stream.runtime.connection import Bus
@@ -53,7 +54,7 @@ from noetl_stream.runtime.pools import KnownPools, refuse_commands
 from noetl_stream.runtime.pull import PullConsumer, open_pull
 from noetl_stream.runtime.replays import start_of
 from noetl_stream.runtime.retention import EXECUTIONS_BUCKET
-from noetl_stream.runtime.signals import decode_event_body
+from noetl_stream.runtime.signals import decode_event
 from noetl_stream.runtime.state_codec import StateCodec, Unstorable, fault, writable
 from noetl_stream.runtime.storage import while_storage_refused
 from noetl_stream.runtime.vars_store import VarsStore
@@ -360,11 +361,11 @@ class Server:
         for m in msgs:
             try:
                 # Checked against its subject; signals carry a client's data, never an envelope.
-                event = decode_event_body(self.bus.topology, m.subject, m.data, origin_sequence(m))
+                event = decode_event(self.bus.topology, m.subject, m.data, origin_sequence(m))
             except Exception as exc:  # Malformed, or a bug: either is settled alone below
                 groups[""].append((m, exc))
                 continue
-            groups[str(event["execution_id"])].append((m, event))
+            groups[event.execution_id].append((m, event))
         return groups
 
     def _start_group(self, execution_id: str, items: list[tuple[Msg, Any]],
@@ -408,7 +409,7 @@ class Server:
         await self._dead_letter([msg], failure, exc.reason)
         await settle(msg, failure)
 
-    async def _apply_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
+    async def _apply_group(self, execution_id: str, items: list[tuple[Msg, RouterEvent]]) -> None:
         async def commit() -> None:
             try:
                 await self._commit_group(execution_id, items)
@@ -432,7 +433,7 @@ class Server:
             self._cache.pop(execution_id, None)
             await self._handler_failed([m for m, _ in items], exc)
 
-    async def _commit_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
+    async def _commit_group(self, execution_id: str, items: list[tuple[Msg, RouterEvent]]) -> None:
         assert self._executions is not None
         for _ in range(COMMIT_RETRIES):
             cached = await self._load(execution_id)
@@ -500,7 +501,7 @@ class Server:
         for m, _ in items:
             await m.ack()
 
-    async def _apply_until_fault(self, cached: Cached, items: list[tuple[Msg, dict[str, Any]]],
+    async def _apply_until_fault(self, cached: Cached, items: list[tuple[Msg, RouterEvent]],
                                  now: float) -> bytes:
         """Apply the group event by event; the first event that raises, or leaves a state that
         cannot be stored, fails the execution instead, with its reason. Returns the encoded state.
@@ -519,9 +520,9 @@ class Server:
                             state.execution_id, error["message"])
                 state = ExecutionState.from_dict(jsonutil.loads(before))
                 await self._step_results.load(state)
-                step = event.get("step")
+                step = getattr(event, "step", None)
                 router.abort(cached.playbook, state, router.cause_of(event),
-                             {**error, "event": event.get("event_type"),
+                             {**error, "event": event.event_type,
                               **({"step": step} if isinstance(step, str) else {})}, now)
             cached.follow(state)
             outbox.extend(state.outbox)

@@ -19,6 +19,7 @@ from typing import Any
 from noetl_stream import messages
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.router import ExecutionState, Outgoing, apply, start
+from noetl_stream.router_events import router_event
 from noetl_stream.subjects import DEFAULT_POOL
 
 Command = dict[str, Any]
@@ -89,7 +90,7 @@ class RouterHarness:
         """Apply one event; return (and record) the outbox it produced."""
         self.now += 1.0
         self.applied.append(copy.deepcopy(event))
-        self.state = apply(self.playbook, self.state, event, self.now).state
+        self.state = apply(self.playbook, self.state, router_event(event), self.now).state
         outbox = list(self.state.outbox)
         self._collect(outbox)
         return outbox
