@@ -319,7 +319,9 @@ class TimerFired(Event):
 
     timer_id: str
     fire_at: float
-    set_at: float
+    set_at: float | None = Field(None, description="When it was set; absent on a delayed arc's "
+                                 "timer the stall check fires late (runtime/stalls.py), whose "
+                                 "setting is not known.")
     step: str | None = None
     step_run_id: str | None = Field(None, description="The run a listener's or a watchdog's "
                                     "timer belongs to.")

@@ -117,3 +117,13 @@ def test_a_body_read_back_from_a_log_decodes_like_one_off_the_stream() -> None:
     body = {"event_type": "child.started", "execution_id": "e1", **BODIES["child.started"][0]}
     assert router_event(body) == decoded(TOPOLOGY.event_subject("e1", "child.started"),
                                          BODIES["child.started"][0])
+
+
+def test_a_delayed_token_timer_fired_late_without_its_setting_still_decodes() -> None:
+    # The stall check fires a lost delayed-arc timer itself (runtime/stalls.py): it never knew
+    # when the timer was set.
+    late = {"timer_id": "next.1", "fire_at": 5.0, "step": "start", "timestamp": 6.0,
+            "late": "its schedule was lost", "data": {"timer_id": "next.1", "to": "later"}}
+    event = decoded(TOPOLOGY.event_subject("e1", "timer.fired"), late)
+    assert isinstance(event, events.TimerFired)
+    assert (event.timer_id, event.set_at) == ("next.1", None)
