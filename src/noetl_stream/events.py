@@ -15,27 +15,31 @@ body is the data a client published, never an envelope (runtime/signals.py).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from noetl_stream.errors import OutcomeErrorKind
+from noetl_stream.jsonutil import JsonObject
 
 # Stamped on every event that is published (runtime/publish.py `stamp`), so the schemas require
 # them; a body the router builds and applies in memory (the watchdog's outcome) has none yet.
 STAMPED = ("event_id", "timestamp", "time")
 
 
-def _stamped_required(schema: dict[str, Any]) -> None:
+def _stamped_required(schema: JsonObject) -> None:
     """The published schema of an event: the stamped fields required, never null."""
-    properties = schema["properties"]
+    properties, required = schema["properties"], schema.get("required", [])
+    assert isinstance(properties, dict) and isinstance(required, list)
     for name in STAMPED:
         field = properties[name]
-        (kept,) = [branch for branch in field.pop("anyOf") if branch.get("type") != "null"]
+        assert isinstance(field, dict)
+        branches = field.pop("anyOf")
+        assert isinstance(branches, list)
+        (kept,) = [b for b in branches if isinstance(b, dict) and b.get("type") != "null"]
         field.pop("default", None)
         properties[name] = {**field, **kept}
-    required = set(schema.get("required", ())) | set(STAMPED)
-    schema["required"] = [name for name in properties if name in required]
+    schema["required"] = [name for name in properties if name in required or name in STAMPED]
 
 
 class Event(BaseModel):
@@ -86,15 +90,15 @@ class OutcomeEvent(IterationEvent):
     """What a worker reports when a command ends (or the dead-letter service, for a lost one)."""
 
     status: Status
-    result: Any = Field(None, description="The step's (or iteration's) result; a large one is a "
+    result: JsonValue = Field(None, description="The step's (or iteration's) result; a large one is a "
                         "reference to the object store (`{\"$ref\": ...}`).")
-    error: dict[str, Any] | None = Field(None, description="`{message, kind, ...}` on failure.")
-    ctx_patch: dict[str, Any] | None = Field(None, description="ctx keys the step set.")
+    error: dict[str, JsonValue] | None = Field(None, description="`{message, kind, ...}` on failure.")
+    ctx_patch: dict[str, JsonValue] | None = Field(None, description="ctx keys the step set.")
     duration_ms: float | None = Field(None, description="How long the worker ran the command.")
     output: dict[str, TaskOutput] | None = Field(
         None, description="What each task wrote to stdout / stderr (python tasks), by task name; "
         "absent when nothing was written.")
-    input: dict[str, dict[str, Any]] | None = Field(
+    input: dict[str, dict[str, JsonValue]] | None = Field(
         None, description="What each task was called with, by task name: `{kind, attempt, config, "
         "input}` after templates, secrets masked (a task past the size budget keeps only "
         "`truncated` and `bytes`); absent when no task ran.")
@@ -152,11 +156,11 @@ class TaskOutput(BaseModel):
 
 class ExecutionEnd(Event):
     status: Literal["completed", "failed", "cancelled"]
-    result: Any = None
-    error: dict[str, Any] | None = None
-    steps: dict[str, Any] = Field(description="Each step's status, runs and result.")
-    ctx: dict[str, Any] = Field(default_factory=dict)
-    vars: dict[str, Any] = Field(default_factory=dict)
+    result: JsonValue = None
+    error: dict[str, JsonValue] | None = None
+    steps: dict[str, JsonValue] = Field(description="Each step's status, runs and result.")
+    ctx: dict[str, JsonValue] = Field(default_factory=dict)
+    vars: dict[str, JsonValue] = Field(default_factory=dict)
     duration_ms: float | None = Field(None, description="From execution.started to this event.")
     restart: int = Field(0, description="The execution's restarts before this end (absent: 0).")
 
@@ -164,12 +168,12 @@ class ExecutionEnd(Event):
 class ExecutionStarted(Event):
     playbook: str | None = Field(None, description="The playbook's metadata.name.")
     path: str | None = Field(None, description="The playbook's metadata.path.")
-    workload: dict[str, Any] = Field(description="The workload after the request's payload.")
+    workload: dict[str, JsonValue] = Field(description="The workload after the request's payload.")
     replay_of: str | None = Field(None, description="The execution this one replays.")
-    replay: dict[str, Any] | None = Field(None, description="A replay's seed: the original "
+    replay: dict[str, JsonValue] | None = Field(None, description="A replay's seed: the original "
                                           "(`of`), the steps run first (`roots`), the steps kept "
                                           "with their results (`steps`).")
-    concurrency: dict[str, Any] | None = Field(
+    concurrency: dict[str, JsonValue] | None = Field(
         None, description="The concurrency limit it starts under `{limit, key, on_limit, "
         "group}`: it waits for `execution.admitted` before its first step. Absent: none.")
     labels: dict[str, str] | None = Field(
@@ -211,7 +215,7 @@ class RestartRequested(Event):
     restart: int = Field(description="The restart asked for: 1 for the first (its msg id says it).")
     from_step: str | None = Field(None, description="The step to run again with everything "
                                   "downstream of it; null: the steps that failed or were cancelled.")
-    workload: dict[str, Any] = Field(default_factory=dict,
+    workload: dict[str, JsonValue] = Field(default_factory=dict,
                                      description="Merged over the workload for what runs again.")
     requested_by: str | None = None
     playbook_key: str | None = Field(None, description="Run this version of the playbook from "
@@ -222,7 +226,7 @@ class Restarted(Event):
     restart: int = Field(description="How many restarts the execution has had, this one included.")
     from_step: str | None = None
     steps: list[str] = Field(description="The steps that run again, in playbook order.")
-    workload: dict[str, Any] = Field(default_factory=dict)
+    workload: dict[str, JsonValue] = Field(default_factory=dict)
     requested_by: str | None = None
     playbook_key: str | None = Field(None, description="The version the execution runs from now "
                                      "on, when the restart changed it.")
@@ -258,7 +262,7 @@ class StepCancelled(StepEvent):
 class StepTimeout(IterationEvent):
     reason: str
     timeout_s: float
-    error: dict[str, Any]
+    error: dict[str, JsonValue]
 
 
 class LoopStarted(StepEvent):
@@ -274,7 +278,7 @@ class LoopProgress(IterationEvent):
 
 class LoopEnd(StepEvent):
     status: Status
-    error: dict[str, Any] | None = None
+    error: dict[str, JsonValue] | None = None
 
 
 class TaskStarted(IterationEvent):
@@ -295,11 +299,11 @@ class ActionEvent(IterationEvent):
 
 
 class CaseEvaluated(IterationEvent):
-    matched: list[Any]
+    matched: list[JsonValue]
 
 
 class NextEvaluated(StepEvent):
-    selected: list[dict[str, Any]]
+    selected: list[dict[str, JsonValue]]
 
 
 class BranchSuppressed(StepEvent):
