@@ -15,7 +15,7 @@ Pure: no clock, no I/O (the router imports the constructors).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import (
@@ -102,7 +102,7 @@ def _pool(value: str) -> str:
     return value
 
 
-def _printable(limit: int, what: str) -> Any:
+def _printable(limit: int, what: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if not value or len(value) > limit or _CONTROL.search(value):
             raise ValueError(f"{what} has 1 to {limit} characters and no control characters")
@@ -117,14 +117,17 @@ def _reply_subject(value: str) -> str:
     return value
 
 
-def bounded_json_problem(value: Any, depth: int = MESSAGE_DEPTH) -> str | None:
+def bounded_json_problem(value: object, depth: int = MESSAGE_DEPTH) -> str | None:
     """Why `value` cannot travel in a message, or None: nested deeper than `depth`, or an
     integer beyond 64 bits (JSON here holds 64-bit integers).
     """
     return jsonutil.storable_problem(value, depth)
 
 
-def _bounded(value: Any) -> Any:
+V = TypeVar("V")
+
+
+def _bounded(value: V) -> V:
     problem = bounded_json_problem(value)
     if problem is not None:
         raise ValueError(problem)
@@ -132,7 +135,7 @@ def _bounded(value: Any) -> Any:
 
 
 def _string(pattern: str | None, max_length: int, description: str) -> WithJsonSchema:
-    schema: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": max_length,
+    schema: dict[str, JsonValue] = {"type": "string", "minLength": 1, "maxLength": max_length,
                               "description": description}
     if pattern is not None:
         schema["pattern"] = pattern
@@ -422,7 +425,7 @@ class Malformed(ValueError):
     runtime/dispositions.py (`malformed_json`, `schema`, `subject_mismatch`).
     """
 
-    def __init__(self, failure: str, reason: str, raw: Any = None) -> None:
+    def __init__(self, failure: str, reason: str, raw: object = None) -> None:
         super().__init__(reason)
         self.failure = failure
         self.reason = reason
@@ -469,7 +472,7 @@ def describe(exc: ValidationError) -> str:
                      for e in exc.errors())
 
 
-def reply_address(raw: Any) -> tuple[str | None, str | None]:
+def reply_address(raw: object) -> tuple[str | None, str | None]:
     """The `execution_id` and `reply_to` of a request that failed validation, each only when
     it is valid itself (an answer must never build a subject NATS refuses).
     """
