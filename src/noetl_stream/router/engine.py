@@ -28,6 +28,7 @@ from noetl_stream.events import (
     RestartRequested,
     TimerFired,
 )
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.router import admission, cancel, case_events, children, listeners, loops, restart, watchdog
 from noetl_stream.router.context import build_context, output_view, pick_steps
 from noetl_stream.router.failures import template_failure
@@ -56,7 +57,7 @@ class Engine:
         self.case_matched: list[str] = []  # spec 001: branches the current outcome found true
 
     # -- messages --------------------------------------------------------------------------
-    def emit(self, event_type: str, msg_id: str, **payload: Any) -> None:
+    def emit(self, event_type: str, msg_id: str, **payload: object) -> None:
         """Queue an event; the ones only watchers read go out without waiting for a store ack."""
         body = {"event_id": msg_id, **messages.event_body(
             event_type, self.state.execution_id, self.now,
@@ -67,8 +68,8 @@ class Engine:
     def send(self, message: Outgoing) -> None:
         self.state.outbox.append(message)
 
-    def context(self, *, reads: Iterable[Any] = (), args: dict[str, Any] | None = None,
-                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def context(self, *, reads: Iterable[Any] = (), args: Mapping[str, object] | None = None,
+                extra: Mapping[str, object] | None = None) -> dict[str, Any]:
         """A router-side template context: the finished steps among the names the templates in
         `reads` name, beside the workload, ctx, vars and `args` they may always read.
         """
@@ -170,7 +171,7 @@ class Engine:
                 return False
         return True
 
-    def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
+    def command(self, step: Step, run: Run, index: int | None, item: object) -> None:
         names: frozenset[str] | set[str] = self.graph.command_reads[step.name]
         if step.name in self.graph.reads_context:  # code reading `context` may read any of it
             names = names | {"workload", "ctx", *self.state.steps}
@@ -237,7 +238,7 @@ class Engine:
         if ok and event.ctx_patch is not None:
             self.state.ctx.update(event.ctx_patch)
 
-    def finish_run(self, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
+    def finish_run(self, run: Run, *, ok: bool, result: JsonValue, error: dict[str, Any] | None,
                    route: str | None = None) -> None:
         step = self.pb.step(run.step)
         if ok and step.exit:
@@ -276,7 +277,7 @@ class Engine:
             self.fail_execution(run.step, error)
         self.state.runs.pop(run.run_id, None)
 
-    def apply_step_writes(self, step: Step, run: Run, extra: dict[str, Any]) -> None:
+    def apply_step_writes(self, step: Step, run: Run, extra: Mapping[str, object]) -> None:
         if step.set_ctx:
             context = self.context(reads=[step.set_ctx], args=run.args, extra=extra)
             values = templating.render(step.set_ctx, context, step=step.name, field="set")
@@ -311,8 +312,8 @@ class Engine:
             return False
         return True
 
-    def exit_step(self, step: Step, run: Run, result: Any, route: str | None
-                  ) -> tuple[bool, Any, dict[str, Any] | None, str | None]:
+    def exit_step(self, step: Step, run: Run, result: JsonValue, route: str | None
+                  ) -> tuple[bool, JsonValue, dict[str, Any] | None, str | None]:
         """Case `step.exit` rules on a successful run: the first true one writes ctx, replaces
         the result, picks a route (unless a call rule already did) or fails the run.
         """
@@ -345,7 +346,7 @@ class Engine:
         return None
 
     def route(self, step: Step, run: Run, ok: bool, error: dict[str, Any] | None,
-              extra: dict[str, Any], route: str | None = None) -> None:
+              extra: Mapping[str, object], route: str | None = None) -> None:
         context = self.context(reads=[[a.when, a.args, a.set_ctx] for a in step.next.arcs],
                                args=run.args, extra=extra)
         selected = self.select_arcs(step, ok, route, context)

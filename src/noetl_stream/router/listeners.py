@@ -15,6 +15,7 @@ while one that arrives late, after a later one, is still heard.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from noetl_stream import ids
@@ -22,6 +23,7 @@ from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Playbook, Rule, Step, TimerSpec
 from noetl_stream.errors import TemplateError
 from noetl_stream.events import OutcomeEvent, TimerFired
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.messages import OUTCOME_EVENTS, SignalEvent
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.interface import Router
@@ -45,7 +47,7 @@ def listening(playbook: Playbook, state: ExecutionState) -> list[str]:
             if playbook.step(run.step).eval_mode == "on_event"]
 
 
-def event_view(event: RouterEvent) -> dict[str, Any]:
+def event_view(event: RouterEvent) -> dict[str, object]:
     """What a listener's guard reads as `event`: `name`, `data`, `step`, `payload` (the event's
     fields as it came).
     """
@@ -83,7 +85,7 @@ def hear_all(router: Router, run_ids: list[str], event: RouterEvent) -> None:
                     ignored=etype, reason=reason)
 
 
-def hear(router: Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
+def hear(router: Router, step: Step, run: Run, view: Mapping[str, object]) -> bool:
     """Try the step's listen rules on one event; True when a rule matched."""
     extra = {"event": view}
     reads = rule_templates(step.listen)
@@ -114,7 +116,7 @@ def hear(router: Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
     return True
 
 
-def _first(router: Router, step: Step, run: Run, extra: dict[str, Any]) -> Rule | None:
+def _first(router: Router, step: Step, run: Run, extra: Mapping[str, object]) -> Rule | None:
     context = router.context(reads=rule_templates(step.listen), args=run.args, extra=extra)
     for rule in step.listen:
         if templating.evaluate_guard(rule.when, context, step=step.name, field="case.when"):
@@ -122,7 +124,7 @@ def _first(router: Router, step: Step, run: Run, extra: dict[str, Any]) -> Rule 
     return None
 
 
-def leave(router: Router, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
+def leave(router: Router, run: Run, *, ok: bool, result: JsonValue, error: dict[str, Any] | None,
           route: str | None) -> None:
     """End the listener's run; its step.done / step.failed goes out for watchers (the router
     ignores it when it comes back: the run is gone).

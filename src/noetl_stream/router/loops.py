@@ -99,7 +99,7 @@ def on_outcome(router: Router, run: Run, index: int, ok: bool, event: OutcomeEve
             loop.route = loop.route or event.route or None
         elif loop.error is None:
             loop.error = {**(error or {}), "iteration": index}
-    progress: dict[str, Any] = {"exhausted": True} if exhausted else {}
+    progress: dict[str, bool] = {"exhausted": True} if exhausted else {}
     router.emit("loop.progress", ids.event_msg_id(router.state.execution_id, "loop.progress",
                                                   run.run_id, index),
                 step=run.step, step_run_id=run.run_id, done=loop.done, total=_total(loop),
@@ -113,7 +113,7 @@ def on_outcome(router: Router, run: Run, index: int, ok: bool, event: OutcomeEve
         router.finish_run(run, ok=True, result=_ordered_results(loop), error=None, route=loop.route)
 
 
-def iteration_vars(spec: LoopSpec, index: int, item: Any) -> dict[str, Any]:
+def iteration_vars(spec: LoopSpec, index: int, item: object) -> dict[str, object]:
     """What an iteration's command carries in `iter`: a cursor's item is bound by the worker
     once it has claimed one.
     """
@@ -170,7 +170,7 @@ def _collection(router: Router, step: Step, spec: LoopSpec, run: Run) -> list[An
     return items
 
 
-def _as_items(value: Any) -> list[Any] | str:
+def _as_items(value: object) -> list[Any] | str:
     """The iterations of what `loop.in` gave, as NoETL's server reads it, or why there are none:
     a list as it is; a mapping's items; text holding a JSON list, or else its comma- or
     line-separated parts; a whole number n as 0..n-1. Null is an error, not an empty loop: it is
