@@ -24,6 +24,7 @@ from __future__ import annotations
 from noetl_stream import ids
 from noetl_stream.dsl import execution_limits
 from noetl_stream.events import TimerFired
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.router import children
 from noetl_stream.router.interface import Router
 from noetl_stream.router.state import Outgoing
@@ -84,7 +85,8 @@ def _timed_out(router: Router, seconds: float) -> None:
     """Fail the execution: its commands in flight are withdrawn, its running steps fail."""
     state = router.state
     reason = f"the execution ran longer than its timeout of {seconds:g}s (executor.spec.timeout)"
-    error = {"message": reason, "kind": "timeout", "retryable": False, "source": "execution"}
+    error: dict[str, JsonValue] = {"message": reason, "kind": "timeout", "retryable": False,
+                                   "source": "execution"}
     for run in state.active_runs:
         for index in list(run.loop.in_flight) if run.loop is not None else [None]:
             router.emit("step.timeout", ids.event_msg_id(state.execution_id, "step.timeout",

@@ -238,7 +238,7 @@ class Engine:
         if ok and event.ctx_patch is not None:
             self.state.ctx.update(event.ctx_patch)
 
-    def finish_run(self, run: Run, *, ok: bool, result: JsonValue, error: dict[str, Any] | None,
+    def finish_run(self, run: Run, *, ok: bool, result: JsonValue, error: dict[str, JsonValue] | None,
                    route: str | None = None) -> None:
         step = self.pb.step(run.step)
         if ok and step.exit:
@@ -345,7 +345,7 @@ class Engine:
                 return rule
         return None
 
-    def route(self, step: Step, run: Run, ok: bool, error: dict[str, Any] | None,
+    def route(self, step: Step, run: Run, ok: bool, error: dict[str, JsonValue] | None,
               extra: Mapping[str, object], route: str | None = None) -> None:
         context = self.context(reads=[[a.when, a.args, a.set_ctx] for a in step.next.arcs],
                                args=run.args, extra=extra)
@@ -418,7 +418,7 @@ class Engine:
         if token is not None:  # None: a redelivered timer, already applied
             self.deliver(token.src, token.dst, token.args)
 
-    def fail_execution(self, step: str, error: dict[str, Any]) -> None:
+    def fail_execution(self, step: str, error: dict[str, JsonValue]) -> None:
         if self.state.status != "running":
             return
         message = error.get("message") or "step failed"
@@ -483,7 +483,7 @@ def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload:
     return state
 
 
-def abort(playbook: Playbook, state: ExecutionState, cause: str, error: dict[str, Any],
+def abort(playbook: Playbook, state: ExecutionState, cause: str, error: dict[str, JsonValue],
           now: float) -> ExecutionState:
     """End a running execution as failed because `cause` (an event, or its start) could not be
     applied or its effects could not be stored; `error` says why (`message`, `kind`, and where

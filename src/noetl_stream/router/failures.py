@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from noetl_stream.dsl.models import Playbook, Step
 from noetl_stream.errors import TemplateError
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.router_events import RouterEvent
 
 
 def template_failure(playbook: Playbook, step: Step, exc: TemplateError,
-                     **extra: Any) -> dict[str, Any]:
+                     **extra: JsonValue) -> dict[str, JsonValue]:
     """The error a step fails with when one of its templates failed: the message starts with the
     playbook's file and the step's line, so a reader goes straight to the template.
     """

@@ -47,7 +47,7 @@ class Router(Protocol):
     def command(self, step: Step, run: Run, index: int | None, item: object) -> None:
         """Issue the command of a run, or of one loop iteration of it."""
 
-    def finish_run(self, run: Run, *, ok: bool, result: JsonValue, error: dict[str, Any] | None,
+    def finish_run(self, run: Run, *, ok: bool, result: JsonValue, error: dict[str, JsonValue] | None,
                    route: str | None = None) -> None:
         """End a run: record its step, route its arcs."""
 

@@ -16,7 +16,6 @@ while one that arrives late, after a later one, is still heard.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl import templating
@@ -124,7 +123,7 @@ def _first(router: Router, step: Step, run: Run, extra: Mapping[str, object]) ->
     return None
 
 
-def leave(router: Router, run: Run, *, ok: bool, result: JsonValue, error: dict[str, Any] | None,
+def leave(router: Router, run: Run, *, ok: bool, result: JsonValue, error: dict[str, JsonValue] | None,
           route: str | None) -> None:
     """End the listener's run; its step.done / step.failed goes out for watchers (the router
     ignores it when it comes back: the run is gone).

@@ -31,6 +31,7 @@ from noetl_stream.dsl.loops import positive_int
 from noetl_stream.dsl.models import LoopSpec, Step
 from noetl_stream.errors import TemplateError
 from noetl_stream.events import OutcomeEvent
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.router import children
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.interface import Router
@@ -78,7 +79,7 @@ def schedule(router: Router, step: Step, run: Run) -> None:
 
 
 def on_outcome(router: Router, run: Run, index: int, ok: bool, event: OutcomeEvent,
-               error: dict[str, Any] | None) -> None:
+               error: dict[str, JsonValue] | None) -> None:
     """Fold one outcome of an iteration that is in flight into its loop."""
     loop = run.loop
     assert loop is not None and index in loop.in_flight

@@ -29,6 +29,7 @@ import orjson
 
 from noetl_stream import jsonutil
 from noetl_stream.formats import STATE, VERSION_FIELD
+from noetl_stream.jsonutil import JsonValue
 
 OutgoingKind = Literal["command", "event", "timer", "cancel"]
 LoopMode = Literal["sequential", "parallel", "cursor"]
@@ -66,7 +67,7 @@ class LoopState:
     in_flight: list[int] = field(default_factory=list)
     results: dict[str, Any] = field(default_factory=dict)  # str(index) -> result
     done: int = 0
-    error: dict[str, Any] | None = None
+    error: dict[str, JsonValue] | None = None
     route: str | None = None  # a case `next` chosen by an iteration: no further iterations start
     issued_at: dict[str, float] = field(default_factory=dict)  # str(index) -> command issued
     deadlines: dict[str, float] = field(default_factory=dict)  # str(index) -> watchdog deadline
@@ -126,7 +127,7 @@ class Run:
 class StepRecord:
     status: StepStatus = "pending"
     runs: int = 0
-    error: dict[str, Any] | None = None
+    error: dict[str, JsonValue] | None = None
     http: dict[str, Any] | None = None
     loop: bool = False
     # Where the result is stored (state/step_results.py); None while it is only in memory.
@@ -181,7 +182,7 @@ class ExecutionState:
     timers: dict[str, dict[str, float]] = field(default_factory=dict)
     result_key: str | None = None  # where the execution's result is stored, like a step's
     step_pages: list[str] = field(default_factory=list)  # keys of stored pages of step records
-    error: dict[str, Any] | None = None
+    error: dict[str, JsonValue] | None = None
     parent_execution_id: str | None = None
     parent_iter: dict[str, Any] | None = None  # the parent's iteration, read as `iter.parent`
     started_at: float = 0.0
