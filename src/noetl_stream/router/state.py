@@ -65,7 +65,7 @@ class LoopState:
     max_in_flight: int  # rendered when the loop started; a cursor loop's claiming slots
     next_index: int = 0
     in_flight: list[int] = field(default_factory=list)
-    results: dict[str, Any] = field(default_factory=dict)  # str(index) -> result
+    results: dict[str, JsonValue] = field(default_factory=dict)  # str(index) -> result
     done: int = 0
     error: dict[str, JsonValue] | None = None
     route: str | None = None  # a case `next` chosen by an iteration: no further iterations start
@@ -128,7 +128,7 @@ class StepRecord:
     status: StepStatus = "pending"
     runs: int = 0
     error: dict[str, JsonValue] | None = None
-    http: dict[str, Any] | None = None
+    http: dict[str, JsonValue] | None = None
     loop: bool = False
     # Where the result is stored (state/step_results.py); None while it is only in memory.
     result_key: str | None = None
@@ -165,12 +165,12 @@ class Delayed:
 class ExecutionState:
     execution_id: str
     playbook_key: str
-    workload: dict[str, Any]
+    workload: dict[str, JsonValue]
     playbook_path: str | None = None  # metadata.path, for listing executions by playbook
     playbook_name: str | None = None
     status: ExecutionStatus = "running"
-    ctx: dict[str, Any] = field(default_factory=dict)
-    vars: dict[str, Any] = field(default_factory=dict)
+    ctx: dict[str, JsonValue] = field(default_factory=dict)
+    vars: dict[str, JsonValue] = field(default_factory=dict)
     steps: dict[str, StepRecord] = field(default_factory=dict)
     runs: dict[str, Run] = field(default_factory=dict)
     joins: dict[str, Join] = field(default_factory=dict)
@@ -184,7 +184,7 @@ class ExecutionState:
     step_pages: list[str] = field(default_factory=list)  # keys of stored pages of step records
     error: dict[str, JsonValue] | None = None
     parent_execution_id: str | None = None
-    parent_iter: dict[str, Any] | None = None  # the parent's iteration, read as `iter.parent`
+    parent_iter: dict[str, JsonValue] | None = None  # the parent's iteration, read as `iter.parent`
     started_at: float = 0.0
     ended_at: float | None = None  # the time of the event that ended it
     trace: dict[str, str] | None = None  # root span ids when traced (observe/tracing.py)
