@@ -17,10 +17,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, SkipValidation, field_validator
 
 from noetl_stream.errors import OutcomeErrorKind
 from noetl_stream.jsonutil import JsonObject
+
+# A JSON value inside an event: the body it came in was parsed from JSON and its depth checked
+# (messages.parse_object), so a container's shape is validated but not each value in it again
+# (walking a step's result value by value would cost more than the rest of decoding).
+Json = SkipValidation[JsonValue]
 
 # Stamped on every event that is published (runtime/publish.py `stamp`), so the schemas require
 # them; a body the router builds and applies in memory (the watchdog's outcome) has none yet.
@@ -90,15 +95,15 @@ class OutcomeEvent(IterationEvent):
     """What a worker reports when a command ends (or the dead-letter service, for a lost one)."""
 
     status: Status
-    result: JsonValue = Field(None, description="The step's (or iteration's) result; a large one is a "
+    result: Json = Field(None, description="The step's (or iteration's) result; a large one is a "
                         "reference to the object store (`{\"$ref\": ...}`).")
-    error: dict[str, JsonValue] | None = Field(None, description="`{message, kind, ...}` on failure.")
-    ctx_patch: dict[str, JsonValue] | None = Field(None, description="ctx keys the step set.")
+    error: dict[str, Json] | None = Field(None, description="`{message, kind, ...}` on failure.")
+    ctx_patch: dict[str, Json] | None = Field(None, description="ctx keys the step set.")
     duration_ms: float | None = Field(None, description="How long the worker ran the command.")
     output: dict[str, TaskOutput] | None = Field(
         None, description="What each task wrote to stdout / stderr (python tasks), by task name; "
         "absent when nothing was written.")
-    input: dict[str, dict[str, JsonValue]] | None = Field(
+    input: dict[str, dict[str, Json]] | None = Field(
         None, description="What each task was called with, by task name: `{kind, attempt, config, "
         "input}` after templates, secrets masked (a task past the size budget keeps only "
         "`truncated` and `bytes`); absent when no task ran.")
@@ -106,13 +111,13 @@ class OutcomeEvent(IterationEvent):
                              "token of its subject (`...step.done.<pool>`); readers set it from "
                              "the subject, never from the body. The router takes an outcome "
                              "only from the pool it sent the command to.")
-    http: dict[str, JsonValue] | None = Field(None, description="An http task's response "
+    http: dict[str, Json] | None = Field(None, description="An http task's response "
                                               "`{status, headers, ...}` (`<step>.http`).")
     route: str | None = Field(None, description="The route a case rule chose (`next`): only "
                               "the step's arcs with it fire.")
-    case_matched: list[JsonValue] | None = Field(None, description="A spec 001 case: the "
+    case_matched: list[Json] | None = Field(None, description="A spec 001 case: the "
                                                  "branches the outcome found true.")
-    cursor: dict[str, JsonValue] | None = Field(None, description="A cursor loop iteration's "
+    cursor: dict[str, Json] | None = Field(None, description="A cursor loop iteration's "
                                                 "claim; `exhausted: true` retires its slot.")
 
     @field_validator("error", mode="before")
@@ -156,11 +161,11 @@ class TaskOutput(BaseModel):
 
 class ExecutionEnd(Event):
     status: Literal["completed", "failed", "cancelled"]
-    result: JsonValue = None
-    error: dict[str, JsonValue] | None = None
-    steps: dict[str, JsonValue] = Field(description="Each step's status, runs and result.")
-    ctx: dict[str, JsonValue] = Field(default_factory=dict)
-    vars: dict[str, JsonValue] = Field(default_factory=dict)
+    result: Json = None
+    error: dict[str, Json] | None = None
+    steps: dict[str, Json] = Field(description="Each step's status, runs and result.")
+    ctx: dict[str, Json] = Field(default_factory=dict)
+    vars: dict[str, Json] = Field(default_factory=dict)
     duration_ms: float | None = Field(None, description="From execution.started to this event.")
     restart: int = Field(0, description="The execution's restarts before this end (absent: 0).")
 
@@ -168,12 +173,12 @@ class ExecutionEnd(Event):
 class ExecutionStarted(Event):
     playbook: str | None = Field(None, description="The playbook's metadata.name.")
     path: str | None = Field(None, description="The playbook's metadata.path.")
-    workload: dict[str, JsonValue] = Field(description="The workload after the request's payload.")
+    workload: dict[str, Json] = Field(description="The workload after the request's payload.")
     replay_of: str | None = Field(None, description="The execution this one replays.")
-    replay: dict[str, JsonValue] | None = Field(None, description="A replay's seed: the original "
+    replay: dict[str, Json] | None = Field(None, description="A replay's seed: the original "
                                           "(`of`), the steps run first (`roots`), the steps kept "
                                           "with their results (`steps`).")
-    concurrency: dict[str, JsonValue] | None = Field(
+    concurrency: dict[str, Json] | None = Field(
         None, description="The concurrency limit it starts under `{limit, key, on_limit, "
         "group}`: it waits for `execution.admitted` before its first step. Absent: none.")
     labels: dict[str, str] | None = Field(
@@ -215,7 +220,7 @@ class RestartRequested(Event):
     restart: int = Field(description="The restart asked for: 1 for the first (its msg id says it).")
     from_step: str | None = Field(None, description="The step to run again with everything "
                                   "downstream of it; null: the steps that failed or were cancelled.")
-    workload: dict[str, JsonValue] = Field(default_factory=dict,
+    workload: dict[str, Json] = Field(default_factory=dict,
                                      description="Merged over the workload for what runs again.")
     requested_by: str | None = None
     playbook_key: str | None = Field(None, description="Run this version of the playbook from "
@@ -226,7 +231,7 @@ class Restarted(Event):
     restart: int = Field(description="How many restarts the execution has had, this one included.")
     from_step: str | None = None
     steps: list[str] = Field(description="The steps that run again, in playbook order.")
-    workload: dict[str, JsonValue] = Field(default_factory=dict)
+    workload: dict[str, Json] = Field(default_factory=dict)
     requested_by: str | None = None
     playbook_key: str | None = Field(None, description="The version the execution runs from now "
                                      "on, when the restart changed it.")
@@ -262,7 +267,7 @@ class StepCancelled(StepEvent):
 class StepTimeout(IterationEvent):
     reason: str
     timeout_s: float
-    error: dict[str, JsonValue]
+    error: dict[str, Json]
 
 
 class LoopStarted(StepEvent):
@@ -278,7 +283,7 @@ class LoopProgress(IterationEvent):
 
 class LoopEnd(StepEvent):
     status: Status
-    error: dict[str, JsonValue] | None = None
+    error: dict[str, Json] | None = None
 
 
 class TaskStarted(IterationEvent):
@@ -299,11 +304,11 @@ class ActionEvent(IterationEvent):
 
 
 class CaseEvaluated(IterationEvent):
-    matched: list[JsonValue]
+    matched: list[Json]
 
 
 class NextEvaluated(StepEvent):
-    selected: list[dict[str, JsonValue]]
+    selected: list[dict[str, Json]]
 
 
 class BranchSuppressed(StepEvent):
@@ -334,7 +339,7 @@ class TimerFired(Event):
     timeout_s: float | None = Field(None, description="A step watchdog's `spec.timeout`.")
     seconds: float | None = Field(None, description="An execution deadline's length (timeout, "
                                   "sla).")
-    data: JsonValue = Field(None, description="What a listener's guard reads as `event.data`.")
+    data: Json = Field(None, description="What a listener's guard reads as `event.data`.")
     seq: int | None = Field(None, description="Its stream sequence, set by the reader: a "
                             "listener skips a redelivered timer.")
 
