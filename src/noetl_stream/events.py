@@ -9,7 +9,9 @@ adds its own fields. `schemas/events/<type>.schema.json` is generated from these
 another keeps the README's list of event types equal to `EVENT_TYPES`.
 
 Models allow fields they do not name: a consumer may rely on the fields named here, and new
-fields can be added without breaking it. Signals (`signal.<name>`) are not in the catalog: their
+fields can be added without breaking it. The router takes the types it applies as these models
+(router_events.py `RouterEvent`); a failure's `error` is built as an `ErrorInfo`, whose kind is
+one of errors.py `OutcomeErrorKind`. Signals (`signal.<name>`) are not in the catalog: their
 body is the data a client published, never an envelope (runtime/signals.py).
 """
 
