@@ -121,3 +121,19 @@ def test_events_stored_after_the_state_was_read_are_left_out_of_its_rebuild() ->
     assert out is not None and everything is not None
     assert first_difference(content(committed), content(out.state)) is None
     assert first_difference(content(committed), content(everything.state)) is not None
+
+
+def test_an_event_in_the_log_the_server_refused_is_not_applied_in_the_rebuild() -> None:
+    h = Recorder()
+    h.run(check)
+    # A child.started without the child's id: the server refuses it as `schema` and never
+    # applies it, so the state it committed does not count it either.
+    refused = {"event_type": "child.started", "execution_id": "exec1", "timestamp": 1001.0,
+               "step_run_id": "exec1.start.1", "detached": False}
+    log = [*h.log[:3], refused, *h.log[3:]]
+
+    out = rebuild(PLAYBOOK, log, TOPOLOGY, playbook_key=h.state.playbook_key)
+
+    assert out is not None
+    assert first_difference(content(h.state), content(out.state)) is None
+    assert out.state.applied == h.state.applied
