@@ -23,7 +23,7 @@ from noetl_stream.dsl import execution_limits, templating
 from noetl_stream.events import ExecutionAdmitted
 from noetl_stream.router import deadlines
 from noetl_stream.router.interface import Router
-from noetl_stream.router.state import ExecutionState
+from noetl_stream.router.state import Admission, ExecutionState
 
 REQUESTED = "concurrency.requested"
 RELEASED = "concurrency.released"
@@ -102,5 +102,6 @@ def released(router: Router) -> None:
                 **_fields(state.admission), status=state.status)
 
 
-def _fields(admission: dict[str, Any]) -> dict[str, Any]:
-    return {k: admission[k] for k in ("group", "key", "limit", "on_limit")}
+def _fields(admission: Admission) -> dict[str, str | int]:
+    return {"group": admission["group"], "key": admission["key"], "limit": admission["limit"],
+            "on_limit": admission["on_limit"]}

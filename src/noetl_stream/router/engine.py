@@ -85,7 +85,7 @@ class Engine:
         return {"parent": self.state.parent_iter} if self.state.parent_iter is not None else {}
 
     # -- tokens ----------------------------------------------------------------------------
-    def deliver(self, src: str | None, dst: str, args: dict[str, Any]) -> None:
+    def deliver(self, src: str | None, dst: str, args: dict[str, JsonValue]) -> None:
         """A token from `src` (None for the start) reaches `dst`."""
         if dst not in self.names:
             return  # an arc to an implicit `end` simply ends the branch
@@ -127,7 +127,7 @@ class Engine:
             self.rule_out(step, arc.step)
 
     # -- firing ----------------------------------------------------------------------------
-    def fire(self, name: str, args: dict[str, Any]) -> None:
+    def fire(self, name: str, args: dict[str, JsonValue]) -> None:
         step = self.pb.step(name)
         if step.admit and not self.admitted(step, args):
             rec = self.state.record(name)
@@ -158,7 +158,7 @@ class Engine:
             return
         loops.start(self, step, run)
 
-    def admitted(self, step: Step, args: dict[str, Any]) -> bool:
+    def admitted(self, step: Step, args: dict[str, JsonValue]) -> bool:
         # Admission happens as the step is entered: a case `skip` on step.enter is a rule here.
         context = self.context(reads=[r.when for r in step.admit], args=args,
                                extra={"event": {"name": "step.enter", "payload": {}}})
@@ -398,7 +398,7 @@ class Engine:
                 selected.append(arc)
         return selected
 
-    def delay(self, src: str, dst: str, args: dict[str, Any], seconds: float) -> None:
+    def delay(self, src: str, dst: str, args: dict[str, JsonValue], seconds: float) -> None:
         """A token on a delayed arc: held in the state, delivered when its durable timer fires."""
         self.state.delays_set += 1
         # A dot: no listener timer has this name.

@@ -41,7 +41,7 @@ class Router(Protocol):
                 extra: Mapping[str, object] | None = None) -> dict[str, Any]:
         """A template context holding what the templates in `reads` name."""
 
-    def fire(self, name: str, args: dict[str, Any]) -> None:
+    def fire(self, name: str, args: dict[str, JsonValue]) -> None:
         """A token reaches the step `name`: admit it and start a run of it."""
 
     def command(self, step: Step, run: Run, index: int | None, item: object) -> None:

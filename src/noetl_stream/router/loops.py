@@ -134,7 +134,7 @@ def command_fields(step: Step) -> dict[str, Any]:
 
 
 def _limit(router: Router, step: Step, spec: LoopSpec,
-           args: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+           args: dict[str, JsonValue]) -> tuple[int, dict[str, Any] | None]:
     """How many iterations may be in flight, or the error that fails the step."""
     if spec.mode == "sequential":
         return 1, None

@@ -23,7 +23,7 @@ can cancel them when it cuts the run short; finished runs are dropped with their
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 import orjson
 
@@ -109,7 +109,7 @@ class Run:
     run_id: str
     step: str
     run_no: int
-    args: dict[str, Any]
+    args: dict[str, JsonValue]
     status: RunStatus = "running"
     loop: LoopState | None = None
     # A listener: stream sequences of the signals and timers it applied, the latest HEARD_KEPT.
@@ -148,7 +148,7 @@ class Join:
     """Arrivals at a step with several forward incoming arcs: pred -> delivered (True) or ruled out."""
 
     arrived: dict[str, bool] = field(default_factory=dict)
-    args: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, JsonValue] = field(default_factory=dict)
 
 
 @dataclass
@@ -157,8 +157,22 @@ class Delayed:
 
     src: str
     dst: str
-    args: dict[str, Any]
+    args: dict[str, JsonValue]
     fire_at: float
+
+
+class Admission(TypedDict):
+    """An execution under a concurrency limit (router/admission.py): its group, the limit and
+    what happens at it, and where it stands.
+    """
+
+    group: str  # the playbook, with the rendered key in brackets if any
+    key: str
+    limit: int
+    on_limit: str
+    waiting: bool  # still in line for a slot
+    admitted_at: NotRequired[float]
+    released: NotRequired[bool]  # `concurrency.released` was emitted
 
 
 @dataclass
@@ -199,7 +213,7 @@ class ExecutionState:
     replays: list[str] = field(default_factory=list)  # executions replayed from this one
     # Under a concurrency limit (router/admission.py): group, key, limit, on_limit, and whether
     # it still waits for a slot; None when no limit applies.
-    admission: dict[str, Any] | None = None
+    admission: Admission | None = None
     sla_missed: bool = False  # `sla.missed` was emitted (router/deadlines.py)
     _result: Any = field(default=None, repr=False)
     # Holders (step records, this state) whose result changed and is not stored yet.
