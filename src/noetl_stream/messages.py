@@ -509,7 +509,7 @@ def split_outcome_pool(tail: str) -> tuple[str, str | None]:
 
 
 def decode_event_body(prefix: str, subject: str, data: bytes,
-                      seq: int | None = None) -> dict[str, Any]:
+                      seq: int | None = None) -> dict[str, JsonValue]:
     """The body of the event a message on `<prefix>.events.<execution_id>.<event_type>` carries,
     as JSON, for readers that show or forward it (watchers, `logs`, the API); checked:
     identifiers valid, and a body's own `execution_id` and `event_type` equal to the subject's
@@ -564,7 +564,8 @@ def signal_size_problem(data: bytes) -> str | None:
     return None
 
 
-def _signal(execution_id: str, event_type: str, data: bytes, seq: int | None) -> dict[str, Any]:
+def _signal(execution_id: str, event_type: str, data: bytes,
+            seq: int | None) -> dict[str, JsonValue]:
     problem = signal_name_problem(event_type[len(SIGNAL_PREFIX):]) or signal_size_problem(data)
     if problem is not None:
         raise Malformed("schema", problem)
@@ -575,7 +576,7 @@ def _signal(execution_id: str, event_type: str, data: bytes, seq: int | None) ->
     body_problem = bounded_json_problem(payload)
     if body_problem is not None:
         raise Malformed("schema", f"the signal's data cannot be taken: {body_problem}")
-    event: dict[str, Any] = {"event_type": event_type, "execution_id": execution_id,
+    event: dict[str, JsonValue] = {"event_type": event_type, "execution_id": execution_id,
                              "data": payload}
     if seq is not None:
         event["seq"] = seq  # lets a listener skip a redelivered signal

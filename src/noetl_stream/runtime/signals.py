@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from noetl_stream import jsonutil, messages
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import SIGNAL_PREFIX
 from noetl_stream.router_events import RouterEvent, router_event
 from noetl_stream.runtime.connection import Bus
@@ -31,7 +32,7 @@ def valid_signal_name(name: str) -> bool:
 
 
 def decode_event_body(topology: Topology, subject: str, data: bytes,
-                      seq: int | None = None) -> dict[str, Any]:
+                      seq: int | None = None) -> JsonObject:
     """The body of the event a message on the events stream (or its copy in the router's
     stream) carries, as JSON, checked (messages.decode_event_body) under the subject it was
     published on. Raises messages.Malformed (a ValueError) for a message no reader may take: an
