@@ -40,9 +40,16 @@ OutcomeErrorKind = Literal[
     # JetStream refused to store the outcome for lack of room, for the whole storage bound
     # (bus/storage.py)
     "storage",
+    # the worker around the pipeline (worker/worker.py): a result this step reads is gone from
+    # the object store, a command it cannot read, a result it cannot store, a bug of its own
+    "result_ref", "command", "result", "internal",
+    # outcomes published for a command no worker reported on: no worker serves its pool
+    # (server/pools.py), it passed its max deliveries (bus/dead_letters.py), its timer or
+    # command vanished (server/stalls.py)
+    "pool", "dead_letter", "lost",
 ]
-"""`error.kind` of a failed outcome (tools/base.py `Outcome.failure`); the router adds its own
-(`case`, `loop`, `cancelled`, ...) to the errors of steps it fails itself.
+"""`error.kind` of a failed outcome (events.py `ErrorInfo`, messages.py `outcome_event`); the
+router adds its own (`case`, `loop`, `cancelled`, ...) to the errors of steps it fails itself.
 """
 
 

@@ -9,37 +9,60 @@ adds its own fields. `schemas/events/<type>.schema.json` is generated from these
 another keeps the README's list of event types equal to `EVENT_TYPES`.
 
 Models allow fields they do not name: a consumer may rely on the fields named here, and new
-fields can be added without breaking it. Signals (`signal.<name>`) are not in the catalog: their
+fields can be added without breaking it. The router takes the types it applies as these models
+(router_events.py `RouterEvent`); a failure's `error` is built as an `ErrorInfo`, whose kind is
+one of errors.py `OutcomeErrorKind`. Signals (`signal.<name>`) are not in the catalog: their
 body is the data a client published, never an envelope (bus/signals.py).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, SkipValidation, field_validator
+
+from noetl_stream.errors import OutcomeErrorKind
+from noetl_stream.jsonutil import JsonObject
+
+# A JSON value inside an event: the body it came in was parsed from JSON and its depth checked
+# (messages.parse_object), so a container's shape is validated but not each value in it again
+# (walking a step's result value by value would cost more than the rest of decoding).
+Json = SkipValidation[JsonValue]
+
+# Stamped on every event that is published (bus/publish.py `stamp`), so the schemas require
+# them; a body the router builds and applies in memory (the watchdog's outcome) has none yet.
+STAMPED = ("event_id", "timestamp", "time")
 
 
-def iso_time(epoch_s: float) -> str:
-    """Epoch seconds as ISO-8601 UTC with microseconds and a `Z`: `2026-01-02T03:04:05.678901Z`."""
-    # isoformat with a fixed precision writes the same text as strftime, in less time; every
-    # event is stamped with it.
-    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+def _stamped_required(schema: JsonObject) -> None:
+    """The published schema of an event: the stamped fields required, never null."""
+    properties, required = schema["properties"], schema.get("required", [])
+    assert isinstance(properties, dict) and isinstance(required, list)
+    for name in STAMPED:
+        field = properties[name]
+        assert isinstance(field, dict)
+        branches = field.pop("anyOf")
+        assert isinstance(branches, list)
+        (kept,) = [b for b in branches if isinstance(b, dict) and b.get("type") != "null"]
+        field.pop("default", None)
+        properties[name] = {**field, **kept}
+    schema["required"] = [name for name in properties if name in required or name in STAMPED]
 
 
 class Event(BaseModel):
     """The envelope every event carries."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", json_schema_extra=_stamped_required)
 
-    event_id: str = Field(description="Unique id of the event: its `Nats-Msg-Id` (the stream "
-                          "drops a second message with the same id within its duplicate window).")
+    event_id: str | None = Field(None, description="Unique id of the event: its `Nats-Msg-Id` "
+                                 "(the stream drops a second message with the same id within its "
+                                 "duplicate window).")
     event_type: str = Field(description="The type; also the subject's tokens after the id.")
     execution_id: str = Field(description="The execution the event belongs to.")
-    timestamp: float = Field(description="When it happened, epoch seconds (UTC).")
-    time: str = Field(description="`timestamp` as ISO-8601 UTC, e.g. 2026-01-02T03:04:05.678901Z.",
-                      pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
+    timestamp: float | None = Field(None, description="When it happened, epoch seconds (UTC).")
+    time: str | None = Field(None, description="`timestamp` as ISO-8601 UTC, e.g. "
+                             "2026-01-02T03:04:05.678901Z.",
+                             pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
     parent_execution_id: str | None = Field(None, description="The parent execution of a child "
                                             "playbook's events; null otherwise.")
 
@@ -50,25 +73,39 @@ class StepEvent(Event):
 
 
 class IterationEvent(StepEvent):
-    iteration: int | None = Field(None, description="The loop iteration, or null outside loops.")
+    # Strict: `true` or `1.0` is no iteration number (True == 1 would match iteration 1).
+    iteration: int | None = Field(None, strict=True,
+                                  description="The loop iteration, or null outside loops.")
 
 
 Status = Literal["ok", "error"]
+
+
+class ErrorInfo(BaseModel):
+    """The `error` of a failed outcome as its producer builds it: what went wrong and its kind
+    (errors.py `OutcomeErrorKind`, so a kind nobody documented is a type error), with any fields
+    of the kind's own (`pool`, `iteration`, `retryable`, `source`, ...).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    message: str = Field(description="What went wrong, for people.")
+    kind: OutcomeErrorKind = Field(description="The class of the failure (errors.py).")
 
 
 class OutcomeEvent(IterationEvent):
     """What a worker reports when a command ends (or the dead-letter service, for a lost one)."""
 
     status: Status
-    result: Any = Field(None, description="The step's (or iteration's) result; a large one is a "
+    result: Json = Field(None, description="The step's (or iteration's) result; a large one is a "
                         "reference to the object store (`{\"$ref\": ...}`).")
-    error: dict[str, Any] | None = Field(None, description="`{message, kind, ...}` on failure.")
-    ctx_patch: dict[str, Any] | None = Field(None, description="ctx keys the step set.")
+    error: dict[str, Json] | None = Field(None, description="`{message, kind, ...}` on failure.")
+    ctx_patch: dict[str, Json] | None = Field(None, description="ctx keys the step set.")
     duration_ms: float | None = Field(None, description="How long the worker ran the command.")
     output: dict[str, TaskOutput] | None = Field(
         None, description="What each task wrote to stdout / stderr (python tasks), by task name; "
         "absent when nothing was written.")
-    input: dict[str, dict[str, Any]] | None = Field(
+    input: dict[str, dict[str, Json]] | None = Field(
         None, description="What each task was called with, by task name: `{kind, attempt, config, "
         "input}` after templates, secrets masked (a task past the size budget keeps only "
         "`truncated` and `bytes`); absent when no task ran.")
@@ -76,6 +113,40 @@ class OutcomeEvent(IterationEvent):
                              "token of its subject (`...step.done.<pool>`); readers set it from "
                              "the subject, never from the body. The router takes an outcome "
                              "only from the pool it sent the command to.")
+    http: dict[str, Json] | None = Field(None, description="An http task's response "
+                                              "`{status, headers, ...}` (`<step>.http`).")
+    route: str | None = Field(None, description="The route a case rule chose (`next`): only "
+                              "the step's arcs with it fire.")
+    case_matched: list[Json] | None = Field(None, description="A spec 001 case: the "
+                                                 "branches the outcome found true.")
+    cursor: dict[str, Json] | None = Field(None, description="A cursor loop iteration's "
+                                                "claim; `exhausted: true` retires its slot.")
+
+    @field_validator("error", mode="before")
+    @classmethod
+    def _error_as_mapping(cls, value: object) -> object:
+        """An error that is not a mapping keeps its text (a worker that sent a bare string)."""
+        if value is None or isinstance(value, dict):
+            return value
+        return {"message": str(value)}
+
+    @field_validator("ctx_patch", "http", "cursor", mode="before")
+    @classmethod
+    def _mapping_or_none(cls, value: object) -> object:
+        """What a step's outcome adds besides its result is taken only in its shape: a ctx patch,
+        response or claim that is no mapping is none (the outcome itself still counts).
+        """
+        return value if isinstance(value, dict) else None
+
+    @field_validator("route", mode="before")
+    @classmethod
+    def _route_or_none(cls, value: object) -> object:
+        return value if isinstance(value, str) and value else None
+
+    @field_validator("case_matched", mode="before")
+    @classmethod
+    def _list_or_none(cls, value: object) -> object:
+        return value if isinstance(value, list) else None
 
 
 class TaskOutput(BaseModel):
@@ -92,11 +163,11 @@ class TaskOutput(BaseModel):
 
 class ExecutionEnd(Event):
     status: Literal["completed", "failed", "cancelled"]
-    result: Any = None
-    error: dict[str, Any] | None = None
-    steps: dict[str, Any] = Field(description="Each step's status, runs and result.")
-    ctx: dict[str, Any] = Field(default_factory=dict)
-    vars: dict[str, Any] = Field(default_factory=dict)
+    result: Json = None
+    error: dict[str, Json] | None = None
+    steps: dict[str, Json] = Field(description="Each step's status, runs and result.")
+    ctx: dict[str, Json] = Field(default_factory=dict)
+    vars: dict[str, Json] = Field(default_factory=dict)
     duration_ms: float | None = Field(None, description="From execution.started to this event.")
     restart: int = Field(0, description="The execution's restarts before this end (absent: 0).")
 
@@ -106,12 +177,12 @@ class ExecutionStarted(Event):
     path: str | None = Field(None, description="The playbook's metadata.path.")
     file: str | None = Field(None, description="The file the request named the playbook by; "
                              "router-side template errors name it.")
-    workload: dict[str, Any] = Field(description="The workload after the request's payload.")
+    workload: dict[str, Json] = Field(description="The workload after the request's payload.")
     replay_of: str | None = Field(None, description="The execution this one replays.")
-    replay: dict[str, Any] | None = Field(None, description="A replay's seed: the original "
+    replay: dict[str, Json] | None = Field(None, description="A replay's seed: the original "
                                           "(`of`), the steps run first (`roots`), the steps kept "
                                           "with their results (`steps`).")
-    concurrency: dict[str, Any] | None = Field(
+    concurrency: dict[str, Json] | None = Field(
         None, description="The concurrency limit it starts under `{limit, key, on_limit, "
         "group}`: it waits for `execution.admitted` before its first step. Absent: none.")
     labels: dict[str, str] | None = Field(
@@ -153,7 +224,7 @@ class RestartRequested(Event):
     restart: int = Field(description="The restart asked for: 1 for the first (its msg id says it).")
     from_step: str | None = Field(None, description="The step to run again with everything "
                                   "downstream of it; null: the steps that failed or were cancelled.")
-    workload: dict[str, Any] = Field(default_factory=dict,
+    workload: dict[str, Json] = Field(default_factory=dict,
                                      description="Merged over the workload for what runs again.")
     requested_by: str | None = None
     playbook_key: str | None = Field(None, description="Run this version of the playbook from "
@@ -164,7 +235,7 @@ class Restarted(Event):
     restart: int = Field(description="How many restarts the execution has had, this one included.")
     from_step: str | None = None
     steps: list[str] = Field(description="The steps that run again, in playbook order.")
-    workload: dict[str, Any] = Field(default_factory=dict)
+    workload: dict[str, Json] = Field(default_factory=dict)
     requested_by: str | None = None
     playbook_key: str | None = Field(None, description="The version the execution runs from now "
                                      "on, when the restart changed it.")
@@ -180,7 +251,7 @@ class Replayed(Event):
 class ChildStarted(Event):
     child_execution_id: str
     step_run_id: str
-    iteration: int | None = None
+    iteration: int | None = Field(None, strict=True)
     detached: bool
 
 
@@ -200,7 +271,7 @@ class StepCancelled(StepEvent):
 class StepTimeout(IterationEvent):
     reason: str
     timeout_s: float
-    error: dict[str, Any]
+    error: dict[str, Json]
 
 
 class LoopStarted(StepEvent):
@@ -216,7 +287,7 @@ class LoopProgress(IterationEvent):
 
 class LoopEnd(StepEvent):
     status: Status
-    error: dict[str, Any] | None = None
+    error: dict[str, Json] | None = None
 
 
 class TaskStarted(IterationEvent):
@@ -237,11 +308,11 @@ class ActionEvent(IterationEvent):
 
 
 class CaseEvaluated(IterationEvent):
-    matched: list[Any]
+    matched: list[Json]
 
 
 class NextEvaluated(StepEvent):
-    selected: list[dict[str, Any]]
+    selected: list[dict[str, Json]]
 
 
 class BranchSuppressed(StepEvent):
@@ -261,8 +332,24 @@ class TimerFired(Event):
 
     timer_id: str
     fire_at: float
-    set_at: float
+    set_at: float | None = Field(None, description="When it was set; absent on a delayed arc's "
+                                 "timer the stall check fires late (server/stalls.py), whose "
+                                 "setting is not known.")
     step: str | None = None
+    step_run_id: str | None = Field(None, description="The run a listener's or a watchdog's "
+                                    "timer belongs to.")
+    iteration: int | None = Field(None, strict=True,
+                                  description="A watchdog's loop iteration, or null.")
+    timeout_s: float | None = Field(None, description="A step watchdog's `spec.timeout`.")
+    seconds: float | None = Field(None, description="An execution deadline's length (timeout, "
+                                  "sla).")
+    data: Json = Field(None, description="What a listener's guard reads as `event.data`.")
+    seq: int | None = Field(None, description="Its stream sequence, set by the reader: a "
+                            "listener skips a redelivered timer.")
+
+
+class ExecutionAdmitted(Event):
+    """An execution under a concurrency limit holds a slot: its first step fires now."""
 
 
 class CredentialUsed(IterationEvent):
@@ -288,7 +375,7 @@ EVENT_TYPES: dict[str, tuple[type[Event], str]] = {
     "execution.failed": (ExecutionEnd, "a failure nothing handled ended it"),
     "execution.cancelled": (ExecutionEnd, "it was cancelled"),
     "execution.rejected": (ExecutionRejected, "the request was refused (invalid playbook)"),
-    "execution.admitted": (Event, "it holds a slot under its concurrency limit; its first "
+    "execution.admitted": (ExecutionAdmitted, "it holds a slot under its concurrency limit; its first "
                            "step follows"),
     "concurrency.requested": (ConcurrencyEvent, "it waits for a slot under a concurrency limit"),
     "concurrency.released": (ConcurrencyEvent, "it ended: its slot (or place in line) is free"),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeAlias, overload, runtime_checkable
 
 import orjson
 from pydantic import JsonValue
@@ -70,9 +71,18 @@ def loads_object(data: bytes | str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def to_plain(value: Any) -> Any:
-    """Round-trip through JSON so a value holds only JSON types."""
-    return loads(dumps(value))
+@overload
+def to_plain(value: Mapping[str, object]) -> JsonObject: ...
+
+
+@overload
+def to_plain(value: object) -> JsonValue: ...
+
+
+def to_plain(value: object) -> JsonValue:
+    """Round-trip through JSON so a value holds only JSON types (a mapping stays an object)."""
+    plain: JsonValue = loads(dumps(value))
+    return plain
 
 
 # orjson refuses values nested deeper than this many containers; a value a step produces may use

@@ -15,13 +15,15 @@ Pure: no clock, no I/O (the router imports the constructors).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     PlainValidator,
     ValidationError,
     WithJsonSchema,
@@ -30,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.dsl.task_list import TaskList
+from noetl_stream.events import ErrorInfo
 
 # -- identifiers ---------------------------------------------------------------------------
 # 128 characters for one identifier: an int64 id has 19 digits, a UUID 36, a step or signal name
@@ -102,7 +105,7 @@ def _pool(value: str) -> str:
     return value
 
 
-def _printable(limit: int, what: str) -> Any:
+def _printable(limit: int, what: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if not value or len(value) > limit or _CONTROL.search(value):
             raise ValueError(f"{what} has 1 to {limit} characters and no control characters")
@@ -117,14 +120,17 @@ def _reply_subject(value: str) -> str:
     return value
 
 
-def bounded_json_problem(value: Any, depth: int = MESSAGE_DEPTH) -> str | None:
+def bounded_json_problem(value: object, depth: int = MESSAGE_DEPTH) -> str | None:
     """Why `value` cannot travel in a message, or None: nested deeper than `depth`, or an
     integer beyond 64 bits (JSON here holds 64-bit integers).
     """
     return jsonutil.storable_problem(value, depth)
 
 
-def _bounded(value: Any) -> Any:
+V = TypeVar("V")
+
+
+def _bounded(value: V) -> V:
     problem = bounded_json_problem(value)
     if problem is not None:
         raise ValueError(problem)
@@ -132,7 +138,7 @@ def _bounded(value: Any) -> Any:
 
 
 def _string(pattern: str | None, max_length: int, description: str) -> WithJsonSchema:
-    schema: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": max_length,
+    schema: dict[str, JsonValue] = {"type": "string", "minLength": 1, "maxLength": max_length,
                               "description": description}
     if pattern is not None:
         schema["pattern"] = pattern
@@ -435,13 +441,43 @@ def event_body(event_type: str, execution_id: str, timestamp: float, *,
             "parent_execution_id": parent_execution_id, **fields}
 
 
+OutcomeType = Literal["step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed"]
+
+
+def outcome_type(ok: bool, iteration: int | None) -> OutcomeType:
+    """The type of a command's outcome: `step.done` / `step.failed` for a step's own command,
+    `loop.iteration.done` / `loop.iteration.failed` for one iteration of a loop.
+    """
+    if iteration is None:
+        return "step.done" if ok else "step.failed"
+    return "loop.iteration.done" if ok else "loop.iteration.failed"
+
+
+def outcome_event(*, ok: bool, execution_id: str, step: str, step_run_id: str,
+                  iteration: int | None, timestamp: float, parent_execution_id: str | None = None,
+                  result: object = None, error: ErrorInfo | Mapping[str, JsonValue] | None = None,
+                  **fields: object) -> dict[str, Any]:
+    """The one constructor of an outcome event body (events.py `OutcomeEvent`): what a worker
+    publishes when a command ends, and what the dead-letter service, the pool and stall checks,
+    the router's watchdog and the test harness publish or apply in its place. Its type is
+    `outcome_type(ok, iteration)`. A failure's `error` is an `ErrorInfo`; the worker's pipeline
+    still reports its own as a mapping (worker/pipeline.py).
+    """
+    return event_body(
+        outcome_type(ok, iteration), execution_id, timestamp,
+        parent_execution_id=parent_execution_id, step=step, step_run_id=step_run_id,
+        iteration=iteration, status="ok" if ok else "error", result=result,
+        error=error.model_dump(mode="json", exclude_none=True) if isinstance(error, ErrorInfo)
+        else None if error is None else dict(error), **fields)
+
+
 # -- validation at the edges -----------------------------------------------------------------
 class Malformed(ValueError):
     """A message that no delivery can make valid; `failure` is its class in
     bus/dispositions.py (`malformed_json`, `schema`, `subject_mismatch`).
     """
 
-    def __init__(self, failure: str, reason: str, raw: Any = None) -> None:
+    def __init__(self, failure: str, reason: str, raw: object = None) -> None:
         super().__init__(reason)
         self.failure = failure
         self.reason = reason
@@ -488,7 +524,7 @@ def describe(exc: ValidationError) -> str:
                      for e in exc.errors())
 
 
-def reply_address(raw: Any) -> tuple[str | None, str | None]:
+def reply_address(raw: object) -> tuple[str | None, str | None]:
     """The `execution_id` and `reply_to` of a request that failed validation, each only when
     it is valid itself (an answer must never build a subject NATS refuses).
     """
@@ -511,7 +547,7 @@ TIMER_SCHEDULED = "timer.scheduled"
 
 
 # What a worker reports when a command ends; the subject's last token names its pool.
-OUTCOME_EVENTS = ("step.done", "step.failed", "loop.iteration.done", "loop.iteration.failed")
+OUTCOME_EVENTS: tuple[OutcomeType, ...] = get_args(OutcomeType)
 
 
 def split_outcome_pool(tail: str) -> tuple[str, str | None]:
@@ -522,74 +558,3 @@ def split_outcome_pool(tail: str) -> tuple[str, str | None]:
         if tail.startswith(etype + ".") and "." not in tail[len(etype) + 1:]:
             return etype, tail[len(etype) + 1:]
     return tail, None
-
-
-def decode_event(prefix: str, subject: str, data: bytes, seq: int | None = None) -> dict[str, Any]:
-    """The event a message on `<prefix>.events.<execution_id>.<event_type>` carries, checked:
-    identifiers valid, and a body's own `execution_id` and `event_type` equal to the subject's
-    (a body never moves itself to another execution or type). Raises Malformed.
-
-    An outcome's subject ends with the pool of the worker that published it
-    (`...step.done.<pool>`, subjects.outcome_subject): its `pool` is the subject's, never the
-    body's (a body that names another is refused), and None when the subject names none.
-
-    A signal's body is the client's data, never an envelope; a timer's schedule message holds
-    the `timer.fired` it becomes, and reads as `timer.scheduled`.
-    """
-    head = f"{prefix}.events."
-    rest = subject[len(head):] if subject.startswith(head) else ""
-    execution_id, _, tail = rest.partition(".")
-    event_type, pool = split_outcome_pool(tail)
-    problem = execution_id_problem(execution_id)
-    if problem is not None:
-        raise Malformed("schema", f"subject {subject[:200]!r}: {problem}")
-    if event_type.startswith(SIGNAL_PREFIX):
-        return _signal(execution_id, event_type, data, seq)
-    event = parse_object(data)
-    expected = TIMER_FIRED if event_type.startswith(SCHEDULE_PREFIX) else event_type
-    for name, want in (("execution_id", execution_id), ("event_type", expected)):
-        got = event.setdefault(name, want)
-        if got != want:
-            raise Malformed("subject_mismatch", f"the body's {name} {str(got)[:200]!r} is not "
-                            f"the subject's {want!r}", event)
-    if event_type in OUTCOME_EVENTS:
-        claimed = event.pop("pool", None)
-        if claimed is not None and claimed != pool:
-            raise Malformed("subject_mismatch", f"the body's pool {str(claimed)[:200]!r} is not "
-                            f"the subject's {pool!r}", event)
-        event["pool"] = pool
-    try:
-        EventEnvelope.model_validate(event)
-    except ValidationError as exc:
-        raise Malformed("schema", describe(exc), event) from None
-    if event_type.startswith(SCHEDULE_PREFIX):
-        event["event_type"] = TIMER_SCHEDULED
-    if seq is not None and event_type == TIMER_FIRED:
-        event["seq"] = seq  # lets a listener skip a redelivered timer
-    return event
-
-
-def signal_size_problem(data: bytes) -> str | None:
-    """Why a signal body of these bytes is refused (too large), or None."""
-    if len(data) > MAX_SIGNAL_BYTES:
-        return (f"a signal's data has at most {MAX_SIGNAL_BYTES} bytes as JSON "
-                f"(this one {len(data)})")
-    return None
-
-
-def _signal(execution_id: str, event_type: str, data: bytes, seq: int | None) -> dict[str, Any]:
-    problem = signal_name_problem(event_type[len(SIGNAL_PREFIX):]) or signal_size_problem(data)
-    if problem is not None:
-        raise Malformed("schema", problem)
-    try:
-        payload = jsonutil.loads(data) if data.strip() else None
-    except ValueError:
-        payload = data.decode(errors="replace")  # kept as text: the record shows what came
-    body_problem = bounded_json_problem(payload)
-    if body_problem is not None:
-        raise Malformed("schema", f"the signal's data cannot be taken: {body_problem}")
-    event: dict[str, Any] = {"event_type": event_type, "execution_id": execution_id,
-                             "data": payload}
-    if seq is not None:
-        event["seq"] = seq  # lets a listener skip a redelivered signal
-    return event

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from noetl_stream import ids
 from noetl_stream.bus.publish import stamp
-from noetl_stream.events import EVENT_TYPES, event_types_table, iso_time
+from noetl_stream.events import EVENT_TYPES, event_types_table
+from noetl_stream.isotime import iso_time
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "noetl_stream"

@@ -16,6 +16,7 @@ from noetl_stream.errors import PlaybookError
 from noetl_stream.router import apply, start
 from noetl_stream.router.explain import explain
 from noetl_stream.router.state import Outgoing
+from noetl_stream.router_events import router_event
 from noetl_stream.server.replay import rebuild
 from noetl_stream.server.state_diff import content, first_difference
 from noetl_stream.state import concurrency_groups as groups
@@ -119,7 +120,7 @@ def test_a_deadline_timer_after_the_end_changes_nothing() -> None:
     harness.run()
     assert harness.state.status == "completed"
     for timer in harness.timers():
-        decision = apply(LIMITED, harness.state, dict(timer.body), 999.0)
+        decision = apply(LIMITED, harness.state, router_event(timer.body), 999.0)
         assert decision.outbox == []
     assert harness.state.status == "completed" and harness.state.error is None
     assert not harness.state.sla_missed

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from noetl_stream import ids, jsonutil, messages
 from noetl_stream.dsl.task_list import TaskList
+from noetl_stream.event_decoding import decode_event_body
 from noetl_stream.messages import (
     CancelRequest,
     Command,
@@ -17,7 +18,6 @@ from noetl_stream.messages import (
     CommandCursor,
     ExecutionRequest,
     Malformed,
-    decode_event,
     reply_address,
     validated,
 )
@@ -201,7 +201,7 @@ def test_the_event_constructor_puts_the_envelope_first() -> None:
 # -- events read off the stream -------------------------------------------------------------
 def event(subject: str, body: Any, seq: int | None = None) -> dict[str, Any]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    return decode_event("noetl", subject, data, seq)
+    return decode_event_body("noetl", subject, data, seq)
 
 
 def test_an_event_takes_its_identity_from_its_subject() -> None:

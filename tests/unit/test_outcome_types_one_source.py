@@ -8,8 +8,8 @@ import ast
 from pathlib import Path
 
 import noetl_stream
-from noetl_stream import messages, subjects
-from noetl_stream.router import engine, listeners
+from noetl_stream import messages, router_events, subjects
+from noetl_stream.router import listeners
 
 ROOT = Path(noetl_stream.__file__).parent
 
@@ -36,5 +36,6 @@ def test_every_reader_reads_that_list() -> None:
     outcomes = set(messages.OUTCOME_EVENTS)
     assert set(subjects.ROUTER_INPUT_EVENTS) == outcomes
     assert set(listeners.OUTCOMES) == outcomes
-    assert {etype for etype, handler in engine._HANDLERS.items()
-            if handler is engine._on_outcome} == outcomes
+    # The router takes an outcome by its model, which decoding gives exactly these types.
+    assert {etype for etype, tag in router_events._MODEL_OF_TYPE.items()
+            if tag == "outcome"} == outcomes

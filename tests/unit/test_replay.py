@@ -131,3 +131,18 @@ def test_a_start_without_a_timestamp_is_named_rather_than_rebuilt_at_some_time()
     del started["timestamp"]
     with pytest.raises(ValueError, match=r"execution\.started of .* carries no timestamp"):
         rebuild(PLAYBOOK, recorder.log, TOPOLOGY, playbook_key=recorder.state.playbook_key)
+
+def test_an_event_in_the_log_the_server_refused_is_not_applied_in_the_rebuild() -> None:
+    h = Recorder()
+    h.run(check)
+    # A child.started without the child's id: the server refuses it as `schema` and never
+    # applies it, so the state it committed does not count it either.
+    refused = {"event_type": "child.started", "execution_id": "exec1", "timestamp": 1001.0,
+               "step_run_id": "exec1.start.1", "detached": False}
+    log = [*h.log[:3], refused, *h.log[3:]]
+
+    out = rebuild(PLAYBOOK, log, TOPOLOGY, playbook_key=h.state.playbook_key)
+
+    assert out is not None
+    assert first_difference(content(h.state), content(out.state)) is None
+    assert out.state.applied == h.state.applied

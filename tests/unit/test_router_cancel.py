@@ -10,6 +10,7 @@ from unit_helpers import parse
 
 from noetl_stream.jsonutil import to_plain
 from noetl_stream.router import ExecutionState, apply, start
+from noetl_stream.router_events import router_event
 from noetl_stream.testing.router_harness import Reply, RouterHarness
 
 PARALLEL = parse("""
@@ -135,7 +136,7 @@ def test_router_cancel_replays_the_same() -> None:
         for now, event in enumerate(events, start=1):
             if through_json:
                 state = ExecutionState.from_dict(to_plain(state.to_dict()))
-            state = apply(PARALLEL, state, event, float(now)).state
+            state = apply(PARALLEL, state, router_event(event), float(now)).state
             outboxes.append(to_plain(state.to_dict()["outbox"]))
         return outboxes, to_plain(state.to_dict())
 

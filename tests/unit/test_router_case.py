@@ -13,8 +13,8 @@ def answer_route(harness: RouterHarness, step: str, route: str | None, result: o
     (command,) = harness.pending_for(step)
     event = {"event_type": "step.done", "execution_id": command["execution_id"], "step": step,
              "step_run_id": command["step_run_id"], "iteration": command["iteration"],
-             "pool": "default", "result": result, "error": None, "ctx_patch": {}, "http": None,
-             "route": route}
+             "pool": "default", "status": "ok", "result": result, "error": None, "ctx_patch": {},
+             "http": None, "route": route}
     harness.pending.remove(command)
     harness.send(event)
 
@@ -168,7 +168,7 @@ def test_router_routed_iteration_ends_a_loop_early() -> None:
         event_route = "case[0]" if index == 1 else None
         harness.pending.remove(command)
         harness.send({"event_type": "loop.iteration.done", "execution_id": "exec1", "step": "start",
-                      "pool": "default",
+                      "pool": "default", "status": "ok",
                       "step_run_id": command["step_run_id"], "iteration": command["iteration"],
                       "result": command["iteration"], "error": None, "ctx_patch": {},
                       "route": event_route})

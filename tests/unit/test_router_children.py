@@ -16,6 +16,7 @@ from noetl_stream.jsonutil import to_plain
 from noetl_stream.messages import CancelRequest
 from noetl_stream.router import ExecutionState, apply, start
 from noetl_stream.router.explain import explain
+from noetl_stream.router_events import router_event
 from noetl_stream.testing.router_harness import Reply, RouterHarness
 
 WAITS = parse("""
@@ -216,7 +217,7 @@ def replay(playbook: Any, events: list[dict[str, Any]],
     for now, event in enumerate(events, start=1):
         if through_json:
             state = ExecutionState.from_dict(to_plain(state.to_dict()))
-        state = apply(playbook, state, event, float(now)).state
+        state = apply(playbook, state, router_event(event), float(now)).state
         outboxes.append(to_plain(state.to_dict()["outbox"]))
     return outboxes, to_plain(state.to_dict())
 

@@ -14,7 +14,7 @@ def test_outcome_event_for_a_plain_step_is_step_done_with_the_result() -> None:
     assert outcome_event(COMMAND, Reply(result=[1], ctx_patch={"k": 1})) == {
         "event_type": "step.done", "execution_id": "e1", "step": "s", "step_run_id": "e1.s.1",
         "pool": "default", "iteration": None, "result": [1], "error": None, "ctx_patch": {"k": 1},
-        "http": None}
+        "http": None, "status": "ok", "timestamp": 0.0, "parent_execution_id": None}
 
 
 def test_outcome_event_failure_carries_a_default_error() -> None:

@@ -118,7 +118,7 @@ def test_a_delayed_case_route_waits_too() -> None:
     command = harness.pending[0]
     harness.send({"event_type": "step.done", "execution_id": "exec1", "step": "start",
                   "step_run_id": command["step_run_id"], "iteration": None, "result": None,
-                  "route": "case[0]", "pool": "default"})
+                  "route": "case[0]", "pool": "default", "status": "ok"})
     harness.pending.clear()
     assert harness.state.status == "running" and harness.fired_steps() == ["start"]
     (timer,) = harness.timers()

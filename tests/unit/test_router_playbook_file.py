@@ -11,6 +11,7 @@ from typing import Any
 from noetl_stream import router
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.router.state import ExecutionState
+from noetl_stream.router_events import router_event
 from noetl_stream.server.replay import rebuild
 from noetl_stream.server.state_diff import content, first_difference
 from noetl_stream.subjects import load_topology
@@ -37,7 +38,7 @@ def run(execution_id: str, playbook_file: str | None) -> tuple[ExecutionState, l
             "step_run_id": command.body.step_run_id, "pool": "default", "status": "ok",
             "result": None, "timestamp": 10.5}
     log.append(done)
-    router.apply(SHARED, state, done, 11.0)
+    router.apply(SHARED, state, router_event(done), 11.0)
     log += [{**m.plain_body, "event_id": m.msg_id} for m in state.outbox if m.kind == "event"]
     return state, log
 

@@ -10,6 +10,7 @@ from unit_helpers import parse
 
 from noetl_stream.router import apply, start_replay
 from noetl_stream.router.replay import seed_of
+from noetl_stream.router_events import router_event
 from noetl_stream.testing.router_harness import RouterHarness
 
 
@@ -97,9 +98,9 @@ def test_a_restart_with_another_version_switches_the_execution_to_it() -> None:
 def test_a_version_that_lacks_a_step_the_execution_ran_is_refused() -> None:
     h = failed_chain()
     renamed = parse(CHAIN_TEXT.replace("three", "third"))
-    state = apply(renamed, h.state, {"event_type": "execution.restart.requested",
-                                     "execution_id": "exec1", "restart": 1,
-                                     "playbook_key": "v3"}, 10.0).state
+    state = apply(renamed, h.state, router_event({"event_type": "execution.restart.requested",
+                                                  "execution_id": "exec1", "restart": 1,
+                                                  "playbook_key": "v3"}), 10.0).state
     assert state.status == "failed" and state.playbook_key == CHAIN.name
     (ignored,) = state.outbox
     assert ignored.body["reason"] == 'the playbook has no step "three" of the execution'

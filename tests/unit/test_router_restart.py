@@ -48,7 +48,8 @@ JOINED = parse("""
 
 def restart(harness: RouterHarness, **fields: Any) -> list[Any]:
     return harness.send({"event_type": "execution.restart.requested",
-                         "execution_id": harness.state.execution_id, **fields})
+                         "execution_id": harness.state.execution_id,
+                         "restart": harness.state.restarts + 1, **fields})
 
 
 def fail_four(command: Command) -> Reply:

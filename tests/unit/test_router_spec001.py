@@ -46,7 +46,8 @@ async def drive(body: str, workload: dict[str, Any] | None = None
         harness.send({"event_type": "step.done" if result.ok else "step.failed",
                       "execution_id": command["execution_id"], "step": command["step"],
                       "step_run_id": command["step_run_id"], "iteration": command["iteration"],
-                      "pool": "default", "result": result.result, "error": result.error,
+                      "pool": "default", "status": "ok" if result.ok else "error",
+                      "result": result.result, "error": result.error,
                       "ctx_patch": result.ctx_patch, "http": result.http, "route": result.route,
                       "case_matched": result.case_matched})
     return harness, recorder, harness.state

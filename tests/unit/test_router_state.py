@@ -9,8 +9,9 @@ from unit_helpers import parse
 
 from noetl_stream import jsonutil
 from noetl_stream.jsonutil import to_plain
-from noetl_stream.messages import Command
+from noetl_stream.messages import Command, Malformed
 from noetl_stream.router import ExecutionState, apply
+from noetl_stream.router_events import router_event
 from noetl_stream.testing import Reply, RouterHarness, outcome_event
 
 WRITES = """
@@ -205,7 +206,8 @@ def test_router_state_survives_a_json_snapshot_between_events() -> None:
     harness = RouterHarness(playbook)
     state = ExecutionState.from_dict(to_plain(harness.state.to_dict()))
     command = harness.pending[0]
-    state = apply(playbook, state, outcome_event(command, Reply(result={"n": 2, "id": "y"})), 1.0).state
+    state = apply(playbook, state, router_event(outcome_event(command, Reply(result={"n": 2, "id": "y"}))),
+                  1.0).state
     assert state.ctx["total"] == 12
     (after,) = [o.body for o in state.outbox if isinstance(o.body, Command)]
     assert after.step == "after"
@@ -232,7 +234,8 @@ def test_router_unknown_event_type_changes_nothing() -> None:
           - step: start
     """))
     before = snapshot(harness.state)
-    event = {"event_type": "task.started", "step_run_id": harness.pending[0]["step_run_id"]}
+    event = {"event_type": "task.started", "execution_id": "exec1",
+             "step_run_id": harness.pending[0]["step_run_id"]}
     assert harness.send(event) == []
     assert snapshot(harness.state) == before
 
@@ -253,12 +256,13 @@ def test_router_duplicate_loop_iteration_event_does_not_patch_ctx_again() -> Non
     assert harness.state.ctx == {"last": "first"}
 
 
-def test_router_outcome_with_a_non_integer_iteration_is_ignored() -> None:
+def test_router_outcome_with_a_non_integer_iteration_is_refused_before_the_router() -> None:
     harness = RouterHarness(parse(PARALLEL_PAIR))
     second = harness.pending[1]
     before = snapshot(harness.state)
     for wrong in (True, 1.0, "1", [1]):
-        assert harness.send({**outcome_event(second), "iteration": wrong}) == []
+        with pytest.raises(Malformed, match=r"^iteration: "):
+            harness.send({**outcome_event(second), "iteration": wrong})
     assert snapshot(harness.state) == before
 
 

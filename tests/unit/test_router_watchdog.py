@@ -13,6 +13,7 @@ from unit_helpers import parse
 from noetl_stream.jsonutil import to_plain
 from noetl_stream.router import ExecutionState, apply, start
 from noetl_stream.router.budgets import GRACE_S, budget_s
+from noetl_stream.router_events import router_event
 from noetl_stream.testing.router_harness import Reply, RouterHarness
 
 GUARDED = parse("""
@@ -191,7 +192,7 @@ def test_router_watchdog_decisions_replay_the_same() -> None:
         for now, event in enumerate(events, start=1):
             if through_json:
                 state = ExecutionState.from_dict(to_plain(state.to_dict()))
-            state = apply(LOOP, state, event, float(now)).state
+            state = apply(LOOP, state, router_event(event), float(now)).state
             outboxes.append(to_plain(state.to_dict()["outbox"]))
         return outboxes, to_plain(state.to_dict())
 
@@ -260,7 +261,7 @@ def test_router_with_watchdogs_and_cancels_ends_and_replays_the_same(data: st.Da
         outboxes = []
         for now, event in enumerate(events, start=1):
             state = ExecutionState.from_dict(to_plain(state.to_dict()))
-            state = apply(TIMED_NET, state, event, float(now)).state
+            state = apply(TIMED_NET, state, router_event(event), float(now)).state
             outboxes.append(to_plain(state.to_dict()["outbox"]))
         return outboxes, to_plain(state.to_dict())
 

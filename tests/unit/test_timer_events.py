@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from noetl_stream import jsonutil
-from noetl_stream.bus.signals import decode_event
+from noetl_stream.bus.signals import decode_event_body
 from noetl_stream.cli.progress import ProgressPrinter
 from noetl_stream.subjects import load_topology
 
@@ -27,7 +27,7 @@ def timer_body(timer_id: str = "timeout", after_s: float = 3600.0) -> dict[str, 
 
 def test_the_schedule_message_reads_as_scheduled_with_its_fire_time() -> None:
     subject = TOPOLOGY.timer_schedule_subject("42", "timeout")
-    event = decode_event(TOPOLOGY, subject, jsonutil.dumps(timer_body()), seq=5)
+    event = decode_event_body(TOPOLOGY, subject, jsonutil.dumps(timer_body()), seq=5)
     assert event["event_type"] == "timer.scheduled"
     assert event["fire_at"] == SET_AT + 3600 and event["timer_id"] == "timeout"
     assert "seq" not in event  # only a fired timer is something a listener takes once
@@ -35,7 +35,7 @@ def test_the_schedule_message_reads_as_scheduled_with_its_fire_time() -> None:
 
 def test_the_message_delivered_when_due_reads_as_fired() -> None:
     subject = TOPOLOGY.event_subject("42", "timer.fired")
-    event = decode_event(TOPOLOGY, subject, jsonutil.dumps(timer_body()), seq=9)
+    event = decode_event_body(TOPOLOGY, subject, jsonutil.dumps(timer_body()), seq=9)
     assert event["event_type"] == "timer.fired" and event["seq"] == 9
 
 

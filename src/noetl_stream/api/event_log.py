@@ -25,7 +25,7 @@ from noetl_stream.api.models import StoredEvent
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.event_feed import EVENTS_STREAM as EVENTS_STREAM  # re-exported
 from noetl_stream.bus.event_feed import EventFeed
-from noetl_stream.bus.signals import decode_event
+from noetl_stream.bus.signals import decode_event_body
 
 FETCH_TIMEOUT_S = 5.0
 
@@ -33,7 +33,7 @@ FETCH_TIMEOUT_S = 5.0
 def stored_event(bus: Bus, msg: Msg) -> StoredEvent | None:
     seq = int(msg.metadata.sequence.stream)
     try:
-        event = decode_event(bus.topology, msg.subject, msg.data, seq)
+        event = decode_event_body(bus.topology, msg.subject, msg.data, seq)
     except ValueError:
         return None  # not an event envelope; the router terminates such messages too
     if not isinstance(event.get("timestamp"), (int, float)) and msg.metadata.timestamp:

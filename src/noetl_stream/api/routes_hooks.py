@@ -21,7 +21,7 @@ from noetl_stream.api.context import api_context
 from noetl_stream.api.endpoints import Endpoint, json_response
 from noetl_stream.api.errors import ApiError, not_found
 from noetl_stream.api.routes_triggers import trigger_name
-from noetl_stream.events import iso_time
+from noetl_stream.isotime import iso_time
 from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.server.trigger_ops import publish_trigger_event
 from noetl_stream.server.trigger_start import record_fired, request_execution

@@ -45,7 +45,8 @@ from noetl_stream.bus.publish import publish_event
 from noetl_stream.bus.pull import PullConsumer, open_pull
 from noetl_stream.bus.stopping import stop_task
 from noetl_stream.bus.storage import while_storage_refused
-from noetl_stream.jsonutil import JsonObject
+from noetl_stream.events import ErrorInfo
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 log = logging.getLogger("noetl_stream.dead_letters")
 
@@ -243,9 +244,9 @@ async def dead_letter_command(bus: Bus, stream: str, seq: int, deliveries: int,
         original_msg_id=(command.headers or {}).get("Nats-Msg-Id"))
     identity = command_identity(data)
     if identity is not None:
-        error = {"kind": "dead_letter",
-                 "message": f"command {detail} (worker crashed or lost it); dead-lettered as "
-                            f"{dlq_seq}"}
+        error = ErrorInfo(kind="dead_letter",
+                          message=f"command {detail} (worker crashed or lost it); "
+                          f"dead-lettered as {dlq_seq}")
         await publish_step_failure(bus, identity, error, now,
                                    pool=bus.topology.pool_of_command(str(command.subject)),
                                    dead_letter=dlq_seq)
@@ -256,20 +257,19 @@ async def dead_letter_command(bus: Bus, stream: str, seq: int, deliveries: int,
     return True
 
 
-async def publish_step_failure(bus: Bus, identity: dict[str, Any], error: dict[str, Any],
-                               now: float, *, pool: str, **fields: Any) -> None:
+async def publish_step_failure(bus: Bus, identity: dict[str, Any], error: ErrorInfo,
+                               now: float, *, pool: str, **fields: JsonValue) -> None:
     """The outcome a command's worker would have published, as a failure with `error`, under the
     worker's own msg id and on its pool's subject: a late real outcome and this one never both
     count, and the router takes it as the command's own pool's.
     """
     execution_id, run, iteration = (identity["execution_id"], identity["step_run_id"],
                                     identity["iteration"])
-    etype = "step.failed" if iteration is None else "loop.iteration.failed"
-    body = messages.event_body(
-        etype, execution_id, now, parent_execution_id=identity["parent_execution_id"],
-        step=identity["step"], step_run_id=run, iteration=iteration, status="error",
-        result=None, error=error, ctx_patch={}, http=None, route=None, case_matched=None,
-        **fields)
+    etype = messages.outcome_type(False, iteration)
+    body = messages.outcome_event(
+        ok=False, execution_id=execution_id, step=identity["step"], step_run_id=run,
+        iteration=iteration, timestamp=now, parent_execution_id=identity["parent_execution_id"],
+        error=error, ctx_patch={}, http=None, route=None, case_matched=None, **fields)
     await publish_event(bus, execution_id, etype,
                         ids.event_msg_id(execution_id, etype, run, iteration), body, pool=pool)
 

@@ -14,7 +14,7 @@ from typing import Any
 from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.timers import publish_timer
-from noetl_stream.events import iso_time
+from noetl_stream.isotime import iso_time
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import Outgoing
 from noetl_stream.subjects import ROUTER_INPUT_EVENTS

@@ -11,15 +11,15 @@ execution's listeners (`eval_mode: on_event`); one that nobody takes is recorded
 from __future__ import annotations
 
 import re
-from typing import Any
 
-from noetl_stream import jsonutil, messages
+from noetl_stream import event_decoding, jsonutil, messages
 from noetl_stream.bus.connection import Bus
-from noetl_stream.jsonutil import JsonValue
+from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.messages import SIGNAL_PREFIX
+from noetl_stream.router_events import RouterEvent, router_event
 from noetl_stream.subjects import Topology
 
-__all__ = ["SIGNAL_PREFIX", "awaited_signals", "decode_event", "publish_signal",
+__all__ = ["SIGNAL_PREFIX", "awaited_signals", "decode_event", "decode_event_body", "publish_signal",
            "valid_signal_name", "why_unheard"]
 
 
@@ -30,16 +30,24 @@ def valid_signal_name(name: str) -> bool:
     return messages.signal_name_problem(name) is None
 
 
-def decode_event(topology: Topology, subject: str, data: bytes,
-                 seq: int | None = None) -> dict[str, Any]:
-    """The event a message on the events stream (or its copy in the router's stream) carries,
-    checked (messages.decode_event) under the subject it was published on. Raises
-    messages.Malformed (a ValueError) for a message no reader may take: an identifier that is
-    not one, a body that is not a JSON object where an event envelope is expected, or a body
-    whose `execution_id` or `event_type` is not its subject's.
+def decode_event_body(topology: Topology, subject: str, data: bytes,
+                      seq: int | None = None) -> JsonObject:
+    """The body of the event a message on the events stream (or its copy in the router's
+    stream) carries, as JSON, checked (event_decoding.py decode_event_body) under the subject it was
+    published on. Raises messages.Malformed (a ValueError) for a message no reader may take: an
+    identifier that is not one, a body that is not a JSON object where an event envelope is
+    expected, or a body whose `execution_id` or `event_type` is not its subject's.
     """
-    return messages.decode_event(topology.prefix, topology.published_subject(subject), data,
-                                 seq)
+    return event_decoding.decode_event_body(topology.prefix, topology.published_subject(subject), data,
+                                      seq)
+
+
+def decode_event(topology: Topology, subject: str, data: bytes,
+                 seq: int | None = None) -> RouterEvent:
+    """The event as the model of its type (router_events.py), checked as `decode_event_body`
+    checks it; a body of a known type without its type's fields is Malformed too.
+    """
+    return router_event(decode_event_body(topology, subject, data, seq))
 
 
 async def publish_signal(bus: Bus, execution_id: str, name: str, data: JsonValue, *,
@@ -51,7 +59,7 @@ async def publish_signal(bus: Bus, execution_id: str, name: str, data: JsonValue
     problem = messages.execution_id_problem(execution_id) or messages.signal_name_problem(name) \
         or messages.bounded_json_problem(data)
     body = jsonutil.dumps(data) if problem is None else b""
-    problem = problem or messages.signal_size_problem(body)
+    problem = problem or event_decoding.signal_size_problem(body)
     if problem is not None:
         raise ValueError(problem)
     headers = {"Nats-Msg-Id": msg_id} if msg_id else None

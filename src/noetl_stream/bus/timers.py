@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 
 from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
-from noetl_stream.events import iso_time
+from noetl_stream.isotime import iso_time
 from noetl_stream.messages import SCHEDULE_PREFIX, TIMER_FIRED, TIMER_SCHEDULED
 from noetl_stream.router.state import Outgoing
 

@@ -16,7 +16,7 @@ from nats.aio.msg import Msg
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.delivery import pending_of
 from noetl_stream.bus.event_feed import IDLE_HEARTBEAT, EventFeed
-from noetl_stream.bus.signals import decode_event
+from noetl_stream.bus.signals import decode_event_body
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 
@@ -76,7 +76,7 @@ class ExecutionWatch:
     async def _on_msg(self, msg: Msg) -> None:
         try:
             # A signal's body is a client's data, not an event envelope (bus/signals.py).
-            event = decode_event(self.bus.topology, msg.subject, msg.data)
+            event = decode_event_body(self.bus.topology, msg.subject, msg.data)
         except ValueError:
             return
         try:

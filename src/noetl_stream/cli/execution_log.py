@@ -16,7 +16,7 @@ from noetl_stream import jsonutil
 from noetl_stream.api.event_log import count_after, read_page
 from noetl_stream.bus.connection import Bus
 from noetl_stream.cli.progress import output_lines
-from noetl_stream.events import iso_time
+from noetl_stream.isotime import iso_time
 from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.state.kv_keys import bucket_keys

@@ -32,7 +32,7 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
     from noetl_stream.api.event_log import follow as follow_events
     from noetl_stream.bus.connection import Bus
     from noetl_stream.bus.delivery import pending_of
-    from noetl_stream.bus.signals import decode_event
+    from noetl_stream.bus.signals import decode_event_body
     from noetl_stream.bus.watcher import EndOfLog
     from noetl_stream.cli.execution_log import is_known, read_events
     from noetl_stream.services import client_bus
@@ -45,7 +45,7 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
             while True:
                 msg = await feed.get()
                 try:
-                    event = decode_event(bus.topology, msg.subject, msg.data)
+                    event = decode_event_body(bus.topology, msg.subject, msg.data)
                 except ValueError:
                     continue
                 show(event)

@@ -30,6 +30,7 @@ from jinja2.exceptions import UndefinedError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing
 
+from noetl_stream import jsonutil
 from noetl_stream.dsl.filters import FILTERS, TESTS
 from noetl_stream.dsl.template_budget import (
     TemplateBound,
@@ -44,7 +45,7 @@ from noetl_stream.dsl.template_budget import (
 )
 from noetl_stream.dsl.values import DataEnvelope, ListView
 from noetl_stream.errors import TemplateError
-from noetl_stream.jsonutil import JsonObject
+from noetl_stream.jsonutil import JsonObject, JsonValue
 
 MAX_OUTPUT = 4_000_000  # characters of a rendered text; items or characters a `*` may make
 MAX_POWER_BITS = 4096  # bits of an integer `**` may make
@@ -352,6 +353,30 @@ def render(value: object, context: Mapping[str, object], *, step: str | None = N
     under one budget: the ten templates of a `set:` together do at most MAX_OPERATIONS.
     """
     return metered(lambda: _render_all(value, context, step=step, field=field))
+
+
+@overload
+def render_data(value: JsonObject, context: Mapping[str, object], *, step: str | None = None,
+                field: str | None = None) -> JsonObject: ...
+
+
+@overload
+def render_data(value: JsonValue, context: Mapping[str, object], *, step: str | None = None,
+                field: str | None = None) -> JsonValue: ...
+
+
+def render_data(value: JsonValue, context: Mapping[str, object], *, step: str | None = None,
+                field: str | None = None) -> JsonValue:
+    """`render`, as JSON holds the result: what an execution's state commits and a message
+    carries (a tuple or set is a list, a value JSON has no word for its text), so a state in
+    memory is the state stored. A value nothing can store fails as its template.
+    """
+    rendered = render(value, context, step=step, field=field)
+    try:
+        return jsonutil.to_plain(rendered)
+    except TypeError as exc:  # an integer past 64 bits, nesting past orjson's limit
+        raise TemplateError(f"the value cannot be stored: {exc}", expression=str(value),
+                            step=step, field=field) from None
 
 
 def _render_all(value: object, context: Mapping[str, object], *, step: str | None,

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TypeGuard
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.values import DataEnvelope, ListView, Locate, LoopResults, ResultMapping
+from noetl_stream.jsonutil import JsonValue
 
 _SQL_ROWS = ("columns", "rows", "row_count")
 STORED_APART_BYTES = 100 * 1024  # NoETL's worker inline budget (NOETL_EVENT_RESULT_CONTEXT_MAX_BYTES)
 STEP_RESULTS_BUCKET = "noetl_step_results"
 
 
-def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool, *,
-              execution_id: str | None = None) -> Any:
+def step_view(result: object, http: Mapping[str, JsonValue] | None, loop: bool, *,
+              execution_id: str | None = None) -> object:
     """A finished step's result as templates read it.
 
     Given the execution, a mapping result whose JSON is larger than NoETL's worker keeps inline
@@ -43,7 +44,7 @@ def step_view(result: Any, http: Mapping[str, Any] | None, loop: bool, *,
     return ResultMapping(view, locate=locate) if isinstance(view, dict) and locate else view
 
 
-def task_view(result: Any, http: Mapping[str, Any] | None) -> Any:
+def task_view(result: object, http: Mapping[str, JsonValue] | None) -> object:
     """A task's result as the later tasks of its pipeline, and its own `set:` as `output`, read it.
 
     For http this is NoETL's Rust task sequence shape `{status_code, headers, data: <body>, body:
@@ -61,7 +62,7 @@ def stored_key(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:32]
 
 
-def _locator(result: Any, execution_id: str) -> Locate:
+def _locator(result: object, execution_id: str) -> Locate:
     def locate() -> dict[str, str] | None:
         data = jsonutil.dumps(result)
         if len(data) <= STORED_APART_BYTES:
@@ -71,7 +72,7 @@ def _locator(result: Any, execution_id: str) -> Locate:
     return locate
 
 
-def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
+def http_view(result: object, http: Mapping[str, JsonValue] | None) -> object:
     """An http result read by name (`fetch.data`, `{{ fetch }}`): the body, plus the envelope keys
     NoETL's http tools put around it - `data` (the Python engine's `{status_code, headers,
     data}`), `body` (the Rust tool's `{status_code, headers, body}`), `status_code` and
@@ -90,7 +91,7 @@ def http_view(result: Any, http: Mapping[str, Any] | None) -> Any:
     return view
 
 
-def http_output_data(result: Any, http: Mapping[str, Any]) -> Any:
+def http_output_data(result: object, http: Mapping[str, JsonValue]) -> object:
     """`output.data` of an http call. NoETL's fixtures read it two ways that disagree when the
     body has its own `data` key: templates written for the Python engine's envelope read
     `{{ output.data.data }}` as the whole body, while code written for the Rust worker binds
@@ -109,24 +110,24 @@ def http_output_data(result: Any, http: Mapping[str, Any]) -> Any:
     return DataEnvelope({**result, **envelope}, data=result)
 
 
-def _http_envelope(body: Any, http: Mapping[str, Any]) -> dict[str, Any]:
+def _http_envelope(body: JsonValue, http: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
     return {"status_code": http.get("status"), "headers": http.get("headers") or {},
             "body": body, "data": body}
 
 
-def _http_list_view(body: list[Any], http: Mapping[str, Any]) -> ListView:
+def _http_list_view(body: list[JsonValue], http: Mapping[str, JsonValue]) -> ListView:
     return ListView(body, names={"status_code": http.get("status"),
                                  "headers": http.get("headers") or {}},
                     itself=("data", "body"))
 
 
-def is_sql_payload(value: Any) -> bool:
+def is_sql_payload(value: object) -> TypeGuard[dict[str, JsonValue]]:
     """A SQL statement's payload as tools/sql.py shapes it: rows, or a count of affected rows."""
     return isinstance(value, dict) and (all(k in value for k in _SQL_ROWS)
                                         or "affected_rows" in value)
 
 
-def sql_view(result: Any) -> Any:
+def sql_view(result: object) -> object:
     """A SQL result that also answers NoETL's older per-statement keys `command_<i>`, each with
     `status: success` and, for a statement without rows, `row_count` = rows affected.
 
@@ -155,15 +156,16 @@ def _is_command_key(key: str) -> bool:
     return key.startswith("command_") and key[len("command_"):].isdigit()
 
 
-def _statement_view(payload: dict[str, Any]) -> dict[str, Any]:
-    view = {"status": "success", **payload}
+def _statement_view(payload: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
+    view: dict[str, JsonValue] = {"status": "success", **payload}
     if "row_count" not in view and "affected_rows" in view:
         view["row_count"] = view["affected_rows"]
     return view
 
 
-def output_view(result: Any, error: Mapping[str, Any] | None, http: Mapping[str, Any] | None,
-                *, loop: bool = False, status: str | None = None) -> dict[str, Any]:
+def output_view(result: object, error: Mapping[str, JsonValue] | None,
+                http: Mapping[str, JsonValue] | None, *, loop: bool = False,
+                status: str | None = None) -> dict[str, object]:
     """`output` as templates read it after a call or a step: the result's own keys (and its
     views'), overlaid with the envelope `status`, `data`, `response`, `error`, `http`, `pg`; for
     http also `status_code` and `headers` where the result has no key of that name (an error
@@ -171,7 +173,7 @@ def output_view(result: Any, error: Mapping[str, Any] | None, http: Mapping[str,
     NoETL's Python envelope (`http_output_data`), not the step read.
     """
     view = step_view(result, http, loop)
-    output = dict(view) if isinstance(view, dict) else {}
+    output: dict[str, object] = dict(view) if isinstance(view, dict) else {}
     data = http_output_data(result, http) if http and not loop else view
     output.update({"status": status or ("error" if error else "ok"), "data": data,
                    "response": data, "error": error, "http": http,

@@ -8,7 +8,7 @@ import logging
 import sys
 
 from noetl_stream import jsonutil
-from noetl_stream.events import iso_time
+from noetl_stream.isotime import iso_time
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_FORMATS = ("text", "json")

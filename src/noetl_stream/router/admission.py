@@ -20,9 +20,10 @@ from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl import execution_limits, templating
+from noetl_stream.events import ExecutionAdmitted
 from noetl_stream.router import deadlines
 from noetl_stream.router.interface import Router
-from noetl_stream.router.state import ExecutionState
+from noetl_stream.router.state import Admission, ExecutionState
 
 REQUESTED = "concurrency.requested"
 RELEASED = "concurrency.released"
@@ -78,7 +79,7 @@ def begin(router: Router) -> None:
                 **_fields(state.admission), playbook=router.pb.path or router.pb.name)
 
 
-def on_admitted(router: Router, event: dict[str, Any]) -> bool:
+def on_admitted(router: Router, event: ExecutionAdmitted) -> bool:
     """`execution.admitted`: the execution holds a slot; its start step fires now."""
     state = router.state
     if not waiting(state):
@@ -101,5 +102,6 @@ def released(router: Router) -> None:
                 **_fields(state.admission), status=state.status)
 
 
-def _fields(admission: dict[str, Any]) -> dict[str, Any]:
-    return {k: admission[k] for k in ("group", "key", "limit", "on_limit")}
+def _fields(admission: Admission) -> dict[str, str | int]:
+    return {"group": admission["group"], "key": admission["key"], "limit": admission["limit"],
+            "on_limit": admission["on_limit"]}

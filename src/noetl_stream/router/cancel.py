@@ -13,20 +13,19 @@ like any event of a finished execution.
 
 from __future__ import annotations
 
-from typing import Any
-
 from noetl_stream import ids
+from noetl_stream.events import CancelRequested
 from noetl_stream.router import children
 from noetl_stream.router.interface import Router
 
 REQUESTED = "execution.cancel.requested"
 
 
-def apply_cancel(router: Router, event: dict[str, Any]) -> None:
+def apply_cancel(router: Router, event: CancelRequested) -> None:
     """Cut every running run short and mark the execution cancelled."""
     state = router.state
-    reason = str(event.get("reason") or "cancel requested")
-    requested_by = event.get("requested_by")
+    reason = event.reason or "cancel requested"
+    requested_by = event.requested_by
     for run in state.active_runs:
         in_flight = list(run.loop.in_flight) if run.loop is not None else []
         run.status = "cancelled"

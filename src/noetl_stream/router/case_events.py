@@ -12,20 +12,21 @@ from typing import Any
 
 from noetl_stream import ids
 from noetl_stream.dsl.models import Arc, Step
+from noetl_stream.events import OutcomeEvent
 from noetl_stream.router.interface import Router
 from noetl_stream.router.state import Run
 
 EVENTS = frozenset({"case.evaluated", "next.evaluated", "case.branch.suppressed"})
 
 
-def evaluated(router: Router, step: Step, run: Run, event: dict[str, Any]) -> None:
+def evaluated(router: Router, step: Step, run: Run, event: OutcomeEvent) -> None:
     """An ok outcome of a spec 001 step: remember and publish the branches it found true."""
-    matched = event.get("case_matched")
-    if step.case is None or not isinstance(matched, list):
+    matched = event.case_matched
+    if step.case is None or matched is None:
         router.case_matched = []
         return
     router.case_matched = [str(m) for m in matched]
-    index = event.get("iteration")
+    index = event.iteration
     router.emit("case.evaluated", ids.event_msg_id(router.state.execution_id, "case.evaluated",
                                                    run.run_id, index),
                 step=step.name, step_run_id=run.run_id, iteration=index,

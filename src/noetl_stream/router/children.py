@@ -23,9 +23,8 @@ Invariant: a child id sits in at most one list, under the key of the command tha
 
 from __future__ import annotations
 
-from typing import Any
-
 from noetl_stream import ids
+from noetl_stream.events import ChildStarted
 from noetl_stream.router.interface import Router
 from noetl_stream.router.state import Outgoing, Run
 
@@ -37,17 +36,12 @@ def key_of(index: int | None) -> str:
     return NO_LOOP if index is None else str(index)
 
 
-def on_started(router: Router, event: dict[str, Any]) -> None:
+def on_started(router: Router, event: ChildStarted) -> None:
     """Record a child on its run or iteration in flight, or cancel it when that is over."""
-    child = event.get("child_execution_id")
-    run_id = event.get("step_run_id")
-    if event.get("detached") or not isinstance(child, str) or not ids.is_subject_token(child) \
-            or not isinstance(run_id, str):
+    child, index = event.child_execution_id, event.iteration
+    if event.detached or not ids.is_subject_token(child):
         return  # fire-and-forget, or not a child this router could tie to a command
-    index = event.get("iteration")
-    if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
-        return
-    run = router.state.runs.get(run_id)
+    run = router.state.runs.get(event.step_run_id)
     if router.state.status == "running" and run is not None and _in_flight(run, index):
         waiting = run.children.setdefault(key_of(index), [])
         if child not in waiting:  # a redelivered request or event: already recorded

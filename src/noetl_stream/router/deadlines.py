@@ -21,10 +21,10 @@ finished execution).
 
 from __future__ import annotations
 
-from typing import Any
-
 from noetl_stream import ids
 from noetl_stream.dsl import execution_limits
+from noetl_stream.events import TimerFired
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.router import children
 from noetl_stream.router.interface import Router
 from noetl_stream.router.state import Outgoing
@@ -58,14 +58,13 @@ def _timer(router: Router, timer_id: str, fire_at: float, seconds: float) -> Non
                          event_type="timer.fired"))
 
 
-def is_deadline(event: dict[str, Any]) -> bool:
-    return event.get("timer_id") in (TIMEOUT, SLA)
+def is_deadline(event: TimerFired) -> bool:
+    return event.timer_id in (TIMEOUT, SLA)
 
 
-def on_fired(router: Router, event: dict[str, Any]) -> None:
-    seconds = event.get("seconds")
-    seconds = float(seconds) if isinstance(seconds, (int, float)) else 0.0
-    if event.get("timer_id") == SLA:
+def on_fired(router: Router, event: TimerFired) -> None:
+    seconds = event.seconds or 0.0
+    if event.timer_id == SLA:
         _sla_missed(router, seconds)
     else:
         _timed_out(router, seconds)
@@ -86,7 +85,8 @@ def _timed_out(router: Router, seconds: float) -> None:
     """Fail the execution: its commands in flight are withdrawn, its running steps fail."""
     state = router.state
     reason = f"the execution ran longer than its timeout of {seconds:g}s (executor.spec.timeout)"
-    error = {"message": reason, "kind": "timeout", "retryable": False, "source": "execution"}
+    error: dict[str, JsonValue] = {"message": reason, "kind": "timeout", "retryable": False,
+                                   "source": "execution"}
     for run in state.active_runs:
         for index in list(run.loop.in_flight) if run.loop is not None else [None]:
             router.emit("step.timeout", ids.event_msg_id(state.execution_id, "step.timeout",

@@ -11,7 +11,7 @@ cancel, children, case events) see the engine through `router.interface.Router` 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from noetl_stream import ids, jsonutil, messages
@@ -20,13 +20,25 @@ from noetl_stream.dsl.context import build_context, output_view
 from noetl_stream.dsl.models import Arc, Playbook, Rule, Step
 from noetl_stream.dsl.values import EventName
 from noetl_stream.errors import TemplateError
+from noetl_stream.events import (
+    CancelRequested,
+    ChildStarted,
+    ExecutionAdmitted,
+    OutcomeEvent,
+    Replayed,
+    RestartRequested,
+    TimerFired,
+)
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.router import admission, cancel, case_events, children, listeners, loops, restart, watchdog
 from noetl_stream.router.failures import file_of, template_failure
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.reads import names_read, only, pick_steps, rule_templates
 from noetl_stream.router.state import Decision, Delayed, ExecutionState, Join, Outgoing, Run
+from noetl_stream.router_events import RouterEvent
 
 DEFAULT_POOL = "default"
+DELAY_TIMER_PREFIX = "next."  # the timer of a delayed token (`next.spec.delay`)
 # What NoETL's Python engine calls the end of a plain step's call, when its arcs are evaluated.
 CALL_EVENTS = {"step.done": ("call.done",), "step.failed": ("call.error",)}
 PROGRESS_EVENTS = frozenset({"step.started", "step.skipped", "loop.started", "loop.progress",
@@ -45,7 +57,7 @@ class Engine:
         self.case_matched: list[str] = []  # spec 001: branches the current outcome found true
 
     # -- messages --------------------------------------------------------------------------
-    def emit(self, event_type: str, msg_id: str, **payload: Any) -> None:
+    def emit(self, event_type: str, msg_id: str, **payload: object) -> None:
         """Queue an event; the ones only watchers read go out without waiting for a store ack."""
         body = {"event_id": msg_id, **messages.event_body(
             event_type, self.state.execution_id, self.now,
@@ -56,8 +68,8 @@ class Engine:
     def send(self, message: Outgoing) -> None:
         self.state.outbox.append(message)
 
-    def context(self, *, reads: Iterable[Any] = (), args: dict[str, Any] | None = None,
-                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def context(self, *, reads: Iterable[Any] = (), args: Mapping[str, object] | None = None,
+                extra: Mapping[str, object] | None = None) -> dict[str, Any]:
         """A router-side template context: the finished steps among the names the templates in
         `reads` name, beside the workload, ctx, vars and `args` they may always read.
         """
@@ -73,7 +85,7 @@ class Engine:
         return {"parent": self.state.parent_iter} if self.state.parent_iter is not None else {}
 
     # -- tokens ----------------------------------------------------------------------------
-    def deliver(self, src: str | None, dst: str, args: dict[str, Any]) -> None:
+    def deliver(self, src: str | None, dst: str, args: dict[str, JsonValue]) -> None:
         """A token from `src` (None for the start) reaches `dst`."""
         if dst not in self.names:
             return  # an arc to an implicit `end` simply ends the branch
@@ -115,7 +127,7 @@ class Engine:
             self.rule_out(step, arc.step)
 
     # -- firing ----------------------------------------------------------------------------
-    def fire(self, name: str, args: dict[str, Any]) -> None:
+    def fire(self, name: str, args: dict[str, JsonValue]) -> None:
         step = self.pb.step(name)
         if step.admit and not self.admitted(step, args):
             rec = self.state.record(name)
@@ -146,7 +158,7 @@ class Engine:
             return
         loops.start(self, step, run)
 
-    def admitted(self, step: Step, args: dict[str, Any]) -> bool:
+    def admitted(self, step: Step, args: dict[str, JsonValue]) -> bool:
         # Admission happens as the step is entered: a case `skip` on step.enter is a rule here.
         context = self.context(reads=[r.when for r in step.admit], args=args,
                                extra={"event": {"name": "step.enter", "payload": {}}})
@@ -159,7 +171,7 @@ class Engine:
                 return False
         return True
 
-    def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
+    def command(self, step: Step, run: Run, index: int | None, item: object) -> None:
         names: frozenset[str] | set[str] = self.graph.command_reads[step.name]
         if step.name in self.graph.reads_context:  # code reading `context` may read any of it
             names = names | {"workload", "ctx", *self.state.steps}
@@ -200,16 +212,13 @@ class Engine:
         watchdog.arm(self, step, run, index)
 
     # -- outcomes --------------------------------------------------------------------------
-    def on_outcome(self, event: dict[str, Any]) -> None:
-        run = self.state.runs.get(str(event.get("step_run_id")))
+    def on_outcome(self, event: OutcomeEvent) -> None:
+        run = self.state.runs.get(event.step_run_id)
         if run is None or run.status != "running":
             return  # a duplicate or late outcome: already applied
-        etype = event["event_type"]
-        ok = etype in ("step.done", "loop.iteration.done")
-        index = event.get("iteration")
-        if index is not None and (not isinstance(index, int) or isinstance(index, bool)):
-            return  # not an iteration number (True == 1 would match iteration 1)
-        error = _error_of(event.get("error"))
+        ok = event.event_type in ("step.done", "loop.iteration.done")
+        index = event.iteration  # a whole number: decoding refuses anything else
+        error = event.error
         if ok and (index is None) == (run.loop is None) and (
                 run.loop is None or index in run.loop.in_flight):
             case_events.evaluated(self, self.pb.step(run.step), run, event)
@@ -218,20 +227,18 @@ class Engine:
                 return
             self.patch_ctx(ok, event)
             rec = self.state.record(run.step)
-            http = event.get("http")
-            rec.http = http if isinstance(http, dict) else None
-            self.finish_run(run, ok=ok, result=event.get("result"), error=error,
-                            route=_route_of(event) if ok else None)
+            rec.http = event.http
+            self.finish_run(run, ok=ok, result=event.result, error=error,
+                            route=(event.route or None) if ok else None)
             return
         if index is not None and index in run.loop.in_flight:
             loops.on_outcome(self, run, index, ok, event, error)
 
-    def patch_ctx(self, ok: bool, event: dict[str, Any]) -> None:
-        patch = event.get("ctx_patch")
-        if ok and isinstance(patch, dict):
-            self.state.ctx.update(patch)
+    def patch_ctx(self, ok: bool, event: OutcomeEvent) -> None:
+        if ok and event.ctx_patch is not None:
+            self.state.ctx.update(event.ctx_patch)
 
-    def finish_run(self, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
+    def finish_run(self, run: Run, *, ok: bool, result: JsonValue, error: dict[str, JsonValue] | None,
                    route: str | None = None) -> None:
         step = self.pb.step(run.step)
         if ok and step.exit:
@@ -270,10 +277,10 @@ class Engine:
             self.fail_execution(run.step, error)
         self.state.runs.pop(run.run_id, None)
 
-    def apply_step_writes(self, step: Step, run: Run, extra: dict[str, Any]) -> None:
+    def apply_step_writes(self, step: Step, run: Run, extra: Mapping[str, object]) -> None:
         if step.set_ctx:
             context = self.context(reads=[step.set_ctx], args=run.args, extra=extra)
-            values = templating.render(step.set_ctx, context, step=step.name, field="set")
+            values = templating.render_data(step.set_ctx, context, step=step.name, field="set")
             for key in sorted(values):
                 problem = jsonutil.storable_problem(values[key])
                 if problem is not None:
@@ -283,7 +290,7 @@ class Engine:
             self.state.ctx.update(values)
         if step.vars:
             context = self.context(reads=[step.vars], args=run.args, extra=extra)
-            self.state.vars.update(templating.render(step.vars, context, step=step.name, field="vars"))
+            self.state.vars.update(templating.render_data(step.vars, context, step=step.name, field="vars"))
 
     def enter_step(self, step: Step, run: Run) -> bool:
         """Case `step.enter` rules: the first true one writes ctx or fails the run (False)."""
@@ -293,7 +300,7 @@ class Engine:
             rule = self.first_rule(step.enter, self.context(reads=reads, args=run.args,
                                                             extra=extra), step)
             if rule is not None and rule.set_ctx:
-                self.state.ctx.update(templating.render(rule.set_ctx, self.context(
+                self.state.ctx.update(templating.render_data(rule.set_ctx, self.context(
                     reads=reads, args=run.args, extra=extra), step=step.name, field="case.set"))
         except TemplateError as exc:
             self.finish_run(run, ok=False, result=None, error=template_failure(self, step, exc))
@@ -305,8 +312,8 @@ class Engine:
             return False
         return True
 
-    def exit_step(self, step: Step, run: Run, result: Any, route: str | None
-                  ) -> tuple[bool, Any, dict[str, Any] | None, str | None]:
+    def exit_step(self, step: Step, run: Run, result: JsonValue, route: str | None
+                  ) -> tuple[bool, JsonValue, dict[str, Any] | None, str | None]:
         """Case `step.exit` rules on a successful run: the first true one writes ctx, replaces
         the result, picks a route (unless a call rule already did) or fails the run.
         """
@@ -320,10 +327,10 @@ class Engine:
             if rule is None:
                 return True, result, None, route
             if rule.set_ctx:
-                self.state.ctx.update(templating.render(rule.set_ctx, context(), step=step.name,
+                self.state.ctx.update(templating.render_data(rule.set_ctx, context(), step=step.name,
                                                         field="case.set"))
             if rule.result is not None:
-                result = templating.render(rule.result, context(), step=step.name,
+                result = templating.render_data(rule.result, context(), step=step.name,
                                            field="case.result")
         except TemplateError as exc:
             return False, None, template_failure(self, step, exc), None
@@ -338,8 +345,8 @@ class Engine:
                 return rule
         return None
 
-    def route(self, step: Step, run: Run, ok: bool, error: dict[str, Any] | None,
-              extra: dict[str, Any], route: str | None = None) -> None:
+    def route(self, step: Step, run: Run, ok: bool, error: dict[str, JsonValue] | None,
+              extra: Mapping[str, object], route: str | None = None) -> None:
         context = self.context(reads=[[a.when, a.args, a.set_ctx] for a in step.next.arcs],
                                args=run.args, extra=extra)
         selected = self.select_arcs(step, ok, route, context)
@@ -348,9 +355,9 @@ class Engine:
             return
         tokens = []
         for arc in selected:
-            args = templating.render(arc.args, context, step=step.name, field="next.arcs.args")
+            args = templating.render_data(arc.args, context, step=step.name, field="next.arcs.args")
             if arc.set_ctx:
-                self.state.ctx.update(templating.render(arc.set_ctx, context, step=step.name,
+                self.state.ctx.update(templating.render_data(arc.set_ctx, context, step=step.name,
                                                         field="next.arcs.set"))
             tokens.append((arc, args))
         case_events.next_evaluated(self, step, run, route, tokens)
@@ -391,10 +398,11 @@ class Engine:
                 selected.append(arc)
         return selected
 
-    def delay(self, src: str, dst: str, args: dict[str, Any], seconds: float) -> None:
+    def delay(self, src: str, dst: str, args: dict[str, JsonValue], seconds: float) -> None:
         """A token on a delayed arc: held in the state, delivered when its durable timer fires."""
         self.state.delays_set += 1
-        timer_id = f"next.{self.state.delays_set}"  # a dot: no listener timer has this name
+        # A dot: no listener timer has this name.
+        timer_id = f"{DELAY_TIMER_PREFIX}{self.state.delays_set}"
         fire_at = self.now + seconds
         self.state.delayed[timer_id] = Delayed(src=src, dst=dst, args=args, fire_at=fire_at)
         body = {"event_type": "timer.fired", "execution_id": self.state.execution_id, "step": src,
@@ -410,7 +418,7 @@ class Engine:
         if token is not None:  # None: a redelivered timer, already applied
             self.deliver(token.src, token.dst, token.args)
 
-    def fail_execution(self, step: str, error: dict[str, Any]) -> None:
+    def fail_execution(self, step: str, error: dict[str, JsonValue]) -> None:
         if self.state.status != "running":
             return
         message = error.get("message") or "step failed"
@@ -454,24 +462,6 @@ class Engine:
         self.state.delayed.clear()
 
 
-def _delay_timer(event: dict[str, Any]) -> str:
-    """The timer id of a delayed token's `timer.fired`, "" for any other event."""
-    timer_id = event.get("timer_id")
-    return timer_id if isinstance(timer_id, str) and timer_id.startswith("next.") else ""
-
-
-def _route_of(event: dict[str, Any]) -> str | None:
-    route = event.get("route")
-    return route if isinstance(route, str) and route else None
-
-
-def _error_of(value: Any) -> dict[str, Any] | None:
-    """An outcome's error as a mapping; a worker that sent anything else still gets its text shown."""
-    if value is None or isinstance(value, dict):
-        return value
-    return {"message": str(value)}
-
-
 def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload: dict[str, Any],
           now: float, parent_execution_id: str | None = None,
           parent_iter: dict[str, Any] | None = None, concurrency: Mapping[str, Any] | None = None,
@@ -493,7 +483,7 @@ def start(playbook: Playbook, *, execution_id: str, playbook_key: str, workload:
     return state
 
 
-def abort(playbook: Playbook, state: ExecutionState, cause: str, error: dict[str, Any],
+def abort(playbook: Playbook, state: ExecutionState, cause: str, error: dict[str, JsonValue],
           now: float) -> ExecutionState:
     """End a running execution as failed because `cause` (an event, or its start) could not be
     applied or its effects could not be stored; `error` says why (`message`, `kind`, and where
@@ -509,25 +499,24 @@ def abort(playbook: Playbook, state: ExecutionState, cause: str, error: dict[str
     return state
 
 
-def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
+def apply(playbook: Playbook, state: ExecutionState, event: RouterEvent,
           now: float) -> Decision:
     """Apply one event (an outcome, a signal, a timer, a cancel request, a child's start); the
     decision's outbox (also `state.outbox`) holds only the messages this event implies.
     """
     state.outbox = []
-    etype = event.get("event_type")
-    if etype == children.STARTED:
+    if isinstance(event, ChildStarted):
         # Even for a finished execution: a child that started after its parent gave up on it
         # must still be cancelled.
         if state.status == "running":
             state.applied += 1
         children.on_started(Engine(playbook, state, now), event)
         return Decision(state, state.outbox)
-    if isinstance(etype, str) and etype in restart.ANY_STATUS:
+    if isinstance(event, (RestartRequested, Replayed)):
         # A restart reopens a finished execution, so it is taken whatever the status.
         state.applied += 1
         engine = Engine(playbook, state, now)
-        restart.ANY_STATUS[etype](engine, event)
+        restart.apply_any_status(engine, event)
         if state.status == "running":
             engine.check_quiescence()
         return Decision(state, state.outbox)
@@ -536,38 +525,44 @@ def apply(playbook: Playbook, state: ExecutionState, event: dict[str, Any],
     engine = Engine(playbook, state, now)
     state.applied += 1
     heard_by = listeners.listening(playbook, state)
-    handler = _HANDLERS.get(etype if isinstance(etype, str) else "", _for_listeners)
-    if handler(engine, event):
+    if _handled(engine, event):
         listeners.hear_all(engine, heard_by, event)
     engine.check_quiescence()
     return Decision(state, state.outbox)
 
 
-# What each event type does; the answer says whether the listeners hear the event too.
-_Handler = Callable[[Engine, dict[str, Any]], bool]
-
-
-def _for_listeners(engine: Engine, event: dict[str, Any]) -> bool:
-    """Signals, listener timers and anything else: only listeners act on them."""
+def _handled(engine: Engine, event: RouterEvent) -> bool:
+    """What the event does; the answer says whether the listeners hear it too. Signals,
+    listener timers and any other type: only listeners act on them.
+    """
+    if isinstance(event, OutcomeEvent):
+        return _on_outcome(engine, event)
+    if isinstance(event, CancelRequested):
+        cancel.apply_cancel(engine, event)
+        return False
+    if isinstance(event, ExecutionAdmitted):
+        return admission.on_admitted(engine, event)
+    if isinstance(event, TimerFired):
+        return _on_timer(engine, event)
     return True
 
 
-def foreign_pool(playbook: Playbook, state: ExecutionState, event: dict[str, Any]) -> str | None:
+def foreign_pool(playbook: Playbook, state: ExecutionState, event: RouterEvent) -> str | None:
     """The pool a running step's command was sent to, when this outcome came from another
     (None when it may be applied: from that pool, or for a run no longer running, which
     on_outcome passes over). The event's pool is its subject's, which NATS lets only that
     pool's workers publish.
     """
-    if event.get("event_type") not in messages.OUTCOME_EVENTS:
+    if not isinstance(event, OutcomeEvent):
         return None
-    run = state.runs.get(str(event.get("step_run_id")))
+    run = state.runs.get(event.step_run_id)
     if run is None or run.status != "running":
         return None
     expected = playbook.step(run.step).pool or DEFAULT_POOL
-    return None if event.get("pool") == expected else expected
+    return None if event.pool == expected else expected
 
 
-def _on_outcome(engine: Engine, event: dict[str, Any]) -> bool:
+def _on_outcome(engine: Engine, event: OutcomeEvent) -> bool:
     """A worker's outcome; one from another pool than its command's is dropped unheard."""
     if foreign_pool(engine.pb, engine.state, event) is not None:
         return False
@@ -575,26 +570,12 @@ def _on_outcome(engine: Engine, event: dict[str, Any]) -> bool:
     return True
 
 
-def _on_cancel(engine: Engine, event: dict[str, Any]) -> bool:
-    cancel.apply_cancel(engine, event)
-    return False
-
-
-def _on_timer(engine: Engine, event: dict[str, Any]) -> bool:
+def _on_timer(engine: Engine, event: TimerFired) -> bool:
     """A delayed token's timer (`next.spec.delay`), a watchdog's, or else a listener's."""
-    timer_id = _delay_timer(event)
-    if timer_id:
-        engine.on_delay_timer(timer_id)
+    if event.timer_id.startswith(DELAY_TIMER_PREFIX):
+        engine.on_delay_timer(event.timer_id)
         return False
     if watchdog.is_watchdog(event):
         watchdog.on_fired(engine, event)
         return False
     return True
-
-
-_HANDLERS: dict[str, _Handler] = {
-    cancel.REQUESTED: _on_cancel,
-    admission.ADMITTED: admission.on_admitted,
-    "timer.fired": _on_timer,
-    **dict.fromkeys(listeners.OUTCOMES, _on_outcome),
-}

@@ -31,8 +31,9 @@ def explain(state: ExecutionState, playbook: Playbook | None, now: float) -> dic
         return report
     report["running"] = [_run(run, playbook, now) for run in state.active_runs]
     if state.admission is not None:  # under a concurrency limit (router/admission.py)
-        report["concurrency"] = {k: state.admission.get(k)
-                                 for k in ("group", "limit", "on_limit", "waiting")}
+        held = state.admission
+        report["concurrency"] = {"group": held["group"], "limit": held["limit"],
+                                 "on_limit": held["on_limit"], "waiting": held["waiting"]}
     report["delayed"] = [{"timer_id": timer_id, "from": token.src, "to": token.dst,
                           "fire_at": token.fire_at, "in_s": round(token.fire_at - now, 3)}
                          for timer_id, token in state.delayed.items()]

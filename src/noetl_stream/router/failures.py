@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from noetl_stream.dsl.models import Step
 from noetl_stream.errors import TemplateError
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.router.interface import Router
+from noetl_stream.router_events import RouterEvent
 
 
 def file_of(router: Router) -> str:
@@ -18,15 +20,20 @@ def file_of(router: Router) -> str:
 
 
 def template_failure(router: Router, step: Step, exc: TemplateError,
-                     **extra: Any) -> dict[str, Any]:
+                     **extra: JsonValue) -> dict[str, JsonValue]:
     """The error a step fails with when one of its templates failed: the message starts with the
     execution's file and the step's line, so a reader goes straight to the template.
     """
     return {"message": str(exc.at(file_of(router), step.line)), "kind": "template", **extra}
 
 
-def cause_of(event: dict[str, Any]) -> str:
-    """How an event is named in an error: its type, and the step it reports on."""
-    cause = str(event.get("event_type") or "an event")
-    step = event.get("step")
+def cause_of(event: RouterEvent | Mapping[str, object]) -> str:
+    """How an event is named in an error: its type, and the step it reports on. An event the
+    router applies, or a body of a log as it was recorded.
+    """
+    if isinstance(event, Mapping):
+        etype, step = event.get("event_type"), event.get("step")
+    else:
+        etype, step = event.event_type, getattr(event, "step", None)
+    cause = etype if isinstance(etype, str) and etype else "an event"
     return cause + (f' of step "{step}"' if isinstance(step, str) and step else "")

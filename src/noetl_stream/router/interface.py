@@ -11,10 +11,12 @@ cycle and each one can be read against this page alone.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from noetl_stream.dsl.models import Playbook, Step
+from noetl_stream.events import OutcomeEvent
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.router.graph import NetGraph
 from noetl_stream.router.state import ExecutionState, Outgoing, Run
 
@@ -29,28 +31,28 @@ class Router(Protocol):
     # Spec 001: the branches the outcome being applied found true (case_events.py).
     case_matched: list[str]
 
-    def emit(self, event_type: str, msg_id: str, **payload: Any) -> None:
+    def emit(self, event_type: str, msg_id: str, **payload: object) -> None:
         """Queue an event of the execution in the outbox."""
 
     def send(self, message: Outgoing) -> None:
         """Queue a command, timer or cancel request in the outbox."""
 
-    def context(self, *, reads: Iterable[Any] = (), args: dict[str, Any] | None = None,
-                extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    def context(self, *, reads: Iterable[Any] = (), args: Mapping[str, object] | None = None,
+                extra: Mapping[str, object] | None = None) -> dict[str, Any]:
         """A template context holding what the templates in `reads` name."""
 
-    def fire(self, name: str, args: dict[str, Any]) -> None:
+    def fire(self, name: str, args: dict[str, JsonValue]) -> None:
         """A token reaches the step `name`: admit it and start a run of it."""
 
-    def command(self, step: Step, run: Run, index: int | None, item: Any) -> None:
+    def command(self, step: Step, run: Run, index: int | None, item: object) -> None:
         """Issue the command of a run, or of one loop iteration of it."""
 
-    def finish_run(self, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
+    def finish_run(self, run: Run, *, ok: bool, result: JsonValue, error: dict[str, JsonValue] | None,
                    route: str | None = None) -> None:
         """End a run: record its step, route its arcs."""
 
-    def on_outcome(self, event: dict[str, Any]) -> None:
+    def on_outcome(self, event: OutcomeEvent) -> None:
         """Apply an outcome (`step.done`, `loop.iteration.failed`, ...) to its run."""
 
-    def patch_ctx(self, ok: bool, event: dict[str, Any]) -> None:
+    def patch_ctx(self, ok: bool, event: OutcomeEvent) -> None:
         """Merge an ok outcome's `ctx_patch` into the execution's ctx."""

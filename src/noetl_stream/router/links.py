@@ -7,16 +7,15 @@ and keeps the new execution's id in `replays`, so each side names the other in i
 
 from __future__ import annotations
 
-from typing import Any
-
+from noetl_stream.events import Replayed
 from noetl_stream.router.interface import Router
 
 REPLAYED = "execution.replayed"
 MAX_LINKS = 1000  # replays a state names; past it the log still holds every one
 
 
-def note_replay(router: Router, event: dict[str, Any]) -> None:
-    replay = event.get("replay_execution_id")
+def note_replay(router: Router, event: Replayed) -> None:
+    replay = event.replay_execution_id
     replays = router.state.replays
-    if isinstance(replay, str) and replay and replay not in replays and len(replays) < MAX_LINKS:
+    if replay and replay not in replays and len(replays) < MAX_LINKS:
         replays.append(replay)

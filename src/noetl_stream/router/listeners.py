@@ -15,17 +15,20 @@ while one that arrives late, after a later one, is still heard.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from noetl_stream import ids
 from noetl_stream.dsl import templating
 from noetl_stream.dsl.models import Playbook, Rule, Step, TimerSpec
 from noetl_stream.errors import TemplateError
-from noetl_stream.messages import OUTCOME_EVENTS
+from noetl_stream.events import OutcomeEvent, TimerFired
+from noetl_stream.jsonutil import JsonValue
+from noetl_stream.messages import OUTCOME_EVENTS, SignalEvent
 from noetl_stream.router.failures import template_failure
 from noetl_stream.router.interface import Router
 from noetl_stream.router.reads import rule_templates
 from noetl_stream.router.state import ExecutionState, Outgoing, Run
+from noetl_stream.router_events import RouterEvent
 
 HEARD_KEPT = 256  # redeliveries come within a few AckWaits, far fewer signals than this apart
 
@@ -43,29 +46,31 @@ def listening(playbook: Playbook, state: ExecutionState) -> list[str]:
             if playbook.step(run.step).eval_mode == "on_event"]
 
 
-def event_view(event: dict[str, Any]) -> dict[str, Any]:
-    """What a listener's guard reads as `event`: `name`, `data`, `step`, `payload`."""
-    etype = str(event.get("event_type") or "")
-    data = event.get("data")
-    if etype in OUTCOMES and "data" not in event:
-        data = {"step": event.get("step"), "result": event.get("result"),
-                "error": event.get("error"), "iteration": event.get("iteration")}
-    return {"name": etype, "data": data, "step": event.get("step"),
-            "payload": {k: v for k, v in event.items() if k != "data"}}
+def event_view(event: RouterEvent) -> dict[str, object]:
+    """What a listener's guard reads as `event`: `name`, `data`, `step`, `payload` (the event's
+    fields as it came).
+    """
+    body = event.model_dump(exclude_unset=True)
+    data = body.get("data")
+    if isinstance(event, OutcomeEvent) and "data" not in body:
+        data = {"step": event.step, "result": event.result, "error": event.error,
+                "iteration": event.iteration}
+    return {"name": event.event_type, "data": data, "step": body.get("step"),
+            "payload": {k: v for k, v in body.items() if k != "data"}}
 
 
-def hear_all(router: Router, run_ids: list[str], event: dict[str, Any]) -> None:
+def hear_all(router: Router, run_ids: list[str], event: RouterEvent) -> None:
     """Offer `event` to the listeners that were active before it was applied."""
-    etype = str(event.get("event_type") or "")
-    seq = event.get("seq")
+    etype = event.event_type
+    seq = event.seq if isinstance(event, (SignalEvent, TimerFired)) else None
     heard = False
-    if etype == "timer.fired":
+    if isinstance(event, TimerFired):
         _timer_fired(router, event)
     for run_id in run_ids:
         run = router.state.runs.get(run_id)
         if run is None or run.status != "running" or router.state.status != "running":
             continue
-        if is_external(etype) and isinstance(seq, int) and not isinstance(seq, bool):
+        if is_external(etype) and seq is not None:
             if seq in run.heard:
                 heard = True  # already applied before a redelivery: not "unheard" either
                 continue
@@ -79,7 +84,7 @@ def hear_all(router: Router, run_ids: list[str], event: dict[str, Any]) -> None:
                     ignored=etype, reason=reason)
 
 
-def hear(router: Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
+def hear(router: Router, step: Step, run: Run, view: Mapping[str, object]) -> bool:
     """Try the step's listen rules on one event; True when a rule matched."""
     extra = {"event": view}
     reads = rule_templates(step.listen)
@@ -88,11 +93,11 @@ def hear(router: Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
         if rule is None:
             return False
         if rule.set_ctx:
-            router.state.ctx.update(templating.render(rule.set_ctx, router.context(
+            router.state.ctx.update(templating.render_data(rule.set_ctx, router.context(
                 reads=reads, args=run.args, extra=extra), step=step.name, field="case.set"))
         result = None
         if rule.result is not None:
-            result = templating.render(rule.result, router.context(reads=reads, args=run.args,
+            result = templating.render_data(rule.result, router.context(reads=reads, args=run.args,
                                                                     extra=extra),
                                        step=step.name, field="case.result")
     except TemplateError as exc:
@@ -110,7 +115,7 @@ def hear(router: Router, step: Step, run: Run, view: dict[str, Any]) -> bool:
     return True
 
 
-def _first(router: Router, step: Step, run: Run, extra: dict[str, Any]) -> Rule | None:
+def _first(router: Router, step: Step, run: Run, extra: Mapping[str, object]) -> Rule | None:
     context = router.context(reads=rule_templates(step.listen), args=run.args, extra=extra)
     for rule in step.listen:
         if templating.evaluate_guard(rule.when, context, step=step.name, field="case.when"):
@@ -118,7 +123,7 @@ def _first(router: Router, step: Step, run: Run, extra: dict[str, Any]) -> Rule 
     return None
 
 
-def leave(router: Router, run: Run, *, ok: bool, result: Any, error: dict[str, Any] | None,
+def leave(router: Router, run: Run, *, ok: bool, result: JsonValue, error: dict[str, JsonValue] | None,
           route: str | None) -> None:
     """End the listener's run; its step.done / step.failed goes out for watchers (the router
     ignores it when it comes back: the run is gone).
@@ -144,12 +149,12 @@ def set_timer(router: Router, step: Step, run: Run, timer: TimerSpec) -> None:
     router.send(Outgoing("timer", msg_id, body, event_type="timer.fired"))
 
 
-def _timer_fired(router: Router, event: dict[str, Any]) -> None:
+def _timer_fired(router: Router, event: TimerFired) -> None:
     """Forget a listener's timer once it fired (a reset one waits for its latest `fire_at`)."""
-    run_id = str(event.get("step_run_id"))
+    run_id = str(event.step_run_id)
     timers = router.state.timers.get(run_id, {})
-    name = event.get("timer_id")
-    if isinstance(name, str) and name in timers and timers[name] == event.get("fire_at"):
+    name = event.timer_id
+    if name in timers and timers[name] == event.fire_at:
         del timers[name]
         if not timers:
             del router.state.timers[run_id]

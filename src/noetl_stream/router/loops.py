@@ -30,6 +30,8 @@ from noetl_stream.dsl import template_budget, templating
 from noetl_stream.dsl.loops import positive_int
 from noetl_stream.dsl.models import LoopSpec, Step
 from noetl_stream.errors import TemplateError
+from noetl_stream.events import OutcomeEvent
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.messages import CommandCursor
 from noetl_stream.router import children
 from noetl_stream.router.failures import template_failure
@@ -77,8 +79,8 @@ def schedule(router: Router, step: Step, run: Run) -> None:
         router.command(step, run, index, None if loop.mode == CURSOR else loop.items[index])
 
 
-def on_outcome(router: Router, run: Run, index: int, ok: bool, event: dict[str, Any],
-               error: dict[str, Any] | None) -> None:
+def on_outcome(router: Router, run: Run, index: int, ok: bool, event: OutcomeEvent,
+               error: dict[str, JsonValue] | None) -> None:
     """Fold one outcome of an iteration that is in flight into its loop."""
     loop = run.loop
     assert loop is not None and index in loop.in_flight
@@ -87,18 +89,19 @@ def on_outcome(router: Router, run: Run, index: int, ok: bool, event: dict[str, 
     children.forget(run, index)
     loop.issued_at.pop(str(index), None)
     loop.deadlines.pop(str(index), None)
-    exhausted = ok and loop.mode == CURSOR and _exhausted(event)
+    exhausted = ok and loop.mode == CURSOR and event.cursor is not None \
+        and event.cursor.get("exhausted") is True
     if exhausted:
         loop.exhausted += 1  # this slot found nothing to claim: it is not refilled
     else:
         loop.done += 1
         if ok:
-            loop.results[str(index)] = event.get("result")
+            loop.results[str(index)] = event.result
             # A case `next` on an iteration's call ends the loop early (spec 000 §1.2).
-            loop.route = loop.route or _route_of(event)
+            loop.route = loop.route or event.route or None
         elif loop.error is None:
             loop.error = {**(error or {}), "iteration": index}
-    progress: dict[str, Any] = {"exhausted": True} if exhausted else {}
+    progress: dict[str, bool] = {"exhausted": True} if exhausted else {}
     router.emit("loop.progress", ids.event_msg_id(router.state.execution_id, "loop.progress",
                                                   run.run_id, index),
                 step=run.step, step_run_id=run.run_id, done=loop.done, total=_total(loop),
@@ -112,7 +115,7 @@ def on_outcome(router: Router, run: Run, index: int, ok: bool, event: dict[str, 
         router.finish_run(run, ok=True, result=_ordered_results(loop), error=None, route=loop.route)
 
 
-def iteration_vars(spec: LoopSpec, index: int, item: Any) -> dict[str, Any]:
+def iteration_vars(spec: LoopSpec, index: int, item: object) -> dict[str, object]:
     """What an iteration's command carries in `iter`: a cursor's item is bound by the worker
     once it has claimed one.
     """
@@ -132,7 +135,7 @@ def command_cursor(step: Step) -> CommandCursor | None:
 
 
 def _limit(router: Router, step: Step, spec: LoopSpec,
-           args: dict[str, Any]) -> tuple[int, dict[str, Any] | None]:
+           args: dict[str, JsonValue]) -> tuple[int, dict[str, Any] | None]:
     """How many iterations may be in flight, or the error that fails the step."""
     if spec.mode == "sequential":
         return 1, None
@@ -169,7 +172,7 @@ def _collection(router: Router, step: Step, spec: LoopSpec, run: Run) -> list[An
     return items
 
 
-def _as_items(value: Any) -> list[Any] | str:
+def _as_items(value: object) -> list[Any] | str:
     """The iterations of what `loop.in` gave, as NoETL's server reads it, or why there are none:
     a list as it is; a mapping's items; text holding a JSON list, or else its comma- or
     line-separated parts; a whole number n as 0..n-1. Null is an error, not an empty loop: it is
@@ -212,12 +215,3 @@ def _ordered_results(loop: LoopState) -> list[Any]:
     results = loop.all_results()
     return [results.get(str(i)) for i in range(loop.next_index)]
 
-
-def _exhausted(event: dict[str, Any]) -> bool:
-    cursor = event.get("cursor")
-    return isinstance(cursor, dict) and cursor.get("exhausted") is True
-
-
-def _route_of(event: dict[str, Any]) -> str | None:
-    route = event.get("route")
-    return route if isinstance(route, str) and route else None

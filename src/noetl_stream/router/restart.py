@@ -25,16 +25,14 @@ of; the state names the new version from then on, and `execution.restarted` name
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from noetl_stream import ids
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
+from noetl_stream.events import Replayed, RestartRequested
 from noetl_stream.router import children
 from noetl_stream.router.graph import graph_of
 from noetl_stream.router.interface import Router
-from noetl_stream.router.links import REPLAYED, note_replay
+from noetl_stream.router.links import note_replay
 from noetl_stream.router.state import ExecutionState, Join
 
 REQUESTED = "execution.restart.requested"
@@ -68,14 +66,13 @@ def misfits(playbook: Playbook, state: ExecutionState) -> list[str]:
     return sorted(name for name in state.steps if name not in playbook.step_index)
 
 
-def apply_restart(router: Router, event: dict[str, Any]) -> None:
+def apply_restart(router: Router, event: RestartRequested) -> None:
     state = router.state
-    from_step = event.get("from_step")
-    from_step = from_step if isinstance(from_step, str) and from_step else None
+    from_step = event.from_step or None
     reason = refusal(router.pb, state, from_step)
     if reason is not None:
         router.emit("event.ignored", ids.event_msg_id(state.execution_id, "event.ignored", REQUESTED,
-                                                      event.get("restart")),
+                                                      event.restart),
                     ignored=REQUESTED, reason=reason)
         return
     roots = [from_step] if from_step is not None else stopped_steps(router.pb, state)
@@ -86,30 +83,29 @@ def apply_restart(router: Router, event: dict[str, Any]) -> None:
         rec.status, rec.error, rec.http, rec.loop = "pending", None, None, False
         state.set_result(rec, None)
         state.joins.pop(name, None)
-    versions = _switch_version(router, event.get("playbook_key"))
+    versions = _switch_version(router, event.playbook_key)
     state.restarts += 1
     state.status = "running"
     state.error = None
     state.ended_at = None
     state.set_result(state, None)
-    patch = event.get("workload")
-    if isinstance(patch, dict) and patch:
+    patch = event.workload
+    if patch:
         state.workload = merge(state.workload, patch)
     router.emit(RESTARTED, ids.event_msg_id(state.execution_id, RESTARTED, state.restarts),
                 restart=state.restarts, from_step=from_step, steps=again,
-                requested_by=event.get("requested_by"),
-                workload=patch if isinstance(patch, dict) else {}, **versions)
+                requested_by=event.requested_by, workload=patch, **versions)
     arm_joins(router, again, roots)
     for name in roots:
         router.fire(name, {})
 
 
-def _switch_version(router: Router, key: Any) -> dict[str, str]:
+def _switch_version(router: Router, key: str | None) -> dict[str, str]:
     """The state names the version the restart was applied with (`router.pb`, the server's
     choice by the event's `playbook_key`); the keys for `execution.restarted` when it changed.
     """
     state = router.state
-    if not isinstance(key, str) or not key or key == state.playbook_key:
+    if not key or key == state.playbook_key:
         return {}
     previous, state.playbook_key = state.playbook_key, key
     state.playbook_path, state.playbook_name = router.pb.path, router.pb.name
@@ -118,10 +114,14 @@ def _switch_version(router: Router, key: Any) -> dict[str, str]:
     return {"playbook_key": key, "previous_playbook_key": previous}
 
 
-# Events applied whatever the execution's status: a restart reopens a finished execution, and a
-# finished one may be replayed (router/links.py).
-ANY_STATUS: dict[str, Callable[[Router, dict[str, Any]], None]] = {
-    REQUESTED: apply_restart, REPLAYED: note_replay}
+def apply_any_status(router: Router, event: RestartRequested | Replayed) -> None:
+    """Events applied whatever the execution's status: a restart reopens a finished execution,
+    and a finished one may be replayed (router/links.py).
+    """
+    if isinstance(event, RestartRequested):
+        apply_restart(router, event)
+    else:
+        note_replay(router, event)
 
 
 def downstream(playbook: Playbook, roots: list[str]) -> list[str]:

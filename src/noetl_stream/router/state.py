@@ -23,12 +23,13 @@ can cancel them when it cuts the run short; finished runs are dropped with their
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 import orjson
 
 from noetl_stream import jsonutil
 from noetl_stream.formats import STATE, VERSION_FIELD
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.messages import Command
 
 OutgoingKind = Literal["command", "event", "timer", "cancel"]
@@ -72,9 +73,9 @@ class LoopState:
     max_in_flight: int  # rendered when the loop started; a cursor loop's claiming slots
     next_index: int = 0
     in_flight: list[int] = field(default_factory=list)
-    results: dict[str, Any] = field(default_factory=dict)  # str(index) -> result
+    results: dict[str, JsonValue] = field(default_factory=dict)  # str(index) -> result
     done: int = 0
-    error: dict[str, Any] | None = None
+    error: dict[str, JsonValue] | None = None
     route: str | None = None  # a case `next` chosen by an iteration: no further iterations start
     issued_at: dict[str, float] = field(default_factory=dict)  # str(index) -> command issued
     deadlines: dict[str, float] = field(default_factory=dict)  # str(index) -> watchdog deadline
@@ -116,7 +117,7 @@ class Run:
     run_id: str
     step: str
     run_no: int
-    args: dict[str, Any]
+    args: dict[str, JsonValue]
     status: RunStatus = "running"
     loop: LoopState | None = None
     # A listener: stream sequences of the signals and timers it applied, the latest HEARD_KEPT.
@@ -134,8 +135,8 @@ class Run:
 class StepRecord:
     status: StepStatus = "pending"
     runs: int = 0
-    error: dict[str, Any] | None = None
-    http: dict[str, Any] | None = None
+    error: dict[str, JsonValue] | None = None
+    http: dict[str, JsonValue] | None = None
     loop: bool = False
     # Where the result is stored (state/step_results.py); None while it is only in memory.
     result_key: str | None = None
@@ -155,7 +156,7 @@ class Join:
     """Arrivals at a step with several forward incoming arcs: pred -> delivered (True) or ruled out."""
 
     arrived: dict[str, bool] = field(default_factory=dict)
-    args: dict[str, Any] = field(default_factory=dict)
+    args: dict[str, JsonValue] = field(default_factory=dict)
 
 
 @dataclass
@@ -164,22 +165,36 @@ class Delayed:
 
     src: str
     dst: str
-    args: dict[str, Any]
+    args: dict[str, JsonValue]
     fire_at: float
+
+
+class Admission(TypedDict):
+    """An execution under a concurrency limit (router/admission.py): its group, the limit and
+    what happens at it, and where it stands.
+    """
+
+    group: str  # the playbook, with the rendered key in brackets if any
+    key: str
+    limit: int
+    on_limit: str
+    waiting: bool  # still in line for a slot
+    admitted_at: NotRequired[float]
+    released: NotRequired[bool]  # `concurrency.released` was emitted
 
 
 @dataclass
 class ExecutionState:
     execution_id: str
     playbook_key: str
-    workload: dict[str, Any]
+    workload: dict[str, JsonValue]
     playbook_path: str | None = None  # metadata.path, for listing executions by playbook
     playbook_name: str | None = None
     # The file the request named the playbook by, named in its errors (router/failures.py).
     playbook_file: str | None = None
     status: ExecutionStatus = "running"
-    ctx: dict[str, Any] = field(default_factory=dict)
-    vars: dict[str, Any] = field(default_factory=dict)
+    ctx: dict[str, JsonValue] = field(default_factory=dict)
+    vars: dict[str, JsonValue] = field(default_factory=dict)
     steps: dict[str, StepRecord] = field(default_factory=dict)
     runs: dict[str, Run] = field(default_factory=dict)
     joins: dict[str, Join] = field(default_factory=dict)
@@ -191,9 +206,9 @@ class ExecutionState:
     timers: dict[str, dict[str, float]] = field(default_factory=dict)
     result_key: str | None = None  # where the execution's result is stored, like a step's
     step_pages: list[str] = field(default_factory=list)  # keys of stored pages of step records
-    error: dict[str, Any] | None = None
+    error: dict[str, JsonValue] | None = None
     parent_execution_id: str | None = None
-    parent_iter: dict[str, Any] | None = None  # the parent's iteration, read as `iter.parent`
+    parent_iter: dict[str, JsonValue] | None = None  # the parent's iteration, read as `iter.parent`
     started_at: float = 0.0
     ended_at: float | None = None  # the time of the event that ended it
     trace: dict[str, str] | None = None  # root span ids when traced (observe/tracing.py)
@@ -208,7 +223,7 @@ class ExecutionState:
     replays: list[str] = field(default_factory=list)  # executions replayed from this one
     # Under a concurrency limit (router/admission.py): group, key, limit, on_limit, and whether
     # it still waits for a slot; None when no limit applies.
-    admission: dict[str, Any] | None = None
+    admission: Admission | None = None
     sla_missed: bool = False  # `sla.missed` was emitted (router/deadlines.py)
     # Set by the server, not the router, to skip copies made again (server/source_copies.py):
     # the highest NOETL_EVENTS sequence applied with the NOETL_ROUTER sequence of its copy, and

@@ -16,10 +16,10 @@ most commands cost no extra timer.
 
 from __future__ import annotations
 
-from typing import Any
-
 from noetl_stream import ids
 from noetl_stream.dsl.models import Step
+from noetl_stream.events import ErrorInfo, OutcomeEvent, TimerFired
+from noetl_stream.messages import outcome_event
 from noetl_stream.router import children, deadlines
 from noetl_stream.router.budgets import GRACE_S
 from noetl_stream.router.interface import Router
@@ -51,40 +51,35 @@ def arm(router: Router, step: Step, run: Run, index: int | None) -> None:
                                  body, event_type="timer.fired"))
 
 
-def is_watchdog(event: dict[str, Any]) -> bool:
-    timer_id = event.get("timer_id")
-    return (event.get("event_type") == "timer.fired" and isinstance(timer_id, str)
-            and timer_id.startswith(TIMER_PREFIX))
+def is_watchdog(event: TimerFired) -> bool:
+    return event.timer_id.startswith(TIMER_PREFIX)
 
 
-def on_fired(router: Router, event: dict[str, Any]) -> None:
+def on_fired(router: Router, event: TimerFired) -> None:
     """A watchdog timer fired: fail its run or iteration if it is still waiting for an outcome."""
     if deadlines.is_deadline(event):  # the whole execution's (router/deadlines.py)
         deadlines.on_fired(router, event)
         return
-    run = router.state.runs.get(str(event.get("step_run_id")))
+    run = router.state.runs.get(event.step_run_id or "")
     if run is None or run.status != "running":
         return  # the run finished (or the timer was redelivered): nothing to do
-    index = event.get("iteration")
+    index = event.iteration
     if index is None:
         if run.loop is not None:
             return
-    elif (not isinstance(index, int) or isinstance(index, bool) or run.loop is None
-          or index not in run.loop.in_flight):
+    elif run.loop is None or index not in run.loop.in_flight:
         return
-    timeout = event.get("timeout_s")
-    seconds = float(timeout) if isinstance(timeout, (int, float)) else 0.0
+    seconds = event.timeout_s or 0.0
     reason = f"no outcome within {seconds:g}s (spec.timeout)"
-    error = {"message": reason, "kind": "timeout", "retryable": True, "source": "watchdog"}
-    if index is not None:
-        error["iteration"] = index
+    where = {} if index is None else {"iteration": index}
+    error = ErrorInfo(message=reason, kind="timeout", retryable=True, source="watchdog", **where)
     router.emit("step.timeout", ids.event_msg_id(router.state.execution_id, "step.timeout",
                                                  run.run_id, index),
                 step=run.step, step_run_id=run.run_id, iteration=index, reason=reason,
-                timeout_s=seconds, error=error)
+                timeout_s=seconds, error=error.model_dump(mode="json"))
     # Before the failure is applied: it forgets the command's children as if they had ended.
     children.cancel_command(router, run, index, f"its parent's step {run.step} timed out: "
                                                 f"{reason}")
-    router.on_outcome({"event_type": "step.failed" if index is None else "loop.iteration.failed",
-                       "execution_id": router.state.execution_id, "step": run.step,
-                       "step_run_id": run.run_id, "iteration": index, "error": error})
+    router.on_outcome(OutcomeEvent.model_validate(outcome_event(
+        ok=False, execution_id=router.state.execution_id, step=run.step, step_run_id=run.run_id,
+        iteration=index, timestamp=router.now, error=error)))

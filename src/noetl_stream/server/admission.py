@@ -33,7 +33,7 @@ from noetl_stream import ids, jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.publish import publish_event
 from noetl_stream.bus.pull import PullConsumer, open_pull
-from noetl_stream.bus.signals import decode_event
+from noetl_stream.bus.signals import decode_event_body
 from noetl_stream.messages import Malformed, event_body
 from noetl_stream.router import admission
 from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
@@ -100,7 +100,7 @@ class AdmissionService:
 
     async def handle(self, msg: Msg) -> None:
         try:
-            event = decode_event(self.bus.topology, msg.subject, msg.data)
+            event = decode_event_body(self.bus.topology, msg.subject, msg.data)
         except Malformed as exc:
             log.warning("admission: %s refused: %s", msg.subject[:200], exc)
             await msg.term()

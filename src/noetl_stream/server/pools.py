@@ -17,7 +17,8 @@ from nats.js.errors import NotFoundError
 from noetl_stream import ids
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.heartbeats import live_processes
-from noetl_stream.messages import Command, event_body
+from noetl_stream.events import ErrorInfo
+from noetl_stream.messages import Command, outcome_event, outcome_type
 from noetl_stream.router.state import ExecutionState, Outgoing
 
 log = logging.getLogger("noetl_stream.pools")
@@ -85,15 +86,14 @@ def refuse_commands(outbox: list[Outgoing], unknown: set[str], known: list[str],
             out.append(m)
             continue
         execution_id, run, iteration = command.execution_id, command.step_run_id, command.iteration
-        etype = "step.failed" if iteration is None else "loop.iteration.failed"
+        etype = outcome_type(False, iteration)
         message = (f'no worker serves pool "{m.pool}": no consumer was declared for it '
                    f"(`noetl-stream init --pool {m.pool}`) and no worker of it is alive"
                    + (f"; known pools: {', '.join(sorted(known))}" if known else ""))
-        failure = event_body(etype, execution_id, now,
-                             parent_execution_id=command.parent_execution_id,
-                             step=command.step, step_run_id=run, iteration=iteration,
-                             status="error", result=None,
-                             error={"message": message, "kind": "pool", "pool": m.pool})
+        failure = outcome_event(ok=False, execution_id=execution_id, step=command.step,
+                                step_run_id=run, iteration=iteration, timestamp=now,
+                                parent_execution_id=command.parent_execution_id,
+                                error=ErrorInfo(message=message, kind="pool", pool=m.pool))
         out.append(Outgoing("event", ids.event_msg_id(execution_id, etype, run, iteration),
                             failure, event_type=etype, pool=m.pool))
     return out

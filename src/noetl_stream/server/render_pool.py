@@ -33,8 +33,8 @@ from noetl_stream.dsl.template_budget import RenderElsewhere, rendering_here
 __all__ = ["INLINE_OPERATIONS", "RenderElsewhere", "RenderPool", "apply_events",
            "apply_events_here", "note_foreign_outcome", "rendering_here", "start_here"]
 from noetl_stream.errors import NoetlStreamError
-from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import ExecutionState
+from noetl_stream.router_events import RouterEvent
 from noetl_stream.server.versions import Cached, playbook_for
 
 log = logging.getLogger("noetl_stream.server")
@@ -46,7 +46,7 @@ PROCESSES = 1  # long renders take turns; each is bounded by its budget
 # the workers and nats-server beside it) the CPU first.
 NICENESS = 10
 
-Events = list[JsonObject]
+Events = list[RouterEvent]
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -66,7 +66,7 @@ def apply_events(cached: Cached, events: Events, now: float) -> bool:
         try:
             router.apply(playbook, state, event, now)
         except Exception:
-            log.exception("applying %s to %s failed", event.get("event_type"), state.execution_id)
+            log.exception("applying %s to %s failed", event.event_type, state.execution_id)
             return False
         cached.follow(state)
         outbox.extend(state.outbox)
@@ -92,12 +92,13 @@ def start_here(start: Callable[..., ExecutionState], playbook: Playbook,
     return rendering_here(INLINE_OPERATIONS, lambda: start(playbook, **arguments))
 
 
-def note_foreign_outcome(playbook: Playbook, state: ExecutionState, event: JsonObject) -> None:
+def note_foreign_outcome(playbook: Playbook, state: ExecutionState, event: RouterEvent) -> None:
     """Say so when the router is about to drop an outcome from another pool than its command's."""
     expected = router.foreign_pool(playbook, state, event)
     if expected is not None:
         log.warning("%s of %s from pool %r dropped: its command went to pool %r",
-                    router.cause_of(event), state.execution_id, event.get("pool"), expected)
+                    router.cause_of(event), state.execution_id, getattr(event, "pool", None),
+                    expected)
 
 
 def _apply_events_in_child(cached: Cached, events: Events, now: float) -> tuple[Cached, bool]:
@@ -121,7 +122,7 @@ def _crossing(exc: Exception) -> Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def _apply_one_in_child(playbook: Playbook, state: ExecutionState, event: JsonObject,
+def _apply_one_in_child(playbook: Playbook, state: ExecutionState, event: RouterEvent,
                         now: float) -> ExecutionState | Exception:
     try:
         router.apply(playbook, state, event, now)
@@ -153,7 +154,7 @@ class RenderPool:
                                                               arguments)
         return result
 
-    async def apply_one(self, playbook: Playbook, state: ExecutionState, event: JsonObject,
+    async def apply_one(self, playbook: Playbook, state: ExecutionState, event: RouterEvent,
                         now: float) -> ExecutionState:
         """`router.apply` of one event, in this process while its renders are short and in the
         pool past that; the state it leaves (the one given, or a copy from the pool). Raises

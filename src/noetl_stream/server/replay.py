@@ -24,8 +24,9 @@ from functools import partial
 from noetl_stream import router
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.jsonutil import JsonObject
-from noetl_stream.messages import TIMER_SCHEDULED
+from noetl_stream.messages import TIMER_SCHEDULED, Malformed
 from noetl_stream.router.state import ExecutionState, Outgoing
+from noetl_stream.router_events import RouterEvent, router_event
 from noetl_stream.server.state_codec import fault
 from noetl_stream.server.versions import playbook_for
 from noetl_stream.subjects import Topology
@@ -123,7 +124,11 @@ def rebuild(playbook: Playbook, events: list[JsonObject], topology: Topology, *,
         observe(started, state)
     known = {**(versions or {}), playbook_key: playbook}
     for recorded in applied_events(events, topology):
-        chosen, event = playbook_for(playbook, known, recorded)
+        try:
+            decoded = router_event(recorded)
+        except Malformed:
+            continue  # the server refused it as it came (router_events.py): never applied
+        chosen, event = playbook_for(playbook, known, decoded)
         following, now = _apply_recorded(
             chosen, state if applied is None else copy_state(state), event, now, times)
         if applied is not None and following.applied > applied:
@@ -185,7 +190,7 @@ def _concurrency(started: JsonObject) -> JsonObject | None:
     return value if isinstance(value, dict) else None
 
 
-def _apply_recorded(playbook: Playbook, state: ExecutionState, event: JsonObject,
+def _apply_recorded(playbook: Playbook, state: ExecutionState, event: RouterEvent,
                     guess: float, times: dict[str, float]) -> tuple[ExecutionState, float]:
     """`event` applied at the time the server applied it; also that time."""
     trial = _applied(playbook, copy_state(state), event, guess)
@@ -197,7 +202,7 @@ def _apply_recorded(playbook: Playbook, state: ExecutionState, event: JsonObject
     return _applied(playbook, state, event, now), now
 
 
-def _applied(playbook: Playbook, state: ExecutionState, event: JsonObject,
+def _applied(playbook: Playbook, state: ExecutionState, event: RouterEvent,
              now: float) -> ExecutionState:
     before = copy_state(state)
     try:
@@ -205,9 +210,9 @@ def _applied(playbook: Playbook, state: ExecutionState, event: JsonObject,
         state.to_json()  # a state JSON cannot hold fails the execution, as on the server
         return state
     except Exception as exc:
-        step = event.get("step")
+        step = getattr(event, "step", None)
         router.abort(playbook, before, router.cause_of(event),
-                     {**fault(exc), "event": event.get("event_type"),
+                     {**fault(exc), "event": event.event_type,
                       **({"step": step} if isinstance(step, str) else {})}, now)
         return before
 

@@ -44,6 +44,7 @@ from noetl_stream.messages import (
 from noetl_stream.observe import tracing
 from noetl_stream.observe.metrics import COMMIT_CONFLICTS
 from noetl_stream.router.state import ExecutionState
+from noetl_stream.router_events import RouterEvent
 from noetl_stream.server import render_pool
 from noetl_stream.server import request_answers as answers
 from noetl_stream.server.execution_ids import new_execution_id
@@ -366,7 +367,7 @@ class Server:
             except Exception as exc:  # Malformed, or a bug: either is settled alone below
                 groups[""].append((m, exc))
                 continue
-            groups[str(event["execution_id"])].append((m, event))
+            groups[event.execution_id].append((m, event))
         return groups
 
     def _start_group(self, execution_id: str, items: list[tuple[Msg, Any]],
@@ -410,7 +411,7 @@ class Server:
         await self._dead_letter([msg], failure, exc.reason)
         await settle(msg, failure)
 
-    async def _apply_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
+    async def _apply_group(self, execution_id: str, items: list[tuple[Msg, RouterEvent]]) -> None:
         async def commit() -> None:
             try:
                 await self._commit_group(execution_id, items)
@@ -434,7 +435,7 @@ class Server:
             self._cache.pop(execution_id, None)
             await self._handler_failed([m for m, _ in items], exc)
 
-    async def _commit_group(self, execution_id: str, items: list[tuple[Msg, dict[str, Any]]]) -> None:
+    async def _commit_group(self, execution_id: str, items: list[tuple[Msg, RouterEvent]]) -> None:
         assert self._executions is not None
         for _ in range(COMMIT_RETRIES):
             cached = await self._load(execution_id)
@@ -502,9 +503,8 @@ class Server:
         for m, _ in items:
             await m.ack()
 
-    async def _reload(self, execution_id: str, versions: dict[str, Playbook],
-                      items: list[tuple[Msg, dict[str, Any]]]
-                      ) -> tuple[Cached, list[tuple[Msg, dict[str, Any]]]] | None:
+    async def _reload(self, execution_id: str, versions: dict[str, Playbook], items: list[tuple[
+            Msg, RouterEvent]]) -> tuple[Cached, list[tuple[Msg, RouterEvent]]] | None:
         """The committed state again, to apply `items` to anew, and those of them it has not
         applied; None when it is gone or holds them all (another server committed them meanwhile).
         """
@@ -516,7 +516,7 @@ class Server:
         fresh = fresh_items(cached.state, items)
         return (cached, fresh) if fresh else None
 
-    async def _apply_until_fault(self, cached: Cached, items: list[tuple[Msg, dict[str, Any]]],
+    async def _apply_until_fault(self, cached: Cached, items: list[tuple[Msg, RouterEvent]],
                                  now: float) -> bytes:
         """Apply the group event by event; the first event that raises, or leaves a state that
         cannot be stored, fails the execution instead, with its reason. Returns the encoded state.
@@ -535,9 +535,9 @@ class Server:
                             state.execution_id, error["message"])
                 state = ExecutionState.from_dict(jsonutil.loads(before))
                 await self._step_results.load(state)
-                step = event.get("step")
+                step = getattr(event, "step", None)
                 router.abort(cached.playbook, state, router.cause_of(event),
-                             {**error, "event": event.get("event_type"),
+                             {**error, "event": event.event_type,
                               **({"step": step} if isinstance(step, str) else {})}, now)
             cached.follow(state)
             outbox.extend(state.outbox)

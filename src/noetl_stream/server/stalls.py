@@ -45,8 +45,9 @@ from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.dead_letters import dead_letter_command, publish_step_failure
 from noetl_stream.bus.publish import publish_event, subject_of
 from noetl_stream.dsl.models import Playbook
-from noetl_stream.errors import NoetlStreamError
-from noetl_stream.events import iso_time
+from noetl_stream.errors import NoetlStreamError, OutcomeErrorKind
+from noetl_stream.events import ErrorInfo
+from noetl_stream.isotime import iso_time
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server.periodic import Periodic
@@ -278,7 +279,7 @@ class StallCheck:
                 return 1
             reason = (f"its command {wait.msg_id} is gone from {COMMANDS_STREAM} (removed) and "
                       "no outcome came for it")
-            kind = "lost"
+            kind: OutcomeErrorKind = "lost"
         elif wait.what == "timer":
             if await self._schedule_exists(state.execution_id, wait.name):
                 return 0  # not fired yet, but still there: nats-server is late, nothing is lost
@@ -290,9 +291,8 @@ class StallCheck:
                       "watchdog timer that should have ended it never fired")
             kind = "timeout"
         log.warning("execution %s step %s: %s", state.execution_id, wait.step, reason)
-        error: JsonObject = {"message": reason, "kind": kind, "source": "watchdog"}
-        if wait.iteration is not None:
-            error["iteration"] = wait.iteration
+        where = {} if wait.iteration is None else {"iteration": wait.iteration}
+        error = ErrorInfo(message=reason, kind=kind, source="watchdog", **where)
         await publish_step_failure(self.bus, {
             "execution_id": state.execution_id, "step": wait.step,
             "step_run_id": wait.run_id, "iteration": wait.iteration,

@@ -24,7 +24,7 @@ from nats.js.errors import BadRequestError, KeyNotFoundError, NotFoundError
 from noetl_stream import config, jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.errors import CatalogError, NoetlStreamError
-from noetl_stream.events import iso_time
+from noetl_stream.isotime import iso_time
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.state import triggers as store
 from noetl_stream.state.catalog import read_path

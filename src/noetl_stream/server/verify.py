@@ -20,7 +20,7 @@ from nats.js.errors import KeyNotFoundError
 from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.event_feed import EVENTS_STREAM
-from noetl_stream.bus.signals import decode_event
+from noetl_stream.bus.signals import decode_event_body
 from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.jsonutil import JsonObject
@@ -157,7 +157,7 @@ async def read_log(bus: Bus, execution_id: str) -> list[JsonObject]:
                 for msg in await sub.fetch(min(FETCH, wanted - read), timeout=FETCH_TIMEOUT_S):
                     read += 1
                     with contextlib.suppress(ValueError):  # refused by the server as well
-                        events.append(decode_event(bus.topology, msg.subject, msg.data,
+                        events.append(decode_event_body(bus.topology, msg.subject, msg.data,
                                                    int(msg.metadata.sequence.stream)))
         finally:
             await sub.unsubscribe()

@@ -18,9 +18,10 @@ from nats.js.errors import KeyNotFoundError
 
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
-from noetl_stream.jsonutil import JsonObject, JsonValue
+from noetl_stream.events import RestartRequested
 from noetl_stream.router.restart import REQUESTED
 from noetl_stream.router.state import ExecutionState
+from noetl_stream.router_events import RouterEvent
 
 
 @dataclass
@@ -52,26 +53,32 @@ async def readable_versions(keys: Iterable[str],
     return found
 
 
-def named_version(event: Mapping[str, JsonValue]) -> str | None:
-    """The playbook version a restart event names, None for any other event."""
-    if event.get("event_type") != REQUESTED:
+def named_version(event: RouterEvent | Mapping[str, object]) -> str | None:
+    """The playbook version a restart event names, None for any other event: one decoded, or a
+    body of a log as it was recorded.
+    """
+    if isinstance(event, RestartRequested):
+        return event.playbook_key or None
+    if not isinstance(event, Mapping) or event.get("event_type") != REQUESTED:
         return None
     key = event.get("playbook_key")
     return key if isinstance(key, str) and key else None
 
 
-def named_versions(items: Iterable[tuple[object, Mapping[str, JsonValue]]]) -> set[str]:
+def named_versions(items: Iterable[tuple[object, RouterEvent | Mapping[str, object]]]) -> set[str]:
     """The versions the restarts among (message, event) pairs name."""
     return {key for _, e in items if (key := named_version(e)) is not None}
 
 
-def playbook_for(current: Playbook, versions: Mapping[str, Playbook], event: JsonObject) -> \
-        tuple[Playbook, JsonObject]:
-    """(the playbook to apply `event` with, the event as applied)."""
+def playbook_for(current: Playbook, versions: Mapping[str, Playbook],
+                 event: RouterEvent) -> tuple[Playbook, RouterEvent]:
+    """(the playbook to apply `event` with, the event as applied): a restart onto a version the
+    catalog no longer holds is applied with the current one, as if it named none.
+    """
     key = named_version(event)
-    if key is None:
+    if key is None or not isinstance(event, RestartRequested):
         return current, event
     chosen = versions.get(key)
     if chosen is None:
-        return current, {k: v for k, v in event.items() if k != "playbook_key"}
+        return current, event.model_copy(update={"playbook_key": None})
     return chosen, event

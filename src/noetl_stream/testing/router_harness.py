@@ -15,10 +15,11 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from noetl_stream import jsonutil
+from noetl_stream import jsonutil, messages
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.router import ExecutionState, Outgoing, apply, start
+from noetl_stream.router_events import router_event
 from noetl_stream.subjects import DEFAULT_POOL
 
 Command = JsonObject  # a command body, as the router's outbox holds it
@@ -42,33 +43,24 @@ Responder = Callable[[Command], Reply | None]
 
 
 def outcome_event(command: Command, reply: Reply | None = None,
-                  pool: str = DEFAULT_POOL) -> Event:
+                  pool: str = DEFAULT_POOL, now: float = 0.0) -> Event:
     """The outcome event a worker of `pool` publishes for `command` (a command body from the
     outbox), as readers decode it: the pool comes from its subject.
     """
     reply = reply or Reply()
-    iteration = command.get("iteration")
-    if iteration is None:
-        event_type = "step.done" if reply.ok else "step.failed"
-    else:
-        event_type = "loop.iteration.done" if reply.ok else "loop.iteration.failed"
     error = reply.error
     if not reply.ok and error is None:
         error = {"message": "task failed"}
-    cursor: JsonObject = {"cursor": {"exhausted": reply.exhausted}} if command.get("cursor") else {}
-    return {
-        **cursor,
-        "event_type": event_type,
-        "execution_id": command.get("execution_id"),
-        "step": command.get("step"),
-        "step_run_id": command.get("step_run_id"),
-        "pool": pool,
-        "iteration": iteration,
-        "result": reply.result if reply.ok else None,
-        "error": None if reply.ok else error,
-        "ctx_patch": dict(reply.ctx_patch),
-        "http": reply.http,
-    }
+    cursor = {"cursor": {"exhausted": reply.exhausted}} if command.get("cursor") else {}
+    iteration, parent = command.get("iteration"), command.get("parent_execution_id")
+    body = messages.outcome_event(
+        ok=reply.ok, execution_id=str(command["execution_id"]), step=str(command["step"]),
+        step_run_id=str(command["step_run_id"]),
+        iteration=iteration if isinstance(iteration, int) else None, timestamp=now,
+        parent_execution_id=parent if isinstance(parent, str) else None,
+        result=reply.result if reply.ok else None, error=None if reply.ok else error,
+        ctx_patch=dict(reply.ctx_patch), http=reply.http, **cursor)
+    return {**body, "pool": pool}
 
 
 class RouterHarness:
@@ -100,7 +92,7 @@ class RouterHarness:
         """Apply one event; return (and record) the outbox it produced."""
         self.now += 1.0
         self.applied.append(copy.deepcopy(event))
-        self.state = apply(self.playbook, self.state, event, self.now).state
+        self.state = apply(self.playbook, self.state, router_event(event), self.now).state
         outbox = list(self.state.outbox)
         self._collect(outbox)
         return outbox
@@ -170,6 +162,8 @@ class RouterHarness:
         for message in outbox:
             if message.kind == "command":
                 body = jsonutil.to_plain(message.body)  # as a worker reads it
+                if not isinstance(body, dict):
+                    raise TypeError(f"command {message.msg_id} does not encode as an object")
                 self.commands.append(body)
                 self.pending.append(body)
             elif message.kind == "cancel":

@@ -42,7 +42,7 @@ from noetl_stream.bus.dispositions import Failure, classify, settle
 from noetl_stream.bus.heartbeats import Heartbeat
 from noetl_stream.bus.publish import publish_event
 from noetl_stream.bus.pull import PullConsumer, open_pull
-from noetl_stream.bus.signals import decode_event
+from noetl_stream.bus.signals import decode_event_body
 from noetl_stream.bus.storage import (
     describe,
     retry_bound_s,
@@ -50,6 +50,7 @@ from noetl_stream.bus.storage import (
     while_storage_refused,
 )
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.events import ErrorInfo
 from noetl_stream.messages import Command, CommandContext, Malformed, checked, parse_object
 from noetl_stream.observe import metrics, tracing
 from noetl_stream.state.results import ResultStore, holds_ref
@@ -214,21 +215,23 @@ class Worker:
                 await dead_letter_message(self.bus, msg, failure, f"{type(exc).__name__}: {exc}")
                 identity = command_identity(msg.data)
                 if identity is not None:
-                    await publish_step_failure(self.bus, identity, {
-                        "kind": "internal", "message": f"the worker failed on this command: "
-                        f"{type(exc).__name__}: {exc}"}, time.time(), pool=self.pool)
+                    await publish_step_failure(self.bus, identity, ErrorInfo(
+                        kind="internal", message=f"the worker failed on this command: "
+                        f"{type(exc).__name__}: {exc}"), time.time(), pool=self.pool)
         await settle(msg, failure)
 
     async def _on_withdrawal(self, msg: Msg) -> None:
         """`execution.cancelled` or `step.timeout`: stop the commands the router gave up on."""
         try:
             # Checked against its subject: a body cannot withdraw another execution's commands.
-            event = decode_event(self.bus.topology, msg.subject, msg.data)
+            event = decode_event_body(self.bus.topology, msg.subject, msg.data)
         except Malformed as exc:
             log.warning("withdrawal on %s ignored: %s", msg.subject[:200], exc)
             return
         if event["event_type"] == "step.timeout":
-            target = _command_key(str(event.get("step_run_id")), event.get("iteration"))
+            iteration = event.get("iteration")
+            target = _command_key(str(event.get("step_run_id")),
+                                  iteration if isinstance(iteration, int) else None)
         else:
             restart = event.get("restart")
             target = _generation(str(event["execution_id"]),
@@ -304,14 +307,11 @@ class Worker:
                                                    else "internal"})
         outcome = _storable(outcome)
         metrics.observe_step(command, self.pool, outcome.ok, time.time() - started)
-        if iteration is None:
-            etype = "step.done" if outcome.ok else "step.failed"
-        else:
-            etype = "loop.iteration.done" if outcome.ok else "loop.iteration.failed"
-        body = messages.event_body(
-            etype, execution_id, time.time(), parent_execution_id=parent, step=step,
-            step_run_id=step_run_id, iteration=iteration,
-            status="ok" if outcome.ok else "error", result=outcome.result, error=outcome.error,
+        etype = messages.outcome_type(outcome.ok, iteration)
+        body = messages.outcome_event(
+            ok=outcome.ok, execution_id=execution_id, step=step, step_run_id=step_run_id,
+            iteration=iteration, timestamp=time.time(), parent_execution_id=parent,
+            result=outcome.result, error=outcome.error,
             ctx_patch=outcome.ctx_patch, http=outcome.http, route=outcome.route,
             case_matched=outcome.case_matched,
             duration_ms=round((time.time() - started) * 1000, 3))
@@ -365,10 +365,10 @@ class Worker:
         `storage`, a small event that may fit where the outcome did not. When it does not fit
         either, the refusal is raised and the command handed back (dispositions.py).
         """
-        error = {"kind": "storage", "message": f"the step's outcome could not be stored: "
-                 f"{describe(exc)}; retried for {retry_bound_s():g} s"}
+        error = ErrorInfo(kind="storage", message=f"the step's outcome could not be stored: "
+                          f"{describe(exc)}; retried for {retry_bound_s():g} s")
         await publish_step_failure(self.bus, identity, error, time.time(), pool=self.pool)
-        return PipelineResult(False, error=error)
+        return PipelineResult(False, error=error.model_dump(mode="json"))
 
     async def _keep_leases(self) -> None:
         """Every AckWait/3, a progress ack for each command that was already running at the
