@@ -242,3 +242,13 @@ def test_the_budget_is_the_same_on_every_render() -> None:
     # A count, not a clock: the same template fails or succeeds alike, however loaded the host.
     near = "{% for i in range(10) %}{{ rows | groupby('k') | length }}{% endfor %}"
     assert {len(render_string(near, ROWS)) for _ in range(3)} == {10}
+
+
+def test_render_data_gives_the_value_as_a_state_stores_it() -> None:
+    rendered = templating.render_data({"pair": "{{ (1, 2) }}", "n": "{{ 2 + 2 }}"}, {})
+    assert rendered == {"pair": [1, 2], "n": 4}  # a tuple is a list, as it is once committed
+
+
+def test_render_data_of_a_value_nothing_can_store_names_its_field() -> None:
+    with pytest.raises(TemplateError, match=r"set\.big.*beyond 64 bits"):
+        templating.render_data({"ok": "{{ 1 }}", "big": "{{ 2 ** 64 }}"}, {}, step="s", field="set")

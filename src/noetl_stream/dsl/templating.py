@@ -374,9 +374,15 @@ def render_data(value: JsonValue, context: Mapping[str, object], *, step: str | 
     rendered = render(value, context, step=step, field=field)
     try:
         return jsonutil.to_plain(rendered)
-    except TypeError as exc:  # an integer past 64 bits, nesting past orjson's limit
-        raise TemplateError(f"the value cannot be stored: {exc}", expression=str(value),
-                            step=step, field=field) from None
+    except TypeError:  # an integer past 64 bits, nesting past orjson's limit: name where
+        if isinstance(rendered, dict) and isinstance(value, dict):
+            for key in sorted(rendered):
+                if (problem := jsonutil.storable_problem(rendered[key])) is not None:
+                    raise TemplateError(f"the value cannot be stored: {problem}",
+                                        expression=str(value.get(key)), step=step,
+                                        field=f"{field}.{key}" if field else str(key)) from None
+        raise TemplateError(f"the value cannot be stored: {jsonutil.storable_problem(rendered)}",
+                            expression=str(value), step=step, field=field) from None
 
 
 def _render_all(value: object, context: Mapping[str, object], *, step: str | None,
