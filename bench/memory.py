@@ -3,7 +3,9 @@
 VmRSS counts every page a process maps, so pages a forked python child shares with its fork
 server (the interpreter and the runner, imported once) are counted again for each child. PSS
 (`/proc/<pid>/smaps_rollup`) divides each shared page among the processes that map it: its sum
-over a tree is what the tree costs the machine. Both are sampled; the services bench reports both.
+over a tree is what the tree costs the machine, when nothing else maps the same files (other
+processes of the same interpreter or nats-server binary take their share of those pages, so on
+a shared machine PSS reads a little low). USS, the pages only that process maps, is the floor.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ def rss_mb(pid: int) -> float:
     return _kb_fields(f"/proc/{pid}/status", ("VmRSS",)).get("VmRSS", 0.0)
 
 
-def pss_mb(pid: int) -> float:
-    """Proportional set size; reading another user's needs root (the bench runs as root)."""
-    return _kb_fields(f"/proc/{pid}/smaps_rollup", ("Pss",)).get("Pss", 0.0)
+def pss_uss_mb(pid: int) -> tuple[float, float]:
+    """Proportional and unique (private) set sizes; another user's need root (the bench's)."""
+    found = _kb_fields(f"/proc/{pid}/smaps_rollup", ("Pss", "Private_Clean", "Private_Dirty"))
+    return found.get("Pss", 0.0), found.get("Private_Clean", 0.0) + found.get("Private_Dirty", 0.0)
 
 
 def _argv(pid: int) -> list[str]:
@@ -76,22 +79,25 @@ def role(pid: int) -> str:
 class Reading:
     rss_mb: float
     pss_mb: float
-    by_role: dict[str, dict[str, float]]  # role -> {count, rss_mb, pss_mb}
+    by_role: dict[str, dict[str, float]]  # role -> {count, rss_mb, pss_mb, uss_mb}
 
 
 def read_tree(pids: list[int]) -> Reading:
     by_role: dict[str, dict[str, float]] = {}
     total_rss = total_pss = 0.0
     for pid in pids:
-        rss, pss = rss_mb(pid), pss_mb(pid)
+        rss = rss_mb(pid)
         if not rss:
             continue
+        pss, uss = pss_uss_mb(pid)
         total_rss += rss
         total_pss += pss
-        part = by_role.setdefault(role(pid), {"count": 0, "rss_mb": 0.0, "pss_mb": 0.0})
+        part = by_role.setdefault(role(pid), {"count": 0, "rss_mb": 0.0, "pss_mb": 0.0,
+                                              "uss_mb": 0.0})
         part["count"] += 1
         part["rss_mb"] += rss
         part["pss_mb"] += pss
+        part["uss_mb"] += uss
     rounded = {k: {n: round(v, 1) for n, v in part.items()} for k, part in sorted(by_role.items())}
     return Reading(round(total_rss, 1), round(total_pss, 1), rounded)
 
@@ -130,10 +136,10 @@ class TreeSampler:
 
 
 def breakdown(reading: Reading) -> str:
-    """One line per role: count, RSS, PSS."""
+    """One line per role: count, RSS, PSS, USS (its pages no other process maps)."""
     lines = []
     for name, part in reading.by_role.items():
         count = int(part["count"])
         lines.append(f"    {name}{f' x{count}' if count > 1 else ''}: RSS {part['rss_mb']:.0f} MB, "
-                     f"PSS {part['pss_mb']:.0f} MB")
+                     f"PSS {part['pss_mb']:.0f} MB, USS {part.get('uss_mb', 0.0):.0f} MB")
     return "\n".join(lines)

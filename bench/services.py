@@ -507,7 +507,7 @@ def run(plan: Plan, only: set[str], out: Path, servers: int = 1,
     print()
     print(table(rows, result["peak_rss_mb"], result["peak_pss_mb"]))
     for measure in ("pss", "rss"):
-        print(f"at the peak of {measure.upper()} (RSS, PSS by process):")
+        print(f"at the peak of {measure.upper()}, by process:")
         print(breakdown(Reading(0.0, 0.0, result[f"peak_{measure}_by_role"])))
     commits = result["commits"]
     if commits:
