@@ -15,7 +15,8 @@ import pytest
 from noetl_stream.bus.connection import Bus
 from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
-from noetl_stream.tools.python import runner_source
+from noetl_stream.tools.base import TaskCall
+from noetl_stream.tools.python import PythonTool, runner_source
 from noetl_stream.tools.python_sizing import DEFAULT_READY_MIN
 
 pytestmark = pytest.mark.integration
@@ -125,3 +126,33 @@ async def test_the_pool_grows_with_concurrent_steps_and_idle_interpreters_retire
             await settles_at(DEFAULT_READY_MIN)
             await asyncio.sleep(IDLE_S * 2)
             assert interpreters() == DEFAULT_READY_MIN  # and it stays there
+
+
+async def test_an_ended_executions_interpreter_makes_way_instead_of_the_pool_growing() -> None:
+    tool = PythonTool(max_children=4, warm=2, idle_s=60.0)  # never retired by the idle time here
+    await tool.start()
+    try:
+        pids = []
+        for n in range(5):  # one-step executions, each after the last one's interpreter went stale
+            outcome = await tool.run(_step(f"once{n}"))
+            assert outcome.ok, outcome.error
+            pids.append(outcome.result)
+            await asyncio.sleep(tool.sizing.recycle_s + 0.2)
+        busy = [(await tool.run(_step("busy"))).result for _ in range(3)]
+
+        assert len(set(pids)) == 5  # still one interpreter per execution
+        assert len(set(busy)) == 1  # an execution stepping often keeps its own
+        # Five executions came, one at a time: the pool held one at a time, not five.
+        await assert_eventually(lambda: _at_most(tool.sizing.ready_max + 2), timeout_s=20)
+    finally:
+        await tool.close()
+
+
+def _at_most(count: int) -> None:
+    assert interpreters() <= count
+
+
+def _step(execution_id: str) -> TaskCall:
+    return TaskCall(execution_id=execution_id, step="s", task="t", kind="python",
+                    config={"code": "import os\nresult = os.getpid()"}, input={}, spec={},
+                    idempotency_key=f"{execution_id}.s.1:None:t:1")

@@ -227,12 +227,12 @@ class PythonTool:
             del self._idle[execution_id]
         return child
 
-    def _oldest_idle(self) -> _Child | None:
+    def _oldest_idle(self, idle_for: float = 0.0) -> _Child | None:
         oldest: tuple[float, str] | None = None
         for execution_id, children in self._idle.items():
             if oldest is None or children[0].idle_since < oldest[0]:
                 oldest = (children[0].idle_since, execution_id)
-        if oldest is None:
+        if oldest is None or time.monotonic() - oldest[0] < idle_for:
             return None
         children = self._idle[oldest[1]]
         child = children.pop(0)
@@ -258,6 +258,7 @@ class PythonTool:
             if self._count < self.max_kept:
                 self._count += 1
                 self._demand.took(time.monotonic())
+                self._recycle_stale()
                 try:
                     return await _Child.spawn(await self.sandbox(), self._forks)
                 except BaseException:
@@ -268,6 +269,15 @@ class PythonTool:
                 await self._end(victim)
             else:  # every place is starting or being cleared: one is free in a moment
                 await asyncio.sleep(0.01)
+
+    def _recycle_stale(self) -> None:
+        """A new interpreter is starting: end the longest-idle kept one if its execution sent
+        no step for `recycle_s`, so the pool grows only while every interpreter it holds is in
+        use (an execution that ended leaves its interpreter idle until the idle time is up).
+        """
+        victim = self._oldest_idle(idle_for=self.sizing.recycle_s)
+        if victim is not None:
+            self._chore(self._end(victim))
 
     def _release(self, child: _Child, execution_id: str) -> None:
         if self._closed or not child.alive:
@@ -312,6 +322,7 @@ class PythonTool:
             if self._count < self.max_kept:
                 self._count += 1
                 self._starting += 1
+                self._recycle_stale()
                 self._chore(self._spawn_fresh())
                 continue
             victim = self._oldest_idle()

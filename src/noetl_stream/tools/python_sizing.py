@@ -1,11 +1,16 @@
 """How many python interpreters a worker holds, and for how long (tools/python.py).
 
-An interpreter costs memory whether or not it runs code, so the pool follows the work: an
-interpreter kept for an execution's next step retires after `idle_s` without one; interpreters
-kept ready for new executions (fresh, they never ran code) number as many as new executions
-took in the last `idle_s`, between `ready_min` and `ready_max`. A worker that runs few python
-steps holds `ready_min` fresh interpreters (and the fork server); one running many executions'
-steps at once holds about one per execution in flight, up to its cap.
+An interpreter costs memory whether or not it runs code, so the pool follows the work:
+
+- an interpreter kept for an execution's next step retires after `idle_s` without one, and
+  sooner, after `recycle_s`, when a new one is about to start: the pool grows only while every
+  interpreter it holds was used that recently (the worker is not told when an execution ends);
+- interpreters kept ready for new executions (fresh, they never ran code) number as many as new
+  executions took in the last `idle_s`, between `ready_min` and `ready_max`.
+
+A worker that runs few python steps holds `ready_min` fresh interpreters (and the fork server);
+one running many executions' python steps at once holds about one per execution in flight, up to
+its cap (tools/python.py `KEPT_PER_PROCESS` per step that may run at once).
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ class PoolSizing:
     idle_s: float = DEFAULT_IDLE_S  # an interpreter without a step this long retires
     ready_min: int = DEFAULT_READY_MIN  # fresh interpreters kept even when no step comes
     ready_max: int = 2  # fresh interpreters kept while new executions keep coming
+
+    @property
+    def recycle_s(self) -> float:
+        """Idle this long, a kept interpreter makes way for a new execution's instead of the
+        pool growing: its execution has most likely ended (the worker is not told when).
+        """
+        return self.idle_s / 5
 
     def __post_init__(self) -> None:
         if not self.idle_s > 0:
