@@ -117,10 +117,12 @@ class ToolRegistry:
         tool = self._tools.get(kind)
         if tool is not None:
             return tool
-        build = self._deferred.pop(kind, None)
+        build = self._deferred.get(kind)
         if build is None:
             raise ToolError(f'no tool of kind "{kind}" on this worker')
+        # Imports its libraries on the event loop, once (DuckDB: a fraction of a second).
         tool = self._tools[kind] = build()
+        del self._deferred[kind]
         return tool
 
     async def close(self) -> None:
