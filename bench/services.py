@@ -16,8 +16,9 @@ a core subscription, as a client with the nats CLI would. Workloads (bench/READM
 - W2: a 200-item loop with at most 10 iterations in flight, then one step aggregating it.
 - W3: 20 concurrent executions of 10 sequential steps.
 W1-W3 run with `noop` and with `python` steps. RAW is the bare JetStream round trip measured in
-the same run, from this process. Peak RSS is the sum over every process of the stack (server,
-worker and its python children, nats-server), sampled while the workloads run.
+the same run, from this process. Peak PSS (judged) and peak RSS are sums over every process of
+the stack (server, worker and its python children, nats-server), sampled while the workloads
+run (bench/memory.py says why PSS).
 """
 
 from __future__ import annotations
