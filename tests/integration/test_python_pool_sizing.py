@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 AT_ONCE = 4
 IDLE_S = 1.0
-STEP_S = 3.0  # long enough that AT_ONCE steps started one after another still overlap
+STEP_S = 5.0  # long enough that AT_ONCE steps started one after another still overlap
 
 PLAYBOOK = f"""\
 apiVersion: noetl.io/v2
