@@ -16,8 +16,9 @@ a core subscription, as a client with the nats CLI would. Workloads (bench/READM
 - W2: a 200-item loop with at most 10 iterations in flight, then one step aggregating it.
 - W3: 20 concurrent executions of 10 sequential steps.
 W1-W3 run with `noop` and with `python` steps. RAW is the bare JetStream round trip measured in
-the same run, from this process. Peak RSS is the sum over every process of the stack (server,
-worker and its python children, nats-server), sampled while the workloads run.
+the same run, from this process. Peak PSS (judged) and peak RSS are sums over every process of
+the stack (server, worker and its python children, nats-server), sampled while the workloads
+run (bench/memory.py says why PSS).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common import cpu_s, raw_round_trips, rss_mb
+from common import cpu_s, raw_round_trips
+from memory import Reading, TreeSampler, breakdown
 
 from noetl_stream.bus.connection import Bus, connect
 from noetl_stream.bus.nats_server import start_nats_server
@@ -177,32 +179,6 @@ async def services_stack(tmp: Path, *, concurrency: int, servers: int = 1,
         for f in logs.values():
             f.close()
         await nats.stop()
-
-
-class Sampler:
-    """Peak of the summed VmRSS of every process of the stack."""
-
-    def __init__(self, stack: Stack, every_s: float = 0.05) -> None:
-        self.stack = stack
-        self.every_s = every_s
-        self.peak = 0.0
-        self._task: asyncio.Task[None] | None = None
-
-    def sample(self) -> None:
-        self.peak = max(self.peak, sum(rss_mb(pid) or 0.0 for pid in self.stack.pids()))
-
-    async def _run(self) -> None:
-        while True:
-            self.sample()
-            await asyncio.sleep(self.every_s)
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run())
-
-    def stop(self) -> None:
-        self.sample()
-        if self._task is not None:
-            self._task.cancel()
 
 
 # -- one execution, timed from outside -----------------------------------------------------------
@@ -463,7 +439,7 @@ async def bench(plan: Plan, only: set[str], servers: int = 1,
                       f"spread {time.monotonic() - spread_started:.1f} s "
                       "after the warm-up", file=sys.stderr)
             logged_before = log_sizes(Path(tmp))
-            sampler = Sampler(stack)
+            sampler = TreeSampler(stack.pids)
             sampler.start()
             cpu0 = {role: cpu_s(p.pid) for role, p in stack.procs.items()}
             t0 = time.perf_counter()
@@ -475,7 +451,10 @@ async def bench(plan: Plan, only: set[str], servers: int = 1,
             cpu = {role: round(100 * (cpu_s(p.pid) - cpu0[role]) / wall, 1)
                    for role, p in stack.procs.items()}
         commits = commit_counts(Path(tmp), logged_before) if log_commits else {}
-    return {"rows": rows, "peak_rss_mb": round(sampler.peak, 1), "cpu_pct": cpu,
+    rss, pss = sampler.peak_rss, sampler.peak_pss
+    assert rss is not None and pss is not None  # stop() sampled once at least
+    return {"rows": rows, "peak_rss_mb": rss.rss_mb, "peak_pss_mb": pss.pss_mb,
+            "peak_rss_by_role": rss.by_role, "peak_pss_by_role": pss.by_role, "cpu_pct": cpu,
             "commits": commits}
 
 
@@ -493,7 +472,7 @@ def judge(rows: list[Row]) -> list[dict[str, Any]]:
     return verdicts
 
 
-def table(rows: list[Row], peak_rss: float) -> str:
+def table(rows: list[Row], peak_rss: float, peak_pss: float) -> str:
     lines = [("workload", "figure", "detail")]
     for r in rows:
         if r.workload.startswith("PROBE"):
@@ -508,7 +487,9 @@ def table(rows: list[Row], peak_rss: float) -> str:
         if r.status != "completed":
             detail += f" [{r.status}]"
         lines.append((r.workload, fig, detail))
-    lines.append(("peak RSS", f"{peak_rss:.0f} MB", "server + worker + python children + nats"))
+    lines.append(("peak PSS", f"{peak_pss:.0f} MB", "server + worker + python children + nats"))
+    lines.append(("peak RSS", f"{peak_rss:.0f} MB", "the same, pages shared by forks counted "
+                                                    "once per process"))
     widths = [max(len(c[i]) for c in lines) for i in range(3)]
     out = [f"{a:<{widths[0]}}  {b:>{widths[1]}}  {c}" for a, b, c in lines]
     out.insert(1, "  ".join("-" * w for w in widths))
@@ -525,7 +506,10 @@ def run(plan: Plan, only: set[str], out: Path, servers: int = 1,
     rows: list[Row] = result["rows"]
     verdicts = judge(rows)
     print()
-    print(table(rows, result["peak_rss_mb"]))
+    print(table(rows, result["peak_rss_mb"], result["peak_pss_mb"]))
+    for measure in ("pss", "rss"):
+        print(f"at the peak of {measure.upper()}, by process:")
+        print(breakdown(Reading(0.0, 0.0, result[f"peak_{measure}_by_role"])))
     commits = result["commits"]
     if commits:
         made = sum(c["commits"] for c in commits.values())
@@ -540,6 +524,8 @@ def run(plan: Plan, only: set[str], out: Path, servers: int = 1,
                            "loadavg_before": [round(x, 2) for x in load_before],
                            "loadavg_after": [round(x, 2) for x in os.getloadavg()]},
            "rows": [asdict(r) for r in rows], "peak_rss_mb": result["peak_rss_mb"],
+           "peak_pss_mb": result["peak_pss_mb"], "peak_rss_by_role": result["peak_rss_by_role"],
+           "peak_pss_by_role": result["peak_pss_by_role"],
            "cpu_pct_of_wall": result["cpu_pct"], "commits": commits, "targets": verdicts}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")

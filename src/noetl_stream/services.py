@@ -91,6 +91,7 @@ async def client_bus(nats_url: str | None, *, prefix: str, name: str) -> AsyncIt
 @contextlib.asynccontextmanager
 async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, pool: str = "default",
                        concurrency: int = 64, python_children: int = 8,
+                       python_idle_s: float | None = None,
                        local: bool = False) -> AsyncIterator[None]:
     """Run a server and/or a worker on `bus` for the duration of the block (`local`: the
     embedded stack of `noetl-stream run`, the user's own).
@@ -117,7 +118,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
         # Python children of the worker's own user may not read its memory or environment.
         protect_worker_process()
     tools = (await ToolRegistry.create(services=tool_services, python_children=python_children,
-                                       quiet_python_fallback=local)
+                                       quiet_python_fallback=local, python_idle_s=python_idle_s)
              if worker else None)
     wrk = (Worker(bus, tools, pool=pool, concurrency=concurrency, keychain=keychain)
            if tools is not None else None)

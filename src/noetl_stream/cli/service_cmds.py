@@ -74,10 +74,13 @@ def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
 @click.option("--pool", default="default", show_default=True, help="Worker pool to take commands from.")
 @click.option("--concurrency", default=64, show_default=True, help="Commands run at once.")
 @click.option("--python-processes", default=8, show_default=True, help="Python steps run at once.")
+@click.option("--python-idle", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS", help="A python interpreter without a step this long retires "
+              "[default: $NOETL_STREAM_PYTHON_IDLE_S, else 10].")
 @metrics_option
 @log_format_option
 def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, python_processes: int,
-           metrics: str | None, log_format: str) -> None:
+           python_idle: float | None, metrics: str | None, log_format: str) -> None:
     """Run a worker: pull commands of POOL, run their task pipelines, publish outcomes."""
     from noetl_stream.services import run_services
 
@@ -88,7 +91,8 @@ def worker(nats_url: str | None, prefix: str, pool: str, concurrency: int, pytho
     @contextlib.asynccontextmanager
     async def services(bus: Bus) -> AsyncIterator[None]:
         async with run_services(bus, server=False, worker=True, pool=pool,
-                                concurrency=concurrency, python_children=python_processes), \
+                                concurrency=concurrency, python_children=python_processes,
+                                python_idle_s=python_idle), \
                 metrics_endpoint(bus, metrics_address, cluster=False):
             yield
 

@@ -29,6 +29,7 @@ from noetl_stream.dsl.values import ListView, job_view
 from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.python_forks import ForkedProcess, ForkServer, ForkServerGone
+from noetl_stream.tools.python_sizing import PoolSizing, ReadyDemand
 from noetl_stream.tools.python_slots import ENV_PYTHON_UIDS
 from noetl_stream.tools.sandbox import (
     ENV_PYTHON_USER,
@@ -43,7 +44,6 @@ log = logging.getLogger("noetl_stream.python")
 
 RUNNER = Path(__file__).with_name("python_runner.py")
 DEFAULT_TIMEOUT_S = float(kind_default("python", "timeout"))  # dsl/layering.py: one table
-IDLE_KEEP_S = 30.0  # how long a child waits for its execution's next step
 KEPT_PER_PROCESS = 4  # interpreters kept alive per step that may run at once
 
 
@@ -172,14 +172,16 @@ class _Child:
 
 class PythonTool:
     """Interpreters are never shared between executions: a child runs the steps of one
-    execution only (kept warm for its next step, up to IDLE_KEEP_S), and a step of another
-    execution gets a fresh one, started ahead (`warm`) so it pays no start-up.
+    execution only (kept warm for its next step while it comes within the idle time), and a
+    step of another execution gets a fresh one, started ahead so it pays no start-up: up to
+    `warm` while new executions keep coming, fewer when they do not (tools/python_sizing.py).
     """
 
     kind = "python"
 
     def __init__(self, max_children: int = 8, warm: int = 2,
-                 sandbox: Sandbox | None = None, quiet_fallback: bool = False) -> None:
+                 sandbox: Sandbox | None = None, quiet_fallback: bool = False,
+                 idle_s: float | None = None) -> None:
         self.max_children = max(1, max_children)  # steps running at once
         # Interpreters alive at once: executions whose steps interleave keep theirs between
         # steps (a fresh one per step would cost a fork and a slot clean-up each time).
@@ -188,6 +190,8 @@ class PythonTool:
         # to their user is no news worth a warning on every run (it is still logged, at INFO).
         self.quiet_fallback = quiet_fallback
         self.warm = min(warm, self.max_children)
+        self.sizing = PoolSizing.from_env(idle_s=idle_s, ready_max=self.warm)
+        self._demand = ReadyDemand(self.sizing)
         self._sandbox = sandbox
         self._fresh: list[_Child] = []  # never ran code
         self._idle: dict[str, list[_Child]] = {}  # by the execution whose steps they ran
@@ -206,8 +210,8 @@ class PythonTool:
         return self._sandbox
 
     async def start(self) -> None:
-        """Check that a child runs in the sandbox, then boot `warm` interpreters ahead of the
-        first call, so the first step pays no start-up.
+        """Check that a child runs in the sandbox, then boot the fewest interpreters kept ready
+        (tools/python_sizing.py) ahead of the first call, so the first step pays no start-up.
         """
         await self._check_sandbox()
         sandbox = await self.sandbox()
@@ -215,9 +219,12 @@ class PythonTool:
             forks = ForkServer(sandbox, await asyncio.to_thread(runner_source))
             await forks.start()
             self._forks = forks
-        self._count += self.warm
+        ready = self.sizing.ready_min  # more only once new executions come
+        self._count += ready
         children = await asyncio.gather(*(_Child.spawn(sandbox, self._forks)
-                                          for _ in range(self.warm)))
+                                          for _ in range(ready)))
+        for child in children:
+            child.idle_since = time.monotonic()
         self._fresh.extend(children)
         self._reaper = asyncio.create_task(self._reap_idle(), name="python-idle-reaper")
 
@@ -252,12 +259,12 @@ class PythonTool:
             del self._idle[execution_id]
         return child
 
-    def _oldest_idle(self) -> _Child | None:
+    def _oldest_idle(self, idle_for: float = 0.0) -> _Child | None:
         oldest: tuple[float, str] | None = None
         for execution_id, children in self._idle.items():
             if oldest is None or children[0].idle_since < oldest[0]:
                 oldest = (children[0].idle_since, execution_id)
-        if oldest is None:
+        if oldest is None or time.monotonic() - oldest[0] < idle_for:
             return None
         children = self._idle[oldest[1]]
         child = children.pop(0)
@@ -273,6 +280,7 @@ class PythonTool:
             child = self._take_kept(execution_id)
             if child is None and self._fresh:
                 child = self._fresh.pop(0)
+                self._demand.took(time.monotonic())
                 self._refill()
             if child is not None:
                 if child.alive:
@@ -281,6 +289,8 @@ class PythonTool:
                 continue
             if self._count < self.max_kept:
                 self._count += 1
+                self._demand.took(time.monotonic())
+                self._recycle_stale()
                 try:
                     return await _Child.spawn(await self.sandbox(), self._forks)
                 except BaseException:
@@ -292,6 +302,15 @@ class PythonTool:
             else:  # every place is starting or being cleared: one is free in a moment
                 await asyncio.sleep(0.01)
 
+    def _recycle_stale(self) -> None:
+        """A new interpreter is starting: end the longest-idle kept one if its execution sent
+        no step for `recycle_s`, so the pool grows only while every interpreter it holds is in
+        use (an execution that ended leaves its interpreter idle until the idle time is up).
+        """
+        victim = self._oldest_idle(idle_for=self.sizing.recycle_s)
+        if victim is not None:
+            self._chore(self._end(victim))
+
     def _release(self, child: _Child, execution_id: str) -> None:
         if self._closed or not child.alive:
             self._chore(self._end(child))
@@ -301,31 +320,41 @@ class PythonTool:
         self._expire_idle()
 
     def _expire_idle(self) -> None:
-        """End children whose execution sent no step for IDLE_KEEP_S (their places refill)."""
+        """End children whose execution sent no step for the idle time, and fresh ones beyond
+        what new executions took in that time (the longest-ready first).
+        """
         now = time.monotonic()
-        expired = [c for cs in self._idle.values() for c in cs if now - c.idle_since > IDLE_KEEP_S]
+        idle_s = self.sizing.idle_s
+        expired = [c for cs in self._idle.values() for c in cs if now - c.idle_since > idle_s]
         if expired:
             self._idle = {k: kept for k, cs in self._idle.items()
                           if (kept := [c for c in cs if c not in expired])}
-            for stale in expired:
-                self._chore(self._end(stale))
+        surplus = len(self._fresh) + self._starting - self._demand.target(now)
+        while surplus > 0 and self._fresh and now - self._fresh[0].idle_since > idle_s:
+            expired.append(self._fresh.pop(0))
+            surplus -= 1
+        for stale in expired:
+            self._chore(self._end(stale))
 
     async def _reap_idle(self) -> None:
         while not self._closed:
-            await asyncio.sleep(IDLE_KEEP_S / 3)
+            await asyncio.sleep(self.sizing.idle_s / 3)
             self._expire_idle()
 
     def _refill(self) -> None:
-        """Start fresh children in the background until `warm` are ready or starting; when
+        """Start fresh children in the background until as many are ready or starting as new
+        executions took lately (tools/python_sizing.py, at most `warm`); when
         every place is taken, a child kept idle for another execution makes room (a fresh one
         serves any execution, a kept one only its own).
         """
         if self._closed:
             return
-        for _ in range(self.warm - len(self._fresh) - self._starting):
+        ready = self._demand.target(time.monotonic())
+        for _ in range(ready - len(self._fresh) - self._starting):
             if self._count < self.max_kept:
                 self._count += 1
                 self._starting += 1
+                self._recycle_stale()
                 self._chore(self._spawn_fresh())
                 continue
             victim = self._oldest_idle()
@@ -344,6 +373,7 @@ class PythonTool:
         if self._closed:
             await self._end(child)
         else:
+            child.idle_since = time.monotonic()  # ready since: surplus ones retire when idle
             self._fresh.append(child)
 
     async def _end(self, child: _Child) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -37,6 +38,11 @@ BUILTIN_TOOLS: dict[str, str] = {
 def _load(spec: str) -> Any:
     module, _, name = spec.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def _build(spec: str, services: ToolServices) -> Tool:
+    tool: Tool = _load(spec)(services)
+    return tool
 
 
 def plugin_entry_points() -> tuple[EntryPoint, ...]:
@@ -71,37 +77,53 @@ def installed_kinds() -> frozenset[str]:
 
 
 class ToolRegistry:
-    def __init__(self, tools: dict[str, Tool], origins: dict[str, str] | None = None) -> None:
+    """The worker's tools. Built-ins other than python are built when a step of their kind first
+    runs, so a worker imports only the libraries its steps use (DuckDB alone is about 45 MB of
+    resident memory; bench/README.md "Memory").
+    """
+
+    def __init__(self, tools: dict[str, Tool], origins: dict[str, str] | None = None,
+                 deferred: dict[str, Callable[[], Tool]] | None = None) -> None:
         self._tools = tools
+        self._deferred = dict(deferred or {})
         self.origins = origins or {}
 
     @classmethod
     async def create(cls, *, services: ToolServices | None = None, python_children: int = 8,
-                     python_warm: int = 2, quiet_python_fallback: bool = False) -> ToolRegistry:
+                     python_warm: int = 2, quiet_python_fallback: bool = False,
+                     python_idle_s: float | None = None) -> ToolRegistry:
         services = services or ToolServices()
         python = PythonTool(max_children=python_children, warm=python_warm,
-                            quiet_fallback=quiet_python_fallback)
+                            quiet_fallback=quiet_python_fallback, idle_s=python_idle_s)
         await python.start()
         tools: dict[str, Tool] = {"python": python}
         origins = {"python": "built-in"}
+        deferred: dict[str, Callable[[], Tool]] = {}
         for kind, spec in BUILTIN_TOOLS.items():
-            tools[kind] = _load(spec)(services)
+            deferred[kind] = functools.partial(_build, spec, services)
             origins[kind] = "built-in"
         for ep in plugin_entry_points():
             factory: Any = ep.load()
             tools[ep.name] = factory(services)
+            deferred.pop(ep.name, None)  # a plugin of a built-in's name replaces it
             origins[ep.name] = f"plugin {ep.value}"
-        return cls(tools, origins)
+        return cls(tools, origins, deferred)
 
     @property
     def kinds(self) -> list[str]:
-        return sorted(self._tools)
+        return sorted({*self._tools, *self._deferred})
 
     def get(self, kind: str) -> Tool:
-        try:
-            return self._tools[kind]
-        except KeyError:
-            raise ToolError(f'no tool of kind "{kind}" on this worker') from None
+        tool = self._tools.get(kind)
+        if tool is not None:
+            return tool
+        build = self._deferred.get(kind)
+        if build is None:
+            raise ToolError(f'no tool of kind "{kind}" on this worker')
+        # Imports its libraries on the event loop, once (DuckDB: a fraction of a second).
+        tool = self._tools[kind] = build()
+        del self._deferred[kind]
+        return tool
 
     async def close(self) -> None:
         for tool in self._tools.values():
