@@ -109,6 +109,7 @@ async def _list(nats_url: str | None, prefix: str, server_url: str | None,
         async with open_client(server_url, token) as client:
             answer = await client.answer(CatalogList, "GET", "/api/catalog")
         return answer.items
+    from noetl_stream.api.models import CatalogPath
     from noetl_stream.services import client_bus
     from noetl_stream.state.catalog import list_paths, read_entry
 
