@@ -2,7 +2,9 @@
 
 The server starts an execution with `router.start()` and then applies, in stream order, every
 event NOETL_ROUTER copies from the events stream (outcomes, signals, fired timers, cancel and
-restart requests, children's starts), each with its own clock reading as `now`. The router is
+restart requests, children's starts), each with its own clock reading as `now`; a group handed
+back for redelivery comes after later events, in the order the state's marks record
+(server/applied_order.py). The router is
 pure, so the same playbook, the same events and the same `now`s give the same state. The clock
 readings are not inputs the server keeps apart; they are found in what each application emitted:
 every event the router publishes carries the `timestamp` it was applied at, and a timer's
