@@ -2,7 +2,9 @@
 
 The server starts an execution with `router.start()` and then applies, in stream order, every
 event NOETL_ROUTER copies from the events stream (outcomes, signals, fired timers, cancel and
-restart requests, children's starts), each with its own clock reading as `now`. The router is
+restart requests, children's starts), each with its own clock reading as `now`; a group handed
+back for redelivery comes after later events, in the order the state's marks record
+(server/applied_order.py). The router is
 pure, so the same playbook, the same events and the same `now`s give the same state. The clock
 readings are not inputs the server keeps apart; they are found in what each application emitted:
 every event the router publishes carries the `timestamp` it was applied at, and a timer's
@@ -17,7 +19,7 @@ execution with the reason instead.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -27,6 +29,7 @@ from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import TIMER_SCHEDULED, Malformed
 from noetl_stream.router.state import ExecutionState, Outgoing
 from noetl_stream.router_events import RouterEvent, router_event
+from noetl_stream.server.applied_order import in_applied_order
 from noetl_stream.server.state_codec import fault
 from noetl_stream.server.versions import playbook_for
 from noetl_stream.subjects import Topology
@@ -101,13 +104,20 @@ def rebuild(playbook: Playbook, events: list[JsonObject], topology: Topology, *,
             playbook_key: str, parent_iter: JsonObject | None = None,
             applied: int | None = None,
             versions: Mapping[str, Playbook] | None = None,
-            observe: Observer | None = None) -> Rebuilt | None:
+            observe: Observer | None = None,
+            origins: Sequence[int | None] | None = None,
+            recent: Sequence[int] = ()) -> Rebuilt | None:
     """The state the recorded `events` (the whole log, in stream order) imply; None when the log
     holds no `execution.started` (the execution was rejected, or its log has expired).
 
     With `applied` (the committed state's count of applied events), the rebuild stops before
     the first event that would take its count past it: an event stored after the state was read
     and not applied yet (a live execution) is not the state's.
+
+    With `origins` (each event's NOETL_EVENTS sequence) and `recent` (the committed state's
+    `source_recent`), the events are applied in the order the server applied them
+    (server/applied_order.py), which a hand-back or a redelivery may have made another than
+    the stream's.
     """
     started = next((e for e in events if e.get("event_type") == STARTED), None)
     if started is None:
@@ -123,7 +133,8 @@ def rebuild(playbook: Playbook, events: list[JsonObject], topology: Topology, *,
     if observe is not None:
         observe(started, state)
     known = {**(versions or {}), playbook_key: playbook}
-    for recorded in applied_events(events, topology):
+    ordered = events if origins is None else in_applied_order(events, origins, recent)
+    for recorded in applied_events(ordered, topology):
         try:
             decoded = router_event(recorded)
         except Malformed:

@@ -77,7 +77,8 @@ async def verify(bus: Bus, execution_id: str) -> Verdict:
     if committed is None:
         return Verdict(execution_id, "unknown", f"no committed state of execution {execution_id}"
                        f" in {EXECUTIONS_BUCKET} (unknown, or removed by retention)")
-    events = await read_log(bus, execution_id)
+    sequenced = await read_sequenced_log(bus, execution_id)
+    events = [body for _, body in sequenced]
     first = first_version(events, committed.playbook_key)
     catalog = await bus.js.key_value("noetl_catalog")
     try:
@@ -93,6 +94,7 @@ async def verify(bus: Bus, execution_id: str) -> Verdict:
 
     rebuilt = rebuild(playbook, events, bus.topology, playbook_key=first,
                       parent_iter=committed.parent_iter, applied=committed.applied,
+                      origins=[seq for seq, _ in sequenced], recent=committed.source_recent,
                       versions=await readable_versions(named_versions((None, e) for e in events), load))
     if rebuilt is None:
         return Verdict(execution_id, "unknown", "its log holds no execution.started (expired "
@@ -140,12 +142,19 @@ async def read_log(bus: Bus, execution_id: str) -> list[JsonObject]:
     """Every event the stream holds for the execution, oldest first, as the server decodes them
     (signals and fired timers carry their stream sequence); messages it refuses are left out.
     """
+    return [body for _, body in await read_sequenced_log(bus, execution_id)]
+
+
+async def read_sequenced_log(bus: Bus, execution_id: str) -> list[tuple[int, JsonObject]]:
+    """`read_log`, each event with its sequence in the events stream (the origin a state's
+    `source_recent` names, server/applied_order.py).
+    """
     config = ConsumerConfig(name=f"verify_{secrets.token_hex(8)}",
                             deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE,
                             filter_subject=bus.topology.execution_events_filter(execution_id),
                             mem_storage=True, num_replicas=1, inactive_threshold=30.0)
     info = await bus.js.add_consumer(EVENTS_STREAM, config)
-    events: list[JsonObject] = []
+    events: list[tuple[int, JsonObject]] = []
     try:
         wanted = int(info.num_pending or 0)
         if wanted == 0:
@@ -156,9 +165,10 @@ async def read_log(bus: Bus, execution_id: str) -> list[JsonObject]:
             while read < wanted:
                 for msg in await sub.fetch(min(FETCH, wanted - read), timeout=FETCH_TIMEOUT_S):
                     read += 1
+                    seq = int(msg.metadata.sequence.stream)
                     with contextlib.suppress(ValueError):  # refused by the server as well
-                        events.append(decode_event_body(bus.topology, msg.subject, msg.data,
-                                                   int(msg.metadata.sequence.stream)))
+                        events.append((seq, decode_event_body(bus.topology, msg.subject,
+                                                              msg.data, seq)))
         finally:
             await sub.unsubscribe()
     finally:
