@@ -16,12 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from nats.js.errors import KeyNotFoundError
-
 from noetl_stream import ids, messages, router
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.publish import publish_event
-from noetl_stream.dsl import parse_playbook
 from noetl_stream.dsl.layering import merge
 from noetl_stream.errors import ReplayRefused
 from noetl_stream.jsonutil import JsonObject
@@ -30,10 +27,7 @@ from noetl_stream.router.links import REPLAYED
 from noetl_stream.router.replay import seed_of
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server.execution_ids import new_execution_id
-from noetl_stream.server.verify import committed_state
-from noetl_stream.state.results import ResultStore
-from noetl_stream.state.step_results import StepResults
-from noetl_stream.tools.registry import installed_kinds
+from noetl_stream.server.restart import recorded_run
 
 
 def start_of(request: ExecutionRequest) -> Callable[..., ExecutionState]:
@@ -60,17 +54,7 @@ async def request_replay(bus: Bus, original_id: str, *, from_step: str | None = 
                          requested_by: str | None = None,
                          execution_id: str | None = None) -> ReplayAsked:
     """Start a replay of `original_id`; ReplayRefused (unknown or not replayable) says why."""
-    original = None if messages.execution_id_problem(original_id) else \
-        await committed_state(bus, original_id, StepResults(bus.js, ResultStore(bus.js)))
-    if original is None:
-        raise ReplayRefused(f"no execution {original_id} is known", unknown=True)
-    catalog = await bus.js.key_value("noetl_catalog")
-    try:
-        text = bytes((await catalog.get(original.playbook_key)).value or b"").decode()
-    except KeyNotFoundError:
-        raise ReplayRefused(f"the playbook of execution {original_id} is no longer in "
-                             "noetl_catalog") from None
-    playbook = parse_playbook(text, original.playbook_key, kinds=installed_kinds()).playbook
+    original, text, playbook = await recorded_run(bus, original_id, ReplayRefused)
     try:
         seed = ReplaySeed.model_validate(seed_of(playbook, original, from_step))
     except ValueError as exc:

@@ -48,17 +48,7 @@ class RestartAsked:
 async def request_restart(bus: Bus, execution_id: str, *, from_step: str | None = None,
                           workload: JsonObject | None = None,
                           requested_by: str | None = None, latest: bool = False) -> RestartAsked:
-    state = None if messages.execution_id_problem(execution_id) else \
-        await committed_state(bus, execution_id, StepResults(bus.js, ResultStore(bus.js)))
-    if state is None:
-        raise RestartRefused(f"no execution {execution_id} is known", unknown=True)
-    catalog = await bus.js.key_value("noetl_catalog")
-    try:
-        text = bytes((await catalog.get(state.playbook_key)).value or b"").decode()
-    except KeyNotFoundError:
-        raise RestartRefused(f"the playbook of execution {execution_id} is no longer in "
-                             "noetl_catalog") from None
-    playbook = parse_playbook(text, state.playbook_key, kinds=installed_kinds()).playbook
+    state, _, playbook = await recorded_run(bus, execution_id, RestartRefused)
     version = await latest_version(bus, state) if latest else None
     reason = refusal(version[1] if version else playbook, state, from_step)
     if reason is not None:
@@ -74,6 +64,24 @@ async def request_restart(bus: Bus, execution_id: str, *, from_step: str | None 
     await publish_event(bus, execution_id, REQUESTED, msg_id, body)
     return RestartAsked(execution_id, number, ids.event_msg_id(execution_id, RESTARTED, number),
                         ids.event_msg_id(execution_id, "event.ignored", REQUESTED, number))
+
+
+async def recorded_run(bus: Bus, execution_id: str, refused: type[RestartRefused]
+                       ) -> tuple[ExecutionState, str, Playbook]:
+    """An execution's committed state, its playbook's text and that text parsed, as a restart or
+    a replay starts from; `refused` (RestartRefused or ReplayRefused) says why there is none.
+    """
+    state = None if messages.execution_id_problem(execution_id) else \
+        await committed_state(bus, execution_id, StepResults(bus.js, ResultStore(bus.js)))
+    if state is None:
+        raise refused(f"no execution {execution_id} is known", unknown=True)
+    catalog = await bus.js.key_value("noetl_catalog")
+    try:
+        text = bytes((await catalog.get(state.playbook_key)).value or b"").decode()
+    except KeyNotFoundError:
+        raise refused(f"the playbook of execution {execution_id} is no longer in "
+                      "noetl_catalog") from None
+    return state, text, parse_playbook(text, state.playbook_key, kinds=installed_kinds()).playbook
 
 
 async def latest_version(bus: Bus, state: ExecutionState) -> tuple[str, Playbook]:
