@@ -8,20 +8,13 @@ arrived. Results are left out: a frame says where the execution was, not what it
 
 from __future__ import annotations
 
-from nats.js.errors import KeyNotFoundError
-
 from noetl_stream.bus.connection import Bus
-from noetl_stream.dsl import parse_playbook
-from noetl_stream.dsl.models import Playbook
 from noetl_stream.jsonutil import JsonObject, JsonValue
-from noetl_stream.messages import execution_id_problem
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server.replay import rebuild
-from noetl_stream.server.verify import committed_state, first_version, read_log
-from noetl_stream.server.versions import named_versions, readable_versions
+from noetl_stream.server.verify import recorded_history
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
-from noetl_stream.tools.registry import installed_kinds
 
 MAX_FRAMES = 5000  # an execution with more events shows its first frames and says so
 
@@ -38,30 +31,18 @@ def frame(index: int, event: JsonObject, state: ExecutionState) -> JsonObject:
 
 async def marking_history(bus: Bus, execution_id: str) -> JsonObject | None:
     """{"frames": [...], "truncated": bool}; None for an execution without a committed state."""
-    state = None if execution_id_problem(execution_id) else \
-        await committed_state(bus, execution_id, StepResults(bus.js, ResultStore(bus.js)))
-    if state is None:
+    history = await recorded_history(bus, execution_id, StepResults(bus.js, ResultStore(bus.js)))
+    if history is None or history.playbook is None:
         return None
-    events = await read_log(bus, execution_id)
-    catalog = await bus.js.key_value("noetl_catalog")
-
-    async def load(key: str) -> Playbook:
-        text = bytes((await catalog.get(key)).value or b"").decode()
-        return parse_playbook(text, key, kinds=installed_kinds()).playbook
-
-    first = first_version(events, state.playbook_key)
-    try:
-        playbook = await load(first)
-    except KeyNotFoundError:
-        return None
-    versions = await readable_versions(named_versions((None, e) for e in events), load)
+    state = history.state
     frames: list[JsonValue] = []
 
     def observe(event: JsonObject, now: ExecutionState) -> None:
         if len(frames) < MAX_FRAMES:
             frames.append(frame(len(frames), event, now))
 
-    rebuild(playbook, events, bus.topology, playbook_key=first, parent_iter=state.parent_iter,
-            applied=state.applied, versions=versions, observe=observe)
+    rebuild(history.playbook, history.events, bus.topology, playbook_key=history.first,
+            parent_iter=state.parent_iter, applied=state.applied, versions=history.versions,
+            observe=observe)
     return {"execution_id": execution_id, "frames": frames,
             "truncated": len(frames) >= MAX_FRAMES}

@@ -69,33 +69,64 @@ async def committed_state(bus: Bus, execution_id: str,
     return state
 
 
-async def verify(bus: Bus, execution_id: str) -> Verdict:
-    results = ResultStore(bus.js)
-    step_results = StepResults(bus.js, results)
-    committed = None if execution_id_problem(execution_id) else \
+@dataclass(frozen=True)
+class History:
+    """What a rebuild of an execution starts from: its committed state, its log (each event with
+    its sequence in the events stream), the playbook version it started with (`first`; its parse
+    None when noetl_catalog no longer holds it) and the later versions the catalog still holds.
+    """
+
+    state: ExecutionState
+    sequenced: list[tuple[int, JsonObject]]
+    first: str
+    playbook: Playbook | None
+    versions: dict[str, Playbook]
+
+    @property
+    def events(self) -> list[JsonObject]:
+        return [body for _, body in self.sequenced]
+
+
+async def recorded_history(bus: Bus, execution_id: str,
+                           step_results: StepResults) -> History | None:
+    """The history of `execution_id` as verify, the marking scrubber and shadow replay rebuild
+    it; None for an execution without a committed state.
+    """
+    state = None if execution_id_problem(execution_id) else \
         await committed_state(bus, execution_id, step_results)
-    if committed is None:
-        return Verdict(execution_id, "unknown", f"no committed state of execution {execution_id}"
-                       f" in {EXECUTIONS_BUCKET} (unknown, or removed by retention)")
+    if state is None:
+        return None
     sequenced = await read_sequenced_log(bus, execution_id)
     events = [body for _, body in sequenced]
-    first = first_version(events, committed.playbook_key)
+    first = first_version(events, state.playbook_key)
     catalog = await bus.js.key_value("noetl_catalog")
-    try:
-        text = bytes((await catalog.get(first)).value or b"").decode()
-    except KeyNotFoundError:
-        return Verdict(execution_id, "unknown", f"its playbook {first} is no "
-                       "longer in noetl_catalog", len(events))
-    playbook = parse_playbook(text, first, kinds=installed_kinds()).playbook
 
     async def load(key: str) -> Playbook:
-        raw = bytes((await catalog.get(key)).value or b"").decode()
-        return parse_playbook(raw, key, kinds=installed_kinds()).playbook
+        text = bytes((await catalog.get(key)).value or b"").decode()
+        return parse_playbook(text, key, kinds=installed_kinds()).playbook
 
-    rebuilt = rebuild(playbook, events, bus.topology, playbook_key=first,
+    try:
+        playbook = await load(first)
+    except KeyNotFoundError:
+        return History(state, sequenced, first, None, {})
+    versions = await readable_versions(named_versions((None, e) for e in events), load)
+    return History(state, sequenced, first, playbook, versions)
+
+
+async def verify(bus: Bus, execution_id: str) -> Verdict:
+    results = ResultStore(bus.js)
+    history = await recorded_history(bus, execution_id, StepResults(bus.js, results))
+    if history is None:
+        return Verdict(execution_id, "unknown", f"no committed state of execution {execution_id}"
+                       f" in {EXECUTIONS_BUCKET} (unknown, or removed by retention)")
+    committed, events, first = history.state, history.events, history.first
+    if history.playbook is None:
+        return Verdict(execution_id, "unknown", f"its playbook {first} is no "
+                       "longer in noetl_catalog", len(events))
+    rebuilt = rebuild(history.playbook, events, bus.topology, playbook_key=first,
                       parent_iter=committed.parent_iter, applied=committed.applied,
-                      origins=[seq for seq, _ in sequenced], recent=committed.source_recent,
-                      versions=await readable_versions(named_versions((None, e) for e in events), load))
+                      origins=[seq for seq, _ in history.sequenced],
+                      recent=committed.source_recent, versions=history.versions)
     if rebuilt is None:
         return Verdict(execution_id, "unknown", "its log holds no execution.started (expired "
                        "from the events stream?)", len(events))
