@@ -3,18 +3,24 @@ committed there is rebuilt from its events through the router and compared with 
 (`noetl-stream verify`, noetl_stream/testing/verifying.py); a difference fails the test, naming
 the execution and the field. A test whose states are not the consequence of their events (a state
 written by hand, or by another release) says so with `@pytest.mark.unverified("why")`.
+
+The browser tests share one `browser` fixture, below.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from noetl_stream.bus.connection import connect
 from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.verifying import differences, verify_every_execution
+
+if TYPE_CHECKING:
+    from playwright.async_api import Browser
 
 CHECK = "every_execution_verifies"
 HERE = Path(__file__).resolve().parent
@@ -41,3 +47,20 @@ async def every_execution_verifies(nats_server: NatsServer) -> AsyncIterator[Non
     finally:
         await bus.close()
     assert found is None, found
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    """Headless Debian chromium, driven by Playwright; a fresh profile for each test."""
+    from playwright.async_api import async_playwright
+    from web_ui import CHROMIUM, CHROMIUM_FLAGS
+
+    if not CHROMIUM.exists():
+        pytest.fail(f"the web UI test needs Debian's chromium at {CHROMIUM}: apt-get install -y "
+                    "chromium (`make browser` installs it when run as root)")
+    async with async_playwright() as pw:
+        launched = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()

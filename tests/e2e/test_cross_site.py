@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from cli import CLI
-from playwright.async_api import Browser, async_playwright, expect
+from playwright.async_api import Browser, expect
 
 from noetl_stream import jsonutil
 from noetl_stream.bus.nats_server import NatsServer
@@ -62,17 +62,6 @@ fetch({jsonutil.dumps_str(api + "/api/executions")}, {{method: "POST", mode: "no
   .catch(() => null).then(() => {{ document.getElementById("f").submit(); window.sent = true; }});
 </script></body></html>"""
 
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"needs Debian's chromium at {CHROMIUM}: apt-get install -y chromium")
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 @pytest.fixture

@@ -17,10 +17,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 from web_ui import (
-    CHROMIUM,
-    CHROMIUM_FLAGS,
     CLI,
     PASSWORD,
     PLAYBOOKS,
@@ -78,19 +76,6 @@ async def stack(nats_server: NatsServer) -> AsyncIterator[Stack]:
         await _stop(worker)
         await _stop(server)
 
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"the web UI test needs Debian's chromium at {CHROMIUM}: apt-get install -y "
-                    "chromium (`make test` installs it when run as root)")
-    async with async_playwright() as pw:
-        # launch() gives Chromium a fresh profile directory of its own every time.
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 def node(page: Page, step: str, status: str) -> str:

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
-from web_ui import CHROMIUM, CHROMIUM_FLAGS, PLAYBOOKS, Stack, log_in, running_stack, shot
+from playwright.async_api import Browser, Page, expect
+from web_ui import PLAYBOOKS, Stack, log_in, running_stack, shot
 
 from local_http import HttpService
 from noetl_stream.bus.nats_server import NatsServer
@@ -30,18 +30,6 @@ async def stack(nats_server: NatsServer) -> AsyncIterator[Stack]:
     async with running_stack(nats_server.url, [PLAYBOOKS / f"{n}.yaml" for n in NAMES]) as s:
         yield s
 
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"the web UI test needs Debian's chromium at {CHROMIUM}: apt-get install -y "
-                    "chromium (`make browser` installs it when run as root)")
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 async def tab(page: Page, name: str) -> None:

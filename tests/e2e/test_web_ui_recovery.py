@@ -9,7 +9,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 from playwright.async_api import Browser, expect
-from test_web_ui import PLAYBOOKS, Stack, browser, log_in, node, stack  # noqa: F401 - fixtures
+from test_web_ui import PLAYBOOKS, Stack, log_in, node, stack  # noqa: F401 - fixtures
 
 from noetl_stream.testing.waiting import assert_eventually
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
-from web_ui import CHROMIUM, CHROMIUM_FLAGS, PLAYBOOKS, Stack, log_in, running_stack
+from playwright.async_api import Browser, expect
+from web_ui import PLAYBOOKS, Stack, log_in, running_stack
 
 from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
@@ -22,17 +22,6 @@ async def stack(nats_server: NatsServer) -> AsyncIterator[Stack]:
     async with running_stack(nats_server.url, [PLAYBOOKS / "slot.yaml"]) as s:
         yield s
 
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"the web UI test needs Debian's chromium at {CHROMIUM}")
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
 
 
 async def test_an_execution_waiting_for_a_slot_says_so(stack: Stack, browser: Browser) -> None:

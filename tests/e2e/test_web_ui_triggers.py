@@ -13,8 +13,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from playwright.async_api import Browser, async_playwright, expect
-from web_ui import CHROMIUM, CHROMIUM_FLAGS, CLI, PASSWORD, Stack, _stop, cli, free_port, log_in
+from playwright.async_api import Browser, expect
+from web_ui import CLI, PASSWORD, Stack, _stop, cli, free_port, log_in
 
 from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
@@ -60,22 +60,11 @@ async def trigger_stack(nats_server: NatsServer) -> AsyncIterator[Stack]:
         await _stop(server)
 
 
-@pytest.fixture
-async def chromium() -> AsyncIterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail(f"the web UI test needs Debian's chromium at {CHROMIUM}")
-    async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
-        try:
-            yield browser
-        finally:
-            await browser.close()
-
 
 @pytest.mark.timeout(150)
 async def test_the_triggers_page_shows_state_next_runs_history_and_acts(
-        trigger_stack: Stack, chromium: Browser) -> None:
-    page = await log_in(chromium, trigger_stack.base, "ada")
+        trigger_stack: Stack, browser: Browser) -> None:
+    page = await log_in(browser, trigger_stack.base, "ada")
     await page.click('nav a:text-is("Triggers")')
     await expect(page).to_have_url(trigger_stack.base + "/triggers")
     row = page.locator('#triggers tr[data-name="nightly"]')
@@ -112,7 +101,7 @@ async def test_the_triggers_page_shows_state_next_runs_history_and_acts(
         "rows => rows.map(r => r.dataset.type)")
     assert types == ["resumed", "fired", "fire_requested", "paused", "applied"]
 
-    viewer = await log_in(chromium, trigger_stack.base, "vic", "/triggers")
+    viewer = await log_in(browser, trigger_stack.base, "vic", "/triggers")
     viewer_row = viewer.locator('#triggers tr[data-name="nightly"]')
     await expect(viewer_row.locator(".state")).to_have_text("active")
     await expect(viewer_row.locator(".last a")).to_have_text(execution)
