@@ -19,9 +19,8 @@ from cli import run_cli
 from processes import Processes
 
 from noetl_stream import jsonutil
-from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.nats_server import NatsServer
-from noetl_stream.bus.provision import provision
 from noetl_stream.server.submission import submit
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
@@ -49,18 +48,9 @@ executor:
 """
 
 
-@pytest.fixture
-async def nats_bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
-    bus = await connect(nats_server.url, name="concurrency-test")
-    try:
-        await provision(bus)
-        yield bus
-    finally:
-        await bus.close()
-
 
 @pytest.fixture
-async def procs(nats_server: NatsServer, nats_bus: Bus, tmp_path: Path
+async def procs(nats_server: NatsServer, bus: Bus, tmp_path: Path
                 ) -> AsyncIterator[Processes]:
     processes = Processes(nats_server.url, tmp_path)
     await processes.start("server", "server")
@@ -114,64 +104,64 @@ async def submit_all(bus: Bus, text: str, ids: list[str]) -> None:
 
 @pytest.mark.timeout(180)
 async def test_limit_1_runs_five_requests_one_at_a_time_in_arrival_order(
-        nats_bus: Bus, procs: Processes) -> None:
+        bus: Bus, procs: Processes) -> None:
     text = playbook("one_at_a_time", "{limit: 1}", 1.0)
     ids = [f"q{n}" for n in range(5)]
-    await submit_all(nats_bus, text, ids)
-    ends = await all_ended(nats_bus, ids, timeout_s=90)
+    await submit_all(bus, text, ids)
+    ends = await all_ended(bus, ids, timeout_s=90)
 
     assert {e["status"] for e in ends.values()} == {"completed"}
     spans = intervals(ends)
     assert len(spans) == 5
     assert_never_two_at_once(spans)
     # In line in the order they asked for a slot (the stream's order of their requests).
-    asked = [e["execution_id"] for e in await events_of(nats_bus, "concurrency.requested")]
+    asked = [e["execution_id"] for e in await events_of(bus, "concurrency.requested")]
     assert sorted(asked) == ids
     assert [execution_id for _, _, execution_id in spans] == asked
-    admitted = [e["execution_id"] for e in await events_of(nats_bus, "execution.admitted")]
+    admitted = [e["execution_id"] for e in await events_of(bus, "execution.admitted")]
     assert admitted == asked  # each admitted exactly once
 
 
 @pytest.mark.timeout(360)
 async def test_limit_1_holds_across_a_server_killed_9_and_every_execution_completes(
-        nats_bus: Bus, procs: Processes) -> None:
+        bus: Bus, procs: Processes) -> None:
     text = playbook("through_a_kill", "{limit: 1}", 1.5)
     ids = [f"k{n}" for n in range(5)]
-    await submit_all(nats_bus, text, ids)
+    await submit_all(bus, text, ids)
     # Killed twice: once while the third runs, once just as the fourth ends (its release and the
     # fifth's admission in flight).
     for server, done, later in (("server", 2, "server-2"), ("server-2", 4, "server-3")):
         async def some_done(count: int = done) -> None:
-            assert len(await ended(nats_bus, ids)) >= count
+            assert len(await ended(bus, ids)) >= count
 
         await assert_eventually(some_done, timeout_s=150, interval_s=0.1)
         await procs.stop(server, signal.SIGKILL)
         await asyncio.sleep(1.0)
         await procs.start(later, "server")
-    ends = await all_ended(nats_bus, ids, timeout_s=150)
+    ends = await all_ended(bus, ids, timeout_s=150)
 
     assert {e["status"] for e in ends.values()} == {"completed"}, ends
     spans = intervals(ends)
     assert len(spans) == 5
     assert_never_two_at_once(spans)
-    admitted = [e["execution_id"] for e in await events_of(nats_bus, "execution.admitted")]
+    admitted = [e["execution_id"] for e in await events_of(bus, "execution.admitted")]
     assert sorted(admitted) == ids  # once each, whatever was redelivered
 
 
 @pytest.mark.timeout(120)
 async def test_skip_ends_the_new_execution_cancelled_with_the_reason(
-        nats_bus: Bus, procs: Processes) -> None:
+        bus: Bus, procs: Processes) -> None:
     text = playbook("skipping", "{limit: 1, key: \"{{ workload.customer }}\", on_limit: skip}",
                     3.0)
-    await submit_all(nats_bus, text, ["s1"])
+    await submit_all(bus, text, ["s1"])
 
     async def first_admitted() -> None:
-        assert [e["execution_id"] for e in await events_of(nats_bus, "execution.admitted")] == \
+        assert [e["execution_id"] for e in await events_of(bus, "execution.admitted")] == \
             ["s1"]
 
     await assert_eventually(first_admitted, timeout_s=30, interval_s=0.2)
-    await submit_all(nats_bus, text, ["s2"])
-    ends = await all_ended(nats_bus, ["s1", "s2"], timeout_s=60)
+    await submit_all(bus, text, ["s2"])
+    ends = await all_ended(bus, ["s1", "s2"], timeout_s=60)
 
     assert ends["s1"]["status"] == "completed"
     assert ends["s2"]["status"] == "cancelled"
@@ -184,20 +174,20 @@ async def test_skip_ends_the_new_execution_cancelled_with_the_reason(
 
 @pytest.mark.timeout(120)
 async def test_cancel_oldest_cancels_the_running_one_and_the_new_one_runs(
-        nats_bus: Bus, procs: Processes) -> None:
+        bus: Bus, procs: Processes) -> None:
     # Two versions of one playbook (its path names the group): the old one would run a minute.
     text = playbook("newest_wins", "{limit: 1, on_limit: cancel_oldest}", 2.0)
     slow = playbook("newest_wins", "{limit: 1, on_limit: cancel_oldest}", 60.0)
-    await submit(nats_bus, playbook_text=slow, playbook_file="limited.yaml", payload={},
+    await submit(bus, playbook_text=slow, playbook_file="limited.yaml", payload={},
                  execution_id="old")
 
     async def old_running() -> None:
-        assert [e["execution_id"] for e in await events_of(nats_bus, "task.started")] == ["old"]
+        assert [e["execution_id"] for e in await events_of(bus, "task.started")] == ["old"]
 
     await assert_eventually(old_running, timeout_s=30, interval_s=0.2)
-    await submit(nats_bus, playbook_text=text, playbook_file="limited.yaml", payload={},
+    await submit(bus, playbook_text=text, playbook_file="limited.yaml", payload={},
                  execution_id="new")
-    ends = await all_ended(nats_bus, ["old", "new"], timeout_s=60)
+    ends = await all_ended(bus, ["old", "new"], timeout_s=60)
 
     assert ends["old"]["status"] == "cancelled"
     assert ends["old"]["error"]["reason"] == (
@@ -210,7 +200,7 @@ async def test_cancel_oldest_cancels_the_running_one_and_the_new_one_runs(
 
 @pytest.mark.timeout(180)
 async def test_a_triggers_concurrency_limits_the_executions_it_starts(
-        nats_server: NatsServer, nats_bus: Bus, procs: Processes, tmp_path: Path) -> None:
+        nats_server: NatsServer, bus: Bus, procs: Processes, tmp_path: Path) -> None:
     url = nats_server.url
     # The playbook has no limit of its own: the trigger's applies to what it starts.
     text = playbook("sleeper", "{}", 1.0).replace("    concurrency: {}\n", "    labels: {}\n")
@@ -225,21 +215,21 @@ async def test_a_triggers_concurrency_limits_the_executions_it_starts(
     assert out.returncode == 0, out.stderr
 
     async def listening() -> None:
-        await nats_bus.js.stream_info("NOETL_ON_jobs")
+        await bus.js.stream_info("NOETL_ON_jobs")
 
     await assert_eventually(listening, timeout_s=30, interval_s=0.3)
     for job in range(3):
-        await nats_bus.nc.publish("jobs.created", jsonutil.dumps({"job": job}))
-    await nats_bus.nc.flush()
+        await bus.nc.publish("jobs.created", jsonutil.dumps({"job": job}))
+    await bus.nc.flush()
 
     async def three_asked() -> list[str]:
-        asked = await events_of(nats_bus, "concurrency.requested")
+        asked = await events_of(bus, "concurrency.requested")
         assert len(asked) == 3
         assert {(e["group"], e["limit"]) for e in asked} == {("tests/sleeper", 1)}
         return [e["execution_id"] for e in asked]
 
     ids = await assert_eventually(three_asked, timeout_s=60, interval_s=0.5)
-    ends = await all_ended(nats_bus, ids, timeout_s=90)
+    ends = await all_ended(bus, ids, timeout_s=90)
     assert {e["status"] for e in ends.values()} == {"completed"}
     assert_never_two_at_once(intervals(ends))
 
@@ -267,19 +257,19 @@ executor:
 
 @pytest.mark.timeout(120)
 async def test_the_execution_timeout_fires_on_nats_time_across_a_server_killed_9(
-        nats_bus: Bus, procs: Processes) -> None:
+        bus: Bus, procs: Processes) -> None:
     text = deadline_playbook("bounded", "    timeout: 4s\n", 60.0)
-    await submit(nats_bus, playbook_text=text, playbook_file="bounded.yaml", payload={},
+    await submit(bus, playbook_text=text, playbook_file="bounded.yaml", payload={},
                  execution_id="bounded1")
 
     async def working() -> None:
-        assert "work" in [e["step"] for e in await events_of(nats_bus, "task.started")]
+        assert "work" in [e["step"] for e in await events_of(bus, "task.started")]
 
     await assert_eventually(working, timeout_s=30, interval_s=0.2)
     await procs.stop("server", signal.SIGKILL)
     await asyncio.sleep(6.0)  # the deadline passes while no server runs
     await procs.start("server-2", "server")
-    ends = await all_ended(nats_bus, ["bounded1"], timeout_s=60)
+    ends = await all_ended(bus, ["bounded1"], timeout_s=60)
 
     end = ends["bounded1"]
     assert end["status"] == "failed"
@@ -287,25 +277,25 @@ async def test_the_execution_timeout_fires_on_nats_time_across_a_server_killed_9
     assert end["error"]["message"] == ("the execution ran longer than its timeout of 4s "
                                        "(executor.spec.timeout)")
     assert end["steps"]["work"]["status"] == "failed"
-    (started,) = [e for e in await events_of(nats_bus, "execution.started")]
-    (fired,) = [e for e in await events_of(nats_bus, "timer.fired")
+    (started,) = [e for e in await events_of(bus, "execution.started")]
+    (fired,) = [e for e in await events_of(bus, "timer.fired")
                 if e["timer_id"] == "watchdog.execution.timeout"]
     # Due 4 s after the start, rounded up to nats-server's next whole second.
     assert 4.0 <= fired["fire_at"] - started["timestamp"] <= 5.0
-    (withdrawn,) = await events_of(nats_bus, "step.timeout")
+    (withdrawn,) = await events_of(bus, "step.timeout")
     assert withdrawn["step"] == "work"
 
 
 @pytest.mark.timeout(120)
 async def test_sla_missed_is_published_once_on_the_executions_subject_and_it_completes(
-        nats_bus: Bus, procs: Processes) -> None:
+        bus: Bus, procs: Processes) -> None:
     text = deadline_playbook("late", "    sla: {max_duration: 2s}\n", 4.0)
-    await submit(nats_bus, playbook_text=text, playbook_file="late.yaml", payload={},
+    await submit(bus, playbook_text=text, playbook_file="late.yaml", payload={},
                  execution_id="late1")
-    ends = await all_ended(nats_bus, ["late1"], timeout_s=60)
+    ends = await all_ended(bus, ["late1"], timeout_s=60)
 
     assert ends["late1"]["status"] == "completed"
-    messages = await stored_messages(nats_bus.js, "noetl.events.late1.sla.missed")
+    messages = await stored_messages(bus.js, "noetl.events.late1.sla.missed")
     assert len(messages) == 1
     missed = jsonutil.loads(messages[0][1])
     assert (missed["execution_id"], missed["playbook"], missed["max_duration_s"]) == \
@@ -325,16 +315,16 @@ def most_at_once(spans: list[tuple[float, float, str]]) -> int:
 
 @pytest.mark.timeout(180)
 async def test_two_servers_never_hand_out_more_slots_than_the_limit(
-        nats_bus: Bus, procs: Processes) -> None:
+        bus: Bus, procs: Processes) -> None:
     await procs.start("server-b", "server")  # a second server shares every durable consumer
     text = playbook("shared", "{limit: 2}", 1.0)
     ids = [f"m{n}" for n in range(8)]
-    await submit_all(nats_bus, text, ids)
-    ends = await all_ended(nats_bus, ids, timeout_s=120)
+    await submit_all(bus, text, ids)
+    ends = await all_ended(bus, ids, timeout_s=120)
 
     assert {e["status"] for e in ends.values()} == {"completed"}
     spans = intervals(ends)
     assert len(spans) == 8
     assert most_at_once(spans) == 2  # the limit, and used
-    admitted = [e["execution_id"] for e in await events_of(nats_bus, "execution.admitted")]
+    admitted = [e["execution_id"] for e in await events_of(bus, "execution.admitted")]
     assert sorted(admitted) == ids

@@ -14,9 +14,8 @@ from cli import PLAYBOOKS, run_cli
 from processes import Processes
 
 from noetl_stream import ids, jsonutil
-from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.nats_server import NatsServer
-from noetl_stream.bus.provision import provision
 from noetl_stream.server.verify import verify
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
@@ -24,18 +23,9 @@ from noetl_stream.testing.waiting import assert_eventually
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-async def nats_bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
-    bus = await connect(nats_server.url, name="labels-test")
-    try:
-        await provision(bus)
-        yield bus
-    finally:
-        await bus.close()
-
 
 @pytest.fixture
-async def procs(nats_server: NatsServer, nats_bus: Bus, tmp_path: Path) -> AsyncIterator[Processes]:
+async def procs(nats_server: NatsServer, bus: Bus, tmp_path: Path) -> AsyncIterator[Processes]:
     processes = Processes(nats_server.url, tmp_path)
     await processes.start("server", "server")
     await processes.start("worker", "worker")
@@ -58,20 +48,20 @@ async def committed_labels(bus: Bus, execution_id: str) -> Any:
 
 
 async def test_run_labels_are_in_the_start_event_and_the_execution_verifies(
-        nats_bus: Bus, procs: Processes, nats_server: NatsServer) -> None:
+        bus: Bus, procs: Processes, nats_server: NatsServer) -> None:
     out = await run_cli("run", str(PLAYBOOKS / "hello.yaml"), "--json", "--quiet",
                         "--label", "team=data", "--label", "env=prod night",
                         "--nats-url", nats_server.url)
     assert out.returncode == 0, out.stderr
     execution_id = str(out.summary["execution_id"])
     wanted = {"team": "data", "env": "prod night"}
-    assert await committed_labels(nats_bus, execution_id) == wanted
-    assert (await started_event(nats_bus, execution_id))["labels"] == wanted
-    verdict = await verify(nats_bus, execution_id)
+    assert await committed_labels(bus, execution_id) == wanted
+    assert (await started_event(bus, execution_id))["labels"] == wanted
+    verdict = await verify(bus, execution_id)
     assert (verdict.outcome, verdict.detail) == ("equal", "")
 
 
-async def test_a_bad_label_is_refused_before_anything_runs(nats_bus: Bus, nats_server: NatsServer) -> None:
+async def test_a_bad_label_is_refused_before_anything_runs(bus: Bus, nats_server: NatsServer) -> None:
     out = await run_cli("run", str(PLAYBOOKS / "hello.yaml"), "--label", "team",
                         "--nats-url", nats_server.url)
     assert (out.returncode, out.stderr.strip()) == (
@@ -79,7 +69,7 @@ async def test_a_bad_label_is_refused_before_anything_runs(nats_bus: Bus, nats_s
 
 
 async def test_a_triggers_labels_are_on_what_it_starts(
-        nats_bus: Bus, procs: Processes, nats_server: NatsServer, tmp_path: Path) -> None:
+        bus: Bus, procs: Processes, nats_server: NatsServer, tmp_path: Path) -> None:
     url = ["--nats-url", nats_server.url]
     (tmp_path / "hello.yaml").write_text((PLAYBOOKS / "hello.yaml").read_text().replace(
         "  name: hello\n", "  name: hello\n  path: tests/hello\n"))
@@ -95,7 +85,7 @@ async def test_a_triggers_labels_are_on_what_it_starts(
     execution_id = ids.derived_execution_id("trigger", "labelled", out.stdout.strip().rsplit(" ", 1)[-1])
 
     async def labelled() -> None:
-        assert await committed_labels(nats_bus, execution_id) == {"source": "nightly"}
+        assert await committed_labels(bus, execution_id) == {"source": "nightly"}
 
     await assert_eventually(labelled, timeout_s=30, interval_s=0.3)
-    assert (await started_event(nats_bus, execution_id))["labels"] == {"source": "nightly"}
+    assert (await started_event(bus, execution_id))["labels"] == {"source": "nightly"}

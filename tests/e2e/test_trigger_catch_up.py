@@ -123,19 +123,10 @@ async def test_catch_up_all_fires_every_time_missed_while_nats_server_was_down(
             await restarted.stop()
 
 
-@pytest.fixture
-async def nats_bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
-    bus = await connect(nats_server.url, name="backfill-test")
-    try:
-        await provision(bus)
-        yield bus
-    finally:
-        await bus.close()
-
 
 @pytest.mark.timeout(120)
 async def test_a_backfill_starts_one_execution_per_nominal_time_and_twice_is_once(
-        nats_server: NatsServer, nats_bus: Bus, tmp_path: Path) -> None:
+        nats_server: NatsServer, bus: Bus, tmp_path: Path) -> None:
     url = nats_server.url
     services = [RoleProcess(role, url, tmp_path) for role in ("server", "worker")]
     for service in services:
@@ -158,15 +149,15 @@ async def test_a_backfill_starts_one_execution_per_nominal_time_and_twice_is_onc
         await cli(url, "fire", "nightly")  # and a fire now, for contrast
 
         async def all_fired() -> list[str]:
-            times = sorted(f["nominal_time"] for f in await fired(nats_bus, "nightly"))
+            times = sorted(f["nominal_time"] for f in await fired(bus, "nightly"))
             assert len(times) >= 6
             return times
 
         times = await assert_eventually(all_fired, timeout_s=60, interval_s=0.5)
         await asyncio.sleep(2)
-        times = sorted(f["nominal_time"] for f in await fired(nats_bus, "nightly"))
+        times = sorted(f["nominal_time"] for f in await fired(bus, "nightly"))
         assert times[:5] == expected and len(times) == 6
-        starts = await started(nats_bus)
+        starts = await started(bus)
         for nominal in expected:
             (start,) = starts[ids.derived_execution_id("trigger", "nightly", nominal)]
             assert start["workload"]["day"] == nominal[:10]

@@ -10,7 +10,6 @@ import asyncio
 import json
 import signal
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,8 @@ from processes import RoleProcess
 from test_triggers import EXAMPLES, cli, completed, fired, started
 
 from noetl_stream import ids
-from noetl_stream.bus.connection import Bus, connect
+from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.nats_server import NatsServer
-from noetl_stream.bus.provision import provision
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e
@@ -37,15 +35,6 @@ spec:
   on: {event: sla.missed}
 """
 
-
-@pytest.fixture
-async def nats_bus(nats_server: NatsServer) -> AsyncIterator[Bus]:
-    bus = await connect(nats_server.url, name="event-crash-test")
-    try:
-        await provision(bus)
-        yield bus
-    finally:
-        await bus.close()
 
 
 async def publish_sla_missed(bus: Bus, n: int, copy: str = "") -> str:
@@ -65,7 +54,7 @@ async def overdue_starts(bus: Bus) -> dict[str, list[dict[str, Any]]]:
 
 @pytest.mark.timeout(150)
 async def test_each_event_starts_one_execution_across_a_server_killed_9(
-        nats_server: NatsServer, nats_bus: Bus, tmp_path: Path,
+        nats_server: NatsServer, bus: Bus, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     url = nats_server.url
     monkeypatch.setenv("NOETL_STREAM_ROUTER_ACK_WAIT_S", str(ACK_WAIT_S))
@@ -77,10 +66,10 @@ async def test_each_event_starts_one_execution_across_a_server_killed_9(
         assert out.returncode == 0, out.stderr
         (tmp_path / "overdue.yaml").write_text(TRIGGER)
         await cli(url, "apply", str(tmp_path / "overdue.yaml"))
-        events = [await publish_sla_missed(nats_bus, 1)]
+        events = [await publish_sla_missed(bus, 1)]
 
         async def count(n: int) -> dict[str, list[dict[str, Any]]]:
-            starts = await overdue_starts(nats_bus)
+            starts = await overdue_starts(bus)
             assert len(starts) >= n, starts
             return starts
 
@@ -88,14 +77,14 @@ async def test_each_event_starts_one_execution_across_a_server_killed_9(
         await server.stop(signal.SIGKILL)
         # While no server runs: one event, and the same event published again under another
         # message id (a client's retry past the stream's duplicate window).
-        events.append(await publish_sla_missed(nats_bus, 2))
-        await publish_sla_missed(nats_bus, 2, copy="-again")
+        events.append(await publish_sla_missed(bus, 2))
+        await publish_sla_missed(bus, 2, copy="-again")
         await server.start()
         await assert_eventually(lambda: count(2), timeout_s=60, interval_s=0.3)
         # The server dies as the next events arrive, at moments where it may have published a
         # start and not acknowledged the event: it comes back after the ack wait to the next.
         for n, delay_s in ((3, 0.0), (4, 0.05), (5, 0.2)):
-            events.append(await publish_sla_missed(nats_bus, n))
+            events.append(await publish_sla_missed(bus, n))
             await asyncio.sleep(delay_s)
             await server.stop(signal.SIGKILL)
             await server.start()
@@ -106,16 +95,16 @@ async def test_each_event_starts_one_execution_across_a_server_killed_9(
         assert set(starts) == wanted
 
         async def all_completed() -> None:
-            assert wanted <= await completed(nats_bus)
+            assert wanted <= await completed(bus)
 
         await assert_eventually(all_completed, timeout_s=60, interval_s=0.5)
         await asyncio.sleep(ACK_WAIT_S + 1)  # a redelivery would show now as a second start
-        starts = await overdue_starts(nats_bus)
+        starts = await overdue_starts(bus)
         assert set(starts) == wanted
         assert all(len(v) == 1 for v in starts.values()), starts
         assert sorted(v[0]["workload"]["source"] for v in starts.values()) == [
             f"overdue: late {n}" for n in range(1, 6)]
-        fires = Counter(f["execution_id"] for f in await fired(nats_bus, "overdue"))
+        fires = Counter(f["execution_id"] for f in await fired(bus, "overdue"))
         assert set(fires) == wanted and set(fires.values()) == {1}, fires
     finally:
         await worker.stop()
