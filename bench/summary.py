@@ -60,7 +60,12 @@ def rows(inproc: dict[str, Any] | None, services: dict[str, Any] | None,
                 "target": f"p50 <= {PROBE_P50_MS:g}, p99 <= {PROBE_P99_MS:g}",
                 "met": (idle["extra"]["p50_ms"] <= PROBE_P50_MS
                         and idle["extra"]["p99_ms"] <= PROBE_P99_MS) if idle else None,
-                "raw": raw_svc})
+                "raw": raw_svc,
+                "why": (f"{idle['extra']['p50_ms'] / 5:.1f} ms per hop of its 5 (start, 3 steps, "
+                        f"end) = {idle['extra']['p50_ms'] / 5 / svc_raw['value']:.1f} x RAW; each "
+                        "step's path is 5 stored writes, each acknowledged after its fsync: the "
+                        "claim, the outcome, its partition copy, the commit, the command")
+                if idle and svc_raw else ""})
     w3 = _row(inproc, "W3")
     raw = _row(inproc, "RAW")
     raw_w3 = _row(inproc, "RAW-W3")
@@ -70,13 +75,14 @@ def rows(inproc: dict[str, Any] | None, services: dict[str, Any] | None,
     out.append({"probe": "W3 in-process noop (50 x 20 steps)",
                 "measured": f"{w3['steps_per_s']:.0f} steps/s" if w3 else "not run",
                 "target": f">= {W3_INPROC_STEPS_S:g} steps/s",
-                "met": w3["steps_per_s"] >= W3_INPROC_STEPS_S if w3 else None, "raw": raws})
+                "met": w3["steps_per_s"] >= W3_INPROC_STEPS_S if w3 else None, "raw": raws,
+                "why": _w3_why(w3, raw_w3)})
     w3p = _row(services, "W3-python")
     out.append({"probe": "W3 services python (20 x 10 steps)",
                 "measured": f"{w3p['extra']['steps_per_s']:.0f} steps/s" if w3p else "not run",
                 "target": f">= {W3_SERVICES_PYTHON_STEPS_S:g} steps/s",
                 "met": w3p["extra"]["steps_per_s"] >= W3_SERVICES_PYTHON_STEPS_S if w3p else None,
-                "raw": raw_svc})
+                "raw": raw_svc, "why": _python_why(w3p, _row(services, "W3-noop"))})
     # Judged on PSS: RSS counts the pages forked python children share with their fork server
     # once per child (bench/README.md "Memory"); it is shown beside it.
     rss, pss = ((services or {}).get(k) for k in ("peak_rss_mb", "peak_pss_mb"))
@@ -86,6 +92,39 @@ def rows(inproc: dict[str, Any] | None, services: dict[str, Any] | None,
                 "target": f"<= {SERVICES_RSS_MB:g} MB",
                 "met": pss <= SERVICES_RSS_MB if pss else None, "raw": ""})
     return out
+
+
+def _python_why(python: dict[str, Any] | None, noop: dict[str, Any] | None) -> str:
+    """W3-python against W3-noop of the same run: what python steps add to the engine's step."""
+    if python is None or noop is None:
+        return ""
+    ratio = python["extra"]["steps_per_s"] / noop["extra"]["steps_per_s"]
+    return (f"W3-noop in this run {noop['extra']['steps_per_s']:.0f} steps/s, python at "
+            f"{ratio:.0%} of it: the engine's step bounds it, plus one fresh interpreter per "
+            "execution (forked, docs/security.md)")
+
+
+def _w3_why(w3: dict[str, Any] | None, raw_w3: dict[str, Any] | None) -> str:
+    """What bounds W3 in this run: its share of RAW-W3 (the delivery rules alone, measured
+    beside it: the issue's "half the wire's ceiling") and whether the Python process or
+    nats-server was short of CPU, or both waited (for the stored writes' fsync).
+    """
+    if w3 is None:
+        return ""
+    extra = w3.get("extra", {})
+    python, nats = extra.get("cpu_python_pct"), extra.get("cpu_nats_pct")
+    parts = []
+    if raw_w3:
+        share = w3["steps_per_s"] / raw_w3["steps_per_s"]
+        parts.append(f"{share:.0%} of RAW-W3 in this run (half of it: "
+                     f"{'met' if share >= 0.5 else 'missed'})")
+    if python is not None and nats is not None:
+        bound = ("the Python process's CPU" if python >= 90 else
+                 "waits for stored writes (fsync before each ack), neither process short of CPU"
+                 if python + nats < 160 else "the machine's two cores")
+        parts.append(f"CPU: Python {python:.0f}%, nats-server {nats:.0f}% of wall: bound by "
+                     f"{bound}")
+    return "; ".join(parts)
 
 
 def peer_rows(services: dict[str, Any] | None, peer: dict[str, Any] | None) -> list[list[str]]:
@@ -125,6 +164,7 @@ def report(results: Path) -> tuple[str, dict[str, Any]]:
     text = [_grid(["probe", "measured", "target", "met?", "RAW in the same run"],
                   [[p["probe"], p["measured"], p["target"], met[p["met"]], p["raw"]]
                    for p in probes])]
+    text.extend(f"  {p['probe'].split(':')[0]}: {p['why']}" for p in probes if p.get("why"))
     versus = peer_rows(services, peer)
     text.append("")
     text.append(_grid(["shape", "noetl-stream services noop", "noetl-stream services python",
