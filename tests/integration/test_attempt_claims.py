@@ -25,6 +25,8 @@ from noetl_stream.bus.publish import (
     PUBLISH_ROUND_HEADER,
 )
 from noetl_stream.formats import CLAIM
+from noetl_stream.router.state import ExecutionState
+from noetl_stream.server.outbox_marks import OutboxMarks
 from noetl_stream.services import run_services
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.waiting import assert_eventually
@@ -181,3 +183,36 @@ async def test_a_started_attempt_runs_only_for_the_message_that_started_it_unfin
     copies = [s.copy for s in await starts_of(bus, Scan(EXECUTION_ID, START_ID))]
     stored_own = first and after_window
     assert copies == [started_by] + ([f"publish:{publish_id}"] if stored_own else [])
+
+
+async def test_an_outbox_published_again_after_the_window_runs_each_attempt_once(
+        one_second_window: Bus) -> None:
+    """The server's own publishes: a committer's carries the first publish's mark, the copy a
+    state read cold publishes again does not, and its worker finds the attempt started."""
+    bus, marks = one_second_window, OutboxMarks(one_second_window)
+    state = ExecutionState.from_dict(WRITTEN["state"])
+    commands = [m.msg_id for m in state.outbox if m.kind == "command"]
+    published: list[tuple[str | None, str | None]] = []
+
+    async def tap(msg: Any) -> None:
+        headers = msg.headers or {}
+        published.append((headers.get(PUBLISH_ROUND_HEADER), headers.get(PUBLISH_ID_HEADER)))
+
+    await bus.nc.subscribe("noetl.commands.>", cb=tap)
+    async with run_services(bus, server=False, pool="later", python_children=1):
+        await marks.publish(EXECUTION_ID, 5, state.outbox, None)
+        await assert_eventually(lambda: queue_empty(bus), timeout_s=20)
+        await asyncio.sleep(1.5)  # past the window
+        # Revision 6 committed the same messages and its server died before marking them.
+        await marks.republish(EXECUTION_ID, 6, state.outbox, None)
+        await assert_eventually(lambda: queue_empty(bus), timeout_s=20)
+        await asyncio.sleep(1.5)  # a second run would have published its outcome by now
+    assert len(await runs(bus)) == len(commands) == 3
+    rounds = [mark for mark, _ in published]
+    assert rounds == [FIRST_PUBLISH] * 3 + [None] * 3
+    assert len({publish_id for _, publish_id in published}) == 2
+    for msg_id in commands:  # `cmd:<step run>:<iteration>:<attempt>`
+        _, run, iteration, _ = msg_id.split(":")
+        start_id = ids.event_msg_id(EXECUTION_ID, "task.started", run, int(iteration))
+        [start] = await starts_of(bus, Scan(EXECUTION_ID, start_id))
+        assert start.copy == f"publish:{published[0][1]}"
