@@ -14,9 +14,10 @@ sequences); a copy published again carries another. A command without it (publis
 release before this header, or by the stall check) is known by its stream sequence instead.
 
 Before running, the worker publishes the attempt's `task.started` and waits for the store's ack:
-its msg id (`evt:<execution>:task.started:<step run>:<iteration>`) is the same for every copy
-and delivery of the attempt and another for every other attempt (a step's next run has another
-run id), and its `Noetl-Copy` header holds the copy's identity. Three cases:
+its msg id (`evt:<execution>:task.started:<step run>:<iteration>`, and `:<attempt>` for an
+attempt other than the first) is the same for every copy and delivery of the attempt and another
+for every other attempt (a step's next run has another run id), and its `Noetl-Copy` header
+holds the copy's identity. Three cases:
 
 - The ack says duplicate (a start of the attempt stored within the window): the start stored at
   the sequence the ack names is read back. Another copy's start: this copy is acknowledged
@@ -94,8 +95,11 @@ class AttemptStart:
         self.msg = msg
         self.command = command
         self.pool = pool
+        # The router sends attempt 1 of each step run and iteration (a step's next run has
+        # another run id); another attempt would get its own start.
+        again = (command.attempt,) if command.attempt != 1 else ()
         self.start_id = ids.event_msg_id(command.execution_id, START, command.step_run_id,
-                                         command.iteration)
+                                         command.iteration, *again)
 
     async def take(self, body: dict[str, Any]) -> bool:
         """Store `body` as the attempt's start, unless another copy took the attempt; whether
