@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.provision import provision
 from noetl_stream.bus.publish import (
     COPY_HEADER,
     FIRST_PUBLISH,
@@ -146,8 +148,7 @@ async def store_start(bus: Bus, copy: str) -> None:
                                                         COPY_HEADER: copy})
 
 
-@pytest.mark.parametrize("after_window", [False, True])
-@pytest.mark.parametrize(("started_by", "publish_id", "first", "outcome", "ran"), [
+STARTED = pytest.mark.parametrize(("started_by", "publish_id", "first", "outcome", "ran"), [
     # An earlier delivery of this message started and was lost before an outcome: it runs
     # again (restored from a backup, the message has another stream sequence, the same id).
     ("publish:a1", "a1", True, False, 1),
@@ -158,12 +159,40 @@ async def store_start(bus: Bus, copy: str) -> None:
     ("publish:a1", "b2", True, False, 0),
     ("seq:1", None, False, False, 0),
 ])
-async def test_a_started_attempt_runs_only_for_the_message_that_started_it_unfinished(
-        one_second_window: Bus, started_by: str, publish_id: str | None, first: bool,
-        outcome: bool, ran: int, after_window: bool) -> None:
-    """The start is inside the window of the command's own (the stream says duplicate), or
-    before it (the worker reads the starts back)."""
-    bus = one_second_window
+
+
+@STARTED
+async def test_an_attempt_started_inside_the_window_runs_only_for_its_message_unfinished(
+        bus: Bus, caplog: pytest.LogCaptureFixture, started_by: str, publish_id: str | None,
+        first: bool, outcome: bool, ran: int) -> None:
+    """The default window: the stream calls the worker's start a duplicate, and a first
+    publish reads nothing but the start it names."""
+    await provision(bus, pools=("later",))
+    await run_started(bus, started_by, publish_id, first, outcome, ran, after_window=False)
+    assert tools_called(caplog) == ran
+
+
+@STARTED
+async def test_an_attempt_started_past_the_window_runs_only_for_its_message_unfinished(
+        one_second_window: Bus, caplog: pytest.LogCaptureFixture, started_by: str,
+        publish_id: str | None, first: bool, outcome: bool, ran: int) -> None:
+    """A one-second window, past by the time the command comes: the worker reads the starts
+    back."""
+    await run_started(one_second_window, started_by, publish_id, first, outcome, ran,
+                      after_window=True)
+    assert tools_called(caplog) == ran
+
+
+def tools_called(caplog: pytest.LogCaptureFixture) -> int:
+    """The command's task calls (observe/task_log.py), whatever became of their outcome: one
+    stored again inside the window is dropped as a duplicate of the one already there."""
+    return sum(1 for r in caplog.records
+               if r.name == "noetl_stream.tasks" and r.getMessage() == "task started")
+
+
+async def run_started(bus: Bus, started_by: str, publish_id: str | None, first: bool,
+                      outcome: bool, ran: int, *, after_window: bool) -> None:
+    logging.getLogger("noetl_stream.tasks").setLevel(logging.INFO)
     await store_start(bus, started_by)
     if outcome:
         await store_outcome(bus, COMMAND_BODY["iteration"])
@@ -176,7 +205,8 @@ async def test_a_started_attempt_runs_only_for_the_message_that_started_it_unfin
     async with run_services(bus, server=False, pool="later", python_children=1):
         await assert_eventually(lambda: queue_empty(bus), timeout_s=20)
         await asyncio.sleep(1.0)
-    assert len(await runs(bus)) == ran
+    if after_window or not outcome:  # inside the window a second outcome would be dropped
+        assert len(await runs(bus)) == ran
     # The start found is the attempt's claim: one that looked first stored none of its own. A
     # first publish (which looks only when its start may be past the window, here always)
     # stored its own before it read the earlier one.
