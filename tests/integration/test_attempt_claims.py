@@ -193,15 +193,17 @@ def tools_called(caplog: pytest.LogCaptureFixture) -> int:
 async def run_started(bus: Bus, started_by: str, publish_id: str | None, first: bool,
                       outcome: bool, ran: int, *, after_window: bool) -> None:
     logging.getLogger("noetl_stream.tasks").setLevel(logging.INFO)
+    if started_by == "seq:1":  # the copy that took it was stored at sequence 1, long gone
+        await bus.js.publish(COMMAND["subject"], b"{}", headers={"Nats-Msg-Id": "gone"})
+        await bus.js.purge_stream("NOETL_COMMANDS")
+    await publish_command(bus, publish_id, first)
+    # Then the start: of an earlier delivery of this message, or of a copy stored after it
+    # (a copy can only follow the first publish).
     await store_start(bus, started_by)
     if outcome:
         await store_outcome(bus, COMMAND_BODY["iteration"])
     if after_window:
         await asyncio.sleep(1.5)
-    if started_by == "seq:1":  # the copy that took it was stored at sequence 1, long gone
-        await bus.js.publish(COMMAND["subject"], b"{}", headers={"Nats-Msg-Id": "gone"})
-        await bus.js.purge_stream("NOETL_COMMANDS")
-    await publish_command(bus, publish_id, first)
     async with run_services(bus, server=False, pool="later", python_children=1):
         await assert_eventually(lambda: queue_empty(bus), timeout_s=20)
         await asyncio.sleep(1.0)

@@ -32,10 +32,13 @@ holds the copy's identity. Three cases:
   found, it publishes its own.
 - A first delivery of a first publish needs no look-up: every other copy of its attempt was
   stored after it, so their starts are younger than this command. When the command is older than
-  the duplicate window less a minute by the time its start is stored (it waited long for a
-  worker), such a start may have left the window: the starts up to its own are read and the
-  earliest one decides. So does a look-up whose publish came that long after it (a worker paused
-  in between).
+  half the duplicate window by the time its start is stored (it waited long for a worker), such
+  a start may have left the window: the starts up to its own are read and the earliest one
+  decides. So does a look-up whose publish came that long after it (a worker paused in between),
+  and a command stored later than this host's clock says it is now (the clocks differ). The
+  command's age is read on two clocks (its stored time is nats-server's): a worker whose clock
+  runs more than half the window behind nats-server's may take a command older than the window
+  for a young one.
 
 The stored outcome is the proof that a run ended: its msg id is derived from the command's step
 run and iteration, and it is looked up in the events stream from the start's time on
@@ -76,7 +79,7 @@ from noetl_stream.bus.stored_publish import Stored
 from noetl_stream.formats import CLAIM
 from noetl_stream.messages import Command
 from noetl_stream.state.step_results import BUCKET
-from noetl_stream.worker.outcome_lookup import CLOCK_MARGIN, AttemptOutcome, outcome_stored
+from noetl_stream.worker.outcome_lookup import AttemptOutcome, outcome_stored
 from noetl_stream.worker.start_scan import START, Scan, StoredStart, first_start, start_at
 
 log = logging.getLogger("noetl_stream.worker")
@@ -128,7 +131,9 @@ class AttemptStart:
         if stored.duplicate:
             return await self._decide(copy, await start_at(
                 self.bus, self.command.execution_id, self.start_id, stored.seq))
-        if time.time() - checked_from < self._window_s() - CLOCK_MARGIN.total_seconds():
+        # The command's age by this host's clock against nats-server's: half the window
+        # leaves room for the two clocks to differ, and a negative age says they do.
+        if 0.0 <= time.time() - checked_from < self._window_s() / 2:
             return True  # any earlier start is inside the window: the ack would have said so
         winner = await first_start(self.bus, Scan(self.command.execution_id, self.start_id,
                                                   since=since, until_seq=stored.seq))
