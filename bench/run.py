@@ -171,7 +171,7 @@ class SizeTap:
 
     SUBJECTS = {"commands": "noetl.commands.>", "events": "noetl.events.>",
                 "kv_state": "$KV.noetl_executions.>",
-                # attempt claims, outbox marks and stored step results
+                # outbox marks and stored step results (and earlier releases' attempt claims)
                 "kv_step_results": "$KV.noetl_step_results.>"}
 
     def __init__(self, bus: Bus) -> None:

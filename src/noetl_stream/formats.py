@@ -110,8 +110,9 @@ STATE = Format("execution state", 2, {1: _unchanged})
 # An entry of KV noetl_step_results: {"v": value} or {"o": object reference} (a result, a page
 # of loop results or of settled step records).
 STEP_RESULT = Format("stored step result", 2, {1: _unchanged})
-# The claim of a command's attempt (worker/attempt_claims.py) and the mark of an outbox
-# published (server/outbox_marks.py), both new in version 2: no version 1 was ever written.
+# The claim of a command's attempt (written by earlier releases, still read by
+# worker/attempt_claims.py) and the mark of an outbox published (server/outbox_marks.py), both
+# new in version 2: no version 1 was ever written.
 CLAIM = Format("attempt claim", 2, {1: _unchanged})
 OUTBOX_MARK = Format("outbox mark", 2, {1: _unchanged})
 

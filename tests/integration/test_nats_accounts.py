@@ -21,7 +21,7 @@ from noetl_stream.bus.connection import Bus, connect
 from noetl_stream.bus.event_feed import EventFeed
 from noetl_stream.bus.nats_server import free_port
 from noetl_stream.bus.provision import provision
-from noetl_stream.bus.publish import publish_event
+from noetl_stream.bus.publish import COPY_HEADER, publish_event
 from noetl_stream.bus.signals import publish_signal
 from noetl_stream.credentials import CredentialScope
 from noetl_stream.dsl.composition import load_with_children
@@ -35,6 +35,7 @@ from noetl_stream.testing.cluster import render_node_config, start_node, stop_no
 from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
 from noetl_stream.worker.outcome_lookup import AttemptOutcome, outcome_stored
+from noetl_stream.worker.start_scan import Scan, first_start, start_at
 from playbook_files import fill, read_playbook
 
 pytestmark = pytest.mark.integration
@@ -211,6 +212,26 @@ async def test_worker_finds_a_stored_outcome_of_its_pool(worker_bus: Bus) -> Non
     assert await outcome_stored(worker_bus, attempt, None)
     assert not await outcome_stored(
         worker_bus, AttemptOutcome("ex2", "ex2.s1.2", None, "default"), None)
+
+
+async def test_worker_reads_back_the_start_of_an_attempt(worker_bus: Bus) -> None:
+    """What a delivery that may follow an earlier start asks before it runs
+    (worker/attempt_claims.py): the worker's user may store a start and read it back, from a
+    time or from the sequence a duplicate's ack names."""
+    msg_id = "evt:ex3:task.started:ex3.s1.1:-"
+    scan = Scan("ex3", msg_id)
+    assert await first_start(worker_bus, scan) is None
+    stored = await worker_bus.stored.store(
+        "noetl.events.ex3.task.started", b'{"event_type": "task.started"}',
+        {"Nats-Msg-Id": msg_id, COPY_HEADER: "publish:a1"})
+    again = await worker_bus.stored.store(
+        "noetl.events.ex3.task.started", b'{"event_type": "task.started"}',
+        {"Nats-Msg-Id": msg_id, COPY_HEADER: "publish:b2"})
+    assert (stored.duplicate, again) == (False, (stored.seq, True))
+    found = await first_start(worker_bus, scan)
+    at = await start_at(worker_bus, "ex3", msg_id, again.seq)
+    assert found is not None and at is not None
+    assert (found.copy, found.seq, at.copy) == ("publish:a1", stored.seq, "publish:a1")
 
 
 async def test_worker_and_client_start_on_a_provisioned_topology(worker_bus: Bus,

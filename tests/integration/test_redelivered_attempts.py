@@ -1,6 +1,6 @@
 """A command redelivered to a worker runs again only when its attempt stored no outcome
-(worker/attempt_claims.py, worker/outcome_lookup.py; docs/reliability.md, promise 2 and "Tasks
-longer than the duplicate window"). Real parts: a nats-server whose user `lossy` may not
+(worker/attempt_claims.py, worker/start_scan.py, worker/outcome_lookup.py; docs/reliability.md,
+promise 2 and "Tasks longer than the duplicate window"). Real parts: a nats-server whose user `lossy` may not
 acknowledge anything (every acknowledgement it sends is lost), the server and workers on their
 own connections, and a local HTTP service that counts the calls each step makes.
 """
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from local_http import HttpService
+from noetl_stream import ids
 from noetl_stream.bus.connection import Bus, connect
 from noetl_stream.bus.nats_server import free_port
 from noetl_stream.bus.provision import provision
@@ -23,12 +24,12 @@ from noetl_stream.subjects import load_topology
 from noetl_stream.testing.cluster import start_node, stop_node
 from noetl_stream.testing.events import stored_events
 from noetl_stream.testing.waiting import assert_eventually
+from noetl_stream.worker.start_scan import Scan, starts_of
 
 pytestmark = pytest.mark.integration
 
 ACK_WAIT_S = 2  # the pool consumer's lease: a command whose ack is lost comes back this soon
 POOL_DURABLE = "noetl-workers-default"
-EXPECTED_REVISION = "Nats-Expected-Last-Subject-Sequence"  # a KV create expects 0
 
 PLAYBOOK = """\
 apiVersion: noetl.io/v2
@@ -113,12 +114,12 @@ async def test_a_command_redelivered_after_its_outcome_was_stored_does_not_run_a
         node: Node, http_service: HttpService) -> None:
     bus, lossy = await node.connect("noetl"), await node.connect("lossy")
     try:
-        claims: list[tuple[str, str | None]] = []
+        claims: list[str] = []
 
         async def tap(msg: Any) -> None:
-            claims.append((msg.subject, (msg.headers or {}).get(EXPECTED_REVISION)))
+            claims.append(msg.subject)
 
-        # Every write to the attempt claims, as nats-server receives it.
+        # Every write to KV claims, as nats-server receives it: none (the start is the claim).
         await bus.nc.subscribe("$KV.noetl_step_results.*.claim.*", cb=tap)
         async with run_services(bus, worker=False):
             async with run_services(lossy, server=False, python_children=1):
@@ -138,13 +139,17 @@ async def test_a_command_redelivered_after_its_outcome_was_stored_does_not_run_a
         assert http_service.calls["once"] == 1
         events = await stored_events(bus.js, final["execution_id"])
         assert [e["step"] for e in events if e["event_type"] == "step.done"] == ["start", "call"]
-        # The claims of the two commands are the only writes to them, each a create (the
-        # redeliveries asked to create them again, and were refused): nothing marks a claim
-        # finished on a step's path.
-        head = f"$KV.noetl_step_results.{final['execution_id']}.claim."
-        assert len({subject for subject, _ in claims}) == 2
-        assert all(subject.startswith(head) for subject, _ in claims)
-        assert [expected for _, expected in claims] == ["0"] * 4
+        # One stored start per command, each naming the stored message that took it: the
+        # redeliveries found it and stored no other.
+        for e in events:
+            if e["event_type"] == "task.started":
+                run = (final["execution_id"], e["step_run_id"])
+                [start] = await starts_of(bus, Scan(run[0], ids.event_msg_id(
+                    run[0], "task.started", run[1], None)))
+                assert start.copy is not None and start.copy.startswith("publish:")
+        assert [e["step"] for e in events if e["event_type"] == "task.started"] == [
+            "start", "call"]
+        assert claims == []
     finally:
         await lossy.close()
         await bus.close()

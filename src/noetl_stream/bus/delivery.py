@@ -9,6 +9,7 @@ The ack subject is `$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consum
 from __future__ import annotations
 
 import contextlib
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from nats.aio.msg import Msg
@@ -51,6 +52,19 @@ def delivery_of(msg: Msg) -> Delivery | None:
     try:
         return Delivery(int(tokens[first]), int(tokens[first + 1]), int(tokens[first + 2]))
     except ValueError:
+        return None
+
+
+def stored_time_of(msg: Msg) -> datetime | None:
+    """When the stream stored a JetStream message (its clock); None for any other message."""
+    reply = msg.reply
+    if not reply or not reply.startswith("$JS.ACK."):
+        return None
+    tokens = reply.split(".")
+    index = 7 if len(tokens) == _SHORT else 9 if len(tokens) >= _LONG else -1
+    try:
+        return datetime.fromtimestamp(int(tokens[index]) / 1e9, UTC) if index > 0 else None
+    except (ValueError, IndexError, OverflowError):
         return None
 
 

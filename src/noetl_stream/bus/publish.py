@@ -20,6 +20,13 @@ from noetl_stream.router.state import Outgoing
 from noetl_stream.subjects import ROUTER_INPUT_EVENTS
 
 PUBLISH_ID_HEADER = "Noetl-Publish-Id"
+# `first` on a command its committer publishes; absent on one published again (a state read
+# cold, the stall check, an earlier release): such a copy may follow an earlier start of its
+# attempt, which its worker looks for first (worker/attempt_claims.py).
+PUBLISH_ROUND_HEADER = "Noetl-Publish"
+FIRST_PUBLISH = "first"
+# On `task.started`: which stored copy of the command the attempt's start belongs to.
+COPY_HEADER = "Noetl-Copy"
 
 
 def stamp(body: JsonObject, msg_id: str) -> JsonObject:
@@ -45,9 +52,11 @@ def subject_of(bus: Bus, message: Outgoing) -> str:
 
 
 async def publish_outbox(bus: Bus, outbox: list[Outgoing],
-                         trace_headers: dict[str, str] | None = None) -> None:
+                         trace_headers: dict[str, str] | None = None, *, again: bool = False
+                         ) -> None:
     """Publish every message and wait for JetStream to store each (duplicates are dropped).
-    Commands also carry `trace_headers` (the execution's `traceparent`), when given.
+    Commands also carry `trace_headers` (the execution's `traceparent`), when given, and,
+    unless the outbox goes out `again` (a state read cold), the first publish's mark.
     """
     if not outbox:
         return
@@ -57,6 +66,9 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
     # Which publish a stored command came from: the same on every delivery of it (and after a
     # backup's restore), another on a copy published again (worker/attempt_claims.py).
     publish_id = secrets.token_hex(8)
+    command_headers = {PUBLISH_ID_HEADER: publish_id, **(trace_headers or {})}
+    if not again:
+        command_headers[PUBLISH_ROUND_HEADER] = FIRST_PUBLISH
     for m in outbox:
         if m.kind == "timer":
             sends.append(publish_timer(bus, m))
@@ -64,9 +76,7 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
         data = jsonutil.dumps(stamp(m.plain_body, m.msg_id) if m.kind == "event" else m.body)
         headers = {"Nats-Msg-Id": m.msg_id}
         if m.kind == "command":
-            headers[PUBLISH_ID_HEADER] = publish_id
-            if trace_headers:
-                headers.update(trace_headers)
+            headers.update(command_headers)
         if m.progress:
             sends.append(bus.nc.publish(subject_of(bus, m), data, headers=headers))
         else:

@@ -15,6 +15,7 @@ them as they did.
 from __future__ import annotations
 
 import asyncio
+from typing import NamedTuple
 
 from nats.aio.client import NO_RESPONDERS_STATUS, Client
 from nats.aio.msg import Msg
@@ -29,6 +30,15 @@ from noetl_stream.jsonutil import JsonValue
 JETSTREAM_TIMEOUT_S = 10.0  # also the JetStream context's (bus/connection.py)
 # JetStream's error codes for a revision-checked write that found another revision.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
+
+
+class Stored(NamedTuple):
+    """Where a publish is stored: its stream sequence, and whether the stream had it already
+    (the same `Nats-Msg-Id` within the duplicate window: `seq` is then the earlier message's).
+    """
+
+    seq: int
+    duplicate: bool
 
 
 class StoredPublisher:
@@ -48,6 +58,11 @@ class StoredPublisher:
         """Publish and wait for the ack; the stream sequence (the revision, for a KV key).
         A duplicate (same `Nats-Msg-Id` within the window) returns the stored one's sequence.
         """
+        return (await self.store(subject, payload, headers)).seq
+
+    async def store(self, subject: str, payload: bytes,
+                    headers: dict[str, str] | None = None) -> Stored:
+        """Publish and wait for the ack, which says whether the stream had the message already."""
         if self._sub is None:
             await self._start()
         self._sent += 1
@@ -62,7 +77,7 @@ class StoredPublisher:
         finally:
             timer.cancel()
             self._waiting.pop(token, None)
-        return _sequence(msg)
+        return _stored(msg)
 
     async def update(self, bucket: str, key: str, value: bytes, last: int) -> int:
         """A KV write that succeeds only while the key's revision is `last`; its new revision.
@@ -94,7 +109,7 @@ def _expire(answer: asyncio.Future[Msg]) -> None:
         answer.set_exception(NatsTimeoutError())
 
 
-def _sequence(msg: Msg) -> int:
+def _stored(msg: Msg) -> Stored:
     if msg.headers and msg.headers.get(Header.STATUS) == NO_RESPONDERS_STATUS:
         raise js_errors.NoStreamResponseError
     try:
@@ -109,4 +124,4 @@ def _sequence(msg: Msg) -> int:
     seq = ack.get("seq")
     if not isinstance(seq, int):
         raise js_errors.APIError(description="the store's ack has no sequence")
-    return seq
+    return Stored(seq, ack.get("duplicate") is True)

@@ -45,9 +45,11 @@ class OutboxMarks:
         self._kv: KeyValue | None = None
 
     async def publish(self, execution_id: str, revision: int, outbox: list[Outgoing],
-                      trace_headers: dict[str, str] | None) -> None:
-        """Publish the outbox committed at `revision`, then mark it published."""
-        await publish_outbox(self.bus, outbox, trace_headers)
+                      trace_headers: dict[str, str] | None, *, again: bool = False) -> None:
+        """Publish the outbox committed at `revision` (`again`: after a cold read), then mark it
+        published.
+        """
+        await publish_outbox(self.bus, outbox, trace_headers, again=again)
         if outbox:
             await self.bus.nc.publish(f"$KV.{BUCKET}.{mark_key(execution_id)}",
                                       jsonutil.dumps(OUTBOX_MARK.stamp({"revision": revision})))
@@ -59,7 +61,7 @@ class OutboxMarks:
             return
         log.info("outbox of %s at revision %d not marked published: publishing it again",
                  execution_id, revision)
-        await self.publish(execution_id, revision, outbox, trace_headers)
+        await self.publish(execution_id, revision, outbox, trace_headers, again=True)
 
     async def published(self, execution_id: str, revision: int) -> bool:
         if self._kv is None:

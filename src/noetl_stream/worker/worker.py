@@ -1,7 +1,7 @@
 """The worker: pull commands of one pool, run their pipelines, publish outcomes (ARCHITECTURE §6.3).
 
-Per command: claim its attempt (a copy published again after the duplicate window is acked
-without running, worker/attempt_claims.py) -> publish `task.started` -> run the pipeline with
+Per command: store its `task.started`, the attempt's claim (a copy published again after the
+duplicate window is acked without running, worker/attempt_claims.py) -> run the pipeline with
 in-progress acks every AckWait/3 -> publish the terminal event (deterministic msg id) -> ack. A
 worker that dies mid-command is replaced by redelivery; the re-run publishes the same msg id, so
 the router sees one outcome.
@@ -57,7 +57,7 @@ from noetl_stream.state.results import ResultStore, holds_ref
 from noetl_stream.subjects import DEFAULT_POOL
 from noetl_stream.tools.playbook import WITHDRAWN
 from noetl_stream.tools.registry import ToolRegistry
-from noetl_stream.worker.attempt_claims import first_copy
+from noetl_stream.worker.attempt_claims import AttemptStart
 from noetl_stream.worker.credential_guard import CommandInUse, running_command
 from noetl_stream.worker.keychain import KeychainResolver
 from noetl_stream.worker.pipeline import Pipeline, PipelineResult
@@ -180,7 +180,10 @@ class Worker:
             log.info("command %s of %s withdrawn before it ran: acknowledged", key, execution_id)
             await msg.ack()
             return
-        if not await first_copy(self.bus, msg, command, self.pool):
+        start = messages.event_body("task.started", execution_id, time.time(),
+                                    parent_execution_id=command.parent_execution_id, step=step,
+                                    step_run_id=step_run_id, iteration=iteration, pool=self.pool)
+        if not await AttemptStart(self.bus, msg, command, self.pool).take(start):
             await msg.ack()  # another copy of this attempt runs or ran (attempt_claims.py)
             return
         task = asyncio.current_task()
@@ -262,12 +265,6 @@ class Worker:
                                     parent_execution_id=parent, step=step,
                                     step_run_id=step_run_id, iteration=iteration, pool=self.pool,
                                     delivery=delivered), wait=False)
-        await publish_event(self.bus, execution_id, "task.started",
-                            ids.event_msg_id(execution_id, "task.started", step_run_id, iteration),
-                            messages.event_body(
-                                "task.started", execution_id, started, parent_execution_id=parent,
-                                step=step, step_run_id=step_run_id, iteration=iteration,
-                                pool=self.pool), wait=False)
         secrets: set[str] = set()
         try:
             if holds_ref(msg.data):
