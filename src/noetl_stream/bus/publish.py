@@ -7,7 +7,8 @@ count on (noetl_stream/events.py): `event_id` (its msg id) and `time` (ISO-8601 
 from __future__ import annotations
 
 import asyncio
-import secrets
+import os
+import random
 from collections.abc import Awaitable
 from typing import Any
 
@@ -27,6 +28,17 @@ PUBLISH_ROUND_HEADER = "Noetl-Publish"
 FIRST_PUBLISH = "first"
 # On `task.started`: which stored copy of the command the attempt's start belongs to.
 COPY_HEADER = "Noetl-Copy"
+
+# Publish ids are drawn from a generator seeded once from the OS (and again in a forked child),
+# not with `secrets`: that is an `os.urandom` system call per outbox, one per step. An id only
+# has to differ from every other publish's, which 64 random bits seeded this way do.
+_publish_ids = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _publish_ids.seed(os.urandom(32)))
+
+
+def new_publish_id() -> str:
+    """A fresh `Noetl-Publish-Id`: 16 hex digits."""
+    return f"{_publish_ids.getrandbits(64):016x}"
 
 
 def stamp(body: JsonObject, msg_id: str) -> JsonObject:
@@ -65,7 +77,7 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
     sends: list[Awaitable[object]] = []
     # Which publish a stored command came from: the same on every delivery of it (and after a
     # backup's restore), another on a copy published again (worker/attempt_claims.py).
-    publish_id = secrets.token_hex(8)
+    publish_id = new_publish_id()
     command_headers = {PUBLISH_ID_HEADER: publish_id, **(trace_headers or {})}
     if not again:
         command_headers[PUBLISH_ROUND_HEADER] = FIRST_PUBLISH
