@@ -30,6 +30,7 @@ from noetl_stream.bus.dispositions import Failure, classify, settle
 from noetl_stream.bus.pull import PullConsumer, open_pull
 from noetl_stream.bus.signals import decode_event
 from noetl_stream.bus.storage import while_storage_refused
+from noetl_stream.collector import tune_collector
 from noetl_stream.dsl import template_budget
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
@@ -104,6 +105,7 @@ class Server:
         self._renders = render_pool.RenderPool()  # where long template renders run
 
     async def start(self) -> None:
+        tune_collector()  # fewer, cheaper garbage collections per step (collector.py)
         # A render in the applying thread lets the event loop (and other applies) in between.
         template_budget.pause_between_operations(os.sched_yield)
         if self._nats_clock is not None:
