@@ -16,6 +16,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -443,23 +444,18 @@ class Server:
                 log.warning("events for unknown execution %s acknowledged and dropped", execution_id)
                 await asyncio.gather(*(settle(m, Failure.UNKNOWN_EXECUTION) for m, _ in items))
                 return
-            vars_before = dict(cached.state.vars)
             now = self.clock()
             versions = cached.versions = await readable_versions(named_versions(items), self._playbook)
             # Copies made again of events already applied are left out (server/source_copies.py).
             if not (fresh := fresh_items(cached.state, items)):
                 break
-            # Applied beside the event loop; one whose templates render long is applied again
-            # from the committed state in a process of its own (server/render_pool.py).
-            events = [e for _, e in fresh]
-            applied = await asyncio.to_thread(render_pool.apply_events_here, cached, events, now)
-            if applied is None:
-                if (again := await self._reload(execution_id, versions, fresh)) is None:
-                    break
-                cached, fresh = again
-                vars_before = dict(cached.state.vars)
-                events = [e for _, e in fresh]
-                applied = await self._renders.apply(cached, events, now)
+            # Applied on the event loop; one whose templates render longer is applied again from
+            # the committed state in a thread or a process of its own (server/render_pool.py).
+            placed = await render_pool.apply_where_it_fits(
+                cached, fresh, now, partial(self._reload, execution_id, versions), self._renders)
+            if placed is None:
+                break
+            cached, fresh, applied, vars_before = placed
             data = await self._codec.encoded(cached.state) if applied else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply
