@@ -133,11 +133,12 @@ def _events(items: Items) -> Events:
 
 
 def start_here(start: Callable[..., ExecutionState], playbook: Playbook,
-               arguments: Mapping[str, object]) -> ExecutionState:
-    """`start(playbook, **arguments)` within the allowance of this process (RenderElsewhere past
-    it: the caller starts it in the pool instead).
+               arguments: Mapping[str, object],
+               operations: int = INLINE_OPERATIONS) -> ExecutionState:
+    """`start(playbook, **arguments)` within an allowance of `operations` (RenderElsewhere past
+    it: the caller starts it in the thread or the pool instead).
     """
-    return rendering_here(INLINE_OPERATIONS, lambda: start(playbook, **arguments))
+    return rendering_here(operations, lambda: start(playbook, **arguments))
 
 
 def note_foreign_outcome(playbook: Playbook, state: ExecutionState, event: RouterEvent) -> None:

@@ -265,14 +265,16 @@ class Server:
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
         trace = tracing.execution_trace(execution_id, msg.headers)
-        try:
-            state, data = await asyncio.to_thread(
-                self._started, playbook, request, execution_id, key, workload, trace)
-        except render_pool.RenderElsewhere:  # the start's templates render long: in the pool
-            made = await self._renders.start(start_of(request), playbook, self._start_arguments(
-                request, execution_id, key, workload))
-            state, data = await asyncio.to_thread(
-                self._started, playbook, request, execution_id, key, workload, trace, made)
+        started = partial(self._started, playbook, request, execution_id, key, workload, trace)
+        try:  # on the event loop while its renders are short, else in the thread (render_pool.py)
+            state, data = started(operations=render_pool.LOOP_OPERATIONS)
+        except render_pool.RenderElsewhere:
+            try:
+                state, data = await asyncio.to_thread(started)
+            except render_pool.RenderElsewhere:  # the start's templates render long: in the pool
+                made = await self._renders.start(start_of(request), playbook,
+                                                 self._start_arguments(request, execution_id, key, workload))
+                state, data = await asyncio.to_thread(started, made)
         if await self._pools.refuse_unserved(state, self.clock()):
             data = self._codec.encode(state)
         created = True
@@ -302,16 +304,18 @@ class Server:
 
     def _started(self, playbook: Playbook, request: ExecutionRequest, execution_id: str,
                  key: str, workload: JsonObject, trace: dict[str, str] | None,
-                 made: ExecutionState | Exception | None = None) -> tuple[ExecutionState, bytes]:
+                 made: ExecutionState | Exception | None = None,
+                 operations: int = render_pool.INLINE_OPERATIONS) -> tuple[ExecutionState, bytes]:
         """The new execution's state and its encoded commit; a start that raises, or leaves a
         state that cannot be stored, is an execution that failed at once, with the reason.
-        `made`: the start as the render pool made it (RenderElsewhere: its templates render long).
+        `made`: the start as the render pool made it (RenderElsewhere: its templates render long
+        for the allowance of `operations`).
         """
         def fresh() -> ExecutionState:
             if isinstance(made, Exception):
                 raise made
             return made or render_pool.start_here(start_of(request), playbook, self._start_arguments(
-                request, execution_id, key, workload))
+                request, execution_id, key, workload), operations)
         try:
             state = fresh()
             state.trace = trace
