@@ -99,7 +99,7 @@ class Server:
         self._vars = VarsStore(bus.js)
         self._pools = KnownPools(bus)
         self._results = ResultStore(bus.js)
-        self._step_results = StepResults(bus.js, self._results)
+        self._step_results = StepResults(bus.js, self._results, publish=bus.stored.publish)
         self._codec = StateCodec(bus.nc, self._results, self._step_results)
         self._marks = OutboxMarks(bus)  # which committed outbox went out (outbox_marks.py)
         self._renders = render_pool.RenderPool()  # where long template renders run
