@@ -64,26 +64,36 @@ async def place(run: Committed, pool: RenderPool) -> render_pool.Placed:
     return placed
 
 
-@pytest.mark.parametrize("items", [0, 200])
-async def test_a_light_apply_stays_on_the_event_loop(
-        items: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    run, applying, original = Committed(items), [], router.apply
+def observe_applies(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The threads `router.apply` runs on, in order (the expected state's apply included)."""
+    applying, original = [], router.apply
 
     def observed(*args: object, **kwargs: object) -> object:
         applying.append(threading.get_ident())
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(router, "apply", observed)
+    return applying
+
+
+@pytest.mark.parametrize("items", [0, 200])
+async def test_a_light_apply_stays_on_the_event_loop(
+        items: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    run, applying = Committed(items), observe_applies(monkeypatch)
     await place(run, RenderPool())
     assert run.reloads == 0
     assert applying and set(applying) == {threading.get_ident()}  # no thread took it
 
 
-async def test_an_apply_past_the_loop_allowance_is_done_again_in_the_thread() -> None:
+async def test_an_apply_past_the_loop_allowance_is_done_again_in_the_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     run, pool = Committed(render_pool.LOOP_OPERATIONS // 2), RenderPool()
+    applying = observe_applies(monkeypatch)
     placed = await place(run, pool)
     assert run.reloads == 1
     assert placed.vars_before == {}
+    here = threading.get_ident()
+    assert applying[0] == here and applying[1] != here  # on the loop, then again in a thread
     await pool.stop()
 
 
