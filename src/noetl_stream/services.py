@@ -14,6 +14,7 @@ from noetl_stream.bus.event_feed import event_follower
 from noetl_stream.bus.nats_server import NatsServer, start_nats_server
 from noetl_stream.bus.provision import provision_patiently
 from noetl_stream.bus.watcher import ExecutionWatch
+from noetl_stream.collector import tune_collector
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.server.admission import AdmissionService
 from noetl_stream.server.execution_ids import new_execution_id
@@ -96,6 +97,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     """Run a server and/or a worker on `bus` for the duration of the block (`local`: the
     embedded stack of `noetl-stream run`, the user's own).
     """
+    tune_collector()  # fewer, cheaper garbage collections per step (collector.py)
     srv = Server(bus) if server else None
     responder = RequestResponder(bus) if server else None
     # Finished states carry nats-server's times (the server's clock): ages are measured on it.

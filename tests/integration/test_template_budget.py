@@ -80,3 +80,26 @@ async def test_a_start_whose_templates_render_long_is_made_in_the_render_pool_al
     loop = final["steps"]["start"]
     assert loop["status"] == "completed", loop
     assert "long template renders run in a pool" in caplog.text
+
+
+# A start step whose loop collection renders about 3,000 operations: past what the server spends
+# on its event loop, within the thread's allowance, so it is made in the thread (no render pool).
+MEDIUM_START = HEAD + textwrap.dedent("""\
+    workflow:
+      - step: start
+        loop:
+          in: "{{ range(1000) | list }}"
+          iterator: i
+          spec: {mode: parallel}
+        tool: {kind: noop}
+    """)
+
+
+async def test_a_start_past_the_loop_allowance_is_made_in_the_thread(
+        bus: Bus, services: None, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="noetl_stream.server")
+    final = await submit_and_watch(bus, playbook_text=MEDIUM_START, playbook_file="medium.yaml",
+                                   payload={}, on_event=lambda _e: None, timeout_s=60)
+    assert final["status"] == "completed", final.get("error")
+    assert final["steps"]["start"]["status"] == "completed"
+    assert "long template renders run in a pool" not in caplog.text

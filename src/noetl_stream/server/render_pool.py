@@ -1,15 +1,19 @@
-"""Where the server applies events: in a thread beside its event loop while their templates render
-quickly, in a process of its own once they render long.
+"""Where the server applies events: on its event loop while their templates render very quickly,
+in a thread beside the loop while they render quickly, in a process of its own once they render
+long.
 
 The server's threads share one interpreter lock, so a render that takes a second in the applying
-thread slows every other execution's events for that second. Each apply therefore starts in the
-thread with a small allowance of template operations (INLINE_OPERATIONS, a few milliseconds of
-work); one that spends it is abandoned and done again, from the state it started from, in a pool
-of processes, where the render has its whole budget (dsl/template_budget.py) and no other
-execution waits for it. The router is a pure function of its inputs and the budget a count, so
-where it ran changes no result. A process that is not done within WALL_CLOCK_S (a machine so
-loaded that a budget of about a second of CPU takes minutes) is ended and its apply fails like a
-crash: the events are handed back and come again.
+thread slows every other execution's events for that second. Each apply therefore starts on the
+event loop with an allowance of template operations no larger than a render in the thread does
+between two pauses (LOOP_OPERATIONS: the loop waits no longer than it would beside the thread,
+and most applies, a guard or none, stay there without the hop to a thread and back, about 0.2 ms
+a step). One that spends it is abandoned and done again, from the committed state, in the thread
+with a larger allowance (INLINE_OPERATIONS, a few milliseconds of work); one that spends that
+too is done again in a pool of processes, where the render has its whole budget
+(dsl/template_budget.py) and no other execution waits for it. The router is a pure function of
+its inputs and the budget a count, so where it ran changes no result. A process that is not done
+within WALL_CLOCK_S (a machine so loaded that a budget of about a second of CPU takes minutes) is
+ended and its apply fails like a crash: the events are handed back and come again.
 """
 
 from __future__ import annotations
@@ -20,19 +24,23 @@ import multiprocessing
 import os
 import pickle
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from functools import partial
-from typing import ParamSpec, TypeVar
+from typing import NamedTuple, ParamSpec, TypeVar
+
+from nats.aio.msg import Msg
 
 from noetl_stream import router
 from noetl_stream.dsl.models import Playbook
-from noetl_stream.dsl.template_budget import RenderElsewhere, rendering_here
+from noetl_stream.dsl.template_budget import PAUSE_EVERY, RenderElsewhere, rendering_here
 
-__all__ = ["INLINE_OPERATIONS", "RenderElsewhere", "RenderPool", "apply_events",
-           "apply_events_here", "note_foreign_outcome", "rendering_here", "start_here"]
+__all__ = ["INLINE_OPERATIONS", "LOOP_OPERATIONS", "Placed", "RenderElsewhere", "RenderPool",
+           "apply_events", "apply_events_here", "apply_where_it_fits", "note_foreign_outcome",
+           "rendering_here", "start_here"]
 from noetl_stream.errors import NoetlStreamError
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.router_events import RouterEvent
 from noetl_stream.server.versions import Cached, playbook_for
@@ -40,6 +48,7 @@ from noetl_stream.server.versions import Cached, playbook_for
 log = logging.getLogger("noetl_stream.server")
 
 INLINE_OPERATIONS = 5_000  # template operations an apply may spend in the server's own process
+LOOP_OPERATIONS = PAUSE_EVERY  # of those, on the event loop itself (as long as a thread's turn)
 WALL_CLOCK_S = 120.0  # for one apply in the pool, whose budget is about a second of CPU
 PROCESSES = 1  # long renders take turns; each is bounded by its budget
 # Long renders are background work: the host's scheduler gives the server's own process (and
@@ -47,6 +56,7 @@ PROCESSES = 1  # long renders take turns; each is bounded by its budget
 NICENESS = 10
 
 Events = list[RouterEvent]
+Items = list[tuple[Msg, RouterEvent]]  # the events of a group with their deliveries
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
@@ -74,22 +84,61 @@ def apply_events(cached: Cached, events: Events, now: float) -> bool:
     return True
 
 
-def apply_events_here(cached: Cached, events: Events, now: float) -> bool | None:
-    """`apply_events` within the allowance of this process; None when a render spent it (the
+def apply_events_here(cached: Cached, events: Events, now: float,
+                      operations: int = INLINE_OPERATIONS) -> bool | None:
+    """`apply_events` within an allowance of `operations`; None when a render spent it (the
     cached state is then half-applied and must be loaded again).
     """
     try:
-        return rendering_here(INLINE_OPERATIONS, lambda: apply_events(cached, events, now))
+        return rendering_here(operations, lambda: apply_events(cached, events, now))
     except RenderElsewhere:
         return None
 
 
-def start_here(start: Callable[..., ExecutionState], playbook: Playbook,
-               arguments: Mapping[str, object]) -> ExecutionState:
-    """`start(playbook, **arguments)` within the allowance of this process (RenderElsewhere past
-    it: the caller starts it in the pool instead).
+class Placed(NamedTuple):
+    """An apply where it fitted: the cached state it was applied to (loaded again when it went
+    past the loop's allowance), the items applied, whether every event applied, and the vars
+    as they were before it (for the vars written beside the commit).
     """
-    return rendering_here(INLINE_OPERATIONS, lambda: start(playbook, **arguments))
+
+    cached: Cached
+    items: Items
+    applied: bool
+    vars_before: JsonObject
+
+
+async def apply_where_it_fits(cached: Cached, items: Items, now: float,
+                              reload: Callable[[Items], Awaitable[tuple[Cached, Items] | None]],
+                              pool: RenderPool) -> Placed | None:
+    """Apply the items' events on the event loop, in the thread, or in the pool, the first that
+    fits their renders; each step up starts again from the state `reload` reads (None: nothing
+    is left to apply, and this returns None).
+    """
+    vars_before = dict(cached.state.vars)
+    applied = apply_events_here(cached, _events(items), now, LOOP_OPERATIONS)
+    for elsewhere in ("thread", "pool"):
+        if applied is not None:
+            break
+        if (again := await reload(items)) is None:
+            return None
+        cached, items = again
+        vars_before = dict(cached.state.vars)
+        applied = await asyncio.to_thread(apply_events_here, cached, _events(items), now) \
+            if elsewhere == "thread" else await pool.apply(cached, _events(items), now)
+    return Placed(cached, items, bool(applied), vars_before)
+
+
+def _events(items: Items) -> Events:
+    return [event for _, event in items]
+
+
+def start_here(start: Callable[..., ExecutionState], playbook: Playbook,
+               arguments: Mapping[str, object],
+               operations: int = INLINE_OPERATIONS) -> ExecutionState:
+    """`start(playbook, **arguments)` within an allowance of `operations` (RenderElsewhere past
+    it: the caller starts it in the thread or the pool instead).
+    """
+    return rendering_here(operations, lambda: start(playbook, **arguments))
 
 
 def note_foreign_outcome(playbook: Playbook, state: ExecutionState, event: RouterEvent) -> None:

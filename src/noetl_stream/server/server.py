@@ -16,6 +16,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -30,7 +31,6 @@ from noetl_stream.bus.dispositions import Failure, classify, settle
 from noetl_stream.bus.pull import PullConsumer, open_pull
 from noetl_stream.bus.signals import decode_event
 from noetl_stream.bus.storage import while_storage_refused
-from noetl_stream.collector import tune_collector
 from noetl_stream.dsl import template_budget
 from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
@@ -99,13 +99,12 @@ class Server:
         self._vars = VarsStore(bus.js)
         self._pools = KnownPools(bus)
         self._results = ResultStore(bus.js)
-        self._step_results = StepResults(bus.js, self._results)
+        self._step_results = StepResults(bus.js, self._results, publish=bus.stored.publish)
         self._codec = StateCodec(bus.nc, self._results, self._step_results)
         self._marks = OutboxMarks(bus)  # which committed outbox went out (outbox_marks.py)
         self._renders = render_pool.RenderPool()  # where long template renders run
 
     async def start(self) -> None:
-        tune_collector()  # fewer, cheaper garbage collections per step (collector.py)
         # A render in the applying thread lets the event loop (and other applies) in between.
         template_budget.pause_between_operations(os.sched_yield)
         if self._nats_clock is not None:
@@ -266,14 +265,16 @@ class Server:
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
         trace = tracing.execution_trace(execution_id, msg.headers)
-        try:
-            state, data = await asyncio.to_thread(
-                self._started, playbook, request, execution_id, key, workload, trace)
-        except render_pool.RenderElsewhere:  # the start's templates render long: in the pool
-            made = await self._renders.start(start_of(request), playbook, self._start_arguments(
-                request, execution_id, key, workload))
-            state, data = await asyncio.to_thread(
-                self._started, playbook, request, execution_id, key, workload, trace, made)
+        started = partial(self._started, playbook, request, execution_id, key, workload, trace)
+        try:  # on the event loop while its renders are short, else in the thread (render_pool.py)
+            state, data = started(operations=render_pool.LOOP_OPERATIONS)
+        except render_pool.RenderElsewhere:
+            try:
+                state, data = await asyncio.to_thread(started)
+            except render_pool.RenderElsewhere:  # the start's templates render long: in the pool
+                made = await self._renders.start(start_of(request), playbook,
+                                                 self._start_arguments(request, execution_id, key, workload))
+                state, data = await asyncio.to_thread(started, made)
         if await self._pools.refuse_unserved(state, self.clock()):
             data = self._codec.encode(state)
         created = True
@@ -303,16 +304,18 @@ class Server:
 
     def _started(self, playbook: Playbook, request: ExecutionRequest, execution_id: str,
                  key: str, workload: JsonObject, trace: dict[str, str] | None,
-                 made: ExecutionState | Exception | None = None) -> tuple[ExecutionState, bytes]:
+                 made: ExecutionState | Exception | None = None,
+                 operations: int = render_pool.INLINE_OPERATIONS) -> tuple[ExecutionState, bytes]:
         """The new execution's state and its encoded commit; a start that raises, or leaves a
         state that cannot be stored, is an execution that failed at once, with the reason.
-        `made`: the start as the render pool made it (RenderElsewhere: its templates render long).
+        `made`: the start as the render pool made it (RenderElsewhere: its templates render long
+        for the allowance of `operations`).
         """
         def fresh() -> ExecutionState:
             if isinstance(made, Exception):
                 raise made
             return made or render_pool.start_here(start_of(request), playbook, self._start_arguments(
-                request, execution_id, key, workload))
+                request, execution_id, key, workload), operations)
         try:
             state = fresh()
             state.trace = trace
@@ -445,23 +448,18 @@ class Server:
                 log.warning("events for unknown execution %s acknowledged and dropped", execution_id)
                 await asyncio.gather(*(settle(m, Failure.UNKNOWN_EXECUTION) for m, _ in items))
                 return
-            vars_before = dict(cached.state.vars)
             now = self.clock()
             versions = cached.versions = await readable_versions(named_versions(items), self._playbook)
             # Copies made again of events already applied are left out (server/source_copies.py).
             if not (fresh := fresh_items(cached.state, items)):
                 break
-            # Applied beside the event loop; one whose templates render long is applied again
-            # from the committed state in a process of its own (server/render_pool.py).
-            events = [e for _, e in fresh]
-            applied = await asyncio.to_thread(render_pool.apply_events_here, cached, events, now)
-            if applied is None:
-                if (again := await self._reload(execution_id, versions, fresh)) is None:
-                    break
-                cached, fresh = again
-                vars_before = dict(cached.state.vars)
-                events = [e for _, e in fresh]
-                applied = await self._renders.apply(cached, events, now)
+            # Applied on the event loop; one whose templates render longer is applied again from
+            # the committed state in a thread or a process of its own (server/render_pool.py).
+            placed = await render_pool.apply_where_it_fits(
+                cached, fresh, now, partial(self._reload, execution_id, versions), self._renders)
+            if placed is None:
+                break
+            cached, fresh, applied, vars_before = placed
             data = await self._codec.encoded(cached.state) if applied else None
             if data is None:
                 # Some event could not be applied, or left a state that cannot be stored: apply

@@ -49,7 +49,6 @@ from noetl_stream.bus.storage import (
     storage_refusal,
     while_storage_refused,
 )
-from noetl_stream.collector import tune_collector
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.events import ErrorInfo
 from noetl_stream.messages import Command, CommandContext, Malformed, checked, parse_object
@@ -97,7 +96,6 @@ class Worker:
         metrics.RUNNING.labels(pool).set_function(lambda: len(self._running))
 
     async def start(self) -> None:
-        tune_collector()  # fewer, cheaper garbage collections per step (collector.py)
         decl = self.bus.topology.pool_consumer(self.pool)
         topo = self.bus.topology
         # Subscribed before the first fetch, so no withdrawal of a command we take is missed.
