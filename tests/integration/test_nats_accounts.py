@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import subprocess
 from collections.abc import AsyncIterator
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -82,24 +84,8 @@ async def accounts(tmp_path: Path) -> AsyncIterator[Accounts]:
     """The shipped config with only its ports and store folder moved, and a second pool's
     worker (`worker-secure`) added as its README says; passwords from the env.
     """
-    port, monitor = free_port(), free_port()
-    text = re.sub(r"(?m)^listen:\s*\S+", f"listen: 127.0.0.1:{port}",
-                  with_pool_user(ACCOUNTS_CONF.read_text(), "secure"))
-    text = render_node_config(text, ports={8222: monitor}, store_dir=tmp_path / "jetstream")
-    conf = tmp_path / "accounts.conf"
-    conf.write_text(text)
-    process = start_node(conf, tmp_path / "nats-server.log", env=ENV)
+    port, process = await _start_accounts(tmp_path)
     try:
-        async def listening() -> None:
-            assert process.poll() is None, (tmp_path / "nats-server.log").read_text()
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError as exc:
-                raise AssertionError(f"port {port} not open yet") from exc
-            writer.close()
-            await writer.wait_closed()
-
-        await assert_eventually(listening)
         server = await connect(f"nats://server:{PASSWORDS['server']}@127.0.0.1:{port}")
         try:
             await provision(server)
@@ -108,6 +94,39 @@ async def accounts(tmp_path: Path) -> AsyncIterator[Accounts]:
         yield Accounts(port)
     finally:
         stop_node(process)
+
+
+async def _start_accounts(tmp_path: Path) -> tuple[int, subprocess.Popen[bytes]]:
+    """nats-server on the shipped config, listening; ports are drawn again when another test
+    process took one between the draw and the bind (tests run in parallel).
+    """
+    for attempt in range(3):
+        port, monitor = free_port(), free_port()
+        text = re.sub(r"(?m)^listen:\s*\S+", f"listen: 127.0.0.1:{port}",
+                      with_pool_user(ACCOUNTS_CONF.read_text(), "secure"))
+        text = render_node_config(text, ports={8222: monitor}, store_dir=tmp_path / "jetstream")
+        conf = tmp_path / "accounts.conf"
+        conf.write_text(text)
+        log = tmp_path / f"nats-server-{attempt}.log"
+        process = start_node(conf, log, env=ENV)
+        try:
+            await assert_eventually(partial(_listening, process, port, log))
+            return port, process
+        except AssertionError:
+            stop_node(process)
+            if "address already in use" not in log.read_text():
+                raise
+    raise AssertionError("no free port for nats-server after three draws")
+
+
+async def _listening(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    assert process.poll() is None, log.read_text()
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError as exc:
+        raise AssertionError(f"port {port} not open yet") from exc
+    writer.close()
+    await writer.wait_closed()
 
 
 @pytest.fixture
