@@ -11,7 +11,7 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
 from noetl_stream.bus.connection import Bus
-from noetl_stream.bus.delivery import Delivery, delivery_of
+from noetl_stream.bus.delivery import Delivery, delivery_of, pending_of, stored_time_of
 from noetl_stream.bus.pull import PullConsumer, open_pull
 
 STREAM, DURABLE, SUBJECT = "PULLTEST", "c", "pulltest.x"
@@ -125,6 +125,8 @@ async def test_delivery_numbers_read_from_the_ack_subject_match_nats_py(bus: Bus
             meta = msg.metadata
             assert delivery_of(msg) == Delivery(meta.num_delivered, meta.sequence.stream,
                                                 meta.sequence.consumer)
+            assert pending_of(msg) == meta.num_pending
+            assert stored_time_of(msg) == meta.timestamp
         assert delivery_of(again[0]) == Delivery(2, 2, 4)
         for msg in [first[0], first[2], again[0]]:
             await msg.ack()
@@ -132,3 +134,4 @@ async def test_delivery_numbers_read_from_the_ack_subject_match_nats_py(bus: Bus
         await consumer.stop()
     plain = Msg(bus.nc, subject="x", reply="_INBOX.abc", data=b"")
     assert delivery_of(plain) is None
+    assert pending_of(plain) is None and stored_time_of(plain) is None

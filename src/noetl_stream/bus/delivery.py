@@ -24,46 +24,44 @@ class Delivery(NamedTuple):
     consumer_seq: int
 
 
-def pending_of(msg: Msg) -> int | None:
-    """How many messages the consumer still had for us after this one; None when not told."""
+def _numbers(msg: Msg) -> list[str] | None:
+    """The ack subject's tokens from `<delivered>` on (delivered, stream seq, consumer seq, time,
+    pending, ...); None for a message JetStream did not deliver or an ack subject of neither form.
+    """
     reply = msg.reply
     if not reply or not reply.startswith("$JS.ACK."):
         return None
     tokens = reply.split(".")
-    index = 8 if len(tokens) == _SHORT else 10 if len(tokens) >= _LONG else -1
+    if len(tokens) == _SHORT:
+        return tokens[4:]
+    if len(tokens) >= _LONG:
+        return tokens[6:]
+    return None
+
+
+def pending_of(msg: Msg) -> int | None:
+    """How many messages the consumer still had for us after this one; None when not told."""
+    numbers = _numbers(msg)
     try:
-        return int(tokens[index]) if index > 0 else None
+        return int(numbers[4]) if numbers else None
     except (ValueError, IndexError):
         return None
 
 
 def delivery_of(msg: Msg) -> Delivery | None:
     """The delivery count and sequences of a JetStream message; None for any other message."""
-    reply = msg.reply
-    if not reply or not reply.startswith("$JS.ACK."):
-        return None
-    tokens = reply.split(".")
-    if len(tokens) == _SHORT:
-        first = 4
-    elif len(tokens) >= _LONG:
-        first = 6
-    else:
-        return None
+    numbers = _numbers(msg)
     try:
-        return Delivery(int(tokens[first]), int(tokens[first + 1]), int(tokens[first + 2]))
-    except ValueError:
+        return Delivery(int(numbers[0]), int(numbers[1]), int(numbers[2])) if numbers else None
+    except (ValueError, IndexError):
         return None
 
 
 def stored_time_of(msg: Msg) -> datetime | None:
     """When the stream stored a JetStream message (its clock); None for any other message."""
-    reply = msg.reply
-    if not reply or not reply.startswith("$JS.ACK."):
-        return None
-    tokens = reply.split(".")
-    index = 7 if len(tokens) == _SHORT else 9 if len(tokens) >= _LONG else -1
+    numbers = _numbers(msg)
     try:
-        return datetime.fromtimestamp(int(tokens[index]) / 1e9, UTC) if index > 0 else None
+        return datetime.fromtimestamp(int(numbers[3]) / 1e9, UTC) if numbers else None
     except (ValueError, IndexError, OverflowError):
         return None
 
