@@ -70,18 +70,6 @@ LONG_START = HEAD + textwrap.dedent("""\
     """)
 
 
-async def test_a_start_whose_templates_render_long_is_made_in_the_render_pool_alike(
-        bus: Bus, services: None, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="noetl_stream.server")
-    rows = [{"k": i % 7, "v": i} for i in range(20_000)]
-    final = await submit_and_watch(bus, playbook_text=LONG_START, playbook_file="long.yaml",
-                                   payload={"rows": rows}, on_event=lambda _e: None, timeout_s=60)
-    assert final["status"] == "completed", final.get("error")
-    loop = final["steps"]["start"]
-    assert loop["status"] == "completed", loop
-    assert "long template renders run in a pool" in caplog.text
-
-
 # A start step whose loop collection renders about 3,000 operations: past what the server spends
 # on its event loop, within the thread's allowance, so it is made in the thread (no render pool).
 MEDIUM_START = HEAD + textwrap.dedent("""\
@@ -95,11 +83,17 @@ MEDIUM_START = HEAD + textwrap.dedent("""\
     """)
 
 
-async def test_a_start_past_the_loop_allowance_is_made_in_the_thread(
-        bus: Bus, services: None, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(("text", "rows", "in_pool"), [
+    pytest.param(LONG_START, 20_000, True, id="made-in-the-render-pool"),
+    pytest.param(MEDIUM_START, 0, False, id="past-the-loop-allowance-made-in-the-thread"),
+])
+async def test_a_start_is_made_where_its_templates_render_length_puts_it(
+        bus: Bus, services: None, caplog: pytest.LogCaptureFixture, text: str, rows: int,
+        in_pool: bool) -> None:
     caplog.set_level(logging.INFO, logger="noetl_stream.server")
-    final = await submit_and_watch(bus, playbook_text=MEDIUM_START, playbook_file="medium.yaml",
-                                   payload={}, on_event=lambda _e: None, timeout_s=60)
+    payload = {"rows": [{"k": i % 7, "v": i} for i in range(rows)]} if rows else {}
+    final = await submit_and_watch(bus, playbook_text=text, playbook_file="start.yaml",
+                                   payload=payload, on_event=lambda _e: None, timeout_s=60)
     assert final["status"] == "completed", final.get("error")
-    assert final["steps"]["start"]["status"] == "completed"
-    assert "long template renders run in a pool" not in caplog.text
+    assert final["steps"]["start"]["status"] == "completed", final["steps"]["start"]
+    assert ("long template renders run in a pool" in caplog.text) is in_pool
