@@ -8,33 +8,23 @@ or a stream sequence on. Only a delivery that may follow an earlier start asks (
 copy published again, a command older than the duplicate window), and one whose start the stream
 called a duplicate.
 
-The consumer is named (`start_<hex>`) and created through the named create subject, the one form
-a worker's NATS user may use on the events stream (deploy/nats/accounts), as
-worker/outcome_lookup.py does. A read that stalls raises TimeoutError: the command is handed back
-and comes again (bus/dispositions.py), rather than taken as never started and run twice.
+The read is worker/event_scan.py's, through consumers named `start_<hex>`. A read that stalls
+raises TimeoutError: the command is handed back and comes again (bus/dispositions.py), rather
+than taken as never started and run twice.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import secrets
 from dataclasses import dataclass
 from datetime import datetime
 
 from nats.aio.msg import Msg
-from nats.errors import Error as NatsError
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from noetl_stream.bus.connection import Bus
-from noetl_stream.bus.event_feed import EVENTS_STREAM
 from noetl_stream.bus.publish import COPY_HEADER
-from noetl_stream.worker.outcome_lookup import CLOCK_MARGIN
+from noetl_stream.worker.event_scan import EventScan, scan_events
 
 CONSUMER_PREFIX = "start_"
-CREATE_TIMEOUT_S = 5.0
-READ_TIMEOUT_S = 10.0
-INACTIVE_THRESHOLD_S = 10.0
 START = "task.started"
 
 
@@ -76,47 +66,19 @@ async def start_at(bus: Bus, execution_id: str, msg_id: str, seq: int) -> Stored
 
 async def starts_of(bus: Bus, scan: Scan) -> list[StoredStart]:
     """The attempt's stored starts within the scan's bounds, oldest first."""
-    inbox = bus.nc.new_inbox()
-    arrived: asyncio.Queue[Msg] = asyncio.Queue()
+    found: list[StoredStart] = []
 
-    async def deliver(msg: Msg) -> None:
-        arrived.put_nowait(msg)
+    def take(msg: Msg) -> bool:
+        meta = msg.metadata
+        seq = meta.sequence.stream
+        if scan.until_seq is not None and seq > scan.until_seq:
+            return True
+        headers = msg.headers or {}
+        if headers.get("Nats-Msg-Id") == scan.msg_id:
+            found.append(StoredStart(seq, headers.get(COPY_HEADER), meta.timestamp))
+        return scan.until_seq is not None and seq >= scan.until_seq
 
     subject = bus.topology.event_subject(scan.execution_id, START)
-    found: list[StoredStart] = []
-    sub = await bus.nc.subscribe(inbox, cb=deliver)
-    try:
-        info = await bus.js.add_consumer(EVENTS_STREAM, _config(subject, inbox, scan),
-                                         timeout=CREATE_TIMEOUT_S)
-        async with asyncio.timeout(READ_TIMEOUT_S):
-            for _ in range(int(info.num_pending or 0)):
-                msg = await arrived.get()
-                meta = msg.metadata
-                seq = meta.sequence.stream
-                if scan.until_seq is not None and seq > scan.until_seq:
-                    break
-                headers = msg.headers or {}
-                if headers.get("Nats-Msg-Id") == scan.msg_id:
-                    found.append(StoredStart(seq, headers.get(COPY_HEADER), meta.timestamp))
-                if scan.until_seq is not None and seq >= scan.until_seq:
-                    break
-        return found
-    finally:
-        with contextlib.suppress(NatsError):
-            await sub.unsubscribe()
-
-
-def _config(subject: str, inbox: str, scan: Scan) -> ConsumerConfig:
-    config = ConsumerConfig(
-        name=f"{CONSUMER_PREFIX}{secrets.token_hex(8)}", deliver_subject=inbox,
-        filter_subject=subject, ack_policy=AckPolicy.NONE, headers_only=True,
-        mem_storage=True, num_replicas=1, inactive_threshold=INACTIVE_THRESHOLD_S)
-    if scan.from_seq is not None:
-        config.deliver_policy = DeliverPolicy.BY_START_SEQUENCE
-        config.opt_start_seq = scan.from_seq
-    elif scan.since is not None:
-        config.deliver_policy = DeliverPolicy.BY_START_TIME
-        config.opt_start_time = scan.since - CLOCK_MARGIN
-    else:
-        config.deliver_policy = DeliverPolicy.ALL
-    return config
+    await scan_events(bus, EventScan(CONSUMER_PREFIX, subject, since=scan.since,
+                                     from_seq=scan.from_seq), take)
+    return found
