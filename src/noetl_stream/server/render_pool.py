@@ -38,7 +38,7 @@ from noetl_stream.dsl.template_budget import PAUSE_EVERY, RenderElsewhere, rende
 
 __all__ = ["INLINE_OPERATIONS", "LOOP_OPERATIONS", "Placed", "RenderElsewhere", "RenderPool",
            "apply_events", "apply_events_here", "apply_where_it_fits", "note_foreign_outcome",
-           "rendering_here", "start_here"]
+           "rendering_here", "start_here", "start_where_it_fits"]
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import ExecutionState
@@ -139,6 +139,23 @@ def start_here(start: Callable[..., ExecutionState], playbook: Playbook,
     it: the caller starts it in the thread or the pool instead).
     """
     return rendering_here(operations, lambda: start(playbook, **arguments))
+
+
+async def start_where_it_fits(started: Callable[..., _T],
+                              in_pool: Callable[[], Awaitable[ExecutionState | Exception]]) -> _T:
+    """`started(operations=...)` on the event loop within LOOP_OPERATIONS, else in the thread
+    within its default allowance, else `started(made)` in the thread with the start `in_pool`
+    made; each past its allowance raises RenderElsewhere and is made again from scratch.
+    """
+    try:
+        return started(operations=LOOP_OPERATIONS)
+    except RenderElsewhere:
+        pass
+    try:
+        return await asyncio.to_thread(started)
+    except RenderElsewhere:  # the start's templates render long: in the pool
+        made = await in_pool()
+    return await asyncio.to_thread(started, made)
 
 
 def note_foreign_outcome(playbook: Playbook, state: ExecutionState, event: RouterEvent) -> None:

@@ -265,16 +265,11 @@ class Server:
                     _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
         workload = merge(playbook.workload, request.payload)  # payload deep-merged over workload
         trace = tracing.execution_trace(execution_id, msg.headers)
-        started = partial(self._started, playbook, request, execution_id, key, workload, trace)
-        try:  # on the event loop while its renders are short, else in the thread (render_pool.py)
-            state, data = started(operations=render_pool.LOOP_OPERATIONS)
-        except render_pool.RenderElsewhere:
-            try:
-                state, data = await asyncio.to_thread(started)
-            except render_pool.RenderElsewhere:  # the start's templates render long: in the pool
-                made = await self._renders.start(start_of(request), playbook,
-                                                 self._start_arguments(request, execution_id, key, workload))
-                state, data = await asyncio.to_thread(started, made)
+        # On the event loop while its renders are short, else in the thread or the pool.
+        state, data = await render_pool.start_where_it_fits(
+            partial(self._started, playbook, request, execution_id, key, workload, trace),
+            lambda: self._renders.start(start_of(request), playbook, self._start_arguments(
+                request, execution_id, key, workload)))
         if await self._pools.refuse_unserved(state, self.clock()):
             data = self._codec.encode(state)
         created = True
