@@ -88,11 +88,6 @@ class EventFeed:
         self._pump: asyncio.Task[None] | None = None
         self.consumer_name: str | None = None
         self.renewals = 0  # consumers created after the first, for logs and tests
-        # The pump's wait for a delivery (since when, and the pump), and the one timer that ends
-        # it (see _next); `_rang` says the timer cancelled the pump.
-        self._waiting: tuple[float, asyncio.Task[object]] | None = None
-        self._alarm: asyncio.TimerHandle | None = None
-        self._rang = False
 
     @property
     def last_seq(self) -> int:
@@ -226,49 +221,16 @@ class EventFeed:
 
     async def _next(self) -> Msg | None:
         """The next delivery, or None when neither it nor a heartbeat came in time."""
-        if not self._inbox.empty():
-            return self._inbox.get_nowait()  # most deliveries: nothing to wait for
-        # A timer armed and cancelled around every wait (asyncio.timeout) cost a few
-        # microseconds per delivery; this one stays armed across waits and is moved only when it
-        # rings (_ring): at most once per limit, it ends a wait that has lasted the limit.
-        loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        self._waiting = (loop.time(), task)
-        if self._alarm is None:
-            self._alarm = loop.call_at(self._waiting[0] + self._limit_s, self._ring)
         try:
-            return await self._inbox.get()
-        except asyncio.CancelledError:
-            # Ours only when the timer rang and nobody else cancelled the pump meanwhile (stop),
-            # as asyncio.timeout tells its own cancel from another.
-            if not self._rang:
-                raise
-            self._rang = False
-            if task.uncancel() > 0:
-                raise
+            return self._inbox.get_nowait()  # most deliveries: no timer armed for them
+        except asyncio.QueueEmpty:
+            pass
+        try:
+            # asyncio.timeout, unlike 3.11's wait_for, never swallows our own cancel.
+            async with asyncio.timeout(self._heartbeat_s * MISSED_HEARTBEATS):
+                return await self._inbox.get()
+        except TimeoutError:
             return None
-        finally:
-            self._waiting = None
-
-    @property
-    def _limit_s(self) -> float:
-        return self._heartbeat_s * MISSED_HEARTBEATS
-
-    def _ring(self) -> None:
-        """The wait timer: ends the pump's wait once it has lasted the limit, else moves to
-        where the current wait will have (none waiting: the next wait arms it again).
-        """
-        self._alarm = None
-        if self._waiting is None:
-            return
-        since, task = self._waiting
-        loop = asyncio.get_running_loop()
-        if loop.time() >= since + self._limit_s:
-            self._rang = True
-            task.cancel()
-        else:
-            self._alarm = loop.call_at(since + self._limit_s, self._ring)
 
     async def _take(self, msg: Msg) -> str | None:
         """Handle one delivery; returns why the consumer must be replaced, or None."""
