@@ -145,6 +145,9 @@ class StepRecord:
     result_key: str | None = None
     _result: Any = field(default=None, repr=False)
     _inline_bytes: int = field(default=0, repr=False)  # its JSON's size once kept inline
+    # The record as to_json writes it while its result is inline, made once: the state drops it
+    # whenever the record may change (`ExecutionState.record`, `hold`).
+    _written: _InlineResult | None = field(default=None, repr=False)
 
     @property
     def result(self) -> Any:
@@ -152,7 +155,15 @@ class StepRecord:
 
     def hold(self, value: Any, key: str | None = None) -> None:
         """Keep `value` as the result; `key` says where it is stored, None: nowhere yet."""
-        self._result, self.result_key, self._inline_bytes = value, key, 0
+        self._result, self.result_key, self._inline_bytes, self._written = value, key, 0, None
+
+    def as_written(self) -> StepRecord:
+        """The record as a committed state holds it: with its result when that is inline."""
+        if self.result_key is not None or self._result is None:
+            return self
+        if self._written is None:
+            self._written = _InlineResult.of(self)
+        return self._written
 
     def keep_inline(self, size: int) -> None:
         """The result (`size` bytes of JSON) stays inline in the state instead of stored."""
@@ -321,6 +332,7 @@ class ExecutionState:
             rec = self.steps[step] = StepRecord()
         if self._inline is not None:
             self._inline[step] = None
+        rec._written = None
         return rec
 
     # -- step records a page at a time (state/step_results.py stores them) ----------------
@@ -398,8 +410,7 @@ class ExecutionState:
         # inline is replaced by its plain value with the result.
         every = self.steps
         written = every if self._inline is None else {name: every[name] for name in self._inline}
-        self.steps = {name: _InlineResult.of(rec) if rec.result_key is None and rec.result is not None
-                      else rec for name, rec in written.items()}
+        self.steps = {name: rec._written or rec.as_written() for name, rec in written.items()}
         try:
             data = jsonutil.dumps(self)
         finally:
