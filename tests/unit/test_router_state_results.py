@@ -144,3 +144,23 @@ def test_a_result_kept_inline_is_written_at_every_commit_and_leaves_with_its_rec
     again.record_pages_loaded([page])
     assert again.steps["s3"].result == {"i": 3} and again.steps["s3"].result_key is None
     assert again.to_dict() == state.to_dict()  # paged records stay out, inline ones stay in
+
+
+def test_a_record_with_its_result_inline_is_written_as_it_is_after_each_change() -> None:
+    state = _state()
+    rec = state.record("a")
+    rec.status = "running"
+    state.set_result(rec, {"n": 1})
+    for holder in state.unstored():
+        holder.keep_inline(7)
+    assert state.to_dict()["steps"]["a"] == {"status": "running", "runs": 0, "error": None,
+                                             "http": None, "loop": False, "result_key": None,
+                                             "result": {"n": 1}}
+    state.record("a").status = "completed"
+    state.set_result(state.record("a"), {"n": 2})
+    assert state.to_dict()["steps"]["a"]["status"] == "completed"
+    assert state.to_dict()["steps"]["a"]["result"] == {"n": 2}
+    for holder in state.unstored():
+        holder.hold(holder.result, "k2")
+    assert "result" not in state.to_dict()["steps"]["a"]
+    assert state.to_dict()["steps"]["a"]["result_key"] == "k2"
