@@ -108,8 +108,9 @@ def _unchanged(record: JsonObject) -> JsonObject:
 # results by `result_key` and settled records by `step_pages` (both forms stay valid).
 STATE = Format("execution state", 2, {1: _unchanged})
 # An entry of KV noetl_step_results: {"v": value} or {"o": object reference} (a result, a page
-# of loop results or of settled step records).
-STEP_RESULT = Format("stored step result", 2, {1: _unchanged})
+# of loop results or of settled step records). Version 3: a record in a page may hold its result
+# inline as `result` (no `result_key`), which version 2 would read as no result.
+STEP_RESULT = Format("stored step result", 3, {1: _unchanged, 2: _unchanged})
 # The claim of a command's attempt (written by earlier releases, still read by
 # worker/attempt_claims.py) and the mark of an outbox published (server/outbox_marks.py), both
 # new in version 2: no version 1 was ever written.

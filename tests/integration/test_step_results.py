@@ -19,7 +19,7 @@ from noetl_stream.router.state import PAGE_SIZE, ExecutionState, LoopState, Outg
 from noetl_stream.server.execution_ids import new_execution_id
 from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.state.results import ResultStore
-from noetl_stream.state.step_results import BUCKET, StepResults, summaries_by_reference
+from noetl_stream.state.step_results import BUCKET, SMALL_RESULT, StepResults, summaries_by_reference
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.integration
@@ -84,8 +84,9 @@ async def test_loop_pages_are_stored_once_complete_and_read_back_cold(bus: Bus) 
     state = ExecutionState(execution_id=new_execution_id(), playbook_key="k", workload={})
     state.runs["r1"] = Run(run_id="r1", step="fan", run_no=1, args={}, loop=loop)
     first = state.steps["first"] = StepRecord(status="completed", runs=1)
-    state.set_result(first, {"rows": ["a"] * 100})
-    state.set_result(state, {"rows": ["a"] * 100})
+    large = {"rows": ["a"] * 100, "pad": "x" * SMALL_RESULT}  # too large to stay inline
+    state.set_result(first, large)
+    state.set_result(state, large)
 
     await StepResults(bus.js, ResultStore(bus.js)).store(state)
 
@@ -100,7 +101,7 @@ async def test_loop_pages_are_stored_once_complete_and_read_back_cold(bus: Bus) 
     await StepResults(bus.js, ResultStore(bus.js)).load(again)
     reloaded = again.runs["r1"].loop
     assert reloaded is not None and reloaded.all_results() == {str(i): {"i": i} for i in items}
-    assert again.steps["first"].result == {"rows": ["a"] * 100} == again.result
+    assert again.steps["first"].result == large == again.result
 
 
 async def test_a_large_summary_carries_its_steps_by_reference(bus: Bus) -> None:

@@ -113,3 +113,54 @@ def test_a_record_whose_result_is_not_stored_or_whose_step_runs_is_not_paged() -
         holder.hold(holder.result, "late-key")
     page = state.complete_record_page()
     assert page is not None and "late" in page and "running" not in page
+
+
+def test_a_result_kept_inline_is_written_at_every_commit_and_leaves_with_its_record_page() -> None:
+    state = _state()
+    for i in range(PAGE_SIZE + 1):
+        rec = state.record(f"s{i}")
+        rec.status = "completed"
+        rec.runs = 1
+        state.set_result(rec, {"i": i})
+    state.set_result(state, {"done": True})
+    assert state.complete_record_page() is None  # no result placed yet
+    for holder in state.unstored():
+        holder.keep_inline(len(str(holder.result)))
+
+    written = state.to_dict()  # the placing is over: the next commits write them inline too
+    assert written["result"] == {"done": True} and written["steps"]["s3"]["result"] == {"i": 3}
+    assert state.inline_result_bytes() == sum(len(str({"i": i})) for i in range(PAGE_SIZE + 1)) \
+        + len(str({"done": True}))
+    page = state.complete_record_page()
+    assert page is not None and page["s3"] == {"status": "completed", "runs": 1, "error": None,
+                                               "http": None, "loop": False, "result_key": None,
+                                               "result": {"i": 3}}
+    state.record_page_stored("p0", page)
+    assert list(state.to_dict()["steps"]) == [f"s{PAGE_SIZE}"]
+    assert state.inline_result_bytes() == len(str({"i": PAGE_SIZE})) + len(str({"done": True}))
+
+    again = ExecutionState.from_dict(state.to_dict())
+    assert again.result == {"done": True} and again.steps[f"s{PAGE_SIZE}"].result == {"i": PAGE_SIZE}
+    again.record_pages_loaded([page])
+    assert again.steps["s3"].result == {"i": 3} and again.steps["s3"].result_key is None
+    assert again.to_dict() == state.to_dict()  # paged records stay out, inline ones stay in
+
+
+def test_a_record_with_its_result_inline_is_written_as_it_is_after_each_change() -> None:
+    state = _state()
+    rec = state.record("a")
+    rec.status = "running"
+    state.set_result(rec, {"n": 1})
+    for holder in state.unstored():
+        holder.keep_inline(7)
+    assert state.to_dict()["steps"]["a"] == {"status": "running", "runs": 0, "error": None,
+                                             "http": None, "loop": False, "result_key": None,
+                                             "result": {"n": 1}}
+    state.record("a").status = "completed"
+    state.set_result(state.record("a"), {"n": 2})
+    assert state.to_dict()["steps"]["a"]["status"] == "completed"
+    assert state.to_dict()["steps"]["a"]["result"] == {"n": 2}
+    for holder in state.unstored():
+        holder.hold(holder.result, "k2")
+    assert "result" not in state.to_dict()["steps"]["a"]
+    assert state.to_dict()["steps"]["a"]["result_key"] == "k2"

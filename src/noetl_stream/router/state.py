@@ -6,15 +6,18 @@ Plain dataclasses that round-trip through JSON (`to_json` / `from_dict`) so the 
 
 Results are kept out of that snapshot, so committing a step costs the same however many steps
 finished before it. A step's result (and the execution's) is in memory on its record; the server
-stores it once in KV `noetl_step_results` under a key made of its content hash
-(state/step_results.py) and the record keeps only that `result_key`. A loop keeps its latest
-iteration results inline and moves them out a page (PAGE_SIZE iterations) at a time once every
-iteration of the page has ended (`LoopState.pages`). A result nobody stored yet (a state the
-router made and no server has committed, or one an older version wrote) is inline as `result`,
-as before; reading a state takes either form. Step records leave it the same way: once PAGE_SIZE
-records have settled (their step is not running and their result is stored) they are stored as a
-page (`step_pages`) and the state writes only the others; a record changed after that is written
-inline again, and inline records win over paged ones when a state is read. Names starting with
+stores a large one once in KV `noetl_step_results` under a key made of its content hash
+(state/step_results.py) and the record keeps only that `result_key`. A small one, while the
+state's small results together stay within a budget, stays inline as the record's `result`
+(the server decides, and notes its size with `keep_inline`), as does a result nobody placed yet
+(a state the router made and no server has committed, or one an older version wrote); reading a
+state takes either form. A loop keeps its latest iteration results inline and moves them out a
+page (PAGE_SIZE iterations) at a time once every iteration of the page has ended
+(`LoopState.pages`). Step records leave the state the same way: once PAGE_SIZE records have
+settled (their step is not running and their result is placed, stored or kept inline) they are
+stored as a page (`step_pages`), an inline result with its record, and the state writes only the
+others; a record changed after that is written inline again, and inline records win over paged
+ones when a state is read. Names starting with
 `_` are never written: orjson leaves them out. A run keeps the child executions its commands
 started (`Run.children`, router/children.py) only while it is in flight, so the router
 can cancel them when it cuts the run short; finished runs are dropped with their children.
@@ -138,9 +141,13 @@ class StepRecord:
     error: dict[str, JsonValue] | None = None
     http: dict[str, JsonValue] | None = None
     loop: bool = False
-    # Where the result is stored (state/step_results.py); None while it is only in memory.
+    # Where the result is stored (state/step_results.py); None: it is written inline.
     result_key: str | None = None
     _result: Any = field(default=None, repr=False)
+    _inline_bytes: int = field(default=0, repr=False)  # its JSON's size once kept inline
+    # The record as to_json writes it while its result is inline, made once: the state drops it
+    # whenever the record may change (`ExecutionState.record`, `hold`).
+    _written: _InlineResult | None = field(default=None, repr=False)
 
     @property
     def result(self) -> Any:
@@ -148,7 +155,33 @@ class StepRecord:
 
     def hold(self, value: Any, key: str | None = None) -> None:
         """Keep `value` as the result; `key` says where it is stored, None: nowhere yet."""
-        self._result, self.result_key = value, key
+        self._result, self.result_key, self._inline_bytes, self._written = value, key, 0, None
+
+    def as_written(self) -> StepRecord:
+        """The record as a committed state holds it: with its result when that is inline."""
+        if self.result_key is not None or self._result is None:
+            return self
+        if self._written is None:
+            self._written = _InlineResult.of(self)
+        return self._written
+
+    def keep_inline(self, size: int) -> None:
+        """The result (`size` bytes of JSON) stays inline in the state instead of stored."""
+        self._inline_bytes = size
+
+
+@dataclass
+class _InlineResult(StepRecord):
+    """A record whose result is inline, as to_json writes it: the result is a field here, so
+    orjson writes it after `result_key` (and a reader takes it as the record's result).
+    """
+
+    result: Any = None
+
+    @classmethod
+    def of(cls, rec: StepRecord) -> _InlineResult:
+        return cls(status=rec.status, runs=rec.runs, error=rec.error, http=rec.http,
+                   loop=rec.loop, result=rec.result)
 
 
 @dataclass
@@ -231,7 +264,8 @@ class ExecutionState:
     source_mark: list[int] = field(default_factory=list)
     source_recent: list[int] = field(default_factory=list)
     _result: Any = field(default=None, repr=False)
-    # Holders (step records, this state) whose result changed and is not stored yet.
+    _inline_bytes: int = field(default=0, repr=False)  # as a step record's
+    # Holders (step records, this state) whose result changed and is not placed yet.
     _fresh: list[StepRecord | ExecutionState] = field(default_factory=list, repr=False)
     # Names of the records the state writes inline: all but those in a stored page and unchanged
     # since (`record` is the only way the router changes one). None: every record.
@@ -243,18 +277,23 @@ class ExecutionState:
         return self._result
 
     def hold(self, value: Any, key: str | None = None) -> None:
-        self._result, self.result_key = value, key
+        self._result, self.result_key, self._inline_bytes = value, key, 0
+
+    def keep_inline(self, size: int) -> None:
+        self._inline_bytes = size
 
     def set_result(self, holder: StepRecord | ExecutionState, value: Any) -> None:
         """A new result for a step record, or for the execution (holder = the state itself);
-        the next commit stores it.
+        the next commit stores it or keeps it inline.
         """
         holder.hold(value)
         if value is not None:
             self._fresh.append(holder)
 
     def unstored(self) -> list[StepRecord | ExecutionState]:
-        """Holders whose result is not stored yet (each once); the caller stores them."""
+        """Holders whose result is not placed yet (each once); the caller stores each one or
+        keeps it inline.
+        """
         out: list[StepRecord | ExecutionState] = []
         for holder in self._fresh:
             if holder.result_key is None and holder.result is not None and \
@@ -267,6 +306,15 @@ class ExecutionState:
         """Loops in flight whose stored pages are not in memory (a state just read)."""
         return [run.loop for run in self.runs.values()
                 if run.loop is not None and run.loop.pages_unloaded()]
+
+    def inline_result_bytes(self) -> int:
+        """Bytes of the results kept inline in what the state writes (records in a stored page
+        aside).
+        """
+        written = self.steps if self._inline is None else \
+            {name: self.steps[name] for name in self._inline}
+        own = self._inline_bytes if self.result_key is None else 0
+        return own + sum(rec._inline_bytes for rec in written.values() if rec.result_key is None)
 
     def unloaded(self) -> list[StepRecord | ExecutionState]:
         """Holders whose result is stored but not in memory (a state just read)."""
@@ -284,12 +332,14 @@ class ExecutionState:
             rec = self.steps[step] = StepRecord()
         if self._inline is not None:
             self._inline[step] = None
+        rec._written = None
         return rec
 
     # -- step records a page at a time (state/step_results.py stores them) ----------------
     def complete_record_page(self) -> dict[str, dict[str, Any]] | None:
         """PAGE_SIZE settled inline records as plain values, oldest first; None while fewer
-        have settled. A record settles when its step is not running and its result is stored.
+        have settled. A record settles when its step is not running and its result is placed
+        (stored, or kept inline: the page then holds it).
         """
         if len(self.steps) < PAGE_SIZE:
             return None
@@ -297,9 +347,10 @@ class ExecutionState:
         if len(inline) < PAGE_SIZE:
             return None
         page: dict[str, dict[str, Any]] = {}
+        unplaced = {id(holder) for holder in self._fresh}
         for name in inline:
             rec = self.steps[name]
-            if rec.status in SETTLED and (rec.result_key is not None or rec.result is None):
+            if rec.status in SETTLED and id(rec) not in unplaced:
                 page[name] = _record_value(rec)
                 if len(page) == PAGE_SIZE:
                     return page
@@ -326,7 +377,10 @@ class ExecutionState:
         paged: dict[str, StepRecord] = {}
         for page in pages:
             for name, raw in (page if isinstance(page, dict) else {}).items():
-                paged[name] = StepRecord(**_known(StepRecord, raw))
+                paged[name] = rec = StepRecord(**_known(StepRecord, raw))
+                if rec.result_key is None and raw.get("result") is not None:
+                    rec.hold(raw["result"])  # kept inline: its size counts if it is inline again
+                    rec.keep_inline(len(jsonutil.dumps(raw["result"])))
         inline = self._inline if self._inline is not None else dict.fromkeys(self.steps)
         self._inline = dict(inline)
         self.steps = {**{n: r for n, r in paged.items() if n not in inline}, **self.steps}
@@ -350,25 +404,20 @@ class ExecutionState:
 
     # -- JSON round trip -------------------------------------------------------------------
     def to_json(self) -> bytes:
-        """The state as committed: results that are not stored yet are inline."""
-        # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict. Records in
-        # a stored page are left out for the time of the call.
+        """The state as committed: results that are not stored are inline."""
+        # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict. For the
+        # time of the call, records in a stored page are left out and a record with its result
+        # inline is replaced by its plain value with the result.
         every = self.steps
-        if self._inline is not None:
-            self.steps = {name: every[name] for name in self._inline}
+        written = every if self._inline is None else {name: every[name] for name in self._inline}
+        self.steps = {name: rec._written or rec.as_written() for name, rec in written.items()}
         try:
             data = jsonutil.dumps(self)
         finally:
             self.steps = every
-        if not any(h.result_key is None and h.result is not None for h in self._fresh):
-            return data
-        plain: dict[str, Any] = orjson.loads(data)
         if self.result_key is None and self.result is not None:
-            plain["result"] = self.result
-        for name, rec in self.steps.items():
-            if rec.result_key is None and rec.result is not None and name in plain["steps"]:
-                plain["steps"][name]["result"] = rec.result
-        return jsonutil.dumps(plain)
+            data = data[:-1] + b',"result":' + jsonutil.dumps(self.result) + b"}"
+        return data
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = orjson.loads(self.to_json())
@@ -436,9 +485,14 @@ class ExecutionState:
 
 
 def _record_value(rec: StepRecord) -> dict[str, Any]:
-    """A record as the plain value a page holds (a copy: the record goes on changing)."""
-    return {"status": rec.status, "runs": rec.runs, "error": rec.error, "http": rec.http,
-            "loop": rec.loop, "result_key": rec.result_key}
+    """A record as the plain value a page holds (a copy: the record goes on changing), with its
+    result when that is inline.
+    """
+    value = {"status": rec.status, "runs": rec.runs, "error": rec.error, "http": rec.http,
+             "loop": rec.loop, "result_key": rec.result_key}
+    if rec.result_key is None and rec.result is not None:
+        value["result"] = rec.result
+    return value
 
 
 def _outgoing(raw: dict[str, Any]) -> Outgoing:

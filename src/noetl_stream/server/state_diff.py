@@ -1,9 +1,9 @@
 """Two execution states compared field by field (what `noetl-stream verify` reports). Pure.
 
 States are compared by what they hold, not by how a commit laid them out: results are compared
-as values (a committed state names them by key in KV `noetl_step_results`), step records and
-loop results paged out of the state are compared with the others, and the outbox, the last
-commit's messages, by msg id. `trace` (the span ids of the request that started it) and
+as values (a committed state names the large ones by key in KV `noetl_step_results`), step
+records and loop results paged out of the state are compared with the others, and the outbox,
+the last commit's messages, by msg id. `trace` (the span ids of the request that started it) and
 `source_*` (where the server is in the events stream, server/source_copies.py) are no
 consequence of the events and are left out.
 """

@@ -46,8 +46,9 @@ def _entries(mapping: object) -> Iterator[_Slot]:
 
 def _slots(state: ExecutionState) -> Iterator[_Slot]:
     """Every place of the state that holds a value a playbook produced."""
-    # Step results and the execution's are not part of the committed state any more
-    # (state/step_results.py); a loop's latest iteration results still are.
+    # Step results and the execution's are not part of the committed state any more, but for
+    # small ones, each smaller than SMALLEST_MOVED (state/step_results.py); a loop's latest
+    # iteration results still are.
     yield from _entries(state.ctx)
     for run in state.runs.values():
         if run.loop is not None:

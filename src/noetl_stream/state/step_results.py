@@ -1,8 +1,11 @@
 """Step results outside the execution's state: KV `noetl_step_results` (router/state.py says why).
 
-Each result is written once, before the state that refers to it is committed, under
-`<execution_id>.<sha256 of its JSON, 32 hex digits>` (with its format's `schema_version`,
-formats.py); the state keeps only that key. A key names
+A small result stays inline in the state's record (its JSON at most SMALL_RESULT bytes, while
+the results kept inline in what the state writes take at most INLINE_BUDGET together), so a step
+that returns little costs no write of its own; it leaves the state with its record, in the page
+of settled records (below). Any other result is written once, before the state that refers to
+it is committed, under `<execution_id>.<sha256 of its JSON, 32 hex digits>` (with its format's
+`schema_version`, formats.py); the state keeps only that key. A key names
 its content, so a server that dies after writing and before committing, or two servers that
 apply the same events, write the same entry again, and a stale writer can never change what a
 committed state refers to. A loop's iteration results are written a page at a time (a mapping of
@@ -41,6 +44,12 @@ from noetl_stream.state.results import ResultStore
 
 BUCKET = STEP_RESULTS_BUCKET
 LARGEST_INLINE = 512 * 1024  # bytes of a KV entry; larger values go to the object store
+# A result kept in the state's record instead of an entry of its own: at most SMALL_RESULT
+# bytes of JSON (far below the 100 KiB from which a template sees `_ref`, dsl/views.py), and
+# INLINE_BUDGET bytes for all of them, so a commit stays small however many steps return little
+# (a page of settled records then holds at most that much of them too).
+SMALL_RESULT = 1024
+INLINE_BUDGET = 16 * 1024
 CACHE_BYTES = 128 * 1024 * 1024
 SUMMARY_FIELDS = ("steps", "result")  # moved out of a large summary, in this order
 # An entry is {"schema_version": N, "v": value} or, for a large value, {..., "o": reference}.
@@ -78,12 +87,19 @@ class StepResults:
 
     # -- writing -----------------------------------------------------------------------------
     async def store(self, state: ExecutionState) -> None:
-        """Write the results the state holds but has not stored yet and record their keys.
+        """Keep the state's new small results inline, write the others and record their keys.
         Raises TypeError/ValueError for a value JSON cannot hold (the commit's check names it).
         """
         writes: list[_Write] = []
-        for holder in state.unstored():
-            key, data = _keyed(holder.result)
+        fresh = state.unstored()
+        room = INLINE_BUDGET - state.inline_result_bytes() if fresh else 0
+        for holder in fresh:
+            data = jsonutil.dumps(holder.result)
+            if len(data) <= min(SMALL_RESULT, room):
+                holder.keep_inline(len(data))
+                room -= len(data)
+                continue
+            key = _hash(data)
             holder.hold(holder.result, key)
             writes.append((key, data, holder.result))
         for loop in _loops(state):
@@ -93,7 +109,7 @@ class StepResults:
                 loop.page_stored(key, page)
                 writes.append((key, data, page))
                 page = loop.complete_page()
-        # After the results: a record is paged only once its result_key is set.
+        # After the results: a record is paged only once its result is placed.
         records = state.complete_record_page()
         while records is not None:
             key, data = _keyed(records)
