@@ -5,7 +5,8 @@ nats-py answers each publish through its request machinery: a random token per r
 `os.urandom` call), `asyncio.wait_for` around the reply, stdlib `json` and a dataclass for the
 ack. Outcome events, commands and state commits each pay it once per step. Here one wildcard inbox
 per connection takes every ack, a counter names each publish, a timer handle bounds the wait, and
-the ack is read with orjson: about half the CPU per publish (bench/README.md).
+the ack is read with orjson: about half the CPU per publish (bench/README.md). Headers are
+written by bus/wire.py.
 
 Failures are nats-py's own exceptions (`APIError` and its subclasses, `NoStreamResponseError`,
 `KeyWrongLastSequenceError`, `TimeoutError`), so callers and bus/dispositions.py classify
@@ -25,6 +26,7 @@ from nats.js import errors as js_errors
 from nats.js.api import Header
 
 from noetl_stream import jsonutil
+from noetl_stream.bus import wire
 from noetl_stream.jsonutil import JsonValue
 
 JETSTREAM_TIMEOUT_S = 10.0  # also the JetStream context's (bus/connection.py)
@@ -72,7 +74,11 @@ class StoredPublisher:
         self._waiting[token] = answer
         timer = loop.call_later(self._timeout_s, _expire, answer)
         try:
-            await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+            if headers:
+                await wire.publish(self._nc, subject, payload, reply=self._prefix + token,
+                                   headers=headers)
+            else:
+                await self._nc.publish(subject, payload, reply=self._prefix + token)
             msg = await answer
         finally:
             timer.cancel()
