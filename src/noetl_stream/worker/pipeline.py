@@ -46,6 +46,7 @@ from noetl_stream.worker.task_views import (
     case_views,
     kept_task_result,
     outcome_views,
+    reads_context,
     rendered_field,
     sink_view,
     with_task_results,
@@ -437,11 +438,10 @@ class Pipeline:
 
     async def _call(self, task: Task, attempt: int, prev: object,
                     view: Mapping[str, object] | None = None) -> Outcome:
-        extra = {"_prev": prev, "_task": task.name, "_attempt": attempt, **(view or {})}
-        context = self.context(extra)
+        context = self.context({"_prev": prev, "_task": task.name, "_attempt": attempt,
+                                **(view or {})}) if reads_context(task) else {}
         try:
-            config = {k: rendered_field(task, k, v, context, self.step)
-                      for k, v in task.config.items()}
+            config = {k: rendered_field(task, k, v, context, self.step) for k, v in task.config.items()}
             if task.name in self.overrides:
                 config = layering.merge(config, self.overrides[task.name])
             inputs = templating.render(task.input, context, step=self.step, field="tool.input")

@@ -46,6 +46,14 @@ def sink_view(result: object, outcome: Outcome | None) -> dict[str, object]:
     return {"result": result, "data": result, "this": this}
 
 
+def reads_context(task: Task) -> bool:
+    """Whether calling `task` reads the pipeline's names: a template in its config or input, or
+    python code. A task without either is called as written, without building the context.
+    """
+    return task.kind == "python" or next(templating.template_strings(task.config), None) \
+        is not None or next(templating.template_strings(task.input), None) is not None
+
+
 def rendered_field(task: Task, key: str, value: object, context: Mapping[str, object],
                    step: str) -> object:
     """One config field with its templates rendered, as NoETL renders a task's whole config.
