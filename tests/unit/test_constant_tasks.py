@@ -1,5 +1,5 @@
 """A task without templates (and not python) is called without building the pipeline's names
-(worker/task_views.py `reads_context`): its call is what it would be with them, a fresh copy of
+(worker/task_views.py `reads_names`): its call is what it would be with them, a fresh copy of
 its config each time, and a task with a template anywhere in its config or input is rendered."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from noetl_stream.messages import Command
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.registry import ToolRegistry
 from noetl_stream.worker.pipeline import Pipeline
-from noetl_stream.worker.task_views import reads_context
+from noetl_stream.worker.task_views import reads_names
 
 
 class Meddler:
@@ -55,14 +55,14 @@ def command(step_run_id: str) -> Command:
 
 def test_which_tasks_read_the_names() -> None:
     constant, templated = command("r0").tasks.tasks
-    assert not reads_context(constant)
-    assert reads_context(templated)  # a template three levels down in its input
+    assert not reads_names(constant)
+    assert reads_names(templated)  # a template three levels down in its input
     python = parse("""
     workflow:
       - step: start
         tool: {kind: python, code: "result = 1"}
 """).step("start").tasks[0]
-    assert reads_context(python)  # its code gets the names, templates or not
+    assert reads_names(python)  # its code gets the names, templates or not
 
 
 async def test_constant_and_templated_calls() -> None:
