@@ -91,10 +91,16 @@ _ENCODER_DEPTH = 254
 MAX_DEPTH = 200
 
 
+_ALWAYS_STORABLE = (bool, float)
+
+
 def storable_problem(value: Any, max_depth: int = MAX_DEPTH) -> str | None:
     """Why `value` cannot travel in an event or be stored in an execution's state, or None: an
     integer beyond 64 bits, or more than `max_depth` levels of nesting (at most 254).
     """
+    if value is None or type(value) in _ALWAYS_STORABLE or (type(value) in (dict, list)
+                                                           and not value):
+        return None  # nothing to encode: most steps' results and ctx patches
     wrapped = value
     for _ in range(_ENCODER_DEPTH - max_depth):
         wrapped = [wrapped]

@@ -5,13 +5,20 @@ comes back, and what it did not hand over goes back to the stream when it stops.
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import pytest
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
 from noetl_stream.bus.connection import Bus
-from noetl_stream.bus.delivery import Delivery, delivery_of, pending_of, stored_time_of
+from noetl_stream.bus.delivery import (
+    Delivery,
+    delivery_of,
+    delivery_with_time,
+    pending_of,
+    stored_time_of,
+)
 from noetl_stream.bus.pull import PullConsumer, open_pull
 
 STREAM, DURABLE, SUBJECT = "PULLTEST", "c", "pulltest.x"
@@ -127,6 +134,9 @@ async def test_delivery_numbers_read_from_the_ack_subject_match_nats_py(bus: Bus
                                                 meta.sequence.consumer)
             assert pending_of(msg) == meta.num_pending
             assert stored_time_of(msg) == meta.timestamp
+            read = delivery_with_time(msg)
+            assert read is not None and read[0] == delivery_of(msg)
+            assert read[1] is not None and datetime.fromtimestamp(read[1], UTC) == meta.timestamp
         assert delivery_of(again[0]) == Delivery(2, 2, 4)
         for msg in [first[0], first[2], again[0]]:
             await msg.ack()
@@ -135,3 +145,4 @@ async def test_delivery_numbers_read_from_the_ack_subject_match_nats_py(bus: Bus
     plain = Msg(bus.nc, subject="x", reply="_INBOX.abc", data=b"")
     assert delivery_of(plain) is None
     assert pending_of(plain) is None and stored_time_of(plain) is None
+    assert delivery_with_time(plain) is None

@@ -55,3 +55,36 @@ async def test_errors_are_nats_pys_own(bus: Bus) -> None:
     with pytest.raises(NatsTimeoutError):
         await quick.publish("spub.silent", b"x")
     await silent.unsubscribe()
+
+
+async def test_each_wait_ends_at_its_own_timeout_under_one_timer(bus: Bus) -> None:
+    """Waits share one timer: each unanswered one still fails at its own timeout (never
+    before), an answered one between them is not failed, and a wait given up by its caller
+    leaves nothing behind."""
+    await bus.js.add_stream(StreamConfig(name="SPUB3", subjects=["spub3.>"],
+                                         storage=StorageType.MEMORY))
+    silent = await bus.nc.subscribe("spub.quiet")
+    quick = StoredPublisher(bus.nc, timeout_s=0.4)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    first = asyncio.create_task(quick.publish("spub.quiet", b"1"))
+    await asyncio.sleep(0.2)
+    assert await quick.publish("spub3.a", b"answered") == 1
+    second = asyncio.create_task(quick.publish("spub.quiet", b"2"))
+    given_up = asyncio.create_task(quick.publish("spub.quiet", b"3"))
+    await asyncio.sleep(0.05)
+    given_up.cancel()
+    with pytest.raises(NatsTimeoutError):
+        await first
+    first_ended = loop.time() - began
+    with pytest.raises(NatsTimeoutError):
+        await second
+    second_ended = loop.time() - began
+    assert 0.399 <= first_ended < second_ended
+    assert 0.599 <= second_ended < 5
+    with pytest.raises(asyncio.CancelledError):
+        await given_up
+    assert not quick._waiting and not quick._deadlines and quick._timer is None
+    # Still publishing after the timer ran out of waits.
+    assert await quick.publish("spub3.a", b"again") == 2
+    await silent.unsubscribe()

@@ -29,3 +29,15 @@ def test_past_the_budget_a_task_keeps_only_its_size() -> None:
 
 def test_no_task_no_input() -> None:
     assert TaskInputs().bounded() is None
+
+
+def test_bare_calls_count_their_encoded_size_against_the_budget() -> None:
+    """A call with neither config nor input costs its `{"config":{},"input":{}}` (24 bytes),
+    as any other call costs its encoding: 4 bare calls fit in 100 bytes, the 5th does not."""
+    inputs = TaskInputs()
+    for i in range(5):
+        inputs.record(f"t{i}", "noop", 1, {}, {})
+    kept = inputs.bounded(budget=100)
+    assert kept is not None
+    assert [kept[f"t{i}"].get("truncated", False) for i in range(5)] == [False] * 4 + [True]
+    assert kept["t4"] == {"kind": "noop", "attempt": 1, "truncated": True, "bytes": 24}

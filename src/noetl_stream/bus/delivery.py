@@ -57,6 +57,23 @@ def delivery_of(msg: Msg) -> Delivery | None:
         return None
 
 
+def delivery_with_time(msg: Msg) -> tuple[Delivery, float | None] | None:
+    """`delivery_of` and the stored time in epoch seconds (None when not told), from one
+    reading of the ack subject: a worker reads both of every command it takes.
+    """
+    numbers = _numbers(msg)
+    if not numbers:
+        return None
+    try:
+        delivery = Delivery(int(numbers[0]), int(numbers[1]), int(numbers[2]))
+    except (ValueError, IndexError):
+        return None
+    try:
+        return delivery, int(numbers[3]) / 1e9
+    except (ValueError, IndexError, OverflowError):
+        return delivery, None
+
+
 def stored_time_of(msg: Msg) -> datetime | None:
     """When the stream stored a JetStream message (its clock); None for any other message."""
     numbers = _numbers(msg)

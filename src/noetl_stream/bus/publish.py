@@ -13,6 +13,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from noetl_stream import jsonutil
+from noetl_stream.bus import wire
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.timers import publish_timer
 from noetl_stream.isotime import iso_time
@@ -90,7 +91,7 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
         if m.kind == "command":
             headers.update(command_headers)
         if m.progress:
-            sends.append(bus.nc.publish(subject_of(bus, m), data, headers=headers))
+            sends.append(wire.publish(bus.nc, subject_of(bus, m), data, headers=headers))
         else:
             sends.append(bus.stored.publish(subject_of(bus, m), data, headers))
     await asyncio.gather(*sends)
@@ -110,4 +111,4 @@ async def publish_event(bus: Bus, execution_id: str, event_type: str, msg_id: st
         await bus.stored.publish(subject, data, headers)
     else:
         # Progress only: the stream still stores it, we just do not wait for the store's ack.
-        await bus.nc.publish(subject, data, headers=headers)
+        await wire.publish(bus.nc, subject, data, headers=headers)

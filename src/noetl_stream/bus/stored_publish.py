@@ -4,8 +4,9 @@ nats-py's `JetStreamContext.publish`.
 nats-py answers each publish through its request machinery: a random token per request (an
 `os.urandom` call), `asyncio.wait_for` around the reply, stdlib `json` and a dataclass for the
 ack. Outcome events, commands and state commits each pay it once per step. Here one wildcard inbox
-per connection takes every ack, a counter names each publish, a timer handle bounds the wait, and
-the ack is read with orjson: about half the CPU per publish (bench/README.md).
+per connection takes every ack, a counter names each publish, one timer bounds every wait, and
+the ack is read with orjson: about half the CPU per publish (bench/README.md). Headers are
+written by bus/wire.py.
 
 Failures are nats-py's own exceptions (`APIError` and its subclasses, `NoStreamResponseError`,
 `KeyWrongLastSequenceError`, `TimeoutError`), so callers and bus/dispositions.py classify
@@ -15,6 +16,7 @@ them as they did.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from typing import NamedTuple
 
 from nats.aio.client import NO_RESPONDERS_STATUS, Client
@@ -25,9 +27,11 @@ from nats.js import errors as js_errors
 from nats.js.api import Header
 
 from noetl_stream import jsonutil
+from noetl_stream.bus import wire
 from noetl_stream.jsonutil import JsonValue
 
 JETSTREAM_TIMEOUT_S = 10.0  # also the JetStream context's (bus/connection.py)
+_SLACK_S = 0.001  # a wait ends at most this much before its timeout
 # JetStream's error codes for a revision-checked write that found another revision.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 
@@ -52,6 +56,11 @@ class StoredPublisher:
         self._starting = asyncio.Lock()  # the inbox is subscribed to once
         self._waiting: dict[str, asyncio.Future[Msg]] = {}
         self._sent = 0
+        # Every wait's deadline in the order they were given (the timeout is the same for all),
+        # and one timer at the earliest: a timer armed and cancelled for each publish cost more
+        # than the rest of waiting for its ack.
+        self._deadlines: deque[tuple[float, asyncio.Future[Msg]]] = deque()
+        self._timer: asyncio.TimerHandle | None = None
 
     async def publish(self, subject: str, payload: bytes,
                       headers: dict[str, str] | None = None) -> int:
@@ -70,13 +79,18 @@ class StoredPublisher:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Msg] = loop.create_future()
         self._waiting[token] = answer
-        timer = loop.call_later(self._timeout_s, _expire, answer)
+        self._expire_later(loop, answer)
         try:
-            await self._nc.publish(subject, payload, reply=self._prefix + token, headers=headers)
+            if headers:
+                await wire.publish(self._nc, subject, payload, reply=self._prefix + token,
+                                   headers=headers)
+            else:
+                await self._nc.publish(subject, payload, reply=self._prefix + token)
             msg = await answer
         finally:
-            timer.cancel()
             self._waiting.pop(token, None)
+            if not answer.done():
+                answer.cancel()  # given up (its task was cancelled): nothing to expire
         return _stored(msg)
 
     async def update(self, bucket: str, key: str, value: bytes, last: int) -> int:
@@ -103,10 +117,27 @@ class StoredPublisher:
         if answer is not None and not answer.done():
             answer.set_result(msg)
 
+    def _expire_later(self, loop: asyncio.AbstractEventLoop,
+                      answer: asyncio.Future[Msg]) -> None:
+        """Fail `answer` with nats-py's TimeoutError once the timeout has passed unanswered."""
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][1].done():
+            deadlines.popleft()  # answered: most acks come in the order of their publishes
+        deadlines.append((loop.time() + self._timeout_s, answer))
+        if self._timer is None:
+            self._timer = loop.call_at(deadlines[0][0], self._expire_due, loop)
 
-def _expire(answer: asyncio.Future[Msg]) -> None:
-    if not answer.done():
-        answer.set_exception(NatsTimeoutError())
+    def _expire_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        # A timer may fire a little before its time (the loop's clock resolution).
+        now = loop.time() + _SLACK_S
+        deadlines = self._deadlines
+        while deadlines and (deadlines[0][0] <= now or deadlines[0][1].done()):
+            _, answer = deadlines.popleft()
+            if not answer.done():
+                answer.set_exception(NatsTimeoutError())
+        if deadlines:
+            self._timer = loop.call_at(deadlines[0][0], self._expire_due, loop)
 
 
 def _stored(msg: Msg) -> Stored:

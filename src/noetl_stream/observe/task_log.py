@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from noetl_stream.jsonutil import JsonValue
 
@@ -19,20 +19,32 @@ LOGGER = "noetl_stream.tasks"
 log = logging.getLogger(LOGGER)
 
 
-@contextmanager
+Ended = Callable[[bool, Mapping[str, JsonValue] | None], None]
+
+
+def _unlogged(ok: bool, error: Mapping[str, JsonValue] | None) -> None:
+    return None
+
+
+# While the logger is off: nothing to log at the start or the end, no generator made per call.
+_QUIET: AbstractContextManager[Ended] = nullcontext(_unlogged)
+
+
 def logged(*, execution_id: str, step: str, task: str, kind: str, attempt: int,
-           iteration: int | None) -> Iterator[Callable[[bool, Mapping[str, JsonValue] | None], None]]:
-    """Log the start now; the callable it yields logs the end with its duration."""
-    fields: dict[str, object] = {"execution_id": execution_id, "step": step, "task": task,
-                              "kind": kind, "attempt": attempt, "iteration": iteration}
-    info = log.isEnabledFor(logging.INFO)
-    if info:
-        log.info("task started", extra=fields)
+           iteration: int | None) -> AbstractContextManager[Ended]:
+    """Log the start now; the callable it gives logs the end with its duration."""
+    if not log.isEnabledFor(logging.INFO):
+        return _QUIET
+    return _logged({"execution_id": execution_id, "step": step, "task": task, "kind": kind,
+                    "attempt": attempt, "iteration": iteration})
+
+
+@contextmanager
+def _logged(fields: dict[str, object]) -> Iterator[Ended]:
+    log.info("task started", extra=fields)
     started = time.monotonic()
 
     def ended(ok: bool, error: Mapping[str, JsonValue] | None) -> None:
-        if not info:
-            return
         done = {**fields, "duration_ms": round((time.monotonic() - started) * 1000, 3)}
         if ok:
             log.info("task done", extra=done)

@@ -216,13 +216,19 @@ def record_execution(trace_ids: Mapping[str, str] | None, *, execution_id: str, 
 
 # -- spans around work ---------------------------------------------------------------------------
 
-@contextlib.contextmanager
+# What a span helper gives while tracing is off: no span, and no generator made per call.
+_NO_SPAN: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
 def command_span(headers: Mapping[str, str] | None, command: Command,
-                 pool: str) -> Iterator[trace.Span | None]:
+                 pool: str) -> contextlib.AbstractContextManager[trace.Span | None]:
     """The span of one command on a worker, under the execution's root span; None when off."""
-    if not _enabled:
-        yield None
-        return
+    return _command_span(headers, command, pool) if _enabled else _NO_SPAN
+
+
+@contextlib.contextmanager
+def _command_span(headers: Mapping[str, str] | None, command: Command,
+                  pool: str) -> Iterator[trace.Span | None]:
     parent = parse_traceparent((headers or {}).get(HEADER))
     context = trace.set_span_in_context(trace.NonRecordingSpan(parent)) if parent else None
     iteration = command.iteration
@@ -246,12 +252,14 @@ def finish(span: trace.Span | None, ok: bool, error: Mapping[str, JsonValue] | N
         span.set_status(Status(StatusCode.ERROR, message))
 
 
-@contextlib.contextmanager
-def task_span(task: str, kind: str, attempt: int) -> Iterator[trace.Span | None]:
+def task_span(task: str, kind: str,
+              attempt: int) -> contextlib.AbstractContextManager[trace.Span | None]:
     """The span of one task call, under the current command span; None when off."""
-    if not _enabled:
-        yield None
-        return
+    return _task_span(task, kind, attempt) if _enabled else _NO_SPAN
+
+
+@contextlib.contextmanager
+def _task_span(task: str, kind: str, attempt: int) -> Iterator[trace.Span | None]:
     with _tracer().start_as_current_span(
             f"task {task}", kind=SpanKind.INTERNAL,
             attributes={"noetl.task": task, "noetl.tool.kind": kind,

@@ -66,7 +66,7 @@ from nats.js.errors import NotFoundError
 
 from noetl_stream import ids, jsonutil
 from noetl_stream.bus.connection import Bus
-from noetl_stream.bus.delivery import delivery_of, stored_time_of
+from noetl_stream.bus.delivery import Delivery, delivery_with_time, stored_time_of
 from noetl_stream.bus.event_feed import EVENTS_STREAM
 from noetl_stream.bus.publish import (
     COPY_HEADER,
@@ -79,6 +79,7 @@ from noetl_stream.bus.stored_publish import Stored
 from noetl_stream.formats import CLAIM
 from noetl_stream.messages import Command
 from noetl_stream.state.step_results import BUCKET
+from noetl_stream.subjects import Topology
 from noetl_stream.worker.outcome_lookup import AttemptOutcome, outcome_stored
 from noetl_stream.worker.start_scan import START, Scan, StoredStart, first_start, start_at
 
@@ -93,11 +94,14 @@ def claim_key(execution_id: str, msg_id: str) -> str:
 class AttemptStart:
     """One delivery of a command taking its attempt by storing the attempt's `task.started`."""
 
-    def __init__(self, bus: Bus, msg: Msg, command: Command, pool: str) -> None:
+    def __init__(self, bus: Bus, msg: Msg, command: Command, pool: str,
+                 delivered: tuple[Delivery, float | None] | None = None) -> None:
         self.bus = bus
         self.msg = msg
         self.command = command
         self.pool = pool
+        # Its delivery and stored time, when the caller read them already (delivery_with_time).
+        self.delivered = delivered if delivered is not None else delivery_with_time(msg)
         # The router sends attempt 1 of each step run and iteration (a step's next run has
         # another run id); another attempt would get its own start.
         again = (command.attempt,) if command.attempt != 1 else ()
@@ -111,20 +115,17 @@ class AttemptStart:
         """
         headers = self.msg.headers or {}
         cmd_id = headers.get("Nats-Msg-Id")
-        delivery = delivery_of(self.msg)
-        if not cmd_id or delivery is None:
+        if not cmd_id or self.delivered is None:
             await self._publish(body, None)
             return True
+        delivery, stored_s = self.delivered
         publish_id = headers.get(PUBLISH_ID_HEADER)
         copy = f"publish:{publish_id}" if publish_id else f"seq:{delivery.stream_seq}"
         first = headers.get(PUBLISH_ROUND_HEADER) == FIRST_PUBLISH
-        stored_at = stored_time_of(self.msg)
-        # A redelivery of a first publish: no start of its attempt is older than the command.
-        since = stored_at if first else None
-        checked_from = stored_at.timestamp() if stored_at is not None else 0.0
+        checked_from = stored_s if stored_s is not None else 0.0
         if delivery.delivered > 1 or not first:
             checked_from = time.time()
-            earlier = await self._earlier(cmd_id, copy, since)
+            earlier = await self._earlier(cmd_id, copy, self._since(first))
             if earlier is not None:
                 return earlier
         stored = await self._publish(body, copy)
@@ -133,10 +134,11 @@ class AttemptStart:
                 self.bus, self.command.execution_id, self.start_id, stored.seq))
         # The command's age by this host's clock against nats-server's: half the window
         # leaves room for the two clocks to differ, and a negative age says they do.
-        if 0.0 <= time.time() - checked_from < self._window_s() / 2:
+        if 0.0 <= time.time() - checked_from < _window_s(self.bus.topology) / 2:
             return True  # any earlier start is inside the window: the ack would have said so
         winner = await first_start(self.bus, Scan(self.command.execution_id, self.start_id,
-                                                  since=since, until_seq=stored.seq))
+                                                  since=self._since(first),
+                                                  until_seq=stored.seq))
         return winner is None or winner.seq == stored.seq or await self._decide(copy, winner)
 
     async def _earlier(self, cmd_id: str, copy: str, since: datetime | None) -> bool | None:
@@ -176,9 +178,25 @@ class AttemptStart:
         return await self.bus.stored.store(subject, jsonutil.dumps(stamp(body, self.start_id)),
                                            headers)
 
-    def _window_s(self) -> float:
-        return next(s.duplicate_window_s for s in self.bus.topology.streams
-                    if s.name == EVENTS_STREAM)
+    def _since(self, first: bool) -> datetime | None:
+        """Where a scan for earlier starts begins: a first publish's stored time (no start of
+        its attempt is older than the command), else the beginning.
+        """
+        return stored_time_of(self.msg) if first else None
+
+
+# topology id -> (the topology, its events stream's duplicate window): a topology is read once
+# per process and never changed, and every command's start reads the window.
+_WINDOWS: dict[int, tuple[Topology, float]] = {}
+
+
+def _window_s(topology: Topology) -> float:
+    """The events stream's duplicate window."""
+    known = _WINDOWS.get(id(topology))
+    if known is None or known[0] is not topology:
+        window = next(s.duplicate_window_s for s in topology.streams if s.name == EVENTS_STREAM)
+        known = _WINDOWS[id(topology)] = (topology, window)
+    return known[1]
 
 
 async def _claimed_by(bus: Bus, key: str) -> tuple[str | None, bool, datetime | None]:

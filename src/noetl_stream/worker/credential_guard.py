@@ -19,8 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
 from noetl_stream.bus.connection import Bus
@@ -51,13 +50,24 @@ class CommandInUse:
 _CURRENT: ContextVar[CommandInUse | None] = ContextVar("noetl_command_in_use", default=None)
 
 
-@contextlib.contextmanager
-def running_command(command: CommandInUse) -> Iterator[None]:
-    token = _CURRENT.set(command)
-    try:
-        yield
-    finally:
-        _CURRENT.reset(token)
+def running_command(command: CommandInUse) -> contextlib.AbstractContextManager[None]:
+    """`command` is the one in use within the block (a plain class: every command enters it)."""
+    return _InUse(command)
+
+
+class _InUse(contextlib.AbstractContextManager[None]):
+    __slots__ = ("_command", "_token")
+
+    def __init__(self, command: CommandInUse) -> None:
+        self._command = command
+        self._token: Token[CommandInUse | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _CURRENT.set(self._command)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _CURRENT.reset(self._token)
 
 
 class CredentialGuard:

@@ -46,7 +46,8 @@ from noetl_stream.worker.task_views import (
     case_views,
     kept_task_result,
     outcome_views,
-    rendered_field,
+    reads_names,
+    rendered_call,
     sink_view,
     with_task_results,
 )
@@ -437,14 +438,12 @@ class Pipeline:
 
     async def _call(self, task: Task, attempt: int, prev: object,
                     view: Mapping[str, object] | None = None) -> Outcome:
-        extra = {"_prev": prev, "_task": task.name, "_attempt": attempt, **(view or {})}
-        context = self.context(extra)
+        context = self.context({"_prev": prev, "_task": task.name, "_attempt": attempt,
+                                **(view or {})}) if reads_names(task) else {}
         try:
-            config = {k: rendered_field(task, k, v, context, self.step)
-                      for k, v in task.config.items()}
+            config, inputs = rendered_call(task, context, self.step)
             if task.name in self.overrides:
                 config = layering.merge(config, self.overrides[task.name])
-            inputs = templating.render(task.input, context, step=self.step, field="tool.input")
         except TemplateError as exc:
             located = exc.at(self.cmd.source_file, task.line or self.cmd.step_line)
             return Outcome.failure(str(located), "template")

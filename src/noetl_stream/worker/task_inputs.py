@@ -27,6 +27,9 @@ class TaskInput(TypedDict):
     bytes: NotRequired[int]
 
 
+_NOTHING_SIZE = len(jsonutil.dumps({"config": {}, "input": {}}))  # a call of a bare task
+
+
 class TaskInputs:
     """task name -> {kind, attempt, config, input} of its last call."""
 
@@ -44,7 +47,9 @@ class TaskInputs:
         kept: dict[str, TaskInput] = {}
         left = budget
         for name, call in self._calls.items():
-            size = len(jsonutil.dumps({"config": call.get("config"), "input": call.get("input")}))
+            config, inputs = call.get("config"), call.get("input")
+            size = _NOTHING_SIZE if not config and not inputs else \
+                len(jsonutil.dumps({"config": config, "input": inputs}))
             if size > left:
                 call = {"kind": call["kind"], "attempt": call["attempt"], "truncated": True,
                         "bytes": size}

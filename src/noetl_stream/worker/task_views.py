@@ -46,6 +46,26 @@ def sink_view(result: object, outcome: Outcome | None) -> dict[str, object]:
     return {"result": result, "data": result, "this": this}
 
 
+def reads_names(task: Task) -> bool:
+    """Whether calling `task` reads the pipeline's names: a template in its config or input, or
+    python code. A task without either is called as written, without building them.
+    """
+    if task.kind == "python":
+        return True
+    return (bool(task.config) and next(templating.template_strings(task.config), None) is not None
+            ) or (bool(task.input) and next(templating.template_strings(task.input), None)
+                  is not None)
+
+
+def rendered_call(task: Task, context: Mapping[str, object],
+                  step: str) -> tuple[dict[str, object], dict[str, object]]:
+    """A task's config (each field as `rendered_field` renders it) and input, rendered."""
+    config = {k: rendered_field(task, k, v, context, step) for k, v in task.config.items()}
+    if not task.input:
+        return config, {}
+    return config, templating.render(task.input, context, step=step, field="tool.input")
+
+
 def rendered_field(task: Task, key: str, value: object, context: Mapping[str, object],
                    step: str) -> object:
     """One config field with its templates rendered, as NoETL renders a task's whole config.

@@ -37,7 +37,7 @@ from noetl_stream.bus.dead_letters import (
     dead_letter_message,
     publish_step_failure,
 )
-from noetl_stream.bus.delivery import delivery_of
+from noetl_stream.bus.delivery import delivery_with_time
 from noetl_stream.bus.dispositions import Failure, classify, settle
 from noetl_stream.bus.heartbeats import Heartbeat
 from noetl_stream.bus.publish import publish_event
@@ -183,7 +183,8 @@ class Worker:
         start = messages.event_body("task.started", execution_id, time.time(),
                                     parent_execution_id=command.parent_execution_id, step=step,
                                     step_run_id=step_run_id, iteration=iteration, pool=self.pool)
-        if not await AttemptStart(self.bus, msg, command, self.pool).take(start):
+        delivered = delivery_with_time(msg)  # read once, for the claim and the redelivery count
+        if not await AttemptStart(self.bus, msg, command, self.pool, delivered).take(start):
             await msg.ack()  # another copy of this attempt runs or ran (attempt_claims.py)
             return
         task = asyncio.current_task()
@@ -192,7 +193,8 @@ class Worker:
         try:
             with tracing.command_span(msg.headers, command, self.pool) as span:
                 ok, error = await self._execute(msg, command, execution_id, step_run_id, step,
-                                                iteration)
+                                                iteration, 1 if delivered is None
+                                                else delivered[0].delivered)
                 tracing.finish(span, ok, error)
         except asyncio.CancelledError:
             if task not in self._withdrawing:
@@ -248,12 +250,13 @@ class Worker:
                 task.cancel(WITHDRAWN)
 
     async def _execute(self, msg: Msg, command: Command, execution_id: str,
-                       step_run_id: str, step: str, iteration: int | None
+                       step_run_id: str, step: str, iteration: int | None, delivered: int
                        ) -> tuple[bool, dict[str, Any] | None]:
-        """Run the command and publish its outcome; returns whether it succeeded and its error."""
+        """Run the command and publish its outcome; returns whether it succeeded and its error.
+        `delivered`: how many times the command was delivered (1: not a JetStream message).
+        """
         parent = command.parent_execution_id  # set on a child execution's commands
         started = time.time()
-        delivered = _deliveries(msg)
         if delivered > 1:
             # The lease (AckWait) ran out on another worker, or it died: make that visible.
             metrics.REDELIVERIES.labels(self.pool).inc()
@@ -412,8 +415,3 @@ def _storable(outcome: PipelineResult) -> PipelineResult:
 
 def _command_key(step_run_id: str, iteration: int | None) -> str:
     return f"{step_run_id}:{'-' if iteration is None else iteration}"
-
-
-def _deliveries(msg: Msg) -> int:
-    delivery = delivery_of(msg)
-    return 1 if delivery is None else delivery.delivered  # 1: not a JetStream message
