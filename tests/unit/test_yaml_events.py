@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from noetl_stream.dsl import yaml_events
+from noetl_stream.dsl import source, yaml_events
 from noetl_stream.dsl.source import _NOT_READ, _load_fast, _Yaml, load_yaml
 from noetl_stream.errors import YamlSyntaxError
 
@@ -100,3 +100,43 @@ def test_the_repository_playbooks_read_the_same_both_ways() -> None:
             assert "&" in text or "!" in text, path
             continue
         assert _shape(fast) == _shape(ruamel), path
+
+
+def _values(value: Any) -> int:
+    """What `_check_bounds` counts: each collection and each value in one, keys aside."""
+    if isinstance(value, dict):
+        return 1 + sum(_values(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_values(v) for v in value)
+    return 1
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_fast_path_counts_every_value_it_builds(name: str) -> None:
+    read = yaml_events.read(CASES[name], _Yaml(typ="rt").constructor)
+
+    assert read.values == _values(read.document)
+
+
+def test_a_document_on_the_fast_path_is_not_walked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its nesting and size are known from the build: bounding it walks nothing more.
+    walks: list[object] = []
+    monkeypatch.setattr(source, "_check_bounds", walks.append)
+    text = (REPO / "playbooks" / "examples" / "hello.yaml").read_text()
+
+    assert load_yaml(text) == _Yaml(typ="rt").load(text)
+    assert walks == []
+    assert yaml_events.MAX_DEPTH <= source.MAX_NESTING
+
+
+def test_a_document_past_the_value_bound_is_still_refused_where_it_was(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "a: 1\nb:\n  - x\n  - y\n  - {c: 2, d: [3, 4, 5]}\n"  # 11 values, no aliases
+    monkeypatch.setattr(source, "MAX_VALUES", 10)
+
+    with pytest.raises(YamlSyntaxError) as fast:
+        load_yaml(text)
+    with pytest.raises(YamlSyntaxError) as walked:
+        source._check_bounds(_Yaml(typ="rt").load(text))
+    assert "expands to more than 10 values" in str(fast.value)
+    assert (str(fast.value), fast.value.line) == (str(walked.value), walked.value.line)

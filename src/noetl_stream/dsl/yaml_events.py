@@ -16,7 +16,7 @@ ruamel alone, so what a failing document says, and every rule only ruamel knows,
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, NamedTuple
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.nodes import ScalarNode
@@ -62,6 +62,22 @@ def build(text: str, constructor: Any) -> JsonValue:
     """The document of `text` as ruamel's round-trip loader builds it; `constructor` (a
     round-trip constructor) makes the scalars that are neither strings nor null.
     """
+    return read(text, constructor).document
+
+
+class Read(NamedTuple):
+    """A document read on the fast path, with how many values it holds (each mapping value,
+    sequence item and collection, the root included; keys aside): without aliases that is what
+    it expands to, and its nesting is at most MAX_DEPTH, so a reader bounding either need not
+    walk it again.
+    """
+
+    document: JsonValue
+    values: int
+
+
+def read(text: str, constructor: Any) -> Read:
+    """`build`, with the count of values the document holds."""
     if _CParser is None:
         raise NotOnFastPath("libyaml is not installed")
     reader = _Reader(constructor)
@@ -73,28 +89,33 @@ def build(text: str, constructor: Any) -> JsonValue:
         raise NotOnFastPath(str(exc)) from None
     finally:
         parser.dispose()
-    return None if isinstance(reader.root, _Nothing) else reader.root
+    return Read(None if isinstance(reader.root, _Nothing) else reader.root, reader.values)
 
 
 class _Reader:
     """Events in, the document out; `open` holds each unfinished collection as [container,
-    its pending key (or _NO_KEY), that key's mark].
+    its pending key (or _NO_KEY), that key's mark, its line/column record (ruamel's `lc`),
+    whether it is a sequence].
     """
 
     def __init__(self, constructor: Any) -> None:
         self.constructor = constructor
         self.resolver = VersionedResolver()
-        self.tags: dict[str, object] = {}  # plain scalar -> its tag: keys and kinds repeat a lot
+        # plain scalar -> its tag's name and its tag: keys and kinds repeat a lot
+        self.tags: dict[str, tuple[str, object]] = {}
         self.open: list[list[Any]] = []
         self.root: JsonValue | _Nothing = _NOTHING
         self.documents = 0
+        self.values = 0
 
     def take(self, event: Any) -> None:
         kind = type(event).__name__
         if kind == "ScalarEvent":
             self.add(self.scalar(event), event.start_mark)
-        elif kind in ("MappingStartEvent", "SequenceStartEvent"):
-            self.start(event, CommentedMap() if kind == "MappingStartEvent" else CommentedSeq())
+        elif kind == "MappingStartEvent":
+            self.start(event, CommentedMap(), False)
+        elif kind == "SequenceStartEvent":
+            self.start(event, CommentedSeq(), True)
         elif kind in ("MappingEndEvent", "SequenceEndEvent"):
             self.open.pop()
         elif kind == "AliasEvent":
@@ -104,15 +125,17 @@ class _Reader:
             if self.documents > 1 or event.version is not None or event.tags:
                 raise NotOnFastPath("a directive or a second document")
 
-    def start(self, event: Any, node: Any) -> None:
+    def start(self, event: Any, node: Any, sequence: bool) -> None:
         _plain_node(event)
-        node._yaml_set_line_col(event.start_mark.line, event.start_mark.column)
+        mark = event.start_mark
+        lc = node.lc
+        lc.line, lc.col = mark.line, mark.column
         if event.flow_style:
             node.fa.set_flow_style()
         else:
             node.fa.set_block_style()
-        self.add(node, event.start_mark)
-        self.open.append([node, _NO_KEY, None])
+        self.add(node, mark)
+        self.open.append([node, _NO_KEY, None, lc, sequence])
         if len(self.open) > MAX_DEPTH:
             raise NotOnFastPath("deep nesting")
 
@@ -121,11 +144,11 @@ class _Reader:
         if not event.implicit[0]:  # quoted, or a block: a string, as ruamel resolves it
             name, tag = _STR, None
         else:
-            tag = self.tags.get(event.value)
-            if tag is None:
-                tag = self.tags[event.value] = self.resolver.resolve(
-                    ScalarNode, event.value, event.implicit)
-            name = str(tag)
+            known = self.tags.get(event.value)
+            if known is None:
+                resolved = self.resolver.resolve(ScalarNode, event.value, event.implicit)
+                known = self.tags[event.value] = (str(resolved), resolved)
+            name, tag = known
         if name == _STR:
             if event.style == "|":
                 return LiteralScalarString(event.value)
@@ -143,24 +166,25 @@ class _Reader:
         """`value` into the innermost open collection (as the key, or the value of its key)."""
         if not self.open:
             self.root = value
+            self.values += 1
             return
         top = self.open[-1]
-        container = top[0]
-        if isinstance(container, CommentedSeq):
-            container._yaml_set_idx_line_col(len(container), [mark.line, mark.column])
+        container, key, key_mark, lc, sequence = top
+        if sequence:
+            lc.add_idx_line_col(len(container), [mark.line, mark.column])
             container.append(value)
-        elif top[1] is _NO_KEY:
+            self.values += 1
+        elif key is _NO_KEY:
             if isinstance(value, (CommentedMap, CommentedSeq)):
                 raise NotOnFastPath("a collection as a key")
             if value in container:
                 raise NotOnFastPath("a duplicate key")  # ruamel says which, and where
             top[1], top[2] = value, mark
         else:
-            key, key_mark = top[1], top[2]
-            container._yaml_set_kv_line_col(key, [key_mark.line, key_mark.column, mark.line,
-                                                  mark.column])
+            lc.add_kv_line_col(key, [key_mark.line, key_mark.column, mark.line, mark.column])
             container[key] = value
             top[1] = _NO_KEY
+            self.values += 1
 
 
 def _plain_node(event: Any) -> None:
