@@ -6,6 +6,7 @@ equal, and a document the fast path leaves must still be read (by ruamel).
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,21 @@ def test_a_document_past_the_value_bound_is_still_refused_where_it_was(
         source._check_bounds(_Yaml(typ="rt").load(text))
     assert "expands to more than 10 values" in str(fast.value)
     assert (str(fast.value), fast.value.line) == (str(walked.value), walked.value.line)
+
+
+def test_a_built_mapping_and_sequence_answer_as_ruamel_s_own() -> None:
+    text = "a: 1\nb: [x, {c: 2}]\nd:\n  - 1\n  - e: |\n      lit\n"
+    fast, ruamel = load_yaml(text), _Yaml(typ="rt").load(text)
+    assert isinstance(fast, CommentedMap) and isinstance(ruamel, CommentedMap)
+
+    for key in ("a", "b", "missing", ["unhashable"]):
+        assert fast.get(key) == ruamel.get(key)
+        assert fast.get(key, "dflt") == ruamel.get(key, "dflt")
+    with pytest.raises(KeyError):
+        fast["missing"]
+    assert list(fast["b"]) == list(ruamel["b"])
+    assert fast["b"][0:1] == ruamel["b"][0:1]
+    written, expected = io.StringIO(), io.StringIO()
+    _Yaml(typ="rt").dump(fast, written)
+    _Yaml(typ="rt").dump(ruamel, expected)
+    assert written.getvalue() == expected.getvalue()

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scalarstring import FoldedScalarString, LiteralScalarString
 
@@ -92,6 +93,38 @@ def read(text: str, constructor: Any) -> Read:
     return Read(None if isinstance(reader.root, _Nothing) else reader.root, reader.values)
 
 
+class FastMap(CommentedMap):
+    """A mapping built here. It has no merge keys (a document with one is left to ruamel), so
+    looking a key up needs none of CommentedMap's search of merged mappings, nor its exception
+    for a missing key: the parser looks up a few dozen keys a step, most of them absent.
+    """
+
+    __slots__ = ()
+
+    __getitem__ = dict.__getitem__
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return dict.get(self, key, default)
+        except TypeError:  # an unhashable key, which CommentedMap.get answers with the default
+            return default
+
+
+class FastSeq(CommentedSeq):
+    """A sequence built here: iterated as the list it is, not through the abstract sequence's
+    index-by-index `__iter__` that CommentedSeq inherits.
+    """
+
+    __slots__ = ()
+
+    __iter__ = list.__iter__
+
+
+# Written back as ruamel writes its own (ruamel picks a representer by the exact type).
+RoundTripRepresenter.add_representer(FastMap, RoundTripRepresenter.represent_dict)
+RoundTripRepresenter.add_representer(FastSeq, RoundTripRepresenter.represent_list)
+
+
 class _Reader:
     """Events in, the document out; `open` holds each unfinished collection as [container,
     its pending key (or _NO_KEY), that key's mark, its line/column record (ruamel's `lc`),
@@ -113,9 +146,9 @@ class _Reader:
         if kind == "ScalarEvent":
             self.add(self.scalar(event), event.start_mark)
         elif kind == "MappingStartEvent":
-            self.start(event, CommentedMap(), False)
+            self.start(event, FastMap(), False)
         elif kind == "SequenceStartEvent":
-            self.start(event, CommentedSeq(), True)
+            self.start(event, FastSeq(), True)
         elif kind in ("MappingEndEvent", "SequenceEndEvent"):
             self.open.pop()
         elif kind == "AliasEvent":
@@ -172,7 +205,7 @@ class _Reader:
         container, key, key_mark, lc, sequence = top
         if sequence:
             lc.add_idx_line_col(len(container), [mark.line, mark.column])
-            container.append(value)
+            list.append(container, value)  # it holds no comments to move, as `append` would
             self.values += 1
         elif key is _NO_KEY:
             if isinstance(value, (CommentedMap, CommentedSeq)):
