@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, NamedTuple
 
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, Format, LineCol
 from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.resolver import VersionedResolver
@@ -30,6 +30,8 @@ MAX_DEPTH = 100  # deeper documents go to ruamel, which bounds them (dsl/source.
 _STR = "tag:yaml.org,2002:str"
 _NULL = "tag:yaml.org,2002:null"
 _MERGE = "tag:yaml.org,2002:merge"
+_LINE_COL: str = LineCol.attrib
+_FORMAT: str = Format.attrib
 
 
 class NotOnFastPath(Exception):
@@ -161,12 +163,16 @@ class _Reader:
     def start(self, event: Any, node: Any, sequence: bool) -> None:
         _plain_node(event)
         mark = event.start_mark
-        lc = node.lc
+        # The records ruamel's `lc` and `fa` would make on first use, made here at once.
+        lc = LineCol()
         lc.line, lc.col = mark.line, mark.column
+        setattr(node, _LINE_COL, lc)
+        style = Format()
         if event.flow_style:
-            node.fa.set_flow_style()
+            style.set_flow_style()
         else:
-            node.fa.set_block_style()
+            style.set_block_style()
+        setattr(node, _FORMAT, style)
         self.add(node, mark)
         self.open.append([node, _NO_KEY, None, lc, sequence])
         if len(self.open) > MAX_DEPTH:
