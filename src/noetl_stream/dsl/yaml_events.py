@@ -3,9 +3,11 @@
 ruamel's pure-Python scanner and parser are about nine tenths of the time a playbook takes to
 read (a 300-step playbook: half a second and more on a loaded machine). libyaml (PyYAML's C
 extension) scans and parses the same text some thirty times faster; this builds from its events
-the document ruamel's round-trip loader builds: CommentedMap and CommentedSeq with the line and
-column of every key, value and item, plain scalars resolved by ruamel's YAML 1.2 resolver and
-anything but a string or null made by ruamel's own constructor.
+the document ruamel's round-trip loader builds: CommentedMap and CommentedSeq (FastMap and
+FastSeq, whose look-ups and iteration skip what only merge keys and comments need) with the line
+and column of every key, value and item, plain scalars resolved by ruamel's YAML 1.2 resolver and
+anything but a string or null made by ruamel's own constructor. It also counts the values it
+builds, which is what the document expands to (`Read`).
 
 Only the common case is built here. Anchors and aliases (and so merge keys), explicit tags, a
 `%YAML`/`%TAG` directive, a second document, a duplicate or non-scalar key, nesting deeper than
