@@ -107,7 +107,7 @@ class FastMap(CommentedMap):
 
     __getitem__ = dict.__getitem__
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    def get(self, key: object, default: object = None) -> object:
         try:
             return dict.get(self, key, default)
         except TypeError:  # an unhashable key, which CommentedMap.get answers with the default
