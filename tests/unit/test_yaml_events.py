@@ -6,13 +6,14 @@ equal, and a document the fast path leaves must still be read (by ruamel).
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
-from noetl_stream.dsl import yaml_events
+from noetl_stream.dsl import source, yaml_events
 from noetl_stream.dsl.source import _NOT_READ, _load_fast, _Yaml, load_yaml
 from noetl_stream.errors import YamlSyntaxError
 
@@ -100,3 +101,61 @@ def test_the_repository_playbooks_read_the_same_both_ways() -> None:
             assert "&" in text or "!" in text, path
             continue
         assert _shape(fast) == _shape(ruamel), path
+
+
+def _values(value: Any) -> int:
+    """What `_check_bounds` counts: each collection and each value in one, keys aside."""
+    if isinstance(value, dict):
+        return 1 + sum(_values(v) for v in value.values())
+    if isinstance(value, list):
+        return 1 + sum(_values(v) for v in value)
+    return 1
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_fast_path_counts_every_value_it_builds(name: str) -> None:
+    read = yaml_events.read(CASES[name], _Yaml(typ="rt").constructor)
+
+    assert read.values == _values(read.document)
+
+
+def test_a_document_on_the_fast_path_is_not_walked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its nesting and size are known from the build: bounding it walks nothing more.
+    walks: list[object] = []
+    monkeypatch.setattr(source, "_check_bounds", walks.append)
+    text = (REPO / "playbooks" / "examples" / "hello.yaml").read_text()
+
+    assert load_yaml(text) == _Yaml(typ="rt").load(text)
+    assert walks == []
+    assert yaml_events.MAX_DEPTH <= source.MAX_NESTING
+
+
+def test_a_document_past_the_value_bound_is_still_refused_where_it_was(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "a: 1\nb:\n  - x\n  - y\n  - {c: 2, d: [3, 4, 5]}\n"  # 11 values, no aliases
+    monkeypatch.setattr(source, "MAX_VALUES", 10)
+
+    with pytest.raises(YamlSyntaxError) as fast:
+        load_yaml(text)
+    with pytest.raises(YamlSyntaxError) as walked:
+        source._check_bounds(_Yaml(typ="rt").load(text))
+    assert "expands to more than 10 values" in str(fast.value)
+    assert (str(fast.value), fast.value.line) == (str(walked.value), walked.value.line)
+
+
+def test_a_built_mapping_and_sequence_answer_as_ruamel_s_own() -> None:
+    text = "a: 1\nb: [x, {c: 2}]\nd:\n  - 1\n  - e: |\n      lit\n"
+    fast, ruamel = load_yaml(text), _Yaml(typ="rt").load(text)
+    assert isinstance(fast, CommentedMap) and isinstance(ruamel, CommentedMap)
+
+    for key in ("a", "b", "missing", ["unhashable"]):
+        assert fast.get(key) == ruamel.get(key)
+        assert fast.get(key, "dflt") == ruamel.get(key, "dflt")
+    with pytest.raises(KeyError):
+        fast["missing"]
+    assert list(fast["b"]) == list(ruamel["b"])
+    assert fast["b"][0:1] == ruamel["b"][0:1]
+    written, expected = io.StringIO(), io.StringIO()
+    _Yaml(typ="rt").dump(fast, written)
+    _Yaml(typ="rt").dump(ruamel, expected)
+    assert written.getvalue() == expected.getvalue()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
 from jinja2 import nodes
@@ -80,13 +81,11 @@ def step_reads(playbook: Playbook) -> Iterator[tuple[str, str, int | None, str]]
     readable = steps - shadowing
     for step in playbook.steps:
         for where in _step_templates(step):
-            try:
-                ast = templating.parse_template(where.text)
-            except Exception:  # a syntax error is the parser's to report
+            reads = _reads_of(where.text)
+            if reads is None:  # a syntax error is the parser's to report
                 continue
-            guarded = _guarded(ast) | _locally_declared(ast)
-            names = {n.name for n in ast.find_all(nodes.Name) if n.ctx == "load"}
-            for name in sorted(names & readable - guarded - {step.name}):
+            names = set(reads.loaded)
+            for name in sorted(names & readable - reads.guarded - reads.declared - {step.name}):
                 yield step.name, where.field, where.line, name
 
 
@@ -102,16 +101,11 @@ def _findings(playbook: Playbook, keys: set[str]) -> Iterator[tuple[_Template, _
 
 def _template_findings(text: str, keys: set[str], steps: list[str], bound: set[str],
                        loop: tuple[str, set[str]] | None) -> Iterator[_Finding]:
-    try:
-        ast = templating.parse_template(text)
-    except Exception:  # a syntax error is the parser's to report, with its own message
+    reads = _reads_of(text)
+    if reads is None:  # a syntax error is the parser's to report, with its own message
         return
-    guarded = _guarded(ast)
-    for node in ast.find_all(nodes.Getattr):
-        if not isinstance(node.node, nodes.Name):
-            continue
-        owner, attr = node.node.name, node.attr
-        if f"{owner}.{attr}" in guarded:
+    for owner, attr in reads.attributes:
+        if f"{owner}.{attr}" in reads.guarded:
             continue
         if owner == "workload" and attr not in keys:
             yield _Finding("workload", attr, f"reads workload.{attr}, which the workload does "
@@ -119,16 +113,43 @@ def _template_findings(text: str, keys: set[str], steps: list[str], bound: set[s
         elif owner == "iter" and loop is not None and attr not in loop[1]:
             yield _Finding("iter", attr, f"reads iter.{attr}, which the loop does not set (its "
                                          f'iterator is "{loop[0]}")')
-    declared = _locally_declared(ast)
-    for read in ast.find_all(nodes.Name):
-        name = read.name
-        if (read.ctx != "load" or name in guarded or name in bound or name in declared
-                or name in CONTEXT_NAMES):
+    for name in reads.loaded:
+        if name in reads.guarded or name in bound or name in reads.declared or name in CONTEXT_NAMES:
             continue
         close = difflib.get_close_matches(name, steps, n=1, cutoff=0.8)
         if close:
             yield _Finding("step", name, f'reads "{name}", which is no step, workload key or ctx '
                                          f'name; did you mean "{close[0]}"?')
+
+
+@dataclass(frozen=True)
+class _Reads:
+    """What one template text reads, from one walk of its AST. The parser's checks, the net's
+    (net_checks.py) and `run`'s check of the merged workload each go over every template of
+    the playbook, and steps often hold the same text: each reads this instead of walking the
+    template again.
+    """
+
+    attributes: tuple[tuple[str, str], ...]  # `owner.attr` read off a bare name, in order
+    loaded: tuple[str, ...]  # each bare name read, in order (repeats kept)
+    guarded: frozenset[str]  # see `_guarded`
+    declared: frozenset[str]  # see `_locally_declared`
+
+
+@lru_cache(maxsize=4096)
+def _reads_of(text: str) -> _Reads | None:
+    """The reads of a template text; None when it does not parse."""
+    try:
+        ast = templating.parse_template(text)
+    except Exception:
+        return None
+    return _Reads(
+        attributes=tuple((node.node.name, node.attr) for node in ast.find_all(nodes.Getattr)
+                         if isinstance(node.node, nodes.Name)),
+        loaded=tuple(n.name for n in ast.find_all(nodes.Name) if n.ctx == "load"),
+        guarded=frozenset(_guarded(ast)),
+        declared=frozenset(_locally_declared(ast)),
+    )
 
 
 def _did_you_mean(word: str, known: Iterable[str]) -> str:

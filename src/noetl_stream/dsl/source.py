@@ -39,10 +39,16 @@ def _load_fast(text: str) -> JsonValue | _NotRead:
     """The document read on the fast path, or _NOT_READ when it must be read by ruamel alone
     (what it uses is not on that path, or it fails: ruamel then says why, as it always did).
     """
+    fast = _read_fast(text)
+    return fast if isinstance(fast, _NotRead) else fast.document
+
+
+def _read_fast(text: str) -> yaml_events.Read | _NotRead:
+    """`_load_fast`, with the count of values the document holds."""
     if not yaml_events.AVAILABLE:
         return _NOT_READ
     try:
-        return yaml_events.build(text, _Yaml(typ="rt").constructor)
+        return yaml_events.read(text, _Yaml(typ="rt").constructor)
     except Exception:  # every failure is read again, and reported, by ruamel alone
         return _NOT_READ
 
@@ -52,10 +58,14 @@ def load_yaml(text: str) -> JsonValue:
     expand to more than MAX_VALUES values ("billion laughs") are syntax errors, so nothing that
     walks the document afterwards can recurse or loop without end.
     """
-    fast = _load_fast(text)
+    fast = _read_fast(text)
     if not isinstance(fast, _NotRead):
-        _check_bounds(fast)
-        return fast
+        # The fast path takes no aliases and nests at most yaml_events.MAX_DEPTH (<=
+        # MAX_NESTING) deep, so its count of values is what the document expands to: only a
+        # document past MAX_VALUES is walked, to say where.
+        if fast.values > MAX_VALUES:
+            _check_bounds(fast.document)
+        return fast.document
     yaml = _Yaml(typ="rt")
     try:
         doc: JsonValue = yaml.load(text)

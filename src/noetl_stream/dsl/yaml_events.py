@@ -3,9 +3,11 @@
 ruamel's pure-Python scanner and parser are about nine tenths of the time a playbook takes to
 read (a 300-step playbook: half a second and more on a loaded machine). libyaml (PyYAML's C
 extension) scans and parses the same text some thirty times faster; this builds from its events
-the document ruamel's round-trip loader builds: CommentedMap and CommentedSeq with the line and
-column of every key, value and item, plain scalars resolved by ruamel's YAML 1.2 resolver and
-anything but a string or null made by ruamel's own constructor.
+the document ruamel's round-trip loader builds: CommentedMap and CommentedSeq (FastMap and
+FastSeq, whose look-ups and iteration skip what only merge keys and comments need) with the line
+and column of every key, value and item, plain scalars resolved by ruamel's YAML 1.2 resolver and
+anything but a string or null made by ruamel's own constructor. It also counts the values it
+builds, which is what the document expands to (`Read`).
 
 Only the common case is built here. Anchors and aliases (and so merge keys), explicit tags, a
 `%YAML`/`%TAG` directive, a second document, a duplicate or non-scalar key, nesting deeper than
@@ -16,10 +18,11 @@ ruamel alone, so what a failing document says, and every rule only ruamel knows,
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, NamedTuple
 
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, Format, LineCol
 from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.representer import RoundTripRepresenter
 from ruamel.yaml.resolver import VersionedResolver
 from ruamel.yaml.scalarstring import FoldedScalarString, LiteralScalarString
 
@@ -29,6 +32,8 @@ MAX_DEPTH = 100  # deeper documents go to ruamel, which bounds them (dsl/source.
 _STR = "tag:yaml.org,2002:str"
 _NULL = "tag:yaml.org,2002:null"
 _MERGE = "tag:yaml.org,2002:merge"
+_LINE_COL: str = LineCol.attrib
+_FORMAT: str = Format.attrib
 
 
 class NotOnFastPath(Exception):
@@ -62,6 +67,22 @@ def build(text: str, constructor: Any) -> JsonValue:
     """The document of `text` as ruamel's round-trip loader builds it; `constructor` (a
     round-trip constructor) makes the scalars that are neither strings nor null.
     """
+    return read(text, constructor).document
+
+
+class Read(NamedTuple):
+    """A document read on the fast path, with how many values it holds (each mapping value,
+    sequence item and collection, the root included; keys aside): without aliases that is what
+    it expands to, and its nesting is at most MAX_DEPTH, so a reader bounding either need not
+    walk it again.
+    """
+
+    document: JsonValue
+    values: int
+
+
+def read(text: str, constructor: Any) -> Read:
+    """`build`, with the count of values the document holds."""
     if _CParser is None:
         raise NotOnFastPath("libyaml is not installed")
     reader = _Reader(constructor)
@@ -73,28 +94,65 @@ def build(text: str, constructor: Any) -> JsonValue:
         raise NotOnFastPath(str(exc)) from None
     finally:
         parser.dispose()
-    return None if isinstance(reader.root, _Nothing) else reader.root
+    return Read(None if isinstance(reader.root, _Nothing) else reader.root, reader.values)
+
+
+class FastMap(CommentedMap):
+    """A mapping built here. It has no merge keys (a document with one is left to ruamel), so
+    looking a key up needs none of CommentedMap's search of merged mappings, nor its exception
+    for a missing key: the parser looks up a few dozen keys a step, most of them absent.
+    """
+
+    __slots__ = ()
+
+    __getitem__ = dict.__getitem__
+
+    def get(self, key: object, default: object = None) -> object:
+        try:
+            return dict.get(self, key, default)
+        except TypeError:  # an unhashable key, which CommentedMap.get answers with the default
+            return default
+
+
+class FastSeq(CommentedSeq):
+    """A sequence built here: iterated as the list it is, not through the abstract sequence's
+    index-by-index `__iter__` that CommentedSeq inherits.
+    """
+
+    __slots__ = ()
+
+    __iter__ = list.__iter__
+
+
+# Written back as ruamel writes its own (ruamel picks a representer by the exact type).
+RoundTripRepresenter.add_representer(FastMap, RoundTripRepresenter.represent_dict)
+RoundTripRepresenter.add_representer(FastSeq, RoundTripRepresenter.represent_list)
 
 
 class _Reader:
     """Events in, the document out; `open` holds each unfinished collection as [container,
-    its pending key (or _NO_KEY), that key's mark].
+    its pending key (or _NO_KEY), that key's mark, its line/column record (ruamel's `lc`),
+    whether it is a sequence].
     """
 
     def __init__(self, constructor: Any) -> None:
         self.constructor = constructor
         self.resolver = VersionedResolver()
-        self.tags: dict[str, object] = {}  # plain scalar -> its tag: keys and kinds repeat a lot
+        # plain scalar -> its tag's name and its tag: keys and kinds repeat a lot
+        self.tags: dict[str, tuple[str, object]] = {}
         self.open: list[list[Any]] = []
         self.root: JsonValue | _Nothing = _NOTHING
         self.documents = 0
+        self.values = 0
 
     def take(self, event: Any) -> None:
         kind = type(event).__name__
         if kind == "ScalarEvent":
             self.add(self.scalar(event), event.start_mark)
-        elif kind in ("MappingStartEvent", "SequenceStartEvent"):
-            self.start(event, CommentedMap() if kind == "MappingStartEvent" else CommentedSeq())
+        elif kind == "MappingStartEvent":
+            self.start(event, FastMap(), False)
+        elif kind == "SequenceStartEvent":
+            self.start(event, FastSeq(), True)
         elif kind in ("MappingEndEvent", "SequenceEndEvent"):
             self.open.pop()
         elif kind == "AliasEvent":
@@ -104,15 +162,21 @@ class _Reader:
             if self.documents > 1 or event.version is not None or event.tags:
                 raise NotOnFastPath("a directive or a second document")
 
-    def start(self, event: Any, node: Any) -> None:
+    def start(self, event: Any, node: Any, sequence: bool) -> None:
         _plain_node(event)
-        node._yaml_set_line_col(event.start_mark.line, event.start_mark.column)
+        mark = event.start_mark
+        # The records ruamel's `lc` and `fa` would make on first use, made here at once.
+        lc = LineCol()
+        lc.line, lc.col = mark.line, mark.column
+        setattr(node, _LINE_COL, lc)
+        style = Format()
         if event.flow_style:
-            node.fa.set_flow_style()
+            style.set_flow_style()
         else:
-            node.fa.set_block_style()
-        self.add(node, event.start_mark)
-        self.open.append([node, _NO_KEY, None])
+            style.set_block_style()
+        setattr(node, _FORMAT, style)
+        self.add(node, mark)
+        self.open.append([node, _NO_KEY, None, lc, sequence])
         if len(self.open) > MAX_DEPTH:
             raise NotOnFastPath("deep nesting")
 
@@ -121,11 +185,11 @@ class _Reader:
         if not event.implicit[0]:  # quoted, or a block: a string, as ruamel resolves it
             name, tag = _STR, None
         else:
-            tag = self.tags.get(event.value)
-            if tag is None:
-                tag = self.tags[event.value] = self.resolver.resolve(
-                    ScalarNode, event.value, event.implicit)
-            name = str(tag)
+            known = self.tags.get(event.value)
+            if known is None:
+                resolved = self.resolver.resolve(ScalarNode, event.value, event.implicit)
+                known = self.tags[event.value] = (str(resolved), resolved)
+            name, tag = known
         if name == _STR:
             if event.style == "|":
                 return LiteralScalarString(event.value)
@@ -143,24 +207,25 @@ class _Reader:
         """`value` into the innermost open collection (as the key, or the value of its key)."""
         if not self.open:
             self.root = value
+            self.values += 1
             return
         top = self.open[-1]
-        container = top[0]
-        if isinstance(container, CommentedSeq):
-            container._yaml_set_idx_line_col(len(container), [mark.line, mark.column])
-            container.append(value)
-        elif top[1] is _NO_KEY:
+        container, key, key_mark, lc, sequence = top
+        if sequence:
+            lc.add_idx_line_col(len(container), [mark.line, mark.column])
+            list.append(container, value)  # it holds no comments to move, as `append` would
+            self.values += 1
+        elif key is _NO_KEY:
             if isinstance(value, (CommentedMap, CommentedSeq)):
                 raise NotOnFastPath("a collection as a key")
             if value in container:
                 raise NotOnFastPath("a duplicate key")  # ruamel says which, and where
             top[1], top[2] = value, mark
         else:
-            key, key_mark = top[1], top[2]
-            container._yaml_set_kv_line_col(key, [key_mark.line, key_mark.column, mark.line,
-                                                  mark.column])
+            lc.add_kv_line_col(key, [key_mark.line, key_mark.column, mark.line, mark.column])
             container[key] = value
             top[1] = _NO_KEY
+            self.values += 1
 
 
 def _plain_node(event: Any) -> None:
