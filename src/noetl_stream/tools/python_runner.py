@@ -180,6 +180,24 @@ class LibraryError(Exception):
         self.type = type(cause).__name__
 
 
+_COMPILED: dict[tuple[str, str], tuple[CodeType, bool]] = {}
+COMPILED_KEPT = 64  # code texts kept compiled: an execution's steps often share theirs
+
+
+def _compiled(code: str, filename: str) -> tuple[CodeType, bool]:
+    """`_compile`, once per code text in this interpreter. It serves one execution only, so
+    only that execution's own code is ever found here.
+    """
+    key = (code, filename)
+    found = _COMPILED.get(key)
+    if found is None:
+        found = _compile(code, filename)
+        if len(_COMPILED) >= COMPILED_KEPT:
+            del _COMPILED[next(iter(_COMPILED))]  # the oldest
+        _COMPILED[key] = found
+    return found
+
+
 def _compile(code: str, filename: str) -> tuple[CodeType, bool]:
     """Compile user code; a top-level `return` makes the code the body of a function."""
     tree = ast.parse(code, filename, "exec")
@@ -285,7 +303,7 @@ def run_code(code: str, inputs: Mapping[str, object], context: Mapping[str, obje
     context = dict(context or {})
     namespace = _globals(inputs, context)
     namespace.update(import_libs(libs))
-    compiled, wrapped = _compile(code, filename)
+    compiled, wrapped = _compiled(code, filename)
     exec(compiled, namespace)
     if wrapped:
         return namespace[_BODY]()
