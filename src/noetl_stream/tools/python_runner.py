@@ -415,14 +415,19 @@ def _reach_import_dirs(held: dict[str, int]) -> None:
         sys.path_importer_cache.clear()
 
 
+KILL_ROUNDS = 3  # tools/python_slots.py KILL_ROUNDS says why so few
+
+
 def _kill_leftovers() -> None:
     """Every other process of this uid is what an earlier holder of the slot left running:
-    kill(-1) reaches exactly the processes this uid may signal, never the caller itself.
+    kill(-1) reaches exactly the processes this uid may signal, never the caller itself. It
+    succeeds whenever any process exists, so its answer cannot end the rounds early; one round
+    suffices (a fork under way when SIGKILL comes is aborted), each walks the process table.
     """
-    for _ in range(200):  # a forking leftover is caught within a few rounds; never loop forever
+    for _ in range(KILL_ROUNDS):
         try:
             os.kill(-1, 9)
-        except ProcessLookupError:
+        except ProcessLookupError:  # no other process on the machine at all
             return
 
 
