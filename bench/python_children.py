@@ -79,7 +79,7 @@ async def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=2.0,
                         help="W3 shape: the engine's share of a step, between an execution's steps")
     args = parser.parse_args()
-    tool = PythonTool(max_children=args.processes, warm=2)
+    tool = PythonTool(max_children=args.processes)
     await tool.start()
     if args.w3:
         try:

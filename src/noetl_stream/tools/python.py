@@ -182,7 +182,7 @@ class PythonTool:
 
     kind = "python"
 
-    def __init__(self, max_children: int = 8, warm: int = 2,
+    def __init__(self, max_children: int = 8, warm: int | None = None,
                  sandbox: Sandbox | None = None, quiet_fallback: bool = False,
                  idle_s: float | None = None) -> None:
         self.max_children = max(1, max_children)  # steps running at once
@@ -192,7 +192,9 @@ class PythonTool:
         # `noetl-stream run`: the user's own playbook in their own session, where falling back
         # to their user is no news worth a warning on every run (it is still logged, at INFO).
         self.quiet_fallback = quiet_fallback
-        self.warm = min(warm, self.max_children)
+        # At most as many ready as steps may start at once: a burst of new executions takes
+        # no more before the first of them frees its place (None: that many).
+        self.warm = self.max_children if warm is None else min(warm, self.max_children)
         self.sizing = PoolSizing.from_env(idle_s=idle_s, ready_max=self.warm)
         self._demand = ReadyDemand(self.sizing)
         self._sandbox = sandbox
