@@ -213,6 +213,11 @@ class PythonTool:
         self._forks: ForkServer | None = None
         self._closed = False
 
+    @property
+    def ready(self) -> int:
+        """Fresh interpreters started and waiting for a new execution's first step."""
+        return len(self._fresh)
+
     async def sandbox(self) -> Sandbox:
         """The children's sandbox, made on first use in a thread: it claims uids."""
         if self._sandbox is None:
@@ -311,6 +316,7 @@ class PythonTool:
                 self._count += 1
                 self._demand.took(time.monotonic())
                 self._recycle_stale()
+                self._refill()  # more new executions may follow this one: start theirs
                 try:
                     return await self._spawn()
                 except BaseException:
