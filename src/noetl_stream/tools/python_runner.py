@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import datetime
+import gc
 import importlib
 import inspect
 import io
@@ -526,6 +527,9 @@ def fork_server() -> None:
         if not data:
             return
         order = _loads(data)
+        # What the server holds is never collected in a child: a collection there would touch
+        # every object and copy the pages the child shares with the server.
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             try:
