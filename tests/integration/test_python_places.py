@@ -194,3 +194,20 @@ def _processes_of(uid: int) -> list[int]:
         if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
             found.append(int(name))
     return found
+
+
+@pytest.mark.timeout(120)
+async def test_children_started_ahead_never_displace_the_interpreter_of_a_running_execution(
+) -> None:
+    # Four interpreters at most, one kept ready: once three executions hold theirs, a fourth
+    # takes the ready one, and none is left to start another in without ending one of theirs.
+    tool = PythonTool(max_children=1, warm=1, idle_s=60.0)
+    await tool.start()
+    pid = "import os\nresult = os.getpid()"
+    try:
+        first = {e: (await tool.run(_step(e, pid))).result for e in ("a", "b", "c", "d")}
+        again = {e: (await tool.run(_step(e, pid))).result for e in ("a", "b", "c", "d")}
+    finally:
+        await tool.close()
+    assert len(set(first.values())) == 4  # one interpreter per execution
+    assert again == first  # each kept its own: none ended to make room for a fresh one

@@ -371,7 +371,9 @@ class PythonTool:
         """Start fresh children in the background until as many are ready or starting as new
         executions took lately (tools/python_sizing.py, at most `warm`); when
         every place is taken, a child kept idle for another execution makes room (a fresh one
-        serves any execution, a kept one only its own).
+        serves any execution, a kept one only its own), but only one idle for `recycle_s`:
+        its execution has most likely ended, while ending one whose execution still runs
+        would make its next step start a child, which would end another, and so on.
         """
         if self._closed:
             return
@@ -383,7 +385,7 @@ class PythonTool:
                 self._recycle_stale()
                 self._chore(self._spawn_fresh())
                 continue
-            victim = self._oldest_idle()
+            victim = self._oldest_idle(idle_for=self.sizing.recycle_s)
             if victim is None:
                 return
             self._end(victim)  # its end calls _refill again, with a free place
