@@ -434,6 +434,9 @@ class PythonTool:
         finally:
             self._clearing = False
             self._place_cleared.set()  # a spawn waiting for a uid looks again
+            if self._dead:  # ended while a failed round was being cleared
+                self._clearing = True
+                self._chore(self._clear_dead())
 
     async def _clear(self, place: ChildPlace) -> SandboxUser | None:
         """Kill what a slot's child left running through the fork server, when there is one;
