@@ -46,6 +46,8 @@ class ForkedProcess:
     @property
     def returncode(self) -> int | None:
         if not self._exited and select.select([self._pidfd], [], [], 0)[0]:
+            if self._exit is not None and not self._exit.done():
+                return -signal.SIGKILL  # closing the pidfd waits until nothing watches it
             self._ended()
         return -signal.SIGKILL if self._exited else None
 
