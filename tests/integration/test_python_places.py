@@ -205,7 +205,14 @@ async def test_children_started_ahead_never_displace_the_interpreter_of_a_runnin
     await tool.start()
     pid = "import os\nresult = os.getpid()"
     try:
-        first = {e: (await tool.run(_step(e, pid))).result for e in ("a", "b", "c", "d")}
+        first = {}
+        for execution in ("a", "b", "c", "d"):  # each takes the one ready, started after the last
+
+            async def one_ready() -> None:
+                assert tool.ready == 1
+
+            await assert_eventually(one_ready, timeout_s=30)
+            first[execution] = (await tool.run(_step(execution, pid))).result
         again = {e: (await tool.run(_step(e, pid))).result for e in ("a", "b", "c", "d")}
     finally:
         await tool.close()
