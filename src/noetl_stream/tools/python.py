@@ -30,7 +30,7 @@ from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.python_forks import ForkedProcess, ForkServer, ForkServerGone
 from noetl_stream.tools.python_sizing import PoolSizing, ReadyDemand
-from noetl_stream.tools.python_slots import ENV_PYTHON_UIDS
+from noetl_stream.tools.python_slots import ENV_PYTHON_UIDS, SandboxUser
 from noetl_stream.tools.sandbox import (
     ENV_PYTHON_USER,
     SAME_USER,
@@ -127,11 +127,12 @@ class _Child:
         self.ended = False
 
     @classmethod
-    async def spawn(cls, sandbox: Sandbox, forks: ForkServer | None = None) -> _Child:
+    async def spawn(cls, sandbox: Sandbox, user: SandboxUser | None,
+                    forks: ForkServer | None = None) -> _Child:
         # Its own session, a clean environment and (under a root worker) a uid of its own:
         # tools/sandbox.py says what each one keeps from the code. Forked from the fork server
         # when there is one (tools/python_forks.py), else a new interpreter.
-        place = await asyncio.to_thread(sandbox.open_place)
+        place = await asyncio.to_thread(sandbox.open_place, user)
         try:
             if forks is not None:
                 with contextlib.suppress(ForkServerGone):
@@ -161,11 +162,13 @@ class _Child:
         reply: _Reply = jsonutil.loads(await self.proc.stdout.readexactly(size))
         return reply
 
-    async def kill(self) -> None:
+    def kill(self) -> None:
         if self.alive:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
-        # Reaping after a kill: the child is gone either way, and killing must not raise.
+
+    async def reap(self) -> None:
+        # After a kill: the child is gone either way, and reaping must not raise.
         with contextlib.suppress(Exception):
             await self.proc.wait()
 
@@ -179,7 +182,7 @@ class PythonTool:
 
     kind = "python"
 
-    def __init__(self, max_children: int = 8, warm: int = 2,
+    def __init__(self, max_children: int = 8, warm: int | None = None,
                  sandbox: Sandbox | None = None, quiet_fallback: bool = False,
                  idle_s: float | None = None) -> None:
         self.max_children = max(1, max_children)  # steps running at once
@@ -189,7 +192,9 @@ class PythonTool:
         # `noetl-stream run`: the user's own playbook in their own session, where falling back
         # to their user is no news worth a warning on every run (it is still logged, at INFO).
         self.quiet_fallback = quiet_fallback
-        self.warm = min(warm, self.max_children)
+        # At most as many ready as steps may start at once: a burst of new executions takes
+        # no more before the first of them frees its place (None: that many).
+        self.warm = self.max_children if warm is None else min(warm, self.max_children)
         self.sizing = PoolSizing.from_env(idle_s=idle_s, ready_max=self.warm)
         self._demand = ReadyDemand(self.sizing)
         self._sandbox = sandbox
@@ -199,15 +204,36 @@ class PythonTool:
         self._starting = 0  # fresh children being started in the background
         self._slots = asyncio.Semaphore(self.max_children)
         self._chores: set[asyncio.Task[None]] = set()
+        # Children killed whose places are not cleared yet (tools/python_slots.py): cleared in
+        # the background, so no step waits for it; a slot's uid serves no child before.
+        self._dead: list[_Child] = []
+        self._clearing = False
+        self._place_cleared = asyncio.Event()
         self._reaper: asyncio.Task[None] | None = None
         self._forks: ForkServer | None = None
         self._closed = False
 
+    @property
+    def ready(self) -> int:
+        """Fresh interpreters started and waiting for a new execution's first step."""
+        return len(self._fresh)
+
     async def sandbox(self) -> Sandbox:
         """The children's sandbox, made on first use in a thread: it claims uids."""
         if self._sandbox is None:
-            self._sandbox = await asyncio.to_thread(make_sandbox, slots=self.max_kept)
+            # A uid for each interpreter kept, and one more per step that may start a new one
+            # while the uids of those just ended are still being cleared.
+            self._sandbox = await asyncio.to_thread(make_sandbox,
+                                                    slots=self.max_kept + self.max_children)
         return self._sandbox
+
+    async def _spawn(self) -> _Child:
+        """A new child, in a place of its own: a slot's uid waits until its clearing is done."""
+        sandbox = await self.sandbox()
+        while not sandbox.place_free:
+            self._place_cleared.clear()
+            await self._place_cleared.wait()
+        return await _Child.spawn(sandbox, sandbox.take_user(), self._forks)
 
     async def start(self) -> None:
         """Check that a child runs in the sandbox, then boot the fewest interpreters kept ready
@@ -221,8 +247,7 @@ class PythonTool:
             self._forks = forks
         ready = self.sizing.ready_min  # more only once new executions come
         self._count += ready
-        children = await asyncio.gather(*(_Child.spawn(sandbox, self._forks)
-                                          for _ in range(ready)))
+        children = await asyncio.gather(*(self._spawn() for _ in range(ready)))
         for child in children:
             child.idle_since = time.monotonic()
         self._fresh.extend(children)
@@ -285,21 +310,22 @@ class PythonTool:
             if child is not None:
                 if child.alive:
                     return child
-                await self._end(child)
+                self._end(child)
                 continue
             if self._count < self.max_kept:
                 self._count += 1
                 self._demand.took(time.monotonic())
                 self._recycle_stale()
+                self._refill()  # more new executions may follow this one: start theirs
                 try:
-                    return await _Child.spawn(await self.sandbox(), self._forks)
+                    return await self._spawn()
                 except BaseException:
                     self._count -= 1
                     raise
             victim = self._oldest_idle()
             if victim is not None:
-                await self._end(victim)
-            else:  # every place is starting or being cleared: one is free in a moment
+                self._end(victim)
+            else:  # every place is taken by a step or a child starting: one is free soon
                 await asyncio.sleep(0.01)
 
     def _recycle_stale(self) -> None:
@@ -309,11 +335,11 @@ class PythonTool:
         """
         victim = self._oldest_idle(idle_for=self.sizing.recycle_s)
         if victim is not None:
-            self._chore(self._end(victim))
+            self._end(victim)
 
     def _release(self, child: _Child, execution_id: str) -> None:
         if self._closed or not child.alive:
-            self._chore(self._end(child))
+            self._end(child)
             return
         child.idle_since = time.monotonic()
         self._idle.setdefault(execution_id, []).append(child)
@@ -334,7 +360,7 @@ class PythonTool:
             expired.append(self._fresh.pop(0))
             surplus -= 1
         for stale in expired:
-            self._chore(self._end(stale))
+            self._end(stale)
 
     async def _reap_idle(self) -> None:
         while not self._closed:
@@ -345,7 +371,9 @@ class PythonTool:
         """Start fresh children in the background until as many are ready or starting as new
         executions took lately (tools/python_sizing.py, at most `warm`); when
         every place is taken, a child kept idle for another execution makes room (a fresh one
-        serves any execution, a kept one only its own).
+        serves any execution, a kept one only its own), but only one idle for `recycle_s`:
+        its execution has most likely ended, while ending one whose execution still runs
+        would make its next step start a child, which would end another, and so on.
         """
         if self._closed:
             return
@@ -357,50 +385,71 @@ class PythonTool:
                 self._recycle_stale()
                 self._chore(self._spawn_fresh())
                 continue
-            victim = self._oldest_idle()
+            victim = self._oldest_idle(idle_for=self.sizing.recycle_s)
             if victim is None:
                 return
-            self._chore(self._end(victim))  # its end calls _refill again, with a free place
+            self._end(victim)  # its end calls _refill again, with a free place
 
     async def _spawn_fresh(self) -> None:
         try:
-            child = await _Child.spawn(await self.sandbox(), self._forks)
+            child = await self._spawn()
         except BaseException:
             self._count -= 1
             raise
         finally:
             self._starting -= 1
         if self._closed:
-            await self._end(child)
+            self._end(child)
         else:
             child.idle_since = time.monotonic()  # ready since: surplus ones retire when idle
             self._fresh.append(child)
 
-    async def _end(self, child: _Child) -> None:
-        """Kill `child` and clear its place (its folder; a slot's leftovers) for the next."""
+    def _end(self, child: _Child) -> None:
+        """Kill `child` now; its place (its folder; a slot's leftovers) is cleared for the next
+        child in the background, and a slot's uid is handed out again only once that is done.
+        """
         if child.ended:
             return
         child.ended = True
-        try:
-            await child.kill()
-            cleared = await self._clear(child.place)
-            await asyncio.to_thread((await self.sandbox()).close_place, child.place,
-                                    processes_cleared=cleared)
-        finally:
-            self._count -= 1
+        child.kill()
+        self._count -= 1
+        self._dead.append(child)
+        if not self._clearing:
+            self._clearing = True
+            self._chore(self._clear_dead())
         if not self._closed:
             self._refill()
 
-    async def _clear(self, place: ChildPlace) -> bool:
-        """Kill what a slot's child left running through the fork server, when there is one."""
+    async def _clear_dead(self) -> None:
+        """Clear the places of ended children, those ended meanwhile in one batch each round."""
+        try:
+            while self._dead:
+                dead, self._dead = self._dead, []
+                await asyncio.gather(*(child.reap() for child in dead))
+                places = [child.place for child in dead]
+                killed = await asyncio.gather(*(self._clear(place) for place in places))
+                await asyncio.to_thread((await self.sandbox()).close_places, places,
+                                        killed={user for user in killed if user is not None})
+                self._place_cleared.set()
+        finally:
+            self._clearing = False
+            self._place_cleared.set()  # a spawn waiting for a uid looks again
+            if self._dead:  # ended while a failed round was being cleared
+                self._clearing = True
+                self._chore(self._clear_dead())
+
+    async def _clear(self, place: ChildPlace) -> SandboxUser | None:
+        """Kill what a slot's child left running through the fork server, when there is one;
+        the user whose processes it killed, or None.
+        """
         user = place.user
         if self._forks is None or user is None or not user.exclusive:
-            return False
+            return None
         try:
             await self._forks.clear(user)
         except ForkServerGone:
-            return False
-        return True
+            return None
+        return user
 
     def _chore(self, work: Coroutine[object, object, None]) -> None:
         task = asyncio.create_task(work)
@@ -420,16 +469,18 @@ class PythonTool:
                            "filename": _filename(call)}
                 reply = await asyncio.wait_for(child.call(request), timeout_s)
             except TimeoutError:
-                await self._end(child)
+                self._end(child)
+                await child.reap()  # gone before the step's outcome says so
                 return Outcome.failure(f"python code ran longer than its timeout of {timeout_s:g}s",
                                        "timeout", retryable=True)
             except (asyncio.IncompleteReadError, BrokenPipeError, ConnectionResetError):
-                await self._end(child)
+                self._end(child)
+                await child.reap()
                 return Outcome.failure("python process died while running the code", "crash",
                                        retryable=True)
             except BaseException:
                 # Cancelled mid-call: the child may still be busy, so it cannot go back to the pool.
-                self._chore(self._end(child))
+                self._end(child)
                 raise
             self._release(child, call.execution_id)
         output: JsonObject = reply.get("output") or {}
@@ -455,8 +506,10 @@ class PythonTool:
         for child in children:
             if child.proc.stdin is not None:
                 child.proc.stdin.close()
-        await asyncio.gather(*(self._end(c) for c in children), return_exceptions=True)
-        await asyncio.gather(*list(self._chores), return_exceptions=True)
+        for child in children:
+            self._end(child)
+        while self._chores:  # the clearing, among them, may start more
+            await asyncio.gather(*list(self._chores), return_exceptions=True)
         if self._forks is not None:
             await self._forks.close()
         if self._sandbox is not None:
@@ -478,7 +531,7 @@ PROBE_TIMEOUT_S = 30.0
 async def _probe(sandbox: Sandbox) -> str | None:
     """Why a child cannot run code in `sandbox`, or None when it can."""
     try:
-        child = await _Child.spawn(sandbox)
+        child = await _Child.spawn(sandbox, sandbox.take_user())
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{type(exc).__name__}: {exc}"
     try:
@@ -489,6 +542,7 @@ async def _probe(sandbox: Sandbox) -> str | None:
     finally:
         if child.proc.stdin is not None:
             child.proc.stdin.close()
-        await child.kill()
+        child.kill()
+        await child.reap()
         await asyncio.to_thread(sandbox.close_place, child.place)
     return None if reply.get("status") == "ok" else str(reply.get("error"))

@@ -13,6 +13,7 @@ a slot's uid left running. When the fork server is gone, children are started as
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import select
@@ -40,10 +41,13 @@ class ForkedProcess:
         self.stdout = reader
         self.stdin = writer
         self._exited = False
+        self._exit: asyncio.Future[None] | None = None  # shared by every waiter
 
     @property
     def returncode(self) -> int | None:
         if not self._exited and select.select([self._pidfd], [], [], 0)[0]:
+            if self._exit is not None and not self._exit.done():
+                return -signal.SIGKILL  # closing the pidfd waits until nothing watches it
             self._ended()
         return -signal.SIGKILL if self._exited else None
 
@@ -53,8 +57,11 @@ class ForkedProcess:
 
     async def wait(self) -> int | None:
         if not self._exited:
-            await _readable(self._pidfd)
-            self._ended()
+            if self._exit is None:
+                self._exit = asyncio.ensure_future(_readable(self._pidfd))
+            await asyncio.shield(self._exit)
+            if not self._exited:
+                self._ended()
         return self.returncode
 
     def _ended(self) -> None:
@@ -69,7 +76,9 @@ class ForkServer:
         self._source = source
         self._proc: asyncio.subprocess.Process | None = None
         self._control: socket.socket | None = None
-        self._lock = asyncio.Lock()
+        # Orders in flight, oldest first: the fork server answers them in the order it got
+        # them, so several may be sent before the first answer comes (no lock, no thread).
+        self._answers: collections.deque[asyncio.Future[tuple[int, int]]] = collections.deque()
 
     async def start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -83,6 +92,8 @@ class ForkServer:
             raise
         finally:
             theirs.close()
+        ours.setblocking(False)
+        asyncio.get_running_loop().add_reader(ours.fileno(), self._answered)
         self._control = ours
 
     async def fork(self, place: ChildPlace) -> ForkedProcess:
@@ -113,29 +124,60 @@ class ForkServer:
             os.close(pidfd)
 
     async def _order(self, order: _Order, channel: int) -> tuple[int, int]:
-        if self._control is None:
+        """Send one order and await its answer (pid, pidfd). The send never waits: an order is
+        a few hundred bytes on a datagram socket whose buffer holds many.
+        """
+        control = self._control
+        if control is None:
             raise ForkServerGone("the fork server is not running")
-        async with self._lock:  # one order at a time: answers come back in order
-            return await asyncio.to_thread(self._ask, self._control, order, channel)
-
-    @staticmethod
-    def _ask(control: socket.socket, order: _Order, channel: int) -> tuple[int, int]:
+        answer: asyncio.Future[tuple[int, int]] = asyncio.get_running_loop().create_future()
         try:
             socket.send_fds(control, [jsonutil.dumps(order)], [channel])
-            data, fds, _, _ = socket.recv_fds(control, 16, 1)
-        except OSError as exc:
+        except OSError as exc:  # BlockingIOError included: a server that stopped reading
+            self._gone(f"the fork server is gone: {exc}")
             raise ForkServerGone(f"the fork server is gone: {exc}") from None
-        if len(data) != 4:
-            raise ForkServerGone("the fork server is gone")
-        if not fds:
-            raise ForkServerGone("a forked child ended at once")
-        (pid,) = struct.unpack(">i", data)
-        return pid, fds[0]
+        self._answers.append(answer)
+        return await answer
 
-    async def close(self) -> None:
+    def _answered(self) -> None:
+        """The control socket is readable: hand each answer to the oldest order waiting."""
+        control = self._control
+        while control is not None:
+            try:
+                data, fds, _, _ = socket.recv_fds(control, 16, 1)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._gone(f"the fork server is gone: {exc}")
+                return
+            if len(data) != 4:
+                for fd in fds:
+                    os.close(fd)
+                self._gone("the fork server is gone")
+                return
+            answer = self._answers.popleft() if self._answers else None
+            if answer is None or answer.done():  # its order was cancelled: nobody wants it
+                for fd in fds:
+                    os.close(fd)
+                continue
+            if fds:
+                answer.set_result((struct.unpack(">i", data)[0], fds[0]))
+            else:
+                answer.set_exception(ForkServerGone("a forked child ended at once"))
+
+    def _gone(self, why: str) -> None:
+        """No answer will come: the orders waiting fail, and later ones start interpreters."""
         if self._control is not None:
+            asyncio.get_running_loop().remove_reader(self._control.fileno())
             self._control.close()
             self._control = None
+        while self._answers:
+            answer = self._answers.popleft()
+            if not answer.done():
+                answer.set_exception(ForkServerGone(why))
+
+    async def close(self) -> None:
+        self._gone("the fork server was closed")
         if self._proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 self._proc.kill()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import datetime
+import gc
 import importlib
 import inspect
 import io
@@ -180,6 +181,24 @@ class LibraryError(Exception):
         self.type = type(cause).__name__
 
 
+_COMPILED: dict[tuple[str, str], tuple[CodeType, bool]] = {}
+COMPILED_KEPT = 64  # code texts kept compiled: an execution's steps often share theirs
+
+
+def _compiled(code: str, filename: str) -> tuple[CodeType, bool]:
+    """`_compile`, once per code text in this interpreter. It serves one execution only, so
+    only that execution's own code is ever found here.
+    """
+    key = (code, filename)
+    found = _COMPILED.get(key)
+    if found is None:
+        found = _compile(code, filename)
+        if len(_COMPILED) >= COMPILED_KEPT:
+            del _COMPILED[next(iter(_COMPILED))]  # the oldest
+        _COMPILED[key] = found
+    return found
+
+
 def _compile(code: str, filename: str) -> tuple[CodeType, bool]:
     """Compile user code; a top-level `return` makes the code the body of a function."""
     tree = ast.parse(code, filename, "exec")
@@ -285,7 +304,7 @@ def run_code(code: str, inputs: Mapping[str, object], context: Mapping[str, obje
     context = dict(context or {})
     namespace = _globals(inputs, context)
     namespace.update(import_libs(libs))
-    compiled, wrapped = _compile(code, filename)
+    compiled, wrapped = _compiled(code, filename)
     exec(compiled, namespace)
     if wrapped:
         return namespace[_BODY]()
@@ -397,14 +416,19 @@ def _reach_import_dirs(held: dict[str, int]) -> None:
         sys.path_importer_cache.clear()
 
 
+KILL_ROUNDS = 3  # tools/python_slots.py KILL_ROUNDS says why so few
+
+
 def _kill_leftovers() -> None:
     """Every other process of this uid is what an earlier holder of the slot left running:
-    kill(-1) reaches exactly the processes this uid may signal, never the caller itself.
+    kill(-1) reaches exactly the processes this uid may signal, never the caller itself. It
+    succeeds whenever any process exists, so its answer cannot end the rounds early; one round
+    suffices (a fork under way when SIGKILL comes is aborted), each walks the process table.
     """
-    for _ in range(200):  # a forking leftover is caught within a few rounds; never loop forever
+    for _ in range(KILL_ROUNDS):
         try:
             os.kill(-1, 9)
-        except ProcessLookupError:
+        except ProcessLookupError:  # no other process on the machine at all
             return
 
 
@@ -503,6 +527,9 @@ def fork_server() -> None:
         if not data:
             return
         order = _loads(data)
+        # What the server holds is never collected in a child: a collection there would touch
+        # every object and copy the pages the child shares with the server.
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             try:

@@ -36,7 +36,11 @@ SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue")
 WORKER_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID")
 _CAPABILITY_BITS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID": 6,
                     "SETUID": 7}  # linux/capability.h
-_KILL_ROUNDS = 200  # a forking leftover is caught within a few rounds; never loop forever
+# kill(-1) succeeds whenever any other process exists (those it may not signal included), so it
+# cannot tell when the uid has none left; it need not: a process whose fork is under way when
+# SIGKILL reaches it never gets its child (the kernel aborts the fork), so one round leaves the
+# uid nothing that can run again. The spare rounds cost a walk of the process table each.
+KILL_ROUNDS = 3
 
 
 class SlotError(Exception):
@@ -115,7 +119,14 @@ class UidSlots:
                             f"for {count} python processes: widen {ENV_PYTHON_UIDS}")
         self._free = sorted(self._claims, reverse=True)
 
+    @property
+    def free(self) -> int:
+        """Uids no child holds and none is being cleared: what `take` may hand out now."""
+        return len(self._free)
+
     def take(self) -> SandboxUser:
+        if not self._free:
+            raise SlotError("every python uid is in use or being cleared")
         uid = self._free.pop()
         return SandboxUser(f"noetl-python-{uid}", uid, uid, exclusive=True)
 
@@ -137,32 +148,36 @@ def _has_account(uid: int) -> bool:
 
 
 # Run as the slot's uid: `kill -9 -1` reaches exactly the processes this uid may signal, never
-# the shell itself; repeated until none is left (a forking leftover is caught within a few rounds).
-_KILL_ALL = (f"i=0; while [ $i -lt {_KILL_ROUNDS} ] && kill -9 -1 2>/dev/null; do i=$((i+1)); "
-             "done")
+# the shell itself (KILL_ROUNDS says why so few rounds).
+_KILL_ALL = f"for i in {' '.join(['1'] * KILL_ROUNDS)}; do kill -9 -1 2>/dev/null; done"
 
 
-def clear_slot(user: SandboxUser, *, processes: bool = True) -> None:
-    """What the slot's last child left behind: its processes, then its files in the shared
-    folders. Blocking (run it in a thread). The user change is made by subprocess itself, in
-    C: python code between fork and exec is unsafe in a process with threads.
+def clear_slots(users: list[SandboxUser], *, kill: list[SandboxUser]) -> None:
+    """What the slots' last children left behind: the processes of the uids in `kill` (the
+    others' are killed already, tools/python_forks.py), then the files of every uid in `users`
+    in the shared folders, read once for all. Blocking (run it in a thread). The user change
+    is made by subprocess itself, in C: python code between fork and exec is unsafe in a
+    process with threads.
     """
     shell = shutil.which("sh") or "/bin/sh"
-    if processes:  # else the fork server already killed them (tools/python_forks.py)
+    for user in kill:
         subprocess.run([shell, "-c", _KILL_ALL], user=user.uid, group=user.gid,
                        extra_groups=[],
                        check=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
+    uids = frozenset(user.uid for user in users)
+    if not uids:
+        return
     for shared in SHARED_WRITABLE:
         with contextlib.suppress(OSError), os.scandir(shared) as entries:
             for entry in entries:
-                _remove_if_owned(entry, user.uid)
+                _remove_if_owned(entry, uids)
 
 
-def _remove_if_owned(entry: os.DirEntry[str], uid: int) -> None:
+def _remove_if_owned(entry: os.DirEntry[str], uids: frozenset[int]) -> None:
     with contextlib.suppress(OSError):
         info = entry.stat(follow_symlinks=False)
-        if info.st_uid != uid:
+        if info.st_uid not in uids:
             return
         if stat.S_ISDIR(info.st_mode):
             shutil.rmtree(entry.path, ignore_errors=True)

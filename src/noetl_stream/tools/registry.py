@@ -90,7 +90,7 @@ class ToolRegistry:
 
     @classmethod
     async def create(cls, *, services: ToolServices | None = None, python_children: int = 8,
-                     python_warm: int = 2, quiet_python_fallback: bool = False,
+                     python_warm: int | None = None, quiet_python_fallback: bool = False,
                      python_idle_s: float | None = None) -> ToolRegistry:
         services = services or ToolServices()
         python = PythonTool(max_children=python_children, warm=python_warm,

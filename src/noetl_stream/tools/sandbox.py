@@ -40,7 +40,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 
 from noetl_stream.tools.python_slots import (
@@ -49,7 +49,7 @@ from noetl_stream.tools.python_slots import (
     SandboxUser,
     SlotError,
     UidSlots,
-    clear_slot,
+    clear_slots,
     missing_capabilities,
     parse_range,
 )
@@ -148,15 +148,34 @@ class Sandbox:
             return f"uids of {ENV_PYTHON_UIDS}"
         return self.user.name if self.user is not None else None
 
-    def open_place(self) -> ChildPlace:
-        """A place for one new child (blocking: it makes a folder)."""
-        user = self.slots.take() if self.slots is not None else self.user
+    @property
+    def place_free(self) -> bool:
+        """Whether `take_user` has a user to give now (a slot uid is busy until cleared)."""
+        return self.slots is None or self.slots.free > 0
+
+    def take_user(self) -> SandboxUser | None:
+        """The user of one new child: a slot's uid of its own (SlotError when every one is in
+        use or being cleared), else the one user, or None for the worker's. Never blocks.
+        """
+        return self.slots.take() if self.slots is not None else self.user
+
+    def open_place(self, user: SandboxUser | None) -> ChildPlace:
+        """A place for one new child of `user` (`take_user`; blocking: it makes a folder)."""
         if user is None:
             return ChildPlace(None, None, self.env,
                               _last_capability() if os.geteuid() == 0 else -1)
-        folder = tempfile.mkdtemp(prefix=f"noetl-python-{user.uid}-")
-        os.chown(folder, user.uid, user.gid)
-        os.chmod(folder, 0o700)
+        try:
+            folder = tempfile.mkdtemp(prefix=f"noetl-python-{user.uid}-")
+            try:
+                os.chown(folder, user.uid, user.gid)
+                os.chmod(folder, 0o700)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+        except BaseException:
+            if user.exclusive and self.slots is not None:
+                self.slots.give_back(user)  # no child ran as it: nothing to clear
+            raise
         env = {**self.env, "HOME": folder, "TMPDIR": folder, "USER": user.name,
                "LOGNAME": user.name}
         return ChildPlace(user, folder, env)
@@ -165,11 +184,23 @@ class Sandbox:
         """After the child is gone (blocking): its folder, and a slot's leftovers, go
         (`processes_cleared`: its processes are already killed).
         """
-        if place.folder is not None:
-            shutil.rmtree(place.folder, ignore_errors=True)
-        if place.user is not None and place.user.exclusive and self.slots is not None:
-            clear_slot(place.user, processes=not processes_cleared)
-            self.slots.give_back(place.user)
+        killed = {place.user} if processes_cleared and place.user is not None else set()
+        self.close_places([place], killed=killed)
+
+    def close_places(self, places: list[ChildPlace], *, killed: Set[SandboxUser]) -> None:
+        """After their children are gone (blocking): their folders, and the leftovers of their
+        slots, go (the shared folders are read once for all); only then are the slots' uids
+        free for other children. `killed`: users whose processes are already killed.
+        """
+        for place in places:
+            if place.folder is not None:
+                shutil.rmtree(place.folder, ignore_errors=True)
+        if self.slots is None:
+            return
+        users = [p.user for p in places if p.user is not None and p.user.exclusive]
+        clear_slots(users, kill=[user for user in users if user not in killed])
+        for user in users:
+            self.slots.give_back(user)
 
     @property
     def forks(self) -> bool:
