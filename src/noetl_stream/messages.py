@@ -381,8 +381,13 @@ def command_body(*, execution_id: str, playbook: str | None, step: str, step_run
                  attempt: int = 1, cursor: CommandCursor | None = None,
                  source_file: str | None = None, step_line: int | None = None,
                  task_results: bool = False, restart: int = 0) -> Command:
-    """The one constructor of a command (the router's; a worker validates what it receives)."""
-    return Command(execution_id=execution_id, playbook=playbook, step=step,
+    """The one constructor of a command (the router's; a worker validates what it receives).
+    Built without validation: its values come from a parsed playbook and the execution's state
+    (step names checked by the parser, ids made by the router, context values JSON the state
+    holds), and validating them cost most of a command's CPU on the server. The fields and
+    their order are Command's own, as validation would leave them.
+    """
+    return Command.model_construct(execution_id=execution_id, playbook=playbook, step=step,
                    step_run_id=step_run_id, parent_execution_id=parent_execution_id,
                    iteration=iteration, attempt=attempt, tasks=tasks, step_args=step_args,
                    context=context, keychain=keychain, max_payload_bytes=max_payload_bytes,

@@ -255,3 +255,16 @@ def test_a_timer_schedule_reads_as_scheduled() -> None:
     got = event("noetl.events.7.timer.schedule.nudge", {"event_type": "timer.fired",
                                                         "timer_id": "nudge"})
     assert got["event_type"] == "timer.scheduled"
+
+
+def test_the_router_s_command_keeps_its_values_as_built_and_equals_the_one_a_worker_reads() -> None:
+    # Built without validation (the values are the parsed playbook's and the state's): nothing
+    # is copied, and what a worker validates from the published bytes is the same command.
+    args: dict[str, Any] = {"n": 1}
+    keychain: list[dict[str, Any]] = [{"name": "k", "kind": "secret"}]
+    built = typed_command(step_args=args, keychain=keychain, iteration=2,
+                          cursor=CommandCursor(claim="select 1", iterator="row"))
+    assert built.step_args is args and built.keychain is keychain
+    received = Command.model_validate(jsonutil.loads(jsonutil.dumps(built)))
+    assert received.model_dump() == built.model_dump()
+    assert jsonutil.dumps(received) == jsonutil.dumps(built)
