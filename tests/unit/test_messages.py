@@ -268,3 +268,16 @@ def test_the_router_s_command_keeps_its_values_as_built_and_equals_the_one_a_wor
     received = Command.model_validate(jsonutil.loads(jsonutil.dumps(built)))
     assert received.model_dump() == built.model_dump()
     assert jsonutil.dumps(received) == jsonutil.dumps(built)
+
+
+def test_the_router_s_command_and_context_hold_every_field_in_the_model_s_order() -> None:
+    context = messages.command_context(workload={"n": 1}, ctx={}, args={}, iter={}, vars={},
+                                       steps={}, steps_http={}, steps_loop=[])
+    built = typed_command(context=context)
+    assert list(vars(built)) == list(Command.model_fields)
+    assert list(vars(context)) == list(CommandContext.model_fields)
+    assert built.model_fields_set == set(Command.model_fields)
+    assert built.model_extra == {} and context.model_extra == {}
+    assert built == Command.model_validate(jsonutil.loads(jsonutil.dumps(built)))
+    copied = built.model_copy(update={"attempt": 2})
+    assert (copied.attempt, built.attempt, copied.context is context) == (2, 1, True)

@@ -191,7 +191,7 @@ class Engine:
             iteration=index,
             tasks=self.graph.task_lists[step.name],
             step_args=step.args,
-            context=messages.CommandContext.model_construct(
+            context=messages.command_context(
                 workload=only(self.state.workload, names, "workload"),
                 ctx=only(self.state.ctx, names, "ctx"),
                 args=run.args,
