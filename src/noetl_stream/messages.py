@@ -571,7 +571,5 @@ def split_outcome_pool(tail: str) -> tuple[str, str | None]:
     """The event type and pool of a subject's tail after the execution id: `step.done.secure`
     -> (`step.done`, `secure`); any other event type with no pool.
     """
-    for etype in OUTCOME_EVENTS:
-        if tail.startswith(etype + ".") and "." not in tail[len(etype) + 1:]:
-            return etype, tail[len(etype) + 1:]
-    return tail, None
+    etype, _, pool = tail.rpartition(".")
+    return (etype, pool) if etype in OUTCOME_EVENTS else (tail, None)

@@ -281,3 +281,13 @@ def test_the_router_s_command_and_context_hold_every_field_in_the_model_s_order(
     assert built == Command.model_validate(jsonutil.loads(jsonutil.dumps(built)))
     copied = built.model_copy(update={"attempt": 2})
     assert (copied.attempt, built.attempt, copied.context is context) == (2, 1, True)
+
+
+def test_an_outcome_subject_s_last_token_is_its_pool_and_no_other_tail_has_one() -> None:
+    cases = {"step.done.default": ("step.done", "default"),
+             "loop.iteration.failed.gpu-1": ("loop.iteration.failed", "gpu-1"),
+             "step.done.": ("step.done", ""), "step.done": ("step.done", None),
+             "step.done.a.b": ("step.done.a.b", None), "step.started.default":
+             ("step.started.default", None), "signal.step.done.x": ("signal.step.done.x", None),
+             "done": ("done", None), "": ("", None)}
+    assert {tail: messages.split_outcome_pool(tail) for tail in cases} == cases
