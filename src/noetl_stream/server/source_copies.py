@@ -85,7 +85,7 @@ def sort_out(state: ExecutionState, copies: list[Copy | None]) -> list[bool]:
     the server applies a group (here, in the render pool, one event at a time) commits them.
     """
     mark = mark_of(state)
-    before = state.source_recent  # at most RECENT: looked through, not copied, per group
+    before = state.source_recent  # at most RECENT: looked through and extended, not copied
     added: list[int] = []
     fresh: list[bool] = []
     for copy in copies:
@@ -98,8 +98,8 @@ def sort_out(state: ExecutionState, copies: list[Copy | None]) -> list[bool]:
             mark = copy
     if mark is not None:
         state.source_mark = [mark.origin, mark.copy]
-        if added or len(before) > RECENT:
-            state.source_recent = [*before, *added][-RECENT:]
+        before.extend(added)
+        del before[:-RECENT]
     return fresh
 
 
