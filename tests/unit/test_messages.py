@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
 import pytest
@@ -281,6 +282,8 @@ def test_the_router_s_command_and_context_hold_every_field_in_the_model_s_order(
     assert built == Command.model_validate(jsonutil.loads(jsonutil.dumps(built)))
     copied = built.model_copy(update={"attempt": 2})
     assert (copied.attempt, built.attempt, copied.context is context) == (2, 1, True)
+    # The render pool hands cached states, outbox included, to another process.
+    assert pickle.loads(pickle.dumps(built)) == built
 
 
 def test_an_outcome_subject_s_last_token_is_its_pool_and_no_other_tail_has_one() -> None:
