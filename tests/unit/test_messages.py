@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
 import pytest
@@ -255,3 +256,41 @@ def test_a_timer_schedule_reads_as_scheduled() -> None:
     got = event("noetl.events.7.timer.schedule.nudge", {"event_type": "timer.fired",
                                                         "timer_id": "nudge"})
     assert got["event_type"] == "timer.scheduled"
+
+
+def test_the_router_s_command_keeps_its_values_as_built_and_equals_the_one_a_worker_reads() -> None:
+    # Built without validation (the values are the parsed playbook's and the state's): nothing
+    # is copied, and what a worker validates from the published bytes is the same command.
+    args: dict[str, Any] = {"n": 1}
+    keychain: list[dict[str, Any]] = [{"name": "k", "kind": "secret"}]
+    built = typed_command(step_args=args, keychain=keychain, iteration=2,
+                          cursor=CommandCursor(claim="select 1", iterator="row"))
+    assert built.step_args is args and built.keychain is keychain
+    received = Command.model_validate(jsonutil.loads(jsonutil.dumps(built)))
+    assert received.model_dump() == built.model_dump()
+    assert jsonutil.dumps(received) == jsonutil.dumps(built)
+
+
+def test_the_router_s_command_and_context_hold_every_field_in_the_model_s_order() -> None:
+    context = messages.command_context(workload={"n": 1}, ctx={}, args={}, iter={}, vars={},
+                                       steps={}, steps_http={}, steps_loop=[])
+    built = typed_command(context=context)
+    assert list(vars(built)) == list(Command.model_fields)
+    assert list(vars(context)) == list(CommandContext.model_fields)
+    assert built.model_fields_set == set(Command.model_fields)
+    assert built.model_extra == {} and context.model_extra == {}
+    assert built == Command.model_validate(jsonutil.loads(jsonutil.dumps(built)))
+    copied = built.model_copy(update={"attempt": 2})
+    assert (copied.attempt, built.attempt, copied.context is context) == (2, 1, True)
+    # The render pool hands cached states, outbox included, to another process.
+    assert pickle.loads(pickle.dumps(built)) == built
+
+
+def test_an_outcome_subject_s_last_token_is_its_pool_and_no_other_tail_has_one() -> None:
+    cases = {"step.done.default": ("step.done", "default"),
+             "loop.iteration.failed.gpu-1": ("loop.iteration.failed", "gpu-1"),
+             "step.done.": ("step.done", ""), "step.done": ("step.done", None),
+             "step.done.a.b": ("step.done.a.b", None), "step.started.default":
+             ("step.started.default", None), "signal.step.done.x": ("signal.step.done.x", None),
+             "done": ("done", None), "": ("", None)}
+    assert {tail: messages.split_outcome_pool(tail) for tail in cases} == cases

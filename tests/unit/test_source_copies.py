@@ -113,3 +113,36 @@ def test_the_mark_is_stored_and_read_back_and_left_out_of_verify() -> None:
     again = ExecutionState.from_dict(s.to_dict())
     assert (again.source_mark, again.source_recent) == ([13, 203], [12, 13])
     assert content(again) == content(state())
+
+
+def reference_sort_out(mark: list[int], recent: list[int], copies: list[Copy | None]
+                       ) -> tuple[list[bool], list[int], list[int]]:
+    """The rule as the module's docstring states it, with a set of every origin seen so far."""
+    last = Copy(mark[0], mark[1]) if len(mark) == 2 else None
+    seen, kept, fresh = set(recent), list(recent), []
+    for c in copies:
+        again = c is not None and (c.origin in seen or (last is not None and (
+            c.origin == last.origin or (c.origin < last.origin and c.copy > last.copy))))
+        fresh.append(not again)
+        if again or c is None:
+            continue
+        seen.add(c.origin)
+        kept.append(c.origin)
+        if last is None or c.origin > last.origin:
+            last = c
+    if last is None:
+        return fresh, mark, recent
+    return fresh, [last.origin, last.copy], kept[-RECENT:]
+
+
+def test_sorting_out_groups_follows_the_rule_over_many_groups() -> None:
+    # Deterministic pseudo-random groups: redelivered, repeated and late copies mixed in.
+    s, seed = state(), 7
+    for _ in range(400):
+        copies: list[Copy | None] = []
+        for _ in range(1 + seed % 5):
+            seed = (seed * 1103515245 + 12345) % (1 << 31)
+            copies.append(None if seed % 17 == 0 else Copy(seed % 300, seed % 1000))
+        want = reference_sort_out(list(s.source_mark), list(s.source_recent), copies)
+        assert (sort_out(s, copies), s.source_mark, s.source_recent) == want
+    assert len(s.source_recent) == RECENT

@@ -179,7 +179,8 @@ class Engine:
         if index is not None and step.loop is not None:
             iter_vars = {**iter_vars, **loops.iteration_vars(step.loop, index, item)}
         steps = pick_steps(names, self.state.steps)
-        http = {n: self.state.steps[n].http for n in steps if self.state.steps[n].http}
+        http: dict[str, JsonValue] = {
+            n: self.state.steps[n].http for n in steps if self.state.steps[n].http}
         loop_steps = [n for n in steps if self.state.steps[n].loop]
         body = messages.command_body(
             execution_id=self.state.execution_id,
@@ -190,7 +191,7 @@ class Engine:
             iteration=index,
             tasks=self.graph.task_lists[step.name],
             step_args=step.args,
-            context=messages.CommandContext(
+            context=messages.command_context(
                 workload=only(self.state.workload, names, "workload"),
                 ctx=only(self.state.ctx, names, "ctx"),
                 args=run.args,

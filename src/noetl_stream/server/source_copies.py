@@ -25,6 +25,7 @@ state without marks (written before they existed) applies every copy.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from nats.aio.msg import Msg
@@ -68,7 +69,7 @@ def mark_of(state: ExecutionState) -> Copy | None:
     return Copy(mark[0], mark[1])
 
 
-def applied_before(mark: Copy | None, recent: set[int], copy: Copy | None) -> bool:
+def applied_before(mark: Copy | None, recent: Collection[int], copy: Copy | None) -> bool:
     """Whether `copy` is a copy of an event applied already, as far as the marks tell."""
     if copy is None:
         return False
@@ -84,21 +85,21 @@ def sort_out(state: ExecutionState, copies: list[Copy | None]) -> list[bool]:
     the server applies a group (here, in the render pool, one event at a time) commits them.
     """
     mark = mark_of(state)
-    recent = list(state.source_recent)
-    seen = set(recent)
+    before = state.source_recent  # at most RECENT: looked through and extended, not copied
+    added: list[int] = []
     fresh: list[bool] = []
     for copy in copies:
-        again = applied_before(mark, seen, copy)
+        again = copy is not None and (copy.origin in added or applied_before(mark, before, copy))
         fresh.append(not again)
         if again or copy is None:
             continue
-        recent.append(copy.origin)
-        seen.add(copy.origin)
+        added.append(copy.origin)
         if mark is None or copy.origin > mark.origin:
             mark = copy
     if mark is not None:
         state.source_mark = [mark.origin, mark.copy]
-        state.source_recent = recent[-RECENT:]
+        before.extend(added)
+        del before[:-RECENT]
     return fresh
 
 

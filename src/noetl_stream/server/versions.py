@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from nats.js.errors import KeyNotFoundError
+from pydantic import BaseModel
 
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
@@ -59,7 +60,9 @@ def named_version(event: RouterEvent | Mapping[str, object]) -> str | None:
     """
     if isinstance(event, RestartRequested):
         return event.playbook_key or None
-    if not isinstance(event, Mapping) or event.get("event_type") != REQUESTED:
+    # Any other decoded event names none; checked first, as a Mapping check of a model is slow.
+    if isinstance(event, BaseModel) or not isinstance(event, Mapping) \
+            or event.get("event_type") != REQUESTED:
         return None
     key = event.get("playbook_key")
     return key if isinstance(key, str) and key else None
