@@ -33,7 +33,6 @@ from pydantic_core import PydanticCustomError
 from noetl_stream import ids, jsonutil
 from noetl_stream.dsl.task_list import TaskList
 from noetl_stream.events import ErrorInfo
-from noetl_stream.model_building import built
 
 # -- identifiers ---------------------------------------------------------------------------
 # 128 characters for one identifier: an int64 id has 19 digits, a UUID 36, a step or signal name
@@ -383,28 +382,24 @@ def command_body(*, execution_id: str, playbook: str | None, step: str, step_run
                  source_file: str | None = None, step_line: int | None = None,
                  task_results: bool = False, restart: int = 0) -> Command:
     """The one constructor of a command (the router's; a worker validates what it receives).
-    Built without validation: its values come from a parsed playbook and the execution's state
-    (step names checked by the parser, ids made by the router, context values JSON the state
-    holds), and validating them cost most of a command's CPU on the server. The fields and
-    their order are Command's own, as validation would leave them (model_building.py).
+    Validated here too: a playbook's path and file are the user's text, and a command the
+    router cannot build fails the execution where a worker's refusal would only dead-letter it.
     """
-    return built(Command, {
-        "execution_id": execution_id, "playbook": playbook, "step": step,
-        "step_run_id": step_run_id, "parent_execution_id": parent_execution_id,
-        "iteration": iteration, "attempt": attempt, "tasks": tasks, "step_args": step_args,
-        "context": context, "keychain": keychain, "max_payload_bytes": max_payload_bytes,
-        "source_file": source_file, "step_line": step_line, "cursor": cursor,
-        "task_results": task_results, "restart": restart})
+    return Command(execution_id=execution_id, playbook=playbook, step=step,
+                   step_run_id=step_run_id, parent_execution_id=parent_execution_id,
+                   iteration=iteration, attempt=attempt, tasks=tasks, step_args=step_args,
+                   context=context, keychain=keychain, max_payload_bytes=max_payload_bytes,
+                   source_file=source_file, step_line=step_line, cursor=cursor,
+                   task_results=task_results, restart=restart)
 
 
 def command_context(*, workload: jsonutil.JsonObject, ctx: jsonutil.JsonObject,
                     args: jsonutil.JsonObject, iter: jsonutil.JsonObject,
                     vars: jsonutil.JsonObject, steps: jsonutil.JsonObject,
                     steps_http: jsonutil.JsonObject, steps_loop: list[str]) -> CommandContext:
-    """A command's context as the router builds it, unvalidated as `command_body` says."""
-    return built(CommandContext, {
-        "workload": workload, "ctx": ctx, "args": args, "iter": iter, "vars": vars,
-        "steps": steps, "steps_http": steps_http, "steps_loop": steps_loop})
+    """A command's context as the router builds it."""
+    return CommandContext(workload=workload, ctx=ctx, args=args, iter=iter, vars=vars,
+                          steps=steps, steps_http=steps_http, steps_loop=steps_loop)
 
 
 class StepIdentity(BaseModel):
