@@ -36,6 +36,21 @@ def test_missing_api_version_is_an_error() -> None:
         'test.yaml:1: field "apiVersion": apiVersion is missing; this runtime reads "noetl.io/v2"']
 
 
+@pytest.mark.parametrize("meta,line,field", [
+    ('{name: "bad\\u0007name"}', 3, "name"),
+    ("\n  name: t\n  path: " + "p" * 4097, 5, "path"),
+    ("\n  name: t\n  path: [a]", 5, "path"),
+])
+def test_metadata_text_a_command_cannot_carry_is_refused_at_its_line(
+        meta: str, line: int, field: str) -> None:
+    # Every command of the execution carries metadata.path (or .name): a value the message
+    # models refuse would otherwise fail the execution only once it runs.
+    text = f"apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {meta}\nworkflow:\n  - step: start\n"
+    assert issues_of(text) == [
+        f'test.yaml:{line}: field "metadata.{field}": metadata.{field} is text of 1 to 4096 '
+        "characters without control characters"]
+
+
 def test_arc_to_missing_step_suggests_the_nearest_name() -> None:
     message = only_issue("""
         workflow:

@@ -9,6 +9,7 @@ The document's top level is read here; steps, tasks and arcs by the modules of d
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -37,6 +38,10 @@ from noetl_stream.errors import Issue, PlaybookError, YamlSyntaxError
 from noetl_stream.jsonutil import JsonObject, JsonValue
 
 API_VERSION = "noetl.io/v2"
+# metadata.name and .path ride in every command and event as messages.Text: its bound and the
+# characters it refuses (the dsl does not import the message models).
+MAX_META_TEXT = 4096
+CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 TOP_KEYS = frozenset({"apiVersion", "kind", "metadata", "workload", "workflow", "workbook",
                       "keychain", "executor", "spec"})
 
@@ -116,7 +121,22 @@ class _Parser(StepParser):
             self.error(line_of(doc, "metadata") or 1, "metadata.name is required", None,
                        "metadata.name")
             meta = meta if isinstance(meta, dict) else {}
+        for key in ("name", "path"):
+            self.check_meta_text(meta, key)
         return api, kind, meta
+
+    def check_meta_text(self, meta: JsonObject, key: str) -> None:
+        """`metadata.name` and `.path` travel in every command and event of the execution, where
+        text is 1 to MAX_META_TEXT printable characters: refused here, where the line is known.
+        """
+        value = meta.get(key)
+        if value is None or (key == "name" and not value):
+            return
+        if (not isinstance(value, str) or not value or len(value) > MAX_META_TEXT
+                or CONTROL_CHARS.search(value)):
+            self.error(line_of(meta, key) or 1, f"metadata.{key} is text of 1 to "
+                       f"{MAX_META_TEXT} characters without control characters", None,
+                       f"metadata.{key}")
 
     def parse_steps(self, raw_steps: list[JsonValue], workbook: Workbook) -> list[Step]:
         """The workflow's steps, names unique, leaves routed to `end`, every arc's target there."""
