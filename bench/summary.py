@@ -63,9 +63,9 @@ def rows(inproc: dict[str, Any] | None, services: dict[str, Any] | None,
                 "raw": raw_svc,
                 "why": (f"{idle['extra']['p50_ms'] / 5:.1f} ms per hop of its 5 (start, 3 steps, "
                         f"end) = {idle['extra']['p50_ms'] / 5 / svc_raw['value']:.1f} x RAW; a step's "
-                        "path is 6 stored writes in a row, each acknowledged after its fsync: its "
-                        "result, the commit, the command, the attempt's start (its claim), the "
-                        "outcome and the outcome's partition copy")
+                        "path is 5 stored writes in a row, each acknowledged after its fsync: the "
+                        "commit, the command, the attempt's start (its claim), the outcome and the "
+                        "outcome's partition copy (a result over 1 KiB adds its own write first)")
                 if idle and svc_raw else ""})
     w3 = _row(inproc, "W3")
     raw = _row(inproc, "RAW")
