@@ -5,13 +5,13 @@ within their budget."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import textwrap
 from typing import Any
 
 import pytest
 from nats.aio.msg import Msg
+from paused_runs import committed_state, run_until_started
 
 from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
@@ -21,7 +21,6 @@ from noetl_stream.server.execution_ids import new_execution_id
 from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import BUCKET, INLINE_BUDGET, SMALL_RESULT, StepResults
-from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.integration
 
@@ -55,12 +54,6 @@ def _chain(count: int) -> str:
     return "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: chain}\nworkflow:\n" + steps
 
 
-async def _committed(bus: Bus, execution_id: str) -> dict[str, Any]:
-    entry = await (await bus.js.key_value("noetl_executions")).get(execution_id)
-    data: dict[str, Any] = jsonutil.loads(entry.value or b"{}")
-    return data
-
-
 async def _count_result_writes(bus: Bus, execution_id: str) -> tuple[list[str], Any]:
     """Every write of a result entry of the execution, as its key, seen on the bucket's subject."""
     written: list[str] = []
@@ -87,7 +80,7 @@ async def test_a_chain_of_steps_that_return_little_writes_no_result_entry(bus: B
     assert final["status"] == "completed", final.get("error")
     assert written == []  # before: one entry per step, each its own stored write
 
-    committed = await _committed(bus, execution_id)
+    committed = await committed_state(bus, execution_id)
     for i in range(1, count + 1):
         record = committed["steps"][f"s{i}"]
         assert record["result_key"] is None and record["result"] == final["steps"][f"s{i}"]["result"]
@@ -96,17 +89,7 @@ async def test_a_chain_of_steps_that_return_little_writes_no_result_entry(bus: B
 
 async def test_small_and_large_results_read_back_on_a_server_that_never_saw_them(bus: Bus) -> None:
     execution_id = new_execution_id()
-    events: list[dict[str, Any]] = []
-    async with run_services(bus, python_children=1):
-        watch = asyncio.create_task(submit_and_watch(
-            bus, playbook_text=MIXED, playbook_file="mixed.yaml", payload={},
-            on_event=events.append, execution_id=execution_id, timeout_s=60))
-
-        def waiting() -> None:
-            assert any(e["event_type"] == "step.started" and e.get("step") == "wait"
-                       for e in events)
-        await assert_eventually(waiting)
-        stored = await _committed(bus, execution_id)
+    watch, stored = await run_until_started(bus, MIXED, "mixed.yaml", execution_id, "wait")
     small, large = stored["steps"]["small"], stored["steps"]["large"]
     assert small["result"] == {"n": 41, "word": "kept"} and small["result_key"] is None
     assert "result" not in large and RESULT_KEY.match(large["result_key"])
@@ -127,7 +110,7 @@ async def test_small_and_large_results_read_back_on_a_server_that_never_saw_them
     assert final["steps"]["small"]["result"] == {"n": 41, "word": "kept"}
     assert final["steps"]["large"]["result"] == {"pad": "x" * 3000}
     # The new server kept the small result inline, as it was committed.
-    assert (await _committed(bus, execution_id))["steps"]["small"]["result_key"] is None
+    assert (await committed_state(bus, execution_id))["steps"]["small"]["result_key"] is None
 
 
 async def test_results_kept_inline_stay_within_the_budget_and_the_rest_go_by_key(bus: Bus) -> None:

@@ -5,11 +5,10 @@ its steps by reference."""
 
 from __future__ import annotations
 
-import asyncio
 import textwrap
-from typing import Any
 
 import pytest
+from paused_runs import committed_state, run_until_started
 
 from noetl_stream import jsonutil, refs
 from noetl_stream.bus.connection import Bus
@@ -20,7 +19,6 @@ from noetl_stream.server.execution_ids import new_execution_id
 from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import BUCKET, SMALL_RESULT, StepResults, summaries_by_reference
-from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.integration
 
@@ -42,25 +40,9 @@ PAUSED = textwrap.dedent("""\
     """)
 
 
-async def _committed(bus: Bus, execution_id: str) -> dict[str, Any]:
-    entry = await (await bus.js.key_value("noetl_executions")).get(execution_id)
-    data: dict[str, Any] = jsonutil.loads(entry.value or b"{}")
-    return data
-
-
 async def test_a_server_that_never_saw_the_execution_reads_its_results_back(bus: Bus) -> None:
     execution_id = new_execution_id()
-    events: list[dict[str, Any]] = []
-    async with run_services(bus, python_children=1):
-        watch = asyncio.create_task(submit_and_watch(
-            bus, playbook_text=PAUSED, playbook_file="paused.yaml", payload={},
-            on_event=events.append, execution_id=execution_id, timeout_s=60))
-
-        def waiting() -> None:
-            assert any(e["event_type"] == "step.started" and e.get("step") == "wait"
-                       for e in events)
-        await assert_eventually(waiting)
-        stored = await _committed(bus, execution_id)
+    watch, stored = await run_until_started(bus, PAUSED, "paused.yaml", execution_id, "wait")
     # The committed state names the result; it does not hold it.
     record = stored["steps"]["start"]
     assert "result" not in record and isinstance(record["result_key"], str)
@@ -139,7 +121,7 @@ async def test_settled_step_records_leave_the_state_and_are_read_back_cold(bus: 
                                        payload={}, on_event=lambda _e: None, timeout_s=120)
     assert final["status"] == "completed", final.get("error")
 
-    committed = await _committed(bus, final["execution_id"])
+    committed = await committed_state(bus, final["execution_id"])
     assert len(committed["step_pages"]) == 1
     assert len(committed["steps"]) <= count - PAGE_SIZE
     state = ExecutionState.from_dict(committed)
