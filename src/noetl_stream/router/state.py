@@ -410,7 +410,7 @@ class ExecutionState:
         # inline is replaced by its plain value with the result.
         every = self.steps
         written = every if self._inline is None else {name: every[name] for name in self._inline}
-        self.steps = {name: rec._written or rec.as_written() for name, rec in written.items()}
+        self.steps = {name: rec.as_written() for name, rec in written.items()}
         try:
             data = jsonutil.dumps(self)
         finally:
