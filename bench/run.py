@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import hops
 from common import cpu_s, raw_concurrent, raw_round_trips, reset_peak_rss, rss_mb
 
 from noetl_stream.bus.connection import Bus, connect
@@ -429,6 +430,32 @@ async def run_workloads(bus: Bus, plan: Plan, want: Callable[[str], bool], prof:
                                             "max": round(per_exec[-1], 3)}
         return row
 
+    async def w3_stores() -> Row:
+        """W1's chain alone, then W3's shape, each once under the tap (bench/hops.py, in a
+        process of its own): how long nats-server takes to store a write, idle and under W3.
+        """
+        if bus.url is None:
+            raise RuntimeError("the bench's connection has no URL for the tap")
+        alone_text = chain_playbook("bench_w3s_alone", plan.w1_steps)
+        w3_text = chain_playbook("bench_w3s", plan.w3_steps)
+        async with hops.tapped(bus.url) as alone:
+            alone_wall, final = await execute(bus, alone_text, "w3s_alone")
+        status = _check_final(final, "w3s_alone")
+        total = plan.w3_executions * plan.w3_steps
+        async with hops.tapped(bus.url) as loaded:
+            t0 = time.perf_counter()
+            results = await asyncio.gather(*(execute(bus, w3_text, "w3s")
+                                             for _ in range(plan.w3_executions)))
+            wall = time.perf_counter() - t0
+        if any(_check_final(f, "w3s") != "completed" for _, f in results):
+            status = "failed"
+        row = Row("W3-stores", total, wall, "nats-server's store latency (a stored publish to its "
+                  "ack, fsync included), by stream: a chain alone, then W3's shape, tapped",
+                  [wall], status=status)
+        row.extra.update(alone=alone, w3=loaded, alone_steps=plan.w1_steps,
+                         alone_ms_per_step=round(alone_wall * 1000 / plan.w1_steps, 3))
+        return row
+
     async def w4() -> Row:
         text = chain_playbook("bench_w4", plan.w4_steps, "python")
         walls, status = await repeated(bus, text, "w4", plan.repeat)
@@ -490,6 +517,7 @@ async def run_workloads(bus: Bus, plan: Plan, want: Callable[[str], bool], prof:
     rows += later
     await timed("W2", w2)
     await timed("W3", w3)
+    await timed("W3-stores", w3_stores)
     await timed("W4", w4)
     if plan.grow_steps:
         await timed("GROW-chain", grow_chain)

@@ -41,13 +41,15 @@ def rows(inproc: dict[str, Any] | None, services: dict[str, Any] | None,
          cli: dict[str, Any] | None) -> list[dict[str, Any]]:
     """One dict per probe: what, measured, target, met (None: not measured), RAW beside it."""
     out: list[dict[str, Any]] = []
+    stores = _row(inproc, "W3-stores")
     for run in (_row(cli, "RUN-step-100"), _row(cli, "RUN-step-300")):
         if run is not None:
             out.append({"probe": f"{run['workload']}: marginal noop step of `noetl-stream run`",
                         "measured": f"{run['ms_per_step']:.2f} ms = {run['vs_raw']:.2f} x RAW"
                         + ("" if run["met"] is not None else " (within the start's spread)"),
                         "target": run["target"], "met": run["met"],
-                        "raw": f"RAW {cli['raw_ms']:.2f} ms" if cli else ""})
+                        "raw": f"RAW {cli['raw_ms']:.2f} ms" if cli else "",
+                        "why": _sequential_why(stores) if run["met"] is False else ""})
     if cli is None:
         out.append({"probe": "RUN-step: marginal noop step of `noetl-stream run`",
                     "measured": "not run", "target": "<= 1.5 x RAW", "met": None, "raw": ""})
@@ -63,9 +65,10 @@ def rows(inproc: dict[str, Any] | None, services: dict[str, Any] | None,
                 "raw": raw_svc,
                 "why": (f"{idle['extra']['p50_ms'] / 5:.1f} ms per hop of its 5 (start, 3 steps, "
                         f"end) = {idle['extra']['p50_ms'] / 5 / svc_raw['value']:.1f} x RAW; a step's "
-                        "path is 5 stored writes in a row, each acknowledged after its fsync: the "
-                        "commit, the command, the attempt's start (its claim), the outcome and the "
-                        "outcome's partition copy (a result over 1 KiB adds its own write first)")
+                        "path is 5 stored writes in a row (the commit, the command, the attempt's "
+                        "start (its claim), the outcome and the outcome's partition copy; a result "
+                        "over 1 KiB adds its own write first) with the server's and the worker's "
+                        "Python between them" + _store_note(stores))
                 if idle and svc_raw else ""})
     w3 = _row(inproc, "W3")
     raw = _row(inproc, "RAW")
@@ -77,7 +80,7 @@ def rows(inproc: dict[str, Any] | None, services: dict[str, Any] | None,
                 "measured": f"{w3['steps_per_s']:.0f} steps/s" if w3 else "not run",
                 "target": f">= {W3_INPROC_STEPS_S:g} steps/s",
                 "met": w3["steps_per_s"] >= W3_INPROC_STEPS_S if w3 else None, "raw": raws,
-                "why": _w3_why(w3, raw_w3)})
+                "why": _w3_why(w3, raw_w3, stores)})
     w3p = _row(services, "W3-python")
     out.append({"probe": "W3 services python (20 x 10 steps)",
                 "measured": f"{w3p['extra']['steps_per_s']:.0f} steps/s" if w3p else "not run",
@@ -105,10 +108,33 @@ def _python_why(python: dict[str, Any] | None, noop: dict[str, Any] | None) -> s
             "execution (forked, docs/security.md)")
 
 
-def _w3_why(w3: dict[str, Any] | None, raw_w3: dict[str, Any] | None) -> str:
+def _store_note(stores: dict[str, Any] | None) -> str:
+    every = (stores or {}).get("extra", {}).get("alone", {}).get("all")
+    return (f"; a stored write alone took p50 {every['p50_ms']:.2f} ms inside nats-server, fsync "
+            "included (W3-stores, in process)" if every else "")
+
+
+def _sequential_why(stores: dict[str, Any] | None) -> str:
+    """A sequential step's time apart: what its stored writes took inside nats-server (the
+    tapped chain of bench/run.py's W3-stores, in process) and what is left for the rest.
+    """
+    if stores is None or "all" not in stores["extra"].get("alone", {}):
+        return ""
+    every, step_ms = stores["extra"]["alone"]["all"], stores["extra"]["alone_ms_per_step"]
+    steps = stores["extra"].get("alone_steps") or 100
+    in_store = every["sum_ms"] / steps
+    return (f"a chain alone, in process: {step_ms:.2f} ms a step, of which {in_store:.2f} ms "
+            f"inside nats-server storing its {every['count'] / steps:.1f} acknowledged writes "
+            f"(p50 {every['p50_ms']:.2f} ms each, fsync included) and {step_ms - in_store:.2f} "
+            "ms the server's and the worker's Python and the hops between the processes' loops")
+
+
+def _w3_why(w3: dict[str, Any] | None, raw_w3: dict[str, Any] | None,
+            stores: dict[str, Any] | None = None) -> str:
     """What bounds W3 in this run: its share of RAW-W3 (the delivery rules alone, measured
-    beside it: the issue's "half the wire's ceiling") and whether the Python process or
-    nats-server was short of CPU, or both waited (for the stored writes' fsync).
+    beside it: the issue's "half the wire's ceiling"), whether the Python process or
+    nats-server was short of CPU, or both waited, and how long nats-server took to store a write
+    under W3 against a chain alone (W3-stores).
     """
     if w3 is None:
         return ""
@@ -125,6 +151,15 @@ def _w3_why(w3: dict[str, Any] | None, raw_w3: dict[str, Any] | None) -> str:
                  if python + nats < 160 else "the machine's two cores")
         parts.append(f"CPU: Python {python:.0f}%, nats-server {nats:.0f}% of wall: bound by "
                      f"{bound}")
+    loaded, alone = ((stores or {}).get("extra", {}).get(k, {}) for k in ("w3", "alone"))
+    if stores is not None and "all" in loaded and "all" in alone:
+        events = loaded.get("NOETL_EVENTS")
+        parts.append(f"inside nats-server a stored write took p50 {loaded['all']['p50_ms']:.1f} "
+                     f"ms under W3 against {alone['all']['p50_ms']:.2f} ms for a chain alone"
+                     + (f" (NOETL_EVENTS {events['p50_ms']:.1f} ms, "
+                        f"{events['count'] / stores['steps']:.1f} writes a step, "
+                        "each stream storing and fsyncing its writes one at a time)"
+                        if events else ""))
     return "; ".join(parts)
 
 
