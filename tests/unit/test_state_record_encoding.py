@@ -113,3 +113,12 @@ def test_records_compare_equal_whether_or_not_their_json_was_made() -> None:
     assert state.steps["a"]._written is not None and copy.steps["a"]._written is None
     assert state.steps["a"] == copy.steps["a"]
     assert isinstance(state.steps["a"], StepRecord)
+
+
+def test_names_and_values_that_need_escaping_are_written_as_a_fresh_encoding_writes_them() -> None:
+    state = _state()
+    for name in ('étape "deux"', "tab\there", "back\\slash", "日本"):
+        _settle(state, name, {"text": f"{name}\n\u2028", "n": [1.5, None, True]})
+    data = state.to_json()
+    assert data == _fresh_json(state)
+    assert set(orjson.loads(data)["steps"]) == {'étape "deux"', "tab\there", "back\\slash", "日本"}
