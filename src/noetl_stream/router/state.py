@@ -145,9 +145,11 @@ class StepRecord:
     result_key: str | None = None
     _result: Any = field(default=None, repr=False)
     _inline_bytes: int = field(default=0, repr=False)  # its JSON's size once kept inline
-    # The record as to_json writes it while its result is inline, made once: the state drops it
-    # whenever the record may change (`ExecutionState.record`, `hold`).
-    _written: _InlineResult | None = field(default=None, repr=False)
+    # The record as to_json writes it, `"<name>":{...}`, made once: a state of many settled
+    # records would otherwise encode every one of them at every commit. The state drops it
+    # whenever the record may change (`ExecutionState.record`, `hold`); the values in it
+    # (results, errors) are never changed in place.
+    _written: bytes | None = field(default=None, repr=False, compare=False)
 
     @property
     def result(self) -> Any:
@@ -161,8 +163,13 @@ class StepRecord:
         """The record as a committed state holds it: with its result when that is inline."""
         if self.result_key is not None or self._result is None:
             return self
-        if self._written is None:
-            self._written = _InlineResult.of(self)
+        return _InlineResult.of(self)
+
+    def written(self, name: str) -> bytes:
+        """`"<name>":` and `as_written` as JSON, encoded once until the record changes (raises
+        TypeError or ValueError, as orjson does, for a value JSON cannot hold).
+        """
+        self._written = jsonutil.dumps(name) + b":" + jsonutil.dumps(self.as_written())
         return self._written
 
     def keep_inline(self, size: int) -> None:
@@ -406,11 +413,12 @@ class ExecutionState:
     def to_json(self) -> bytes:
         """The state as committed: results that are not stored are inline."""
         # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict. For the
-        # time of the call, records in a stored page are left out and a record with its result
-        # inline is replaced by its plain value with the result.
+        # time of the call, `steps` is their JSON: records in a stored page are left out, and
+        # each other one is written as it was at the last commit unless it changed since.
         every = self.steps
         written = every if self._inline is None else {name: every[name] for name in self._inline}
-        self.steps = {name: rec.as_written() for name, rec in written.items()}
+        records = [rec._written or rec.written(name) for name, rec in written.items()]
+        self.steps = orjson.Fragment(b"{" + b",".join(records) + b"}")  # type: ignore[assignment]
         try:
             data = jsonutil.dumps(self)
         finally:

@@ -92,7 +92,8 @@ def origin_sequence(msg: Msg) -> int | None:
     """
     source = msg.headers.get(SOURCE_HEADER) if msg.headers else None
     if source:
-        parts = source.split(" ")
+        # `<stream> <seq> <the source's subject transforms>`: the transforms run to a kilobyte.
+        parts = source.split(" ", 2)
         if len(parts) > 1 and parts[1].isdigit():
             return int(parts[1])
     delivery = delivery_of(msg)

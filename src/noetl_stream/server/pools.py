@@ -49,7 +49,7 @@ class KnownPools:
         (`refuse_commands`); whether there were any.
         """
         pools = {m.pool for m in state.outbox if m.kind == "command"}
-        if not pools:
+        if pools <= self._known:  # none, or all seen served already: nothing to look up
             return False
         unknown = await self.unknown(pools)
         if not unknown:

@@ -54,7 +54,7 @@ def copy_of(msg: Msg) -> Copy | None:
     `Nats-Stream-Source` header, or not a JetStream delivery): such a message is never skipped.
     """
     source = msg.headers.get(SOURCE_HEADER) if msg.headers else None
-    parts = source.split(" ") if source else []
+    parts = source.split(" ", 2) if source else []  # the rest, a kilobyte, is not read
     delivery = delivery_of(msg)
     if len(parts) < 2 or not parts[1].isdigit() or delivery is None:
         return None
