@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from nats.aio.client import Client
@@ -70,3 +71,31 @@ def test_a_cancel_from_outside_is_not_taken_for_the_limit() -> None:
             await pump
 
     asyncio.run(scenario())
+
+
+def test_waits_arm_no_timer_each() -> None:
+    """Nearly every delivery of a live execution is waited for: the waits share one watchdog
+    timer, where a timer per wait would be set and cancelled on the loop the engine runs on.
+    """
+    async def scenario() -> tuple[int, int]:
+        f = feed()
+        loop = asyncio.get_running_loop()
+        timers = 0
+        call_at = loop.call_at
+
+        def counting_call_at(*args: Any, **kwargs: Any) -> asyncio.TimerHandle:
+            nonlocal timers
+            timers += 1
+            return call_at(*args, **kwargs)
+
+        loop.call_at = counting_call_at  # type: ignore[method-assign,assignment]
+        msg = delivery(Client())
+        taken = 0
+        for _ in range(200):
+            loop.call_soon(f._inbox.put_nowait, msg)
+            taken += await f._next() is msg
+        return taken, timers
+
+    taken, timers = asyncio.run(scenario())
+    assert taken == 200
+    assert timers <= 2

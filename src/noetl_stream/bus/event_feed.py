@@ -17,6 +17,11 @@ Invariants:
   succeeds it retries; the caller only sees a pause.
 - An abandoned consumer needs no delete (restricted users may not send one): without interest on
   its inbox the server removes it after `inactive_threshold`.
+
+A wait for a delivery arms no timer of its own: one watchdog timer, re-armed when it rings,
+tells a wait that lasted the limit. Nearly every delivery of a live execution is waited for, and
+in `run` the loop is shared with the server and the worker, which a timer set and cancelled per
+delivery would cost a little of each step.
 """
 
 from __future__ import annotations
@@ -81,8 +86,10 @@ class EventFeed:
         self._queue: asyncio.Queue[Msg | _End] = asyncio.Queue(QUEUE_SIZE)
         # What the current consumer delivered, not yet taken; a new consumer gets a new one, so
         # late deliveries of a replaced consumer are never read.
-        self._inbox: asyncio.Queue[Msg] = asyncio.Queue()
+        self._inbox: asyncio.Queue[Msg | None] = asyncio.Queue()
         self._sub: Subscription | None = None
+        self._waiting_since: float | None = None  # loop time the pump began waiting, if it waits
+        self._watchdog: asyncio.TimerHandle | None = None
         self._stopped = False
         self._consumer_seq = 0
         self._pump: asyncio.Task[None] | None = None
@@ -100,6 +107,8 @@ class EventFeed:
 
     async def stop(self) -> None:
         self._stopped = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         pump, self._pump = self._pump, None
         await self._drop_subscription()
         if pump is not None:
@@ -153,7 +162,7 @@ class EventFeed:
     async def _create(self) -> None:
         name = f"{CONSUMER_PREFIX}{secrets.token_hex(8)}"
         subject = self._nc.new_inbox()
-        inbox: asyncio.Queue[Msg] = asyncio.Queue()
+        inbox: asyncio.Queue[Msg | None] = asyncio.Queue()
 
         async def deliver(msg: Msg) -> None:
             inbox.put_nowait(msg)  # bounded by flow control: we answer it only once taken
@@ -220,17 +229,38 @@ class EventFeed:
             await self._queue.put(_END)
 
     async def _next(self) -> Msg | None:
-        """The next delivery, or None when neither it nor a heartbeat came in time."""
+        """The next delivery, or None when neither it nor a heartbeat came within the limit
+        (MISSED_HEARTBEATS intervals from the start of this wait).
+        """
         try:
-            return self._inbox.get_nowait()  # most deliveries: no timer armed for them
+            return self._inbox.get_nowait()
         except asyncio.QueueEmpty:
             pass
+        loop = asyncio.get_running_loop()
+        self._waiting_since = loop.time()
+        if self._watchdog is None:
+            self._watchdog = loop.call_later(self._limit_s, self._watch)
         try:
-            # asyncio.timeout, unlike 3.11's wait_for, never swallows our own cancel.
-            async with asyncio.timeout(self._heartbeat_s * MISSED_HEARTBEATS):
-                return await self._inbox.get()
-        except TimeoutError:
-            return None
+            return await self._inbox.get()  # None: the watchdog saw the limit pass
+        finally:
+            self._waiting_since = None
+
+    @property
+    def _limit_s(self) -> float:
+        return self._heartbeat_s * MISSED_HEARTBEATS
+
+    def _watch(self) -> None:
+        """The watchdog: wake a wait that has lasted the limit with None, and ring again when
+        the current wait (or one starting now) would reach it.
+        """
+        loop = asyncio.get_running_loop()
+        since = self._waiting_since
+        left = self._limit_s if since is None else since + self._limit_s - loop.time()
+        if left <= 0:
+            self._waiting_since = None  # told once; the next wait starts its own limit
+            self._inbox.put_nowait(None)
+            left = self._limit_s
+        self._watchdog = None if self._stopped else loop.call_later(left, self._watch)
 
     async def _take(self, msg: Msg) -> str | None:
         """Handle one delivery; returns why the consumer must be replaced, or None."""
