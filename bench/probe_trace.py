@@ -25,16 +25,17 @@ from typing import Any
 
 
 # -- CPU and run-queue wait ---------------------------------------------------------------------
-def schedstat_ns(pids: Iterable[int]) -> tuple[int, int]:
-    """CPU time and run-queue wait (ns) of every thread of `pids`, summed; a process that is
-    gone counts nothing.
+def schedstat_ns(pids: Iterable[int]) -> dict[int, tuple[int, int]]:
+    """Per process of `pids`, the CPU time and run-queue wait (ns) of its threads, summed; a
+    process that is gone is left out.
     """
-    cpu = wait = 0
+    out: dict[int, tuple[int, int]] = {}
     for pid in pids:
         try:
             tasks = os.listdir(f"/proc/{pid}/task")
         except OSError:
             continue
+        cpu = wait = 0
         for task in tasks:
             try:
                 with open(f"/proc/{pid}/task/{task}/schedstat") as f:
@@ -43,7 +44,8 @@ def schedstat_ns(pids: Iterable[int]) -> tuple[int, int]:
                 continue
             cpu += int(ran)
             wait += int(waited)
-    return cpu, wait
+        out[pid] = (cpu, wait)
+    return out
 
 
 @dataclass(frozen=True)
@@ -54,8 +56,14 @@ class ProbeCost:
     wait_ms: float
 
 
-def cost_between(before: tuple[int, int], after: tuple[int, int]) -> ProbeCost:
-    return ProbeCost((after[0] - before[0]) / 1e6, (after[1] - before[1]) / 1e6)
+def cost_between(before: dict[int, tuple[int, int]],
+                 after: dict[int, tuple[int, int]]) -> ProbeCost:
+    """Summed over the processes read both times (a python child that ended meanwhile took its
+    counters with it).
+    """
+    both = before.keys() & after.keys()
+    return ProbeCost(sum(after[p][0] - before[p][0] for p in both) / 1e6,
+                     sum(after[p][1] - before[p][1] for p in both) / 1e6)
 
 
 def cost_summary(latencies_ms: list[float], costs: list[ProbeCost]) -> dict[str, float]:

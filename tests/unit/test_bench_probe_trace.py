@@ -109,4 +109,10 @@ def test_schedstat_counts_the_cpu_a_process_spent(trace: ModuleType) -> None:
     cost = trace.cost_between(before, trace.schedstat_ns([os.getpid()]))
     assert cost.cpu_ms >= 45
     assert cost.wait_ms >= 0
-    assert trace.schedstat_ns([2 ** 22 + 7]) == (0, 0)  # no such process
+    assert trace.schedstat_ns([2 ** 22 + 7]) == {}  # no such process
+
+
+def test_a_process_that_ended_during_a_probe_is_left_out(trace: ModuleType) -> None:
+    before = {10: (5_000_000, 1_000_000), 11: (90_000_000, 40_000_000)}
+    after = {10: (7_000_000, 1_500_000)}  # 11, a python child, ended
+    assert trace.cost_between(before, after) == trace.ProbeCost(cpu_ms=2.0, wait_ms=0.5)
