@@ -141,6 +141,8 @@ class Labelled:
             return
         if seen.subject.startswith("$JS.ACK."):
             owner, what = self._delivered.pop(seen.subject, (None, "?"))
+            if seen.reply.startswith("_INBOX"):  # a double ack: nats-server confirms it
+                self._stored[seen.reply] = (owner, "ack " + what)
             self.rows.append((seen.at, owner, "ack " + what))
             return
         owner = self.owner(seen)

@@ -81,6 +81,12 @@ def test_the_report_names_the_hop_that_grew_in_the_slow_probes(trace: ModuleType
     seen.append(trace.Seen(130.010, "$KV.noetl_runtime.worker.default.vm-1-abc", "_INBOX.h.1",
                            b"{}"))
     seen.append(trace.Seen(130.011, "_INBOX.p.2", "", b"", "408"))
+    # the slow probe's request delivered to the server, which acks it with a double ack
+    request = b'{"execution_id": "exe_0013"}'
+    seen.append(trace.Seen(130.0001, "noetl.requests.execute", "$JS.ACK.NOETL_REQUESTS.s.1.9",
+                           request))
+    seen.append(trace.Seen(130.0426, "$JS.ACK.NOETL_REQUESTS.s.1.9", "_INBOX.s.3", b""))
+    seen.append(trace.Seen(130.0427, "_INBOX.s.3", "", b""))
     report = trace.slow_hops_report(seen, probes)
     slow_part = report.split("slow probe 43.0 ms")[1]
     first = slow_part.splitlines()[1]
@@ -88,6 +94,11 @@ def test_the_report_names_the_hop_that_grew_in_the_slow_probes(trace: ModuleType
     assert "+  40.00" in first
     assert "1 x publish $KV.noetl_runtime.worker.default.vm-1-abc" in slow_part
     assert "1 x pull status 408" in slow_part
+    # nats-server's confirmation of the double ack is the probe's own, not another's
+    assert "reply" not in report
+    hops = trace.probe_hops(seen, probes)["exe_0013"]
+    assert hops["ack noetl.requests.execute -> stored ack noetl.requests.execute"] == \
+        pytest.approx(0.1)
 
 
 def test_cost_summary_sets_the_slowest_probes_against_the_middle_half(trace: ModuleType) -> None:
