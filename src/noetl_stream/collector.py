@@ -33,9 +33,9 @@ def freeze_start_up() -> int:
     parts) to the permanent generation, which no collection walks. A full collection of a
     started server or worker walked these ~80,000 objects and more, 44-120 ms during which the
     process answered nothing (bench/README.md); afterwards it walks only what was made since.
-    Frozen objects are still freed by reference counting; only cycles among them are never
-    collected, and start-up leaves none behind that matter. Returns the number of objects
-    frozen.
+    Frozen objects are still freed by reference counting; a cycle among them that becomes
+    garbage later is never collected, but what start-up made lives as long as the process.
+    Returns the number of objects frozen.
     """
     gc.collect()
     gc.freeze()
