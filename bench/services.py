@@ -44,6 +44,7 @@ from typing import Any
 
 from common import cpu_s, raw_round_trips
 from memory import Reading, TreeSampler, breakdown
+from probe_trace import Probe, Tap, cost_between, cost_summary, schedstat_ns, slow_hops_report
 
 from noetl_stream.bus.connection import Bus, connect
 from noetl_stream.bus.nats_server import start_nats_server
@@ -121,6 +122,7 @@ class Stack:
     bus: Bus
     nats_pid: int | None
     procs: dict[str, subprocess.Popen[bytes]]
+    url: str = ""
 
     def pids(self) -> list[int]:
         roots = [p.pid for p in self.procs.values()]
@@ -164,7 +166,8 @@ async def services_stack(tmp: Path, *, concurrency: int, servers: int = 1,
                 logs[role] = open(tmp / f"{role}.log", "wb")  # noqa: SIM115 - closed below
                 procs[role] = subprocess.Popen([str(CLI), *args], env=env, stdout=logs[role],
                                                stderr=subprocess.STDOUT)
-            stack = Stack(bus, nats.process.pid if nats.process is not None else None, procs)
+            stack = Stack(bus, nats.process.pid if nats.process is not None else None, procs,
+                          nats.url)
             yield stack
         finally:
             await bus.close()
@@ -188,6 +191,8 @@ class Timing:
     latency_s: float
     max_gap_s: float
     events: int
+    execution_id: str = ""
+    started: float = 0.0  # perf_counter() at the request's publish
 
 
 async def timed_execution(bus: Bus, text: str, name: str,
@@ -220,7 +225,7 @@ async def timed_execution(bus: Bus, text: str, name: str,
         await sub.unsubscribe()
     stamps = [t0, *arrivals]
     gap = max((b - a for a, b in itertools.pairwise(stamps)), default=0.0)
-    return Timing(status, end - t0, gap, len(arrivals))
+    return Timing(status, end - t0, gap, len(arrivals), execution_id, t0)
 
 
 # -- rows ---------------------------------------------------------------------------------------
@@ -265,27 +270,48 @@ QUICK = Plan(idle_n=6, busy_n=20, w1_steps=100, w2_items=200, w2_max_in_flight=1
              w3_executions=20, w3_steps=10, raw_n=300, repeat=1)
 
 
-async def probes(bus: Bus, plan: Plan) -> list[Row]:
+async def probes(stack: Stack, plan: Plan, trace: Path | None = None) -> list[Row]:
+    """PROBE-idle and PROBE-busy; each probe's CPU and run-queue wait of the stack's processes
+    are read before and after it (probe_trace.py), and with `trace` PROBE-idle runs under a tap
+    whose report of the slowest probes' hops is written there.
+    """
     rows = []
+    bus = stack.bus
     text = chain_playbook("bench_probe", 3, "noop")
     rng = random.Random(plan.seed)
     for tag, n, idle in (("PROBE-idle", plan.idle_n, True), ("PROBE-busy", plan.busy_n, False)):
-        timings = []
+        timings, costs = [], []
+        tap = Tap() if idle and trace is not None else None
+        if tap is not None:
+            await tap.start(stack.url)
         for _ in range(n):
             if idle:
                 await asyncio.sleep(rng.uniform(1.0, 3.0))
+            pids = stack.pids()
+            before = schedstat_ns(pids)
             timings.append(await timed_execution(bus, text, "probe"))
+            costs.append(cost_between(before, schedstat_ns(pids)))
         lat = [t.latency_s * 1000 for t in timings]
+        if tap is not None and trace is not None:
+            await asyncio.sleep(0.2)  # the last acks
+            await tap.stop()
+            trace.write_text(slow_hops_report(tap.seen, [
+                Probe(t.execution_id, t.started, t.started + t.latency_s) for t in timings]) + "\n")
+            print(f"  hops of the slowest PROBE-idle probes written to {trace}", file=sys.stderr)
         row = Row(tag, "ms", statistics.median(lat),
                   f"{n} executions of 3 noop steps, "
                   + ("one every 1-3 s" if idle else "back to back"),
                   [round(v, 3) for v in lat], _status(timings))
         row.extra = {"p50_ms": round(_pct(lat, 0.5), 3), "p90_ms": round(_pct(lat, 0.9), 3),
                      "p99_ms": round(_pct(lat, 0.99), 3), "max_ms": round(max(lat), 3),
-                     "max_gap_ms": round(max(t.max_gap_s for t in timings) * 1000, 3)}
+                     "max_gap_ms": round(max(t.max_gap_s for t in timings) * 1000, 3),
+                     **cost_summary(lat, costs)}
         rows.append(row)
-        _say(row, f"p50 {row.extra['p50_ms']} ms, p99 {row.extra['p99_ms']} ms, "
-                  f"max {row.extra['max_ms']} ms, largest event gap {row.extra['max_gap_ms']} ms")
+        x = row.extra
+        _say(row, f"p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, max {x['max_ms']} ms, largest "
+                  f"event gap {x['max_gap_ms']} ms; the stack's CPU / run-queue wait per probe: "
+                  f"median probes {x['median_probe_cpu_ms']} / {x['median_probe_wait_ms']} ms, "
+                  f"slowest 5% {x['slow_probe_cpu_ms']} / {x['slow_probe_wait_ms']} ms")
     return rows
 
 
@@ -417,7 +443,7 @@ def commit_counts(folder: Path, since: dict[str, int]) -> dict[str, dict[str, in
 
 
 async def bench(plan: Plan, only: set[str], servers: int = 1,
-                log_commits: bool = False) -> dict[str, Any]:
+                log_commits: bool = False, trace: Path | None = None) -> dict[str, Any]:
     def want(tag: str) -> bool:
         return not only or tag.upper() in only or tag.split("-")[0].upper() in only
 
@@ -444,7 +470,7 @@ async def bench(plan: Plan, only: set[str], servers: int = 1,
             cpu0 = {role: cpu_s(p.pid) for role, p in stack.procs.items()}
             t0 = time.perf_counter()
             if want("PROBE"):
-                rows += await probes(stack.bus, plan)
+                rows += await probes(stack, plan, trace)
             rows += await workloads(stack.bus, plan, want)
             wall = time.perf_counter() - t0
             sampler.stop()
@@ -497,12 +523,12 @@ def table(rows: list[Row], peak_rss: float, peak_pss: float) -> str:
 
 
 def run(plan: Plan, only: set[str], out: Path, servers: int = 1,
-        log_commits: bool = False) -> dict[str, Any]:
+        log_commits: bool = False, trace: Path | None = None) -> dict[str, Any]:
     """Run the services-mode benchmark, print its table, write `out`; return the document."""
     print(f"noetl-stream bench, services mode (nats-server, {servers} server(s), worker: "
           "separate processes)", file=sys.stderr)
     load_before = os.getloadavg()
-    result = asyncio.run(bench(plan, only, servers, log_commits))
+    result = asyncio.run(bench(plan, only, servers, log_commits, trace))
     rows: list[Row] = result["rows"]
     verdicts = judge(rows)
     print()
@@ -544,6 +570,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-commits", action="store_true",
                     help="run the servers with -vv and count the commits and revision "
                          "conflicts they log (logging slows them down)")
+    ap.add_argument("--trace-probes", default=None, metavar="FILE",
+                    help="run PROBE-idle under a tap on `>` and write the hops of its slowest "
+                         "probes to FILE (the tap slows every probe a little)")
     ap.add_argument("--w3", default="", metavar="EXECUTIONS,STEPS",
                     help="W3's size: concurrent executions, sequential steps each (20,10)")
     args = ap.parse_args(argv)
@@ -554,7 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         executions, steps = (int(x) for x in args.w3.split(","))
         plan = Plan(**{**asdict(plan), "w3_executions": executions, "w3_steps": steps})
     only = {w.strip().upper() for w in args.only.split(",") if w.strip()}
-    run(plan, only, Path(args.out), max(1, args.servers), args.log_commits)
+    run(plan, only, Path(args.out), max(1, args.servers), args.log_commits,
+        Path(args.trace_probes) if args.trace_probes else None)
     return 0
 
 

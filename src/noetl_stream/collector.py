@@ -25,3 +25,18 @@ def tune_collector() -> None:
     gen0, gen1, gen2 = gc.get_threshold()
     if 0 < gen0 < GEN0_THRESHOLD:
         gc.set_threshold(GEN0_THRESHOLD, gen1, gen2)
+
+
+def freeze_start_up() -> int:
+    """Once a long-running server or worker has started: collect what start-up left behind, then
+    move every object still alive (modules, classes, schemas, the topology, the services' own
+    parts) to the permanent generation, which no collection walks. A full collection of a
+    started server or worker walked these ~80,000 objects and more, 44-120 ms during which the
+    process answered nothing (bench/README.md); afterwards it walks only what was made since.
+    Frozen objects are still freed by reference counting; a cycle among them that becomes
+    garbage later is never collected, but what start-up made lives as long as the process.
+    Returns the number of objects frozen.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
