@@ -157,7 +157,7 @@ def _w3_why(w3: dict[str, Any] | None, raw_w3: dict[str, Any] | None,
         parts.append(f"inside nats-server a stored write took p50 {loaded['all']['p50_ms']:.1f} "
                      f"ms under W3 against {alone['all']['p50_ms']:.2f} ms for a chain alone"
                      + (f" (NOETL_EVENTS {events['p50_ms']:.1f} ms, "
-                        f"{events['count'] / stores['steps']:.1f} writes a step, "
+                        f"{events['count'] / stores['steps']:.1f} acknowledged writes a step, "
                         "each stream storing and fsyncing its writes one at a time)"
                         if events else ""))
     return "; ".join(parts)

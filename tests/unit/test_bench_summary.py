@@ -67,7 +67,7 @@ def test_a_missed_w3_says_how_long_nats_server_took_to_store_a_write(tmp_path: P
     _, doc = _summary().report(tmp_path)
     w3 = next(p for p in doc["probes"] if p["probe"].startswith("W3 in-process"))
     assert "a stored write took p50 24.0 ms under W3 against 0.30 ms for a chain alone" in w3["why"]
-    assert "NOETL_EVENTS 31.0 ms, 3.1 writes a step" in w3["why"]
+    assert "NOETL_EVENTS 31.0 ms, 3.1 acknowledged writes a step" in w3["why"]
 
 
 def test_a_missed_run_step_says_what_of_a_step_is_storing(tmp_path: Path) -> None:
