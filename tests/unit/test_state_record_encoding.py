@@ -20,8 +20,7 @@ def _state() -> ExecutionState:
 def _fresh_json(state: ExecutionState) -> bytes:
     """The state encoded without any record's kept JSON: what to_json must write."""
     every = state.steps
-    written = every if state._inline is None else {n: every[n] for n in state._inline}
-    state.steps = {name: rec.as_written() for name, rec in written.items()}
+    state.steps = {name: rec.as_written() for name, rec in state.written_records().items()}
     try:
         data = jsonutil.dumps(state)
     finally:

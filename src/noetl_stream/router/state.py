@@ -169,7 +169,8 @@ class StepRecord:
         """`"<name>":` and `as_written` as JSON, encoded once until the record changes (raises
         TypeError or ValueError, as orjson does, for a value JSON cannot hold).
         """
-        self._written = jsonutil.dumps(name) + b":" + jsonutil.dumps(self.as_written())
+        if self._written is None:
+            self._written = jsonutil.dumps(name) + b":" + jsonutil.dumps(self.as_written())
         return self._written
 
     def keep_inline(self, size: int) -> None:
@@ -318,10 +319,14 @@ class ExecutionState:
         """Bytes of the results kept inline in what the state writes (records in a stored page
         aside).
         """
-        written = self.steps if self._inline is None else \
-            {name: self.steps[name] for name in self._inline}
         own = self._inline_bytes if self.result_key is None else 0
-        return own + sum(rec._inline_bytes for rec in written.values() if rec.result_key is None)
+        return own + sum(rec._inline_bytes for rec in self.written_records().values()
+                         if rec.result_key is None)
+
+    def written_records(self) -> dict[str, StepRecord]:
+        """The records a commit writes: all of them, or those not in a stored page."""
+        every = self.steps
+        return every if self._inline is None else {name: every[name] for name in self._inline}
 
     def unloaded(self) -> list[StepRecord | ExecutionState]:
         """Holders whose result is stored but not in memory (a state just read)."""
@@ -416,8 +421,7 @@ class ExecutionState:
         # time of the call, `steps` is their JSON: records in a stored page are left out, and
         # each other one is written as it was at the last commit unless it changed since.
         every = self.steps
-        written = every if self._inline is None else {name: every[name] for name in self._inline}
-        records = [rec._written or rec.written(name) for name, rec in written.items()]
+        records = [rec.written(name) for name, rec in self.written_records().items()]
         self.steps = orjson.Fragment(b"{" + b",".join(records) + b"}")  # type: ignore[assignment]
         try:
             data = jsonutil.dumps(self)
