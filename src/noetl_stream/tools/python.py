@@ -497,7 +497,8 @@ class PythonTool:
                 request: _Request = {"code": code, "input": encode_inputs(call.input),
                            "context": python_context(call), "libs": call.config.get("libs"),
                            "filename": _filename(call)}
-                reply = await asyncio.wait_for(child.call(request), timeout_s)
+                async with asyncio.timeout(timeout_s):  # unlike wait_for, no task per call
+                    reply = await child.call(request)
             except TimeoutError:
                 self._end(child)
                 await child.reap()  # gone before the step's outcome says so
