@@ -218,6 +218,7 @@ class PythonTool:
         self._clear_batch = max(1, self.max_children // 2)
         self._clear_now = asyncio.Event()  # a batch may be due before its time is up
         self._place_wanted = 0  # new children waiting for a uid
+        self._expired_at = 0.0  # when idle children were last looked for
         self._reaper: asyncio.Task[None] | None = None
         self._forks: ForkServer | None = None
         self._closed = False
@@ -355,15 +356,16 @@ class PythonTool:
         if self._closed or not child.alive:
             self._end(child)
             return
-        child.idle_since = time.monotonic()
+        child.idle_since = now = time.monotonic()
         self._idle.setdefault(execution_id, []).append(child)
-        self._expire_idle()
+        if now - self._expired_at >= self.sizing.idle_s / 20:  # not a walk of the pool per step
+            self._expire_idle()
 
     def _expire_idle(self) -> None:
         """End children whose execution sent no step for the idle time, and fresh ones beyond
         what new executions took in that time (the longest-ready first).
         """
-        now = time.monotonic()
+        self._expired_at = now = time.monotonic()
         idle_s = self.sizing.idle_s
         expired = [c for cs in self._idle.values() for c in cs if now - c.idle_since > idle_s]
         if expired:
