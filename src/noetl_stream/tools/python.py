@@ -45,6 +45,12 @@ log = logging.getLogger("noetl_stream.python")
 RUNNER = Path(__file__).with_name("python_runner.py")
 DEFAULT_TIMEOUT_S = float(kind_default("python", "timeout"))  # dsl/layering.py: one table
 KEPT_PER_PROCESS = 4  # interpreters kept alive per step that may run at once
+# The places of ended children are cleared in batches: a clearing reads every entry of the
+# shared writable folders once for all the slots it frees (tools/python_slots.py), a cost that
+# does not grow with the batch. A batch starts once this many wait (of the uids a worker claims
+# beyond those of its kept interpreters, half), once a new child waits for a uid, or at the
+# latest CLEAR_WAIT_S after the first of it ended; until then a slot's uid serves no one.
+CLEAR_WAIT_S = 0.25
 
 
 class _Request(TypedDict):
@@ -209,6 +215,10 @@ class PythonTool:
         self._dead: list[_Child] = []
         self._clearing = False
         self._place_cleared = asyncio.Event()
+        self._clear_batch = max(1, self.max_children // 2)
+        self._clear_now = asyncio.Event()  # a batch may be due before its time is up
+        self._place_wanted = 0  # new children waiting for a uid
+        self._expired_at = 0.0  # when idle children were last looked for
         self._reaper: asyncio.Task[None] | None = None
         self._forks: ForkServer | None = None
         self._closed = False
@@ -232,7 +242,12 @@ class PythonTool:
         sandbox = await self.sandbox()
         while not sandbox.place_free:
             self._place_cleared.clear()
-            await self._place_cleared.wait()
+            self._place_wanted += 1
+            self._clear_now.set()  # no uid is free: clear what is waiting now
+            try:
+                await self._place_cleared.wait()
+            finally:
+                self._place_wanted -= 1
         return await _Child.spawn(sandbox, sandbox.take_user(), self._forks)
 
     async def start(self) -> None:
@@ -341,15 +356,16 @@ class PythonTool:
         if self._closed or not child.alive:
             self._end(child)
             return
-        child.idle_since = time.monotonic()
+        child.idle_since = now = time.monotonic()
         self._idle.setdefault(execution_id, []).append(child)
-        self._expire_idle()
+        if now - self._expired_at >= self.sizing.idle_s / 20:  # not a walk of the pool per step
+            self._expire_idle()
 
     def _expire_idle(self) -> None:
         """End children whose execution sent no step for the idle time, and fresh ones beyond
         what new executions took in that time (the longest-ready first).
         """
-        now = time.monotonic()
+        self._expired_at = now = time.monotonic()
         idle_s = self.sizing.idle_s
         expired = [c for cs in self._idle.values() for c in cs if now - c.idle_since > idle_s]
         if expired:
@@ -414,6 +430,8 @@ class PythonTool:
         child.kill()
         self._count -= 1
         self._dead.append(child)
+        if len(self._dead) >= self._clear_batch:
+            self._clear_now.set()
         if not self._clearing:
             self._clearing = True
             self._chore(self._clear_dead())
@@ -424,6 +442,7 @@ class PythonTool:
         """Clear the places of ended children, those ended meanwhile in one batch each round."""
         try:
             while self._dead:
+                await self._batch_due()
                 dead, self._dead = self._dead, []
                 await asyncio.gather(*(child.reap() for child in dead))
                 places = [child.place for child in dead]
@@ -437,6 +456,19 @@ class PythonTool:
             if self._dead:  # ended while a failed round was being cleared
                 self._clearing = True
                 self._chore(self._clear_dead())
+
+    async def _batch_due(self) -> None:
+        """Until the ended children waiting make a batch, a new child waits for a uid, the pool
+        closes, or CLEAR_WAIT_S is up.
+        """
+        deadline = time.monotonic() + CLEAR_WAIT_S
+        while not (self._closed or self._place_wanted or len(self._dead) >= self._clear_batch):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._clear_now.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._clear_now.wait(), left)
 
     async def _clear(self, place: ChildPlace) -> SandboxUser | None:
         """Kill what a slot's child left running through the fork server, when there is one;
@@ -467,7 +499,8 @@ class PythonTool:
                 request: _Request = {"code": code, "input": encode_inputs(call.input),
                            "context": python_context(call), "libs": call.config.get("libs"),
                            "filename": _filename(call)}
-                reply = await asyncio.wait_for(child.call(request), timeout_s)
+                async with asyncio.timeout(timeout_s):  # unlike wait_for, no task per call
+                    reply = await child.call(request)
             except TimeoutError:
                 self._end(child)
                 await child.reap()  # gone before the step's outcome says so
@@ -497,6 +530,7 @@ class PythonTool:
 
     async def close(self) -> None:
         self._closed = True
+        self._clear_now.set()
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

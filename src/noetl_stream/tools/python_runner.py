@@ -362,10 +362,18 @@ def _serve(proto_in: BinaryIO, proto_out: BinaryIO) -> None:
         proto_out.flush()
 
 
-def _prctl(option: int, value: int) -> None:
-    import ctypes  # only here (and before any user change): start-up imports nothing unused
+_LIBC: list[Any] = []  # libc, loaded once (before any user change); forks inherit it
 
-    ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
+
+def _libc() -> Any:
+    if not _LIBC:
+        import ctypes  # only here: start-up imports nothing unused
+        _LIBC.append(ctypes.CDLL(None))
+    return _LIBC[0]
+
+
+def _prctl(option: int, value: int) -> None:
+    _libc().prctl(option, value, 0, 0, 0)
 
 
 def _close_to_same_user() -> None:
@@ -400,6 +408,9 @@ def _hold_import_dirs() -> dict[str, int]:
     return held
 
 
+_IMPORT_LISTS: list[list[str]] = []  # read once by a fork server: in a fork, a module read is a page copied
+
+
 def _reach_import_dirs(held: dict[str, int]) -> None:
     """As the new user: a folder it cannot reach by name is searched through its handle
     (`/proc/self/fd/N`: the kernel then checks the folder itself, not the private ones above it).
@@ -411,8 +422,9 @@ def _reach_import_dirs(held: dict[str, int]) -> None:
         else:
             through[folder] = f"/proc/self/fd/{fd}"
     if through:
-        for dirs in _import_dirs():
-            dirs[:] = [through.get(folder, folder) for folder in dirs]
+        for dirs in _IMPORT_LISTS or _import_dirs():
+            if any(folder in through for folder in dirs):
+                dirs[:] = [through.get(folder, folder) for folder in dirs]
         sys.path_importer_cache.clear()
 
 
@@ -439,10 +451,15 @@ def become(uid: int, gid: int, exclusive: bool, held: dict[str, int] | None = No
     user changes, so it is set after), non-dumpable, and no way back through a setuid program.
     `exclusive`: the uid is this child's alone, so every other process of it is killed.
     """
-    parent = os.getppid()
-    import ctypes  # noqa: F401 - imported while its files are reachable by name
-
     held = _hold_import_dirs() if held is None else held
+    _change_user(uid, gid, exclusive)
+    _reach_import_dirs(held)
+
+
+def _change_user(uid: int, gid: int, exclusive: bool) -> None:
+    """`become`'s change of user, all a clearing child needs (it reads no code)."""
+    parent = os.getppid()
+    _libc()  # loaded while its files are reachable by name
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
@@ -452,7 +469,6 @@ def become(uid: int, gid: int, exclusive: bool, held: dict[str, int] | None = No
     _prctl(38, 1)  # PR_SET_NO_NEW_PRIVS
     if os.getppid() != parent:  # the parent died before the death signal was set
         os._exit(1)
-    _reach_import_dirs(held)
 
 
 def _serve_fds() -> None:
@@ -489,23 +505,42 @@ def _forked(order: _Order, channel: int, held: dict[str, int]) -> None:
 
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
+    cwd, uid = order.get("cwd"), order.get("uid")
+    if order.get("clear"):  # only there to kill what the uid left running: its user alone changes
+        os.close(channel)
+        if uid is not None:
+            _change_user(int(uid), int(order["gid"]), bool(order.get("exclusive")))
+        return
     os.dup2(channel, 0)
     os.dup2(channel, 1)
     os.close(channel)
-    cwd, uid = order.get("cwd"), order.get("uid")
     if cwd:
         os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(order.get("env") or {})
+    _set_environment(order.get("env") or {})
     if uid is None:
         _prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: it dies with the fork server
         for fd in held.values():
             os.close(fd)
     else:
         become(int(uid), int(order["gid"]), bool(order.get("exclusive")), held)
-    if order.get("clear"):  # only there to kill what the uid left running
-        return
     _serve_fds()
+
+
+def _set_environment(env: dict[str, str]) -> None:
+    """Exactly `env`, changing only what differs (most names are the fork server's already)."""
+    for name in [name for name in os.environ if name not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
+def _warm_up() -> None:
+    """Constant code served before the first fork: children share what a first step sets up."""
+    framed = [_dumps({"code": code, "input": {"prev": 0}, "context": {"args": {"prev": 0}}})
+              for code in ("result = {'i': prev + 1}", "def main(prev):\n    return prev\n")]
+    _serve(io.BytesIO(b"".join(struct.pack(">I", len(data)) + data for data in framed)), io.BytesIO())
+    _COMPILED.clear()  # no user code ran here, and a child holds only its own code
 
 
 def fork_server() -> None:
@@ -522,6 +557,8 @@ def fork_server() -> None:
     _close_to_same_user()
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children
     held = _hold_import_dirs() if os.geteuid() == 0 else {}
+    _IMPORT_LISTS.extend(_import_dirs() if held else [])
+    _warm_up()
     while True:
         data, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
         if not data:
