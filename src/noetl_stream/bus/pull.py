@@ -13,11 +13,12 @@ than it runs at once and the rest stay for other workers.
 
 The server answers a request that ends with a status message: 408 when it expires and 409 when
 it is cut short (leadership change, consumer deleted, ...); both carry how many messages of it
-were left unfulfilled, and that credit is requested again. The credit is split in two lanes whose
-requests expire at different times (bus/pull_lanes.py), so that one lane's request waits while
-the other's is asked again: a message stored at any moment finds a request. Requests also ask for idle
-heartbeats: when neither a message nor a heartbeat comes for a while (a reconnect, a node that
-went away with our requests), every outstanding request is presumed lost and asked again.
+were left unfulfilled, and that credit is requested again. The credit is split in two lanes
+whose requests expire at different times (bus/pull_lanes.py), so that one lane's request waits
+while the other's is asked again: a message stored at any moment finds a request. Requests also
+ask for idle heartbeats: when neither a message nor a heartbeat comes for a while (a reconnect, a
+node that went away with our requests), every outstanding request is presumed lost and asked
+again.
 
 A consumer with a priority group (the router's partitions, pinned_client policy) names the group
 in every request, and, once a delivered message has told it (header `Nats-Pin-Id`), the pin it
