@@ -6,16 +6,15 @@ count on (noetl_stream/events.py): `event_id` (its msg id) and `time` (ISO-8601 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
-from collections.abc import Awaitable
 from typing import Any
 
 from noetl_stream import jsonutil
 from noetl_stream.bus import wire
 from noetl_stream.bus.connection import Bus
-from noetl_stream.bus.timers import publish_timer
+from noetl_stream.bus.stored_publish import Sent
+from noetl_stream.bus.timers import timer_message
 from noetl_stream.isotime import iso_time
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import Outgoing
@@ -73,28 +72,34 @@ async def publish_outbox(bus: Bus, outbox: list[Outgoing],
     """
     if not outbox:
         return
-    # Coroutines are started in outbox order and each writes its message first, so watchers see
-    # events in the order the router produced them.
-    sends: list[Awaitable[object]] = []
+    # Every message is written to the connection in outbox order before any ack is waited for,
+    # without a task per message: the command reaches nats-server in the turn of the event loop
+    # that publishes it, and watchers see events in the order the router produced them.
     # Which publish a stored command came from: the same on every delivery of it (and after a
     # backup's restore), another on a copy published again (worker/attempt_claims.py).
     publish_id = new_publish_id()
     command_headers = {PUBLISH_ID_HEADER: publish_id, **(trace_headers or {})}
     if not again:
         command_headers[PUBLISH_ROUND_HEADER] = FIRST_PUBLISH
-    for m in outbox:
-        if m.kind == "timer":
-            sends.append(publish_timer(bus, m))
-            continue
-        data = jsonutil.dumps(stamp(m.plain_body, m.msg_id) if m.kind == "event" else m.body)
-        headers = {"Nats-Msg-Id": m.msg_id}
-        if m.kind == "command":
-            headers.update(command_headers)
-        if m.progress:
-            sends.append(wire.publish(bus.nc, subject_of(bus, m), data, headers=headers))
-        else:
-            sends.append(bus.stored.publish(subject_of(bus, m), data, headers))
-    await asyncio.gather(*sends)
+    sent: list[Sent] = []
+    try:
+        for m in outbox:
+            if m.kind == "timer":
+                sent.append(await bus.stored.send(*timer_message(bus, m)))
+                continue
+            data = jsonutil.dumps(stamp(m.plain_body, m.msg_id) if m.kind == "event" else m.body)
+            headers = {"Nats-Msg-Id": m.msg_id}
+            if m.kind == "command":
+                headers.update(command_headers)
+            if m.progress:
+                await wire.publish(bus.nc, subject_of(bus, m), data, headers=headers)
+            else:
+                sent.append(await bus.stored.send(subject_of(bus, m), data, headers))
+        for message in sent:
+            await message.stored()
+    finally:
+        for message in sent:
+            message.abandon()  # a write or an ack failed: the waits after it are not kept
 
 
 async def publish_event(bus: Bus, execution_id: str, event_type: str, msg_id: str,

@@ -13,9 +13,12 @@ than it runs at once and the rest stay for other workers.
 
 The server answers a request that ends with a status message: 408 when it expires and 409 when
 it is cut short (leadership change, consumer deleted, ...); both carry how many messages of it
-were left unfulfilled, and that credit is requested again. Requests also ask for idle
-heartbeats: when neither a message nor a heartbeat comes for a while (a reconnect, a node that
-went away with our requests), every outstanding request is presumed lost and asked again.
+were left unfulfilled, and that credit is requested again. The credit is split in two lanes
+whose requests expire at different times (bus/pull_lanes.py), so that one lane's request waits
+while the other's is asked again: a message stored at any moment finds a request. Requests also
+ask for idle heartbeats: when neither a message nor a heartbeat comes for a while (a reconnect, a
+node that went away with our requests), every outstanding request is presumed lost and asked
+again.
 
 A consumer with a priority group (the router's partitions, pinned_client policy) names the group
 in every request, and, once a delivered message has told it (header `Nats-Pin-Id`), the pin it
@@ -32,13 +35,14 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
 
 from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.delivery import delivery_of
+from noetl_stream.bus.pull_lanes import Lane, lane_expiry, lanes_of
 from noetl_stream.jsonutil import JsonObject
 
 log = logging.getLogger("noetl_stream.pull")
@@ -55,6 +59,9 @@ MAX_PAUSE_S = 30.0
 CONSUMER_DELETED = "Consumer Deleted"
 PIN_HEADER = "Nats-Pin-Id"
 PIN_MISMATCH = "423"
+# Turns of the event loop a batch waits at most for the lanes' subscriptions to hand over what
+# they have read (each takes one; more only while a subscription's callback is held up).
+ORDER_TURNS = 8
 
 
 class PullConsumer:
@@ -75,19 +82,14 @@ class PullConsumer:
         self._held = False  # requests held back while the pin is handed over
         self._on_pinned = on_pinned  # called when this client takes a pin, before its messages
         self._credit = credit
-        self._expires_ns = int(expires_s * 1e9)
-        # nats-server refuses a request whose heartbeat is more than half its expiry.
-        self._heartbeat_s = min(heartbeat_s, expires_s / 2)
+        self._expires_s = expires_s
+        self._heartbeat_s = heartbeat_s
         # Silence, while requests are outstanding, after which they are presumed lost.
         self._lost_after_s = 3 * heartbeat_s
-        # Requested and not yet delivered, and granted but not yet requested: together with
-        # the messages the owner holds, never more than its credit.
-        self._pending = 0
-        self._owed = credit
+        self._lanes = lanes_of(credit)
+        self._epoch = time.monotonic()  # where the lanes' grids of expiry times start
         self._queue: deque[Msg] = deque()
         self._arrived = asyncio.Event()
-        self._inbox = ""
-        self._sub: Subscription | None = None
         self._last_heard = time.monotonic()
         self._watch: asyncio.Task[None] | None = None
         self._retry: asyncio.Task[None] | None = None
@@ -98,8 +100,9 @@ class PullConsumer:
         self.detach: Callable[[], None] | None = None  # set by open_pull, called by stop
 
     async def start(self) -> None:
-        self._inbox = self._nc.new_inbox()
-        self._sub = await self._nc.subscribe(self._inbox, cb=self._on_message)
+        for lane in self._lanes:
+            lane.inbox = self._nc.new_inbox()
+            lane.sub = await self._nc.subscribe(lane.inbox, cb=self._on_message_of(lane))
         self._watch = asyncio.create_task(self._watch_liveness(), name=f"pull-{self.name}")
         await self._request()
 
@@ -116,10 +119,11 @@ class PullConsumer:
                     await task
         # Stopping: a closed connection has dropped the subscription, and a message it cannot
         # nak is redelivered after its ack wait anyway.
-        if self._sub is not None:
-            with contextlib.suppress(Exception):
-                await self._sub.unsubscribe()
-            self._sub = None
+        for lane in self._lanes:
+            if lane.sub is not None:
+                with contextlib.suppress(Exception):
+                    await lane.sub.unsubscribe()
+                lane.sub = None
         while self._queue:
             with contextlib.suppress(Exception):
                 await self._queue.popleft().nak()
@@ -134,39 +138,71 @@ class PullConsumer:
                 await asyncio.wait_for(self._arrived.wait(), timeout_s)
             except TimeoutError:
                 return []
+        if len(self._lanes) > 1:
+            await self._in_wire_order()
         taken: list[Msg] = []
         while self._queue and len(taken) < limit:
             taken.append(self._queue.popleft())
         return taken
 
+    async def _in_wire_order(self) -> None:
+        """Each lane's messages reach the queue through their own subscription's task, so one
+        lane's may pass another's that came before it on the connection. What has been read is
+        let in first (each subscription hands over what it buffered), then the queue is put in
+        the order nats-server delivered it: the consumer's sequence, one count per delivery.
+        """
+        for _ in range(ORDER_TURNS):
+            if not any(lane.sub is not None and lane.sub.pending_msgs for lane in self._lanes):
+                break
+            await asyncio.sleep(0)
+        if len(self._queue) > 1:
+            self._queue = deque(sorted(self._queue, key=_delivery_order))
+
     async def grant(self, n: int = 1) -> None:
-        """The owner is done with `n` messages: it can take as many more."""
-        self._owed += n
+        """The owner is done with `n` messages: it can take as many more. The credit returns to
+        the lanes whose share the owner holds most of.
+        """
+        for lane in sorted(self._lanes, key=lambda lane: -lane.room):
+            back = min(n, max(lane.room, 0))
+            lane.owed += back
+            n -= back
+        self._lanes[0].owed += n  # more than the owner held: kept, as it was given
         await self._request()
 
     # -- requests --------------------------------------------------------------------------------
     async def _request(self, *, now: bool = False) -> None:
-        # One request per half of the credit at most, unless nothing is outstanding: a message
-        # that comes while a request waits is delivered at once either way.
-        if self._closed or self._held or self._owed <= 0:
+        for lane in self._lanes:
+            await self._request_lane(lane, now=now)
+
+    async def _request_lane(self, lane: Lane, *, now: bool = False) -> None:
+        # One request per half of the lane's credit at most, unless nothing of it is outstanding:
+        # a message that comes while a request waits is delivered at once either way.
+        if self._closed or self._held or lane.owed <= 0:
             return
-        if not now and self._pending > 0 and self._owed < max(1, self._credit // 2):
+        if not now and lane.pending > 0 and lane.owed < max(1, lane.credit // 2):
             return
-        batch, self._owed = self._owed, 0
-        self._pending += batch
-        body: JsonObject = {"batch": batch, "expires": self._expires_ns,
-                                "idle_heartbeat": int(self._heartbeat_s * 1e9)}
+        if self.outstanding == 0:
+            # The silence after which requests count as lost starts now: one asked after a
+            # quiet spell must not be taken for lost before nats-server could answer it.
+            self._last_heard = time.monotonic()
+        batch, lane.owed = lane.owed, 0
+        lane.pending += batch
+        expires_s = lane_expiry(time.monotonic(), self._epoch, self._expires_s, lane.index,
+                                len(self._lanes))
+        # nats-server refuses a request whose heartbeat is more than half its expiry.
+        body: JsonObject = {"batch": batch, "expires": int(expires_s * 1e9),
+                            "idle_heartbeat": int(min(self._heartbeat_s, expires_s / 2) * 1e9)}
         if self._group is not None:
             body["group"] = self._group
             if self.pin is not None:
                 body["id"] = self.pin
         try:
             await self._nc.publish(self._next_subject, json.dumps(body).encode(),
-                                   reply=self._inbox)
+                                   reply=lane.inbox)
         except Exception as exc:  # a closed or reconnecting connection: ask again later
             log.warning("pull request on %s failed (%s); asking again", self.name, exc)
-            self._pending -= batch
-            self._owed += batch
+            lane.pending -= batch
+            lane.owed += batch
             self._retry_later()
 
     def _retry_later(self, pause_s: float = REFUSED_PAUSE_S) -> None:
@@ -177,7 +213,12 @@ class PullConsumer:
         await asyncio.sleep(pause_s)
         await self._request(now=True)
 
-    async def _on_message(self, msg: Msg) -> None:
+    def _on_message_of(self, lane: Lane) -> Callable[[Msg], Awaitable[None]]:
+        async def on_message(msg: Msg) -> None:
+            await self._on_message(lane, msg)
+        return on_message
+
+    async def _on_message(self, lane: Lane, msg: Msg) -> None:
         self._last_heard = time.monotonic()
         status = msg.headers.get("Status") if msg.headers else None
         if status in (None, "100", "408"):
@@ -189,11 +230,11 @@ class PullConsumer:
                 self.pin = pin
                 if self._on_pinned is not None:
                     self._on_pinned()
-            self._pending = max(0, self._pending - 1)
+            lane.pending = max(0, lane.pending - 1)
             self._queue.append(msg)
             self._arrived.set()
-            if self._pending == 0:
-                await self._request()
+            if lane.pending == 0:
+                await self._request_lane(lane)
             return
         if status == "100":  # idle heartbeat (or flow control, unused by pull consumers)
             return
@@ -203,8 +244,8 @@ class PullConsumer:
             if self.pin is not None:
                 log.info("pull consumer %s: pin moved to another client", self.name)
             self.pin = None
-            self._owed += self._pending
-            self._pending = 0
+            lane.owed += lane.pending
+            lane.pending = 0
             self._retry_later(0.0)
             return
         left = _pending_count(msg)
@@ -213,10 +254,10 @@ class PullConsumer:
             # outstanding request gone and ask again after a pause.
             self._refused(status, msg.headers.get("Description", "") if msg.headers else "")
             return
-        left = min(left, self._pending)
-        self._pending -= left
-        self._owed += left
-        await self._request(now=self._pending == 0)
+        left = min(left, lane.pending)
+        lane.pending -= left
+        lane.owed += left
+        await self._request_lane(lane, now=lane.pending == 0)
 
     def _answered(self) -> None:
         """The consumer answered (a message, a heartbeat, an expiry): ask at the usual pace."""
@@ -244,8 +285,7 @@ class PullConsumer:
             self._gone = True
         else:
             log.info("pull request on %s refused: %s %s", self.name, status, description)
-        self._owed += self._pending
-        self._pending = 0
+        self.reset()
         self._retry_later(self._backed_off())
 
     async def _watch_liveness(self) -> None:
@@ -253,7 +293,7 @@ class PullConsumer:
             await asyncio.sleep(self._heartbeat_s)
             now = time.monotonic()
             silent = now - self._last_heard
-            if self._pending > 0 and silent > self._lost_after_s and now >= self._ask_at:
+            if self.outstanding > 0 and silent > self._lost_after_s and now >= self._ask_at:
                 log.log(logging.DEBUG if self._gone else logging.INFO,
                         "pull requests on %s unanswered for %.1f s; asking again", self.name,
                         silent)
@@ -264,7 +304,7 @@ class PullConsumer:
     @property
     def outstanding(self) -> int:
         """Messages asked for and not yet delivered."""
-        return self._pending
+        return sum(lane.pending for lane in self._lanes)
 
     async def release(self, hold_s: float, drain_s: float) -> None:
         """Give up this client's pin so that another client waiting on the group gets it: stop
@@ -276,7 +316,7 @@ class PullConsumer:
         self._held = True
         try:
             deadline = time.monotonic() + drain_s
-            while self._pending > 0 and time.monotonic() < deadline and not self._closed:
+            while self.outstanding > 0 and time.monotonic() < deadline and not self._closed:
                 await asyncio.sleep(0.05)
             self.pin = None
             try:
@@ -292,8 +332,9 @@ class PullConsumer:
 
     def reset(self) -> None:
         """Presume every outstanding request lost (after a reconnect, say)."""
-        self._owed += self._pending
-        self._pending = 0
+        for lane in self._lanes:
+            lane.owed += lane.pending
+            lane.pending = 0
         self._last_heard = time.monotonic()
 
     def on_reconnect(self) -> None:
@@ -302,6 +343,11 @@ class PullConsumer:
             return
         self.reset()
         self._retry_later(0.0)
+
+
+def _delivery_order(msg: Msg) -> int:
+    delivery = delivery_of(msg)
+    return 0 if delivery is None else delivery.consumer_seq
 
 
 def _pending_count(msg: Msg) -> int | None:

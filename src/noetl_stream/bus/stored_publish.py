@@ -72,6 +72,14 @@ class StoredPublisher:
     async def store(self, subject: str, payload: bytes,
                     headers: dict[str, str] | None = None) -> Stored:
         """Publish and wait for the ack, which says whether the stream had the message already."""
+        return await (await self.send(subject, payload, headers)).stored()
+
+    async def send(self, subject: str, payload: bytes,
+                   headers: dict[str, str] | None = None) -> Sent:
+        """Write the message to the connection now (no turn of the event loop when connected);
+        the returned `Sent` waits for its ack. A caller that sends several messages this way
+        writes them all, in order, before waiting for any.
+        """
         if self._sub is None:
             await self._start()
         self._sent += 1
@@ -80,18 +88,17 @@ class StoredPublisher:
         answer: asyncio.Future[Msg] = loop.create_future()
         self._waiting[token] = answer
         self._expire_later(loop, answer)
+        sent = Sent(self._waiting, token, answer)
         try:
             if headers:
                 await wire.publish(self._nc, subject, payload, reply=self._prefix + token,
                                    headers=headers)
             else:
                 await self._nc.publish(subject, payload, reply=self._prefix + token)
-            msg = await answer
-        finally:
-            self._waiting.pop(token, None)
-            if not answer.done():
-                answer.cancel()  # given up (its task was cancelled): nothing to expire
-        return _stored(msg)
+        except BaseException:
+            sent.abandon()
+            raise
+        return sent
 
     async def update(self, bucket: str, key: str, value: bytes, last: int) -> int:
         """A KV write that succeeds only while the key's revision is `last`; its new revision.
@@ -138,6 +145,32 @@ class StoredPublisher:
                 answer.set_exception(NatsTimeoutError())
         if deadlines:
             self._timer = loop.call_at(deadlines[0][0], self._expire_due, loop)
+
+
+class Sent:
+    """A message written to the connection whose ack is still to come."""
+
+    __slots__ = ("_answer", "_token", "_waiting")
+
+    def __init__(self, waiting: dict[str, asyncio.Future[Msg]], token: str,
+                 answer: asyncio.Future[Msg]) -> None:
+        self._waiting = waiting
+        self._token = token
+        self._answer = answer
+
+    async def stored(self) -> Stored:
+        """Wait for the ack: where the message is stored, or nats-py's error for it."""
+        try:
+            msg = await self._answer
+        finally:
+            self.abandon()
+        return _stored(msg)
+
+    def abandon(self) -> None:
+        """Stop waiting (answered, failed, or given up by the caller): nothing is left behind."""
+        self._waiting.pop(self._token, None)
+        if not self._answer.done():
+            self._answer.cancel()  # nothing to expire
 
 
 def _stored(msg: Msg) -> Stored:

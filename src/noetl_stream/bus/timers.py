@@ -25,7 +25,7 @@ from noetl_stream.messages import SCHEDULE_PREFIX, TIMER_FIRED, TIMER_SCHEDULED
 from noetl_stream.router.state import Outgoing
 
 __all__ = ["SCHEDULE_PREFIX", "TIMER_FIRED", "TIMER_SCHEDULED", "publish_timer",
-           "schedule_headers", "schedule_time"]
+           "schedule_headers", "schedule_time", "timer_message"]
 
 
 def schedule_time(fire_at_s: float) -> str:
@@ -42,11 +42,16 @@ def schedule_headers(bus: Bus, timer: Outgoing) -> dict[str, str]:
     }
 
 
-async def publish_timer(bus: Bus, timer: Outgoing) -> None:
-    """Store the schedule message; the stream publishes `timer.fired` when it is due."""
+def timer_message(bus: Bus, timer: Outgoing) -> tuple[str, bytes, dict[str, str]]:
+    """The schedule message of a timer: its subject, body and headers."""
     subject = bus.topology.timer_schedule_subject(str(timer.plain_body["execution_id"]),
                                                   str(timer.plain_body["timer_id"]))
     # The event it becomes happens at `fire_at`: that is its timestamp (set_at says when it was set).
     body = {"event_id": timer.msg_id, "timestamp": timer.plain_body["fire_at"],
             "time": iso_time(float(timer.plain_body["fire_at"])), **timer.plain_body}
-    await bus.js.publish(subject, jsonutil.dumps(body), headers=schedule_headers(bus, timer))
+    return subject, jsonutil.dumps(body), schedule_headers(bus, timer)
+
+
+async def publish_timer(bus: Bus, timer: Outgoing) -> None:
+    """Store the schedule message; the stream publishes `timer.fired` when it is due."""
+    await bus.stored.publish(*timer_message(bus, timer))

@@ -14,7 +14,6 @@ import contextlib
 import logging
 import os
 import time
-from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
@@ -29,7 +28,6 @@ from noetl_stream.bus.dead_letters import dead_letter_message
 from noetl_stream.bus.delivery import renew_leases
 from noetl_stream.bus.dispositions import Failure, classify, settle
 from noetl_stream.bus.pull import PullConsumer, open_pull
-from noetl_stream.bus.signals import decode_event
 from noetl_stream.bus.storage import while_storage_refused
 from noetl_stream.dsl import template_budget
 from noetl_stream.dsl.layering import merge
@@ -48,12 +46,13 @@ from noetl_stream.router.state import ExecutionState
 from noetl_stream.router_events import RouterEvent
 from noetl_stream.server import render_pool
 from noetl_stream.server import request_answers as answers
+from noetl_stream.server.event_groups import by_execution
 from noetl_stream.server.execution_ids import new_execution_id
 from noetl_stream.server.execution_metrics import count_execution
 from noetl_stream.server.nats_clock import NatsClock
 from noetl_stream.server.outbox_marks import OutboxMarks
 from noetl_stream.server.partitions import BATCH as PARTITION_BATCH
-from noetl_stream.server.partitions import RouterPartitions, origin_sequence, partition_of
+from noetl_stream.server.partitions import RouterPartitions, partition_of
 from noetl_stream.server.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
 from noetl_stream.server.pools import KnownPools
 from noetl_stream.server.replays import start_of
@@ -349,26 +348,30 @@ class Server:
         """
         while not self._stopping.is_set():
             msgs = await consumer.next_batch(PARTITION_BATCH)
-            for execution_id, items in self._events_by_execution(msgs).items():
+            here: tuple[str, list[tuple[Msg, Any]]] | None = None
+            for execution_id, items in by_execution(self.bus.topology, msgs).items():
                 if execution_id in self._applying:
                     self._waiting.setdefault(execution_id, []).extend(items)
+                elif here is None and execution_id:
+                    here = (execution_id, items)
                 else:
                     self._start_group(execution_id, items, consumer)
+            if here is not None:
+                await self._apply_here(*here, consumer)
+                return
 
-    def _events_by_execution(self, msgs: list[Msg]) -> dict[str, list[tuple[Msg, Any]]]:
-        """The events of a batch by execution; one that is refused makes a group of its own
-        (under the empty id, which no execution has), settled as dispositions.py says.
+    async def _apply_here(self, execution_id: str, items: list[tuple[Msg, Any]],
+                          consumer: PullConsumer) -> None:
+        """A batch's first group, applied in the task that took it: a task of its own would start
+        a turn of the event loop later. A new task takes the partition's next batches meanwhile.
         """
-        groups: dict[str, list[tuple[Msg, Any]]] = defaultdict(list)
-        for m in msgs:
-            try:
-                # Checked against its subject; signals carry a client's data, never an envelope.
-                event = decode_event(self.bus.topology, m.subject, m.data, origin_sequence(m))
-            except Exception as exc:  # Malformed, or a bug: either is settled alone below
-                groups[""].append((m, exc))
-                continue
-            groups[event.execution_id].append((m, event))
-        return groups
+        self._tasks = [*(t for t in self._tasks if not t.done()),
+                       asyncio.create_task(self._event_loop(consumer))]
+        self._applying[execution_id] = asyncio.current_task()  # type: ignore[assignment]
+        try:
+            await self._run_group(execution_id, items, consumer)
+        except Exception:  # as _group_done says of a group in a task of its own
+            log.exception("server: an event group failed")
 
     def _start_group(self, execution_id: str, items: list[tuple[Msg, Any]],
                      consumer: PullConsumer) -> None:
