@@ -17,7 +17,8 @@ page (PAGE_SIZE iterations) at a time once every iteration of the page has ended
 settled (their step is not running and their result is placed, stored or kept inline) they are
 stored as a page (`step_pages`), an inline result with its record, and the state writes only the
 others; a record changed after that is written inline again, and inline records win over paged
-ones when a state is read. Names starting with
+ones when a state is read. The keys of stored pages are themselves stored PAGE_SIZE at a time
+(router/page_index.py), so the keys a state names stay few however long it runs. Names starting with
 `_` are never written: orjson leaves them out. A run keeps the child executions its commands
 started (`Run.children`, router/children.py) only while it is in flight, so the router
 can cancel them when it cuts the run short; finished runs are dropped with their children.
@@ -34,6 +35,8 @@ from noetl_stream import jsonutil
 from noetl_stream.formats import STATE, VERSION_FIELD
 from noetl_stream.jsonutil import JsonValue
 from noetl_stream.messages import Command
+from noetl_stream.router import page_index
+from noetl_stream.router.page_index import PAGE_SIZE
 
 OutgoingKind = Literal["command", "event", "timer", "cancel"]
 LoopMode = Literal["sequential", "parallel", "cursor"]
@@ -41,7 +44,6 @@ RunStatus = Literal["running", "done", "failed", "cancelled"]
 StepStatus = Literal["pending", "running", "completed", "failed", "skipped", "cancelled"]
 ExecutionStatus = Literal["running", "completed", "failed", "cancelled"]
 
-PAGE_SIZE = 100  # loop iteration results (or settled step records) stored together
 SETTLED: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancelled"})
 
 
@@ -84,6 +86,8 @@ class LoopState:
     deadlines: dict[str, float] = field(default_factory=dict)  # str(index) -> watchdog deadline
     exhausted: int = 0  # cursor slots whose claim found nothing: they are not refilled
     pages: list[str] = field(default_factory=list)  # keys of stored pages of `results`, in order
+    # Keys of earlier pages, folded (router/page_index.py): they come before `pages`.
+    page_index: list[list[str]] = field(default_factory=list)
     _paged: dict[str, Any] = field(default_factory=dict, repr=False)  # their results, in memory
 
     def all_results(self) -> dict[str, Any]:
@@ -94,7 +98,7 @@ class LoopState:
         """The inline results of the first page not stored yet, once every iteration of it
         has ended (its results can no longer change); None while it is still filling.
         """
-        end = (len(self.pages) + 1) * PAGE_SIZE
+        end = (page_index.count(self.pages, self.page_index) + 1) * PAGE_SIZE
         if self.next_index < end or any(i < end for i in self.in_flight):
             return None
         return {k: v for k, v in self.results.items() if int(k) < end}
@@ -107,7 +111,7 @@ class LoopState:
 
     def pages_unloaded(self) -> bool:
         """Stored pages whose results are not in memory (a state just read)."""
-        return bool(self.pages) and not self._paged
+        return page_index.any_stored(self.pages, self.page_index) and not self._paged
 
     def page_loaded(self, page: dict[str, Any]) -> None:
         self._paged.update(page)
@@ -247,6 +251,7 @@ class ExecutionState:
     timers: dict[str, dict[str, float]] = field(default_factory=dict)
     result_key: str | None = None  # where the execution's result is stored, like a step's
     step_pages: list[str] = field(default_factory=list)  # keys of stored pages of step records
+    step_page_index: list[list[str]] = field(default_factory=list)  # earlier ones, folded
     error: dict[str, JsonValue] | None = None
     parent_execution_id: str | None = None
     parent_iter: dict[str, JsonValue] | None = None  # the parent's iteration, read as `iter.parent`
@@ -380,11 +385,12 @@ class ExecutionState:
 
     def record_pages_unloaded(self) -> bool:
         """Stored record pages not in memory (a state just read)."""
-        return bool(self.step_pages) and not self._pages_loaded
+        return page_index.any_stored(self.step_pages, self.step_page_index) and \
+            not self._pages_loaded
 
     def record_pages_loaded(self, pages: list[Any]) -> None:
-        """The stored pages, in `step_pages` order: their records join the inline ones, a later
-        page winning over an earlier one and an inline record over both.
+        """The stored pages, in order (folded ones first): their records join the inline ones,
+        a later page winning over an earlier one and an inline record over both.
         """
         paged: dict[str, StepRecord] = {}
         for page in pages:
@@ -467,6 +473,7 @@ class ExecutionState:
             timers=data.get("timers", {}),
             result_key=data.get("result_key"),
             step_pages=list(data.get("step_pages", [])),
+            step_page_index=[list(keys) for keys in data.get("step_page_index", [])],
             error=data.get("error"),
             parent_execution_id=data.get("parent_execution_id"),
             parent_iter=data.get("parent_iter"),
@@ -485,7 +492,7 @@ class ExecutionState:
             source_mark=list(data.get("source_mark", [])),
             source_recent=list(data.get("source_recent", [])),
         )
-        if state.step_pages:
+        if page_index.any_stored(state.step_pages, state.step_page_index):
             state._inline = dict.fromkeys(state.steps)
         # A result without a key is inline (not stored yet, or written by 0.1.0).
         if state.result_key is None:

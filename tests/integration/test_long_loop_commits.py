@@ -1,0 +1,110 @@
+"""A long execution's commits cost the same at its end as at its start: the keys of the pages a
+loop (or an execution's settled records) has stored are folded a hundred at a time into entries
+of KV `noetl_step_results` (router/page_index.py), so the state names few of them however many
+there are, and a server that never saw the execution reads every page back through them."""
+
+from __future__ import annotations
+
+import pytest
+
+from noetl_stream import jsonutil
+from noetl_stream.bus.connection import Bus
+from noetl_stream.dsl import parse_playbook
+from noetl_stream.router.state import PAGE_SIZE, ExecutionState, LoopState, StepRecord
+from noetl_stream.server.execution_ids import new_execution_id
+from noetl_stream.state.results import ResultStore
+from noetl_stream.state.step_results import StepResults
+from noetl_stream.testing import Reply, RouterHarness
+from noetl_stream.testing.router_harness import Command
+
+pytestmark = pytest.mark.integration
+
+IN_FLIGHT = 50
+LOOP = f"""\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: long_loop}}
+workload: {{items: []}}
+workflow:
+  - step: fan
+    loop:
+      in: "{{{{ workload.items }}}}"
+      iterator: item
+      spec: {{mode: parallel, max_in_flight: {IN_FLIGHT}}}
+    tool: {{kind: noop}}
+"""
+
+
+def doubled(command: Command) -> Reply:
+    return Reply(result=command["context"]["iter"]["item"] * 2)
+
+
+def _loop(state: ExecutionState) -> LoopState:
+    (run,) = state.runs.values()
+    assert run.loop is not None
+    return run.loop
+
+
+def _keys_named(written: bytes) -> int:
+    """The page keys a committed state's loop names."""
+    (run,) = jsonutil.loads(written)["runs"].values()
+    return len(run["loop"]["pages"]) + sum(len(keys) for keys in run["loop"].get("page_index", []))
+
+
+async def test_a_long_loop_writes_as_many_bytes_per_commit_at_its_end_as_at_its_start(
+        bus: Bus) -> None:
+    """A loop of 30,000 iterations, each outcome applied and its results placed as a server does
+    before a commit. Its state at iteration 10,550 and at 20,550 and 30,550 differs by a page key
+    per 10,000 iterations; naming every page, it grew by 100 keys (about 3.5 kB) each time."""
+    count = 3 * PAGE_SIZE * PAGE_SIZE + 1_000
+    playbook = parse_playbook(LOOP, "long_loop.yaml").playbook
+    harness = RouterHarness(playbook, execution_id=new_execution_id(),
+                            workload={"items": list(range(count))})
+    results = StepResults(bus.js, ResultStore(bus.js))
+    sizes: dict[int, int] = {}
+    named: dict[int, int] = {}
+    for applied in range(1, count + 1):
+        harness.answer(harness.pending[0], doubled(harness.pending[0]))
+        await results.store(harness.state)
+        if harness.state.status != "running":
+            break
+        if applied % (PAGE_SIZE * PAGE_SIZE) in (550, PAGE_SIZE * PAGE_SIZE - 50):
+            written = harness.state.to_json()
+            sizes[applied], named[applied] = len(written), _keys_named(written)
+        if applied == 25_000:  # a server that never saw it carries on from the committed state
+            again = ExecutionState.from_dict(harness.state.to_dict())
+            await StepResults(bus.js, ResultStore(bus.js)).load(again)
+            assert _loop(again).all_results() == _loop(harness.state).all_results()
+            assert len(_loop(again).all_results()) == 25_000
+            harness.state = again
+
+    assert harness.state.status == "completed"
+    assert harness.state.steps["fan"].result == [2 * i for i in range(count)]
+    # Fewer than PAGE_SIZE keys per level, two levels used: at most one key more per 10,000
+    # iterations at the same point of a page.
+    assert max(named.values()) < 2 * PAGE_SIZE, named
+    same_point = [size for applied, size in sizes.items()
+                  if applied > PAGE_SIZE * PAGE_SIZE and applied % (PAGE_SIZE * PAGE_SIZE) == 550]
+    assert [size - same_point[0] for size in same_point] == pytest.approx([0, 0, 0], abs=100), \
+        sizes
+
+
+async def test_an_execution_of_many_settled_records_names_few_pages_and_reads_them_back(
+        bus: Bus) -> None:
+    count = PAGE_SIZE * PAGE_SIZE + 30
+    state = ExecutionState(execution_id=new_execution_id(), playbook_key="k", workload={})
+    for n in range(count):
+        rec = state.record(f"s{n}")
+        rec.status, rec.runs = "completed", 1
+        state.set_result(rec, {"n": n})
+    await StepResults(bus.js, ResultStore(bus.js)).store(state)
+
+    written = state.to_dict()
+    assert len(written["steps"]) == 30
+    assert written["step_pages"] == [] and [len(keys) for keys in written["step_page_index"]] == [1]
+    again = ExecutionState.from_dict(written)
+    assert again.record_pages_unloaded()
+    await StepResults(bus.js, ResultStore(bus.js)).load(again)  # a cache that never saw it
+    assert list(again.steps) == list(state.steps)
+    assert all(isinstance(rec, StepRecord) and rec.result == {"n": n}
+               for n, rec in enumerate(again.steps.values()))
