@@ -45,6 +45,7 @@ StepStatus = Literal["pending", "running", "completed", "failed", "skipped", "ca
 ExecutionStatus = Literal["running", "completed", "failed", "cancelled"]
 
 SETTLED: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancelled"})
+Encoded = tuple[Any, bytes]  # a value and its JSON, made once
 
 
 @dataclass
@@ -89,6 +90,9 @@ class LoopState:
     # Keys of earlier pages, folded (router/page_index.py): they come before `pages`.
     page_index: list[list[str]] = field(default_factory=list)
     _paged: dict[str, Any] = field(default_factory=dict, repr=False)  # their results, in memory
+    # `items` as JSON, made once: a loop never changes its items, and a loop over n items would
+    # otherwise encode all n at every commit (`ExecutionState.to_json`).
+    _items_json: Encoded | None = field(default=None, repr=False, compare=False)
 
     def all_results(self) -> dict[str, Any]:
         """str(index) -> result of every iteration that reported one, stored pages included."""
@@ -426,13 +430,22 @@ class ExecutionState:
         # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict. For the
         # time of the call, `steps` is their JSON: records in a stored page are left out, and
         # each other one is written as it was at the last commit unless it changed since.
+        # Each loop's items are written as encoded once: they never change. (The workload is
+        # encoded afresh: a command's context may share it, and a state too large to commit has
+        # that context's large values moved to the object store in place, server/state_size.py.)
         every = self.steps
+        loops = [(run.loop, run.loop.items) for run in self.runs.values() if run.loop is not None]
         records = [rec.written(name) for name, rec in self.written_records().items()]
         self.steps = orjson.Fragment(b"{" + b",".join(records) + b"}")  # type: ignore[assignment]
         try:
+            for loop, items in loops:
+                loop._items_json = _encoded(loop._items_json, items)
+                loop.items = orjson.Fragment(loop._items_json[1])  # type: ignore[assignment]
             data = jsonutil.dumps(self)
         finally:
             self.steps = every
+            for loop, items in loops:
+                loop.items = items
         if self.result_key is None and self.result is not None:
             data = data[:-1] + b',"result":' + jsonutil.dumps(self.result) + b"}"
         return data
@@ -501,6 +514,15 @@ class ExecutionState:
             if rec.result_key is None:
                 state.set_result(rec, data["steps"][name].get("result"))
         return state
+
+
+def _encoded(kept: Encoded | None, value: Any) -> Encoded:
+    """`value` with its JSON: `kept` when it is of this very value, else encoded now (raises
+    TypeError or ValueError, as orjson does, for a value JSON cannot hold).
+    """
+    if kept is not None and kept[0] is value:
+        return kept
+    return value, jsonutil.dumps(value)
 
 
 def _record_value(rec: StepRecord) -> dict[str, Any]:
