@@ -1,6 +1,6 @@
 """A long execution's commits cost the same at its end as at its start: the keys of the pages a
-loop (or an execution's settled records) has stored are folded a hundred at a time into entries
-of KV `noetl_step_results` (router/page_index.py), so the state names few of them however many
+loop (or an execution's settled records) has stored are folded FOLD at a time into entries of
+KV `noetl_step_results` (router/page_index.py), so the state names few of them however many
 there are, and a server that never saw the execution reads every page back through them."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pytest
 from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.dsl import parse_playbook
+from noetl_stream.router.page_index import FOLD
 from noetl_stream.router.state import PAGE_SIZE, ExecutionState, LoopState, StepRecord
 from noetl_stream.server.execution_ids import new_execution_id
 from noetl_stream.state.results import ResultStore
@@ -53,10 +54,10 @@ def _keys_named(written: bytes) -> int:
 
 async def test_a_long_loop_writes_as_many_bytes_per_commit_at_its_end_as_at_its_start(
         bus: Bus) -> None:
-    """A loop of 30,000 iterations, each outcome applied and its results placed as a server does
+    """A loop of 31,000 iterations, each outcome applied and its results placed as a server does
     before a commit. Its state at iteration 10,550 and at 20,550 and 30,550 differs by a page key
     per 10,000 iterations; naming every page, it grew by 100 keys (about 3.5 kB) each time."""
-    count = 3 * PAGE_SIZE * PAGE_SIZE + 1_000
+    count = 31_000
     playbook = parse_playbook(LOOP, "long_loop.yaml").playbook
     harness = RouterHarness(playbook, execution_id=new_execution_id(),
                             workload={"items": list(range(count))})
@@ -68,7 +69,7 @@ async def test_a_long_loop_writes_as_many_bytes_per_commit_at_its_end_as_at_its_
         await results.store(harness.state)
         if harness.state.status != "running":
             break
-        if applied % (PAGE_SIZE * PAGE_SIZE) in (550, PAGE_SIZE * PAGE_SIZE - 50):
+        if applied % 1_000 == 950 or applied % 10_000 == 550:
             written = harness.state.to_json()
             sizes[applied], named[applied] = len(written), _keys_named(written)
         if applied == 25_000:  # a server that never saw it carries on from the committed state
@@ -80,18 +81,18 @@ async def test_a_long_loop_writes_as_many_bytes_per_commit_at_its_end_as_at_its_
 
     assert harness.state.status == "completed"
     assert harness.state.steps["fan"].result == [2 * i for i in range(count)]
-    # Fewer than PAGE_SIZE keys per level, two levels used: at most one key more per 10,000
-    # iterations at the same point of a page.
-    assert max(named.values()) < 2 * PAGE_SIZE, named
+    # Fewer than FOLD keys per level, three levels used below 1,000 pages: one key more per
+    # 10,000 iterations at the same point of a page.
+    assert max(named.values()) < 3 * FOLD, named
     same_point = [size for applied, size in sizes.items()
-                  if applied > PAGE_SIZE * PAGE_SIZE and applied % (PAGE_SIZE * PAGE_SIZE) == 550]
+                  if applied > 10_000 and applied % 10_000 == 550]
     assert [size - same_point[0] for size in same_point] == pytest.approx([0, 0, 0], abs=100), \
         sizes
 
 
 async def test_an_execution_of_many_settled_records_names_few_pages_and_reads_them_back(
         bus: Bus) -> None:
-    count = PAGE_SIZE * PAGE_SIZE + 30
+    count = PAGE_SIZE * FOLD + 30
     state = ExecutionState(execution_id=new_execution_id(), playbook_key="k", workload={})
     for n in range(count):
         rec = state.record(f"s{n}")

@@ -1,10 +1,10 @@
-"""The keys of stored pages folded a hundred at a time (router/page_index.py): the state names
-fewer than PAGE_SIZE keys per level, counts every page, and the levels read back in order."""
+"""The keys of stored pages folded FOLD at a time (router/page_index.py): the state names fewer
+than FOLD keys per level, counts every page, and the levels read back in order."""
 
 from __future__ import annotations
 
 from noetl_stream.router import page_index
-from noetl_stream.router.page_index import PAGE_SIZE, Index
+from noetl_stream.router.page_index import FOLD, Index
 
 
 def _store(count: int) -> tuple[list[str], Index, dict[str, list[str]]]:
@@ -31,18 +31,18 @@ def _read(pages: list[str], index: Index, entries: dict[str, list[str]]) -> list
 
 
 def test_a_state_names_fewer_than_a_page_of_keys_per_level_however_many_pages() -> None:
-    count = PAGE_SIZE * PAGE_SIZE * 2 + PAGE_SIZE * 3 + 7
+    count = FOLD ** 3 * 2 + FOLD * 3 + 7
     pages, index, entries = _store(count)
-    assert len(pages) == 7 and [len(keys) for keys in index] == [3, 2]
+    assert len(pages) == 7 and [len(keys) for keys in index] == [3, 0, 2]
     assert page_index.count(pages, index) == count
     assert _read(pages, index, entries) == [f"page-{n}" for n in range(count)]
-    assert all(len(keys) == PAGE_SIZE for keys in entries.values())
+    assert all(len(keys) == FOLD for keys in entries.values())
 
 
 def test_a_level_emptied_by_folding_still_counts_and_reads_in_order() -> None:
-    pages, index, entries = _store(PAGE_SIZE * PAGE_SIZE)
-    assert pages == [] and index == [[], ["entry-100"]]
+    pages, index, entries = _store(FOLD * FOLD)
+    assert pages == [] and index == [[], [f"entry-{FOLD}"]]
     assert page_index.any_stored(pages, index)
-    assert page_index.count(pages, index) == PAGE_SIZE * PAGE_SIZE
-    assert _read(pages, index, entries)[-1] == f"page-{PAGE_SIZE * PAGE_SIZE - 1}"
+    assert page_index.count(pages, index) == FOLD * FOLD
+    assert _read(pages, index, entries)[-1] == f"page-{FOLD * FOLD - 1}"
     assert not page_index.any_stored([], [[], []]) and page_index.full([], []) is None

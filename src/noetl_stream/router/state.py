@@ -17,7 +17,7 @@ page (PAGE_SIZE iterations) at a time once every iteration of the page has ended
 settled (their step is not running and their result is placed, stored or kept inline) they are
 stored as a page (`step_pages`), an inline result with its record, and the state writes only the
 others; a record changed after that is written inline again, and inline records win over paged
-ones when a state is read. The keys of stored pages are themselves stored PAGE_SIZE at a time
+ones when a state is read. The keys of stored pages are themselves stored ten at a time
 (router/page_index.py), so the keys a state names stay few however long it runs. Names starting with
 `_` are never written: orjson leaves them out. A run keeps the child executions its commands
 started (`Run.children`, router/children.py) only while it is in flight, so the router

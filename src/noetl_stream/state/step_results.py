@@ -11,7 +11,7 @@ apply the same events, write the same entry again, and a stale writer can never 
 committed state refers to. A loop's iteration results are written a page at a time (a mapping of
 iteration -> result) the same way, and so are settled step records (step name -> record), so
 the state written at each commit does not grow with the steps that finished before; the keys of
-those pages are stored a hundred at a time too (router/page_index.py). A value
+those pages are stored ten at a time too (router/page_index.py). A value
 larger than LARGEST_INLINE goes to the object store `noetl_results` and its entry holds the
 reference.
 
