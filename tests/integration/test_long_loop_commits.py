@@ -1,7 +1,8 @@
 """A long execution's commits cost the same at its end as at its start: the keys of the pages a
 loop (or an execution's settled records) has stored are folded FOLD at a time into entries of
 KV `noetl_step_results` (router/page_index.py), so the state names few of them however many
-there are, and a server that never saw the execution reads every page back through them."""
+there are, and a server that never saw the execution reads every page back through them. A
+loop's items are stored there once too, so a commit does not write them again."""
 
 from __future__ import annotations
 
@@ -109,3 +110,49 @@ async def test_an_execution_of_many_settled_records_names_few_pages_and_reads_th
     assert list(again.steps) == list(state.steps)
     assert all(isinstance(rec, StepRecord) and rec.result == {"n": n}
                for n, rec in enumerate(again.steps.values()))
+
+
+FROM_A_STEP = f"""\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: loop_of_a_result}}
+workflow:
+  - step: make
+    tool: {{kind: noop}}
+    next: fan
+  - step: fan
+    loop:
+      in: "{{{{ make.items }}}}"
+      iterator: item
+      spec: {{mode: parallel, max_in_flight: {IN_FLIGHT}}}
+    tool: {{kind: noop}}
+"""
+
+
+async def _committed_after(bus: Bus, items: int, applied: int) -> tuple[RouterHarness, bytes]:
+    """A loop over `items` items a step returned, `applied` iterations in: its harness and the
+    state a commit writes then."""
+    playbook = parse_playbook(FROM_A_STEP, "loop_of_a_result.yaml").playbook
+    harness = RouterHarness(playbook, execution_id=new_execution_id())
+    results = StepResults(bus.js, ResultStore(bus.js))
+    harness.answer(harness.pending[0], Reply(result={"items": list(range(items))}))
+    await results.store(harness.state)
+    for _ in range(applied):
+        harness.answer(harness.pending[0], doubled(harness.pending[0]))
+        await results.store(harness.state)
+    return harness, harness.state.to_json()
+
+
+async def test_a_commit_of_a_loop_writes_as_many_bytes_over_20000_items_as_over_2000(
+        bus: Bus) -> None:
+    _, small = await _committed_after(bus, 2_000, 150)
+    harness, large = await _committed_after(bus, 20_000, 150)
+    assert len(large) == pytest.approx(len(small), abs=100), (len(small), len(large))
+    (run,) = jsonutil.loads(large)["runs"].values()
+    assert run["loop"]["items"] == [] and isinstance(run["loop"]["items_key"], str)
+
+    again = ExecutionState.from_dict(harness.state.to_dict())
+    assert again.loops_without_items()
+    await StepResults(bus.js, ResultStore(bus.js)).load(again)  # a cache that never saw it
+    assert _loop(again).items == list(range(20_000)) and not again.loops_without_items()
+    assert again.to_json() == large

@@ -13,15 +13,17 @@ state's small results together stay within a budget, stays inline as the record'
 (a state the router made and no server has committed, or one an older version wrote); reading a
 state takes either form. A loop keeps its latest iteration results inline and moves them out a
 page (PAGE_SIZE iterations) at a time once every iteration of the page has ended
-(`LoopState.pages`). Step records leave the state the same way: once PAGE_SIZE records have
-settled (their step is not running and their result is placed, stored or kept inline) they are
-stored as a page (`step_pages`), an inline result with its record, and the state writes only the
-others; a record changed after that is written inline again, and inline records win over paged
-ones when a state is read. The keys of stored pages are themselves stored ten at a time
-(router/page_index.py), so the keys a state names stay few however long it runs. Names starting with
-`_` are never written: orjson leaves them out. A run keeps the child executions its commands
-started (`Run.children`, router/children.py) only while it is in flight, so the router
-can cancel them when it cuts the run short; finished runs are dropped with their children.
+(`LoopState.pages`); its items, when they take more than 1 KiB of JSON, are stored there once
+(`items_key`) and the state writes them as []. Step records leave the state the same way: once
+PAGE_SIZE records have settled (their step is not running and their result is placed, stored or
+kept inline) they are stored as a page (`step_pages`), an inline result with its record, and the
+state writes only the others; a record changed after that is written inline again, and inline
+records win over paged ones when a state is read. The keys of stored pages are themselves stored
+ten at a time (router/page_index.py), so the keys a state names stay few however long it runs.
+Names starting with `_` are never written: orjson leaves them out. A run keeps the child
+executions its commands started (`Run.children`, router/children.py) only while it is in flight,
+so the router can cancel them when it cuts the run short; finished runs are dropped with their
+children.
 """
 
 from __future__ import annotations
@@ -89,10 +91,22 @@ class LoopState:
     pages: list[str] = field(default_factory=list)  # keys of stored pages of `results`, in order
     # Keys of earlier pages, folded (router/page_index.py): they come before `pages`.
     page_index: list[list[str]] = field(default_factory=list)
+    # Where `items` is stored (state/step_results.py): the state then writes them as []. None:
+    # written inline (few of them, or not placed yet).
+    items_key: str | None = None
     _paged: dict[str, Any] = field(default_factory=dict, repr=False)  # their results, in memory
     # `items` as JSON, made once: a loop never changes its items, and a loop over n items would
     # otherwise encode all n at every commit (`ExecutionState.to_json`).
     _items_json: Encoded | None = field(default=None, repr=False, compare=False)
+
+    def items_written(self) -> bytes:
+        """`items` as JSON, encoded once (raises TypeError or ValueError, as orjson does)."""
+        self._items_json = _encoded(self._items_json, self.items)
+        return self._items_json[1]
+
+    def items_unloaded(self) -> bool:
+        """The items are stored and not in memory (a state just read)."""
+        return self.items_key is not None and not self.items
 
     def all_results(self) -> dict[str, Any]:
         """str(index) -> result of every iteration that reported one, stored pages included."""
@@ -319,6 +333,11 @@ class ExecutionState:
         self._fresh = []
         return out
 
+    def loops_without_items(self) -> list[LoopState]:
+        """Loops whose stored items are not in memory (a state just read)."""
+        return [run.loop for run in self.runs.values()
+                if run.loop is not None and run.loop.items_unloaded()]
+
     def unloaded_loops(self) -> list[LoopState]:
         """Loops in flight whose stored pages are not in memory (a state just read)."""
         return [run.loop for run in self.runs.values()
@@ -430,17 +449,18 @@ class ExecutionState:
         # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict. For the
         # time of the call, `steps` is their JSON: records in a stored page are left out, and
         # each other one is written as it was at the last commit unless it changed since.
-        # Each loop's items are written as encoded once: they never change. (The workload is
-        # encoded afresh: a command's context may share it, and a state too large to commit has
-        # that context's large values moved to the object store in place, server/state_size.py.)
+        # Each loop's items are written as encoded once (they never change), or as [] once
+        # stored. (The workload is encoded afresh: a command's context may share it, and a state
+        # too large to commit has that context's large values moved out in place,
+        # server/state_size.py.)
         every = self.steps
         loops = [(run.loop, run.loop.items) for run in self.runs.values() if run.loop is not None]
         records = [rec.written(name) for name, rec in self.written_records().items()]
         self.steps = orjson.Fragment(b"{" + b",".join(records) + b"}")  # type: ignore[assignment]
         try:
-            for loop, items in loops:
-                loop._items_json = _encoded(loop._items_json, items)
-                loop.items = orjson.Fragment(loop._items_json[1])  # type: ignore[assignment]
+            for loop, _ in loops:
+                written = b"[]" if loop.items_key is not None else loop.items_written()
+                loop.items = orjson.Fragment(written)  # type: ignore[assignment]
             data = jsonutil.dumps(self)
         finally:
             self.steps = every

@@ -50,6 +50,7 @@ def content(state: ExecutionState) -> JsonObject:
         if loop is not None and isinstance(stored, dict):
             stored.pop("pages", None)
             stored.pop("page_index", None)
+            stored.pop("items_key", None)
             stored["results"] = loop.all_results()
     normal: JsonObject = jsonutil.loads(jsonutil.dumps(plain))
     return normal
