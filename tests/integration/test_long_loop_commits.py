@@ -150,6 +150,7 @@ async def test_a_commit_of_a_loop_writes_as_many_bytes_over_20000_items_as_over_
     assert len(large) == pytest.approx(len(small), abs=100), (len(small), len(large))
     (run,) = jsonutil.loads(large)["runs"].values()
     assert run["loop"]["items"] == [] and isinstance(run["loop"]["items_key"], str)
+    assert _loop(harness.state)._items_json is None  # their JSON is not kept once stored
 
     again = ExecutionState.from_dict(harness.state.to_dict())
     assert again.loops_without_items()

@@ -104,6 +104,10 @@ class LoopState:
         self._items_json = _encoded(self._items_json, self.items)
         return self._items_json[1]
 
+    def items_stored(self, key: str) -> None:
+        """`items` is stored under `key`: the state writes them as [] from now on."""
+        self.items_key, self._items_json = key, None
+
     def items_unloaded(self) -> bool:
         """The items are stored and not in memory (a state just read)."""
         return self.items_key is not None and not self.items

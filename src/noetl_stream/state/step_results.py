@@ -107,8 +107,8 @@ class StepResults:
             writes.append((key, data, holder.result))
         for loop in _loops(state):
             if loop.items_key is None and len(items := loop.items_written()) > SMALL_RESULT:
-                loop.items_key = _hash(items)
-                writes.append((loop.items_key, items, loop.items))
+                loop.items_stored(_hash(items))
+                writes.append((str(loop.items_key), items, loop.items))
             page = loop.complete_page()
             while page is not None:
                 key, data = _keyed(page)
@@ -151,7 +151,10 @@ class StepResults:
         execution_id = state.execution_id
         for loop in state.loops_without_items():  # what `status` shows of a loop needs them
             items = await self._get(execution_id, str(loop.items_key))
-            loop.items = items if isinstance(items, list) else []
+            if not isinstance(items, list):
+                raise InfrastructureError(f'the items of a loop of execution {execution_id} in '
+                                          f'"{BUCKET}" are no list')
+            loop.items = items
         if state.record_pages_unloaded():
             keys = await self._page_keys(execution_id, state.step_pages, state.step_page_index)
             state.record_pages_loaded(await self._get_all(execution_id, keys))
