@@ -105,8 +105,10 @@ def _unchanged(record: JsonObject) -> JsonObject:
 
 # The committed execution state (router/state.py). Version 2 is the first with a version; it
 # reads every unversioned state: 0.1.0's, with results inline, and later ones that name stored
-# results by `result_key` and settled records by `step_pages` (both forms stay valid).
-STATE = Format("execution state", 2, {1: _unchanged})
+# results by `result_key` and settled records by `step_pages` (both forms stay valid). Version 3:
+# the keys of stored pages may be folded into `page_index` / `step_page_index` (router/
+# page_index.py), which version 2 would not read: it would lose the pages they name.
+STATE = Format("execution state", 3, {1: _unchanged, 2: _unchanged})
 # An entry of KV noetl_step_results: {"v": value} or {"o": object reference} (a result, a page
 # of loop results or of settled step records). Version 3: a record in a page may hold its result
 # inline as `result` (no `result_key`), which version 2 would read as no result.

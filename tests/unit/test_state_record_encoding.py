@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from noetl_stream import jsonutil
-from noetl_stream.router.state import PAGE_SIZE, ExecutionState, StepRecord
+from noetl_stream.router.state import PAGE_SIZE, ExecutionState, LoopState, Run, StepRecord
 
 
 def _state() -> ExecutionState:
@@ -121,3 +121,20 @@ def test_names_and_values_that_need_escaping_are_written_as_a_fresh_encoding_wri
     data = state.to_json()
     assert data == _fresh_json(state)
     assert set(orjson.loads(data)["steps"]) == {'étape "deux"', "tab\there", "back\\slash", "日本"}
+
+
+def test_a_loops_items_are_encoded_once_and_written_as_a_fresh_encoding_writes_them() -> None:
+    items = [{"n": n, "text": f"é\t\"{n}\"\u2028"} for n in range(300)]
+    state = _state()
+    loop = LoopState(items=items, mode="parallel", max_in_flight=10)
+    state.runs["r1"] = Run(run_id="r1", step="fan", run_no=1, args={}, loop=loop)
+    first = state.to_json()
+    kept = loop._items_json
+    assert kept is not None and loop.items is items
+    for n in range(5):
+        loop.next_index, loop.done = n + 1, n
+        loop.results[str(n)] = {"i": n}
+        assert state.to_json() == _fresh_json(state)
+        assert loop._items_json is kept and loop.items is items  # not encoded again
+    assert orjson.loads(first)["runs"]["r1"]["loop"]["items"] == items
+    assert ExecutionState.from_dict(state.to_dict()).to_json() == state.to_json()

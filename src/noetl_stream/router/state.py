@@ -13,14 +13,17 @@ state's small results together stay within a budget, stays inline as the record'
 (a state the router made and no server has committed, or one an older version wrote); reading a
 state takes either form. A loop keeps its latest iteration results inline and moves them out a
 page (PAGE_SIZE iterations) at a time once every iteration of the page has ended
-(`LoopState.pages`). Step records leave the state the same way: once PAGE_SIZE records have
-settled (their step is not running and their result is placed, stored or kept inline) they are
-stored as a page (`step_pages`), an inline result with its record, and the state writes only the
-others; a record changed after that is written inline again, and inline records win over paged
-ones when a state is read. Names starting with
-`_` are never written: orjson leaves them out. A run keeps the child executions its commands
-started (`Run.children`, router/children.py) only while it is in flight, so the router
-can cancel them when it cuts the run short; finished runs are dropped with their children.
+(`LoopState.pages`); its items, when they take more than 1 KiB of JSON, are stored there once
+(`items_key`) and the state writes them as []. Step records leave the state the same way: once
+PAGE_SIZE records have settled (their step is not running and their result is placed, stored or
+kept inline) they are stored as a page (`step_pages`), an inline result with its record, and the
+state writes only the others; a record changed after that is written inline again, and inline
+records win over paged ones when a state is read. The keys of stored pages are themselves stored
+ten at a time (router/page_index.py), so the keys a state names stay few however long it runs.
+Names starting with `_` are never written: orjson leaves them out. A run keeps the child
+executions its commands started (`Run.children`, router/children.py) only while it is in flight,
+so the router can cancel them when it cuts the run short; finished runs are dropped with their
+children.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from noetl_stream import jsonutil
 from noetl_stream.formats import STATE, VERSION_FIELD
 from noetl_stream.jsonutil import JsonValue
 from noetl_stream.messages import Command
+from noetl_stream.router import page_index
+from noetl_stream.router.page_index import PAGE_SIZE
 
 OutgoingKind = Literal["command", "event", "timer", "cancel"]
 LoopMode = Literal["sequential", "parallel", "cursor"]
@@ -41,8 +46,8 @@ RunStatus = Literal["running", "done", "failed", "cancelled"]
 StepStatus = Literal["pending", "running", "completed", "failed", "skipped", "cancelled"]
 ExecutionStatus = Literal["running", "completed", "failed", "cancelled"]
 
-PAGE_SIZE = 100  # loop iteration results (or settled step records) stored together
 SETTLED: frozenset[str] = frozenset({"completed", "failed", "skipped", "cancelled"})
+Encoded = tuple[Any, bytes]  # a value and its JSON, made once
 
 
 @dataclass
@@ -84,7 +89,28 @@ class LoopState:
     deadlines: dict[str, float] = field(default_factory=dict)  # str(index) -> watchdog deadline
     exhausted: int = 0  # cursor slots whose claim found nothing: they are not refilled
     pages: list[str] = field(default_factory=list)  # keys of stored pages of `results`, in order
+    # Keys of earlier pages, folded (router/page_index.py): they come before `pages`.
+    page_index: list[list[str]] = field(default_factory=list)
+    # Where `items` is stored (state/step_results.py): the state then writes them as []. None:
+    # written inline (few of them, or not placed yet).
+    items_key: str | None = None
     _paged: dict[str, Any] = field(default_factory=dict, repr=False)  # their results, in memory
+    # `items` as JSON, made once: a loop never changes its items, and a loop over n items would
+    # otherwise encode all n at every commit (`ExecutionState.to_json`).
+    _items_json: Encoded | None = field(default=None, repr=False, compare=False)
+
+    def items_written(self) -> bytes:
+        """`items` as JSON, encoded once (raises TypeError or ValueError, as orjson does)."""
+        self._items_json = _encoded(self._items_json, self.items)
+        return self._items_json[1]
+
+    def items_stored(self, key: str) -> None:
+        """`items` is stored under `key`: the state writes them as [] from now on."""
+        self.items_key, self._items_json = key, None
+
+    def items_unloaded(self) -> bool:
+        """The items are stored and not in memory (a state just read)."""
+        return self.items_key is not None and not self.items
 
     def all_results(self) -> dict[str, Any]:
         """str(index) -> result of every iteration that reported one, stored pages included."""
@@ -94,7 +120,7 @@ class LoopState:
         """The inline results of the first page not stored yet, once every iteration of it
         has ended (its results can no longer change); None while it is still filling.
         """
-        end = (len(self.pages) + 1) * PAGE_SIZE
+        end = (page_index.count(self.pages, self.page_index) + 1) * PAGE_SIZE
         if self.next_index < end or any(i < end for i in self.in_flight):
             return None
         return {k: v for k, v in self.results.items() if int(k) < end}
@@ -107,7 +133,7 @@ class LoopState:
 
     def pages_unloaded(self) -> bool:
         """Stored pages whose results are not in memory (a state just read)."""
-        return bool(self.pages) and not self._paged
+        return page_index.any_stored(self.pages, self.page_index) and not self._paged
 
     def page_loaded(self, page: dict[str, Any]) -> None:
         self._paged.update(page)
@@ -247,6 +273,7 @@ class ExecutionState:
     timers: dict[str, dict[str, float]] = field(default_factory=dict)
     result_key: str | None = None  # where the execution's result is stored, like a step's
     step_pages: list[str] = field(default_factory=list)  # keys of stored pages of step records
+    step_page_index: list[list[str]] = field(default_factory=list)  # earlier ones, folded
     error: dict[str, JsonValue] | None = None
     parent_execution_id: str | None = None
     parent_iter: dict[str, JsonValue] | None = None  # the parent's iteration, read as `iter.parent`
@@ -309,6 +336,11 @@ class ExecutionState:
                 out.append(holder)
         self._fresh = []
         return out
+
+    def loops_without_items(self) -> list[LoopState]:
+        """Loops whose stored items are not in memory (a state just read)."""
+        return [run.loop for run in self.runs.values()
+                if run.loop is not None and run.loop.items_unloaded()]
 
     def unloaded_loops(self) -> list[LoopState]:
         """Loops in flight whose stored pages are not in memory (a state just read)."""
@@ -380,11 +412,12 @@ class ExecutionState:
 
     def record_pages_unloaded(self) -> bool:
         """Stored record pages not in memory (a state just read)."""
-        return bool(self.step_pages) and not self._pages_loaded
+        return page_index.any_stored(self.step_pages, self.step_page_index) and \
+            not self._pages_loaded
 
     def record_pages_loaded(self, pages: list[Any]) -> None:
-        """The stored pages, in `step_pages` order: their records join the inline ones, a later
-        page winning over an earlier one and an inline record over both.
+        """The stored pages, in order (folded ones first): their records join the inline ones,
+        a later page winning over an earlier one and an inline record over both.
         """
         paged: dict[str, StepRecord] = {}
         for page in pages:
@@ -420,13 +453,23 @@ class ExecutionState:
         # orjson walks dataclasses natively and ~50x faster than dataclasses.asdict. For the
         # time of the call, `steps` is their JSON: records in a stored page are left out, and
         # each other one is written as it was at the last commit unless it changed since.
+        # Each loop's items are written as encoded once (they never change), or as [] once
+        # stored. (The workload is encoded afresh: a command's context may share it, and a state
+        # too large to commit has that context's large values moved out in place,
+        # server/state_size.py.)
         every = self.steps
+        loops = [(run.loop, run.loop.items) for run in self.runs.values() if run.loop is not None]
         records = [rec.written(name) for name, rec in self.written_records().items()]
         self.steps = orjson.Fragment(b"{" + b",".join(records) + b"}")  # type: ignore[assignment]
         try:
+            for loop, _ in loops:
+                written = b"[]" if loop.items_key is not None else loop.items_written()
+                loop.items = orjson.Fragment(written)  # type: ignore[assignment]
             data = jsonutil.dumps(self)
         finally:
             self.steps = every
+            for loop, items in loops:
+                loop.items = items
         if self.result_key is None and self.result is not None:
             data = data[:-1] + b',"result":' + jsonutil.dumps(self.result) + b"}"
         return data
@@ -467,6 +510,7 @@ class ExecutionState:
             timers=data.get("timers", {}),
             result_key=data.get("result_key"),
             step_pages=list(data.get("step_pages", [])),
+            step_page_index=[list(keys) for keys in data.get("step_page_index", [])],
             error=data.get("error"),
             parent_execution_id=data.get("parent_execution_id"),
             parent_iter=data.get("parent_iter"),
@@ -485,7 +529,7 @@ class ExecutionState:
             source_mark=list(data.get("source_mark", [])),
             source_recent=list(data.get("source_recent", [])),
         )
-        if state.step_pages:
+        if page_index.any_stored(state.step_pages, state.step_page_index):
             state._inline = dict.fromkeys(state.steps)
         # A result without a key is inline (not stored yet, or written by 0.1.0).
         if state.result_key is None:
@@ -494,6 +538,15 @@ class ExecutionState:
             if rec.result_key is None:
                 state.set_result(rec, data["steps"][name].get("result"))
         return state
+
+
+def _encoded(kept: Encoded | None, value: Any) -> Encoded:
+    """`value` with its JSON: `kept` when it is of this very value, else encoded now (raises
+    TypeError or ValueError, as orjson does, for a value JSON cannot hold).
+    """
+    if kept is not None and kept[0] is value:
+        return kept
+    return value, jsonutil.dumps(value)
 
 
 def _record_value(rec: StepRecord) -> dict[str, Any]:

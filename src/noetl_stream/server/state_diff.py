@@ -5,7 +5,8 @@ as values (a committed state names the large ones by key in KV `noetl_step_resul
 records and loop results paged out of the state are compared with the others, and the outbox,
 the last commit's messages, by msg id. `trace` (the span ids of the request that started it) and
 `source_*` (where the server is in the events stream, server/source_copies.py) are no
-consequence of the events and are left out.
+consequence of the events and are left out, as is the format version a state was written in (a
+state an earlier release committed holds what this one rebuilds).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from noetl_stream import jsonutil
+from noetl_stream.formats import VERSION_FIELD
 from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.router.state import ExecutionState, Outgoing
 
-LEFT_OUT = ("outbox", "trace", "step_pages", "result_key", "source_mark", "source_recent")
+LEFT_OUT = ("outbox", "trace", "step_pages", "step_page_index", "result_key", "source_mark",
+            "source_recent", VERSION_FIELD)
 SHOWN = 160  # characters of a value shown in a difference
 
 
@@ -46,6 +49,8 @@ def content(state: ExecutionState) -> JsonObject:
         loop, stored = state.runs[run_id].loop, raw.get("loop")
         if loop is not None and isinstance(stored, dict):
             stored.pop("pages", None)
+            stored.pop("page_index", None)
+            stored.pop("items_key", None)
             stored["results"] = loop.all_results()
     normal: JsonObject = jsonutil.loads(jsonutil.dumps(plain))
     return normal

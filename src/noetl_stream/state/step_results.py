@@ -10,7 +10,8 @@ its content, so a server that dies after writing and before committing, or two s
 apply the same events, write the same entry again, and a stale writer can never change what a
 committed state refers to. A loop's iteration results are written a page at a time (a mapping of
 iteration -> result) the same way, and so are settled step records (step name -> record), so
-the state written at each commit does not grow with the steps that finished before. A value
+the state written at each commit does not grow with the steps that finished before; the keys of
+those pages are stored ten at a time too (router/page_index.py). A value
 larger than LARGEST_INLINE goes to the object store `noetl_results` and its entry holds the
 reference.
 
@@ -39,6 +40,8 @@ from noetl_stream.dsl.views import STEP_RESULTS_BUCKET, stored_key
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.formats import STEP_RESULT, VERSION_FIELD
 from noetl_stream.jsonutil import JsonObject
+from noetl_stream.router import page_index
+from noetl_stream.router.page_index import Index
 from noetl_stream.router.state import ExecutionState, LoopState, Outgoing, StepRecord
 from noetl_stream.state.results import ResultStore
 
@@ -103,12 +106,16 @@ class StepResults:
             holder.hold(holder.result, key)
             writes.append((key, data, holder.result))
         for loop in _loops(state):
+            if loop.items_key is None and len(items := loop.items_written()) > SMALL_RESULT:
+                loop.items_stored(_hash(items))
+                writes.append((str(loop.items_key), items, loop.items))
             page = loop.complete_page()
             while page is not None:
                 key, data = _keyed(page)
                 loop.page_stored(key, page)
                 writes.append((key, data, page))
                 page = loop.complete_page()
+            writes += _folds(loop.pages, loop.page_index)
         # After the results: a record is paged only once its result is placed.
         records = state.complete_record_page()
         while records is not None:
@@ -116,6 +123,7 @@ class StepResults:
             state.record_page_stored(key, records)
             writes.append((key, data, records))
             records = state.complete_record_page()
+        writes += _folds(state.step_pages, state.step_page_index)
         if writes:
             await asyncio.gather(*(self._put(state.execution_id, key, data, value)
                                    for key, data, value in _distinct(writes)))
@@ -140,21 +148,39 @@ class StepResults:
         """Put the step records and results a state just read refers to back in memory; with
         `steps` False, of the results only the execution's own (what a report shows).
         """
+        execution_id = state.execution_id
+        for loop in state.loops_without_items():  # what `status` shows of a loop needs them
+            items = await self._get(execution_id, str(loop.items_key))
+            if not isinstance(items, list):
+                raise InfrastructureError(f'the items of a loop of execution {execution_id} in '
+                                          f'"{BUCKET}" are no list')
+            loop.items = items
         if state.record_pages_unloaded():
-            state.record_pages_loaded(list(await asyncio.gather(
-                *(self._get(state.execution_id, key) for key in state.step_pages))))
+            keys = await self._page_keys(execution_id, state.step_pages, state.step_page_index)
+            state.record_pages_loaded(await self._get_all(execution_id, keys))
         holders = state.unloaded() if steps else [h for h in state.unloaded() if h is state]
         loops = state.unloaded_loops() if steps else []
         keys = [h.result_key for h in holders if h.result_key is not None]
-        keys += [key for loop in loops for key in loop.pages]
-        values = dict(zip(keys, await asyncio.gather(
-            *(self._get(state.execution_id, key) for key in keys)), strict=True))
+        values = dict(zip(keys, await self._get_all(execution_id, keys), strict=True))
         for holder in holders:
             holder.hold(values[str(holder.result_key)], holder.result_key)
         for loop in loops:
-            for key in loop.pages:
-                page = values[key]
+            pages = await self._page_keys(execution_id, loop.pages, loop.page_index)
+            for page in await self._get_all(execution_id, pages):
                 loop.page_loaded(page if isinstance(page, dict) else {})
+
+    async def _page_keys(self, execution_id: str, pages: list[str], index: Index) -> list[str]:
+        """The keys of every stored page in order, the folded ones read from their entries
+        (router/page_index.py): each level's entries name the next lower level's keys.
+        """
+        entries: list[str] = []
+        for keys in [*reversed(index), pages]:
+            named = await self._get_all(execution_id, entries)
+            entries = [key for value in named for key in _key_list(value, execution_id)] + keys
+        return entries
+
+    async def _get_all(self, execution_id: str, keys: list[str]) -> list[object]:
+        return list(await asyncio.gather(*(self._get(execution_id, key) for key in keys)))
 
     async def _get(self, execution_id: str, key: str) -> object:
         name = f"{execution_id}.{key}"
@@ -204,6 +230,25 @@ async def summaries_by_reference(outbox: list[Outgoing], objects: ResultStore, l
 
 def _loops(state: ExecutionState) -> list[LoopState]:
     return [run.loop for run in state.runs.values() if run.loop is not None]
+
+
+def _folds(pages: list[str], index: Index) -> list[_Write]:
+    """Store each full list of page keys as an entry of its own, named by the next level."""
+    writes: list[_Write] = []
+    while (fold := page_index.full(pages, index)) is not None:
+        level, keys = fold
+        key, data = _keyed(keys)
+        page_index.folded(pages, index, level, key)
+        writes.append((key, data, keys))
+    return writes
+
+
+def _key_list(value: object, execution_id: str) -> list[str]:
+    """The page keys an index entry holds."""
+    if not isinstance(value, list) or not all(isinstance(key, str) for key in value):
+        raise InfrastructureError(f'an index of stored pages of execution {execution_id} in '
+                                  f'"{BUCKET}" holds no list of keys')
+    return value
 
 
 def _keyed(value: object) -> tuple[str, bytes]:
