@@ -251,3 +251,26 @@ async def test_a_person_finds_executions_and_acts_on_them_from_the_list(
     await expect(hold.locator(".gantt-bar.cancelled")).to_have_count(1)
     await expect(hold.locator(".gantt-dur")).not_to_have_text(re.compile(r"…$"))
     assert getattr(page, "script_errors") == []  # noqa: B009
+
+
+async def test_the_login_form_never_sends_a_password_in_the_address(
+        stack: Stack, browser: Browser) -> None:
+    # The page without its script, as a browser has it before login.js has run (or when it
+    # fails to load): a click or Enter must not submit the form natively, which would put the
+    # password in the address (history, access logs, Referer).
+    context = await browser.new_context()
+    page = await context.new_page()
+    await page.route("**/ui/login.js", lambda route: route.abort())
+    await page.goto(stack.base + "/login")
+    await expect(page.locator("#login-submit")).to_be_disabled()
+    await page.fill("#login-user", "ada")
+    await page.fill("#login-password", "a-secret-password")
+    await page.press("#login-password", "Enter")
+    await page.locator("#login-submit").click(force=True)
+    await page.wait_for_timeout(300)
+    assert "a-secret-password" not in page.url
+    await expect(page.locator("#login-user")).to_have_value("ada")
+    # With its script the button works, and the password goes in the POST body of the API call.
+    page = await log_in(browser, stack.base, "ada", "/")
+    assert "password" not in page.url
+    await context.close()

@@ -23,4 +23,7 @@ document.addEventListener("DOMContentLoaded", () => {
       NS.showError(message, err);
     }
   });
+  // The button stays disabled until the form is handled here: submitted natively (before this
+  // script ran, or without it), the browser would put the password in the page's address.
+  document.getElementById("login-submit").disabled = false;
 });
