@@ -80,7 +80,7 @@ async def test_children_ended_one_after_another_are_cleared_in_one_round(
         four_at_once: tuple[PythonTool, CountingSandbox],
         monkeypatch: pytest.MonkeyPatch) -> None:
     tool, sandbox = four_at_once
-    monkeypatch.setattr(python_tool_module, "CLEAR_WAIT_S", 3600.0, raising=False)
+    monkeypatch.setattr(python_tool_module, "CLEAR_WAIT_S", 3600.0)
     homes = []
     for execution in ("a", "b"):  # each one's child ends with its step, one after the other
         home = (await tool.run(_step(execution, HOME))).result
@@ -102,7 +102,7 @@ async def test_a_lone_ended_childs_place_is_cleared_when_its_wait_is_up(
         four_at_once: tuple[PythonTool, CountingSandbox],
         monkeypatch: pytest.MonkeyPatch) -> None:
     tool, sandbox = four_at_once
-    monkeypatch.setattr(python_tool_module, "CLEAR_WAIT_S", 0.5, raising=False)
+    monkeypatch.setattr(python_tool_module, "CLEAR_WAIT_S", 0.5)
     died = await tool.run(_step("a", CRASH))
     assert died.error is not None and died.error["kind"] == "crash"
 
@@ -118,7 +118,7 @@ async def test_a_new_child_short_of_a_uid_has_the_ended_ones_cleared_at_once(
         uids: None, monkeypatch: pytest.MonkeyPatch) -> None:
     # Three uids only: two kept interpreters hold theirs, the third's child ended, and the
     # batch it waits in would not be due for an hour.
-    monkeypatch.setattr(python_tool_module, "CLEAR_WAIT_S", 3600.0, raising=False)
+    monkeypatch.setattr(python_tool_module, "CLEAR_WAIT_S", 3600.0)
     sandbox = counting(await asyncio.to_thread(make_sandbox, slots=3))
     tool = PythonTool(max_children=4, warm=0, idle_s=600.0, sandbox=sandbox)
     await tool.start()

@@ -365,9 +365,11 @@ class Server:
         """A batch's first group, applied in the task that took it: a task of its own would start
         a turn of the event loop later. A new task takes the partition's next batches meanwhile.
         """
+        this = asyncio.current_task()
+        assert this is not None  # a coroutine of _event_loop, which runs as a task
         self._tasks = [*(t for t in self._tasks if not t.done()),
-                       asyncio.create_task(self._event_loop(consumer))]
-        self._applying[execution_id] = asyncio.current_task()  # type: ignore[assignment]
+                       asyncio.create_task(self._event_loop(consumer), name=this.get_name())]
+        self._applying[execution_id] = this
         try:
             await self._run_group(execution_id, items, consumer)
         except Exception:  # as _group_done says of a group in a task of its own
