@@ -117,6 +117,23 @@ async def test_overlapping_deliveries_of_one_command_claim_one_row(pg_tool: Post
     assert claimed == [{"id": 1}]
 
 
+async def test_workers_that_first_claim_at_the_same_moment_all_claim(pg_dsn: str) -> None:
+    """Each worker creates the ledger on its first claim in a database. PostgreSQL's `CREATE
+    TABLE IF NOT EXISTS` is not safe against itself: a concurrent one can fail on the table's
+    row type (SQLSTATE 42710) or its catalog entry (23505). No first claim may fail for that.
+    """
+    await seed(pg_dsn, 200)
+    for _ in range(8):
+        await fetch(pg_dsn, f"DROP TABLE IF EXISTS {LEDGER}")
+        tools = [PostgresTool() for _ in range(6)]
+        try:
+            outcomes = await asyncio.gather(*(
+                tool.claim(claim_call(pg_dsn), f"claim:e{n}.drain.1:0") for n, tool in enumerate(tools)))
+        finally:
+            await asyncio.gather(*(tool.close() for tool in tools))
+        assert [o.error for o in outcomes if not o.ok] == []
+
+
 async def test_claim_of_several_rows_fails_and_claims_nothing(pg_tool: PostgresTool,
                                                               pg_dsn: str) -> None:
     await seed(pg_dsn, 3)

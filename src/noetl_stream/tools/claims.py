@@ -17,10 +17,8 @@ database.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
-import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
 from noetl_stream.jsonutil import JsonObject, JsonValue
@@ -30,6 +28,8 @@ LEDGER = "noetl_cursor_claims"
 KEPT_DAYS = 30
 _CREATE = (f"CREATE TABLE IF NOT EXISTS {LEDGER} (claim_key text PRIMARY KEY, claimed_row jsonb, "
            "claimed_at timestamptz NOT NULL DEFAULT now())")
+# One lock for the ledger's creation in a database: the key is the table's name.
+_CREATE_LOCK = f"SELECT pg_advisory_xact_lock(hashtextextended('{LEDGER}', 0))"
 _PURGE = f"DELETE FROM {LEDGER} WHERE claimed_at < now() - interval '{KEPT_DAYS} days'"
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 _READ = f"SELECT claimed_row FROM {LEDGER} WHERE claim_key = $1"
@@ -54,10 +54,12 @@ class Claimed:
 
 async def prepare_ledger(conn: PoolConnectionProxy) -> None:
     """Create the ledger if needed and drop entries no command can come back for."""
-    # Another worker may create it at the same moment: its table is as good as ours.
-    with contextlib.suppress(asyncpg.UniqueViolationError, asyncpg.DuplicateTableError):
+    # `CREATE TABLE IF NOT EXISTS` racing another worker's can fail on the table's row type
+    # (42710) or catalog entry (23505); the lock makes creations take turns instead.
+    async with conn.transaction():
+        await conn.execute(_CREATE_LOCK)
         await conn.execute(_CREATE)
-    await conn.execute(_PURGE)
+        await conn.execute(_PURGE)
 
 
 async def claim_once(conn: PoolConnectionProxy, statements: list[str], claim_key: str,
