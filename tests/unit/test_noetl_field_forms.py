@@ -448,3 +448,12 @@ def test_loop_in_that_gives_null_fails_the_step_saying_how_to_mean_no_items() ->
     assert harness.state.status == "failed" and harness.state.error is not None
     assert "loop.in gave null" in harness.state.error["message"]
     assert "`| default([])`" in harness.state.error["message"]
+
+
+def test_keychain_scope_of_a_static_map_or_a_bearer_entry_is_accepted_and_changes_nothing() -> None:
+    body = ("keychain:\n  - {name: app, kind: static, scope: global, map: {client_id: c1}}\n"
+            "  - {name: api, kind: bearer, scope: execution, token: t}\n"
+            "workflow:\n  - step: start\n")
+    app, api = parse(body, strict=True).keychain
+    assert app.config == {"client_id": "c1"}
+    assert api.config == {"token": "t"}
