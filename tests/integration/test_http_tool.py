@@ -35,6 +35,20 @@ async def test_2xx_reply_body_is_the_result(http_tool: HttpTool, http_service: H
     assert body["headers"]["Idempotency-Key"] == "k-1"
 
 
+async def test_header_values_that_are_not_text_are_sent_as_noetl_spells_them(
+        http_tool: HttpTool, http_service: HttpService) -> None:
+    # NoETL's http tool writes a boolean as true/false, a number as itself, null not at all.
+    outcome = await http_tool.run(call(url=f"{http_service.url}/echo", headers={
+        "X-Flag": True, "X-Off": False, "X-Page": 2, "X-Rate": 1.5, "X-Gone": None,
+        "X-Tags": ["a", 1]}))
+
+    assert outcome.ok
+    sent = outcome.result["headers"]
+    assert (sent["X-Flag"], sent["X-Off"], sent["X-Page"], sent["X-Rate"]) == (
+        "true", "false", "2", "1.5")
+    assert sent["X-Tags"] == '["a",1]' and "X-Gone" not in sent
+
+
 async def test_503_is_a_retryable_error_with_its_status(http_tool: HttpTool,
                                                         http_service: HttpService) -> None:
     outcome = await http_tool.run(call(url=f"{http_service.url}/flaky/a", params={"fail": 1}))

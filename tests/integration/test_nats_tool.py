@@ -63,17 +63,35 @@ async def test_kv_put_get_keys_delete_round_trip(tool: NatsTool) -> None:
     deep = ok(await tool.run(call(operation="kv_keys", bucket="cfg", key="limits.>")))
     none = ok(await tool.run(call(operation="kv_keys", bucket="cfg", key="limits")))
     deleted = ok(await tool.run(call(operation="kv_delete", bucket="cfg", key="greeting")))
-    after = await tool.run(call(operation="kv_get", bucket="cfg", key="greeting"))
+    after = ok(await tool.run(call(operation="kv_get", bucket="cfg", key="greeting")))
 
-    assert put == {"bucket": "cfg", "key": "greeting", "revision": 1}
-    assert got == {"bucket": "cfg", "key": "greeting", "value": "hello", "encoding": "utf-8",
-                   "revision": 1}
-    assert as_json["value"] == '{"n":3,"tags":["a"]}'
-    assert keys == {"bucket": "cfg", "keys": ["greeting", "limits.max"]}
+    assert put == {"status": "success", "bucket": "cfg", "key": "greeting", "revision": 1}
+    assert got == {"status": "success", "bucket": "cfg", "key": "greeting", "value": "hello",
+                   "encoding": "utf-8", "revision": 1}
+    assert as_json["value"] == {"n": 3, "tags": ["a"]}
+    assert keys == {"status": "success", "bucket": "cfg", "keys": ["greeting", "limits.max"],
+                    "count": 2}
     assert filtered["keys"] == deep["keys"] == ["limits.max"]
     assert none["keys"] == []
-    assert deleted == {"bucket": "cfg", "key": "greeting", "deleted": True}
-    assert after.error is not None and after.error["kind"] == "not_found"
+    assert deleted == {"status": "success", "bucket": "cfg", "key": "greeting", "deleted": True}
+    assert after == {"status": "not_found", "bucket": "cfg", "key": "greeting", "value": None}
+
+
+async def test_kv_get_reads_json_text_as_its_value_and_a_missing_key_as_not_found(
+        tool: NatsTool, nc: Client) -> None:
+    kv = await nc.jetstream().key_value("cfg")
+    await kv.put("session", b'{"user_id": 1, "active": true}')
+    await kv.put("count", b"42")
+    await kv.put("word", b"plain text")
+
+    session = ok(await tool.run(call(operation="kv_get", bucket="cfg", key="session")))
+    count = ok(await tool.run(call(operation="kv_get", bucket="cfg", key="count")))
+    word = ok(await tool.run(call(operation="kv_get", bucket="cfg", key="word")))
+    missing = ok(await tool.run(call(operation="kv_get", bucket="cfg", key="nobody")))
+
+    assert session["status"] == "success" and session["value"] == {"user_id": 1, "active": True}
+    assert count["value"] == 42 and word["value"] == "plain text"
+    assert missing == {"status": "not_found", "bucket": "cfg", "key": "nobody", "value": None}
 
 
 async def test_kv_get_of_binary_value_is_base64_with_a_flag(tool: NatsTool, nc: Client) -> None:
@@ -87,7 +105,8 @@ async def test_kv_get_of_binary_value_is_base64_with_a_flag(tool: NatsTool, nc: 
 
 
 async def test_kv_keys_of_an_empty_bucket_is_an_empty_list(tool: NatsTool) -> None:
-    assert ok(await tool.run(call(operation="kv_keys", bucket="cfg"))) == {"bucket": "cfg", "keys": []}
+    assert ok(await tool.run(call(operation="kv_keys", bucket="cfg"))) == {
+        "status": "success", "bucket": "cfg", "keys": [], "count": 0}
 
 
 async def test_object_put_then_get(tool: NatsTool) -> None:
@@ -110,7 +129,7 @@ async def test_js_publish_then_get_msg_by_seq_and_by_subject(tool: NatsTool) -> 
     by_seq = ok(await tool.run(call(operation="js_get_msg", stream="ORDERS", seq=1)))
     last = ok(await tool.run(call(operation="js_get_msg", stream="ORDERS", subject="orders.new")))
 
-    assert first == {"stream": "ORDERS", "seq": 1, "duplicate": False}
+    assert first == {"status": "success", "stream": "ORDERS", "seq": 1, "duplicate": False}
     assert second["seq"] == 2
     assert by_seq["data"] == '{"id":1}' and by_seq["subject"] == "orders.new"
     assert by_seq["encoding"] == "utf-8" and by_seq["time"]
@@ -124,7 +143,7 @@ async def test_js_publish_of_an_idempotent_task_is_deduplicated_by_its_key(tool:
     other = ok(await tool.run(call(spec, idem_key="e1.s.1:None:t:2", operation="js_publish",
                                    subject="orders.paid", data="x")))
 
-    assert again == {"stream": "ORDERS", "seq": once["seq"], "duplicate": True}
+    assert again == {"status": "success", "stream": "ORDERS", "seq": once["seq"], "duplicate": True}
     assert other["seq"] == once["seq"] + 1
 
 
@@ -210,7 +229,7 @@ async def test_kv_keys_pattern_is_noetls_name_for_the_key_filter(tool: NatsTool)
 
     keys = ok(await tool.run(call(operation="kv_keys", bucket="cfg", pattern="limits.*")))
 
-    assert keys == {"bucket": "cfg", "keys": ["limits.max"]}
+    assert keys == {"status": "success", "bucket": "cfg", "keys": ["limits.max"], "count": 1}
 
 
 async def test_js_publish_headers_travel_with_the_message_beside_the_idempotency_key(

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from local_http import HttpService
+from noetl_stream.bus.connection import Bus
+from noetl_stream.services import submit_and_watch
+from noetl_stream.state.credentials import CredentialStore
+from noetl_stream.state.crypto import SecretBox
 from noetl_stream.tools.base import TaskCall
 from noetl_stream.tools.http import HttpTool
 
@@ -57,3 +62,32 @@ async def test_auth_type_none_sends_no_credentials(http_tool: HttpTool,
 
     assert outcome.ok, outcome.error
     assert "Authorization" not in outcome.result["headers"]
+
+
+AUTH_MAP_PLAYBOOK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: auth_map}
+workload: {url: ""}
+workflow:
+  - step: start
+    tool:
+      kind: http
+      url: "{{ workload.url }}"
+      auth:
+        api: {type: bearer, key: api_token}
+"""
+
+
+async def test_an_auth_map_of_noetls_python_engine_presents_the_credential_its_key_names(
+        bus: Bus, services: None, noetl_home: Path, http_service: HttpService) -> None:
+    await (await CredentialStore.open(bus.js, SecretBox.from_env(noetl_home))).set(
+        "api_token", "bearer", {"token": "map-token-1"})
+
+    final = await submit_and_watch(bus, playbook_text=AUTH_MAP_PLAYBOOK,
+                                   playbook_file="auth_map.yaml",
+                                   payload={"url": f"{http_service.url}/echo"},
+                                   on_event=lambda _e: None, timeout_s=30)
+
+    assert final["status"] == "completed", final.get("error")
+    assert http_service.echoed[-1]["Authorization"] == "Bearer map-token-1"

@@ -285,3 +285,25 @@ async def test_duckdb_script_with_an_error_fails_the_step(client: PlainClient,
     error = failed_at(feed, "start")
     assert error["kind"] == "duckdb"
     assert "missing_table" in error["message"]
+
+
+async def test_code_in_a_loop_iteration_reads_its_item_index_and_total_as_variables(
+        client: PlainClient) -> None:
+    # NoETL's server adds the iterator's item, `_index` and `_total` to a python task's args,
+    # which its tool makes globals, `input_data` keys and `main(...)` parameters.
+    feed = await client.run("loop-globals", playbook("""
+        workload: {cities: [Oslo, Rome]}
+        workflow:
+          - step: start
+            loop: {in: "{{ workload.cities }}", iterator: city}
+            tool:
+              kind: python
+              input: {tag: "t"}
+              code: |
+                result = {"city": city, "i": _index, "n": _total, "data": input_data["city"],
+                          "tag": tag}
+        """))
+
+    assert completed(feed)["steps"]["start"]["result"] == [
+        {"city": "Oslo", "i": 0, "n": 2, "data": "Oslo", "tag": "t"},
+        {"city": "Rome", "i": 1, "n": 2, "data": "Rome", "tag": "t"}]

@@ -12,7 +12,7 @@ from noetl_stream.bus.connection import Bus
 from noetl_stream.dsl.composition import load_with_children
 from noetl_stream.errors import PlaybookError
 from noetl_stream.services import submit_and_watch
-from noetl_stream.state.catalog import register_files
+from noetl_stream.state.catalog import register_files, register_path
 
 pytestmark = pytest.mark.integration
 
@@ -91,3 +91,33 @@ def test_a_child_path_without_extension_that_names_no_file_is_reported(tmp_path:
 
     assert any('child playbook "./sub/kid"' in issue.message and "cannot be read" in issue.message
                for issue in caught.value.issues)
+
+
+ABSOLUTE_KID = KID.replace("metadata: {name: kid}", "metadata: {name: kid, path: /shared/kid}")
+ABSOLUTE_PARENT = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: parent}
+workflow:
+  - step: start
+    tool: {kind: playbook, path: /shared/kid, payload: {n: 6}, return_step: start}
+"""
+
+
+async def test_a_path_with_a_leading_slash_and_no_such_file_is_the_catalog_path_of_that_spelling(
+        bus: Bus, services: None, tmp_path: Path) -> None:
+    # NoETL keeps metadata.path as written, leading "/" and all, and a task's path names it.
+    (tmp_path / "kid.yaml").write_text(ABSOLUTE_KID)
+    (tmp_path / "parent.yaml").write_text(ABSOLUTE_PARENT)
+    kid = load_with_children(tmp_path / "kid.yaml")
+    await register_files(bus.js, kid.files)
+    await register_path(bus.js, kid.playbook, kid.files[0].key)
+    composed = load_with_children(tmp_path / "parent.yaml")  # no file /shared/kid: no error
+
+    final = await submit_and_watch(bus, playbook_text=composed.files[0].text,
+                                   playbook_file="parent.yaml", payload={},
+                                   on_event=lambda e: None, timeout_s=60)
+
+    assert composed.files[0].links == {}
+    assert final["status"] == "completed", final.get("error")
+    assert final["steps"]["start"]["result"] == {"square": 36}

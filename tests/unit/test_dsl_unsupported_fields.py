@@ -45,6 +45,8 @@ CASES = [
      "NoETL's `assert: {expects, returns}` checks"),
     ("secrets", "outcome: {}\n      name: x", "tool.outcome", "a task-level `outcome:` block"),
     ("noop", "output: {as: x}", "tool.output", "NoETL's tool `output:`"),
+    ("http", "output_select: {strategy: size_threshold}\n      url: http://a",
+     "tool.output_select", "NoETL's `output_select`"),
 ]
 
 

@@ -448,3 +448,30 @@ def test_loop_in_that_gives_null_fails_the_step_saying_how_to_mean_no_items() ->
     assert harness.state.status == "failed" and harness.state.error is not None
     assert "loop.in gave null" in harness.state.error["message"]
     assert "`| default([])`" in harness.state.error["message"]
+
+
+def test_keychain_scope_of_a_static_map_or_a_bearer_entry_is_accepted_and_changes_nothing() -> None:
+    body = ("keychain:\n  - {name: app, kind: static, scope: global, map: {client_id: c1}}\n"
+            "  - {name: api, kind: bearer, scope: execution, token: t}\n"
+            "workflow:\n  - step: start\n")
+    app, api = parse(body, strict=True).keychain
+    assert app.config == {"client_id": "c1"}
+    assert api.config == {"token": "t"}
+
+
+def test_an_http_auth_map_of_one_stored_credential_reads_as_the_inline_form() -> None:
+    # NoETL's Python engine: {alias: {type, key}} names a stored credential by `key`.
+    config = task_config("http", "url: http://a\n      auth: {api: {type: bearer, key: api_token}}")
+    assert config["auth"] == {"type": "bearer", "credential": "api_token"}
+
+
+def test_an_http_auth_map_from_a_secret_manager_or_of_several_aliases_is_refused() -> None:
+    secret = task_errors("http", "url: http://a\n      auth: {ai: {type: bearer, "
+                                 "provider: secret_manager, key: projects/p/secrets/k}}")
+    several = task_errors("http", "url: http://a\n      auth: {a: {type: bearer, key: x}, "
+                                  "b: {type: basic, key: y}}")
+    assert secret == ['tool.auth: NoETL form not run here: http `auth:` alias "ai" from provider '
+                      '"secret_manager" (NoETL\'s Python engine\'s auth map); instead, store the '
+                      "secret as a credential (`noetl-stream credential set NAME ...`) and name "
+                      "it: `auth: NAME`"]
+    assert len(several) == 1 and "several aliases" in several[0]

@@ -52,7 +52,7 @@ def test_minijinja_globals_and_tests_that_jinja_shares_render_alike() -> None:
     assert render_string("{{ range(3) | list }}", CONTEXT) == [0, 1, 2]
     assert render_string("{{ dict(a=1) }}", CONTEXT) == {"a": 1}
     assert render_string("{% set ns = namespace(n=0) %}{% for x in rows %}{% set ns.n = ns.n + x %}"
-                         "{% endfor %}{{ ns.n }}", CONTEXT) == "30"
+                         "{% endfor %}{{ ns.n }}", CONTEXT) == 30
     assert render_string("{{ [4 is even, 3 is odd, 9 is divisibleby(3), rows is iterable,"
                          " 1 is in(rows), row.id is integer, 1.5 is float, true is boolean] }}",
                          CONTEXT) == [True, True, True, True, False, True, True, True]

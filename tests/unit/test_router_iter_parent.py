@@ -47,8 +47,8 @@ def test_child_loop_reads_its_collection_and_items_under_the_parent_iteration() 
     assert start["context"]["iter"] == {"parent": PARENT_ITER}
     hotels = harness.commands_for("hotels")
     assert [c["context"]["iter"] for c in hotels] == [
-        {"parent": PARENT_ITER, "hotel": "a", "_index": 0},
-        {"parent": PARENT_ITER, "hotel": "b", "_index": 1},
+        {"parent": PARENT_ITER, "hotel": "a", "_index": 0, "_total": 2},
+        {"parent": PARENT_ITER, "hotel": "b", "_index": 1, "_total": 2},
     ]
 
 
@@ -61,7 +61,7 @@ def test_without_a_parent_iteration_iter_has_no_parent() -> None:
     """)
     harness = RouterHarness(pb)
     harness.run(echo_iter)
-    assert harness.commands_for("start")[0]["context"]["iter"] == {"n": 1, "_index": 0}
+    assert harness.commands_for("start")[0]["context"]["iter"] == {"n": 1, "_index": 0, "_total": 1}
 
 
 def test_parent_iteration_survives_the_state_round_trip() -> None:

@@ -50,8 +50,9 @@ def test_router_sequential_loop_schedules_one_iteration_at_a_time() -> None:
     while harness.pending_for("each"):
         (command,) = harness.pending_for("each")
         seen.append(command["iteration"])
+        # `_total`: the number of iterations, as NoETL's server binds it beside `_index`.
         assert command["context"]["iter"] == {"item": command["iteration"] + 1,
-                                              "_index": command["iteration"]}
+                                              "_index": command["iteration"], "_total": 5}
         harness.answer(command, times_ten(command))
     assert seen == [0, 1, 2, 3, 4]
     assert harness.state.steps["each"].result == [10, 20, 30, 40, 50]
@@ -166,3 +167,10 @@ def test_router_template_error_names_the_file_and_the_line_of_its_step() -> None
     # The body's first line is line 5 of test.yaml: `- step: each` is line 8.
     assert harness.state.error["message"].startswith(
         'step "each" failed: test.yaml:8: step "each" field "loop.in": template')
+
+
+def test_router_iteration_binds_total_beside_index_as_noetls_server_does() -> None:
+    harness = RouterHarness(loop_playbook("parallel", max_in_flight=5))
+    harness.answer(harness.pending[0])
+    totals = {c["context"]["iter"]["_total"] for c in harness.pending_for("each")}
+    assert totals == {5}

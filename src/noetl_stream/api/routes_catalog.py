@@ -28,7 +28,7 @@ from noetl_stream.api.models import (
 )
 from noetl_stream.api.request_guard import YAML_TYPES
 from noetl_stream.dsl import parse_playbook
-from noetl_stream.dsl.composition import PlaybookFile, file_references
+from noetl_stream.dsl.composition import PlaybookFile, file_references, may_be_catalog_path
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.dsl.subscription import STORED, Subscription, subscription_in
 from noetl_stream.errors import Issue, PlaybookError
@@ -83,6 +83,8 @@ async def register(request: web.Request) -> web.StreamResponse:
         raise PlaybookError([Issue(REQUEST_FILE, None, "metadata.path is required to register a "
                                    "playbook", field="metadata.path")])
     for step, task, line, child in file_references(playbook):
+        if may_be_catalog_path(child):
+            continue  # a catalog path unless a file of that name is registered with it
         warnings.append(str(Issue(REQUEST_FILE, line, f'task "{task}" names the file "{child}", '
                                   "which HTTP registration cannot read; register the child by "
                                   "catalog path and name that path instead", step=step,

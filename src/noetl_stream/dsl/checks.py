@@ -34,7 +34,7 @@ CONTEXT_NAMES = frozenset({
     "True", "False", "None", "self", "varargs", "kwargs", "caller", "secret", "env", "context",
     "step", "steps", "page", "attempt", "retry", "call", "timer", "signal", "parent",
 })
-ITER_NAMES = frozenset({"_index", "parent", "index"})
+ITER_NAMES = frozenset({"_index", "_total", "parent", "index"})
 GUARDING_FILTERS = frozenset({"default", "d"})
 GUARDING_TESTS = frozenset({"defined", "undefined", "none"})
 

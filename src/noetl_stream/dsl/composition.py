@@ -31,6 +31,13 @@ def is_file_reference(path: str) -> bool:
     return path.startswith(("./", "../", "/")) or path.endswith((".yaml", ".yml"))
 
 
+def may_be_catalog_path(path: str) -> bool:
+    """`/x/y` without a `.yaml` suffix names a file when one is there, else NoETL's catalog path
+    of that spelling (its catalog keeps `metadata.path` as written, leading `/` and all).
+    """
+    return path.startswith("/") and not path.endswith((".yaml", ".yml"))
+
+
 @dataclass(frozen=True)
 class PlaybookFile:
     """One playbook read from disk, with the children it names by file."""
@@ -101,6 +108,8 @@ class _Loader:
 
     def child(self, parent: Path, ref: str, step: str, line: int | None, depth: int) -> str | None:
         target = _child_file((parent.parent / ref) if not ref.startswith("/") else Path(ref))
+        if may_be_catalog_path(ref) and not target.exists():
+            return None  # no such file: a catalog path, resolved when the task runs
         known = self.files.get(target.resolve())
         if known is not None:  # already loaded, or a cycle back to a file being loaded
             return known.key

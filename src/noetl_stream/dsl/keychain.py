@@ -151,8 +151,10 @@ def _parse_entry(item: JsonValue, line: int | None, where: str, report: Reporter
 def _noetl_keys(kind: str, item: JsonObject) -> set[str]:
     """The keys of NoETL's spellings of `kind`, which `_noetl_spellings` reads."""
     keys = {"type", "auto_renew"}
+    if kind in ("credential", "bearer"):
+        keys.add("scope")  # NoETL's server keychain takes it on every entry
     if kind == "credential":
-        keys |= {"ref", "scope"}
+        keys.add("ref")
     if kind == "oauth2" and "endpoint" in item:
         keys |= {"endpoint", "method", "headers", "data"}
     return keys
@@ -161,12 +163,17 @@ def _noetl_keys(kind: str, item: JsonObject) -> set[str]:
 def _noetl_spellings(kind: str, config: JsonObject) -> JsonObject | str:
     """NoETL's ways of writing entries: a `static` entry's fields under `map:`, a credential's
     cache as `scope:` and its name as `ref:` (`credential_ref`); `auto_renew` is dropped (tokens
-    are fetched again when they expire), and its Python engine's oauth2 form (`_noetl_oauth2`);
+    are fetched again when they expire), so is the `scope:` of a static or bearer entry, and its
+    Python engine's oauth2 form (`_noetl_oauth2`);
     a str says why a form cannot be read.
     """
+    config = {k: v for k, v in config.items() if k != "auto_renew"}  # tokens renew here anyway
+    if kind in ("static", "bearer") and config.get("scope") in CACHE_SCOPES and \
+            (kind == "bearer" or "map" in config):
+        # NoETL renders these again at every execution's start whatever their scope, as here.
+        config = {k: v for k, v in config.items() if k != "scope"}
     if kind == "static" and set(config) == {"map"} and isinstance(config["map"], dict):
         return dict(config["map"])
-    config = {k: v for k, v in config.items() if k != "auto_renew"}  # tokens renew here anyway
     if kind == "oauth2" and "endpoint" in config and "token_url" not in config:
         return _noetl_oauth2(config)
     if kind == "credential" and config.get("scope") in CACHE_SCOPES and "cache" not in config:

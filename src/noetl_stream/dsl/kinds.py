@@ -8,7 +8,7 @@ CONNECTION_FIELDS = ("host", "port", "user", "password", "database",
                      "db_host", "db_port", "db_user", "db_password", "db_name")
 
 COMMON_TASK_KEYS = frozenset({"name", "kind", "spec", "set", "input", "args", "desc", "description",
-                              "output", "outcome", "set_ctx", "set_iter", "meta", "assert",
+                              "output", "outcome", "set_ctx", "set_iter", "meta", "assert", "output_select",
                               "retry", "poll"})
 
 KIND_FIELDS: dict[str, frozenset[str]] = {

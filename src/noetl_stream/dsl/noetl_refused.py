@@ -25,9 +25,6 @@ FIELDS: dict[tuple[str, str], tuple[str, str]] = {
         "write each entry as a rule under the task's `spec.policy.rules`: `{when: <expr>, then: "
         "{do, attempts, backoff, delay, to: <target>, set: <set_vars>}}`, its `else` as "
         "`{else: {then: {do: ...}}}`"),
-    ("tool:*", "output_select"): (
-        "NoETL's `output_select` (passed to workers; no tool reads it)",
-        "pick the values you need with the task's `set:`"),
     ("tool:python", "python"): (
         "the interpreter NoETL's Rust python tool runs the code with",
         "remove it: workers run `code:` in their own interpreter"),

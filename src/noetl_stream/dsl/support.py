@@ -27,6 +27,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
         "output": "NoETL's tool `output:` (store, select, accumulate, scope)",
         "outcome": "a task-level `outcome:` block",
         "assert": "NoETL's `assert: {expects, returns}` checks",
+        "output_select": "NoETL's `output_select` (its server passes it on; no tool reads it)",
     },
     "python": {
         "module": "calling an installed module's function instead of `code:`",

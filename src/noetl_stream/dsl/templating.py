@@ -32,6 +32,7 @@ from jinja2.utils import missing
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.filters import FILTERS, TESTS
+from noetl_stream.dsl.rendered_text import value_of_text
 from noetl_stream.dsl.template_budget import (
     TemplateBound,
     bounded_iteration,
@@ -305,7 +306,8 @@ def render_string(text: str, context: Mapping[str, object], *, step: str | None 
         if expr is not None:
             compiled = _compiled_expression(expr)
             return metered(lambda: _native(compiled(**context)))
-        return metered(lambda: _bounded_text(_compiled_template(text), context))
+        # Text of several parts reads as the value it spells, as in NoETL (dsl/rendered_text.py).
+        return value_of_text(metered(lambda: _bounded_text(_compiled_template(text), context)))
     except ReadOfUndefined as exc:
         raise TemplateError(_undefined_message(exc, context), expression=text, step=step,
                             field=field) from None

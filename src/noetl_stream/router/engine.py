@@ -177,7 +177,8 @@ class Engine:
             names = names | {"workload", "ctx", *self.state.steps}
         iter_vars = self.inherited_iter()
         if index is not None and step.loop is not None:
-            iter_vars = {**iter_vars, **loops.iteration_vars(step.loop, index, item)}
+            total = loops.iteration_count(run.loop) if run.loop is not None else None
+            iter_vars = {**iter_vars, **loops.iteration_vars(step.loop, index, item, total)}
         steps = pick_steps(names, self.state.steps)
         http: dict[str, JsonValue] = {
             n: self.state.steps[n].http for n in steps if self.state.steps[n].http}

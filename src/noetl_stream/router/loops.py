@@ -59,7 +59,7 @@ def start(router: Router, step: Step, run: Run) -> None:
         items = collected
     run.loop = LoopState(items=items, mode=spec.mode, max_in_flight=limit)
     router.emit("loop.started", ids.event_msg_id(router.state.execution_id, "loop.started", run.run_id),
-                step=step.name, step_run_id=run.run_id, total=_total(run.loop),
+                step=step.name, step_run_id=run.run_id, total=iteration_count(run.loop),
                 max_in_flight=limit)
     if spec.mode != CURSOR and not items:
         router.finish_run(run, ok=True, result=[], error=None)
@@ -104,7 +104,7 @@ def on_outcome(router: Router, run: Run, index: int, ok: bool, event: OutcomeEve
     progress: dict[str, bool] = {"exhausted": True} if exhausted else {}
     router.emit("loop.progress", ids.event_msg_id(router.state.execution_id, "loop.progress",
                                                   run.run_id, index),
-                step=run.step, step_run_id=run.run_id, done=loop.done, total=_total(loop),
+                step=run.step, step_run_id=run.run_id, done=loop.done, total=iteration_count(loop),
                 iteration=index, ok=ok, **progress)
     schedule(router, router.pb.step(run.step), run)
     if loop.in_flight:
@@ -115,13 +115,16 @@ def on_outcome(router: Router, run: Run, index: int, ok: bool, event: OutcomeEve
         router.finish_run(run, ok=True, result=_ordered_results(loop), error=None, route=loop.route)
 
 
-def iteration_vars(spec: LoopSpec, index: int, item: object) -> dict[str, object]:
+def iteration_vars(spec: LoopSpec, index: int, item: object,
+                   total: int | None = None) -> dict[str, object]:
     """What an iteration's command carries in `iter`: a cursor's item is bound by the worker
-    once it has claimed one.
+    once it has claimed one. `_total` is the number of iterations, as NoETL's server binds it
+    (a cursor loop has none: it is known only at its end).
     """
     if spec.mode == CURSOR:
         return {"_index": index}
-    return {spec.iterator: item, "_index": index}
+    counted = {"_total": total} if total is not None else {}
+    return {spec.iterator: item, "_index": index, **counted}
 
 
 def command_cursor(step: Step) -> CommandCursor | None:
@@ -203,7 +206,7 @@ def _more_to_start(loop: LoopState) -> bool:
     return loop.mode == CURSOR or loop.next_index < len(loop.items)
 
 
-def _total(loop: LoopState) -> int | None:
+def iteration_count(loop: LoopState) -> int | None:
     """The number of iterations, None for a cursor loop (it is known only at its end)."""
     return None if loop.mode == CURSOR else len(loop.items)
 

@@ -26,7 +26,7 @@ from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from noetl_stream import ids, jsonutil
-from noetl_stream.dsl.composition import PlaybookFile, is_file_reference
+from noetl_stream.dsl.composition import PlaybookFile, is_file_reference, may_be_catalog_path
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.dsl.subscription import Subscription
 from noetl_stream.errors import CatalogError
@@ -118,12 +118,15 @@ async def resolve_child(js: JetStreamContext, *, parent_key: str | None, path: s
                         version: str | None = None) -> tuple[str, str]:
     """The (text, key) of the playbook a `kind: playbook` task names from the playbook `parent_key`.
 
-    A file path is looked up in the parent's links; anything else is a catalog path.
+    A file path is looked up in the parent's links; anything else is a catalog path, and so is
+    `/x/y` when no file of that name was registered with the parent.
     """
     kv = await js.key_value(CATALOG_BUCKET)
+    links: dict[str, str] = {}
     if is_file_reference(path):
         raw = await _get(kv, links_key(parent_key)) if parent_key else None
         links = read_links(jsonutil.loads(raw)) if raw else {}
+    if is_file_reference(path) and (path in links or not may_be_catalog_path(path)):
         key = links.get(path)
         if not isinstance(key, str):
             raise CatalogError(

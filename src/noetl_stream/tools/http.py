@@ -63,7 +63,8 @@ class HttpTool:
             return Outcome.failure("http task has no url", "config")
         method = str(cfg.get("method") or "GET").upper()
         params = {k: _query_value(v) for k, v in (cfg.get("params") or {}).items() if v is not None}
-        headers = {str(k): str(v) for k, v in (cfg.get("headers") or {}).items() if v is not None}
+        headers = {str(k): _query_value(v) for k, v in (cfg.get("headers") or {}).items()
+                   if v is not None}  # as NoETL: true, not True; a list or mapping as JSON
         if cfg.get("auth") is not None:
             auth = await self._auth_headers(cfg["auth"], call.execution_id)
             if isinstance(auth, Outcome):

@@ -5,7 +5,7 @@ Operations (field `operation`) and the fields each reads:
     kv_get      bucket, key           -> {bucket, key, value, encoding, revision}
     kv_put      bucket, key, value    -> {bucket, key, revision}
     kv_delete   bucket, key           -> {bucket, key, deleted}
-    kv_keys     bucket, [key or pattern: a subject pattern] -> {bucket, keys}
+    kv_keys     bucket, [key or pattern: a subject pattern] -> {bucket, keys, count}
     object_put  bucket, key, value    -> {bucket, key, size, digest}
     object_get  bucket, key           -> {bucket, key, data, encoding, size, digest}
     js_publish  subject, data, [headers] -> {stream, seq, duplicate}
@@ -15,8 +15,11 @@ It runs against the runtime's own connection, or, with `auth:` naming a credenti
 holds a `url` (and optionally `user`/`password` or `token`), against that server: connect, run the
 one operation, close. Values written are bytes as given for text, JSON for anything else. Bytes
 read come back as text with `encoding: "utf-8"` when they decode as UTF-8, otherwise as base64
-with `encoding: "base64"`, so results stay JSON. Buckets and streams are never created here: a
-missing one is a `not_found` error, as is a missing key, object or message. When the task's
+with `encoding: "base64"`, so results stay JSON; a key's text that parses as JSON is read as that
+value, as NoETL's tools read it. Every result carries `status: "success"`, as NoETL's do, except
+that a missing or deleted key answers `{status: "not_found", bucket, key, value: null}`: it is
+an answer, not a failure, in NoETL too. Buckets and streams are never created here: a missing one
+is a `not_found` error, as is a missing object or message. When the task's
 `spec.idempotent` is true, `js_publish` sets `Nats-Msg-Id` to the call's idempotency key, so a
 redelivered command publishes once within the stream's duplicate window.
 """
@@ -32,7 +35,7 @@ import orjson
 from nats.errors import Error as NatsError
 from nats.errors import NoServersError
 from nats.js import JetStreamContext
-from nats.js.errors import NoKeysError, NotFoundError
+from nats.js.errors import KeyDeletedError, KeyNotFoundError, NoKeysError, NotFoundError
 
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.jsonutil import JsonObject, JsonValue
@@ -72,9 +75,16 @@ def _required(cfg: Mapping[str, JsonValue], name: str, operation: str) -> str:
 async def _kv_get(js: JetStreamContext, cfg: Mapping[str, JsonValue],
                   call: TaskCall) -> JsonObject:
     bucket, key = _required(cfg, "bucket", "kv_get"), _required(cfg, "key", "kv_get")
-    entry = await (await js.key_value(bucket)).get(key)
-    return {"bucket": bucket, "key": key, **_decode(entry.value, "value"),
-            "revision": entry.revision}
+    kv = await js.key_value(bucket)  # a missing bucket stays a not_found failure
+    try:
+        entry = await kv.get(key)
+    except (KeyNotFoundError, KeyDeletedError):
+        return {"status": "not_found", "bucket": bucket, "key": key, "value": None}
+    decoded: dict[str, JsonValue] = {**_decode(entry.value, "value")}
+    if decoded["encoding"] == "utf-8" and decoded["value"]:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            decoded["value"] = orjson.loads(str(decoded["value"]))
+    return {"bucket": bucket, "key": key, **decoded, "revision": entry.revision}
 
 
 async def _kv_put(js: JetStreamContext, cfg: Mapping[str, JsonValue],
@@ -102,7 +112,8 @@ async def _kv_keys(js: JetStreamContext, cfg: Mapping[str, JsonValue],
     # nats-py filters by substring; a key filter here means a subject pattern, as in `nats kv ls`.
     # `pattern` is NoETL's name for the same filter.
     pattern = str(cfg.get("key") or cfg.get("pattern") or ">")
-    return {"bucket": bucket, "keys": [k for k in sorted(keys) if _subject_matches(pattern, k)]}
+    matched: list[JsonValue] = [k for k in sorted(keys) if _subject_matches(pattern, k)]
+    return {"bucket": bucket, "keys": matched, "count": len(matched)}
 
 
 def _subject_matches(pattern: str, subject: str) -> bool:
@@ -206,6 +217,11 @@ def _alias(auth: JsonValue) -> str | None:
     return str(auth)
 
 
+def _answer(result: JsonObject) -> Outcome:
+    """An operation's result with NoETL's `status` beside its fields."""
+    return Outcome.success({"status": "success", **result})
+
+
 async def _quiet(exc: Exception) -> None:
     """nats-py logs every failed attempt with its address; the outcome reports the failure."""
 
@@ -229,7 +245,7 @@ class NatsTool:
                 if self.services.nats is None:
                     return Outcome.failure("nats task has no auth and this worker has no NATS "
                                            "connection to lend it", "config")
-                return Outcome.success(await operation(self.services.nats.jetstream(), cfg, call))
+                return _answer(await operation(self.services.nats.jetstream(), cfg, call))
             return await self._run_elsewhere(alias, operation, cfg, call)
         except _ConfigError as exc:
             return Outcome.failure(str(exc), "config")
@@ -269,7 +285,7 @@ class NatsTool:
             return Outcome.failure(f'nats auth "{alias}": cannot connect: {type(exc).__name__}',
                                    "connection", retryable=True)
         try:
-            return Outcome.success(await operation(nc.jetstream(), cfg, call))
+            return _answer(await operation(nc.jetstream(), cfg, call))
         finally:
             await nc.close()
 

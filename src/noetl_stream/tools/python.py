@@ -21,7 +21,7 @@ import subprocess
 import time
 from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.layering import kind_default
@@ -90,6 +90,16 @@ def encode_inputs(inputs: Mapping[str, object]) -> dict[str, object]:
     which iterate, count and index as their list (tools/python_runner.py ListView).
     """
     return {k: v.encoded() if isinstance(v, ListView) else v for k, v in inputs.items()}
+
+
+def code_inputs(call: TaskCall) -> dict[str, Any]:
+    """The names the code reads as inputs: in a loop step's iteration, its item (under the
+    iterator's name), `_index` and `_total` first, as NoETL's server adds them to a python task's
+    args; the task's own inputs win.
+    """
+    if call.command_iteration is None or not call.iteration:
+        return call.input
+    return {**{k: v for k, v in call.iteration.items() if k != "parent"}, **call.input}
 
 
 def python_context(call: TaskCall) -> dict[str, object]:
@@ -496,7 +506,7 @@ class PythonTool:
         async with self._slots:
             child = await self._acquire(call.execution_id)
             try:
-                request: _Request = {"code": code, "input": encode_inputs(call.input),
+                request: _Request = {"code": code, "input": encode_inputs(code_inputs(call)),
                            "context": python_context(call), "libs": call.config.get("libs"),
                            "filename": _filename(call)}
                 async with asyncio.timeout(timeout_s):  # unlike wait_for, no task per call

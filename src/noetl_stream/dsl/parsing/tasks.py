@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from pydantic import ValidationError
 
 from noetl_stream.dsl import (
+    http_auth_map,
     noetl_refused,
     pg_connection,
     pycode,
@@ -183,6 +184,12 @@ class TaskParser(ParserBase):
         config = inline
         if kind == "nats" and (problem := support.nats_operation_problem(body)):
             self.error(line_of(body, "operation") or line, problem, step, "tool.operation")
+        if kind == "http" and http_auth_map.is_auth_map(auth := config.get("auth")):
+            unwrapped = http_auth_map.unwrap(auth)  # NoETL's {alias: {type, key}}
+            if isinstance(unwrapped, str):
+                self.error(line_of(body, "auth") or line, unwrapped, step, "tool.auth")
+            else:
+                config["auth"] = unwrapped
         if kind == "http" and (problem := noetl_refused.http_auth_message(body.get("auth"))):
             self.error(line_of(body, "auth") or line, problem, step, "tool.auth.type")
         if "script" in config and kind in scripts.SCRIPT_FIELD:

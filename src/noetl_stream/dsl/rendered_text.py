@@ -1,0 +1,46 @@
+"""The value of text a template renders from more than one part, as NoETL's engines read it.
+
+A template that is one expression (`"{{ rows }}"`) gives its value as it is. Text built from
+several parts (`"[{{ a }}, {{ b }}]"`, `'{"id": {{ n }}}'`, `"{{ a }}{{ b }}"`) is text to Jinja;
+NoETL's server (`render_to_value`), its Rust tools (`render_value`) and its Python engine
+(`render_template`) each read such text back as a value when it spells one: a JSON object or
+list, `true` / `false`, a whole or decimal number, `null` / `None`. This runtime reads it the
+same way, so a task receives `[1, 2]` where NoETL hands it a list. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import orjson
+
+_INTEGER = re.compile(r"[+-]?\d+")
+_DECIMAL = re.compile(r"[+-]?(\d+\.\d*|\.\d+|\d+(\.\d*)?[eE][+-]?\d+)")
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_WORDS: dict[str, object] = {"true": True, "false": False, "null": None, "none": None}
+
+
+def value_of_text(text: str) -> object:
+    """`text`, or the value it spells; text that spells none (or a container that is not valid
+    JSON) stays text.
+    """
+    trimmed = text.strip()
+    if not trimmed:
+        return text
+    if (trimmed[0], trimmed[-1]) in (("[", "]"), ("{", "}")):
+        try:
+            return orjson.loads(trimmed)
+        except orjson.JSONDecodeError:
+            return text
+    word = trimmed.lower()
+    if word in _WORDS:
+        return _WORDS[word]
+    integer = _INTEGER.fullmatch(trimmed) is not None
+    if integer and len(trimmed) <= 20 and _I64_MIN <= (whole := int(trimmed)) <= _I64_MAX:
+        return whole
+    if integer or _DECIMAL.fullmatch(trimmed):
+        # A whole number past 64 bits is a float there (Rust's i64 parse fails, f64's does not).
+        number = float(trimmed)
+        return number if math.isfinite(number) else text
+    return text
