@@ -71,7 +71,7 @@ def replay(execution_id: str, from_step: str | None, payload: str | None, sets: 
         click.echo(jsonutil.dumps_str(final) if as_json
                    else f"execution {final['execution_id']} replays {execution_id}")
         raise SystemExit(EXIT_OK)
-    report_outcome(final, as_json)
+    report_outcome(final, as_json, quiet=True)  # no live progress said why it failed
 
 
 async def _replay(bus: Bus, execution_id: str, from_step: str | None, workload: JsonObject,

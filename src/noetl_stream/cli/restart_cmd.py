@@ -90,7 +90,7 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
         raise SystemExit(EXIT_OK)
     if final.get("event_type") == "event.ignored":
         fail(EXIT_REJECTED, f"restart refused: {final.get('reason')}")
-    report_outcome(final, as_json)
+    report_outcome(final, as_json, quiet=True)  # no live progress said why it failed
 
 
 
