@@ -56,6 +56,19 @@ async def test_an_unreachable_nats_is_a_one_line_infrastructure_error(
     assert line.startswith("noetl-stream: ") and "cannot reach NATS" in line
 
 
+@pytest.mark.parametrize("command", [("watch",), ("logs",), ("status",), ("cancel",),
+                                     ("restart",), ("replay",), ("verify",), ("signal", "go")])
+async def test_an_id_no_execution_can_have_is_a_one_line_usage_error(
+        command: tuple[str, ...], bus: Bus, nats_server: NatsServer) -> None:
+    verb, *rest = command
+    out = await run_cli(verb, "bad-id!", *rest, "--nats-url", nats_server.url)
+
+    assert out.returncode == 2, out.stderr
+    assert one_line(out.stderr) == (
+        "noetl-stream: no execution 'bad-id!' is known: an execution id is letters, digits, "
+        "'-' and '_', at most 128 characters")
+
+
 async def test_a_busy_http_port_is_a_one_line_infrastructure_error(nats_server: NatsServer) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -20,6 +20,7 @@ from noetl_stream.cli.common import (
     EXIT_INFRA,
     EXIT_OK,
     EXIT_REJECTED,
+    execution_id_argument,
     fail,
     nats_url_option,
     prefix_option,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 
 
 @click.command("cancel")
-@click.argument("execution_id")
+@execution_id_argument
 @click.option("--reason", default=None, metavar="TEXT", help="Why; recorded on the events.")
 @click.option("--wait", "wait_end", is_flag=True, help="Follow the execution until it ends.")
 @click.option("--timeout", "timeout_s", type=float, default=10.0, show_default=True,

@@ -42,6 +42,21 @@ def _checked_nats_url(ctx: click.Context, param: click.Parameter, value: str | N
         fail(EXIT_REJECTED, str(exc))
 
 
+def checked_execution_id(ctx: click.Context, param: click.Parameter,
+                          value: str | None) -> str | None:
+    """An id no execution can have is refused in one line before anything reads NATS with it
+    (a KV key or subject token would refuse it with a traceback or a misleading NATS error).
+    """
+    from noetl_stream import ids
+
+    if value is not None and not ids.is_subject_token(value):
+        fail(EXIT_REJECTED, f"no execution {value!r} is known: an execution id is letters, "
+                            f"digits, '-' and '_', at most {ids.MAX_TOKEN_LENGTH} characters")
+    return value
+
+
+execution_id_argument = click.argument("execution_id", callback=checked_execution_id)
+
 nats_url_option = click.option(
     "--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
     callback=_checked_nats_url,

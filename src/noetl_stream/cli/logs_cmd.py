@@ -12,13 +12,21 @@ import click
 from nats.errors import Error as NatsError
 
 from noetl_stream import jsonutil
-from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, prefix_option, run_async
+from noetl_stream.cli.common import (
+    EXIT_INFRA,
+    EXIT_REJECTED,
+    execution_id_argument,
+    fail,
+    nats_url_option,
+    prefix_option,
+    run_async,
+)
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.jsonutil import JsonObject
 
 
 @click.command("logs")
-@click.argument("execution_id")
+@execution_id_argument
 @click.option("--step", "steps", multiple=True, metavar="STEP",
               help="Only events of this step. Repeatable.")
 @click.option("--follow", "-f", is_flag=True,

@@ -16,6 +16,7 @@ import click
 from noetl_stream import jsonutil
 from noetl_stream.cli.common import (
     EXIT_OK,
+    execution_id_argument,
     nats_url_option,
     prefix_option,
     remote_options,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 
 @click.command("replay")
-@click.argument("execution_id")
+@execution_id_argument
 @click.option("--from", "from_step", default=None, metavar="STEP",
               help="Run STEP and every step downstream of it; the other steps keep the "
                    "original's results. Without it: where the original failed or was cancelled "

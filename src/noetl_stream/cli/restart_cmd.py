@@ -23,6 +23,7 @@ from noetl_stream.cli.common import (
     EXIT_OK,
     EXIT_REJECTED,
     EXIT_STILL_RUNNING,
+    execution_id_argument,
     fail,
     nats_url_option,
     prefix_option,
@@ -41,7 +42,7 @@ END_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
 
 
 @click.command("restart")
-@click.argument("execution_id")
+@execution_id_argument
 @click.option("--from", "from_step", default=None, metavar="STEP",
               help="Run STEP and every step downstream of it again (any execution); without it, "
                    "the steps that failed or were cancelled (a failed or cancelled execution).")

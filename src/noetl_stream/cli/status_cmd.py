@@ -17,6 +17,7 @@ from noetl_stream import jsonutil
 from noetl_stream.cli.common import (
     EXIT_INFRA,
     EXIT_REJECTED,
+    execution_id_argument,
     fail,
     nats_url_option,
     prefix_option,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 
 @click.command("status")
-@click.argument("execution_id")
+@execution_id_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 @nats_url_option
 @prefix_option
