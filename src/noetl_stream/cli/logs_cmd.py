@@ -70,6 +70,7 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
             read = EndOfLog()
             ended = any(read.see(e, len(events) - 1 - i) is not None
                         for i, e in enumerate(events))
+            show.refuse_unseen_steps(execution_id, events, ended)
             if follow and not ended:
                 await tail(bus, last)
             return True
@@ -90,6 +91,21 @@ class _Shown:
     def __init__(self, steps: tuple[str, ...], as_json: bool) -> None:
         self.steps = steps
         self.as_json = as_json
+
+    def refuse_unseen_steps(self, execution_id: str, events: list[JsonObject], ended: bool) -> None:
+        """Exit 2 naming a chosen step that no event of the ended execution has (a typo, or a
+        step that never ran), rather than print nothing and exit 0.
+        """
+        import difflib
+
+        if not ended:
+            return  # the step may still start
+        seen = sorted({str(e["step"]) for e in events if e.get("step")})
+        for step in self.steps:
+            if step not in seen:
+                near = difflib.get_close_matches(step, seen, n=1)
+                hint = f'; did you mean "{near[0]}"?' if near else f"; its steps: {', '.join(seen)}"
+                fail(EXIT_REJECTED, f'execution {execution_id} has no event of step "{step}"{hint}')
 
     def __call__(self, event: JsonObject) -> None:
         from noetl_stream.cli.execution_log import event_lines
