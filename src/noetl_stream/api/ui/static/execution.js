@@ -161,7 +161,9 @@
   function renderGantt() {
     const box = $("gantt");
     if (!box) return;
-    const last = events.length ? events[events.length - 1].event.timestamp : null;
+    // A timer.scheduled event's timestamp is when it will fire: not a time the execution reached.
+    const past = events.filter((e) => e.type !== "timer.scheduled");
+    const last = past.length ? past[past.length - 1].event.timestamp : null;
     const ended = detail && detail.ended_at ? new Date(detail.ended_at).getTime() / 1000 : null;
     const now = terminal() && ended !== null ? ended : Math.max(Date.now() / 1000, last || 0);
     GANTT.render(box, events, { start: firstTs, now, expanded, selected, onSelect: select,

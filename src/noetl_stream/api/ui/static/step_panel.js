@@ -21,8 +21,11 @@ const STEP_PANEL = (() => {
 
   function errorBlock(error, open) {
     const text = (error && (error.message || error.reason)) || "error";
+    // A traceback reads as lines of its own, not as one JSON string full of \n.
+    const { traceback, ...fields } = error && typeof error === "object" ? error : { error };
     return el("details", { class: "step-error", open: open || null },
-      el("summary", {}, short(text, 200)), el("pre", {}, json(error)));
+      el("summary", {}, short(text, 200)), el("pre", {}, json(fields)),
+      typeof traceback === "string" ? el("div", { class: "traceback" }, traceback) : null);
   }
 
   function captured(event) {
