@@ -1,4 +1,4 @@
-"""The lines `noetl-stream logs` prints for an event: a timer's schedule, whose `timestamp` is
+"""The lines `noetl-stream logs` and `status` print: a timer's schedule, whose `timestamp` is
 when the timer fires, is dated by when it was set and says when it fires."""
 
 from __future__ import annotations
@@ -22,3 +22,12 @@ def test_other_events_keep_their_own_time() -> None:
              "timestamp": 1795762864.45, "time": "2026-11-27T07:01:04.450000Z"}
 
     assert event_lines(event) == ["2026-11-27T07:01:04.450000Z  step.started  start"]
+
+
+def test_status_counts_one_event_in_the_singular() -> None:
+    from noetl_stream.cli.status_cmd import human_lines
+
+    report = {"execution_id": "1", "status": "completed", "playbook": "p", "started_at": None,
+              "events_applied": 1}
+    assert human_lines(report)[1].endswith(", 1 event applied")
+    assert human_lines({**report, "events_applied": 2})[1].endswith(", 2 events applied")
