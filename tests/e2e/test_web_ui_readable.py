@@ -2,7 +2,7 @@
 a real nats-server, `server --http` and a worker: a step waiting on a timer an hour away is drawn
 for as long as it has waited (its `timer.scheduled` event is dated by when the timer fires), a
 python error's traceback reads as lines, and a long error stays short in the list with the whole
-of it in the tooltip."""
+of it in the tooltip; an unknown execution is one message, not empty cards around it."""
 
 from __future__ import annotations
 
@@ -59,3 +59,14 @@ async def test_a_python_error_reads_as_lines_and_stays_short_in_the_list(
     assert len(shown) <= 240 and shown.endswith("…"), shown
     assert whole is not None and whole.startswith(shown[:-1]) and len(whole) > len(shown), whole
     assert page.script_errors == []  # type: ignore[attr-defined]
+
+
+async def test_an_unknown_execution_is_said_once_without_empty_cards(
+        stack: Stack, browser: Browser) -> None:
+    page = await log_in(browser, stack.base, "ada", "/")
+    await page.goto(stack.base + "/executions/4242424242")
+    await expect(page.locator("#exec-message")).to_have_text('execution "4242424242" not found')
+    await expect(page.locator(".execution > .grid")).to_be_hidden()
+    await expect(page.locator("#timeline")).to_be_hidden()
+    await expect(page.locator("#recovery-message")).to_have_text("")
+    assert await page.get_by_text("not found").count() == 1

@@ -347,6 +347,10 @@
       detail = await api("GET", path);
     } catch (err) {
       message(err);
+      // Nothing to draw: the message alone, not empty cards around it.
+      if (err.status === 404) {
+        for (const part of document.querySelectorAll(".execution > .grid, .execution > .card, .execution h1")) part.hidden = true;
+      }
       return;
     }
     renderHead();
