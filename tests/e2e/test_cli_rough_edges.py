@@ -42,6 +42,15 @@ async def test_a_malformed_nats_url_is_a_one_line_usage_error(url: str) -> None:
     assert one_line(out.stderr).startswith("noetl-stream: NATS URL")
 
 
+@pytest.mark.parametrize("url", ["nats://127.0.0.1:4222", "ftp://localhost"])
+async def test_a_server_url_that_is_not_http_is_a_one_line_usage_error(url: str) -> None:
+    out = await run_cli("run", "playbooks/examples/hello.yaml", "--server", url)
+
+    assert out.returncode == 2
+    assert one_line(out.stderr) == (f"noetl-stream: --server {url!r}: the HTTP API's URL starts "
+                                    "with http:// or https://")
+
+
 @pytest.mark.parametrize("command", [("status", "x"), ("run", "playbooks/examples/hello.yaml")])
 async def test_an_unreachable_nats_is_a_one_line_infrastructure_error(
         command: tuple[str, ...]) -> None:

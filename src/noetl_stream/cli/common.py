@@ -66,6 +66,16 @@ prefix_option = click.option("--prefix", envvar=config.ENV_PREFIX, default="noet
                              help="Subject prefix (env NOETL_STREAM_PREFIX).")
 
 
+def _checked_server_url(ctx: click.Context, param: click.Parameter,
+                        value: str | None) -> str | None:
+    """`--server` is an HTTP API's address: `http://` or `https://` (or none, read as http://);
+    another scheme is a usage error said in one line, before anything connects.
+    """
+    if value is not None and "://" in value and not value.startswith(("http://", "https://")):
+        fail(EXIT_REJECTED, f"--server {value!r}: the HTTP API's URL starts with http:// or https://")
+    return value
+
+
 def remote_options(command: F) -> F:
     """`--server URL` and `--token TOKEN`, the same on every command that can work remotely:
     given a server, the command talks to its HTTP API (cli/remote.py) and never to NATS.
@@ -75,6 +85,7 @@ def remote_options(command: F) -> F:
         help="Session token or API key for --server (env NOETL_STREAM_TOKEN).")(command)
     return click.option(
         "--server", "server_url", envvar=config.ENV_SERVER, default=None, metavar="URL",
+        callback=_checked_server_url,
         help="Talk to a running system over its HTTP API at URL (env NOETL_STREAM_SERVER) "
              "instead of NATS; takes precedence over --nats-url.")(command)
 
