@@ -36,6 +36,9 @@ async def test_a_step_waiting_on_a_timer_is_drawn_for_the_time_it_has_waited(
     await expect(took).to_have_text(re.compile(r"^[\d.]+ m?s…$"))
     ticks = await page.locator("#gantt .gantt-tick").all_inner_texts()
     assert not any(" h" in t or " m " in t for t in ticks), ticks
+    # How long it has waited reads as a span ("for 3.2 s so far"), not as a time ("since 3.2 s").
+    waited = re.compile(r"\(run 1\) waits for .+ for [\d.]+ m?s so far")
+    await expect(page.locator("#waiting")).to_contain_text(waited)
     assert page.script_errors == []  # type: ignore[attr-defined]
 
 

@@ -108,7 +108,7 @@
     const items = [];
     for (const run of report.running || []) {
       const parts = [el("b", {}, run.step), ` (run ${run.run}) waits for ${run.waits_for}`,
-        ` since ${duration(run.waiting_s * 1000)}`];
+        ` for ${duration(run.waiting_s * 1000)} so far`];
       if (run.deadline) parts.push(run.overdue ? " — OVERDUE" : ` (deadline ${when(run.deadline * 1000)})`);
       const sub = [];
       const it = run.iterations;
