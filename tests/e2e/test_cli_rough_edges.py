@@ -1,6 +1,7 @@
 """What a new user trips over first: malformed URLs, a taken port, signals nobody hears, `-v`
-at the end of the line, completion scripts, `nats --port --store`, Ctrl-C in `run`, header rows
-and the exit codes they give."""
+at the end of the line, completion scripts, `nats --port --store` (and a port already taken),
+ids and pool names no execution or pool can have, Ctrl-C in `run`, header rows and the exit
+codes they give."""
 
 from __future__ import annotations
 
@@ -174,6 +175,31 @@ async def test_nats_takes_a_port_and_a_store(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGINT)
         await asyncio.wait_for(proc.wait(), 20)
+
+
+async def test_nats_on_a_port_something_listens_on_is_a_one_line_infrastructure_error(
+        nats_server: NatsServer, bus: Bus, tmp_path: Path) -> None:
+    # Before, the readiness wait took the other listener for the new server, which had died on
+    # its bind: the command said it ran and waited for Ctrl-C.
+    out = await run_cli("nats", "--port", str(nats_server.port), "--store", str(tmp_path / "s"),
+                        timeout_s=30)
+
+    assert out.returncode == 3
+    assert one_line(out.stderr) == (f"noetl-stream: cannot start nats-server on port "
+                                    f"{nats_server.port}: something already listens on "
+                                    f"127.0.0.1:{nats_server.port}")
+
+
+@pytest.mark.parametrize("command", [("worker", "--pool", "bad pool"),
+                                     ("init", "--pool", "default", "--pool", "a.b")])
+async def test_a_pool_name_that_is_no_subject_token_is_a_one_line_usage_error(
+        command: tuple[str, ...], nats_server: NatsServer, bus: Bus) -> None:
+    out = await run_cli(*command, "--nats-url", nats_server.url)
+
+    assert out.returncode == 2
+    bad = command[-1]
+    assert one_line(out.stderr) == (f"noetl-stream: --pool {bad!r}: a pool name is letters, "
+                                    "digits, '-' and '_', at most 128 characters")
 
 
 async def test_ctrl_c_in_run_exits_130_and_says_the_execution_goes_on(
