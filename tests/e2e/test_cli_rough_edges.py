@@ -233,11 +233,23 @@ async def test_list_commands_print_a_header_row() -> None:
     assert out.stdout.splitlines()[0].split() == ["KIND", "ORIGIN"]
 
 
-async def test_dlq_show_of_a_missing_id_is_a_usage_error(nats_server: NatsServer, bus: Bus) -> None:
-    out = await run_cli("dlq", "show", "99", "--nats-url", nats_server.url)
+@pytest.mark.parametrize("verb", ["show", "purge"])
+async def test_dlq_show_of_a_missing_id_is_a_usage_error(verb: str, nats_server: NatsServer,
+                                                         bus: Bus) -> None:
+    out = await run_cli("dlq", verb, "99", "--nats-url", nats_server.url)
 
     assert out.returncode == 2
     assert one_line(out.stderr) == "noetl-stream: no dead letter 99"
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume", "fire", "delete"])
+async def test_a_name_no_trigger_can_have_is_a_one_line_usage_error(
+        verb: str, nats_server: NatsServer, bus: Bus) -> None:
+    out = await run_cli("trigger", verb, "nightly.v2", "--nats-url", nats_server.url)
+
+    assert out.returncode == 2
+    assert one_line(out.stderr) == ("noetl-stream: no trigger named 'nightly.v2': a trigger's name "
+                                    "is letters, digits, '-' and '_', at most 128 characters")
 
 
 def test_the_cli_module_runs_under_this_interpreter() -> None:
