@@ -57,6 +57,13 @@ def checked_execution_id(ctx: click.Context, param: click.Parameter,
 
 execution_id_argument = click.argument("execution_id", callback=checked_execution_id)
 
+
+def checked_execution_ids(ctx: click.Context, param: click.Parameter,
+                          values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        checked_execution_id(ctx, param, value)
+    return values
+
 nats_url_option = click.option(
     "--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
     callback=_checked_nats_url,
