@@ -2,7 +2,8 @@
 a real nats-server, `server --http` and a worker: a step waiting on a timer an hour away is drawn
 for as long as it has waited (its `timer.scheduled` event is dated by when the timer fires), a
 python error's traceback reads as lines, and a long error stays short in the list with the whole
-of it in the tooltip; an unknown execution is one message, not empty cards around it."""
+of it in the tooltip; an unknown execution is one message, not empty cards around it; the
+playbook link of an execution run from a file says the playbook is not registered."""
 
 from __future__ import annotations
 
@@ -73,3 +74,14 @@ async def test_an_unknown_execution_is_said_once_without_empty_cards(
     await expect(page.locator("#timeline")).to_be_hidden()
     await expect(page.locator("#recovery-message")).to_have_text("")
     assert await page.get_by_text("not found").count() == 1
+
+
+async def test_the_playbook_link_of_an_execution_run_from_a_file_says_it_is_not_registered(
+        stack: Stack, browser: Browser) -> None:
+    text = (PLAYBOOKS / "long_error.yaml").read_text().replace("tests/ui/long_error", "tests/ui/file")
+    execution_id = (await stack.call("POST", "/api/executions", {"playbook": text}))["execution_id"]
+    page = await log_in(browser, stack.base, "ada", f"/executions/{execution_id}")
+    await page.click('#exec-facts a:text-is("tests/ui/file")')
+    await expect(page.locator("#catalog-message")).to_have_text(
+        "tests/ui/file is not registered: a playbook run from a file is in the catalog once "
+        "`noetl-stream register FILE` adds it.")
