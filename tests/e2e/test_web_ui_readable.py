@@ -54,6 +54,12 @@ async def test_a_python_error_reads_as_lines_and_stays_short_in_the_list(
     assert "\n" in trace and "\\n" not in trace, trace
     assert trace.rstrip().splitlines()[-1].startswith("RuntimeError: upstream said:"), trace
     assert '"traceback"' not in await error.locator("pre").inner_text()
+    # The step's code on the Input tab reads as code, not as a JSON string.
+    await page.click('#net g.node[data-step="load"]')
+    await page.click('#step-detail .tab[data-tab="input"]')
+    code = page.locator('#step-detail .tab-panel[data-tab="input"] pre.config-text[data-field="code"]')
+    await expect(code).to_have_text(
+        'raise RuntimeError("upstream said: " + "a very long reason that goes on and on " * 20)\n')
 
     await page.goto(stack.base + "/")
     cell = page.locator(f'tr[data-id="{execution_id}"] td.error')
