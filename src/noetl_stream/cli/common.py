@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
 EXIT_STILL_RUNNING = 4  # `run --timeout`: the wait ended, the execution did not
 
+# `--timeout SECONDS`: a wait that ends before it starts is a typo, not a request.
+POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
+
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 

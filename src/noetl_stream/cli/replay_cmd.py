@@ -16,6 +16,7 @@ import click
 from noetl_stream import jsonutil
 from noetl_stream.cli.common import (
     EXIT_OK,
+    POSITIVE_SECONDS,
     execution_id_argument,
     nats_url_option,
     prefix_option,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
               help="Workload value (dots nest); repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with the outcome.")
 @click.option("--detach", is_flag=True, help="Return once the replay is asked for.")
-@click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS",
+@click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
               help="Stop waiting after SECONDS (the execution goes on).")
 @nats_url_option
 @prefix_option

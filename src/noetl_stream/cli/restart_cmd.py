@@ -23,6 +23,7 @@ from noetl_stream.cli.common import (
     EXIT_OK,
     EXIT_REJECTED,
     EXIT_STILL_RUNNING,
+    POSITIVE_SECONDS,
     execution_id_argument,
     fail,
     nats_url_option,
@@ -55,7 +56,7 @@ END_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
                    "now on; refused when it lacks a step the execution has run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with the outcome.")
 @click.option("--detach", is_flag=True, help="Return once the restart is recorded.")
-@click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS",
+@click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
               help="Stop waiting after SECONDS (the execution goes on).")
 @nats_url_option
 @prefix_option
