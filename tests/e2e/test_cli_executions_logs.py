@@ -1,6 +1,6 @@
 """`executions list`, `logs` and `watch` as a user runs them, against a server and worker on the
 test's nats-server: the list filters and has a header, logs show each task's printed output,
-watch of a finished execution shows the durations it had, and unknown ids exit 2.
+watch of a finished execution shows the durations it had, and unknown ids and steps exit 2.
 """
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ async def test_list_logs_and_watch_read_finished_executions(bus: Bus, nats_serve
     only_start = await run_cli("logs", bad_id, "--step", "start", *url)
     steps = {line.split()[2] for line in only_start.stdout.splitlines() if not line.startswith(" ")}
     assert steps == {"start"}
+    misspelt = await run_cli("logs", bad_id, "--step", "strat", *url)
+    assert misspelt.returncode == 2 and misspelt.stdout == ""
+    assert misspelt.stderr == (f'noetl-stream: execution {bad_id} has no event of step "strat"; '
+                               'did you mean "start"?\n')
 
     as_json = await run_cli("logs", ok_id, "--json", *url)
     events = [json.loads(line) for line in as_json.stdout.splitlines()]

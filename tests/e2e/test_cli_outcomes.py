@@ -1,5 +1,6 @@
 """`run` never hides how an execution ended: `-q` still says why it failed, `--timeout` names
-the execution that keeps running (exit 4), and `--detach` hands back the id at once."""
+the execution that keeps running (exit 4; on the embedded stack, when it goes on), and
+`--detach` hands back the id at once."""
 
 from __future__ import annotations
 
@@ -33,6 +34,26 @@ async def test_a_quiet_json_run_keeps_stdout_a_single_document() -> None:
     assert out.returncode == 1
     assert out.summary["status"] == "failed"
     assert "disk quota exceeded" in out.stderr
+
+
+async def test_a_timeout_on_the_embedded_stack_says_when_the_execution_goes_on() -> None:
+    # The embedded server and worker stop with the command: the execution waits for services
+    # on that nats-server; `watch ID` without a URL, which it used to suggest, is refused.
+    out = await run_cli("run", str(LISTENING), "--quiet", "--timeout", "2", timeout_s=60)
+
+    assert out.returncode == 4, out.stderr
+    line = out.stderr.strip().splitlines()[-1]
+    assert line.startswith("noetl-stream: execution ") and "did not end within 2s; it goes on " \
+        "when a server and a worker run on this home's nats-server" in line, line
+    assert "keeps running" not in line and "watch" not in line
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1"])
+async def test_a_timeout_that_is_no_wait_is_a_usage_error(seconds: str) -> None:
+    out = await run_cli("run", str(LISTENING), "--timeout", seconds)
+
+    assert out.returncode == 2
+    assert "Invalid value for '--timeout'" in out.stderr and "Traceback" not in out.stderr
 
 
 async def test_timeout_exits_4_with_the_execution_that_keeps_running(

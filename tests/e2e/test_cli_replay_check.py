@@ -1,7 +1,8 @@
 """`noetl-stream replay-check` as a user runs it before shipping a playbook change: a recorded
 execution replayed against the unchanged playbook routes the same; against a version whose guard
 changed, the arc it now takes and the steps it no longer reaches are named; a guard that now
-fails is named with its error; `--recent N` finds the playbook's latest executions."""
+fails is named with its error; `--recent N` finds the playbook's latest executions; an unknown
+id is refused."""
 
 from __future__ import annotations
 
@@ -52,3 +53,12 @@ async def test_replay_check_names_where_a_changed_guard_routes_differently(
     assert errors.returncode == 1, errors.stderr
     assert f'{execution_id}: routes differently after step.done of step "start"' in errors.stdout
     assert 'a template now errors at "start": ' in errors.stdout
+
+    # An id nothing was committed for is bad input (exit 2), not an execution that routes
+    # differently (exit 1).
+    unknown = await run_cli("replay-check", str(recorded), "--against", execution_id,
+                            "--against", "4242424242", *url)
+    assert unknown.returncode == 2, unknown.stderr
+    assert unknown.stdout == ""
+    assert unknown.stderr == ("noetl-stream: no committed state of execution 4242424242 (unknown, "
+                              "or removed by retention); nothing was checked\n")

@@ -1,6 +1,7 @@
 """What a new user trips over first: malformed URLs, a taken port, signals nobody hears, `-v`
-at the end of the line, completion scripts, `nats --port --store`, Ctrl-C in `run`, header rows
-and the exit codes they give."""
+at the end of the line, completion scripts, `nats --port --store` (and a port already taken),
+ids and pool names no execution or pool can have, Ctrl-C in `run`, header rows and the exit
+codes they give."""
 
 from __future__ import annotations
 
@@ -42,16 +43,40 @@ async def test_a_malformed_nats_url_is_a_one_line_usage_error(url: str) -> None:
     assert one_line(out.stderr).startswith("noetl-stream: NATS URL")
 
 
-async def test_an_unreachable_nats_is_a_one_line_infrastructure_error() -> None:
+@pytest.mark.parametrize("url", ["nats://127.0.0.1:4222", "ftp://localhost"])
+async def test_a_server_url_that_is_not_http_is_a_one_line_usage_error(url: str) -> None:
+    out = await run_cli("run", "playbooks/examples/hello.yaml", "--server", url)
+
+    assert out.returncode == 2
+    assert one_line(out.stderr) == (f"noetl-stream: --server {url!r}: the HTTP API's URL starts "
+                                    "with http:// or https://")
+
+
+@pytest.mark.parametrize("command", [("status", "x"), ("run", "playbooks/examples/hello.yaml")])
+async def test_an_unreachable_nats_is_a_one_line_infrastructure_error(
+        command: tuple[str, ...]) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there once closed
-    out = await run_cli("status", "x", "--nats-url", f"nats://127.0.0.1:{port}")
+    out = await run_cli(*command, "--nats-url", f"nats://127.0.0.1:{port}")
 
     assert out.returncode == 3
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("noetl-stream: ") and "cannot reach NATS" in last
-    assert "Traceback" not in out.stderr
+    # The refused attempts before it are logged only with -v: the error line says it all.
+    line = one_line(out.stderr)
+    assert line.startswith("noetl-stream: ") and "cannot reach NATS" in line
+
+
+@pytest.mark.parametrize("command", [("watch",), ("logs",), ("status",), ("cancel",),
+                                     ("restart",), ("replay",), ("verify",), ("signal", "go")])
+async def test_an_id_no_execution_can_have_is_a_one_line_usage_error(
+        command: tuple[str, ...], bus: Bus, nats_server: NatsServer) -> None:
+    verb, *rest = command
+    out = await run_cli(verb, "bad-id!", *rest, "--nats-url", nats_server.url)
+
+    assert out.returncode == 2, out.stderr
+    assert one_line(out.stderr) == (
+        "noetl-stream: no execution 'bad-id!' is known: an execution id is letters, digits, "
+        "'-' and '_', at most 128 characters")
 
 
 async def test_a_busy_http_port_is_a_one_line_infrastructure_error(nats_server: NatsServer) -> None:
@@ -152,6 +177,31 @@ async def test_nats_takes_a_port_and_a_store(tmp_path: Path) -> None:
         await asyncio.wait_for(proc.wait(), 20)
 
 
+async def test_nats_on_a_port_something_listens_on_is_a_one_line_infrastructure_error(
+        nats_server: NatsServer, bus: Bus, tmp_path: Path) -> None:
+    # Before, the readiness wait took the other listener for the new server, which had died on
+    # its bind: the command said it ran and waited for Ctrl-C.
+    out = await run_cli("nats", "--port", str(nats_server.port), "--store", str(tmp_path / "s"),
+                        timeout_s=30)
+
+    assert out.returncode == 3
+    assert one_line(out.stderr) == (f"noetl-stream: cannot start nats-server on port "
+                                    f"{nats_server.port}: something already listens on "
+                                    f"127.0.0.1:{nats_server.port}")
+
+
+@pytest.mark.parametrize("command", [("worker", "--pool", "bad pool"),
+                                     ("init", "--pool", "default", "--pool", "a.b")])
+async def test_a_pool_name_that_is_no_subject_token_is_a_one_line_usage_error(
+        command: tuple[str, ...], nats_server: NatsServer, bus: Bus) -> None:
+    out = await run_cli(*command, "--nats-url", nats_server.url)
+
+    assert out.returncode == 2
+    bad = command[-1]
+    assert one_line(out.stderr) == (f"noetl-stream: --pool {bad!r}: a pool name is letters, "
+                                    "digits, '-' and '_', at most 128 characters")
+
+
 async def test_ctrl_c_in_run_exits_130_and_says_the_execution_goes_on(
         bus: Bus, nats_server: NatsServer, tmp_path: Path) -> None:
     playbook = tmp_path / "listening.yaml"
@@ -183,11 +233,23 @@ async def test_list_commands_print_a_header_row() -> None:
     assert out.stdout.splitlines()[0].split() == ["KIND", "ORIGIN"]
 
 
-async def test_dlq_show_of_a_missing_id_is_a_usage_error(nats_server: NatsServer, bus: Bus) -> None:
-    out = await run_cli("dlq", "show", "99", "--nats-url", nats_server.url)
+@pytest.mark.parametrize("verb", ["show", "purge"])
+async def test_dlq_show_of_a_missing_id_is_a_usage_error(verb: str, nats_server: NatsServer,
+                                                         bus: Bus) -> None:
+    out = await run_cli("dlq", verb, "99", "--nats-url", nats_server.url)
 
     assert out.returncode == 2
     assert one_line(out.stderr) == "noetl-stream: no dead letter 99"
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume", "fire", "delete"])
+async def test_a_name_no_trigger_can_have_is_a_one_line_usage_error(
+        verb: str, nats_server: NatsServer, bus: Bus) -> None:
+    out = await run_cli("trigger", verb, "nightly.v2", "--nats-url", nats_server.url)
+
+    assert out.returncode == 2
+    assert one_line(out.stderr) == ("noetl-stream: no trigger named 'nightly.v2': a trigger's name "
+                                    "is letters, digits, '-' and '_', at most 128 characters")
 
 
 def test_the_cli_module_runs_under_this_interpreter() -> None:

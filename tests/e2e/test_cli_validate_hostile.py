@@ -41,3 +41,17 @@ async def test_hostile_playbook_is_one_file_line_error_and_exit_2(tmp_path: Path
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"{path}:"), out.stderr
     assert lines[0].split(":")[1].isdigit() and "Traceback" not in out.stderr
+
+
+async def test_validate_counts_the_warnings_it_printed_in_its_ok_line(tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text("apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: typo}\n"
+                    "workload: {name: x}\nworkflow:\n  - step: start\n    next: second\n"
+                    "  - step: second\n    tool: {kind: python, input: {v: '{{ strat }}'}, "
+                    "code: 'result = v'}\n")
+
+    out = await run_cli("validate", str(path))
+
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("warning:") == 1, out.stderr
+    assert out.stdout == f"{path}: ok (2 steps, 1 warning)\n"

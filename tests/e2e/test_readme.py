@@ -35,7 +35,7 @@ async def test_readme_run_command_prints_the_result_it_shows() -> None:
 
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == shown_result
-    for line in ("▶ start", "square: 3/3", "✓ summary", "completed"):
+    for line in ("embedded nats-server: v", "▶ start", "square: 3/3", "✓ summary", "completed"):
         assert line in result.stderr
 
 

@@ -74,6 +74,20 @@ async def test_exception_is_an_error_outcome_with_its_message(python_tool: Pytho
     assert '"<playbook code>", line 1' in outcome.error["traceback"]
 
 
+async def test_a_traceback_starts_at_the_steps_own_code(python_tool: PythonTool) -> None:
+    code = "def main(rows):\n    return parse(rows)\n\ndef parse(rows):\n    return rows[3]\n"
+    outcome = await python_tool.run(call(code, rows=[1]))
+
+    assert outcome.error is not None
+    trace = outcome.error["traceback"]
+    # The runner's own frames (`_serve`, `run_code`) are not the author's to read.
+    assert trace.splitlines()[:2] == ["Traceback (most recent call last):",
+                                      '  File "<playbook code>", line 2, in main'], trace
+    assert 'File "<playbook code>", line 5, in parse' in trace
+    assert trace.rstrip().endswith("IndexError: list index out of range")
+    assert "_serve" not in trace and "run_code" not in trace and '"<string>"' not in trace
+
+
 async def test_timeout_kills_the_child_and_the_tool_keeps_working(
         python_tool: PythonTool, shared_folder: Path) -> None:
     pid_file = shared_folder / "pid"

@@ -11,7 +11,7 @@ from unit_helpers import parse
 from noetl_stream.router import apply, start_replay
 from noetl_stream.router.replay import seed_of
 from noetl_stream.router_events import router_event
-from noetl_stream.testing.router_harness import RouterHarness
+from noetl_stream.testing.router_harness import Reply, RouterHarness
 
 
 def failed_chain() -> RouterHarness:
@@ -124,3 +124,33 @@ CHAIN_TEXT = """
       - step: five
         tool: {kind: noop}
 """
+
+
+READS_EARLIER = parse("""
+    workflow:
+      - step: start
+        tool: {kind: python, code: "result = {'greeting': 'hi'}"}
+        next: shout
+      - step: shout
+        tool: {kind: python, input: {text: "{{ start.greeting }}"}, code: "result = text"}
+""")
+
+
+def test_a_replayed_step_reads_the_results_seeded_from_the_original() -> None:
+    original = RouterHarness(READS_EARLIER)
+    original.run(lambda c: Reply(result={"greeting": "hi"} if c["step"] == "start" else "HI"))
+    assert original.state.status == "completed"
+
+    seed = seed_of(READS_EARLIER, original.state, "shout")
+    h = RouterHarness(READS_EARLIER, execution_id="exec2")
+    h.pending.clear()
+    h.commands.clear()
+    h.state = start_replay(READS_EARLIER, seed, execution_id="exec2", playbook_key="p",
+                           workload={}, now=0.0)
+    h._collect(h.state.outbox)
+    h.run(lambda c: Reply(result=c["context"]["steps"]["start"]["greeting"].upper()))
+
+    assert h.state.status == "completed", h.state.error
+    assert [c["step"] for c in h.commands] == ["shout"]
+    assert h.commands[0]["context"]["steps"]["start"] == {"greeting": "hi"}
+    assert h.state.steps["shout"].result == "HI"

@@ -29,8 +29,8 @@ _NOT_IN_TOKEN = re.compile(r"[.*>\s]")
 log = logging.getLogger("noetl_stream.connection")
 
 
-async def _log_error(exc: Exception) -> None:
-    log.warning("nats: %s", exc or type(exc).__name__)
+async def _log_error(exc: Exception, level: int = logging.WARNING) -> None:
+    log.log(level, "nats: %s", exc or type(exc).__name__)
 
 
 @dataclass
@@ -133,12 +133,15 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
     except ValueError as exc:
         raise InfrastructureError(str(exc)) from None
     refused: list[Exception] = []
+    connected = False
 
     async def on_error(exc: Exception) -> None:
         # nats-py reports refused credentials here and then only "no servers available".
         if "authorization violation" in str(exc).lower():
             refused.append(exc)
-        await _log_error(exc)
+        # Before the first connection, the error that ends `connect` says what went wrong in
+        # one line: each refused attempt is shown with -v only.
+        await _log_error(exc, logging.WARNING if connected else logging.INFO)
 
     listeners: list[Callable[[], None]] = []
 
@@ -165,6 +168,7 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
                 f"{config.ENV_NATS_CREDS}, {config.ENV_NATS_TOKEN}") from None
         raise InfrastructureError(f"cannot reach NATS at {redact_url(url)}: "
                                   f"{exc or type(exc).__name__}") from None
+    connected = True
     nc.options["max_reconnect_attempts"] = -1
     # The first load of a prefix reads and parses the topology file: in a thread, off the loop.
     topology = await asyncio.to_thread(load_topology, prefix)

@@ -317,6 +317,9 @@ async def list_dead_letters(bus: Bus, *, limit: int = 50) -> list[DeadLetter]:
 async def purge_dead_letters(bus: Bus, seq: int | None = None) -> int:
     """Remove one dead letter (`seq`) or all of them; return how many went."""
     if seq is not None:
+        held = (await bus.js.stream_info(DLQ_STREAM)).state
+        if not held.first_seq <= seq <= held.last_seq:  # NATS answers such a delete with a 500
+            return 0
         try:
             return 1 if await bus.js.delete_msg(DLQ_STREAM, seq) else 0
         except NotFoundError:

@@ -124,6 +124,9 @@ async def start_nats_server(folder: Path, *, port: int | None = None, record: bo
     binary = find_binary()
     store = folder / "jetstream"
     port = port or free_port()
+    if _port_open(port):  # the readiness wait below would take that listener for this server
+        raise InfrastructureError(f"cannot start nats-server on port {port}: something already "
+                                  f"listens on 127.0.0.1:{port}")
     conf = _write_config(folder, port, store)
     log = open(folder / "nats-server.log", "ab")  # noqa: SIM115 - lives as long as the process
     proc = subprocess.Popen([str(binary), "-c", str(conf)], stdout=log, stderr=log,

@@ -20,6 +20,8 @@ from noetl_stream.cli.common import (
     EXIT_INFRA,
     EXIT_OK,
     EXIT_REJECTED,
+    POSITIVE_SECONDS,
+    execution_id_argument,
     fail,
     nats_url_option,
     prefix_option,
@@ -35,10 +37,11 @@ if TYPE_CHECKING:
 
 
 @click.command("cancel")
-@click.argument("execution_id")
+@execution_id_argument
 @click.option("--reason", default=None, metavar="TEXT", help="Why; recorded on the events.")
 @click.option("--wait", "wait_end", is_flag=True, help="Follow the execution until it ends.")
-@click.option("--timeout", "timeout_s", type=float, default=10.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=10.0, metavar="SECONDS",
+              show_default=True,
               help="Seconds to wait for the server's answer (and, with --wait, for the end).")
 @nats_url_option
 @prefix_option

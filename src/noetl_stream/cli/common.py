@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_FAILED, EXIT_REJECTED, EXIT_INFRA = 0, 1, 2, 3
 EXIT_STILL_RUNNING = 4  # `run --timeout`: the wait ended, the execution did not
 
+# `--timeout SECONDS`: a wait that ends before it starts is a typo, not a request.
+POSITIVE_SECONDS = click.FloatRange(min=0, min_open=True)
+
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,6 +45,28 @@ def _checked_nats_url(ctx: click.Context, param: click.Parameter, value: str | N
         fail(EXIT_REJECTED, str(exc))
 
 
+def checked_execution_id(ctx: click.Context, param: click.Parameter,
+                          value: str | None) -> str | None:
+    """An id no execution can have is refused in one line before anything reads NATS with it
+    (a KV key or subject token would refuse it with a traceback or a misleading NATS error).
+    """
+    from noetl_stream import ids
+
+    if value is not None and not ids.is_subject_token(value):
+        fail(EXIT_REJECTED, f"no execution {value!r} is known: an execution id is letters, "
+                            f"digits, '-' and '_', at most {ids.MAX_TOKEN_LENGTH} characters")
+    return value
+
+
+execution_id_argument = click.argument("execution_id", callback=checked_execution_id)
+
+
+def checked_execution_ids(ctx: click.Context, param: click.Parameter,
+                          values: tuple[str, ...]) -> tuple[str, ...]:
+    for value in values:
+        checked_execution_id(ctx, param, value)
+    return values
+
 nats_url_option = click.option(
     "--nats-url", envvar=config.ENV_NATS_URL, default=None, metavar="URL",
     callback=_checked_nats_url,
@@ -49,6 +74,16 @@ nats_url_option = click.option(
          "nats-server of NOETL_STREAM_HOME is started (or reused when it already runs).")
 prefix_option = click.option("--prefix", envvar=config.ENV_PREFIX, default="noetl", show_default=True,
                              help="Subject prefix (env NOETL_STREAM_PREFIX).")
+
+
+def _checked_server_url(ctx: click.Context, param: click.Parameter,
+                        value: str | None) -> str | None:
+    """`--server` is an HTTP API's address: `http://` or `https://` (or none, read as http://);
+    another scheme is a usage error said in one line, before anything connects.
+    """
+    if value is not None and "://" in value and not value.startswith(("http://", "https://")):
+        fail(EXIT_REJECTED, f"--server {value!r}: the HTTP API's URL starts with http:// or https://")
+    return value
 
 
 def remote_options(command: F) -> F:
@@ -60,6 +95,7 @@ def remote_options(command: F) -> F:
         help="Session token or API key for --server (env NOETL_STREAM_TOKEN).")(command)
     return click.option(
         "--server", "server_url", envvar=config.ENV_SERVER, default=None, metavar="URL",
+        callback=_checked_server_url,
         help="Talk to a running system over its HTTP API at URL (env NOETL_STREAM_SERVER) "
              "instead of NATS; takes precedence over --nats-url.")(command)
 

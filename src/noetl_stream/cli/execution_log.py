@@ -162,6 +162,7 @@ def _details(event: JsonObject) -> str:
     if isinstance(event.get("duration_ms"), (int, float)):
         parts.append(f"{event['duration_ms']:.0f} ms")
     parts += _kind_details(etype, event)
+    parts.append(_timer_details(event))
     if etype in ("execution.completed", "step.done", "loop.iteration.done") \
             and event.get("result") is not None:
         parts.append(f"result {_short(event.get('result'))}")
@@ -200,8 +201,7 @@ def _kind_details(etype: str, event: JsonObject) -> list[str]:
 
 def event_lines(event: JsonObject) -> list[str]:
     """One line for the event, then what its tasks printed, indented."""
-    ts = event.get("timestamp")
-    when = str(event.get("time") or (iso_time(float(ts)) if isinstance(ts, (int, float)) else "-"))
+    when = _when(event)
     where = str(event.get("step") or "")
     if event.get("iteration") is not None:
         where += f"[{event['iteration']}]"
@@ -212,3 +212,21 @@ def event_lines(event: JsonObject) -> list[str]:
     lines = [f"{head}  {details}" if details else head]
     lines += [f"    {line}" for line in output_lines(event)]
     return lines
+
+
+def _when(event: JsonObject) -> str:
+    """When the event happened. A timer's schedule carries the time it fires as its timestamp:
+    it happened when the timer was set (`set_at`).
+    """
+    ts = event.get("timestamp")
+    set_at = event.get("set_at")
+    if event.get("event_type") == "timer.scheduled" and isinstance(set_at, (int, float)):
+        return iso_time(float(set_at))
+    return str(event.get("time") or (iso_time(float(ts)) if isinstance(ts, (int, float)) else "-"))
+
+
+def _timer_details(event: JsonObject) -> str:
+    fire_at = event.get("fire_at")
+    if event.get("event_type") != "timer.scheduled" or not isinstance(fire_at, (int, float)):
+        return ""
+    return f"timer {event.get('timer_id')} fires at {iso_time(float(fire_at))}"

@@ -12,13 +12,21 @@ import click
 from nats.errors import Error as NatsError
 
 from noetl_stream import jsonutil
-from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, prefix_option, run_async
+from noetl_stream.cli.common import (
+    EXIT_INFRA,
+    EXIT_REJECTED,
+    execution_id_argument,
+    fail,
+    nats_url_option,
+    prefix_option,
+    run_async,
+)
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.jsonutil import JsonObject
 
 
 @click.command("logs")
-@click.argument("execution_id")
+@execution_id_argument
 @click.option("--step", "steps", multiple=True, metavar="STEP",
               help="Only events of this step. Repeatable.")
 @click.option("--follow", "-f", is_flag=True,
@@ -62,6 +70,7 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
             read = EndOfLog()
             ended = any(read.see(e, len(events) - 1 - i) is not None
                         for i, e in enumerate(events))
+            show.refuse_unseen_steps(execution_id, events, ended)
             if follow and not ended:
                 await tail(bus, last)
             return True
@@ -82,6 +91,21 @@ class _Shown:
     def __init__(self, steps: tuple[str, ...], as_json: bool) -> None:
         self.steps = steps
         self.as_json = as_json
+
+    def refuse_unseen_steps(self, execution_id: str, events: list[JsonObject], ended: bool) -> None:
+        """Exit 2 naming a chosen step that no event of the ended execution has (a typo, or a
+        step that never ran), rather than print nothing and exit 0.
+        """
+        import difflib
+
+        if not ended:
+            return  # the step may still start
+        seen = sorted({str(e["step"]) for e in events if e.get("step")})
+        for step in self.steps:
+            if step not in seen:
+                near = difflib.get_close_matches(step, seen, n=1)
+                hint = f'; did you mean "{near[0]}"?' if near else f"; its steps: {', '.join(seen)}"
+                fail(EXIT_REJECTED, f'execution {execution_id} has no event of step "{step}"{hint}')
 
     def __call__(self, event: JsonObject) -> None:
         from noetl_stream.cli.execution_log import event_lines

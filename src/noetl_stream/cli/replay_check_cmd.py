@@ -19,6 +19,7 @@ from noetl_stream.cli.common import (
     EXIT_FAILED,
     EXIT_INFRA,
     EXIT_REJECTED,
+    checked_execution_ids,
     fail,
     nats_url_option,
     prefix_option,
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 @click.command("replay-check")
 @click.argument("playbook_file", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--against", "against", multiple=True, metavar="ID",
+@click.option("--against", "against", multiple=True, metavar="ID", callback=checked_execution_ids,
               help="A recorded execution to replay (repeatable).")
 @click.option("--recent", type=click.IntRange(min=1), default=None, metavar="N",
               help="The N latest executions of the playbook (its metadata.path, else its name).")
@@ -45,6 +46,7 @@ def replay_check(playbook_file: Path, against: tuple[str, ...], recent: int | No
     name, per execution, where it would route differently: a step no longer reached, another
     arc taken, a guard that now errors.
     """
+    from noetl_stream.cli.execution_log import load_state
     from noetl_stream.cli.running import load_or_exit
     from noetl_stream.server.shadow_check import check_execution
     from noetl_stream.server.shadow_check import recent as latest
@@ -55,8 +57,11 @@ def replay_check(playbook_file: Path, against: tuple[str, ...], recent: int | No
     _, files = load_or_exit(playbook_file, strict=False)  # exit 2 naming every issue
     candidate = files[0].playbook
 
-    async def go() -> list[ShadowReport]:
+    async def go() -> list[ShadowReport] | str:
         async with client_bus(nats_url, prefix=prefix, name="noetl-stream-replay-check") as bus:
+            for execution_id in against:  # an unknown id is bad input, not a changed route
+                if await load_state(bus, execution_id) is None:
+                    return execution_id
             ids = list(against) if against else await latest(bus, candidate, recent or 0)
             return [await check_execution(bus, e, candidate) for e in ids]
 
@@ -66,6 +71,9 @@ def replay_check(playbook_file: Path, against: tuple[str, ...], recent: int | No
         fail(EXIT_INFRA, f"could not read the executions: {exc or type(exc).__name__}")
     except PlaybookError as exc:
         fail(EXIT_REJECTED, f"a recorded playbook no longer parses: {exc}")
+    if isinstance(reports, str):
+        fail(EXIT_REJECTED, f"no committed state of execution {reports} (unknown, or removed by "
+                            "retention); nothing was checked")
     _report(reports, as_json)
 
 

@@ -16,6 +16,8 @@ import click
 from noetl_stream import jsonutil
 from noetl_stream.cli.common import (
     EXIT_OK,
+    POSITIVE_SECONDS,
+    execution_id_argument,
     nats_url_option,
     prefix_option,
     remote_options,
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 
 
 @click.command("replay")
-@click.argument("execution_id")
+@execution_id_argument
 @click.option("--from", "from_step", default=None, metavar="STEP",
               help="Run STEP and every step downstream of it; the other steps keep the "
                    "original's results. Without it: where the original failed or was cancelled "
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
               help="Workload value (dots nest); repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with the outcome.")
 @click.option("--detach", is_flag=True, help="Return once the replay is asked for.")
-@click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS",
+@click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
               help="Stop waiting after SECONDS (the execution goes on).")
 @nats_url_option
 @prefix_option
@@ -71,7 +73,7 @@ def replay(execution_id: str, from_step: str | None, payload: str | None, sets: 
         click.echo(jsonutil.dumps_str(final) if as_json
                    else f"execution {final['execution_id']} replays {execution_id}")
         raise SystemExit(EXIT_OK)
-    report_outcome(final, as_json)
+    report_outcome(final, as_json, quiet=True)  # no live progress said why it failed
 
 
 async def _replay(bus: Bus, execution_id: str, from_step: str | None, workload: JsonObject,

@@ -23,6 +23,8 @@ from noetl_stream.cli.common import (
     EXIT_OK,
     EXIT_REJECTED,
     EXIT_STILL_RUNNING,
+    POSITIVE_SECONDS,
+    execution_id_argument,
     fail,
     nats_url_option,
     prefix_option,
@@ -41,7 +43,7 @@ END_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
 
 
 @click.command("restart")
-@click.argument("execution_id")
+@execution_id_argument
 @click.option("--from", "from_step", default=None, metavar="STEP",
               help="Run STEP and every step downstream of it again (any execution); without it, "
                    "the steps that failed or were cancelled (a failed or cancelled execution).")
@@ -54,7 +56,7 @@ END_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
                    "now on; refused when it lacks a step the execution has run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with the outcome.")
 @click.option("--detach", is_flag=True, help="Return once the restart is recorded.")
-@click.option("--timeout", "timeout_s", type=float, default=None, metavar="SECONDS",
+@click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
               help="Stop waiting after SECONDS (the execution goes on).")
 @nats_url_option
 @prefix_option
@@ -90,7 +92,7 @@ def restart(execution_id: str, from_step: str | None, payload: str | None, sets:
         raise SystemExit(EXIT_OK)
     if final.get("event_type") == "event.ignored":
         fail(EXIT_REJECTED, f"restart refused: {final.get('reason')}")
-    report_outcome(final, as_json)
+    report_outcome(final, as_json, quiet=True)  # no live progress said why it failed
 
 
 

@@ -8,6 +8,7 @@ import click
 
 from noetl_stream.cli.common import (
     EXIT_REJECTED,
+    POSITIVE_SECONDS,
     fail,
     nats_url_option,
     prefix_option,
@@ -40,7 +41,7 @@ from noetl_stream.cli.services import http_address
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document with the outcome on stdout.")
 @click.option("--strict", is_flag=True,
               help="Treat unknown keys and fields without effect as errors.")
-@click.option("--timeout", "timeout_s", type=float, default=None,
+@click.option("--timeout", "timeout_s", type=POSITIVE_SECONDS, default=None, metavar="SECONDS",
               help="Stop waiting after SECONDS: exit 4 with the id; the execution keeps running.")
 @click.option("--detach", is_flag=True,
               help="Print the execution id once the request is stored, and exit 0 (needs "

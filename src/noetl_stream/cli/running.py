@@ -356,7 +356,12 @@ def still_running(execution_id: str | None, timeout_s: float | None, *, nats_url
     """`--timeout` ended the wait, not the execution: say which one keeps running."""
     if execution_id is None:
         fail(EXIT_STILL_RUNNING, f"no execution was started within {timeout_s:g}s")
-    where = f" --server {server_url}" if server_url else f" --nats-url {nats_url}" if nats_url else ""
+    if server_url is None and nats_url is None:  # the embedded stack stops with this command
+        fail(EXIT_STILL_RUNNING, f"execution {execution_id} did not end within {timeout_s:g}s; "
+                                 "it goes on when a server and a worker run on this home's "
+                                 "nats-server (`noetl-stream nats`, then `noetl-stream server` "
+                                 "and `worker --nats-url URL`)")
+    where = f" --server {server_url}" if server_url else f" --nats-url {nats_url}"
     fail(EXIT_STILL_RUNNING, f"execution {execution_id} did not end within {timeout_s:g}s and "
                              f"keeps running; follow it: noetl-stream watch {execution_id}{where}")
 
@@ -366,7 +371,7 @@ def interrupted(execution_id: str | None, *, nats_url: str | None,
     """Ctrl-C stops waiting, not the execution: say so, and how to follow or stop it."""
     if execution_id is None:
         fail(EXIT_INTERRUPTED, "interrupted before the execution was started")
-    where = f" --server {server_url}" if server_url else f" --nats-url {nats_url}" if nats_url else ""
+    where = f" --server {server_url}" if server_url else f" --nats-url {nats_url or 'URL'}"
     lines = [f"interrupted: execution {execution_id} was not cancelled and keeps running"]
     if server_url is None and nats_url is None:
         lines.append("  (on the embedded nats-server: it goes on when a server and a worker run "

@@ -17,6 +17,7 @@ from noetl_stream import config
 from noetl_stream.cli.common import (
     EXIT_FAILED,
     EXIT_INFRA,
+    EXIT_REJECTED,
     fail,
     nats_url_option,
     prefix_option,
@@ -39,6 +40,20 @@ if TYPE_CHECKING:
     from noetl_stream.bus.connection import Bus
 
 log = logging.getLogger("noetl_stream.services")
+
+
+def _checked_pools(ctx: click.Context, param: click.Parameter,
+                   value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+    """A pool name is one subject token: another is a usage error said in one line, before
+    anything connects (NATS would refuse its consumer name with a traceback).
+    """
+    from noetl_stream import ids
+
+    for pool in (value,) if isinstance(value, str) else value:
+        if not ids.is_subject_token(pool):
+            fail(EXIT_REJECTED, f"--pool {pool!r}: a pool name is letters, digits, '-' and '_', "
+                                f"at most {ids.MAX_TOKEN_LENGTH} characters")
+    return value
 
 
 @click.command()
@@ -75,7 +90,8 @@ def server(nats_url: str | None, prefix: str, http: str | None, no_auth: bool,
 @click.command()
 @nats_url_option
 @prefix_option
-@click.option("--pool", default="default", show_default=True, help="Worker pool to take commands from.")
+@click.option("--pool", default="default", show_default=True, callback=_checked_pools,
+              help="Worker pool to take commands from.")
 @click.option("--concurrency", default=64, show_default=True, help="Commands run at once.")
 @click.option("--python-processes", default=8, show_default=True, help="Python steps run at once.")
 @click.option("--python-idle", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -130,6 +146,7 @@ def _serve(name: str, nats_url: str | None, prefix: str, pools: tuple[str, ...],
 @nats_url_option
 @prefix_option
 @click.option("--pool", "pools", multiple=True, default=("default",), show_default=True,
+              callback=_checked_pools,
               help="Worker pools to create consumers for. Repeatable.")
 @click.option("--replicas", type=click.IntRange(1, 5), default=None, envvar=config.ENV_REPLICAS,
               help="JetStream replicas of streams, buckets and object stores (3 in a cluster); "

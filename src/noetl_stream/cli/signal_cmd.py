@@ -25,6 +25,7 @@ from noetl_stream import jsonutil
 from noetl_stream.cli.common import (
     EXIT_INFRA,
     EXIT_REJECTED,
+    execution_id_argument,
     fail,
     nats_url_option,
     prefix_option,
@@ -34,7 +35,7 @@ from noetl_stream.errors import InfrastructureError
 
 
 @click.command("signal")
-@click.argument("execution_id")
+@execution_id_argument
 @click.argument("name")
 @click.option("--data", "raw_data", default="null", show_default=True, metavar="JSON",
               help="The signal's data (any JSON value); listeners read it as `event.data`.")

@@ -17,6 +17,7 @@ from noetl_stream import jsonutil
 from noetl_stream.cli.common import (
     EXIT_INFRA,
     EXIT_REJECTED,
+    execution_id_argument,
     fail,
     nats_url_option,
     prefix_option,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 
 @click.command("status")
-@click.argument("execution_id")
+@execution_id_argument
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 @nats_url_option
 @prefix_option
@@ -133,7 +134,8 @@ def human_lines(report: dict[str, Any]) -> list[str]:
     """The report as short lines for a terminal."""
     lines = [f"execution {report['execution_id']}: {report['status']}"
              + (f" ({report['playbook']})" if report.get("playbook") else ""),
-             f"  started {_when(report.get('started_at'))}, {report['events_applied']} events applied"]
+             f"  started {_when(report.get('started_at'))}, {report['events_applied']} "
+             f"event{'' if report['events_applied'] == 1 else 's'} applied"]
     if report.get("parent_execution_id"):
         lines.append(f"  child of {report['parent_execution_id']}")
     if report["status"] != "running":

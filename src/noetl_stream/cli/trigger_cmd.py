@@ -38,6 +38,18 @@ def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Bus], Awaitable
         fail(EXIT_INFRA, f"NATS: {exc or type(exc).__name__}")
 
 
+def _checked_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A name no trigger can have is refused in one line before NATS is asked (its KV key check
+    would answer with an error that reads as NATS being unreachable).
+    """
+    from noetl_stream import ids
+
+    if not ids.is_subject_token(value):
+        fail(EXIT_REJECTED, f"no trigger named {value!r}: a trigger's name is letters, digits, "
+                            f"'-' and '_', at most {ids.MAX_TOKEN_LENGTH} characters")
+    return value
+
+
 def is_trigger_file(path: Path) -> bool:
     """Whether the file is a `kind: Trigger` document (read as a playbook otherwise)."""
     try:
@@ -131,7 +143,7 @@ def list_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 @trigger.command("pause")
-@click.argument("name")
+@click.argument("name", callback=_checked_name)
 @nats_url_option
 @prefix_option
 def pause_cmd(name: str, nats_url: str | None, prefix: str) -> None:
@@ -143,7 +155,7 @@ def pause_cmd(name: str, nats_url: str | None, prefix: str) -> None:
 
 
 @trigger.command("resume")
-@click.argument("name")
+@click.argument("name", callback=_checked_name)
 @nats_url_option
 @prefix_option
 def resume_cmd(name: str, nats_url: str | None, prefix: str) -> None:
@@ -155,7 +167,7 @@ def resume_cmd(name: str, nats_url: str | None, prefix: str) -> None:
 
 
 @trigger.command("fire")
-@click.argument("name")
+@click.argument("name", callback=_checked_name)
 @nats_url_option
 @prefix_option
 def fire_cmd(name: str, nats_url: str | None, prefix: str) -> None:
@@ -176,7 +188,7 @@ def _moment(text: str) -> datetime:
 
 
 @trigger.command("backfill")
-@click.argument("name")
+@click.argument("name", callback=_checked_name)
 @click.option("--from", "start", required=True, help="First instant (RFC 3339; UTC without an offset).")
 @click.option("--to", "end", required=True, help="Last instant, included.")
 @nats_url_option
@@ -194,7 +206,7 @@ def backfill_cmd(name: str, start: str, end: str, nats_url: str | None, prefix: 
 
 
 @trigger.command("delete")
-@click.argument("name")
+@click.argument("name", callback=_checked_name)
 @nats_url_option
 @prefix_option
 def delete_cmd(name: str, nats_url: str | None, prefix: str) -> None:

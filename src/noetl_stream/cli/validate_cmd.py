@@ -41,5 +41,7 @@ def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
         if result is None:
             bad += 1
             continue
-        click.echo(f"{path}: ok ({len(result.playbook.steps)} steps)")
+        warned = len(result.warnings)  # each printed above; `--strict` makes them errors
+        click.echo(f"{path}: ok ({len(result.playbook.steps)} steps"
+                   + (f", {warned} warning{'s' if warned != 1 else ''})" if warned else ")"))
     sys.exit(EXIT_REJECTED if bad else EXIT_OK)

@@ -18,6 +18,7 @@ from noetl_stream.cli.common import (
     EXIT_FAILED,
     EXIT_INFRA,
     EXIT_REJECTED,
+    checked_execution_id,
     fail,
     nats_url_option,
     prefix_option,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 
 
 @click.command("verify")
-@click.argument("execution_id", required=False)
+@click.argument("execution_id", required=False, callback=checked_execution_id)
 @click.option("--all", "every", is_flag=True, help="Verify every execution with a committed state.")
 @click.option("--since", default=None, metavar="WHEN",
               help="With --all: only executions started since WHEN (30m, 2h, 1d, or ISO-8601).")

@@ -13,6 +13,7 @@ from noetl_stream.cli.common import (
     EXIT_INFRA,
     EXIT_OK,
     EXIT_REJECTED,
+    execution_id_argument,
     fail,
     nats_url_option,
     prefix_option,
@@ -25,7 +26,7 @@ from noetl_stream.jsonutil import JsonObject
 
 
 @click.command()
-@click.argument("execution_id")
+@execution_id_argument
 @nats_url_option
 @prefix_option
 @remote_options

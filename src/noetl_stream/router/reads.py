@@ -114,6 +114,8 @@ def pick_steps(names: Iterable[str], records: Mapping[str, Any],
     # Sorted: a set's order follows PYTHONHASHSEED, and this order reaches the command's bytes.
     for name in sorted(names):
         rec = records.get(name)
-        if rec is not None and rec.status in ("completed", "failed") and rec.runs:
+        # A replay's seeded steps did not run here (runs 0) but hold the original's results.
+        if rec is not None and (rec.status == "completed" or
+                                (rec.status == "failed" and rec.runs)):
             out[name] = step_view(rec.result, rec.http, rec.loop, execution_id=execution_id)
     return out

@@ -31,6 +31,7 @@ from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.python_forks import ForkedProcess, ForkServer, ForkServerGone
 from noetl_stream.tools.python_sizing import PoolSizing, ReadyDemand
 from noetl_stream.tools.python_slots import ENV_PYTHON_UIDS, SandboxUser
+from noetl_stream.tools.python_tracebacks import authors_frames
 from noetl_stream.tools.sandbox import (
     ENV_PYTHON_USER,
     SAME_USER,
@@ -536,7 +537,7 @@ class PythonTool:
         return Outcome.failure(str(err.get("message", "python code failed")),
                                "import" if err.get("kind") == "import" else "python",
                                exception_type=err.get("type"),
-                               traceback=err.get("traceback"), meta=meta, **extra)
+                               traceback=authors_frames(err.get("traceback")), meta=meta, **extra)
 
     async def close(self) -> None:
         self._closed = True

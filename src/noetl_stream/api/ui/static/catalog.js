@@ -30,6 +30,12 @@
       $("run-form").hidden = !NS.mayRun();
       $("run-message").textContent = "";
     } catch (err) {
+      // An execution run from a file links here by its path, which nothing registered.
+      if (err.status === 404 && !version) {
+        $("catalog-message").textContent = `${path} is not registered: a playbook run from a file ` +
+          "is in the catalog once `noetl-stream register FILE` adds it.";
+        return;
+      }
       NS.showError($("catalog-message"), err);
     }
   }

@@ -108,7 +108,7 @@
     const items = [];
     for (const run of report.running || []) {
       const parts = [el("b", {}, run.step), ` (run ${run.run}) waits for ${run.waits_for}`,
-        ` since ${duration(run.waiting_s * 1000)}`];
+        ` for ${duration(run.waiting_s * 1000)} so far`];
       if (run.deadline) parts.push(run.overdue ? " — OVERDUE" : ` (deadline ${when(run.deadline * 1000)})`);
       const sub = [];
       const it = run.iterations;
@@ -161,7 +161,9 @@
   function renderGantt() {
     const box = $("gantt");
     if (!box) return;
-    const last = events.length ? events[events.length - 1].event.timestamp : null;
+    // A timer.scheduled event's timestamp is when it will fire: not a time the execution reached.
+    const past = events.filter((e) => e.type !== "timer.scheduled");
+    const last = past.length ? past[past.length - 1].event.timestamp : null;
     const ended = detail && detail.ended_at ? new Date(detail.ended_at).getTime() / 1000 : null;
     const now = terminal() && ended !== null ? ended : Math.max(Date.now() / 1000, last || 0);
     GANTT.render(box, events, { start: firstTs, now, expanded, selected, onSelect: select,
@@ -345,6 +347,10 @@
       detail = await api("GET", path);
     } catch (err) {
       message(err);
+      // Nothing to draw: the message alone, not empty cards around it.
+      if (err.status === 404) {
+        for (const part of document.querySelectorAll(".execution > .grid, .execution > .card, .execution h1")) part.hidden = true;
+      }
       return;
     }
     renderHead();

@@ -4,7 +4,7 @@
 "use strict";
 
 (() => {
-  const { api, el, when, duration, elapsed, badge } = NS;
+  const { api, el, when, duration, elapsed, badge, short } = NS;
   const PAGE = 25;
   const POLL_MS = 2000;
   const STATUSES = ["running", "completed", "failed", "cancelled"];
@@ -78,7 +78,7 @@
       el("td", { class: "labels" }, labels(item)),
       el("td", {}, when(item.started_at)),
       el("td", { class: "num" }, duration(elapsed(item))),
-      el("td", { class: "error", title: item.error_message || "" }, item.error_message || ""));
+      el("td", { class: "error", title: item.error_message || "" }, short(item.error_message || "", 240)));
   }
 
   function showCounts(counts) {

@@ -106,6 +106,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
-    start().catch((err) => { const m = $("recovery-message"); if (m) NS.showError(m, err); });
+    // An unknown execution is said once, by the page's own script.
+    start().catch((err) => { const m = $("recovery-message"); if (m && err.status !== 404) NS.showError(m, err); });
   });
 })();

@@ -21,8 +21,11 @@ const STEP_PANEL = (() => {
 
   function errorBlock(error, open) {
     const text = (error && (error.message || error.reason)) || "error";
+    // A traceback reads as lines of its own, not as one JSON string full of \n.
+    const { traceback, ...fields } = error && typeof error === "object" ? error : { error };
     return el("details", { class: "step-error", open: open || null },
-      el("summary", {}, short(text, 200)), el("pre", {}, json(error)));
+      el("summary", {}, short(text, 200)), el("pre", {}, json(fields)),
+      typeof traceback === "string" ? el("div", { class: "traceback" }, traceback) : null);
   }
 
   function captured(event) {
@@ -58,7 +61,13 @@ const STEP_PANEL = (() => {
       }
       const parts = [el("h4", {}, head)];
       if (call.input && Object.keys(call.input).length) parts.push(el("h5", {}, "input"), el("pre", { class: "input" }, json(call.input)));
-      if (call.config && Object.keys(call.config).length) parts.push(el("h5", {}, "config"), el("pre", { class: "config" }, json(call.config)));
+      // Text of several lines (a python task's code, SQL, a shell command) reads as itself, not
+      // as one JSON string full of \n and \".
+      const config = { ...(call.config || {}) };
+      const texts = Object.entries(config).filter(([, v]) => typeof v === "string" && v.includes("\n"));
+      for (const [key] of texts) delete config[key];
+      if (Object.keys(config).length) parts.push(el("h5", {}, "config"), el("pre", { class: "config" }, json(config)));
+      for (const [key, text] of texts) parts.push(el("h5", {}, key), el("pre", { class: "config-text", "data-field": key }, text));
       return el("div", { class: "task-input", "data-task": task }, parts);
     });
   }
