@@ -136,10 +136,26 @@ class Worker:
 
     async def _take_loop(self, consumer: PullConsumer) -> None:
         while not self._stopping.is_set():
-            for m in await consumer.next_batch(self.concurrency):
-                task = asyncio.create_task(self._handle(m))
-                self._running.add(task)
-                task.add_done_callback(self._done)
+            batch = await consumer.next_batch(self.concurrency)
+            if not batch:
+                continue
+            for m in batch[1:]:
+                self._track(asyncio.create_task(self._handle(m)))
+            # The batch's first command is handled in this task, and a new task takes the next
+            # batches: a task of its own would start a turn of the event loop later, after
+            # whatever else was ready in the process (in `run`, the server and the watcher).
+            this = asyncio.current_task()
+            assert this is not None  # _take_loop runs as a task (start)
+            self._loop_task = asyncio.create_task(self._take_loop(consumer),
+                                                  name=this.get_name())
+            self._track(this)
+            await self._handle(batch[0])
+            return
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        """A task that handles a command: counted as running, cancelled and awaited at stop."""
+        self._running.add(task)
+        task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
