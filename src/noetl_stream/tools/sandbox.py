@@ -53,6 +53,7 @@ from noetl_stream.tools.python_slots import (
     missing_capabilities,
     parse_range,
 )
+from noetl_stream.tools.python_sweep import sweep
 
 log = logging.getLogger("noetl_stream.python_sandbox")
 
@@ -199,8 +200,13 @@ class Sandbox:
             return
         users = [p.user for p in places if p.user is not None and p.user.exclusive]
         clear_slots(users, kill=[user for user in users if user not in killed])
+        # Checked as root: a leftover looping kill(-1) outlives the clearing of its own uid.
+        stuck = sweep({user.uid for user in users}) if os.geteuid() == 0 else set()
         for user in users:
-            self.slots.give_back(user)
+            if user.uid in stuck:
+                log.error("python uid %d is retired: its processes outlived SIGKILL", user.uid)
+            else:
+                self.slots.give_back(user)
 
     @property
     def forks(self) -> bool:

@@ -1,0 +1,136 @@
+"""A slot's leftovers cannot outlive its clearing (tools/python_sweep.py): a python step that
+leaves daemons of its slot's uid killing every new process of that uid, the clearing one
+among them, does not make the steps of the executions handed that slot after it fail."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from noetl_stream.testing.waiting import assert_eventually
+from noetl_stream.tools import python as python_tool_module
+from noetl_stream.tools.base import TaskCall
+from noetl_stream.tools.python import PythonTool
+from noetl_stream.tools.python_sweep import processes_of, sweep
+from noetl_stream.tools.sandbox import make_sandbox
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(os.geteuid() != 0, reason="slot uids need a root worker")]
+
+# Uids no account has, apart from those other tests claim.
+TEST_UIDS = range(3_999_980_300, 3_999_980_310)
+
+# A daemon (double fork, own session, no inherited files) that kills every other process of
+# its uid over and over; the step's own interpreter ends right after.
+KILLER = """\
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.closerange(0, 1 << 16)
+        while True:
+            try:
+                os.kill(-1, 9)
+            except OSError:
+                pass
+    os._exit(0)
+time.sleep(0.3)
+os._exit(3)
+"""
+# The daemon wins its race against a new process's own kill(-1) only now and then.
+ROUNDS = 12
+UID = "import os\nresult = os.getuid()\n"
+
+
+def _step(execution_id: str, code: str) -> TaskCall:
+    return TaskCall(execution_id=execution_id, step="s", task="t", kind="python",
+                    config={"code": code}, input={}, spec={},
+                    idempotency_key=f"{execution_id}.s.1:None:t:1")
+
+
+def _kill_test_uids() -> None:
+    """What a failed run left of the test's uids (the test itself is root)."""
+    for pid in processes_of(set(TEST_UIDS)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def one_uid(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("NOETL_STREAM_PYTHON_UIDS", f"{TEST_UIDS.start}-{TEST_UIDS.stop - 1}")
+    try:
+        yield
+    finally:
+        _kill_test_uids()
+
+
+@pytest.mark.timeout(180)
+async def test_a_daemon_killing_its_uid_does_not_outlive_the_slots_clearing(
+        one_uid: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(python_tool_module, "CLEAR_WAIT_S", 0.0)
+    sandbox = await asyncio.to_thread(make_sandbox, slots=1)  # every child on the same uid
+    assert sandbox.slots is not None
+    tool = PythonTool(max_children=1, warm=0, idle_s=0.5, sandbox=sandbox)
+    await tool.start()
+    slot_uid = None
+    try:
+        for n in range(ROUNDS):
+            planted = await tool.run(_step(f"a{n}", KILLER))
+            assert planted.error is not None and planted.error["kind"] == "crash"
+            outcome = await asyncio.wait_for(tool.run(_step(f"b{n}", UID)), 60)
+            assert outcome.ok, f"round {n}: {outcome.error}"
+            slot_uid = outcome.result
+            assert isinstance(slot_uid, int) and slot_uid in TEST_UIDS
+            # the slot the daemon was left in: nothing of it runs but b's interpreter
+            assert len(await asyncio.to_thread(processes_of, {slot_uid})) == 1, f"round {n}"
+    finally:
+        await tool.close()
+    assert slot_uid is not None
+
+    async def nothing_left() -> None:
+        assert await asyncio.to_thread(processes_of, {slot_uid}) == {}
+
+    await assert_eventually(nothing_left, timeout_s=5)
+
+
+def _fork_forever(uid: int) -> None:
+    """As `uid`, fork children that sleep, as fast as it can, until killed."""
+    os.setsid()
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    while True:
+        try:
+            if os.fork() == 0:
+                time.sleep(60)
+                os._exit(0)
+        except OSError:
+            time.sleep(0.01)
+
+
+def test_a_sweep_kills_every_process_of_a_uid_however_it_forks() -> None:
+    uid = TEST_UIDS.stop - 1
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _fork_forever(uid)
+        finally:
+            os._exit(1)
+    try:
+        for _ in range(500):  # until it has forked a few
+            if len(processes_of({uid})) >= 5:
+                break
+            time.sleep(0.01)
+        assert len(processes_of({uid})) >= 5
+        assert sweep({uid}) == set()
+        assert processes_of({uid}) == {}
+    finally:
+        _kill_test_uids()
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
