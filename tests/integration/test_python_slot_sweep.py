@@ -134,3 +134,51 @@ def test_a_sweep_kills_every_process_of_a_uid_however_it_forks() -> None:
         _kill_test_uids()
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+
+
+def _make_forever(uid: int) -> None:
+    """As root, keep making processes of `uid` (what no slot can do): the sweep cannot end."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps what the sweep kills
+    while True:
+        with contextlib.suppress(OSError):
+            if os.fork() == 0:
+                os.setresuid(uid, uid, uid)
+                time.sleep(60)
+                os._exit(0)
+
+
+def test_a_uid_whose_processes_outlive_the_sweep_is_not_handed_out_again(
+        one_uid: None, caplog: pytest.LogCaptureFixture) -> None:
+    sandbox = make_sandbox(slots=2)
+    assert sandbox.slots is not None
+    try:
+        user = sandbox.take_user()
+        assert user is not None
+        place = sandbox.open_place(user)
+        makers = []
+        for _ in range(3):
+            maker = os.fork()
+            if maker == 0:
+                try:
+                    _make_forever(user.uid)
+                finally:
+                    os._exit(1)
+            makers.append(maker)
+        try:
+            for _ in range(500):  # until they made a few
+                if len(processes_of({user.uid})) >= 3:
+                    break
+                time.sleep(0.01)
+            with caplog.at_level("ERROR", logger="noetl_stream.python_sandbox"):
+                sandbox.close_places([place], killed=set())
+        finally:
+            for maker in makers:
+                os.kill(maker, signal.SIGKILL)
+                os.waitpid(maker, 0)
+            _kill_test_uids()
+        assert f"python uid {user.uid} is retired" in caplog.text
+        other = sandbox.take_user()
+        assert other is not None and other.uid != user.uid
+        assert not sandbox.place_free  # the retired uid is not among those free
+    finally:
+        sandbox.close()
