@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import os
+import platform
 import signal
+import threading
 import time
 from collections.abc import Iterator
 
@@ -134,6 +137,38 @@ def test_a_sweep_kills_every_process_of_a_uid_however_it_forks() -> None:
         _kill_test_uids()
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+
+
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}  # exit(2): ends the calling thread alone
+
+
+def _live_on_in_a_thread(uid: int) -> None:
+    """As `uid`, end the main thread while another one runs on: its /proc entry is a zombie's."""
+    os.setresuid(uid, uid, uid)
+    threading.Thread(target=time.sleep, args=(60,)).start()
+    ctypes.CDLL(None).syscall(SYS_EXIT[platform.machine()], 0)
+
+
+def test_a_sweep_kills_a_process_whose_main_thread_ended(one_uid: None) -> None:
+    uid = TEST_UIDS.stop - 2
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _live_on_in_a_thread(uid)
+        finally:
+            os._exit(1)
+    try:
+        for _ in range(500):  # until its main thread has ended
+            with open(f"/proc/{pid}/status", "rb") as status:
+                if b"State:\tZ" in status.read():
+                    break
+            time.sleep(0.01)
+        assert pid in processes_of({uid})
+        assert sweep({uid}) == set()
+        assert processes_of({uid}) == {}
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 def _make_forever(uid: int) -> None:

@@ -24,7 +24,7 @@ _PAUSE_S = 0.001  # between rounds once the first few did not end it: a killed p
 
 def processes_of(uids: Set[int]) -> dict[int, int]:
     """The live processes (pid: uid) whose real, effective or saved uid is one of `uids`;
-    zombies are left out (they run nothing and their parent reaps them).
+    dead ones are left out (they run nothing and their parent reaps them).
     """
     found: dict[int, int] = {}
     for pid in _pids():
@@ -61,23 +61,27 @@ def _pids() -> Iterator[int]:
 
 def _uid_of(pid: int, uids: Set[int]) -> int | None:
     """The one of `uids` process `pid` runs as (real, effective or saved), or None: not one of
-    them, a zombie, or gone already.
+    them, dead (a zombie whose threads all ended), or gone already.
     """
     try:
         with open(f"/proc/{pid}/status", "rb") as status:
             text = status.read()
     except OSError:  # gone meanwhile
         return None
-    state = uid_line = b""
-    for line in text.splitlines():
-        if line.startswith(b"State:"):
-            state = line
-        elif line.startswith(b"Uid:"):
-            uid_line = line
-            break
-    if state.split()[1:2] in ([b"Z"], [b"X"]):
+    ours = [uid for uid in map(int, _field(text, b"Uid").split()[:3]) if uid in uids]
+    if not ours:
         return None
-    for field in uid_line.split()[1:4]:  # real, effective, saved
-        if int(field) in uids:
-            return int(field)
-    return None
+    # A leader that ended shows as a zombie while its other threads still run: not dead.
+    if _field(text, b"State")[:1] in (b"Z", b"X") and _field(text, b"Threads") in (b"", b"1"):
+        return None
+    return ours[0]
+
+
+def _field(status: bytes, name: bytes) -> bytes:
+    """The value of `name` in a /proc status text (b"" when absent)."""
+    start = status.find(b"\n" + name + b":")
+    if start < 0:
+        return b""
+    start += len(name) + 2
+    end = status.find(b"\n", start)
+    return status[start : end if end >= 0 else len(status)].strip()
