@@ -23,6 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from noetl_stream.tools.python_sweep import sweep
+
 ENV_PYTHON_UIDS = "NOETL_STREAM_PYTHON_UIDS"
 DEFAULT_UIDS = "59000-59999"
 LOCK_DIRS = ("/run/noetl-stream/python-uids", f"{tempfile.gettempdir()}/noetl-stream-python-uids")
@@ -152,12 +154,14 @@ def _has_account(uid: int) -> bool:
 _KILL_ALL = f"for i in {' '.join(['1'] * KILL_ROUNDS)}; do kill -9 -1 2>/dev/null; done"
 
 
-def clear_slots(users: list[SandboxUser], *, kill: list[SandboxUser]) -> None:
+def clear_slots(users: list[SandboxUser], *, kill: list[SandboxUser]) -> set[int]:
     """What the slots' last children left behind: the processes of the uids in `kill` (the
-    others' are killed already, tools/python_forks.py), then the files of every uid in `users`
-    in the shared folders, read once for all. Blocking (run it in a thread). The user change
-    is made by subprocess itself, in C: python code between fork and exec is unsafe in a
-    process with threads.
+    others' are killed already, tools/python_forks.py), then, as root, whatever process of
+    any uid in `users` outlived that (tools/python_sweep.py), then their files in the shared
+    folders, read once for all. The uids whose processes outlived even root's SIGKILL, which
+    must not be handed out again. Blocking (run it in a thread). The user change is made by
+    subprocess itself, in C: python code between fork and exec is unsafe in a process with
+    threads.
     """
     shell = shutil.which("sh") or "/bin/sh"
     for user in kill:
@@ -167,11 +171,14 @@ def clear_slots(users: list[SandboxUser], *, kill: list[SandboxUser]) -> None:
                        stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"})
     uids = frozenset(user.uid for user in users)
     if not uids:
-        return
+        return set()
+    # Before the files: a leftover that won its race against kill(-1) could write more.
+    stuck = sweep(uids) if os.geteuid() == 0 else set()
     for shared in SHARED_WRITABLE:
         with contextlib.suppress(OSError), os.scandir(shared) as entries:
             for entry in entries:
                 _remove_if_owned(entry, uids)
+    return stuck
 
 
 def _remove_if_owned(entry: os.DirEntry[str], uids: frozenset[int]) -> None:

@@ -53,7 +53,6 @@ from noetl_stream.tools.python_slots import (
     missing_capabilities,
     parse_range,
 )
-from noetl_stream.tools.python_sweep import sweep
 
 log = logging.getLogger("noetl_stream.python_sandbox")
 
@@ -191,7 +190,8 @@ class Sandbox:
     def close_places(self, places: list[ChildPlace], *, killed: Set[SandboxUser]) -> None:
         """After their children are gone (blocking): their folders, and the leftovers of their
         slots, go (the shared folders are read once for all); only then are the slots' uids
-        free for other children. `killed`: users whose processes are already killed.
+        free for other children, each once root finds none of its processes left (a uid
+        with some after that is retired). `killed`: users whose processes are already killed.
         """
         for place in places:
             if place.folder is not None:
@@ -199,9 +199,7 @@ class Sandbox:
         if self.slots is None:
             return
         users = [p.user for p in places if p.user is not None and p.user.exclusive]
-        clear_slots(users, kill=[user for user in users if user not in killed])
-        # Checked as root: a leftover looping kill(-1) outlives the clearing of its own uid.
-        stuck = sweep({user.uid for user in users}) if os.geteuid() == 0 else set()
+        stuck = clear_slots(users, kill=[user for user in users if user not in killed])
         for user in users:
             if user.uid in stuck:
                 log.error("python uid %d is retired: its processes outlived SIGKILL", user.uid)
