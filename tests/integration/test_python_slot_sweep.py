@@ -1,6 +1,8 @@
 """A slot's leftovers cannot outlive its clearing (tools/python_sweep.py): a python step that
-leaves daemons of its slot's uid killing every new process of that uid, the clearing one
-among them, does not make the steps of the executions handed that slot after it fail."""
+leaves a daemon of its slot's uid killing every new process of that uid, the clearing one
+among them, does not make the steps of the executions handed that slot after it fail; root's
+sweep kills a uid's processes that keep forking or whose main thread ended; and a uid whose
+processes outlive the sweep is not handed out again."""
 
 from __future__ import annotations
 
