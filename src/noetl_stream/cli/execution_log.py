@@ -86,12 +86,14 @@ class ExecutionRow:
     started_at: float
     ended_at: float | None
     parent_execution_id: str | None
+    waiting: JsonObject | None = None  # running, but waiting for a slot under a concurrency limit
 
     def as_json(self) -> JsonObject:
         return {"execution_id": self.execution_id, "status": self.status,
                 "playbook": self.playbook, "started_at": iso_time(self.started_at),
                 "ended_at": iso_time(self.ended_at) if self.ended_at else None,
-                "duration_s": self.duration_s(), "parent_execution_id": self.parent_execution_id}
+                "duration_s": self.duration_s(), "parent_execution_id": self.parent_execution_id,
+                "waiting": self.waiting}
 
     def duration_s(self, now: float | None = None) -> float | None:
         """Seconds it ran (so far, for a running one when `now` is given)."""
@@ -103,7 +105,15 @@ def row_of(state: ExecutionState) -> ExecutionRow:
     return ExecutionRow(execution_id=state.execution_id, status=state.status,
                         playbook=state.playbook_path or state.playbook_name or "",
                         started_at=state.started_at, ended_at=state.ended_at,
-                        parent_execution_id=state.parent_execution_id)
+                        parent_execution_id=state.parent_execution_id, waiting=_slot_wait(state))
+
+
+def _slot_wait(state: ExecutionState) -> JsonObject | None:
+    """The group and limit a running execution waits under for a slot, while it does."""
+    held = state.admission
+    if state.status != "running" or held is None or not held.get("waiting"):
+        return None
+    return {"group": str(held.get("group", "")), "limit": int(held.get("limit", 0))}
 
 
 def select(states: Iterable[ExecutionState], *, statuses: tuple[str, ...], playbook: str | None,
@@ -141,7 +151,8 @@ def table(rows: list[ExecutionRow], now: float | None = None) -> list[str]:
         started = datetime.fromtimestamp(r.started_at, UTC).strftime("%Y-%m-%d %H:%M:%S") \
             if r.started_at else "-"
         shown = _duration(r.duration_s(now))
-        cells.append((r.execution_id, r.status, r.playbook or "-", started,
+        # A running execution that holds no slot yet reads as `waiting`, not as one at work.
+        cells.append((r.execution_id, "waiting" if r.waiting else r.status, r.playbook or "-", started,
                       shown if r.ended_at is not None or shown == "-" else f"{shown}+",
                       r.parent_execution_id or "-"))
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
