@@ -1,5 +1,5 @@
-"""`noetl-stream trigger apply|list|pause|resume|fire|backfill|delete`: triggers that start executions on a
-schedule or on messages (docs/triggers.md); the servers run them.
+"""`noetl-stream trigger apply|list|show|pause|resume|fire|backfill|delete`: triggers that start
+executions on a schedule or on messages (docs/triggers.md); the servers run them.
 
 Like `register`, each starts the embedded nats-server of NOETL_STREAM_HOME when no --nats-url
 is given. Exit codes: 0 done, 1 a `fire` that started no execution, 2 an invalid document, an
@@ -224,6 +224,32 @@ def backfill_cmd(name: str, start: str, end: str, nats_url: str | None, prefix: 
     times = _on_bus(nats_url, prefix, lambda bus: trigger_ops.backfill(bus, name, first, last))
     click.echo(f"trigger {name}: {len(times)} fire time(s) sent"
                + (f", {times[0]} to {times[-1]}" if times else ""))
+
+
+@trigger.command("show")
+@click.argument("name", callback=_checked_name)
+@click.option("--events", "count", type=click.IntRange(0, 500), default=10, show_default=True,
+              help="How many of its latest events to show (fired, failed, paused, ...).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: the trigger and its events.")
+@nats_url_option
+@prefix_option
+def show_cmd(name: str, count: int, as_json: bool, nats_url: str | None, prefix: str) -> None:
+    """NAME: state, source, document, next fire times, last execution and its latest events."""
+    from noetl_stream.cli.trigger_show import show_lines
+    from noetl_stream.server import trigger_ops
+    from noetl_stream.server.trigger_history import history
+
+    async def read(bus: Bus) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        detail = await trigger_ops.detail(bus, name)
+        events = (await history(bus, name, limit=count, newest=True))[0] if count else []
+        return detail, events
+
+    detail, events = _on_bus(nats_url, prefix, read)
+    if as_json:
+        click.echo(jsonutil.dumps({**detail, "events": events}).decode())
+        return
+    for line in show_lines(detail, events):
+        click.echo(line)
 
 
 @trigger.command("delete")
