@@ -45,12 +45,11 @@ async def procs(nats_server: NatsServer, bus: Bus, tmp_path: Path) -> AsyncItera
         await processes.stop_all()
 
 
-async def test_verify_holds_after_the_admission_timeout_timer_fired(
-        procs: Processes, nats_server: NatsServer, bus: Bus, tmp_path: Path) -> None:
-    url = ["--nats-url", nats_server.url]
+async def limited_run_whose_timers_fired(nats_server: NatsServer, bus: Bus, tmp_path: Path) -> str:
+    """The id of an execution of PLAYBOOK, once both its deadline timers fired after its end."""
     book = tmp_path / "limited.yaml"
     book.write_text(PLAYBOOK)
-    out = await run_cli("run", str(book), "--json", *url)
+    out = await run_cli("run", str(book), "--json", "--nats-url", nats_server.url)
     assert out.returncode == 0, out.stderr
     execution_id = out.stdout.split('"execution_id":"', 1)[1].split('"', 1)[0]
 
@@ -59,6 +58,25 @@ async def test_verify_holds_after_the_admission_timeout_timer_fired(
         assert len(fired) == 2, fired  # the SLA's and the timeout's, after the end
 
     await assert_eventually(timers_fired, timeout_s=30, interval_s=0.5)
-    verified = await run_cli("verify", execution_id, *url)
+    return execution_id
+
+
+async def test_verify_holds_after_the_admission_timeout_timer_fired(
+        procs: Processes, nats_server: NatsServer, bus: Bus, tmp_path: Path) -> None:
+    execution_id = await limited_run_whose_timers_fired(nats_server, bus, tmp_path)
+    verified = await run_cli("verify", execution_id, "--nats-url", nats_server.url)
     assert verified.returncode == 0, verified.stderr
     assert "equal to its" in verified.stdout, verified.stdout
+
+
+async def test_logs_say_a_timer_fired_after_the_end_did_nothing(
+        procs: Processes, nats_server: NatsServer, bus: Bus, tmp_path: Path) -> None:
+    execution_id = await limited_run_whose_timers_fired(nats_server, bus, tmp_path)
+    out = await run_cli("logs", execution_id, "--nats-url", nats_server.url)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    ended = next(i for i, line in enumerate(lines) if "execution.completed" in line)
+    fired = [line for line in lines[ended:] if "timer.fired" in line]
+    assert sorted(line.split("timer.fired", 1)[1].strip() for line in fired) == [
+        "timer watchdog.execution.sla  (the execution had ended: nothing to do)",
+        "timer watchdog.execution.timeout  (the execution had ended: nothing to do)"], out.stdout

@@ -238,6 +238,8 @@ def _when(event: JsonObject) -> str:
 
 def _timer_details(event: JsonObject) -> str:
     fire_at = event.get("fire_at")
+    if event.get("event_type") == "timer.fired" and event.get("timer_id"):
+        return f"timer {event.get('timer_id')}"
     if event.get("event_type") != "timer.scheduled" or not isinstance(fire_at, (int, float)):
         return ""
     return f"timer {event.get('timer_id')} fires at {iso_time(float(fire_at))}"
