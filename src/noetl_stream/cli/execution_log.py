@@ -207,6 +207,9 @@ def _kind_details(etype: str, event: JsonObject) -> list[str]:
         parts.append(str(event.get("reason") or ""))
     if etype == "child.started":
         parts.append(f"child {event.get('child_execution_id')}")
+    if etype == "concurrency.requested":
+        parts.append(f"at most {event.get('limit')} of {event.get('group')} run at once "
+                     f"(on_limit: {event.get('on_limit')})")
     return parts
 
 
