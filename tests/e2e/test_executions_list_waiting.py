@@ -78,6 +78,8 @@ async def test_a_waiting_execution_is_listed_as_waiting(procs: Processes, nats_s
     cells = {line.split()[0]: line.split()[1] for line in out.stdout.splitlines()[1:]}
     assert sorted(cells[i] for i in ids) == ["running", "waiting", "waiting"], out.stdout
 
+    out = await run_cli("executions", "list", "--status", "waiting", "--json", *url)
+    assert sorted(r["execution_id"] for r in json.loads(out.stdout)) == sorted(waiting), out.stderr
     out = await run_cli("logs", waiting[0], *url)
     requested = [line for line in out.stdout.splitlines() if "concurrency.requested" in line]
     assert [line.split("concurrency.requested", 1)[1].strip() for line in requested] == [

@@ -118,10 +118,14 @@ def _slot_wait(state: ExecutionState) -> JsonObject | None:
 
 def select(states: Iterable[ExecutionState], *, statuses: tuple[str, ...], playbook: str | None,
            since: float | None, limit: int) -> list[ExecutionRow]:
-    """Newest first, filtered: any of `statuses`, `playbook` in its path or name, started since."""
+    """Newest first, filtered: any of `statuses` (`waiting` too), `playbook` in its path or name,
+    started since.
+    """
     rows = []
     for state in states:
-        if statuses and state.status not in statuses:
+        # `waiting` is a running execution that holds no slot yet; `running` lists it too.
+        waiting = "waiting" in statuses and _slot_wait(state) is not None
+        if statuses and state.status not in statuses and not waiting:
             continue
         if playbook and playbook not in (state.playbook_path or "") \
                 and playbook not in (state.playbook_name or ""):
