@@ -5,6 +5,7 @@ nats-server, `noetl-stream server` and `worker` as separate processes. Labels co
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,11 @@ async def test_a_triggers_labels_are_on_what_it_starts(
     execution_id = ids.derived_execution_id("trigger", "labelled", out.stdout.strip().rsplit(" ", 1)[-1])
 
     async def labelled() -> None:
-        assert await committed_labels(bus, execution_id) == {"source": "nightly"}
+        assert await committed_labels(bus, execution_id) == {"trigger": "labelled",
+                                                             "source": "nightly"}
 
     await assert_eventually(labelled, timeout_s=30, interval_s=0.3)
-    assert (await started_event(bus, execution_id))["labels"] == {"source": "nightly"}
+    assert (await started_event(bus, execution_id))["labels"] == {"trigger": "labelled",
+                                                                  "source": "nightly"}
+    out = await run_cli("executions", "list", "--label", "trigger=labelled", "--json", *url)
+    assert [row["execution_id"] for row in json.loads(out.stdout)] == [execution_id], out.stderr

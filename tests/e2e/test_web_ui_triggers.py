@@ -108,3 +108,21 @@ async def test_the_triggers_page_shows_state_next_runs_history_and_acts(
     await expect(viewer_row.locator("button")).to_have_count(0)
     for p in (page, viewer):
         assert getattr(p, "script_errors") == []  # noqa: B009
+
+
+@pytest.mark.timeout(150)
+async def test_a_failed_fire_is_listed_without_a_link_to_an_execution_that_never_started(
+        trigger_stack: Stack, browser: Browser, nats_server: NatsServer) -> None:
+    url = ["--nats-url", nats_server.url]
+    await cli("trigger", "apply", str(EXAMPLES / "big_orders.yaml"), *url)
+    # A subject trigger fired by hand has no message for its payload: the fire starts nothing.
+    proc = await asyncio.create_subprocess_exec(
+        CLI, "trigger", "fire", "big_orders", "--wait", "60", *url,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+    assert await proc.wait() == 1
+    page = await log_in(browser, trigger_stack.base, "ada", "/triggers?name=big_orders")
+    failed = page.locator('#trigger-history tr[data-type="failed"]')
+    await expect(failed).to_have_count(1)
+    await expect(failed.locator("td").nth(2)).to_have_text("–")
+    await expect(failed.locator("a")).to_have_count(0)
+    assert getattr(page, "script_errors") == []  # noqa: B009

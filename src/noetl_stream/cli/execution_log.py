@@ -86,12 +86,14 @@ class ExecutionRow:
     started_at: float
     ended_at: float | None
     parent_execution_id: str | None
+    waiting: JsonObject | None = None  # running, but waiting for a slot under a concurrency limit
 
     def as_json(self) -> JsonObject:
         return {"execution_id": self.execution_id, "status": self.status,
                 "playbook": self.playbook, "started_at": iso_time(self.started_at),
                 "ended_at": iso_time(self.ended_at) if self.ended_at else None,
-                "duration_s": self.duration_s(), "parent_execution_id": self.parent_execution_id}
+                "duration_s": self.duration_s(), "parent_execution_id": self.parent_execution_id,
+                "waiting": self.waiting}
 
     def duration_s(self, now: float | None = None) -> float | None:
         """Seconds it ran (so far, for a running one when `now` is given)."""
@@ -103,15 +105,27 @@ def row_of(state: ExecutionState) -> ExecutionRow:
     return ExecutionRow(execution_id=state.execution_id, status=state.status,
                         playbook=state.playbook_path or state.playbook_name or "",
                         started_at=state.started_at, ended_at=state.ended_at,
-                        parent_execution_id=state.parent_execution_id)
+                        parent_execution_id=state.parent_execution_id, waiting=_slot_wait(state))
+
+
+def _slot_wait(state: ExecutionState) -> JsonObject | None:
+    """The group and limit a running execution waits under for a slot, while it does."""
+    held = state.admission
+    if state.status != "running" or held is None or not held.get("waiting"):
+        return None
+    return {"group": str(held.get("group", "")), "limit": int(held.get("limit", 0))}
 
 
 def select(states: Iterable[ExecutionState], *, statuses: tuple[str, ...], playbook: str | None,
            since: float | None, limit: int) -> list[ExecutionRow]:
-    """Newest first, filtered: any of `statuses`, `playbook` in its path or name, started since."""
+    """Newest first, filtered: any of `statuses` (`waiting` too), `playbook` in its path or name,
+    started since.
+    """
     rows = []
     for state in states:
-        if statuses and state.status not in statuses:
+        # `waiting` is a running execution that holds no slot yet; `running` lists it too.
+        waiting = "waiting" in statuses and _slot_wait(state) is not None
+        if statuses and state.status not in statuses and not waiting:
             continue
         if playbook and playbook not in (state.playbook_path or "") \
                 and playbook not in (state.playbook_name or ""):
@@ -141,7 +155,8 @@ def table(rows: list[ExecutionRow], now: float | None = None) -> list[str]:
         started = datetime.fromtimestamp(r.started_at, UTC).strftime("%Y-%m-%d %H:%M:%S") \
             if r.started_at else "-"
         shown = _duration(r.duration_s(now))
-        cells.append((r.execution_id, r.status, r.playbook or "-", started,
+        # A running execution that holds no slot yet reads as `waiting`, not as one at work.
+        cells.append((r.execution_id, "waiting" if r.waiting else r.status, r.playbook or "-", started,
                       shown if r.ended_at is not None or shown == "-" else f"{shown}+",
                       r.parent_execution_id or "-"))
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
@@ -196,6 +211,9 @@ def _kind_details(etype: str, event: JsonObject) -> list[str]:
         parts.append(str(event.get("reason") or ""))
     if etype == "child.started":
         parts.append(f"child {event.get('child_execution_id')}")
+    if etype == "concurrency.requested":
+        parts.append(f"at most {event.get('limit')} of {event.get('group')} run at once "
+                     f"(on_limit: {event.get('on_limit')})")
     return parts
 
 
@@ -227,6 +245,8 @@ def _when(event: JsonObject) -> str:
 
 def _timer_details(event: JsonObject) -> str:
     fire_at = event.get("fire_at")
+    if event.get("event_type") == "timer.fired" and event.get("timer_id"):
+        return f"timer {event.get('timer_id')}"
     if event.get("event_type") != "timer.scheduled" or not isinstance(fire_at, (int, float)):
         return ""
     return f"timer {event.get('timer_id')} fires at {iso_time(float(fire_at))}"

@@ -26,8 +26,9 @@ def executions() -> None:
 
 
 @executions.command("list")
-@click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES),
-              help="Only executions in this status. Repeatable.")
+@click.option("--status", "statuses", multiple=True, type=click.Choice((*STATUSES, "waiting")),
+              help="Only executions in this status (waiting: running, but waiting for a slot "
+                   "under a concurrency limit). Repeatable.")
 @click.option("--playbook", default=None, metavar="TEXT",
               help="Only playbooks whose metadata.path or name contains TEXT.")
 @click.option("--label", "labels", multiple=True, metavar="KEY[=VALUE]",

@@ -85,12 +85,16 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
         fail(EXIT_REJECTED, f"no execution {execution_id} is known")
 
 
+_ENDED = ("execution.completed", "execution.failed", "execution.cancelled")
+
+
 class _Shown:
     """Prints the events `logs` shows: those of the chosen steps, as JSON lines or as text."""
 
     def __init__(self, steps: tuple[str, ...], as_json: bool) -> None:
         self.steps = steps
         self.as_json = as_json
+        self.ended = False  # an execution.<end> was shown and no restart since
 
     def refuse_unseen_steps(self, execution_id: str, events: list[JsonObject], ended: bool) -> None:
         """Exit 2 naming a chosen step that no event of the ended execution has (a typo, or a
@@ -115,5 +119,11 @@ class _Shown:
         if self.as_json:
             click.echo(jsonutil.dumps_str(event))
             return
-        for line in event_lines(event):
+        etype = event.get("event_type")
+        lines = event_lines(event)
+        if etype == "timer.fired" and self.ended:
+            # A deadline set while it ran fires on nats-server's clock all the same.
+            lines[0] += "  (the execution had ended: nothing to do)"
+        self.ended = etype in _ENDED or (self.ended and etype != "execution.restarted")
+        for line in lines:
             click.echo(line)

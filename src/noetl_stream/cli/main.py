@@ -54,6 +54,19 @@ class _Cli(click.Group):
         kept = [a for a in args[:end] if not _v_flags(a)] + args[end:]
         return super().parse_args(ctx, kept)
 
+    def invoke(self, ctx: click.Context) -> object:
+        """A usage error (an unknown command or option, a bad value) is one line and exit 2, like
+        every other error, not click's usage block.
+        """
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            where = (exc.ctx or ctx).command_path.removeprefix(ctx.command_path).strip()
+            hint = f" (`{(exc.ctx or ctx).command_path} --help`)" if exc.ctx is not None else ""
+            click.echo(f"noetl-stream: {where + ': ' if where else ''}{exc.format_message()}{hint}",
+                       err=True)
+            ctx.exit(exc.exit_code)
+
 
 @click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="noetl-stream")

@@ -1,9 +1,9 @@
-"""`noetl-stream trigger apply|list|pause|resume|fire|backfill|delete`: triggers that start executions on a
-schedule or on messages (docs/triggers.md); the servers run them.
+"""`noetl-stream trigger apply|list|show|pause|resume|fire|backfill|delete`: triggers that start
+executions on a schedule or on messages (docs/triggers.md); the servers run them.
 
 Like `register`, each starts the embedded nats-server of NOETL_STREAM_HOME when no --nats-url
-is given. Exit codes: 0 done, 2 an invalid document, an unregistered playbook or no such
-trigger, 3 NATS unreachable.
+is given. Exit codes: 0 done, 1 a `fire` that started no execution, 2 an invalid document, an
+unregistered playbook or no such trigger, 3 NATS unreachable.
 """
 
 from __future__ import annotations
@@ -17,7 +17,15 @@ import click
 from nats.errors import Error as NatsError
 
 from noetl_stream import jsonutil
-from noetl_stream.cli.common import EXIT_INFRA, EXIT_REJECTED, fail, nats_url_option, on_stack, prefix_option
+from noetl_stream.cli.common import (
+    EXIT_FAILED,
+    EXIT_INFRA,
+    EXIT_REJECTED,
+    fail,
+    nats_url_option,
+    on_stack,
+    prefix_option,
+)
 from noetl_stream.errors import CatalogError, PlaybookError, YamlSyntaxError
 from noetl_stream.triggers.document import KIND, parse_trigger
 
@@ -168,14 +176,27 @@ def resume_cmd(name: str, nats_url: str | None, prefix: str) -> None:
 
 @trigger.command("fire")
 @click.argument("name", callback=_checked_name)
+@click.option("--wait", "wait_s", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              metavar="SECONDS", help="How long to wait for a server to start the execution (0: not at all).")
 @nats_url_option
 @prefix_option
-def fire_cmd(name: str, nats_url: str | None, prefix: str) -> None:
-    """Fire NAME once, now (a server starts the execution)."""
-    from noetl_stream.server import trigger_ops
+def fire_cmd(name: str, wait_s: float, nats_url: str | None, prefix: str) -> None:
+    """Fire NAME once, now, and say which execution a server started for it (exit 1 when the
+    fire starts nothing: a template fails, the playbook is no longer registered).
+    """
+    from noetl_stream.server.trigger_fire_outcome import fire_and_wait
 
-    nominal = _on_bus(nats_url, prefix, lambda bus: trigger_ops.fire(bus, name))
-    click.echo(f"trigger {name} fired for {nominal}")
+    outcome = _on_bus(nats_url, prefix, lambda bus: fire_and_wait(bus, name, wait_s))
+    if outcome.started is False:
+        fail(EXIT_FAILED, f"trigger {name} fired for {outcome.nominal_time}, but no execution "
+                          f"started: {outcome.reason}")
+    if outcome.started:
+        click.echo(f"trigger {name} started execution {outcome.execution_id} for {outcome.nominal_time}")
+        return
+    click.echo(f"trigger {name} fired for {outcome.nominal_time}")
+    if wait_s > 0:
+        click.echo(f"no server started execution {outcome.execution_id} within {wait_s:g}s; it "
+                   "starts once a `noetl-stream server` runs on this NATS", err=True)
 
 
 def _moment(text: str) -> datetime:
@@ -203,6 +224,32 @@ def backfill_cmd(name: str, start: str, end: str, nats_url: str | None, prefix: 
     times = _on_bus(nats_url, prefix, lambda bus: trigger_ops.backfill(bus, name, first, last))
     click.echo(f"trigger {name}: {len(times)} fire time(s) sent"
                + (f", {times[0]} to {times[-1]}" if times else ""))
+
+
+@trigger.command("show")
+@click.argument("name", callback=_checked_name)
+@click.option("--events", "count", type=click.IntRange(0, 500), default=10, show_default=True,
+              help="How many of its latest events to show (fired, failed, paused, ...).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: the trigger and its events.")
+@nats_url_option
+@prefix_option
+def show_cmd(name: str, count: int, as_json: bool, nats_url: str | None, prefix: str) -> None:
+    """NAME: state, source, document, next fire times, last execution and its latest events."""
+    from noetl_stream.cli.trigger_show import show_lines
+    from noetl_stream.server import trigger_ops
+    from noetl_stream.server.trigger_history import history
+
+    async def read(bus: Bus) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        detail = await trigger_ops.detail(bus, name)
+        events = (await history(bus, name, limit=count, newest=True))[0] if count else []
+        return detail, events
+
+    detail, events = _on_bus(nats_url, prefix, read)
+    if as_json:
+        click.echo(jsonutil.dumps({**detail, "events": events}).decode())
+        return
+    for line in show_lines(detail, events):
+        click.echo(line)
 
 
 @trigger.command("delete")

@@ -26,7 +26,7 @@ from functools import partial
 from noetl_stream import router
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.jsonutil import JsonObject
-from noetl_stream.messages import TIMER_SCHEDULED, Malformed
+from noetl_stream.messages import TIMER_FIRED, TIMER_SCHEDULED, Malformed
 from noetl_stream.router.state import ExecutionState, Outgoing
 from noetl_stream.router_events import RouterEvent, router_event
 from noetl_stream.server.applied_order import in_applied_order
@@ -88,13 +88,19 @@ def applied_events(events: Iterable[JsonObject], topology: Topology) -> list[Jso
 
 
 def recorded_times(events: Iterable[JsonObject]) -> dict[str, float]:
-    """The `now` each recorded msg id was produced at: an event's `timestamp`, a schedule's `set_at`."""
+    """The `now` each recorded msg id was produced at: an event's `timestamp`, a timer's `set_at`.
+
+    A fired timer carries its schedule's msg id and `set_at`, and is stamped with the time it
+    fired: once nats-server has fired a schedule and dropped its message, the fired copy is the
+    only record of that id, and the router produced it at `set_at`, not when it fired.
+    """
     times: dict[str, float] = {}
     for e in events:
         msg_id = e.get("event_id")
         if not isinstance(msg_id, str):
             continue
-        stamp = e.get("set_at") if e.get("event_type") == TIMER_SCHEDULED else e.get("timestamp")
+        timer = e.get("event_type") in (TIMER_SCHEDULED, TIMER_FIRED) and "set_at" in e
+        stamp = e.get("set_at") if timer else e.get("timestamp")
         if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
             times.setdefault(msg_id, float(stamp))
     return times

@@ -102,10 +102,12 @@ def outbox_difference(committed: list[Outgoing],
 
 
 def _as_emitted(message: Outgoing) -> str:
-    if message.kind == "event" and message.plain_body.get("error", {}) and \
+    # Only a step's outcome stands for a refused command: the execution.failed that follows
+    # carries the same error kind and no step run.
+    run, iteration = message.plain_body.get("step_run_id"), message.plain_body.get("iteration")
+    if message.kind == "event" and message.plain_body.get("error", {}) and run is not None and \
             isinstance(message.plain_body.get("error"), dict) and \
             message.plain_body["error"].get("kind") == "pool":
-        run, iteration = message.plain_body.get("step_run_id"), message.plain_body.get("iteration")
         return f"cmd:{run}:{'-' if iteration is None else iteration}:1"
     return message.msg_id
 

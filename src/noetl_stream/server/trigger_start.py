@@ -14,6 +14,7 @@ from noetl_stream.bus.connection import Bus
 from noetl_stream.dsl.templating import render
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.jsonutil import JsonObject
+from noetl_stream.messages import MAX_LABELS
 from noetl_stream.server.submission import submit
 from noetl_stream.server.trigger_ops import publish_trigger_event
 from noetl_stream.state import triggers as store
@@ -44,8 +45,19 @@ async def request_execution(bus: Bus, record: TriggerRecord, execution_id: str,
     await submit(bus, playbook_text=found[0], playbook_file=f"catalog:{spec.playbook}",
                  payload={**(base or {}), **jsonutil.to_plain(payload)}, execution_id=execution_id,
                  concurrency=spec.concurrency.model_dump() if spec.concurrency else None,
-                 labels=dict(spec.labels))
+                 labels=trigger_labels(record))
     return None
+
+
+def trigger_labels(record: TriggerRecord) -> dict[str, str]:
+    """The labels of what the trigger starts: `trigger: <name>`, so `executions list --label
+    trigger=NAME` finds them, under the trigger's own `spec.labels` (which may set `trigger`
+    themselves; with the most labels a request takes, they are kept as they are).
+    """
+    labels = dict(record.trigger.spec.labels)
+    if len(labels) < MAX_LABELS:
+        labels = {"trigger": record.trigger.name, **labels}
+    return labels
 
 
 def _lookup(context: Mapping[str, object], path: str) -> object:

@@ -280,14 +280,17 @@ class TriggerService:
         name = record.trigger.name
         refused = await request_execution(self.bus, record, execution_id, context)
         if refused is not None:
-            await self._refused(name, execution_id, refused, msg)
+            await self._refused(name, execution_id, refused, msg, execution_id=execution_id)
             return
         await msg.ack()
         await record_fired(self.bus, name, last)
 
-    async def _refused(self, name: str, key: str, reason: str, msg: Msg) -> None:
-        """A fire that cannot start anything: said once as a `failed` event, then settled."""
+    async def _refused(self, name: str, key: str, reason: str, msg: Msg,
+                       execution_id: str | None = None) -> None:
+        """A fire that cannot start anything: said once as a `failed` event (naming the
+        execution it would have started, which `trigger fire` waits for), then settled.
+        """
         log.warning("trigger %s: fire not started: %s", name, reason)
         await publish_trigger_event(self.bus, name, "failed", f"trg:{name}:failed:{key}",
-                                    reason=reason)
+                                    reason=reason, execution_id=execution_id)
         await msg.ack()

@@ -74,7 +74,7 @@ class TriggerEvent(BaseModel):
     state: TriggerState | None = None  # applied
     document: Trigger | None = None  # applied
     text: str | None = None  # applied: the document as written
-    execution_id: str | None = None  # fired
+    execution_id: str | None = None  # fired; failed: the one it would have started
     fired_at: str | None = None  # fired
     nominal_time: str | None = None  # fired by a schedule or `trigger fire`
     message: str | None = None  # fired by a message: `<stream>:<sequence>`

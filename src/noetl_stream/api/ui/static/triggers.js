@@ -76,7 +76,8 @@
       const type = (e.event_type || "").replace(/^trigger\./, "");
       body.append(el("tr", { "data-type": type, class: type === "failed" ? "failed" : null },
         el("td", {}, when(e.time)), el("td", {}, type),
-        el("td", {}, e.execution_id ? el("a", { href: `/executions/${enc(e.execution_id)}` }, e.execution_id) : "–"),
+        // A failed fire names the execution it would have started, which does not exist.
+        el("td", {}, e.execution_id && type !== "failed" ? el("a", { href: `/executions/${enc(e.execution_id)}` }, e.execution_id) : "–"),
         el("td", {}, e.nominal_time ? when(e.nominal_time) : "–"),
         el("td", {}, detailOf(e))));
     }
