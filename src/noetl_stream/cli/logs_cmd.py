@@ -23,6 +23,7 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.jsonutil import JsonObject
+from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 
 
 @click.command("logs")
@@ -85,9 +86,6 @@ def logs(execution_id: str, steps: tuple[str, ...], follow: bool, as_json: bool,
         fail(EXIT_REJECTED, f"no execution {execution_id} is known")
 
 
-_ENDED = ("execution.completed", "execution.failed", "execution.cancelled")
-
-
 class _Shown:
     """Prints the events `logs` shows: those of the chosen steps, as JSON lines or as text."""
 
@@ -124,6 +122,6 @@ class _Shown:
         if etype == "timer.fired" and self.ended:
             # A deadline set while it ran fires on nats-server's clock all the same.
             lines[0] += "  (the execution had ended: nothing to do)"
-        self.ended = etype in _ENDED or (self.ended and etype != "execution.restarted")
+        self.ended = etype in TERMINAL_EXECUTION_EVENTS or (self.ended and etype != "execution.restarted")
         for line in lines:
             click.echo(line)

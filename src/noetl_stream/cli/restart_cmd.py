@@ -35,11 +35,11 @@ from noetl_stream.cli.remote import RemoteError
 from noetl_stream.cli.running import parse_payload, report_outcome
 from noetl_stream.errors import InfrastructureError, PlaybookError, RestartRefused
 from noetl_stream.jsonutil import JsonObject
+from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 
 if TYPE_CHECKING:
     from noetl_stream.bus.connection import Bus
 
-END_EVENTS = ("execution.completed", "execution.failed", "execution.cancelled")
 
 
 @click.command("restart")
@@ -164,7 +164,7 @@ class _Follower:
             self.done.set_result(event)
         elif event.get("event_id") == self.restarted:
             self.marked = True
-        elif self.marked and event.get("event_type") in END_EVENTS:
+        elif self.marked and event.get("event_type") in TERMINAL_EXECUTION_EVENTS:
             self.done.set_result(event)
 
 

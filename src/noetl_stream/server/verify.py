@@ -34,11 +34,11 @@ from noetl_stream.server.versions import named_versions, readable_versions
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
+from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 from noetl_stream.tools.registry import installed_kinds
 
 Outcome = Literal["equal", "different", "unknown"]
 SUMMARY_FIELDS = ("status", "result", "error", "steps", "ctx", "vars")
-ENDED = ("execution.completed", "execution.failed", "execution.cancelled")
 FETCH = 500
 FETCH_TIMEOUT_S = 5.0
 
@@ -154,7 +154,7 @@ async def _summary_difference(events: list[JsonObject], state: ExecutionState,
     """The last `execution.<status>` event's summary against the rebuilt state's."""
     if state.status == "running":
         return None
-    ended = [e for e in events if e.get("event_type") in ENDED]
+    ended = [e for e in events if e.get("event_type") in TERMINAL_EXECUTION_EVENTS]
     if not ended:
         return Difference("execution.completed", "<absent>", f"execution.{state.status}")
     last = ended[-1]
