@@ -45,16 +45,23 @@ def _checked_nats_url(ctx: click.Context, param: click.Parameter, value: str | N
         fail(EXIT_REJECTED, str(exc))
 
 
-def checked_execution_id(ctx: click.Context, param: click.Parameter,
-                          value: str | None) -> str | None:
-    """An id no execution can have is refused in one line before anything reads NATS with it
-    (a KV key or subject token would refuse it with a traceback or a misleading NATS error).
+def refuse_unless_token(value: str, refusal: str, what: str) -> None:
+    """Exit 2 in one line (`refusal: what is letters, ...`) unless `value` is one subject token,
+    before anything reads NATS with it: a KV key or subject built from it would be refused with
+    a traceback or an error that reads as NATS being unreachable.
     """
     from noetl_stream import ids
 
-    if value is not None and not ids.is_subject_token(value):
-        fail(EXIT_REJECTED, f"no execution {value!r} is known: an execution id is letters, "
-                            f"digits, '-' and '_', at most {ids.MAX_TOKEN_LENGTH} characters")
+    if not ids.is_subject_token(value):
+        fail(EXIT_REJECTED, f"{refusal}: {what} is letters, digits, '-' and '_', at most "
+                            f"{ids.MAX_TOKEN_LENGTH} characters")
+
+
+def checked_execution_id(ctx: click.Context, param: click.Parameter,
+                         value: str | None) -> str | None:
+    """An id no execution can have is refused in one line."""
+    if value is not None:
+        refuse_unless_token(value, f"no execution {value!r} is known", "an execution id")
     return value
 
 

@@ -17,10 +17,10 @@ from noetl_stream import config
 from noetl_stream.cli.common import (
     EXIT_FAILED,
     EXIT_INFRA,
-    EXIT_REJECTED,
     fail,
     nats_url_option,
     prefix_option,
+    refuse_unless_token,
     run_async,
 )
 from noetl_stream.cli.services import (
@@ -47,12 +47,8 @@ def _checked_pools(ctx: click.Context, param: click.Parameter,
     """A pool name is one subject token: another is a usage error said in one line, before
     anything connects (NATS would refuse its consumer name with a traceback).
     """
-    from noetl_stream import ids
-
     for pool in (value,) if isinstance(value, str) else value:
-        if not ids.is_subject_token(pool):
-            fail(EXIT_REJECTED, f"--pool {pool!r}: a pool name is letters, digits, '-' and '_', "
-                                f"at most {ids.MAX_TOKEN_LENGTH} characters")
+        refuse_unless_token(pool, f"--pool {pool!r}", "a pool name")
     return value
 
 

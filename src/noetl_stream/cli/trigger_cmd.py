@@ -25,6 +25,7 @@ from noetl_stream.cli.common import (
     nats_url_option,
     on_stack,
     prefix_option,
+    refuse_unless_token,
 )
 from noetl_stream.errors import CatalogError, PlaybookError, YamlSyntaxError
 from noetl_stream.triggers.document import KIND, parse_trigger
@@ -47,14 +48,8 @@ def _on_bus(nats_url: str | None, prefix: str, action: Callable[[Bus], Awaitable
 
 
 def _checked_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    """A name no trigger can have is refused in one line before NATS is asked (its KV key check
-    would answer with an error that reads as NATS being unreachable).
-    """
-    from noetl_stream import ids
-
-    if not ids.is_subject_token(value):
-        fail(EXIT_REJECTED, f"no trigger named {value!r}: a trigger's name is letters, digits, "
-                            f"'-' and '_', at most {ids.MAX_TOKEN_LENGTH} characters")
+    """A name no trigger can have is refused in one line before NATS is asked."""
+    refuse_unless_token(value, f"no trigger named {value!r}", "a trigger's name")
     return value
 
 
