@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from processes import Processes
 
-from noetl_stream.bus.connection import connect
+from noetl_stream.bus.connection import Bus, connect
 from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.verifying import differences, verify_every_execution
 
@@ -64,3 +65,17 @@ async def browser() -> AsyncIterator[Browser]:
             yield launched
         finally:
             await launched.close()
+
+
+@pytest.fixture
+async def procs(nats_server: NatsServer, bus: Bus, tmp_path: Path) -> AsyncIterator[Processes]:
+    """A `noetl-stream server` and a `noetl-stream worker`, each a process of its own, on the
+    test's nats-server (provisioned by `bus`).
+    """
+    processes = Processes(nats_server.url, tmp_path)
+    await processes.start("server", "server")
+    await processes.start("worker", "worker")
+    try:
+        yield processes
+    finally:
+        await processes.stop_all()

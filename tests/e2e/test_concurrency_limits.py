@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -47,18 +46,6 @@ executor:
         result = {{"began": began, "ended": time.time()}}
 """
 
-
-
-@pytest.fixture
-async def procs(nats_server: NatsServer, bus: Bus, tmp_path: Path
-                ) -> AsyncIterator[Processes]:
-    processes = Processes(nats_server.url, tmp_path)
-    await processes.start("server", "server")
-    await processes.start("worker", "worker")
-    try:
-        yield processes
-    finally:
-        await processes.stop_all()
 
 
 async def events_of(bus: Bus, event_type: str) -> list[dict[str, Any]]:

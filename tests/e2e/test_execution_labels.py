@@ -6,7 +6,6 @@ nats-server, `noetl-stream server` and `worker` as separate processes. Labels co
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,17 +22,6 @@ from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e
 
-
-
-@pytest.fixture
-async def procs(nats_server: NatsServer, bus: Bus, tmp_path: Path) -> AsyncIterator[Processes]:
-    processes = Processes(nats_server.url, tmp_path)
-    await processes.start("server", "server")
-    await processes.start("worker", "worker")
-    try:
-        yield processes
-    finally:
-        await processes.stop_all()
 
 
 async def started_event(bus: Bus, execution_id: str) -> dict[str, Any]:

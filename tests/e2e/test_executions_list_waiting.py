@@ -6,14 +6,12 @@ and limit it waits under. Real nats-server, `noetl-stream server` and `worker` p
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from cli import run_cli
 from processes import Processes
 
-from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.nats_server import NatsServer
 from noetl_stream.testing.waiting import assert_eventually
 
@@ -38,17 +36,6 @@ workflow:
             time.sleep(0.1)
         result = 1
 """
-
-
-@pytest.fixture
-async def procs(nats_server: NatsServer, bus: Bus, tmp_path: Path) -> AsyncIterator[Processes]:
-    processes = Processes(nats_server.url, tmp_path)
-    await processes.start("server", "server")
-    await processes.start("worker", "worker")
-    try:
-        yield processes
-    finally:
-        await processes.stop_all()
 
 
 async def test_a_waiting_execution_is_listed_as_waiting(procs: Processes, nats_server: NatsServer,

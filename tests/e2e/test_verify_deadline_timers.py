@@ -6,7 +6,6 @@ Real nats-server, `noetl-stream server` and `worker` processes.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -32,17 +31,6 @@ workflow:
   - step: start
     tool: {kind: python, code: "result = 1"}
 """
-
-
-@pytest.fixture
-async def procs(nats_server: NatsServer, bus: Bus, tmp_path: Path) -> AsyncIterator[Processes]:
-    processes = Processes(nats_server.url, tmp_path)
-    await processes.start("server", "server")
-    await processes.start("worker", "worker")
-    try:
-        yield processes
-    finally:
-        await processes.stop_all()
 
 
 async def limited_run_whose_timers_fired(nats_server: NatsServer, bus: Bus, tmp_path: Path) -> str:

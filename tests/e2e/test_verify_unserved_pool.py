@@ -5,14 +5,12 @@ follows (of the same error kind) is not that command. Real nats-server, server a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from cli import run_cli
 from processes import Processes
 
-from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.nats_server import NatsServer
 
 pytestmark = pytest.mark.e2e
@@ -25,17 +23,6 @@ workflow:
     pool: nobody_serves_this
     tool: {kind: python, code: "result = 1"}
 """
-
-
-@pytest.fixture
-async def procs(nats_server: NatsServer, bus: Bus, tmp_path: Path) -> AsyncIterator[Processes]:
-    processes = Processes(nats_server.url, tmp_path)
-    await processes.start("server", "server")
-    await processes.start("worker", "worker")
-    try:
-        yield processes
-    finally:
-        await processes.stop_all()
 
 
 async def test_an_execution_failed_for_an_unserved_pool_verifies(
