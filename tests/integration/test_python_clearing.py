@@ -17,6 +17,7 @@ from noetl_stream.testing.waiting import assert_eventually
 from noetl_stream.tools import python as python_tool_module
 from noetl_stream.tools.base import TaskCall
 from noetl_stream.tools.python import PythonTool
+from noetl_stream.tools.python_runner_source import PACKAGE
 from noetl_stream.tools.python_slots import SandboxUser
 from noetl_stream.tools.sandbox import ChildPlace, Sandbox, make_sandbox
 
@@ -182,8 +183,8 @@ async def test_a_forked_child_holds_only_its_own_code_and_its_places_environment
                                       slots=2 * python_tool_module.KEPT_PER_PROCESS + 2)
     tool = PythonTool(max_children=2, warm=1, idle_s=600.0, sandbox=sandbox)
     await tool.start()
-    code = ("import __main__, os\n"
-            "result = {'compiled': [key[0] for key in __main__._COMPILED],\n"
+    code = (f"import os, sys\ncompiling = sys.modules['{PACKAGE}.python_runner_code']\n"
+            "result = {'compiled': [key[0] for key in compiling._COMPILED],\n"
             "          'env': dict(os.environ), 'uid': os.getuid()}\n")
     try:
         outcome = await tool.run(_step("a", code))

@@ -10,14 +10,15 @@ import pytest
 
 from noetl_stream.dsl.views import http_view, step_view
 from noetl_stream.tools.python import encode_inputs
-from noetl_stream.tools.python_runner import ListView, _decode_inputs, _dumps, run_code
+from noetl_stream.tools.python_runner_code import run_code
+from noetl_stream.tools.python_runner_values import ListView, decode_inputs, dumps
 
 HTTP = {"status": 200, "headers": {"X-Page": "1"}}
 
 
 def crossed(inputs: dict[str, Any]) -> dict[str, Any]:
     """The inputs as the child sees them: encoded, sent as JSON, decoded."""
-    decoded: dict[str, Any] = _decode_inputs(orjson.loads(orjson.dumps(encode_inputs(inputs))))
+    decoded: dict[str, Any] = decode_inputs(orjson.loads(orjson.dumps(encode_inputs(inputs))))
     return decoded
 
 
@@ -50,7 +51,7 @@ def test_an_unknown_name_is_a_key_error_and_the_result_stays_a_plain_list() -> N
     with pytest.raises(KeyError):
         resp["nope"]
     back = run_code("result = {'back': resp, 'nested': [resp]}", {"resp": resp})
-    assert orjson.loads(_dumps(back)) == {"back": [1, 2], "nested": [[1, 2]]}
+    assert orjson.loads(dumps(back)) == {"back": [1, 2], "nested": [[1, 2]]}
     assert resp[0:1] == [1]
 
 

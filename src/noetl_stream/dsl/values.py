@@ -8,7 +8,7 @@ from typing import SupportsIndex, overload
 from noetl_stream.jsonutil import JsonObject, JsonValue
 
 # How a ListView crosses to the python tool's child process, which rebuilds it
-# (tools/python.py encode_inputs, tools/python_runner.py): `{LIST_MARK: items, "names": {...},
+# (tools/python.py encode_inputs, tools/python_runner_values.py): `{LIST_MARK: items, "names": {...},
 # "itself": [...]}`.
 LIST_MARK = "__noetl_list_view__"
 

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import struct
 import subprocess
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from noetl_stream import jsonutil
@@ -29,6 +27,7 @@ from noetl_stream.dsl.values import ListView, job_view
 from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall
 from noetl_stream.tools.python_forks import ForkedProcess, ForkServer, ForkServerGone
+from noetl_stream.tools.python_runner_source import runner_source
 from noetl_stream.tools.python_sizing import PoolSizing, ReadyDemand
 from noetl_stream.tools.python_slots import ENV_PYTHON_UIDS, SandboxUser
 from noetl_stream.tools.python_tracebacks import authors_frames
@@ -43,7 +42,6 @@ from noetl_stream.tools.sandbox import (
 
 log = logging.getLogger("noetl_stream.python")
 
-RUNNER = Path(__file__).with_name("python_runner.py")
 DEFAULT_TIMEOUT_S = float(kind_default("python", "timeout"))  # dsl/layering.py: one table
 KEPT_PER_PROCESS = 4  # interpreters kept alive per step that may run at once
 # The places of ended children are cleared in batches: a clearing reads every entry of the
@@ -125,14 +123,6 @@ def _filename(call: TaskCall) -> str:
     script = call.config.get("script")
     uri = script.get("uri") if isinstance(script, dict) else None
     return str(uri) if uri else "<playbook code>"
-
-
-@functools.cache
-def runner_source() -> str:
-    """The runner's code, handed to the interpreter with `-c`: read by the worker, it works
-    wherever the package is installed, even in a folder the children's users cannot enter.
-    """
-    return RUNNER.read_text(encoding="utf-8")
 
 
 class _Child:

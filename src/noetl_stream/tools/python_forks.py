@@ -4,7 +4,7 @@ Starting an interpreter and the runner costs tens of milliseconds of CPU, and ev
 first python step needs a fresh one (tools/python.py). The fork server is the runner started
 once, as the worker's user, that never runs user code: for each child the worker sends it an
 order (user, folder, environment) and one end of a socket pair, and it forks; the child takes
-its own session, folder, environment and user (tools/python_runner.py `become`) before it reads
+its own session, folder, environment and user (tools/python_runner_user.py `become`) before it reads
 a step, exactly as a started interpreter does. The worker gets a pidfd for each child: it
 signals and awaits that process, never a reused pid. `clear` forks a child that only kills what
 a slot's uid left running. When the fork server is gone, children are started as before.
@@ -186,7 +186,7 @@ class ForkServer:
 
 
 class _Order(TypedDict, total=False):
-    """What the fork server is asked (tools/python_runner.py reads it): fork a child in `cwd`
+    """What the fork server is asked (tools/python_runner_forking.py reads it): fork a child in `cwd`
     with `env`, or `clear` the processes a uid left; as the user `uid` (None: its own).
     """
 

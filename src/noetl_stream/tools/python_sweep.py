@@ -1,7 +1,7 @@
 """The root side of clearing a slot: what its uid still runs is found in /proc and killed.
 
 A slot's processes are first killed by kill(-1) from a process of the slot's own uid
-(tools/python_runner.py, tools/python_slots.py). A process the last holder left running can
+(tools/python_runner_user.py, tools/python_slots.py). A process the last holder left running can
 defeat that: looping kill(-1) itself, it kills every new process of the uid, the clearing one
 among them, before that one's own kill(-1). A root worker therefore looks for itself: every
 process whose real, effective or saved uid is the slot's is sent SIGKILL, and /proc is read
