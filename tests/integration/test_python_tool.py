@@ -85,7 +85,26 @@ async def test_a_traceback_starts_at_the_steps_own_code(python_tool: PythonTool)
                                       '  File "<playbook code>", line 2, in main'], trace
     assert 'File "<playbook code>", line 5, in parse' in trace
     assert trace.rstrip().endswith("IndexError: list index out of range")
-    assert "_serve" not in trace and "run_code" not in trace and '"<string>"' not in trace
+    assert "serve" not in trace and "run_code" not in trace and "runner" not in trace
+
+
+async def test_a_traceback_keeps_the_frames_of_a_string_the_step_execs(
+        python_tool: PythonTool) -> None:
+    code = ("def main():\n"
+            "    exec(compile('def inner():\\n    raise ValueError(\"bad row\")\\n', '<string>',"
+            " 'exec'), globals())\n"
+            "    exec('inner()')\n")
+    outcome = await python_tool.run(call(code))
+
+    assert outcome.error is not None
+    trace = outcome.error["traceback"]
+    # The step's own frame, then the two frames of the strings it exec()s: nothing else.
+    assert trace.splitlines()[:-1] == [
+        "Traceback (most recent call last):",
+        '  File "<playbook code>", line 3, in main',
+        '  File "<string>", line 1, in <module>',
+        '  File "<string>", line 2, in inner'], trace
+    assert trace.rstrip().endswith("ValueError: bad row")
 
 
 async def test_timeout_kills_the_child_and_the_tool_keeps_working(

@@ -4,13 +4,16 @@ The child imports nothing of noetl_stream (it may run as a user who cannot enter
 package is installed in), so the worker reads the parts' files and hands their texts over. The
 script makes each part a module of a package of its own, `__noetl_runner__`, so the parts'
 relative imports of each other work there as they do in the package, and compiles each under
-the name `<string>`, as `-c` names its script (tools/python_tracebacks.py).
+a file name of its own (tools/python_tracebacks.py), which is how a step's traceback tells the
+runner's frames from the step's (whose code may exec() strings, named `<string>`).
 """
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
+
+from noetl_stream.tools.python_tracebacks import runner_file
 
 PACKAGE = "__noetl_runner__"
 # Each part after the parts it imports; the last one's main() serves.
@@ -39,6 +42,6 @@ def runner_source() -> str:
     lines = [_HEAD.format(package=PACKAGE)]
     for part in PARTS:
         text = (folder / f"{part}.py").read_text(encoding="utf-8")
-        lines.append(f"_part({part!r}, '<string>', {text!r})")
+        lines.append(f"_part({part!r}, {runner_file(part)!r}, {text!r})")
     lines.append(f"sys.modules[{PACKAGE!r} + '.' + {PARTS[-1]!r}].main()")
     return "\n".join(lines) + "\n"
