@@ -10,8 +10,9 @@ The bytes are nats-py's: a key is checked against its pattern the first time it 
 are the runtime's own few names), a value is trimmed and its CR/LF replaced by spaces only when
 it holds one, the subject and reply are refused with whitespace, a payload past the server's
 limit is refused, with nats-py's exceptions. The command then joins the connection's pending
-buffer and wakes its flusher, as `Client.publish` does. While the connection is not up (nats-py
-buffers then, within its limit), or with a nats-py without that buffer, `Client.publish` sends it.
+buffer and wakes its flusher, as `Client.publish` does (bus/nats_pending.py, the one user of
+nats-py's private members). While the connection is not up (nats-py buffers then, within its
+limit), or with a nats-py without that buffer, `Client.publish` sends it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from collections.abc import Mapping
 from nats import errors
 from nats.aio.client import Client
 
+from noetl_stream.bus import nats_pending
+
 # nats-py's own patterns (nats/aio/client.py): a header key's characters, and what a subject
 # may not hold.
 _HEADER_KEY = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -31,10 +34,6 @@ _HEADER_LINE = "NATS/1.0\r\n"
 
 _KEYS_SEEN: set[str] = set()  # keys that passed the pattern, stripped as written
 _KEYS_KEPT = 1024  # a bound on that set, should a caller ever make keys from data
-
-# The pending buffer and flusher `Client.publish` hands a command to (nats-py 2.x).
-BUFFERED = all(callable(getattr(Client, name, None)) for name in ("_send_command",
-                                                                   "_flush_pending"))
 
 
 def header_block(headers: Mapping[str, str]) -> bytes:
@@ -61,7 +60,7 @@ def header_block(headers: Mapping[str, str]) -> bytes:
 async def publish(nc: Client, subject: str, payload: bytes, *, reply: str = "",
                   headers: Mapping[str, str]) -> None:
     """`nc.publish(subject, payload, reply=reply, headers=headers)`, written in one pass."""
-    if not BUFFERED or not nc.is_connected or nc.is_draining_pubs:
+    if not nats_pending.usable(nc) or not nc.is_connected or nc.is_draining_pubs:
         await nc.publish(subject, payload, reply=reply, headers=dict(headers))
         return
     if not subject or _BLANK.search(subject) or (reply and _BLANK.search(reply)):
@@ -74,7 +73,4 @@ async def publish(nc: Client, subject: str, payload: bytes, *, reply: str = "",
                         block, payload, b"\r\n"))
     nc.stats["out_msgs"] += 1
     nc.stats["out_bytes"] += size
-    await nc._send_command(command)
-    queue = nc._flush_queue
-    if queue is not None and queue.empty():
-        await nc._flush_pending()
+    await nats_pending.send_command(nc, command)
