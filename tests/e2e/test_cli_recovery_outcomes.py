@@ -7,6 +7,7 @@ earlier steps left, a loop's included."""
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,47 +21,44 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "playbooks" / "examples"
 
 
-async def test_a_restart_or_replay_that_fails_again_says_why_in_one_line(
-        nats_server: NatsServer, tmp_path: Path) -> None:
-    url = ["--nats-url", nats_server.url]
+@pytest.fixture
+async def url(nats_server: NatsServer, tmp_path: Path) -> AsyncIterator[list[str]]:
+    """A server and a worker, processes of their own on the test's nats-server; the CLI's
+    option that reaches it."""
     (tmp_path / "logs").mkdir()
     processes = Processes(nats_server.url, tmp_path / "logs")
     await processes.start("server", "worker")
     try:
-        failed = await run_cli("run", str(EXAMPLES / "failure_routing.yaml"), "--json", "--quiet",
-                               "--set", "fail=true", "--set", "cleanup_on_error=false", *url)
-        assert failed.returncode == 1, failed.stderr
-        original = str(failed.summary["execution_id"])
-
-        for verb in ("restart", "replay"):
-            again = await run_cli(verb, original, *url)
-            assert again.returncode == 1, (verb, again.stderr)
-            assert again.stdout == "", (verb, again.stdout)
-            lines = again.stderr.strip().splitlines()
-            assert len(lines) == 1, (verb, again.stderr)
-            assert "failed" in lines[0] and 'step "load"' in lines[0], (verb, lines)
-            assert "the warehouse refused the batch" in lines[0], (verb, lines)
-            assert "Traceback" not in again.stderr
+        yield ["--nats-url", nats_server.url]
     finally:
         await processes.stop_all()
 
 
-async def test_a_replay_from_a_step_reads_the_results_of_the_steps_before_it(
-        nats_server: NatsServer, tmp_path: Path) -> None:
-    url = ["--nats-url", nats_server.url]
-    (tmp_path / "logs").mkdir()
-    processes = Processes(nats_server.url, tmp_path / "logs")
-    await processes.start("server", "worker")
-    try:
-        hello = await run_cli("run", str(EXAMPLES / "hello.yaml"), "--json", "--quiet",
-                              "--set", "name=NATS", *url)
-        assert hello.returncode == 0, hello.stderr
-        original = str(hello.summary["execution_id"])
+async def test_a_restart_or_replay_that_fails_again_says_why_in_one_line(url: list[str]) -> None:
+    failed = await run_cli("run", str(EXAMPLES / "failure_routing.yaml"), "--json", "--quiet",
+                           "--set", "fail=true", "--set", "cleanup_on_error=false", *url)
+    assert failed.returncode == 1, failed.stderr
+    original = str(failed.summary["execution_id"])
 
-        for step in ("summary", "shout"):  # summary reads the loop `square`; shout reads `start`
-            replayed = await run_cli("replay", original, "--from", step, *url)
-            assert replayed.returncode == 0, (step, replayed.stderr)
-            assert json.loads(replayed.stdout) == {
-                "shouted": "HELLO, NATS!", "squares": [9, 1, 4], "total": 14}, step
-    finally:
-        await processes.stop_all()
+    for verb in ("restart", "replay"):
+        again = await run_cli(verb, original, *url)
+        assert again.returncode == 1, (verb, again.stderr)
+        assert again.stdout == "", (verb, again.stdout)
+        lines = again.stderr.strip().splitlines()
+        assert len(lines) == 1, (verb, again.stderr)
+        assert "failed" in lines[0] and 'step "load"' in lines[0], (verb, lines)
+        assert "the warehouse refused the batch" in lines[0], (verb, lines)
+        assert "Traceback" not in again.stderr
+
+
+async def test_a_replay_from_a_step_reads_the_results_of_the_steps_before_it(url: list[str]) -> None:
+    hello = await run_cli("run", str(EXAMPLES / "hello.yaml"), "--json", "--quiet",
+                          "--set", "name=NATS", *url)
+    assert hello.returncode == 0, hello.stderr
+    original = str(hello.summary["execution_id"])
+
+    for step in ("summary", "shout"):  # summary reads the loop `square`; shout reads `start`
+        replayed = await run_cli("replay", original, "--from", step, *url)
+        assert replayed.returncode == 0, (step, replayed.stderr)
+        assert json.loads(replayed.stdout) == {
+            "shouted": "HELLO, NATS!", "squares": [9, 1, 4], "total": 14}, step
