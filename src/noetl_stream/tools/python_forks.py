@@ -20,9 +20,9 @@ import select
 import signal
 import socket
 import struct
-from typing import TypedDict
 
 from noetl_stream import jsonutil
+from noetl_stream.tools.python_runner_forking import ForkOrder
 from noetl_stream.tools.python_slots import SandboxUser
 from noetl_stream.tools.sandbox import ChildPlace, Sandbox
 
@@ -100,7 +100,7 @@ class ForkServer:
         """A fresh child in `place`; ForkServerGone when the server is not there."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            order: _Order = {"cwd": place.folder, "env": place.env, **_who(place.user)}
+            order: ForkOrder = {"cwd": place.folder, "env": place.env, **_who(place.user)}
             pid, pidfd = await self._order(order, theirs.fileno())
         except BaseException:
             ours.close()
@@ -123,7 +123,7 @@ class ForkServer:
         finally:
             os.close(pidfd)
 
-    async def _order(self, order: _Order, channel: int) -> tuple[int, int]:
+    async def _order(self, order: ForkOrder, channel: int) -> tuple[int, int]:
         """Send one order and await its answer (pid, pidfd). The send never waits: an order is
         a few hundred bytes on a datagram socket whose buffer holds many.
         """
@@ -185,20 +185,7 @@ class ForkServer:
                 await self._proc.wait()
 
 
-class _Order(TypedDict, total=False):
-    """What the fork server is asked (tools/python_runner_forking.py reads it): fork a child in `cwd`
-    with `env`, or `clear` the processes a uid left; as the user `uid` (None: its own).
-    """
-
-    cwd: str | None
-    env: dict[str, str]
-    clear: bool
-    uid: int | None
-    gid: int
-    exclusive: bool
-
-
-def _who(user: SandboxUser | None) -> _Order:
+def _who(user: SandboxUser | None) -> ForkOrder:
     if user is None:
         return {"uid": None}
     return {"uid": user.uid, "gid": user.gid, "exclusive": user.exclusive}

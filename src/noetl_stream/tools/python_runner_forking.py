@@ -27,10 +27,9 @@ from .python_runner_user import (
 from .python_runner_values import dumps, loads
 
 
-class _Order(TypedDict, total=False):
-    """A fork server's order (tools/python_forks.py writes it; this file imports nothing of
-    noetl_stream): fork a child in `cwd` with `env` as user `uid` (None: the server's own), or
-    `clear` what that uid left running.
+class ForkOrder(TypedDict, total=False):
+    """A fork server's order (tools/python_forks.py writes it): fork a child in `cwd` with `env`
+    as user `uid` (None: the server's own), or `clear` what that uid left running.
     """
 
     cwd: str | None
@@ -41,7 +40,7 @@ class _Order(TypedDict, total=False):
     exclusive: bool
 
 
-def _forked(order: _Order, channel: int, held: dict[str, int]) -> None:
+def _forked(order: ForkOrder, channel: int, held: dict[str, int]) -> None:
     """A fork server's child: its own session, its channel as fd 0 and 1, its folder and
     environment, then its user; it serves steps until its channel closes.
     """
