@@ -100,7 +100,6 @@ def router_ack_wait_override() -> float | None:
 # executions by subject and key (server/retention.py); nothing running ever ages out.
 ENV_RETENTION = "NOETL_STREAM_RETENTION"
 DEFAULT_RETENTION_S = 30 * 86400.0
-MIN_RETENTION_S = 1.0
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
 
 
@@ -145,16 +144,7 @@ def store_bytes() -> int:
 
 
 def retention_s() -> float:
-    raw = os.environ.get(ENV_RETENTION, "").strip()
-    if not raw:
-        return DEFAULT_RETENTION_S
-    try:
-        seconds = parse_age(raw)
-    except ValueError as exc:
-        raise InfrastructureError(f"{ENV_RETENTION}: {exc}") from None
-    if seconds < MIN_RETENTION_S:
-        raise InfrastructureError(f"{ENV_RETENTION}: {raw!r} is shorter than 1 second")
-    return seconds
+    return _duration(ENV_RETENTION, DEFAULT_RETENTION_S)
 
 
 # NoETL's workers redact secret-named fields and secret-shaped texts in what a step stores
