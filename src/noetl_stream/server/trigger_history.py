@@ -6,35 +6,24 @@ first rebuilds what the trigger was at any moment (`applied` carries the whole d
 
 from __future__ import annotations
 
-import contextlib
-import secrets
-
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.api import ConsumerConfig
 
 from noetl_stream import jsonutil
+from noetl_stream.bus import stream_reads
 from noetl_stream.bus.connection import Bus
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.server.trigger_ops import TRIGGERS_STREAM
 
-FETCH_TIMEOUT_S = 5.0
 MAX_PAGE = 500
 
 
 def _reader(bus: Bus, name: str, after_seq: int) -> ConsumerConfig:
-    return ConsumerConfig(
-        name=f"trghist_{secrets.token_hex(8)}", ack_policy=AckPolicy.NONE, mem_storage=True,
-        num_replicas=1, inactive_threshold=30.0,
-        filter_subject=bus.topology.trigger_event_subject(name, "*"),
-        deliver_policy=DeliverPolicy.ALL if after_seq <= 0 else DeliverPolicy.BY_START_SEQUENCE,
-        opt_start_seq=None if after_seq <= 0 else after_seq + 1)
+    return stream_reads.reader("trghist", bus.topology.trigger_event_subject(name, "*"), after_seq)
 
 
 async def _pending_after(bus: Bus, name: str, after_seq: int) -> int:
     """How many of the trigger's events the stream holds after `after_seq`."""
-    info = await bus.js.add_consumer(TRIGGERS_STREAM, _reader(bus, name, after_seq))
-    with contextlib.suppress(Exception):  # it expires by itself when this fails
-        await bus.js.delete_consumer(TRIGGERS_STREAM, info.name)
-    return int(info.num_pending or 0)
+    return await stream_reads.count(bus, TRIGGERS_STREAM, _reader(bus, name, after_seq))
 
 
 async def newest_start(bus: Bus, name: str, limit: int) -> int:
@@ -63,24 +52,8 @@ async def history(bus: Bus, name: str, *, after_seq: int = 0, limit: int = 100,
     limit = max(1, min(limit, MAX_PAGE))
     if newest:
         after_seq = max(after_seq, await newest_start(bus, name, limit))
-    info = await bus.js.add_consumer(TRIGGERS_STREAM, _reader(bus, name, after_seq))
-    out: list[JsonObject] = []
-    last = after_seq
-    try:
-        wanted = min(limit, int(info.num_pending or 0))
-        if wanted == 0:
-            return out, last
-        sub = await bus.js.pull_subscribe_bind(info.name, stream=TRIGGERS_STREAM)
-        try:
-            while len(out) < wanted:
-                for msg in await sub.fetch(wanted - len(out), timeout=FETCH_TIMEOUT_S):
-                    seq = int(msg.metadata.sequence.stream)
-                    last = max(last, seq)
-                    event = jsonutil.loads_object(msg.data or b"") or {}
-                    out.append({"seq": seq, **event})
-        finally:
-            await sub.unsubscribe()
-    finally:
-        with contextlib.suppress(Exception):  # it expires by itself when this fails
-            await bus.js.delete_consumer(TRIGGERS_STREAM, info.name)
-    return out, last
+    msgs = await stream_reads.read(bus, TRIGGERS_STREAM, _reader(bus, name, after_seq),
+                                   limit=limit)
+    out = [{"seq": int(m.metadata.sequence.stream), **(jsonutil.loads_object(m.data or b"") or {})}
+           for m in msgs]
+    return out, stream_reads.last_sequence(msgs, after_seq)

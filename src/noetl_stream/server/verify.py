@@ -10,14 +10,13 @@ summary too.
 from __future__ import annotations
 
 import contextlib
-import secrets
 from dataclasses import dataclass
 from typing import Literal
 
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
+from noetl_stream.bus import stream_reads
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.event_feed import EVENTS_STREAM
 from noetl_stream.bus.signals import decode_event_body
@@ -39,8 +38,7 @@ from noetl_stream.tools.registry import installed_kinds
 
 Outcome = Literal["equal", "different", "unknown"]
 SUMMARY_FIELDS = ("status", "result", "error", "steps", "ctx", "vars")
-FETCH = 500
-FETCH_TIMEOUT_S = 5.0
+FETCH = 500  # events fetched at a time
 
 
 @dataclass(frozen=True)
@@ -180,31 +178,12 @@ async def read_sequenced_log(bus: Bus, execution_id: str) -> list[tuple[int, Jso
     """`read_log`, each event with its sequence in the events stream (the origin a state's
     `source_recent` names, server/applied_order.py).
     """
-    config = ConsumerConfig(name=f"verify_{secrets.token_hex(8)}",
-                            deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE,
-                            filter_subject=bus.topology.execution_events_filter(execution_id),
-                            mem_storage=True, num_replicas=1, inactive_threshold=30.0)
-    info = await bus.js.add_consumer(EVENTS_STREAM, config)
+    config = stream_reads.reader("verify", bus.topology.execution_events_filter(execution_id))
     events: list[tuple[int, JsonObject]] = []
-    try:
-        wanted = int(info.num_pending or 0)
-        if wanted == 0:
-            return events
-        sub = await bus.js.pull_subscribe_bind(info.name, stream=EVENTS_STREAM)
-        try:
-            read = 0
-            while read < wanted:
-                for msg in await sub.fetch(min(FETCH, wanted - read), timeout=FETCH_TIMEOUT_S):
-                    read += 1
-                    seq = int(msg.metadata.sequence.stream)
-                    with contextlib.suppress(ValueError):  # refused by the server as well
-                        events.append((seq, decode_event_body(bus.topology, msg.subject,
-                                                              msg.data, seq)))
-        finally:
-            await sub.unsubscribe()
-    finally:
-        with contextlib.suppress(Exception):  # it expires by itself when this fails
-            await bus.js.delete_consumer(EVENTS_STREAM, info.name)
+    for msg in await stream_reads.read(bus, EVENTS_STREAM, config, batch=FETCH):
+        seq = int(msg.metadata.sequence.stream)
+        with contextlib.suppress(ValueError):  # refused by the server as well
+            events.append((seq, decode_event_body(bus.topology, msg.subject, msg.data, seq)))
     return events
 
 
