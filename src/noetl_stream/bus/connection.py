@@ -15,6 +15,7 @@ import nats
 from nats.aio.client import Client
 from nats.errors import AuthorizationError, NoServersError
 from nats.js import JetStreamContext
+from nats.js.api import DEFAULT_PREFIX
 
 from noetl_stream import config
 from noetl_stream.bus.stored_publish import JETSTREAM_TIMEOUT_S, StoredPublisher
@@ -25,6 +26,9 @@ INITIAL_CONNECT_ATTEMPTS = 3
 ENV_INBOX_PREFIX = "NOETL_STREAM_INBOX_PREFIX"
 INBOX_ROOT = "_INBOX"
 _NOT_IN_TOKEN = re.compile(r"[.*>\s]")
+# The JetStream API prefix of every connection here (no domains): requests nats-py's JetStream
+# context does not make (a priority group's pull, an unpin) are sent under it.
+API_PREFIX = DEFAULT_PREFIX
 
 log = logging.getLogger("noetl_stream.connection")
 
@@ -172,7 +176,7 @@ async def connect(url: str, *, prefix: str = "noetl", name: str = "noetl-stream"
     nc.options["max_reconnect_attempts"] = -1
     # The first load of a prefix reads and parses the topology file: in a thread, off the loop.
     topology = await asyncio.to_thread(load_topology, prefix)
-    return Bus(nc, nc.jetstream(timeout=JETSTREAM_TIMEOUT_S), topology, listeners, url)
+    return Bus(nc, nc.jetstream(prefix=API_PREFIX, timeout=JETSTREAM_TIMEOUT_S), topology, listeners, url)
 
 
 @contextlib.asynccontextmanager

@@ -36,7 +36,7 @@ from nats.js.api import (
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from noetl_stream import config
-from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.connection import API_PREFIX, Bus
 from noetl_stream.bus.storage import STORAGE_RESOURCES_EXCEEDED
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.jsonutil import JsonObject, JsonValue
@@ -276,8 +276,7 @@ _COMPARED = ("filter_subject", "ack_wait", "max_deliver", "priority_groups", "pr
 
 async def _jsapi(bus: Bus, subject: str, body: JsonObject | None = None,
                  timeout: float = 5.0) -> JsonObject:
-    prefix = getattr(bus.js, "_prefix", "$JS.API")
-    reply = await bus.nc.request(f"{prefix}.{subject}", json.dumps(body).encode() if body else b"",
+    reply = await bus.nc.request(f"{API_PREFIX}.{subject}", json.dumps(body).encode() if body else b"",
                                  timeout=timeout)
     answer: JsonValue = json.loads(reply.data)
     if not isinstance(answer, dict):

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.connection import API_PREFIX, Bus
 from noetl_stream.bus.delivery import delivery_of
 from noetl_stream.bus.pull_lanes import Lane, lane_expiry, lanes_of
 from noetl_stream.jsonutil import JsonObject
@@ -366,7 +366,7 @@ async def open_pull(bus: Bus, stream: str, durable: str, *, credit: int,
     connection comes back.
     """
     consumer = PullConsumer(bus.nc, stream, durable, credit=credit,
-                            api_prefix=getattr(bus.js, "_prefix", "$JS.API"), group=group,
+                            api_prefix=API_PREFIX, group=group,
                             expires_s=expires_s, on_pinned=on_pinned)
     bus.reconnect_listeners.append(consumer.on_reconnect)
     consumer.detach = lambda: _discard(bus.reconnect_listeners, consumer.on_reconnect)

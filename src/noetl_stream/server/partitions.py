@@ -31,7 +31,7 @@ from nats.aio.msg import Msg
 from nats.js.errors import KeyNotFoundError
 
 from noetl_stream import jsonutil
-from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.connection import API_PREFIX, Bus
 from noetl_stream.bus.delivery import delivery_of
 from noetl_stream.bus.heartbeats import HEARTBEAT_S, RUNTIME_BUCKET, Heartbeat
 from noetl_stream.bus.pull import PullConsumer, open_pull
@@ -153,7 +153,7 @@ class RouterPartitions:
         for consumer in held:
             with contextlib.suppress(Exception):
                 await self.bus.nc.request(
-                    f"{getattr(self.bus.js, '_prefix', '$JS.API')}.CONSUMER.UNPIN."
+                    f"{API_PREFIX}.CONSUMER.UNPIN."
                     f"{self.router.stream}.{consumer.name}",
                     jsonutil.dumps({"group": self.router.group}), timeout=1.0)
         self.consumers = []
