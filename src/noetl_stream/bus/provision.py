@@ -12,7 +12,6 @@ cluster) are compared only when asked for, so a process started without them nev
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,10 +35,11 @@ from nats.js.api import (
 from nats.js.errors import APIError, BadRequestError, NotFoundError
 
 from noetl_stream import config
-from noetl_stream.bus.connection import API_PREFIX, Bus
+from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.js_api import js_request
 from noetl_stream.bus.storage import STORAGE_RESOURCES_EXCEEDED
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.jsonutil import JsonObject, JsonValue
+from noetl_stream.jsonutil import JsonObject
 from noetl_stream.subjects import ConsumerDecl, RouterDecl, StreamDecl
 
 _RETENTION = {"workqueue": RetentionPolicy.WORK_QUEUE, "limits": RetentionPolicy.LIMITS}
@@ -47,6 +47,7 @@ _RETENTION = {"workqueue": RetentionPolicy.WORK_QUEUE, "limits": RetentionPolicy
 log = logging.getLogger("noetl_stream.provision")
 
 PROVISION_PATIENCE_S = 60.0
+API_TIMEOUT_S = 5.0  # a JetStream API request nats-py's context does not make (bus/js_api.py)
 
 
 @dataclass
@@ -274,19 +275,9 @@ _COMPARED = ("filter_subject", "ack_wait", "max_deliver", "priority_groups", "pr
              "priority_timeout")
 
 
-async def _jsapi(bus: Bus, subject: str, body: JsonObject | None = None,
-                 timeout: float = 5.0) -> JsonObject:
-    reply = await bus.nc.request(f"{API_PREFIX}.{subject}", json.dumps(body).encode() if body else b"",
-                                 timeout=timeout)
-    answer: JsonValue = json.loads(reply.data)
-    if not isinstance(answer, dict):
-        raise InfrastructureError(f"JetStream answered {subject} with no JSON object")
-    return answer
-
-
 async def _create_router_consumer(bus: Bus, stream: str, config: JsonObject) -> None:
-    answer = await _jsapi(bus, f"CONSUMER.CREATE.{stream}.{config['durable_name']}",
-                          {"stream_name": stream, "config": config})
+    answer = await js_request(bus, f"CONSUMER.CREATE.{stream}.{config['durable_name']}",
+                              {"stream_name": stream, "config": config}, timeout_s=API_TIMEOUT_S)
     if "error" in answer:
         error = answer["error"]
         detail = error.get("description", error) if isinstance(error, dict) else error
@@ -300,7 +291,8 @@ async def ensure_router_consumers(bus: Bus, router: RouterDecl, report: Provisio
     for partition in range(router.partitions):
         want, durable = router_consumer_config(router, partition), router.durable_of(partition)
         name = f"consumer {router.stream}/{durable}"
-        info = await _jsapi(bus, f"CONSUMER.INFO.{router.stream}.{durable}")
+        info = await js_request(bus, f"CONSUMER.INFO.{router.stream}.{durable}",
+                                timeout_s=API_TIMEOUT_S)
         if "error" in info:
             await _create(report, name, _create_router_consumer(bus, router.stream, want),
                           partial(_consumer_exists, bus, router.stream, durable))

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from noetl_stream.bus.connection import Bus
+from noetl_stream.bus.js_api import js_request
 from noetl_stream.errors import InfrastructureError
 from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.server.backup_files import (
@@ -65,12 +66,7 @@ def state_streams(bus: Bus) -> list[str]:
 
 
 async def _api(bus: Bus, subject: str, body: JsonObject | None = None) -> JsonObject:
-    reply = await bus.nc.request(f"$JS.API.{subject}", json.dumps(body).encode() if body else b"",
-                                 timeout=API_TIMEOUT_S)
-    answer: JsonValue = json.loads(reply.data)
-    if not isinstance(answer, dict):
-        raise InfrastructureError(f"JetStream answered {subject} with no JSON object")
-    return answer
+    return await js_request(bus, subject, body, timeout_s=API_TIMEOUT_S)
 
 
 def _object(value: JsonValue) -> JsonObject:
