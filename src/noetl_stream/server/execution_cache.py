@@ -22,12 +22,11 @@ from noetl_stream.observe import tracing
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server.outbox_marks import OutboxMarks
 from noetl_stream.server.partitions import partition_of
-from noetl_stream.server.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
+from noetl_stream.server.playbook_parsing import ParsedPlaybooks, parse_off_loop
 from noetl_stream.server.retention import EXECUTIONS_BUCKET
 from noetl_stream.server.state_codec import writable
 from noetl_stream.server.versions import Cached
 from noetl_stream.state.step_results import StepResults
-from noetl_stream.tools.registry import installed_kinds
 
 STATE_CACHE_SIZE = 10_000  # execution states kept in memory between their events
 
@@ -38,12 +37,10 @@ class ExecutionCache:
     def __init__(self, bus: Bus, step_results: StepResults, marks: OutboxMarks) -> None:
         self.bus = bus
         self._states: dict[str, Cached] = {}
-        self._playbooks: dict[str, Playbook] = {}
+        self._playbooks = ParsedPlaybooks()
         self._storing = asyncio.Lock()  # parsing and storing a playbook not seen before
         self._step_results = step_results
         self._marks = marks
-        # Plugin kinds installed here are valid words too; read once, without loading plugin code.
-        self._kinds = installed_kinds()
         self._executions: KeyValue | None = None
         self._catalog: KeyValue | None = None
 
@@ -100,13 +97,8 @@ class ExecutionCache:
 
     async def playbook(self, key: str) -> Playbook:
         """The playbook stored under catalog `key`, parsed once per server."""
-        pb = self._playbooks.get(key)
-        if pb is None:
-            assert self._catalog is not None
-            entry = await self._catalog.get(key)
-            pb = await parse_off_loop(bytes(entry.value or b"").decode(), key, self._kinds)
-            _bounded_put(self._playbooks, key, pb, PLAYBOOK_CACHE_SIZE)
-        return pb
+        assert self._catalog is not None
+        return await self._playbooks.load(self._catalog, key)
 
     async def playbook_of_request(self, key: str, text: str, file: str) -> Playbook:
         """A request's playbook `text`, parsed and stored in the catalog under `key` once per
@@ -120,10 +112,10 @@ class ExecutionCache:
             async with self._storing:
                 playbook = self._playbooks.get(key)
                 if playbook is None:
-                    playbook = await parse_off_loop(text, file, self._kinds)
+                    playbook = await parse_off_loop(text, file, self._playbooks.kinds)
                     assert self._catalog is not None
                     await self._catalog.put(key, text.encode())
-                    _bounded_put(self._playbooks, key, playbook, PLAYBOOK_CACHE_SIZE)
+                    self._playbooks.put(key, playbook)
         return playbook
 
 

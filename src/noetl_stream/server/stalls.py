@@ -51,11 +51,10 @@ from noetl_stream.isotime import iso_time
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server.periodic import Periodic
-from noetl_stream.server.playbook_parsing import PLAYBOOK_CACHE_SIZE, parse_off_loop
+from noetl_stream.server.playbook_parsing import ParsedPlaybooks
 from noetl_stream.server.retention import EXECUTIONS_BUCKET, sweep_period
 from noetl_stream.state.kv_keys import bucket_keys
 from noetl_stream.subjects import DEFAULT_POOL
-from noetl_stream.tools.registry import installed_kinds
 
 log = logging.getLogger("noetl_stream.stalls")
 
@@ -95,8 +94,7 @@ class StallCheck:
         self.every_s = sweep_period(config.retention_s()) if every_s is None else every_s
         self.clock = clock
         self._suspects: set[str] = set()
-        self._playbooks: dict[str, Playbook] = {}
-        self._kinds = installed_kinds()
+        self._playbooks = ParsedPlaybooks()
         self._periodic = Periodic("stall check", self.check, every_s=self.every_s)
 
     async def start(self) -> None:
@@ -147,14 +145,8 @@ class StallCheck:
         return ExecutionState.from_dict(raw)
 
     async def _playbook(self, key: str) -> Playbook:
-        pb = self._playbooks.get(key)
-        if pb is None:
-            entry = await (await self.bus.js.key_value("noetl_catalog")).get(key)
-            pb = await parse_off_loop(bytes(entry.value or b"").decode(), key, self._kinds)
-            self._playbooks[key] = pb
-            while len(self._playbooks) > PLAYBOOK_CACHE_SIZE:  # as many as the server keeps
-                del self._playbooks[next(iter(self._playbooks))]
-        return pb
+        return self._playbooks.get(key) or await self._playbooks.load(
+            await self.bus.js.key_value("noetl_catalog"), key)
 
     async def _waits(self, state: ExecutionState, now: float) -> list[Wait]:
         """What the execution waits for and is overdue enough to be suspected."""
