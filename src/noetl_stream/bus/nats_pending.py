@@ -2,8 +2,8 @@
 
 bus/wire.py writes a publish's protocol command in one pass, which `Client.publish` cannot take:
 nats-py has no public call that sends a command already built. So the command joins the
-connection's pending buffer as `Client.publish` does it itself (nats-py 2.9 to 2.16,
-nats/aio/client.py `_send_publish`): `_send_command(command)`, then `_flush_pending()` when the
+connection's pending buffer as `Client.publish` does it itself (nats/aio/client.py
+`_send_publish`, read in nats-py 2.16): `_send_command(command)`, then `_flush_pending()` when the
 flusher's queue `_flush_queue` is empty, which wakes the flusher task. The counters
 (`Client.stats`) and limits (`max_payload`) it keeps are public.
 
