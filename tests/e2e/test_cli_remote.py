@@ -208,10 +208,16 @@ async def test_a_bad_token_or_no_server_ends_with_one_clear_line(remote: Remote)
     assert bad.returncode == 2
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("noetl-stream: not authenticated: pass --token or set "
-                               "NOETL_STREAM_TOKEN (server answered 401: missing, unknown or expired")
+    assert lines[0].startswith("noetl-stream: token refused: the server does not accept the "
+                               "token given (--token or NOETL_STREAM_TOKEN); it is unknown, "
+                               "expired or revoked (server answered 401: missing, unknown or expired")
+    assert "pass --token" not in bad.stderr
+    by_env_bad = await run_cli("run", str(PLAYBOOKS / "hello.yaml"), "--server", remote.url,
+                               env={"NOETL_STREAM_TOKEN": "nsk_wrong"})
+    assert by_env_bad.returncode == 2 and len(by_env_bad.stderr.strip().splitlines()) == 1
+    assert "token refused" in by_env_bad.stderr and "pass --token" not in by_env_bad.stderr
     none = await run_cli("run", str(PLAYBOOKS / "hello.yaml"), "--server", remote.url)
-    assert none.returncode == 2 and "not authenticated" in none.stderr
+    assert none.returncode == 2 and "not authenticated: pass --token or set" in none.stderr
 
     # The environment carries the server and the token as well as the options.
     by_env = await run_cli("status", "no-such-execution",
