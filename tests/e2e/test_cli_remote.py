@@ -100,10 +100,21 @@ async def test_run_over_http_prints_the_same_json_as_over_nats(
     assert json.loads(plain.stdout) == {"text": "HELLO WORLD"}
 
 
-async def test_failed_and_refused_runs_keep_their_exit_codes_over_http(remote: Remote) -> None:
+async def test_failed_and_refused_runs_keep_their_exit_codes_over_http(
+        remote: Remote, nats_server: NatsServer) -> None:
     failed = await remote.cli("run", str(PLAYBOOKS / "fail_unhandled.yaml"), "--json", "--quiet")
     assert failed.returncode == 1, failed.stderr
     assert failed.summary["status"] == "failed"
+    assert (failed.summary["failed_step"], failed.summary["result"]) == ("boom", None)
+    # Neither the API nor `status` passes the step before's result off as the execution's.
+    execution_id = str(failed.summary["execution_id"])
+    detail = await remote.get(f"/api/executions/{execution_id}")
+    assert (detail["status"], detail["result"]) == ("failed", None)
+    assert detail["steps"]["start"]["result"] == {"ok": True}  # type: ignore[index]
+    for status in (await remote.cli("status", execution_id, "--json"),
+                   await run_cli("status", execution_id, "--json", "--nats-url", nats_server.url)):
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["result"] is None
 
     children = await remote.cli("run", str(PLAYBOOKS / "subplaybook_parent.yaml"))
     assert children.returncode == 2
