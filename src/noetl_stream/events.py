@@ -377,7 +377,7 @@ EVENT_TYPES: dict[str, tuple[type[Event], str]] = {
     "execution.rejected": (ExecutionRejected, "the request was refused (invalid playbook)"),
     "execution.admitted": (ExecutionAdmitted, "it holds a slot under its concurrency limit; its first "
                            "step follows"),
-    "concurrency.requested": (ConcurrencyEvent, "it waits for a slot under a concurrency limit"),
+    "concurrency.requested": (ConcurrencyEvent, "it asks for a slot under a concurrency limit"),
     "concurrency.released": (ConcurrencyEvent, "it ended: its slot (or place in line) is free"),
     "sla.missed": (SlaMissed, "it ran past executor.spec.sla.max_duration (it goes on)"),
     "execution.cancel.requested": (CancelRequested, "someone asked to cancel it"),

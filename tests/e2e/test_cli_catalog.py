@@ -18,6 +18,9 @@ async def test_register_list_show_and_run_by_catalog_path(tmp_path: Path) -> Non
     env = {"NOETL_STREAM_HOME": str(tmp_path / "home")}
     empty = await run_cli("catalog", "list", "--json", env=env)
     assert empty.returncode == 0 and json.loads(empty.stdout) == []
+    nothing = await run_cli("catalog", "list", env=env)
+    assert (nothing.returncode, nothing.stdout) == (
+        0, "no playbooks registered (`noetl-stream register FILE` adds one)\n")
 
     registered = await run_cli("register", str(HELLO), env=env)
     assert registered.returncode == 0, registered.stderr

@@ -123,3 +123,23 @@ async def test_logs_follow_prints_new_events_until_the_end(bus: Bus, nats_server
     types = [line.split()[1] for line in followed.stdout.splitlines() if not line.startswith(" ")]
     assert types[0] == "execution.started" and types[-1] == "execution.completed"
     assert "signal.approve" in types and types.index("timer.scheduled") < types.index("signal.approve")
+
+
+async def test_list_with_nothing_to_show_says_so_naming_the_filters(
+        bus: Bus, nats_server: NatsServer) -> None:
+    url = ["--nats-url", nats_server.url]
+    empty = await run_cli("executions", "list", *url)
+    assert empty.returncode == 0, empty.stderr
+    assert empty.stdout == "no executions\n"
+
+    async with run_services(bus, python_children=1):
+        await submit_and_watch(bus, playbook_text=OBSERVED, playbook_file="observed.yaml",
+                               payload={}, on_event=lambda e: None, timeout_s=30)
+    filtered = await run_cli("executions", "list", "--status", "failed", "--status", "waiting",
+                             "--playbook", "observed", "--label", "team=data", "--since", "1h",
+                             *url)
+    assert filtered.returncode == 0, filtered.stderr
+    assert filtered.stdout == ("no executions match --status failed --status waiting --playbook "
+                               "observed --label team=data --since 1h\n")
+    as_json = await run_cli("executions", "list", "--status", "failed", "--json", *url)
+    assert json.loads(as_json.stdout) == []

@@ -100,10 +100,21 @@ async def test_run_over_http_prints_the_same_json_as_over_nats(
     assert json.loads(plain.stdout) == {"text": "HELLO WORLD"}
 
 
-async def test_failed_and_refused_runs_keep_their_exit_codes_over_http(remote: Remote) -> None:
+async def test_failed_and_refused_runs_keep_their_exit_codes_over_http(
+        remote: Remote, nats_server: NatsServer) -> None:
     failed = await remote.cli("run", str(PLAYBOOKS / "fail_unhandled.yaml"), "--json", "--quiet")
     assert failed.returncode == 1, failed.stderr
     assert failed.summary["status"] == "failed"
+    assert (failed.summary["failed_step"], failed.summary["result"]) == ("boom", None)
+    # Neither the API nor `status` passes the step before's result off as the execution's.
+    execution_id = str(failed.summary["execution_id"])
+    detail = await remote.get(f"/api/executions/{execution_id}")
+    assert (detail["status"], detail["result"]) == ("failed", None)
+    assert detail["steps"]["start"]["result"] == {"ok": True}  # type: ignore[index]
+    for status in (await remote.cli("status", execution_id, "--json"),
+                   await run_cli("status", execution_id, "--json", "--nats-url", nats_server.url)):
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["result"] is None
 
     children = await remote.cli("run", str(PLAYBOOKS / "subplaybook_parent.yaml"))
     assert children.returncode == 2
@@ -208,10 +219,16 @@ async def test_a_bad_token_or_no_server_ends_with_one_clear_line(remote: Remote)
     assert bad.returncode == 2
     lines = bad.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("noetl-stream: not authenticated: pass --token or set "
-                               "NOETL_STREAM_TOKEN (server answered 401: missing, unknown or expired")
+    assert lines[0].startswith("noetl-stream: token refused: the server does not accept the "
+                               "token given (--token or NOETL_STREAM_TOKEN); it is unknown, "
+                               "expired or revoked (server answered 401: missing, unknown or expired")
+    assert "pass --token" not in bad.stderr
+    by_env_bad = await run_cli("run", str(PLAYBOOKS / "hello.yaml"), "--server", remote.url,
+                               env={"NOETL_STREAM_TOKEN": "nsk_wrong"})
+    assert by_env_bad.returncode == 2 and len(by_env_bad.stderr.strip().splitlines()) == 1
+    assert "token refused" in by_env_bad.stderr and "pass --token" not in by_env_bad.stderr
     none = await run_cli("run", str(PLAYBOOKS / "hello.yaml"), "--server", remote.url)
-    assert none.returncode == 2 and "not authenticated" in none.stderr
+    assert none.returncode == 2 and "not authenticated: pass --token or set" in none.stderr
 
     # The environment carries the server and the token as well as the options.
     by_env = await run_cli("status", "no-such-execution",

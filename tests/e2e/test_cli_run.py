@@ -17,7 +17,9 @@ async def test_hello_runs_python_steps_and_prints_one_json_summary() -> None:
 
     assert out.returncode == 0, out.stderr
     summary = out.summary
-    assert set(summary) == {"execution_id", "status", "result", "error", "steps", "ctx", "vars"}
+    assert set(summary) == {"execution_id", "status", "result", "failed_step", "error", "steps",
+                            "ctx", "vars"}
+    assert summary["failed_step"] is None
     assert summary["status"] == "completed"
     assert summary["error"] is None
     assert summary["result"] == {"text": "HELLO WORLD"}
@@ -115,10 +117,12 @@ async def test_unhandled_failure_exits_1_and_names_the_step_and_message() -> Non
     assert out.returncode == 1
     summary = out.summary
     assert summary["status"] == "failed"
+    assert summary["failed_step"] == "boom"
+    assert summary["result"] is None  # not start's {"ok": true}: the execution has no result
     assert summary["error"]["step"] == "boom"
     assert summary["error"]["message"].startswith('step "boom" failed:')
     assert "RuntimeError: disk quota exceeded" in summary["error"]["message"]
-    assert summary["steps"]["start"]["status"] == "completed"
+    assert summary["steps"]["start"] == {"status": "completed", "runs": 1, "result": {"ok": True}}
     assert summary["steps"]["boom"]["status"] == "failed"
     assert "never" not in summary["steps"] or summary["steps"]["never"]["runs"] == 0
 

@@ -160,6 +160,38 @@ async def test_skip_ends_the_new_execution_cancelled_with_the_reason(
 
 
 @pytest.mark.timeout(120)
+async def test_run_of_a_skipped_execution_says_skipped_naming_the_limit_and_never_waiting(
+        bus: Bus, nats_server: NatsServer, procs: Processes, tmp_path: Path) -> None:
+    text = playbook("run_skipping", "{limit: 1, key: \"{{ workload.customer }}\", on_limit: skip}",
+                    0.2)
+    path = tmp_path / "run_skipping.yaml"
+    path.write_text(text)
+    url = ("--nats-url", nats_server.url)
+    free = await run_cli("run", str(path), *url, timeout_s=60)  # nothing holds the slot
+    assert free.returncode == 0, free.stderr
+    assert "waiting for a slot" not in free.stderr
+    assert "admitted: it holds a slot" in free.stderr
+
+    path.write_text(text.replace("time.sleep(0.2)", "time.sleep(4.0)"))
+    await submit_all(bus, path.read_text(), ["holder"])
+
+    async def holder_admitted() -> None:
+        assert "holder" in [e["execution_id"] for e in await events_of(bus, "execution.admitted")]
+
+    await assert_eventually(holder_admitted, timeout_s=30, interval_s=0.2)
+    skipped = await run_cli("run", str(path), *url, timeout_s=60)
+
+    assert skipped.returncode == 1, skipped.stderr
+    assert "waiting for a slot" not in skipped.stderr
+    lines = [line.split(None, 1)[1] for line in skipped.stderr.splitlines()
+             if line.strip() and line.split()[0].endswith("s")]
+    assert lines[-1] == ("skipped  not started: 1 execution(s) of tests/run_skipping[acme] already "
+                         "run and the concurrency limit is 1 (on_limit: skip)"), skipped.stderr
+    assert not any(line.startswith("cancelled") for line in lines), skipped.stderr
+    await all_ended(bus, ["holder"], timeout_s=60)
+
+
+@pytest.mark.timeout(120)
 async def test_cancel_oldest_cancels_the_running_one_and_the_new_one_runs(
         bus: Bus, procs: Processes) -> None:
     # Two versions of one playbook (its path names the group): the old one would run a minute.

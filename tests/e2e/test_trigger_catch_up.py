@@ -15,7 +15,7 @@ import contextlib
 import itertools
 from collections import Counter
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -23,10 +23,11 @@ from cli import run_cli
 from processes import RoleProcess
 from test_triggers import EXAMPLES, apply_text, at, cli, fired, started
 
-from noetl_stream import ids
+from noetl_stream import ids, jsonutil
 from noetl_stream.bus.connection import Bus, connect
 from noetl_stream.bus.nats_server import NatsServer, free_port, start_nats_server
 from noetl_stream.bus.provision import provision
+from noetl_stream.testing.events import stored_messages
 from noetl_stream.testing.waiting import assert_eventually
 
 pytestmark = pytest.mark.e2e
@@ -246,3 +247,111 @@ async def test_catch_up_last_fires_only_the_latest_time_missed_while_nats_server
     finally:
         if restarted is not None:
             await restarted.stop()
+
+
+async def schedule_fires(bus: Bus, name: str) -> list[datetime]:
+    """When each fire nats-server produced for `name` was stored (not those a server sent)."""
+    subject = f"noetl.triggers.fire.{name}"
+    info = await bus.js.stream_info("NOETL_TRIGGERS", subjects_filter=subject)
+    expected = sum((info.state.subjects or {}).values())
+    sub = await bus.js.subscribe(subject, stream="NOETL_TRIGGERS", ordered_consumer=True)
+    out = []
+    try:
+        for _ in range(expected):
+            msg = await sub.next_msg(timeout=5)
+            if "Nats-Schedule-Next" in (msg.headers or {}):
+                out.append(msg.metadata.timestamp.astimezone(UTC))
+    finally:
+        await sub.unsubscribe()
+    return out
+
+
+async def skipped(bus: Bus, name: str) -> list[str]:
+    return [jsonutil.loads(data)["nominal_time"] for _, data in await stored_messages(
+        bus.js, f"noetl.triggers.events.{name}.skipped", stream="NOETL_TRIGGERS")]
+
+
+@pytest.mark.timeout(300)
+async def test_nats_server_back_just_before_a_fire_time_names_that_time_and_catches_up_before(
+        own_nats: tuple[NatsServer, int], tmp_path: Path) -> None:
+    """nats-server, back less than half a second before a fire time F, rounds its clock up to F:
+    its one fire after the downtime is stored before F and the schedule's next fire is the one
+    after F, so F itself is never fired. That fire stands for F (started once F is reached), and
+    the instants missed before it are what `catch_up` decides on: `none` skips the latest of
+    them (not F), `last` starts it as well as F.
+
+    The restart is aimed at 0.25 s before an even second; where it lands depends on how long
+    nats-server takes to start, so it is tried again (aimed by what the last try measured) until
+    a fire lands there.
+    """
+    nats, port = own_nats
+    servers = [nats]
+    try:
+        async with services_with_report(nats.url, tmp_path, "catch-up-early-test") as bus:
+            for name, policy in (("early_none", "none"), ("early_last", "last")):
+                await apply_text(nats.url, tmp_path, name, 'schedule: {cron: "*/2 * * * * *"}\n'
+                                 f"  catch_up: {policy}", '{day: "{{ trigger.nominal_time }}"}')
+
+            async def fires(name: str) -> list[datetime]:
+                times = sorted(at(f["nominal_time"]) for f in await fired(bus, name))
+                assert times
+                return times
+
+            await assert_eventually(lambda: fires("early_none"), timeout_s=30, interval_s=0.3)
+            await assert_eventually(lambda: fires("early_last"), timeout_s=30, interval_s=0.3)
+            startup_s, early = 0.2, None
+            for _ in range(6):
+                await servers[-1].stop()
+                down_at = datetime.now(UTC)
+                # Sleep 5-7 s (two or three even seconds missed), so that nats-server's clock
+                # reads 0.25 s before an even second when it fires.
+                wake = down_at + timedelta(seconds=5)
+                target = wake.replace(microsecond=0) + timedelta(
+                    seconds=1 + (wake.second + 1) % 2, milliseconds=-250)
+                await asyncio.sleep((target - timedelta(seconds=startup_s)
+                                     - datetime.now(UTC)).total_seconds())
+                began = datetime.now(UTC)
+                servers.append(await start_nats_server(nats.store_dir.parent, port=port,
+                                                       record=False))
+
+                async def back_fire(began: datetime = began) -> datetime:
+                    later = [t for t in await schedule_fires(bus, "early_none") if t > began]
+                    assert later
+                    return later[0]
+
+                stored = await assert_eventually(back_fire, timeout_s=30, interval_s=0.2)
+                startup_s = max(0.0, (stored - began).total_seconds() - 0.05)
+                due = stored.replace(microsecond=0) + timedelta(seconds=1 + (stored.second + 1) % 2)
+                # Under 0.4 s: nats-server read its clock a little before it stored the fire.
+                if due - stored < timedelta(seconds=0.4):
+                    early = (stored, due)
+                    break
+            assert early is not None, "nats-server never came back in the half second before a fire"
+            stored, due = early
+            missed_latest = due - timedelta(seconds=2)
+            assert missed_latest > down_at  # it was missed
+
+            async def past(name: str) -> None:
+                assert max(await fires(name)) >= due + timedelta(seconds=4)
+
+            await assert_eventually(lambda: past("early_none"), timeout_s=60, interval_s=0.5)
+            await assert_eventually(lambda: past("early_last"), timeout_s=60, interval_s=0.5)
+            await cli(servers[-1].url, "pause", "early_none")
+            await cli(servers[-1].url, "pause", "early_last")
+
+            none_times = await fires("early_none")
+            assert due in none_times and len(none_times) == len(set(none_times)), none_times
+            assert missed_latest not in none_times, none_times
+            assert iso_ms(due) not in await skipped(bus, "early_none")
+            assert iso_ms(missed_latest) in await skipped(bus, "early_none")
+            last_times = await fires("early_last")
+            assert {due, missed_latest} <= set(last_times), (due, last_times)
+            assert len(last_times) == len(set(last_times)), last_times
+            starts = await started(bus)
+            for name in ("early_none", "early_last"):
+                (start,) = starts[ids.derived_execution_id("trigger", name, iso_ms(due))]
+                # started once F was reached, not on the early fire's arrival
+                assert start["timestamp"] >= due.timestamp(), (start["timestamp"], due)
+    finally:
+        for server in servers[1:]:
+            await server.stop()

@@ -323,8 +323,13 @@ async def test_the_http_api_operates_triggers_under_the_roles(
         assert (status, paused["result"]) == (200, "paused")
         status, one = await call("GET", "/api/triggers/nightly", as_viewer)
         assert (one["state"], one["next_fires"], one["next_fire"]) == ("paused", [], None)
+        # The answer waits for the outcome: the execution a server started for the fire.
         status, fired_now = await call("POST", "/api/triggers/nightly/fire", as_operator)
-        assert status == 202 and len(fired_now["nominal_times"]) == 1
+        assert (status, fired_now["result"]) == (201, "started"), fired_now
+        assert len(fired_now["nominal_times"]) == 1
+        started_id = fired_now["execution_id"]
+        status, started = await call("GET", f"/api/executions/{started_id}", as_viewer)
+        assert status == 200 and started["execution_id"] == started_id
         status, filled = await call("POST", "/api/triggers/nightly/backfill", as_operator,
                                     json={"from": "2026-11-01T00:00:00Z",
                                           "to": "2026-11-02T23:00:00Z"})
@@ -363,5 +368,18 @@ async def test_the_http_api_operates_triggers_under_the_roles(
         assert (status, gone["result"]) == (200, "deleted")
         assert (await call("GET", "/api/triggers/nightly", as_viewer))[0] == 404
         assert (await call("POST", "/api/triggers/nightly/fire", as_operator))[0] == 404
+        assert (await call("POST", "/api/triggers/nightly/fire?wait=61", as_operator))[0] == 422
+
+        # A subject trigger fired by hand has no message for its payload: nothing starts, and
+        # the answer says why instead of accepting the fire.
+        big_orders = (EXAMPLES / "big_orders.yaml").read_bytes()
+        assert (await call("POST", "/api/triggers", yaml, data=big_orders))[0] == 201
+        status, refused = await call("POST", "/api/triggers/big_orders/fire", as_operator)
+        assert (status, refused["error"]["code"]) == (409, "not_started"), refused
+        assert refused["error"]["message"].startswith("trigger big_orders fired for ")
+        assert "but no execution started: " in refused["error"]["message"]
+        assert "message" in refused["error"]["details"]["reason"]
+        status, unwaited = await call("POST", "/api/triggers/big_orders/fire?wait=0", as_operator)
+        assert (status, unwaited["result"]) == (202, "fired") and unwaited["execution_id"]
         assert (await call("POST", "/api/triggers", yaml, data=b"apiVersion: noetl.io/v2\n"
                            b"kind: Trigger\nmetadata: {name: x}\nspec: {playbook: a}\n"))[0] == 422

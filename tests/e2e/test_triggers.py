@@ -143,6 +143,7 @@ async def test_an_interval_trigger_starts_executions_pause_stops_them_resume_res
     await asyncio.sleep(5)
     assert len(await fired(bus, "tick")) == deleted_at
     assert json.loads(await cli(url, "list", "--json")) == []
+    assert await cli(url, "list") == "no triggers (`noetl-stream trigger apply FILE` adds one)\n"
     changes = [s.rsplit(".", 1)[-1] for s, _ in await stored_messages(
         bus.js, "noetl.triggers.events.tick.*", stream="NOETL_TRIGGERS")
         if not s.endswith(".fired")]

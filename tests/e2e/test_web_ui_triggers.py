@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -87,7 +88,14 @@ async def test_the_triggers_page_shows_state_next_runs_history_and_acts(
     await expect(page.locator('#trigger-history tr[data-type="paused"]')).to_have_count(1)
 
     await row.locator("button.fire").click()  # a paused trigger fires when asked
+    outcome = page.locator("#fire-outcome")
+    await expect(outcome).to_have_text(re.compile(r"^nightly started execution \d+\.$"),
+                                       timeout=30_000)
+    started = await outcome.locator("a").inner_text()
+    await expect(outcome.locator("a")).to_have_attribute("href", f"/executions/{started}")
+    await expect(page.locator("#triggers-message")).to_have_text("")
     await expect(row.locator(".last .status")).to_have_text("completed", timeout=60_000)
+    await expect(row.locator(".last a")).to_have_text(started)
     await expect(page.locator('#trigger-history tr[data-type="fired"]')).to_have_count(1)
     await expect(page.locator('#trigger-history tr[data-type="fire_requested"]')).to_have_count(1)
     execution = await row.locator(".last a").inner_text()
@@ -125,4 +133,16 @@ async def test_a_failed_fire_is_listed_without_a_link_to_an_execution_that_never
     await expect(failed).to_have_count(1)
     await expect(failed.locator("td").nth(2)).to_have_text("–")
     await expect(failed.locator("a")).to_have_count(0)
-    assert getattr(page, "script_errors") == []  # noqa: B009
+
+    # Fire now says why the fire started nothing, and links no execution.
+    row = page.locator('#triggers tr[data-name="big_orders"]')
+    await row.locator("button.fire").click()
+    message = page.locator("#triggers-message")
+    await expect(message).to_contain_text(
+        re.compile(r"trigger big_orders fired for \S+, but no execution started: .*message"),
+        timeout=30_000)
+    await expect(page.locator("#fire-outcome")).to_have_text("")
+    await expect(failed).to_have_count(2)
+    # The browser logs the refused fire's answer; nothing else may fail.
+    assert getattr(page, "script_errors") == [  # noqa: B009
+        "Failed to load resource: the server responded with a status of 409 (Conflict)"]

@@ -41,6 +41,11 @@ def test_remote_error_names_the_status_and_the_servers_message() -> None:
     assert str(unauthenticated) == ("not authenticated: pass --token or set NOETL_STREAM_TOKEN "
                                     "(server answered 401: bad token)")
     assert unauthenticated.exit_code == 2
+    refused = RemoteError(401, "unauthorized", "bad token", token_sent=True)
+    assert str(refused) == ("token refused: the server does not accept the token given (--token "
+                            "or NOETL_STREAM_TOKEN); it is unknown, expired or revoked (server "
+                            "answered 401: bad token)")
+    assert refused.exit_code == 2
     assert RemoteError(503, "error", "down").exit_code == 3
     rejected = RemoteError(422, "rejected", "the server rejected the playbook",
                            {"execution_id": "e", "errors": ["x.yaml:3: bad"]})

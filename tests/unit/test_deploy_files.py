@@ -171,6 +171,31 @@ def test_units_restart_and_read_the_environment_file() -> None:
         assert f"{setting}=" in env_file
 
 
+def test_the_units_documentation_exists_once_the_wheel_is_installed(tmp_path: Path) -> None:
+    """Each unit's `Documentation=` is a web address, or a file the wheel installs under the
+    virtualenv docs/deploy.md makes (/opt/noetl-stream): the wheel is built and installed here
+    under that prefix moved into tmp_path.
+    """
+    subprocess.run([str(BIN / "pip"), "wheel", "--quiet", "--no-deps", "--wheel-dir",
+                    str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
+    [wheel] = (tmp_path / "dist").glob("noetl_stream-*.whl")
+    prefix = tmp_path / "opt" / "noetl-stream"
+    subprocess.run([str(BIN / "pip"), "install", "--quiet", "--no-deps", "--no-compile", "--ignore-installed",
+                    "--prefix", str(prefix), str(wheel)], check=True, capture_output=True)
+    named = []
+    for unit in UNITS:
+        for line in unit.read_text().splitlines():
+            if line.startswith("Documentation="):
+                named += [(unit.name, uri) for uri in line.removeprefix("Documentation=").split()]
+    assert any(uri.startswith("file:") for _, uri in named)
+    for name, uri in named:
+        if uri.startswith(("https://", "http://")):
+            continue
+        assert uri.startswith("file:///opt/noetl-stream/"), (name, uri)
+        path = prefix / uri.removeprefix("file:///opt/noetl-stream/")
+        assert path.is_file(), f"{name}: {uri} is not installed by the wheel"
+
+
 SLOT_CAPABILITIES = sorted(WORKER_CAPABILITIES)
 
 

@@ -97,3 +97,22 @@ def test_schedule_next_as_nats_server_writes_it() -> None:
     assert _parse_time("2026-11-26T11:30:10.123456789Z").microsecond == 123456
     with pytest.raises(ValueError):
         _parse_time("tomorrow")
+
+
+def test_a_fire_nats_server_makes_just_before_an_instant_stands_for_that_instant() -> None:
+    # Back at 10:04:59.7 after missing 10:00:00, nats-server rounds its clock to 10:05:00 and
+    # fires at once with 10:10:00 as the next fire: 10:05:00 itself is never fired.
+    from noetl_stream.triggers.catch_up import is_early, is_late, missed
+    from noetl_stream.triggers.document import Schedule
+
+    schedule = Schedule(cron="*/5 * * * *")
+    stored = datetime(2026, 5, 1, 10, 4, 59, 700000, tzinfo=UTC)
+    nxt = datetime(2026, 5, 1, 10, 10, tzinfo=UTC)
+    nominal = nominal_time(schedule.nats_schedule(), None, nxt, stored)
+    assert nominal == datetime(2026, 5, 1, 10, 5, tzinfo=UTC)
+    assert is_early(schedule, nominal, stored) and not is_late(schedule, nominal, stored)
+    mark = datetime(2026, 5, 1, 9, 55, tzinfo=UTC)
+    assert missed(schedule, mark, nominal) == [datetime(2026, 5, 1, 10, 0, tzinfo=UTC)]
+    # An on-time fire, and an interval's (named by nats-server's rounded clock), are not early.
+    assert not is_early(schedule, nominal, nominal + timedelta(milliseconds=3))
+    assert not is_early(Schedule(every="5m"), nominal, stored)

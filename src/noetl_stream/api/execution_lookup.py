@@ -78,7 +78,9 @@ async def detail(ctx: ApiContext, execution_id: str) -> ExecutionDetail:
         # Results live beside the state (state/step_results.py); the detail shows them inline.
         await StepResults(ctx.bus.js, ResultStore(ctx.bus.js)).load(state)
         summary = state.summary()
-        return ExecutionDetail(**item_of(state).model_dump(), result=summary["result"],
+        # The state's result is the last completed step's: the execution's only once it completed.
+        result = summary["result"] if state.status == "completed" else None
+        return ExecutionDetail(**item_of(state).model_dump(), result=result,
                                error=summary["error"], steps=summary["steps"],
                                ctx=summary["ctx"], vars=summary["vars"],
                                replay_of=state.replay_of, replays=state.replays)

@@ -20,6 +20,7 @@ from noetl_stream.api.request_guard import YAML_TYPES
 from noetl_stream.errors import Issue, PlaybookError, YamlSyntaxError
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.server import trigger_ops
+from noetl_stream.server.trigger_fire_outcome import fire_and_wait
 from noetl_stream.server.trigger_history import MAX_PAGE, history
 from noetl_stream.state.triggers import TriggerState
 from noetl_stream.triggers.cron import ScheduleError
@@ -86,6 +87,19 @@ class TriggerChanged(BaseModel):
                         "fired or backfilled")
     nominal_times: list[str] = Field(default_factory=list, description="fire and backfill")
     warnings: list[str] = Field(default_factory=list)
+
+
+class FireQuery(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    wait: float = Field(10.0, ge=0, le=60, description="Seconds to wait for a server to start "
+                        "the execution or refuse the fire (0: answer 202 at once)")
+
+
+class TriggerFired(TriggerChanged):
+    result: str = Field(description="started (201): a server started the execution; fired "
+                        "(202): none did within `wait`, it starts once a server reads the fire")
+    execution_id: str = Field(description="The execution this fire starts: its id is derived "
+                              "from the trigger and the nominal time")
 
 
 def trigger_name(request: web.Request) -> str:
@@ -157,9 +171,20 @@ async def resume_trigger(request: web.Request) -> web.StreamResponse:
 
 
 async def fire_trigger(request: web.Request) -> web.StreamResponse:
+    """Fire once and wait, up to `wait`, for what the fire came to, as `trigger fire` does: a
+    202 alone would read as success for a fire that starts nothing.
+    """
     bus, name = api_context(request).bus, trigger_name(request)
-    nominal = await _call(trigger_ops.fire(bus, name))
-    return json_response(TriggerChanged(name=name, result="fired", nominal_times=[nominal]), 202)
+    wait_s = read_query(request, FireQuery).wait
+    outcome = await _call(fire_and_wait(bus, name, wait_s))
+    if outcome.started is False:
+        raise ApiError(409, f"trigger {name} fired for {outcome.nominal_time}, but no execution "
+                            f"started: {outcome.reason}", code="not_started",
+                       details={"nominal_time": outcome.nominal_time, "reason": outcome.reason})
+    return json_response(TriggerFired(name=name, result="started" if outcome.started else "fired",
+                                      nominal_times=[outcome.nominal_time],
+                                      execution_id=outcome.execution_id),
+                         201 if outcome.started else 202)
 
 
 def _utc(moment: datetime) -> datetime:
@@ -199,8 +224,9 @@ ENDPOINTS = [
              "control", "triggers", body_required=False, response=TriggerChanged,
              errors=(404,)),
     Endpoint("POST", _ONE + "/fire", fire_trigger, "Fire a trigger once, now (a paused one "
-             "too)", "run", "triggers", body_required=False, response=TriggerChanged,
-             status=202, errors=(404,)),
+             "too), and wait up to `wait` seconds for its execution: 201 started, 202 not yet, "
+             "409 refused (the reason)", "run", "triggers", body_required=False,
+             query=FireQuery, response=TriggerFired, status=201, errors=(404, 409, 422)),
     Endpoint("POST", _ONE + "/backfill", backfill_trigger, "One execution per fire time of the "
              "trigger's schedule in [from, to]", "run", "triggers", body=TriggerBackfill,
              response=TriggerChanged, status=202, errors=(404, 422)),

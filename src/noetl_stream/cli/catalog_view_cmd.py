@@ -47,6 +47,9 @@ def list_catalog(as_json: bool, nats_url: str | None, prefix: str, server_url: s
     if as_json:
         click.echo(jsonutil.dumps_str([item.model_dump(mode="json") for item in items]))
         return
+    if not items:
+        click.echo("no playbooks registered (`noetl-stream register FILE` adds one)")
+        return
     width = max([len("PATH"), *(len(i.path) for i in items)])
     click.echo(f"{'PATH':<{width}}  {'LATEST':<35}  VERSIONS")
     for item in items:

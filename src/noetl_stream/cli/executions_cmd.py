@@ -75,8 +75,22 @@ def list_executions(statuses: tuple[str, ...], playbook: str | None, labels: tup
     if as_json:
         click.echo(jsonutil.dumps_str([r.as_json() for r in rows]))
         return
+    if not rows:  # a lone header would read as a list that failed to load
+        shown = shown_filters(statuses, playbook, labels, since)
+        click.echo(f"no executions match {shown}" if shown else "no executions")
+        return
     for line in table(rows, now):
         click.echo(line)
+
+
+def shown_filters(statuses: tuple[str, ...], playbook: str | None, labels: tuple[str, ...],
+                  since: str | None) -> str:
+    """The filters of a `list`, as options written on its command line."""
+    parts = [f"--status {s}" for s in statuses]
+    parts += [f"--playbook {playbook}"] if playbook is not None else []
+    parts += [f"--label {label}" for label in labels]
+    parts += [f"--since {since}"] if since is not None else []
+    return " ".join(parts)
 
 
 executions.add_command(purge)

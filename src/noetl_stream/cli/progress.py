@@ -71,6 +71,9 @@ class ProgressPrinter:
             stream.isatty() and not os.environ.get("NO_COLOR")
         self.show_output = show_output
         self.started: dict[str, float] = {}
+        # An `on_limit: skip` request for a slot: it never waits, so nothing is said until it
+        # is admitted or skipped.
+        self.skip_request: JsonObject | None = None
 
     def _c(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.color else text
@@ -110,7 +113,9 @@ class ProgressPrinter:
 
     def _limit_line(self, etype: str, event: JsonObject) -> None:
         """Waiting for a concurrency slot, or past the SLA (docs/triggers.md)."""
-        if etype == "concurrency.requested":
+        if etype == "concurrency.requested" and event.get("on_limit") == "skip":
+            self.skip_request = event
+        elif etype == "concurrency.requested":
             self._line(f"waiting for a slot: at most {event.get('limit')} of "
                        f"{event.get('group')} run at once")
         else:
@@ -128,8 +133,13 @@ class ProgressPrinter:
             self._line(self._c("1;31", "failed") + f"  {_short(err, 600)}")
         elif etype == "execution.cancelled":
             reason = _error_field(event, "reason") or ""
-            self._line(self._c("1;33", "cancelled") + (f"  {_short(reason, 300)}" if reason else ""))
+            # Refused a slot under `on_limit: skip` (the reason names the limit): it never ran.
+            skipped = self.skip_request is not None and \
+                _error_field(event, "requested_by") == "concurrency"
+            self._line(self._c("1;33", "skipped" if skipped else "cancelled")
+                       + (f"  {_short(reason, 300)}" if reason else ""))
         elif etype == "execution.admitted":
+            self.skip_request = None
             self._line("admitted: it holds a slot")
         elif etype == "execution.rejected":
             self._line(self._c("1;31", "rejected"))

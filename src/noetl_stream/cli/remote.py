@@ -38,6 +38,8 @@ REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60)
 STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=15, sock_read=45)
 RECONNECTS = 8
 NOT_AUTHENTICATED = f"not authenticated: pass --token or set {config.ENV_TOKEN}"
+TOKEN_REFUSED = (f"token refused: the server does not accept the token given (--token or "
+                 f"{config.ENV_TOKEN}); it is unknown, expired or revoked")
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -45,12 +47,15 @@ M = TypeVar("M", bound=BaseModel)
 class RemoteError(NoetlStreamError):
     """The server answered with an error (`{"error": {"code", "message", "details"}}`)."""
 
-    def __init__(self, status: int, code: str, message: str, details: JsonValue = None) -> None:
+    def __init__(self, status: int, code: str, message: str, details: JsonValue = None, *,
+                 token_sent: bool = False) -> None:
         self.status = status
         self.code = code
         self.message = message
         self.details = details
-        super().__init__(f"{NOT_AUTHENTICATED} (server answered 401: {message})" if status == 401
+        # A 401 to a request that carried a token is not cured by passing one.
+        unauthenticated = TOKEN_REFUSED if token_sent else NOT_AUTHENTICATED
+        super().__init__(f"{unauthenticated} (server answered 401: {message})" if status == 401
                          else f"server answered {status} {code}: {message}")
 
     @property
@@ -69,9 +74,9 @@ class RemoteError(NoetlStreamError):
         return []
 
 
-def _error_of(status: int, reason: str | None, body: bytes) -> RemoteError:
+def _error_of(status: int, reason: str | None, body: bytes, *, token_sent: bool) -> RemoteError:
     """The error an answer describes; a body not in the API's shape (a proxy's page) still gives
-    its status and a little of its text.
+    its status and a little of its text. `token_sent`: the request carried a bearer token.
     """
     try:
         error = jsonutil.loads(body).get("error")
@@ -79,9 +84,10 @@ def _error_of(status: int, reason: str | None, body: bytes) -> RemoteError:
         error = None
     if isinstance(error, dict) and isinstance(error.get("message"), str):
         return RemoteError(status, str(error.get("code") or "error"), error["message"],
-                           error.get("details"))
+                           error.get("details"), token_sent=token_sent)
     text = body.decode(errors="replace").strip().splitlines()
-    return RemoteError(status, "error", (text[0][:200] if text else "") or reason or "no message")
+    return RemoteError(status, "error", (text[0][:200] if text else "") or reason or "no message",
+                       token_sent=token_sent)
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,7 @@ class ApiClient:
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise self._unreachable(exc) from None
         if status >= 400:
-            raise _error_of(status, reason, answer)
+            raise _error_of(status, reason, answer, token_sent="Authorization" in sent)
         value: JsonValue = jsonutil.loads(answer) if answer.strip() else None
         return value
 
@@ -195,7 +201,8 @@ class ApiClient:
                         await asyncio.sleep(0.5)
                         continue
                     if resp.status >= 400:
-                        raise _error_of(resp.status, resp.reason, await resp.read())
+                        raise _error_of(resp.status, resp.reason, await resp.read(),
+                                        token_sent="Authorization" in headers)
                     parser = SseParser()
                     async for chunk in resp.content.iter_any():
                         for frame in parser.feed(chunk):

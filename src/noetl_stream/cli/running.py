@@ -32,6 +32,7 @@ from noetl_stream.cli.common import (
 )
 from noetl_stream.cli.pickup import PickupWatch
 from noetl_stream.cli.progress import ProgressPrinter
+from noetl_stream.cli.run_summary import summary_of
 from noetl_stream.cli.services import announce, serve_forever
 from noetl_stream.dsl.composition import PlaybookFile, load_with_children
 from noetl_stream.dsl.models import Playbook
@@ -292,8 +293,7 @@ def report_outcome(final: JsonObject, as_json: bool, *, quiet: bool = False) -> 
         else:
             write_stdout(str(final["execution_id"]).encode())
         sys.exit(EXIT_OK)
-    summary = {k: final.get(k) for k in ("execution_id", "status", "result", "error", "steps",
-                                         "ctx", "vars")}
+    summary = summary_of(final)
     completed = summary["status"] == "completed"
     if as_json:
         write_stdout(jsonutil.dumps(summary))

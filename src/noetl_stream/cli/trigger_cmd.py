@@ -126,6 +126,9 @@ def list_cmd(nats_url: str | None, prefix: str, as_json: bool) -> None:
     if as_json:
         click.echo(jsonutil.dumps(rows).decode())
         return
+    if not rows:
+        click.echo("no triggers (`noetl-stream trigger apply FILE` adds one)")
+        return
     for line in list_table(rows):
         click.echo(line)
 

@@ -26,7 +26,8 @@ def explain(state: ExecutionState, playbook: Playbook | None, now: float) -> dic
         "steps": {name: rec.status for name, rec in state.steps.items()},
     }
     if state.status != "running":
-        report["result"] = state.result
+        # The last completed step's result: the execution's only when it completed.
+        report["result"] = state.result if state.status == "completed" else None
         report["error"] = state.error
         return report
     report["running"] = [_run(run, playbook, now) for run in state.active_runs]

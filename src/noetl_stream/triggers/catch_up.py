@@ -80,6 +80,17 @@ def missed(schedule: Schedule, mark: datetime | None, nominal: datetime) -> list
         window *= 2
 
 
+def is_early(schedule: Schedule, nominal: datetime, stored: datetime) -> bool:
+    """Whether a cron fire was stored before the instant it stands for. nats-server, back from
+    downtime, reads its clock rounded to the second: back less than half a second before an
+    instant, it fires at once with that instant's successor as the next fire, so the instant
+    itself is never fired. That fire stands for the instant (its nominal time, worked out from
+    the next fire); it is not late, and the times missed before it are caught up as for any
+    fire after a gap.
+    """
+    return schedule.cron is not None and nominal > stored
+
+
 def is_late(schedule: Schedule, nominal: datetime, stored: datetime) -> bool:
     """Whether a fire nats-server produced is its one fire after downtime (cron only: an
     interval's nominal time is the moment it fired).

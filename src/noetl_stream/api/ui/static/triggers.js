@@ -20,13 +20,32 @@
     }
   }
 
+  // The API waits (up to 10 s) for what the fire came to: say it, with the execution's link,
+  // or why none started (the answer's 409 reason, shown as an error).
+  async function fire(name) {
+    const said = $("fire-outcome");
+    said.textContent = `Firing ${name}…`;
+    $("triggers-message").textContent = "";
+    try {
+      const answer = await api("POST", `/api/triggers/${enc(name)}/fire`);
+      const link = el("a", { href: `/executions/${enc(answer.execution_id)}` }, answer.execution_id);
+      said.textContent = "";
+      if (answer.result === "started") said.append(`${name} started execution `, link, ".");
+      else said.append(`${name} fired for ${when(answer.nominal_times[0])}; no server has started execution `, link, " yet.");
+      await refresh();
+    } catch (err) {
+      said.textContent = "";
+      NS.showError($("triggers-message"), err);
+    }
+  }
+
   function actions(t) {
     if (!NS.mayControl()) return null;
     const toggle = t.state === "active"
       ? el("button", { type: "button", class: "pause", onclick: () => act(t.name, "pause") }, "Pause")
       : el("button", { type: "button", class: "resume", onclick: () => act(t.name, "resume") }, "Resume");
     return [toggle, " ",
-      el("button", { type: "button", class: "fire", onclick: () => act(t.name, "fire") }, "Fire now")];
+      el("button", { type: "button", class: "fire", onclick: () => fire(t.name) }, "Fire now")];
   }
 
   function lastCell(last) {
