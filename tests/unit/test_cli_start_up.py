@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 
@@ -55,6 +56,18 @@ def test_a_command_imports_only_its_own_module() -> None:
     assert "noetl_stream.cli.tools_cmd" in modules
     assert {"noetl_stream.cli.run_cmd", "noetl_stream.cli.credential",
             "noetl_stream.cli.backup_cmd"} & modules == set()
+
+
+def test_validate_of_a_playbook_imports_no_nats_client_and_no_message_models() -> None:
+    playbook = Path(__file__).resolve().parents[2] / "playbooks" / "examples" / "hello.yaml"
+    modules = _modules_after(
+        "from noetl_stream.cli.main import main\n"
+        f"try:\n    main(['validate', {str(playbook)!r}], prog_name='noetl-stream')\n"
+        "except SystemExit as exc:\n    assert exc.code == 0, exc.code")
+
+    assert "noetl_stream.dsl.parser" in modules  # it did validate
+    assert _top_level(modules) & {"nats", "aiohttp", "cryptography", "prometheus_client"} == set()
+    assert {"noetl_stream.messages", "noetl_stream.cli.trigger_cmd"} & modules == set()
 
 
 def test_runs_start_imports_no_http_client_web_app_or_database_driver() -> None:
