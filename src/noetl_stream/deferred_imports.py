@@ -15,12 +15,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
-import threading
 from types import ModuleType
 
 DEFERRED = ("aiohttp",)
-
-_loading = threading.Lock()
 
 
 class DeferredModule(ModuleType):
@@ -30,10 +27,11 @@ class DeferredModule(ModuleType):
         return getattr(self.imported(), attribute)
 
     def imported(self) -> ModuleType:
-        """The package itself, imported on the first call."""
-        with _loading:
-            if sys.modules.get(self.__name__) is self:
-                del sys.modules[self.__name__]
+        """The package itself, imported on the first call. Two threads calling at once both
+        reach import_module, and the import system's lock on the name runs the package once.
+        """
+        if sys.modules.get(self.__name__) is self:
+            sys.modules.pop(self.__name__, None)
         return importlib.import_module(self.__name__)
 
 
