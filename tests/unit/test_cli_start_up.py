@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import click
+import pytest
 
 from noetl_stream.cli.lazy_group import LazyGroup
 from noetl_stream.cli.main import COMMANDS, main
@@ -45,6 +46,19 @@ def test_help_imports_no_command_module_and_none_of_the_runtime() -> None:
     commands = {f"noetl_stream.cli.{entry.module}" for entry in COMMANDS.values()}
     assert modules & commands == set()
     assert not any(m.startswith(("noetl_stream.bus", "noetl_stream.server", "noetl_stream.dsl",
+                                 "noetl_stream.api")) for m in modules)
+
+
+@pytest.mark.parametrize("command", ["run", "server", "worker", "validate"])
+def test_a_commands_help_imports_none_of_the_runtime(command: str) -> None:
+    modules = _modules_after(
+        "from noetl_stream.cli.main import main\n"
+        f"try:\n    main([{command!r}, '--help'], prog_name='noetl-stream')\n"
+        "except SystemExit:\n    pass")
+
+    assert _top_level(modules) & {"nats", "aiohttp", "cryptography", "prometheus_client",
+                                  "opentelemetry", "duckdb", "asyncpg"} == set()
+    assert not any(m.startswith(("noetl_stream.bus", "noetl_stream.server", "noetl_stream.worker",
                                  "noetl_stream.api")) for m in modules)
 
 
