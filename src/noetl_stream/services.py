@@ -119,8 +119,10 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     if worker:
         # Python children of the worker's own user may not read its memory or environment.
         protect_worker_process()
+    # A local run starts python beside its first steps, which need not be python ones.
     tools = (await ToolRegistry.create(services=tool_services, python_children=python_children,
-                                       quiet_python_fallback=local, python_idle_s=python_idle_s)
+                                       quiet_python_fallback=local, python_idle_s=python_idle_s,
+                                       python_in_background=local)
              if worker else None)
     wrk = (Worker(bus, tools, pool=pool, concurrency=concurrency, keychain=keychain)
            if tools is not None else None)

@@ -1,12 +1,13 @@
 """A pull consumer's requests across their expiries (bus/pull.py, bus/pull_lanes.py), on a real
 nats-server: a request of the consumer waits at every moment, also while another expires and is
-asked again; the credit stays exact; and what the two lanes deliver reaches the owner in the
-order nats-server delivered it.
+asked again, for a router partition's pinned consumer too; the credit stays exact; and what the
+two lanes deliver reaches the owner in the order nats-server delivered it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -33,7 +34,7 @@ async def stream(bus: Bus) -> str:
     return STREAM
 
 
-def _sample_waiting(url: str, seconds: float, out: list[int]) -> None:
+def _sample_waiting(url: str, seconds: float, out: list[int], durable: str = DURABLE) -> None:
     """In a thread of its own: the consumer's waiting requests, as nats-server counts them,
     every few milliseconds for `seconds`."""
     async def sample() -> None:
@@ -41,7 +42,7 @@ def _sample_waiting(url: str, seconds: float, out: list[int]) -> None:
         js = nc.jetstream()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            out.append((await js.consumer_info(STREAM, DURABLE)).num_waiting)
+            out.append((await js.consumer_info(STREAM, durable)).num_waiting)
             await asyncio.sleep(0.005)
         await nc.close()
     asyncio.run(sample())
@@ -181,3 +182,46 @@ def test_lane_expiries_keep_apart() -> None:
         assert abs(first % 1.0) < 1e-9 or abs(first % 1.0 - 1.0) < 1e-9
         assert abs((second - 0.5) % 1.0) < 1e-9 or abs((second - 0.5) % 1.0 - 1.0) < 1e-9
     assert lane_expiry(3.3, 0.0, 2.0, 0, 1) == 2.0
+
+
+PINNED = "pinned"
+
+
+async def _pinned_consumer(bus: Bus) -> None:
+    """A durable as a router partition's: a priority group whose pin holds for 2 s."""
+    config = {"durable_name": PINNED, "ack_policy": "explicit", "deliver_policy": "all",
+              "ack_wait": 30 * 10**9, "filter_subject": "renew.>", "priority_groups": ["g"],
+              "priority_policy": "pinned_client", "priority_timeout": 2 * 10**9}
+    answer = await bus.nc.request(f"$JS.API.CONSUMER.CREATE.{STREAM}.{PINNED}",
+                                  json.dumps({"stream_name": STREAM, "config": config}).encode(),
+                                  timeout=5)
+    assert "error" not in json.loads(answer.data), answer.data
+
+
+async def test_a_pinned_request_waits_across_every_expiry(nats_server: NatsServer, bus: Bus,
+                                                         stream: str) -> None:
+    # The router's partitions: a priority group, pinned to the client that took a message, its
+    # requests naming the pin, expiring at 0.4 of the pin's time, with the router's credit.
+    await _pinned_consumer(bus)
+    consumer = PullConsumer(bus.nc, stream, PINNED, credit=128, expires_s=0.8, heartbeat_s=0.2,
+                            group="g")
+    await consumer.start()
+    await bus.js.publish(SUBJECT, b"pins")
+    taken = await consumer.next_batch(1, timeout_s=5)
+    await taken[0].ack()
+    await consumer.grant(1)
+    assert consumer.pin is not None
+    await bus.nc.flush()
+    waiting: list[int] = []
+    sampler = threading.Thread(target=_sample_waiting,
+                               args=(nats_server.url, 2.5, waiting, PINNED))
+    sampler.start()
+    try:
+        while sampler.is_alive():
+            time.sleep(0.15)  # the owner at work, not reading its connection
+            await asyncio.sleep(0.002)
+    finally:
+        sampler.join()
+        await consumer.stop()
+    assert len(waiting) > 100
+    assert min(waiting) >= 1, f"no request waited in {waiting.count(0)} of {len(waiting)} samples"

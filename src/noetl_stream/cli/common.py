@@ -15,7 +15,6 @@ import click
 
 from noetl_stream import config
 from noetl_stream.errors import InfrastructureError
-from noetl_stream.formats import NewerFormat
 
 if TYPE_CHECKING:
     from noetl_stream.bus.connection import Bus
@@ -117,6 +116,7 @@ def on_stack(nats_url: str | None, prefix: str, name: str, action: Callable[[Bus
     """Open the stack (the embedded nats-server when no URL is given), run `action` on its bus,
     and map errors to exits: the `rejected` kinds exit 2, NATS trouble exits 3.
     """
+    from noetl_stream.formats import NewerFormat  # here: pydantic is no part of `--help`
     from noetl_stream.services import open_stack
 
     async def go() -> T:

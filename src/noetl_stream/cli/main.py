@@ -10,28 +10,74 @@ from __future__ import annotations
 import click
 
 from noetl_stream import __version__
-from noetl_stream.cli.backup_cmd import backup, restore
-from noetl_stream.cli.cancel_cmd import cancel
-from noetl_stream.cli.catalog_cmd import register
-from noetl_stream.cli.catalog_view_cmd import catalog
 from noetl_stream.cli.common import setup_logging, verbosity
-from noetl_stream.cli.credential import credential
-from noetl_stream.cli.dlq_cmd import dlq
-from noetl_stream.cli.executions_cmd import executions
-from noetl_stream.cli.logs_cmd import logs
-from noetl_stream.cli.replay_check_cmd import replay_check
-from noetl_stream.cli.replay_cmd import replay
-from noetl_stream.cli.restart_cmd import restart
-from noetl_stream.cli.run_cmd import run
-from noetl_stream.cli.service_cmds import init, nats_cmd, server, worker
-from noetl_stream.cli.signal_cmd import send_signal
-from noetl_stream.cli.status_cmd import status
-from noetl_stream.cli.tools_cmd import tools
-from noetl_stream.cli.trigger_cmd import trigger
-from noetl_stream.cli.user_cmd import apikey, user
-from noetl_stream.cli.validate_cmd import validate
-from noetl_stream.cli.verify_cmd import verify
-from noetl_stream.cli.watch_cmd import watch
+from noetl_stream.cli.lazy_group import LazyCommand, LazyGroup
+
+# Each command's module is imported when the command runs (cli/lazy_group.py): name: (module of
+# noetl_stream.cli, attribute, the first sentence of its help, which `--help` lists).
+COMMANDS = {name: LazyCommand(*entry) for name, entry in {
+    "apikey": ("user_cmd", "apikey",
+        "API keys for programs calling the HTTP API (`Authorization: Bearer <key>`)."),
+    "backup": ("backup_cmd", "backup",
+        "Copy every stream, KV bucket and object store of noetl-stream into FOLDER."),
+    "cancel": ("cancel_cmd", "cancel",
+        "Cancel EXECUTION_ID: running steps stop, no new step starts, and it ends `cancelled`; "
+        "children it waits for are cancelled too."),
+    "catalog": ("catalog_view_cmd", "catalog",
+        "Registered playbooks: `catalog list`, `catalog show PATH` (`register FILE` adds them)."),
+    "credential": ("credential", "credential",
+        "Store credentials (encrypted at rest) that tasks name with `auth:`."),
+    "dlq": ("dlq_cmd", "dlq",
+        "Dead letters: commands no worker finished after every delivery, or could not read."),
+    "executions": ("executions_cmd", "executions",
+        "Look at executions in bulk: `executions list`, `executions purge`."),
+    "init": ("service_cmds", "init",
+        "Provision streams, consumers and KV buckets (idempotent); report drift."),
+    "logs": ("logs_cmd", "logs",
+        "Show EXECUTION_ID's events, oldest first, with each task's captured stdout and stderr."),
+    "nats": ("service_cmds", "nats_cmd",
+        "Run the embedded nats-server in the foreground (store under NOETL_STREAM_HOME)."),
+    "register": ("catalog_cmd", "register",
+        "Validate PLAYBOOKS and register them in the catalog by their metadata.path."),
+    "replay": ("replay_cmd", "replay",
+        "Replay EXECUTION_ID as a new execution linked to it: the steps before STEP are not run and "
+        "keep the original's results; STEP and everything downstream run."),
+    "replay-check": ("replay_check_cmd", "replay_check",
+        "Replay recorded executions against PLAYBOOK_FILE (a new version of their playbook) and name,"
+        " per execution, where it would route differently: a step no longer reached, another arc "
+        "taken, a guard that now errors."),
+    "restart": ("restart_cmd", "restart",
+        "Restart EXECUTION_ID where it stopped: completed steps keep their results and do not run "
+        "again; the failed step (or STEP and everything downstream) runs again as a new attempt."),
+    "restore": ("backup_cmd", "restore",
+        "Recreate the streams, buckets and object stores backed up in FOLDER on a NATS without them."),
+    "run": ("run_cmd", "run",
+        "Run PLAYBOOK (a file, or a path registered in the catalog) and wait for its result, showing "
+        "live progress on stderr."),
+    "server": ("service_cmds", "server",
+        "Run the server: consume execution requests and outcome events, route, publish commands."),
+    "signal": ("signal_cmd", "send_signal",
+        "Publish signal NAME to EXECUTION_ID; `eval_mode: on_event` steps see `signal.NAME`."),
+    "status": ("status_cmd", "status",
+        "Show EXECUTION_ID's status: running steps and since when, deadlines, loop iterations in "
+        "flight, delayed tokens, joins and the branches they wait for; the result or error once done."),
+    "tools": ("tools_cmd", "tools",
+        "List tool kinds: built-in, or plugin with its entry point (group noetl_stream.tools)."),
+    "trigger": ("trigger_cmd", "trigger",
+        "Start executions on a schedule or on messages."),
+    "user": ("user_cmd", "user",
+        "Users of the HTTP API (`server --http`)."),
+    "validate": ("validate_cmd", "validate",
+        'Check PLAYBOOKS (and trigger documents) and print every problem as FILE:LINE: step "S" field'
+        ' "F": message.'),
+    "verify": ("verify_cmd", "verify",
+        "Rebuild EXECUTION_ID's state from its recorded events through the router and compare it, "
+        "field by field, with the state committed in KV (and the summary of its end event)."),
+    "watch": ("watch_cmd", "watch",
+        "Follow an execution's events live until it ends (like nats sub 'noetl.events.<id>.>')."),
+    "worker": ("service_cmds", "worker",
+        "Run a worker: pull commands of POOL, run their task pipelines, publish outcomes."),
+}.items()}
 
 
 def _v_flags(token: str) -> int:
@@ -43,7 +89,7 @@ def _v_flags(token: str) -> int:
     return 0
 
 
-class _Cli(click.Group):
+class _Cli(LazyGroup):
     """The command group, taking `-v` anywhere on the line (`noetl-stream run x.yaml -v` too):
     people add it at the end when a command misbehaves, and every subcommand logs the same way.
     """
@@ -68,7 +114,7 @@ class _Cli(click.Group):
             ctx.exit(exc.exit_code)
 
 
-@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Cli, lazy=COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="noetl-stream")
 @click.option("-v", "--verbose", count=True,
               help="More logging on stderr (-v info, -vv debug); anywhere on the line.")
@@ -105,8 +151,3 @@ def completion(shell: str) -> None:
     assert completion_class is not None  # the three choices are click's own
     click.echo(completion_class(main, {}, "noetl-stream", "_NOETL_STREAM_COMPLETE").source())
 
-
-for command in (run, validate, server, worker, init, watch, nats_cmd, tools, credential, register, catalog,
-                send_signal, user, apikey, cancel, status, dlq, executions, backup, restore, logs,
-                trigger, verify, restart, replay, replay_check):
-    main.add_command(command)

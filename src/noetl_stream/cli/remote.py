@@ -32,10 +32,11 @@ from noetl_stream.subjects import TERMINAL_EXECUTION_EVENTS
 END_EVENTS = frozenset({*TERMINAL_EXECUTION_EVENTS, "execution.rejected"})
 RESTARTED = "execution.restarted"  # reopens an ended execution: a later end follows
 # Starting an execution waits up to 10 s for the server's answer (docs/api.md); leave room.
-REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=60)
+REQUEST_TIMEOUT_S = 60.0
 # The stream has no end in time, but the server sends a keepalive after 15 s of silence: a
 # connection quiet for much longer is dead, and reconnecting finds out sooner than TCP would.
-STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=15, sock_read=45)
+# (Built per request, not here: the first read of aiohttp imports it, deferred_imports.py.)
+STREAM_CONNECT_S, STREAM_READ_S = 15.0, 45.0
 RECONNECTS = 8
 NOT_AUTHENTICATED = f"not authenticated: pass --token or set {config.ENV_TOKEN}"
 TOKEN_REFUSED = (f"token refused: the server does not accept the token given (--token or "
@@ -160,8 +161,9 @@ class ApiClient:
         if body is not None:
             sent["Content-Type"] = "application/json"
         try:
+            timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
             async with self.session.request(method, self.base_url + path, data=body,
-                                            headers=sent, timeout=REQUEST_TIMEOUT) as resp:
+                                            headers=sent, timeout=timeout) as resp:
                 answer = await resp.read()
                 status, reason = resp.status, resp.reason
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -194,7 +196,9 @@ class ApiClient:
                 headers["Last-Event-ID"] = last_id
             frames = 0
             try:
-                async with self.session.get(path, headers=headers, timeout=STREAM_TIMEOUT) as resp:
+                timeout = aiohttp.ClientTimeout(total=None, sock_connect=STREAM_CONNECT_S,
+                                                sock_read=STREAM_READ_S)
+                async with self.session.get(path, headers=headers, timeout=timeout) as resp:
                     if resp.status == 404 and wait_for_start and last_id is None:
                         await resp.read()
                         failures = 0  # the server answers; it only has not started it yet

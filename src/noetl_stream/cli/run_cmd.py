@@ -15,16 +15,6 @@ from noetl_stream.cli.common import (
     remote_options,
     verbosity,
 )
-from noetl_stream.cli.running import (
-    RunRequest,
-    load_or_exit,
-    load_registered,
-    parse_labels,
-    parse_payload,
-    refuse_missing_workload,
-    report_outcome,
-    run_playbook,
-)
 from noetl_stream.cli.services import http_address
 
 
@@ -62,6 +52,18 @@ def run(playbook: Path, nats_url: str | None, prefix: str, server_url: str | Non
     the same code path as the distributed deployment. With --server it runs on that server,
     sent and followed over its HTTP API.
     """
+    # Here, not at the top: `run --help` needs none of the runtime that running.py imports.
+    from noetl_stream.cli.running import (
+        RunRequest,
+        load_or_exit,
+        load_registered,
+        parse_labels,
+        parse_payload,
+        refuse_missing_workload,
+        report_outcome,
+        run_playbook,
+    )
+
     if ui and server_url is not None:
         fail(EXIT_REJECTED, "--ui serves a local run; a server started with --http serves the UI "
                             f"itself at {server_url.rstrip('/')}/")

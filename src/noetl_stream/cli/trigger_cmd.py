@@ -28,7 +28,7 @@ from noetl_stream.cli.common import (
     refuse_unless_token,
 )
 from noetl_stream.errors import CatalogError, PlaybookError, YamlSyntaxError
-from noetl_stream.triggers.document import KIND, parse_trigger
+from noetl_stream.triggers.document import parse_trigger
 
 if TYPE_CHECKING:
     from noetl_stream.bus.connection import Bus
@@ -51,15 +51,6 @@ def _checked_name(ctx: click.Context, param: click.Parameter, value: str) -> str
     """A name no trigger can have is refused in one line before NATS is asked."""
     refuse_unless_token(value, f"no trigger named {value!r}", "a trigger's name")
     return value
-
-
-def is_trigger_file(path: Path) -> bool:
-    """Whether the file is a `kind: Trigger` document (read as a playbook otherwise)."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError):
-        return False
-    return any(line.strip() == f"kind: {KIND}" for line in text.splitlines() if line[:1] != " ")
 
 
 def check_trigger_file(path: Path) -> bool:

@@ -9,9 +9,9 @@ import click
 
 from noetl_stream.cli.common import EXIT_OK, EXIT_REJECTED
 from noetl_stream.cli.loading import load_reporting, subscription_reporting
-from noetl_stream.cli.trigger_cmd import check_trigger_file, is_trigger_file
 from noetl_stream.dsl.subscription import STORED as SUBSCRIPTION_STORED
 from noetl_stream.dsl.subscription import Subscription
+from noetl_stream.triggers.kind import is_trigger_file
 
 
 @click.command()
@@ -26,6 +26,8 @@ def validate(playbooks: tuple[Path, ...], strict: bool) -> None:
     bad = 0
     for path in playbooks:
         if is_trigger_file(path):
+            from noetl_stream.cli.trigger_cmd import check_trigger_file  # nats-py and the models
+
             bad += not check_trigger_file(path)
             continue
         subscription = subscription_reporting(path)

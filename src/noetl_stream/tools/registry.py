@@ -18,6 +18,7 @@ from noetl_stream.errors import ToolError
 from noetl_stream.tools.base import Tool, ToolServices
 from noetl_stream.tools.extras import DUCKDB_INSTALL, duckdb_installed
 from noetl_stream.tools.python import PythonTool
+from noetl_stream.tools.python_starting import StartingPython
 
 ENTRY_POINT_GROUP = "noetl_stream.tools"
 
@@ -91,12 +92,19 @@ class ToolRegistry:
     @classmethod
     async def create(cls, *, services: ToolServices | None = None, python_children: int = 8,
                      python_warm: int | None = None, quiet_python_fallback: bool = False,
-                     python_idle_s: float | None = None) -> ToolRegistry:
+                     python_idle_s: float | None = None,
+                     python_in_background: bool = False) -> ToolRegistry:
+        """`python_in_background`: the python tool starts while the caller goes on, and its
+        calls wait for that (tools/python_starting.py); else before this returns.
+        """
         services = services or ToolServices()
         python = PythonTool(max_children=python_children, warm=python_warm,
                             quiet_fallback=quiet_python_fallback, idle_s=python_idle_s)
-        await python.start()
         tools: dict[str, Tool] = {"python": python}
+        if python_in_background:
+            tools["python"] = StartingPython(python)
+        else:
+            await python.start()
         origins = {"python": "built-in"}
         deferred: dict[str, Callable[[], Tool]] = {}
         for kind, spec in BUILTIN_TOOLS.items():

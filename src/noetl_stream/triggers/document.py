@@ -32,9 +32,9 @@ from noetl_stream.errors import Issue, PlaybookError
 from noetl_stream.jsonutil import JsonObject, JsonValue
 from noetl_stream.messages import Labels
 from noetl_stream.triggers.cron import ScheduleError, every_seconds, six_fields, zone
+from noetl_stream.triggers.kind import KIND
 
 API_VERSION = "noetl.io/v2"
-KIND = "Trigger"
 _SPEC_KEYS = ("playbook", "version", "payload", "schedule", "on", "webhook", "catch_up",
               "payload_from", "concurrency", "labels")
 _PAYLOAD_FROM = re.compile(r"(trigger|message|webhook|event)(\.[A-Za-z_][A-Za-z0-9_]*)+")
