@@ -24,7 +24,7 @@ CONTEXT: dict[str, Any] = {
 @pytest.mark.parametrize(("text", "value"), [
     ("{{ 'user:pass' | b64encode }}", "dXNlcjpwYXNz"),
     ("{{ encoded | b64decode }}", "hello world"),
-    ("{{ 42 | b64encode | b64decode }}", "42"),
+    ("{{ 42 | b64encode | b64decode }}", 42),  # the text "42", read as a number
     ("{{ fetch.rows | len }}", 3),
     ("{{ text | len }}", 5),
     ("{{ fetch | len }}", 2),
@@ -35,8 +35,9 @@ CONTEXT: dict[str, Any] = {
     ("{{ doc | fromjson }}", {"a": [1, 2]}),
     ("{{ 'not json' | fromjson }}", None),
     ("{{ (doc | fromjson).a | last }}", 2),
-    ("{{ missing | tojson }}", "null"),
-    ("{{ fetch.rows | tojson }}", "[1,2,3]"),
+    ("{{ missing | tojson }}", None),  # the text "null", read as null
+    ("{{ fetch.rows | tojson }}", [1, 2, 3]),
+    ("{{ fetch.rows | tojson | length }}", 7),
     ("{{ missing | d('x') }}", "x"),
     ("{{ nothing | d('x') }}", "x"),
     ("{{ nothing | default('x') }}", "x"),

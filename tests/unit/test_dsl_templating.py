@@ -44,7 +44,6 @@ def test_text_of_several_parts_that_spells_a_value_is_that_value_as_in_noetl() -
     assert templating.render_string("{{ 'nu' }}ll", ctx) is None
     assert templating.render_string("{{ a }}, {{ b }}", ctx) == "1, 2"
     assert templating.render_string("[{{ a }}, oops]", ctx) == "[1, oops]"
-    assert templating.render_string("{{ s }}", ctx) == "42"  # one expression keeps its value
     assert templating.render_data({"ids": "[{% for i in range(3) %}{{ i }}{{ ',' if not loop.last }}"
                                            "{% endfor %}]"}, {}) == {"ids": [0, 1, 2]}
 
@@ -103,8 +102,30 @@ def test_render_walks_dicts_and_lists() -> None:
 
 
 def test_tojson_and_fromjson_filters_round_trip() -> None:
-    assert templating.render_string("{{ workload.items | tojson }}", CONTEXT) == "[1,2,3]"
+    assert templating.render_string("x={{ workload.items | tojson }}", CONTEXT) == "x=[1,2,3]"
     assert templating.render_string("{{ '[1, 2]' | fromjson }}", CONTEXT) == [1, 2]
+
+
+def test_text_one_expression_gives_that_spells_a_value_is_that_value_as_in_noetl() -> None:
+    # NoETL's server (render_to_value) and Rust tools (render_value) read the text of every
+    # rendered field back as the value it spells, one expression or several parts alike.
+    ctx = {"s": "42", "z": "007", "f": " 2.5 ", "t": "True", "n": "null", "id": "abc-1",
+           "big": "123456789012345678901234", "doc": {"a": [1, {"b": None}]}, "e": ""}
+    assert templating.render_string("{{ s }}", ctx) == 42
+    assert templating.render_string("{{ z }}", ctx) == 7  # Rust's i64 parse reads "007" as 7
+    assert templating.render_string("{{ f }}", ctx) == 2.5
+    assert templating.render_string("{{ t }}", ctx) is True
+    assert templating.render_string("{{ n }}", ctx) is None
+    assert templating.render_string("{{ big }}", ctx) == 1.2345678901234568e23
+    assert templating.render_string("{{ doc | tojson }}", ctx) == {"a": [1, {"b": None}]}
+    assert templating.render_string("{{ [1, 'x'] | tojson }}", ctx) == [1, "x"]
+    # Text that spells no value, and text inside a larger value, stay text.
+    assert templating.render_string("{{ id }}", ctx) == "abc-1"
+    assert templating.render_string("{{ e }}", ctx) == ""
+    assert templating.render_string("{{ 'x' | tojson }}", ctx) == '"x"'
+    assert templating.render_string("{{ [s] }}", ctx) == ["42"]
+    assert templating.render_string("{{ {'k': s} }}", ctx) == {"k": "42"}
+    assert templating.render_string("plain 42", ctx) == "plain 42"
 
 
 @pytest.mark.parametrize("word", ["False", "false", " no ", "0", "", "None", "null", "off"])

@@ -305,7 +305,11 @@ def render_string(text: str, context: Mapping[str, object], *, step: str | None 
         expr = _single_expression(text)
         if expr is not None:
             compiled = _compiled_expression(expr)
-            return metered(lambda: _native(compiled(**context)))
+            value = metered(lambda: _native(compiled(**context)))
+            # Text one expression gives reads as the value it spells too (`{{ s }}` with
+            # `s: "42"` is 42, `{{ x | tojson }}` the mapping again), as NoETL's Rust engines
+            # read every rendered field (dsl/rendered_text.py).
+            return value_of_text(value) if isinstance(value, str) else value
         # Text of several parts reads as the value it spells, as in NoETL (dsl/rendered_text.py).
         return value_of_text(metered(lambda: _bounded_text(_compiled_template(text), context)))
     except ReadOfUndefined as exc:
