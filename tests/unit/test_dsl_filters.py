@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +84,13 @@ def test_b64decode_of_what_is_not_base64_is_an_error_naming_the_filter() -> None
         render_string("{{ '/w==' | b64decode }}", CONTEXT)
 
 
-def test_a_misspelt_path_still_fails_under_the_lenient_filters() -> None:
-    with pytest.raises(TemplateError, match="`fecth` is undefined"):
-        render_string("{{ fecth.rows | int }}", CONTEXT)
-    with pytest.raises(TemplateError, match="`fecth` is undefined"):
-        render_string("{{ fecth.rows | len }}", CONTEXT)
+def test_a_misspelt_path_is_missing_to_the_lenient_filters_and_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.dsl.templating")
+    assert render_string("{{ fecth.rows | int }}", CONTEXT, step="s", field="n") == 0
+    assert render_string("{{ fecth.rows | len }}", CONTEXT, step="s", field="m") == 0
+    assert ["`fecth` is undefined; did you mean `fetch`?" in r.getMessage()
+            for r in caplog.records] == [True, True]
 
 
 def test_encrypt_secret_is_refused_with_what_to_write_instead() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -63,27 +64,51 @@ def test_undefined_names_and_missing_keys_render_to_none() -> None:
     assert templating.render_string("v={{ missing }}", CONTEXT) == "v="
 
 
-@pytest.mark.parametrize("text", [
-    "{{ missing.deeper }}", "{{ missing.deeper.still }}", "{{ missing['k'] }}",
-    "v={{ workload.nope.x }}", "{{ workload.nope.x == 1 }}", "{{ 2 in workload.nope.x }}",
-    "{% if workload.nope.x %}y{% endif %}", "{{ workload.nope.x + 1 }}",
+@pytest.mark.parametrize(("text", "value"), [
+    ("{{ missing.deeper }}", None), ("{{ missing.deeper.still }}", None),
+    ("{{ missing['k'] }}", None), ("v={{ workload.nope.x }}", "v="),
+    ("{{ workload.nope.x == 1 }}", False), ("{{ 2 in workload.nope.x }}", False),
+    ("{% if workload.nope.x %}y{% endif %}", ""), ("{{ workload.nope.x | list }}", []),
+    ("{{ fecth.rows | int }}", 0), ("{{ fecth.rows | len }}", 0),
 ])
-def test_reading_a_field_of_an_undefined_value_is_an_error(text: str) -> None:
-    with pytest.raises(TemplateError, match="is undefined"):
-        templating.render_string(text, CONTEXT, step="s", field="f")
+def test_reading_a_field_of_an_undefined_value_is_undefined_as_in_noetl(
+        text: str, value: object) -> None:
+    # NoETL's server and tools render with minijinja in `Chainable` mode.
+    assert templating.render_string(text, CONTEXT, step="s", field="f") == value
 
 
-def test_undefined_error_names_step_field_expression_and_suggests_a_name() -> None:
+def test_arithmetic_and_ordering_on_an_undefined_read_are_errors_naming_it() -> None:
     context = {"workload": {"target": {"region": "eu"}}, "fetch": {"rows": []}}
     with pytest.raises(TemplateError) as exc:
-        templating.render_string("{{ workload.traget.region }}", context, step="s", field="url")
+        templating.render_string("{{ workload.traget.n + 1 }}", context, step="s", field="url")
     text = str(exc.value)
-    assert 'step "s"' in text and 'field "url"' in text and "workload.traget.region" in text
+    assert 'step "s"' in text and 'field "url"' in text and "workload.traget.n" in text
     assert "`traget` is undefined; did you mean `target`?" in text
     with pytest.raises(TemplateError, match="`fecth` is undefined; did you mean `fetch`"):
-        templating.render_string("{{ fecth.rows }}", context)
+        templating.render_string("{{ fecth.rows > 2 }}", context)
     with pytest.raises(TemplateError, match="on a null value"):
-        templating.render_string("{{ x.a.b }}", {"x": None})
+        templating.render_string("{{ x.a.b - 1 }}", {"x": None})
+
+
+def test_a_used_read_of_an_undefined_value_is_logged_once_naming_step_field_and_the_name(
+        caplog: pytest.LogCaptureFixture) -> None:
+    context = {"workload": {"target": {"region": "eu"}}}
+    caplog.set_level(logging.WARNING, logger="noetl_stream.dsl.templating")
+    for _ in range(3):
+        assert templating.render_string("{{ workload.traget.region }}", context, step="s",
+                                        field="url") is None
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert 'step "s" field "url"' in message and "workload.traget.region" in message
+    assert "`traget` is undefined; did you mean `target`?" in message
+
+
+def test_a_guarded_read_of_an_undefined_value_is_not_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.dsl.templating")
+    assert templating.render_string("{{ workload.gone.x | default(3) }}", CONTEXT) == 3
+    assert templating.render_string("{{ workload.gone.x is defined }}", CONTEXT) is False
+    assert caplog.records == []
 
 
 @pytest.mark.parametrize(("text", "value"), [
