@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
-from noetl_stream.dsl.layering import kind_default
 from noetl_stream import jsonutil
+from noetl_stream.dsl.layering import kind_default
 from noetl_stream.jsonutil import JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
 
