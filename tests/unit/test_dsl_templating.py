@@ -153,6 +153,16 @@ def test_text_one_expression_gives_that_spells_a_value_is_that_value_as_in_noetl
     assert templating.render_string("plain 42", ctx) == "plain 42"
 
 
+def test_text_a_keychain_template_renders_is_read_as_json_only_as_noetls_worker_reads_it() -> None:
+    ctx = {"keychain": {"db": {"password": "007", "pin": "42", "word": "True",
+                               "doc": '{"a": 1}'}}, "workload": {"zip": "007"}}
+    assert templating.render_string("{{ keychain.db.password }}", ctx) == "007"
+    assert templating.render_string("{{ keychain.db.word }}", ctx) == "True"
+    assert templating.render_string("{{ keychain.db.pin }}", ctx) == 42
+    assert templating.render_string("{{ keychain.db.doc }}", ctx) == {"a": 1}
+    assert templating.render_string("{{ workload.zip }}", ctx) == 7  # NoETL's server reads 7
+
+
 @pytest.mark.parametrize("word", ["False", "false", " no ", "0", "", "None", "null", "off"])
 def test_truthy_treats_false_words_as_false(word: str) -> None:
     assert templating.truthy(word) is False

@@ -7,6 +7,10 @@ the text back as a value when it spells one: a JSON object or list, `true` / `fa
 decimal number, `null` / `None` (its Python engine does so for text of several parts). This
 runtime reads it the same way, so a task receives `[1, 2]` where NoETL hands it a list and 42
 for `"{{ s }}"` with `s: "42"`. Pure.
+
+NoETL's server leaves a template that reads `keychain` to its worker, whose tools read the text
+as JSON only: there `"007"` and `"True"` stay text (`value_of_json_text`), where the server reads
+7 and true.
 """
 
 from __future__ import annotations
@@ -45,3 +49,11 @@ def value_of_text(text: str) -> object:
         number = float(trimmed)
         return number if math.isfinite(number) else text
     return text
+
+
+def value_of_json_text(text: str) -> object:
+    """`text` as JSON when it is JSON (NoETL's tools: `serde_json::from_str`), else `text`."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text

@@ -34,7 +34,7 @@ from jinja2.utils import missing
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.filters import FILTERS, TESTS
-from noetl_stream.dsl.rendered_text import value_of_text
+from noetl_stream.dsl.rendered_text import value_of_json_text, value_of_text
 from noetl_stream.dsl.template_budget import (
     TemplateBound,
     bounded_iteration,
@@ -372,6 +372,12 @@ def render_string(text: str, context: Mapping[str, object], *, step: str | None 
     return value
 
 
+def _value_of(template: str, text: str) -> object:
+    # A template reading the keychain is rendered by NoETL's worker, which reads JSON only.
+    return value_of_json_text(text) if "keychain" in _names_in(template) \
+        else value_of_text(text)
+
+
 def _render_text(text: str, context: Mapping[str, object], *, step: str | None,
                  field: str | None) -> object:
     try:
@@ -382,9 +388,9 @@ def _render_text(text: str, context: Mapping[str, object], *, step: str | None,
             # Text one expression gives reads as the value it spells too (`{{ s }}` with
             # `s: "42"` is 42, `{{ x | tojson }}` the mapping again), as NoETL's Rust engines
             # read every rendered field (dsl/rendered_text.py).
-            return value_of_text(value) if isinstance(value, str) else value
+            return _value_of(text, value) if isinstance(value, str) else value
         # Text of several parts reads as the value it spells, as in NoETL (dsl/rendered_text.py).
-        return value_of_text(metered(lambda: _bounded_text(_compiled_template(text), context)))
+        return _value_of(text, metered(lambda: _bounded_text(_compiled_template(text), context)))
     except ReadOfUndefined as exc:
         raise TemplateError(_undefined_message(exc, context), expression=text, step=step,
                             field=field) from None
