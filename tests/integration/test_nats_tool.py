@@ -261,3 +261,15 @@ async def test_auth_credential_with_noetls_nats_prefixed_fields_reaches_its_serv
 
     assert put.ok, put.error
     assert entry.value == b"v"
+
+
+async def test_object_operations_read_noetls_name_and_data(tool: NatsTool) -> None:
+    put = ok(await tool.run(call(operation="object_put", bucket="files", name="doc.json",
+                                 data={"a": 1})))
+    got = ok(await tool.run(call(operation="object_get", bucket="files", name="doc.json")))
+    both = ok(await tool.run(call(operation="object_get", bucket="files", key="doc.json",
+                                  name="a task label")))
+
+    assert put["name"] == put["key"] == "doc.json" and put["size"] == len('{"a":1}')
+    assert got["name"] == "doc.json" and got["data"] == '{"a":1}'
+    assert both["data"] == '{"a":1}'  # `key` wins over `name`

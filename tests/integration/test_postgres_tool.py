@@ -154,6 +154,20 @@ async def test_string_params_are_parsed_for_their_column_types(pg_tool: Postgres
                                        "b": "AP8=", "j": {"nested": [1]}, "k": {"as": "text"}}]
 
 
+async def test_a_mapping_or_list_bound_to_a_text_parameter_is_its_json_text(
+        pg_tool: PostgresTool, pg_dsn: str) -> None:
+    # `"{{ x | tojson }}"` reads back as the mapping, as in NoETL; a text column takes its JSON.
+    script = """CREATE TABLE docs (doc text, ids varchar);
+                INSERT INTO docs VALUES ($1, $2);
+                SELECT doc, ids FROM docs"""
+
+    outcome = await pg_tool.run(call(connection=pg_dsn, command=script,
+                                     params=[{"a": [1, "x"]}, [1, 2]]))
+
+    assert outcome.ok, outcome.error
+    assert outcome.result["rows"] == [{"doc": '{"a":[1,"x"]}', "ids": "[1,2]"}]
+
+
 async def test_transaction_rolls_back_every_statement_on_error(pg_tool: PostgresTool,
                                                                pg_dsn: str) -> None:
     await pg_tool.run(call(connection=pg_dsn, command="CREATE TABLE tx (id int PRIMARY KEY)"))

@@ -116,6 +116,16 @@ async def test_shell_env_is_merged_over_the_worker_environment(
     assert outcome.result["stdout"] == "worker task 7 gone\n"
 
 
+async def test_shell_env_values_that_are_mappings_or_lists_are_their_json_text(
+        shell: ShellTool) -> None:
+    # `"{{ x | tojson }}"` reads back as the mapping, as in NoETL; a variable takes its JSON.
+    outcome = await shell.run(call(command='echo "$DOC|$ROWS"',
+                                   env={"DOC": {"a": [1, "x"]}, "ROWS": [1, 2]}))
+
+    assert outcome.ok
+    assert outcome.result["stdout"] == '{"a":[1,"x"]}|[1,2]\n'
+
+
 async def test_shell_missing_program_or_cwd_is_a_config_error(shell: ShellTool, tmp_path: Path) -> None:
     missing_program = await shell.run(call(command=["no-such-program-here"]))
     missing_cwd = await shell.run(call(command="true", cwd=str(tmp_path / "nope")))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ CONTEXT: dict[str, Any] = {
 @pytest.mark.parametrize(("text", "value"), [
     ("{{ 'user:pass' | b64encode }}", "dXNlcjpwYXNz"),
     ("{{ encoded | b64decode }}", "hello world"),
-    ("{{ 42 | b64encode | b64decode }}", "42"),
+    ("{{ 42 | b64encode | b64decode }}", 42),  # the text "42", read as a number
     ("{{ fetch.rows | len }}", 3),
     ("{{ text | len }}", 5),
     ("{{ fetch | len }}", 2),
@@ -35,8 +36,9 @@ CONTEXT: dict[str, Any] = {
     ("{{ doc | fromjson }}", {"a": [1, 2]}),
     ("{{ 'not json' | fromjson }}", None),
     ("{{ (doc | fromjson).a | last }}", 2),
-    ("{{ missing | tojson }}", "null"),
-    ("{{ fetch.rows | tojson }}", "[1,2,3]"),
+    ("{{ missing | tojson }}", None),  # the text "null", read as null
+    ("{{ fetch.rows | tojson }}", [1, 2, 3]),
+    ("{{ fetch.rows | tojson | length }}", 7),
     ("{{ missing | d('x') }}", "x"),
     ("{{ nothing | d('x') }}", "x"),
     ("{{ nothing | default('x') }}", "x"),
@@ -82,11 +84,13 @@ def test_b64decode_of_what_is_not_base64_is_an_error_naming_the_filter() -> None
         render_string("{{ '/w==' | b64decode }}", CONTEXT)
 
 
-def test_a_misspelt_path_still_fails_under_the_lenient_filters() -> None:
-    with pytest.raises(TemplateError, match="`fecth` is undefined"):
-        render_string("{{ fecth.rows | int }}", CONTEXT)
-    with pytest.raises(TemplateError, match="`fecth` is undefined"):
-        render_string("{{ fecth.rows | len }}", CONTEXT)
+def test_a_misspelt_path_is_missing_to_the_lenient_filters_and_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.dsl.templating")
+    assert render_string("{{ fecth.rows | int }}", CONTEXT, step="s", field="n") == 0
+    assert render_string("{{ fecth.rows | len }}", CONTEXT, step="s", field="m") == 0
+    assert ["`fecth` is undefined; did you mean `fetch`?" in r.getMessage()
+            for r in caplog.records] == [True, True]
 
 
 def test_encrypt_secret_is_refused_with_what_to_write_instead() -> None:

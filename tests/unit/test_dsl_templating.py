@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -44,7 +45,6 @@ def test_text_of_several_parts_that_spells_a_value_is_that_value_as_in_noetl() -
     assert templating.render_string("{{ 'nu' }}ll", ctx) is None
     assert templating.render_string("{{ a }}, {{ b }}", ctx) == "1, 2"
     assert templating.render_string("[{{ a }}, oops]", ctx) == "[1, oops]"
-    assert templating.render_string("{{ s }}", ctx) == "42"  # one expression keeps its value
     assert templating.render_data({"ids": "[{% for i in range(3) %}{{ i }}{{ ',' if not loop.last }}"
                                            "{% endfor %}]"}, {}) == {"ids": [0, 1, 2]}
 
@@ -64,27 +64,51 @@ def test_undefined_names_and_missing_keys_render_to_none() -> None:
     assert templating.render_string("v={{ missing }}", CONTEXT) == "v="
 
 
-@pytest.mark.parametrize("text", [
-    "{{ missing.deeper }}", "{{ missing.deeper.still }}", "{{ missing['k'] }}",
-    "v={{ workload.nope.x }}", "{{ workload.nope.x == 1 }}", "{{ 2 in workload.nope.x }}",
-    "{% if workload.nope.x %}y{% endif %}", "{{ workload.nope.x + 1 }}",
+@pytest.mark.parametrize(("text", "value"), [
+    ("{{ missing.deeper }}", None), ("{{ missing.deeper.still }}", None),
+    ("{{ missing['k'] }}", None), ("v={{ workload.nope.x }}", "v="),
+    ("{{ workload.nope.x == 1 }}", False), ("{{ 2 in workload.nope.x }}", False),
+    ("{% if workload.nope.x %}y{% endif %}", ""), ("{{ workload.nope.x | list }}", []),
+    ("{{ fecth.rows | int }}", 0), ("{{ fecth.rows | len }}", 0),
 ])
-def test_reading_a_field_of_an_undefined_value_is_an_error(text: str) -> None:
-    with pytest.raises(TemplateError, match="is undefined"):
-        templating.render_string(text, CONTEXT, step="s", field="f")
+def test_reading_a_field_of_an_undefined_value_is_undefined_as_in_noetl(
+        text: str, value: object) -> None:
+    # NoETL's server and tools render with minijinja in `Chainable` mode.
+    assert templating.render_string(text, CONTEXT, step="s", field="f") == value
 
 
-def test_undefined_error_names_step_field_expression_and_suggests_a_name() -> None:
+def test_arithmetic_and_ordering_on_an_undefined_read_are_errors_naming_it() -> None:
     context = {"workload": {"target": {"region": "eu"}}, "fetch": {"rows": []}}
     with pytest.raises(TemplateError) as exc:
-        templating.render_string("{{ workload.traget.region }}", context, step="s", field="url")
+        templating.render_string("{{ workload.traget.n + 1 }}", context, step="s", field="url")
     text = str(exc.value)
-    assert 'step "s"' in text and 'field "url"' in text and "workload.traget.region" in text
+    assert 'step "s"' in text and 'field "url"' in text and "workload.traget.n" in text
     assert "`traget` is undefined; did you mean `target`?" in text
     with pytest.raises(TemplateError, match="`fecth` is undefined; did you mean `fetch`"):
-        templating.render_string("{{ fecth.rows }}", context)
+        templating.render_string("{{ fecth.rows > 2 }}", context)
     with pytest.raises(TemplateError, match="on a null value"):
-        templating.render_string("{{ x.a.b }}", {"x": None})
+        templating.render_string("{{ x.a.b - 1 }}", {"x": None})
+
+
+def test_a_used_read_of_an_undefined_value_is_logged_once_naming_step_field_and_the_name(
+        caplog: pytest.LogCaptureFixture) -> None:
+    context = {"workload": {"target": {"region": "eu"}}}
+    caplog.set_level(logging.WARNING, logger="noetl_stream.dsl.templating")
+    for _ in range(3):
+        assert templating.render_string("{{ workload.traget.region }}", context, step="s",
+                                        field="url") is None
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert 'step "s" field "url"' in message and "workload.traget.region" in message
+    assert "`traget` is undefined; did you mean `target`?" in message
+
+
+def test_a_guarded_read_of_an_undefined_value_is_not_logged(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.dsl.templating")
+    assert templating.render_string("{{ workload.gone.x | default(3) }}", CONTEXT) == 3
+    assert templating.render_string("{{ workload.gone.x is defined }}", CONTEXT) is False
+    assert caplog.records == []
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -103,8 +127,40 @@ def test_render_walks_dicts_and_lists() -> None:
 
 
 def test_tojson_and_fromjson_filters_round_trip() -> None:
-    assert templating.render_string("{{ workload.items | tojson }}", CONTEXT) == "[1,2,3]"
+    assert templating.render_string("x={{ workload.items | tojson }}", CONTEXT) == "x=[1,2,3]"
     assert templating.render_string("{{ '[1, 2]' | fromjson }}", CONTEXT) == [1, 2]
+
+
+def test_text_one_expression_gives_that_spells_a_value_is_that_value_as_in_noetl() -> None:
+    # NoETL's server (render_to_value) and Rust tools (render_value) read the text of every
+    # rendered field back as the value it spells, one expression or several parts alike.
+    ctx = {"s": "42", "z": "007", "f": " 2.5 ", "t": "True", "n": "null", "id": "abc-1",
+           "big": "123456789012345678901234", "doc": {"a": [1, {"b": None}]}, "e": ""}
+    assert templating.render_string("{{ s }}", ctx) == 42
+    assert templating.render_string("{{ z }}", ctx) == 7  # Rust's i64 parse reads "007" as 7
+    assert templating.render_string("{{ f }}", ctx) == 2.5
+    assert templating.render_string("{{ t }}", ctx) is True
+    assert templating.render_string("{{ n }}", ctx) is None
+    assert templating.render_string("{{ big }}", ctx) == 1.2345678901234568e23
+    assert templating.render_string("{{ doc | tojson }}", ctx) == {"a": [1, {"b": None}]}
+    assert templating.render_string("{{ [1, 'x'] | tojson }}", ctx) == [1, "x"]
+    # Text that spells no value, and text inside a larger value, stay text.
+    assert templating.render_string("{{ id }}", ctx) == "abc-1"
+    assert templating.render_string("{{ e }}", ctx) == ""
+    assert templating.render_string("{{ 'x' | tojson }}", ctx) == '"x"'
+    assert templating.render_string("{{ [s] }}", ctx) == ["42"]
+    assert templating.render_string("{{ {'k': s} }}", ctx) == {"k": "42"}
+    assert templating.render_string("plain 42", ctx) == "plain 42"
+
+
+def test_text_a_keychain_template_renders_is_read_as_json_only_as_noetls_worker_reads_it() -> None:
+    ctx = {"keychain": {"db": {"password": "007", "pin": "42", "word": "True",
+                               "doc": '{"a": 1}'}}, "workload": {"zip": "007"}}
+    assert templating.render_string("{{ keychain.db.password }}", ctx) == "007"
+    assert templating.render_string("{{ keychain.db.word }}", ctx) == "True"
+    assert templating.render_string("{{ keychain.db.pin }}", ctx) == 42
+    assert templating.render_string("{{ keychain.db.doc }}", ctx) == {"a": 1}
+    assert templating.render_string("{{ workload.zip }}", ctx) == 7  # NoETL's server reads 7
 
 
 @pytest.mark.parametrize("word", ["False", "false", " no ", "0", "", "None", "null", "off"])

@@ -158,7 +158,7 @@ def test_router_template_error_names_the_file_and_the_line_of_its_step() -> None
           - step: start
             next: each
           - step: each
-            loop: {in: "{{ workload.missing.items }}", iterator: item}
+            loop: {in: "{{ workload.missing.items + 1 }}", iterator: item}
             tool: {kind: noop}
     """))
     harness.run()

@@ -113,7 +113,7 @@ def test_a_list_body_reads_as_the_list_and_answers_the_envelope_names() -> None:
     assert read("fetch.status_code", fetch=view) == 200
     assert read("fetch['status_code']", fetch=view) == 200
     assert read("fetch | length", fetch=view) == 2
-    assert read("fetch | tojson", fetch=view) == '[{"id":1},{"id":2}]'
+    assert read("'json ' ~ fetch | tojson", fetch=view) == 'json [{"id":1},{"id":2}]'
     assert read("output.data.data[1].id", output=output) == 2
     assert read("output.data.status_code", output=output) == 200
 
@@ -247,8 +247,9 @@ def test_job_namespace_names_the_execution_unless_a_name_job_is_in_scope() -> No
     from noetl_stream.dsl.context import build_context
 
     context = build_context(workload={}, ctx={}, execution_id="383521785662206580")
-    assert templating.render_string("{{ job.execution_id }}", context) == "383521785662206580"
-    assert templating.render_string("{{ job.uuid }}", context) == "383521785662206580"
+    # A number here as in NoETL, whose execution ids are numbers.
+    assert templating.render_string("{{ job.execution_id }}", context) == 383521785662206580
+    assert templating.render_string("id={{ job.uuid }}", context) == "id=383521785662206580"
     hidden = build_context(workload={"job": {"execution_id": "mine"}}, ctx={}, execution_id="1")
     assert templating.render_string("{{ job.execution_id }}", hidden) == "mine"
 
@@ -258,7 +259,7 @@ def test_a_mapping_step_result_answers_data_with_itself_only_in_templates() -> N
     context = {"run": view}
     assert templating.render_string("{{ run.data.total }}", context) == 3
     assert templating.render_string("{{ run }}", context) == {"total": 3}
-    assert templating.render_string("{{ run | tojson }}", context) == '{"total":3}'
+    assert templating.render_string("json {{ run | tojson }}", context) == 'json {"total":3}'
     own = step_view({"data": [1, 2]}, None, False)
     assert templating.render_string("{{ run.data }}", {"run": own}) == [1, 2]
 

@@ -16,8 +16,9 @@ since that is where a playbook's authors saw it work:
 - minijinja's own `split`, `lines`, `bool` filters and `startingwith`, `endingwith`,
   `containing` tests, which Jinja lacks.
 
-A field read of an undefined value (`a.b` with `a` missing) still fails in every filter but
-`default` (dsl/templating.py, `_BrokenRead`): a misspelt path never becomes a silent 0.
+A field read of an undefined value (`a.b` with `a` missing) is missing to every filter, as in
+NoETL's minijinja; every filter but `default` notes the read, so it is logged
+(dsl/templating.py, `_ChainedRead`).
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ from jinja2.filters import do_float, do_int
 
 
 def _missing(value: object) -> bool:
-    """Undefined and readable as missing; a broken read raises its error (by asking its truth)."""
+    """Undefined and readable as missing; asking its truth notes a read of a field of an undefined
+    value (dsl/templating.py `_ChainedRead`).
+    """
     if isinstance(value, Undefined):
-        bool(value)  # a plain Undefined is falsy; a broken read raises here
+        bool(value)
         return True
     return False
 

@@ -28,7 +28,7 @@ KIND_FIELDS: dict[str, frozenset[str]] = {
     "shell": frozenset({"command", "cmds", "cmd", "shell", "cwd", "env", "timeout", "capture"}),
     "secrets": frozenset({"name", "provider"}),
     "nats": frozenset({"operation", "bucket", "key", "value", "subject", "data", "stream", "seq",
-                       "auth", "pattern", "headers"}),
+                       "auth", "pattern", "headers", "name"}),
     "transfer": frozenset({"source", "target", "mode", "chunk_size", "timeout"}),
 }
 

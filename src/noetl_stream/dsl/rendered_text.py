@@ -1,11 +1,16 @@
-"""The value of text a template renders from more than one part, as NoETL's engines read it.
+"""The value of text a template renders, as NoETL's engines read it.
 
-A template that is one expression (`"{{ rows }}"`) gives its value as it is. Text built from
-several parts (`"[{{ a }}, {{ b }}]"`, `'{"id": {{ n }}}'`, `"{{ a }}{{ b }}"`) is text to Jinja;
-NoETL's server (`render_to_value`), its Rust tools (`render_value`) and its Python engine
-(`render_template`) each read such text back as a value when it spells one: a JSON object or
-list, `true` / `false`, a whole or decimal number, `null` / `None`. This runtime reads it the
-same way, so a task receives `[1, 2]` where NoETL hands it a list. Pure.
+A template that is one expression (`"{{ rows }}"`) gives its value; when that value is text, and
+always for text built from several parts (`"[{{ a }}, {{ b }}]"`, `'{"id": {{ n }}}'`,
+`"{{ a }}{{ b }}"`), NoETL's server (`render_to_value`) and its Rust tools (`render_value`) read
+the text back as a value when it spells one: a JSON object or list, `true` / `false`, a whole or
+decimal number, `null` / `None` (its Python engine does so for text of several parts). This
+runtime reads it the same way, so a task receives `[1, 2]` where NoETL hands it a list and 42
+for `"{{ s }}"` with `s: "42"`. Pure.
+
+NoETL's server leaves a template that reads `keychain` to its worker, whose tools read the text
+as JSON only: there `"007"` and `"True"` stay text (`value_of_json_text`), where the server reads
+7 and true.
 """
 
 from __future__ import annotations
@@ -44,3 +49,11 @@ def value_of_text(text: str) -> object:
         number = float(trimmed)
         return number if math.isfinite(number) else text
     return text
+
+
+def value_of_json_text(text: str) -> object:
+    """`text` as JSON when it is JSON (NoETL's tools: `serde_json::from_str`), else `text`."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text

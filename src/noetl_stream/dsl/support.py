@@ -70,8 +70,8 @@ NATS_OPERATION_FIELDS: dict[str, frozenset[str]] = {
     "kv_put": frozenset({"bucket", "key", "value"}),
     "kv_delete": frozenset({"bucket", "key"}),
     "kv_keys": frozenset({"bucket", "key", "pattern"}),
-    "object_put": frozenset({"bucket", "key", "value", "data"}),
-    "object_get": frozenset({"bucket", "key"}),
+    "object_put": frozenset({"bucket", "key", "name", "value", "data"}),
+    "object_get": frozenset({"bucket", "key", "name"}),
     "js_publish": frozenset({"subject", "data", "value", "stream", "headers"}),
     "js_get_msg": frozenset({"stream", "seq", "subject"}),
 }

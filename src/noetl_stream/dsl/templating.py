@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import logging
 import math
 import re
 from collections.abc import Iterator, Mapping
+from contextvars import ContextVar
 from functools import lru_cache
 from typing import Any, overload
 
@@ -32,7 +34,7 @@ from jinja2.utils import missing
 
 from noetl_stream import jsonutil
 from noetl_stream.dsl.filters import FILTERS, TESTS
-from noetl_stream.dsl.rendered_text import value_of_text
+from noetl_stream.dsl.rendered_text import value_of_json_text, value_of_text
 from noetl_stream.dsl.template_budget import (
     TemplateBound,
     bounded_iteration,
@@ -114,10 +116,22 @@ class ReadOfUndefined(UndefinedError):
         super().__init__(f"`{self.missing_name}` is undefined (reading `.{field}` of it)")
 
 
-class _BrokenRead(Undefined):
-    """The value of `a.b` when `a` is undefined. `default(...)` and `is defined` still see an
-    undefined value (they test its type); any other use (printing, comparing, iterating, truth,
-    arithmetic) raises, so a misspelt path can never turn into a silent `null` or `false`.
+_READS: ContextVar[list[ReadOfUndefined] | None] = ContextVar("undefined_reads", default=None)
+
+
+def _note(error: ReadOfUndefined) -> None:
+    reads = _READS.get()
+    if reads is not None:
+        reads.append(error)
+
+
+class _ChainedRead(Undefined):
+    """The value of `a.b` when `a` is undefined: undefined again, as in NoETL's minijinja
+    (`Chainable`). It prints empty, is false, iterates as nothing, compares equal only to an
+    undefined value and is null as a template's value; `default(...)` and `is defined` see an
+    undefined value. Each of those uses is noted so `render_string` can log the read (a misspelt
+    name stays visible without failing the run); arithmetic and ordering raise, as they do on any
+    undefined value.
     """
 
     __slots__ = ("_error",)
@@ -129,8 +143,44 @@ class _BrokenRead(Undefined):
     def _fail_with_undefined_error(self, *args: Any, **kwargs: Any) -> Any:
         raise self._error
 
-    __str__ = __iter__ = __len__ = __bool__ = __eq__ = __ne__ = __hash__ = _fail_with_undefined_error
-    __lt__ = __le__ = __gt__ = __ge__ = __contains__ = __int__ = __float__ = _fail_with_undefined_error
+    # Jinja's Undefined binds these to its own method; rebound so the error names the read.
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _fail_with_undefined_error
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = _fail_with_undefined_error
+    __mod__ = __rmod__ = __pos__ = __neg__ = __pow__ = __rpow__ = _fail_with_undefined_error
+    __lt__ = __le__ = __gt__ = __ge__ = __int__ = __float__ = __call__ = _fail_with_undefined_error
+
+    def used(self) -> None:
+        _note(self._error)
+
+    def __str__(self) -> str:
+        self.used()
+        return ""
+
+    def __iter__(self) -> Iterator[Any]:
+        self.used()
+        return iter(())
+
+    def __len__(self) -> int:
+        self.used()
+        return 0
+
+    def __bool__(self) -> bool:
+        self.used()
+        return False
+
+    def __contains__(self, item: object) -> bool:
+        self.used()
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        self.used()
+        return isinstance(other, Undefined)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return id(Undefined)
 
     def __getattr__(self, name: str) -> Any:
         if name[:2] == "__":
@@ -142,11 +192,11 @@ class _BrokenRead(Undefined):
 
 
 def _read_of_undefined(obj: Undefined, field: str) -> Undefined:
-    if isinstance(obj, _BrokenRead):
+    if isinstance(obj, _ChainedRead):
         return obj
     if obj._undefined_hint:  # the sandbox refused an unsafe attribute: say so, at once
         obj._fail_with_undefined_error()
-    return _BrokenRead(ReadOfUndefined(obj, field))
+    return _ChainedRead(ReadOfUndefined(obj, field))
 
 
 # NoETL's engines read `x.result` of a mapping without a `result` key as the mapping itself, so
@@ -157,8 +207,8 @@ RESULT_KEY = "result"
 class _Environment(ImmutableSandboxedEnvironment):
     """Playbook data is JSON: `x.items` must read the key "items", not the dict method.
 
-    Undefined values read leniently one level deep (a missing name or key is `null`, as in
-    NoETL's runtimes), but a field of an undefined value is a `_BrokenRead` (docs/dialects.md
+    Undefined values read leniently (a missing name or key is `null`, as in NoETL's runtimes), and
+    a field of an undefined value is a `_ChainedRead`, undefined too (docs/dialects.md
     "Templates").
     """
 
@@ -270,8 +320,8 @@ def syntax_problem(text: str) -> str | None:
 
 
 def _native(value: object) -> object:
-    if isinstance(value, _BrokenRead):
-        raise value._error
+    if isinstance(value, _ChainedRead):
+        value.used()
     if isinstance(value, Undefined):
         return None
     return value
@@ -297,17 +347,50 @@ def _undefined_message(error: ReadOfUndefined, context: Mapping[str, object]) ->
     return f"{message} (the template reads `.{error.field}` of it)"
 
 
+_LOG = logging.getLogger(__name__)
+
+
+@lru_cache(maxsize=1024)
+def _log_once(step: str | None, field: str | None, text: str, message: str) -> None:
+    # Once per template and read in a process: a loop renders the same template many times.
+    where = "".join(f' {k} "{v}"' for k, v in (("step", step), ("field", field)) if v)
+    _LOG.warning("template%s %r: %s; it reads as null here, as in NoETL", where, text, message)
+
+
 def render_string(text: str, context: Mapping[str, object], *, step: str | None = None,
                   field: str | None = None) -> object:
     if not has_template(text):
         return text
+    reads: list[ReadOfUndefined] = []
+    token = _READS.set(reads)
+    try:
+        value = _render_text(text, context, step=step, field=field)
+    finally:
+        _READS.reset(token)
+    for read in reads:
+        _log_once(step, field, text, _undefined_message(read, context))
+    return value
+
+
+def _value_of(template: str, text: str) -> object:
+    # A template reading the keychain is rendered by NoETL's worker, which reads JSON only.
+    return value_of_json_text(text) if "keychain" in _names_in(template) \
+        else value_of_text(text)
+
+
+def _render_text(text: str, context: Mapping[str, object], *, step: str | None,
+                 field: str | None) -> object:
     try:
         expr = _single_expression(text)
         if expr is not None:
             compiled = _compiled_expression(expr)
-            return metered(lambda: _native(compiled(**context)))
+            value = metered(lambda: _native(compiled(**context)))
+            # Text one expression gives reads as the value it spells too (`{{ s }}` with
+            # `s: "42"` is 42, `{{ x | tojson }}` the mapping again), as NoETL's Rust engines
+            # read every rendered field (dsl/rendered_text.py).
+            return _value_of(text, value) if isinstance(value, str) else value
         # Text of several parts reads as the value it spells, as in NoETL (dsl/rendered_text.py).
-        return value_of_text(metered(lambda: _bounded_text(_compiled_template(text), context)))
+        return _value_of(text, metered(lambda: _bounded_text(_compiled_template(text), context)))
     except ReadOfUndefined as exc:
         raise TemplateError(_undefined_message(exc, context), expression=text, step=step,
                             field=field) from None

@@ -6,8 +6,8 @@ Operations (field `operation`) and the fields each reads:
     kv_put      bucket, key, value    -> {bucket, key, revision}
     kv_delete   bucket, key           -> {bucket, key, deleted}
     kv_keys     bucket, [key or pattern: a subject pattern] -> {bucket, keys, count}
-    object_put  bucket, key, value    -> {bucket, key, size, digest}
-    object_get  bucket, key           -> {bucket, key, data, encoding, size, digest}
+    object_put  bucket, key, value    -> {bucket, key, name, size, digest}
+    object_get  bucket, key           -> {bucket, key, name, data, encoding, size, digest}
     js_publish  subject, data, [headers] -> {stream, seq, duplicate}
     js_get_msg  stream, seq | subject -> {stream, seq, subject, data, encoding, headers, time}
 
@@ -21,7 +21,9 @@ that a missing or deleted key answers `{status: "not_found", bucket, key, value:
 an answer, not a failure, in NoETL too. Buckets and streams are never created here: a missing one
 is a `not_found` error, as is a missing object or message. When the task's
 `spec.idempotent` is true, `js_publish` sets `Nats-Msg-Id` to the call's idempotency key, so a
-redelivered command publishes once within the stream's duplicate window.
+redelivered command publishes once within the stream's duplicate window. An object's name is
+`key`, or NoETL's `name` (what its object operations read) when `key` is not given; the result
+carries it under both names.
 """
 
 from __future__ import annotations
@@ -127,19 +129,26 @@ def _subject_matches(pattern: str, subject: str) -> bool:
     return len(want) == len(have)
 
 
+def _object_name(cfg: Mapping[str, JsonValue], operation: str) -> str:
+    """`key`, else NoETL's `name` (its nats tool names objects so)."""
+    if cfg.get("key") in (None, "") and cfg.get("name") not in (None, ""):
+        return str(cfg["name"])
+    return _required(cfg, "key", operation)
+
+
 async def _object_put(js: JetStreamContext, cfg: Mapping[str, JsonValue],
                   call: TaskCall) -> JsonObject:
-    bucket, key = _required(cfg, "bucket", "object_put"), _required(cfg, "key", "object_put")
+    bucket, key = _required(cfg, "bucket", "object_put"), _object_name(cfg, "object_put")
     data = cfg.get("value", cfg.get("data"))
     info = await (await js.object_store(bucket)).put(key, _encode(data))
-    return {"bucket": bucket, "key": key, "size": info.size, "digest": info.digest}
+    return {"bucket": bucket, "key": key, "name": key, "size": info.size, "digest": info.digest}
 
 
 async def _object_get(js: JetStreamContext, cfg: Mapping[str, JsonValue],
                   call: TaskCall) -> JsonObject:
-    bucket, key = _required(cfg, "bucket", "object_get"), _required(cfg, "key", "object_get")
+    bucket, key = _required(cfg, "bucket", "object_get"), _object_name(cfg, "object_get")
     obj = await (await js.object_store(bucket)).get(key)
-    return {"bucket": bucket, "key": key, **_decode(obj.data or b"", "data"),
+    return {"bucket": bucket, "key": key, "name": key, **_decode(obj.data or b"", "data"),
             "size": obj.info.size, "digest": obj.info.digest}
 
 

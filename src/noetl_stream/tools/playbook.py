@@ -87,7 +87,7 @@ class PlaybookTool:
         if known is not None and (is_async or known.get("status") != "running"):
             # Started by an earlier delivery of this command: never start it again.
             if is_async:
-                return _started(child_id)
+                return _started(child_id, path)
             return self._outcome(child_id, await _finished_summary(js, known), call)
         final: asyncio.Future[JsonObject] = asyncio.get_running_loop().create_future()
         feed = None if is_async else await self._follow(child_id, final)
@@ -108,7 +108,7 @@ class PlaybookTool:
                                  headers={"Nats-Msg-Id": ids.request_msg_id(child_id),
                                           **tracing.current_headers()})
             if is_async:
-                return _started(child_id)
+                return _started(child_id, path)
             # NoETL's `timeout:` bounds the wait; else the command's timeout does.
             wait_s = float(call.config["timeout"]) if call.config.get("timeout") else call.timeout_s
             try:
@@ -237,9 +237,10 @@ def _latest_result(steps: JsonValue) -> JsonValue:
     return None
 
 
-def _started(child_id: str) -> Outcome:
-    return Outcome.success({"execution_id": child_id, "status": "started"},
-                           meta={"execution_id": child_id})
+def _started(child_id: str, path: str) -> Outcome:
+    # The shape NoETL's playbook tool answers when it does not wait (tools playbook.rs).
+    return Outcome.success({"status": "started", "execution_id": child_id, "path": path,
+                            "async": True}, meta={"execution_id": child_id})
 
 
 async def _finished_summary(js: JetStreamContext, stored: JsonObject) -> JsonObject:

@@ -186,6 +186,9 @@ def _coerce(value: JsonValue, type_name: str) -> object:
         return value
     if type_name in _TEXT_TYPES and isinstance(value, (int, float)):
         return str(value)
+    if type_name in _TEXT_TYPES and isinstance(value, (dict, list)):
+        # `"{{ x | tojson }}"` reads back as the mapping; a text parameter takes its JSON.
+        return orjson.dumps(value).decode()
     if type_name == "numeric" and isinstance(value, (int, float)):
         return decimal.Decimal(str(value))
     if type_name in _INT_TYPES and isinstance(value, float) and value.is_integer():

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NotRequired, TypedDict
 
+from noetl_stream import jsonutil
 from noetl_stream.dsl.layering import kind_default
 from noetl_stream.jsonutil import JsonValue
 from noetl_stream.tools.base import Outcome, TaskCall, ToolServices
@@ -56,6 +57,13 @@ def _programs(cfg: Mapping[str, JsonValue]) -> list[str] | None:
     return [str(raw)] if str(raw).strip() else []
 
 
+def _env_text(value: JsonValue) -> str:
+    # A mapping or list (`"{{ x | tojson }}"` reads back as one) is written as its JSON text.
+    if isinstance(value, (dict, list)):
+        return jsonutil.dumps_str(value)
+    return value if isinstance(value, str) else str(value)
+
+
 def _environment(overrides: JsonValue) -> dict[str, str]:
     env = dict(os.environ)
     # ShellTool.run refuses an `env` that is not a mapping before anything starts.
@@ -63,7 +71,7 @@ def _environment(overrides: JsonValue) -> dict[str, str]:
         if value is None:
             env.pop(str(key), None)
         else:
-            env[str(key)] = value if isinstance(value, str) else str(value)
+            env[str(key)] = _env_text(value)
     return env
 
 

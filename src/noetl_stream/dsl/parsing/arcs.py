@@ -14,6 +14,19 @@ from noetl_stream.jsonutil import JsonObject, JsonValue
 ARC_KEYS = frozenset({"step", "when", "args", "set", "input", "desc", "spec"})
 
 
+def _list_mode(raw: list[JsonValue], next_mode: str | None) -> str:
+    """The mode of a `next` list. Bare names, and targets none of which has a `when`, all fire:
+    spec 004 §9.1 calls the list parallel routing. Targets with guards are NoETL's server's
+    `Targets`, where the first that matches wins, as under `{spec, arcs}` (spec 003 §8.4:
+    exclusive by default), so a trailing unguarded target is the fallback. The step's
+    `spec.next_mode` decides either way for a list of targets.
+    """
+    targets = [item for item in raw if isinstance(item, dict)]
+    if targets and next_mode:
+        return next_mode
+    return "exclusive" if any("when" in item for item in targets) else "inclusive"
+
+
 class ArcParser(ParserBase):
     def parse_next(self, raw: JsonValue, step_node: JsonObject, step: str) -> NextSpec:
         line = line_of(step_node, "next")
@@ -24,10 +37,7 @@ class ArcParser(ParserBase):
         next_mode = self.next_mode(step_node, step)
         if isinstance(raw, list):
             arcs = [a for i, item in enumerate(raw) if (a := self.parse_arc(item, raw, i, step))]
-            # Bare names all fire; `{step, when}` targets follow the step's `spec.next_mode`.
-            targets = any(isinstance(item, dict) for item in raw)
-            return NextSpec(mode=next_mode if targets and next_mode else "inclusive",
-                            arcs=tuple(arcs))
+            return NextSpec(mode=_list_mode(raw, next_mode), arcs=tuple(arcs))
         if isinstance(raw, dict):
             if "to" in raw:  # spec 001: every target fires
                 return structural_next(raw, line=line, report=self.report_for(step))
