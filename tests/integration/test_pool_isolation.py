@@ -63,9 +63,9 @@ REFUSED_REQUESTS = (
 )
 
 
-async def _command_of_secure(server_bus: Bus) -> dict[str, object]:
+async def _command_of_secure(bus: Bus) -> dict[str, object]:
     try:
-        msg = await server_bus.js.get_last_msg("NOETL_COMMANDS", "noetl.commands.secure.python")
+        msg = await bus.js.get_last_msg("NOETL_COMMANDS", "noetl.commands.secure.python")
     except NotFoundError as exc:
         raise AssertionError("no command for pool secure yet") from exc
     body: dict[str, object] = jsonutil.loads(msg.data)
@@ -73,7 +73,7 @@ async def _command_of_secure(server_bus: Bus) -> dict[str, object]:
 
 
 async def test_a_worker_of_one_pool_can_neither_take_redirect_nor_delete_anothers_work(
-        accounts: Accounts, server_bus: Bus, worker_bus: Bus, client_bus: Bus,
+        accounts: Accounts, server_bus: Bus, worker_bus: Bus, client_bus: Bus,  # noqa: F811
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
     await provision(server_bus, pools=("default", "secure"))
