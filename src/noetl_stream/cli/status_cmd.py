@@ -28,6 +28,7 @@ from noetl_stream.cli.status_writes import (
     add_unapplied_writes,
     command_lines,
     explain_timeout,
+    held_lines,
     unapplied_lines,
 )
 from noetl_stream.errors import InfrastructureError, PlaybookError
@@ -156,7 +157,7 @@ def human_lines(report: dict[str, Any]) -> list[str]:
         else:
             lines.append(f"  result: {jsonutil.dumps_str(report.get('result'))}")
         return lines
-    lines += unapplied_lines(report, _when)
+    lines += unapplied_lines(report, _when) + held_lines(report, _when)
     slot = report.get("concurrency") or {}
     if slot.get("waiting"):
         lines.append(f"  waiting for a slot: at most {slot['limit']} of {slot['group']} run at "

@@ -47,10 +47,35 @@ async def add_unapplied_writes(bus: Bus, report: dict[str, Any], now: float) -> 
         report["unapplied_events"] = {
             "count": count, "oldest_type": event_type, "oldest_stored_at": stored_at,
             "waiting_s": round(now - stored_at, 3) if stored_at else None}
+    report["held_writes"] = await _held_writes(bus, execution_id)
     runs = [r for r in report.get("running", []) if "pool" in r and "iterations" not in r]
     stored = await _stored_command_ids(bus, {str(r["pool"]) for r in runs})
     for run in runs:
         run["command_stored"] = ids.command_msg_id(str(run["step_run_id"]), None) in stored
+
+
+async def _held_writes(bus: Bus, execution_id: str) -> list[dict[str, Any]]:
+    """The writes of this execution a live process keeps making (its heartbeat lists them,
+    bus/storage.py `HELD`): an outcome a worker computed and JetStream does not take.
+    """
+    from noetl_stream.bus.heartbeats import live_processes
+
+    held = []
+    for process in await live_processes(bus):
+        writes = process.get("held_writes")
+        for write in writes if isinstance(writes, list) else []:
+            if isinstance(write, dict) and write.get("execution_id") == execution_id:
+                held.append({**write, "role": process.get("role"), "pool": process.get("pool"),
+                             "instance": process.get("instance")})
+    return held
+
+
+def held_lines(report: dict[str, Any], when: Any) -> list[str]:
+    """Lines for the terminal about writes of this execution a process keeps making."""
+    return [f"  {h['role']} {h['instance']} (pool {h['pool']!r}) holds {h['what']} since "
+            f"{when(h['since'])} and cannot store it: {h['reason']}; it writes it again until "
+            "NOETL_STREAM_STORAGE_RETRY_S has passed, then fails the step with kind storage"
+            for h in report.get("held_writes") or []]
 
 
 async def explain_timeout(bus: Bus, exc: Exception) -> None:
