@@ -3,10 +3,12 @@ execution runs, with `noetl-stream server` and `worker` as separate processes.
 
 Unlike a JetStream limit (tests/e2e/test_disk_full.py), "no space left on device" is met by
 nats-server's file store itself: it logs a critical write error for the stream it was writing
-(the execution states, or the commands, whichever wrote first) and from then on answers no
-write to that stream, even once space is back, until it is restarted. The state stays as it
-was; `status` must say that what the execution waits for is stuck before the state, and the
-execution must finish once space is back and nats-server restarted.
+(the events, the router's copies, the execution states or the commands: whichever wrote first)
+and from then on answers no write to that stream, even once space is back, until it is
+restarted; a failed copy into the router's stream disables JetStream altogether. The state
+stays as it was. `status` must say what is stuck: an outcome the worker holds, events waiting
+in NOETL_ROUTER, a command never stored, or a JetStream that answers nothing. The execution must
+finish once space is back and nats-server restarted, each tool having run once.
 
 Needs root (mount); the shipped tests run as root.
 """
@@ -168,11 +170,12 @@ async def test_status_says_why_an_execution_waits_on_a_full_device_and_it_ends_o
                 return as_json.stderr
             report = json.loads(as_json.stdout)
             assert report["status"] == "running", report
-            stuck = report.get("unapplied_events") or [
+            stuck = report.get("unapplied_events") or report.get("held_writes") or [
                 r for r in report["running"] if r.get("command_stored") is False]
             assert stuck, report
             text = (await run_cli("status", eid, "--nats-url", node.url, env=env)).stdout
-            assert "wait in NOETL_ROUTER" in text or "is not in NOETL_COMMANDS" in text, text
+            assert any(said in text for said in (
+                "wait in NOETL_ROUTER", "is not in NOETL_COMMANDS", "cannot store it")), text
             return text
 
         said = await assert_eventually(says_why, timeout_s=60, interval_s=0.5)
