@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli import run_cli
+from cli import CLI, run_cli
 from processes import Processes
 
 from noetl_stream.bus.connection import connect
@@ -146,8 +146,12 @@ async def test_status_says_why_an_execution_waits_on_a_full_device_and_it_ends_o
     await procs.start("worker", "worker")
     try:
         (tmp_path / "pb.yaml").write_text(PLAYBOOK)
-        run = asyncio.create_task(run_cli("run", str(tmp_path / "pb.yaml"), "--json", "--quiet",
-                                          "--nats-url", node.url, timeout_s=240, env=env))
+        run_err = tmp_path / "run.err"
+        with open(run_err, "wb") as err:
+            run = await asyncio.create_subprocess_exec(
+                str(CLI), "run", str(tmp_path / "pb.yaml"), "--json", "--quiet", "--nats-url",
+                node.url, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=err, env={**os.environ, **env})
 
         async def slow_running() -> str:
             listed = await run_cli("executions", "list", "--json", "--nats-url", node.url,
@@ -181,6 +185,12 @@ async def test_status_says_why_an_execution_waits_on_a_full_device_and_it_ends_o
         said = await assert_eventually(says_why, timeout_s=60, interval_s=0.5)
         assert "disk filled up" in said or "no space left on device" in said, said
         assert "no space left on device" in node.log.read_text()
+        if "JetStream" in said:  # JetStream disabled: `run`, following the events, says so too
+            def run_says_why() -> None:
+                warned = run_err.read_text().partition("cannot follow the events")[2]
+                assert "JetStream" in warned, run_err.read_text()
+
+            await assert_eventually(run_says_why, timeout_s=90, interval_s=0.5)
 
         # Space back, then nats-server restarted on the same store: the execution finishes.
         filler.unlink()
@@ -194,8 +204,9 @@ async def test_status_says_why_an_execution_waits_on_a_full_device_and_it_ends_o
 
         done = await assert_eventually(completed, timeout_s=90, interval_s=0.5)
         assert done["result"] == {"after": 10}
-        finished = await asyncio.wait_for(run, 120)
-        assert finished.returncode == 0, finished.stderr
+        out, _ = await asyncio.wait_for(run.communicate(), 120)
+        assert run.returncode == 0, run_err.read_text()
+        assert json.loads(out)["result"] == {"after": 10}
         bus = await connect(node.url, name="test-verify")
         try:
             assert differences(await verify_every_execution(bus)) is None

@@ -10,11 +10,11 @@ timeout asks here whether JetStream answers at all, so it can say which of the t
 
 from __future__ import annotations
 
+from nats.aio.client import Client
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 
 from noetl_stream import jsonutil
-from noetl_stream.bus.connection import Bus
 
 PROBE_TIMEOUT_S = 2.0
 DISABLED = ("nats-server's JetStream is disabled (nats-server disables it when a write finds its "
@@ -22,10 +22,10 @@ DISABLED = ("nats-server's JetStream is disabled (nats-server disables it when a
             "space and restart nats-server: executions go on from their stored state")
 
 
-async def jetstream_trouble(bus: Bus) -> str | None:
-    """What is wrong with JetStream on `bus`'s nats-server, or None when it answers."""
+async def jetstream_trouble(nc: Client) -> str | None:
+    """What is wrong with JetStream on `nc`'s nats-server, or None when it answers."""
     try:
-        reply = await bus.nc.request("$JS.API.INFO", b"", timeout=PROBE_TIMEOUT_S)
+        reply = await nc.request("$JS.API.INFO", b"", timeout=PROBE_TIMEOUT_S)
     except NoRespondersError:
         return DISABLED
     except (NatsTimeoutError, TimeoutError):

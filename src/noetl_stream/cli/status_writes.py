@@ -82,7 +82,7 @@ async def explain_timeout(bus: Bus, exc: Exception) -> None:
     """Raise what JetStream's silence means when a read of `status` went unanswered (a
     nats-server that disabled JetStream on a full disk answers no request), else return.
     """
-    trouble = await jetstream_trouble(bus)
+    trouble = await jetstream_trouble(bus.nc)
     if trouble is not None:
         raise InfrastructureError(f"{exc or type(exc).__name__}: {trouble}") from None
 
