@@ -7,6 +7,10 @@ redirect, delete or overhear it; every attempt is refused by nats-server (no rep
 permissions violation reported to the attacker), the stored command and state are untouched, and
 the real `secure` worker then completes the execution with its own result.
 
+Nor can it cancel the other pool's execution or start one of its own choosing there: the
+clients' request subjects are closed to it, and the server takes a worker's requests on its own
+pool's subjects only for children of that pool's steps (server/child_requests.py).
+
 What a worker of another pool can still do is listed in docs/security.md, "Known gaps".
 """
 
@@ -34,6 +38,7 @@ from test_nats_accounts import (  # noqa: F401  (fixtures)
 from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
 from noetl_stream.bus.provision import provision
+from noetl_stream.messages import CancelRequest, ExecutionRequest
 from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.waiting import assert_eventually
 
@@ -128,6 +133,61 @@ async def test_a_worker_of_one_pool_can_neither_take_redirect_nor_delete_another
         assert await _command_of_secure(server_bus) == command
         assert (await server_bus.js.get_msg(
             "KV_noetl_executions", subject=f"$KV.noetl_executions.{eid}")).data == state_before
+        assert not waiting.done()
+
+        secure_bus = await accounts.connect("worker-secure")
+        try:
+            async with run_services(secure_bus, server=False, pool="secure", python_children=1):
+                final = await asyncio.wait_for(waiting, 90)
+        finally:
+            await secure_bus.close()
+    assert final["event_type"] == "execution.completed", final
+    assert final["result"] == {"from": "secure"}
+
+
+async def test_a_worker_of_one_pool_can_neither_cancel_nor_start_another_pools_executions(
+        accounts: Accounts, server_bus: Bus, worker_bus: Bus, client_bus: Bus,  # noqa: F811
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="noetl_stream.connection")
+    caplog.set_level(logging.WARNING, logger="noetl_stream.server")
+    await provision(server_bus, pools=("default", "secure"))
+    async with run_services(server_bus, worker=False):
+        waiting = asyncio.create_task(submit_and_watch(
+            client_bus, playbook_text=SECURE, playbook_file="secure_pool.yaml", payload={},
+            on_event=lambda _: None, timeout_s=120))
+        command = await assert_eventually(lambda: _command_of_secure(server_bus), timeout_s=30)
+        eid, run = str(command["execution_id"]), str(command["step_run_id"])
+
+        # The clients' subjects and the other pool's: NATS refuses them.
+        cancel = CancelRequest(execution_id=eid, reason="forged").model_dump_json().encode()
+        for subject in ("noetl.requests.cancel", "noetl.requests.cancel.secure",
+                        "noetl.requests.execute", "noetl.requests.execute.secure"):
+            with pytest.raises(NatsTimeoutError):
+                await worker_bus.js.publish(subject, cancel, timeout=DENIED_WAIT_S)
+            await assert_eventually(lambda s=subject: _reported(_violations(caplog, s)))
+        # Its own pool's subjects: stored, and refused by the server. A cancel of an execution
+        # that is no child of its commands, a start with no parent step run, and one that names
+        # the other pool's step run as its parent.
+        await worker_bus.js.publish("noetl.requests.cancel.default", cancel,
+                                    headers={"Nats-Msg-Id": f"forged-cancel:{eid}"})
+        forged = [ExecutionRequest(execution_id=f"{eid}1", playbook=SECURE),
+                  ExecutionRequest(execution_id=f"{eid}2", playbook=SECURE,
+                                   parent_execution_id=eid, parent_step_run_id=run)]
+        for request in forged:
+            await worker_bus.js.publish("noetl.requests.execute.default",
+                                        request.model_dump_json().encode(),
+                                        headers={"Nats-Msg-Id": f"req:{request.execution_id}"})
+        await assert_eventually(lambda: _reported([
+            r for r in caplog.records if "refused cancel request" in r.getMessage()]))
+        for request, why in zip(forged, ("names no parent step run", "runs on pool 'secure'"),
+                                strict=True):
+            await assert_eventually(lambda w=why: _reported([
+                m for m in caplog.records if "rejected execution request" in m.getMessage()
+                and w in m.getMessage()]))
+            with pytest.raises(NotFoundError):
+                await server_bus.js.get_msg("KV_noetl_executions",
+                                            subject=f"$KV.noetl_executions.{request.execution_id}")
+        await asyncio.sleep(1)
         assert not waiting.done()
 
         secure_bus = await accounts.connect("worker-secure")

@@ -30,6 +30,11 @@ from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
 
+# The server's request loop takes a worker's requests through these (server.py).
+from noetl_stream.server.child_requests import cancel_refusal
+from noetl_stream.server.child_requests import checked_start as checked_start
+from noetl_stream.server.child_requests import is_cancel as is_cancel
+
 log = logging.getLogger("noetl_stream.server")
 
 
@@ -120,6 +125,12 @@ async def handle_cancel(bus: Bus, executions: KeyValue, msg: Msg, now: float) ->
         log.warning("cancel request for unknown execution %s", execution_id)
         await reply(bus, request.reply_to, execution_id, [f"no execution {execution_id} is known"])
         await settle(msg, Failure.UNKNOWN_EXECUTION)
+        return
+    refusal = await cancel_refusal(bus, msg, state)
+    if refusal is not None:
+        log.warning("refused cancel request on %s: %s", msg.subject[:200], refusal)
+        await reply(bus, request.reply_to, execution_id, [refusal])
+        await settle(msg, Failure.REFUSED)
         return
     if state.status != "running":
         await reply(bus, request.reply_to, execution_id,

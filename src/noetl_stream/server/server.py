@@ -38,7 +38,6 @@ from noetl_stream.messages import (
     ExecutionRequest,
     Malformed,
     reply_address,
-    validated,
 )
 from noetl_stream.observe import tracing
 from noetl_stream.observe.metrics import COMMIT_CONFLICTS
@@ -179,8 +178,8 @@ class Server:
     # -- requests --------------------------------------------------------------------------
     async def _handle_requests(self, msgs: list[Msg]) -> None:
         cancel_subject = self.bus.topology.cancel_request_subject()
-        cancels = [m for m in msgs if m.subject == cancel_subject]
-        starts = [m for m in msgs if m.subject != cancel_subject]
+        cancels = [m for m in msgs if answers.is_cancel(m.subject, cancel_subject)]
+        starts = [m for m in msgs if not answers.is_cancel(m.subject, cancel_subject)]
         # Starts first: a parent that cancels a child it has just started may have both requests
         # in one batch, and the cancel must find the child's state. Each request is settled on
         # its own: one that fails never takes the others of its batch with it.
@@ -232,7 +231,7 @@ class Server:
 
     async def _handle_request(self, msg: Msg) -> None:
         try:
-            request = validated(ExecutionRequest, msg.data)
+            request = await answers.checked_start(self.bus, msg)  # a worker's: its pool's
         except Malformed as exc:
             # A body that is JSON but not a valid request may still say who waits for the answer
             # (each only when valid itself: an answer never builds a subject NATS refuses).
