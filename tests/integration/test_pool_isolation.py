@@ -170,6 +170,11 @@ async def test_a_worker_of_one_pool_can_neither_cancel_nor_start_another_pools_e
         # the other pool's step run as its parent.
         await worker_bus.js.publish("noetl.requests.cancel.default", cancel,
                                     headers={"Nats-Msg-Id": f"forged-cancel:{eid}"})
+        # A request refused under the id of the running execution: its rejection must not
+        # reach that execution's log, where it would end whoever follows it.
+        await worker_bus.js.publish("noetl.requests.execute.default", jsonutil.dumps(
+            {"execution_id": eid, "playbook": SECURE, "reply_to": None}),
+            headers={"Nats-Msg-Id": f"req:{eid}:forged"})
         forged = [ExecutionRequest(execution_id=f"{eid}1", playbook=SECURE),
                   ExecutionRequest(execution_id=f"{eid}2", playbook=SECURE,
                                    parent_execution_id=eid, parent_step_run_id=run)]
@@ -198,3 +203,5 @@ async def test_a_worker_of_one_pool_can_neither_cancel_nor_start_another_pools_e
             await secure_bus.close()
     assert final["event_type"] == "execution.completed", final
     assert final["result"] == {"from": "secure"}
+    with pytest.raises(NotFoundError):
+        await server_bus.js.get_last_msg("NOETL_EVENTS", f"noetl.events.{eid}.execution.rejected")
