@@ -18,13 +18,14 @@ import signal
 from pathlib import Path
 
 import pytest
+from nats.errors import TimeoutError as NatsTimeoutError
 from test_nats_accounts import ACCOUNTS_CONF, ENV, PASSWORDS, _listening
 
 from local_http import HttpService
 from noetl_stream.bus.connection import Bus, connect
 from noetl_stream.bus.nats_server import free_port
 from noetl_stream.bus.provision import provision
-from noetl_stream.bus.stored_publish import JETSTREAM_TIMEOUT_S
+from noetl_stream.bus.stored_publish import JETSTREAM_TIMEOUT_S, StoredPublisher
 from noetl_stream.services import run_services, submit_and_watch
 from noetl_stream.testing.cluster import render_node_config, start_node, stop_node
 from noetl_stream.testing.waiting import assert_eventually
@@ -75,6 +76,12 @@ async def test_an_unanswered_outcome_is_published_again_and_its_tools_run_once(
         server, worker, client = (await as_user("server"), await as_user("worker-default"),
                                   await as_user("client"))
         await provision(server)
+        # What a log says of an unanswered write names it.
+        with pytest.raises(NatsTimeoutError) as unanswered:
+            await StoredPublisher(worker.nc, timeout_s=0.5).publish(
+                "noetl.events.1.step.done.default", b"{}")
+        assert "JetStream answered no write to noetl.events.1.step.done.default within 0.5 s" \
+            in str(unanswered.value)
         async with run_services(server, worker=False), \
                 run_services(worker, server=False, python_children=1):
             final = asyncio.create_task(submit_and_watch(
