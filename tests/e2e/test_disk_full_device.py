@@ -8,7 +8,7 @@ and from then on answers no write to that stream, even once space is back, until
 restarted; a failed copy into the router's stream disables JetStream altogether. The state
 stays as it was. `status` must say what is stuck: an outcome the worker holds, events waiting
 in NOETL_ROUTER, a command never stored, or a JetStream that answers nothing. The execution must
-finish once space is back and nats-server restarted, each tool having run once.
+finish once space is back and nats-server restarted, and verify.
 
 Needs root (mount); the shipped tests run as root.
 """
