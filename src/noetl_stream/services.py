@@ -112,7 +112,7 @@ async def run_services(bus: Bus, *, server: bool = True, worker: bool = True, po
     resolver = CachedCredentialResolver(bus.js, box)
     guard = CredentialGuard(bus, box)  # credential scopes, checked and recorded on every use
     tool_services = ToolServices(credentials=ScopedCredentialResolver(resolver, guard),
-                                 nats=bus.nc, home=home, prefix=bus.topology.prefix,
+                                 nats=bus.nc, home=home, prefix=bus.topology.prefix, pool=pool,
                                  results=ResultStore(bus.js),
                                  follow_events=event_follower(bus.nc))
     keychain = KeychainResolver(bus.js, box, resolver, guard=guard)

@@ -41,6 +41,7 @@ from nats.errors import Error as NatsError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
 
 from noetl_stream.bus.delivery import delivery_of
+from noetl_stream.bus.jetstream_health import jetstream_trouble
 from noetl_stream.errors import InfrastructureError
 
 EVENTS_STREAM = "NOETL_EVENTS"
@@ -50,6 +51,7 @@ INACTIVE_THRESHOLD = timedelta(seconds=10)
 MISSED_HEARTBEATS = 3  # this many intervals without a word from the consumer and it is gone
 CREATE_TIMEOUT_S = 5.0
 RETRY_MAX_S = 2.0
+WARN_AFTER_FAILURES = 3  # consumer creates failed in a row before a follower says why
 QUEUE_SIZE = 256  # a slow reader holds the pump back, and flow control then holds the server back
 _CONTROL = "100"
 
@@ -191,7 +193,7 @@ class EventFeed:
         log.info("event feed %s: consumer %s lost (%s); re-creating it from sequence %d",
                  self.filter_subject, self.consumer_name, reason, self._last_seq + 1)
         await self._drop_subscription()
-        delay = 0.05
+        delay, failures = 0.05, 0
         while not self._stopped:
             if self._nc.is_closed or self._nc.is_draining:
                 raise ConnectionClosedError  # shutting down: nothing left to follow
@@ -200,6 +202,11 @@ class EventFeed:
             except (NatsError, TimeoutError) as exc:
                 # A cluster electing new leaders, or our connection moving to another node.
                 log.debug("event feed %s: create failed: %r", self.filter_subject, exc)
+                failures += 1
+                if failures == WARN_AFTER_FAILURES:  # not a moment's election: say why, once
+                    trouble = await jetstream_trouble(self._nc)
+                    log.warning("cannot follow the events of %s (%s)%s", self.filter_subject,
+                                exc or type(exc).__name__, f": {trouble}" if trouble else "")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue

@@ -17,11 +17,14 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import errors as js_errors
 
 from noetl_stream.errors import InfrastructureError
+from noetl_stream.jsonutil import JsonValue
 from noetl_stream.observe import metrics
 
 log = logging.getLogger("noetl_stream.storage")
@@ -59,8 +62,20 @@ def storage_refusal(exc: BaseException) -> bool:
     return code == STREAM_STORE_FAILED and any(s in description for s in _STREAM_FULL)
 
 
+def unanswered(exc: BaseException) -> bool:
+    """Whether `exc` is a write nats-server never answered. A nats-server whose disk filled up
+    answers no write to the stream it was writing then (nor, when it disabled JetStream, to any
+    stream) until it is restarted; the write may also have been stored and its answer lost, so
+    only a write under a msg id (a duplicate is dropped) may be made again for it.
+    """
+    return isinstance(exc, NatsTimeoutError | TimeoutError)
+
+
 def describe(exc: BaseException) -> str:
     """One line naming the refusal as JetStream gave it."""
+    if unanswered(exc):
+        return ("JetStream answered no write (a nats-server whose disk filled up writes to that "
+                "stream again only once it is restarted)")
     if isinstance(exc, js_errors.APIError):
         return (f"JetStream refused the write: {getattr(exc, 'description', None)} "
                 f"(error {getattr(exc, 'err_code', None)})")
@@ -80,35 +95,65 @@ def retry_bound_s() -> float:
     return value
 
 
+@dataclass(frozen=True)
+class HeldWrite:
+    """A write this process keeps making while JetStream refuses it or does not answer."""
+
+    what: str
+    execution_id: str | None
+    since: float
+    reason: str
+
+
+# The writes of this process that wait now, for its heartbeat (an operator's `status` reads them).
+HELD: dict[int, HeldWrite] = {}
+
+
+def held_writes() -> list[JsonValue]:
+    """What this process holds, oldest first (at most 20), for its heartbeat."""
+    held = sorted(HELD.values(), key=lambda h: h.since)[:20]
+    return [{"what": h.what, "execution_id": h.execution_id, "since": h.since,
+             "reason": h.reason} for h in held]
+
+
 async def while_storage_refused(write: Callable[[], Awaitable[T]], *, what: str,
                                 keep: Callable[[], Awaitable[None]] | None = None,
-                                bound_s: float | None = None) -> T:
+                                bound_s: float | None = None, retry_unanswered: bool = False,
+                                execution_id: str | None = None) -> T:
     """`write()`, again after 0.5 s, 1 s, 2 s, ... (at most 15 s apart) while JetStream refuses
     it for lack of room, until `bound_s` (default: the environment's) has passed; then the last
     refusal is raised. `keep` runs every 2 s while it waits: it renews the leases of what the
-    caller holds. Any other error is raised at once.
+    caller holds. With `retry_unanswered` (a write under a msg id), a write nats-server did not
+    answer is made again the same way. Any other error is raised at once. While it waits, the
+    write is listed in `HELD`, naming `execution_id`.
     """
     bound = retry_bound_s() if bound_s is None else bound_s
     deadline = time.monotonic() + bound
     wait = FIRST_WAIT_S
     refusals = 0
-    while True:
-        try:
-            result = await write()
-        except js_errors.APIError as exc:
-            if not storage_refusal(exc) or time.monotonic() + wait > deadline:
-                raise
-            refusals += 1
-            metrics.STORAGE_REFUSALS.inc()
-            if refusals == 1:
-                log.warning("%s: %s; writing again with backoff for up to %gs", what,
-                            describe(exc), bound)
-            await _wait(wait, keep)
-            wait = min(wait * 2, MAX_WAIT_S)
-            continue
-        if refusals:
-            log.warning("%s: stored after %d refusal(s)", what, refusals)
-        return result
+    token = id(write)
+    try:
+        while True:
+            try:
+                result = await write()
+            except (js_errors.APIError, NatsTimeoutError, TimeoutError) as exc:
+                held = storage_refusal(exc) or (retry_unanswered and unanswered(exc))
+                if not held or time.monotonic() + wait > deadline:
+                    raise
+                refusals += 1
+                metrics.STORAGE_REFUSALS.inc()
+                if refusals == 1:
+                    log.warning("%s: %s; writing again with backoff for up to %gs", what,
+                                describe(exc), bound)
+                    HELD[token] = HeldWrite(what, execution_id, time.time(), describe(exc))
+                await _wait(wait, keep)
+                wait = min(wait * 2, MAX_WAIT_S)
+                continue
+            if refusals:
+                log.warning("%s: stored after %d refusal(s)", what, refusals)
+            return result
+    finally:
+        HELD.pop(token, None)
 
 
 async def _wait(seconds: float, keep: Callable[[], Awaitable[None]] | None) -> None:

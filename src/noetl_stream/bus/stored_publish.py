@@ -36,6 +36,21 @@ _SLACK_S = 0.001  # a wait ends at most this much before its timeout
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 
 
+class UnansweredWrite(NatsTimeoutError):
+    """nats-py's timeout, naming the write JetStream did not answer: what a log says of it is
+    then where to look (a stream nats-server no longer writes to, after its disk filled up).
+    """
+
+    def __init__(self, subject: str, timeout_s: float) -> None:
+        super().__init__()
+        self.subject, self.timeout_s = subject, timeout_s
+
+    def __str__(self) -> str:
+        return (f"nats: timeout: JetStream answered no write to {self.subject[:200]} within "
+                f"{self.timeout_s:g} s (a nats-server whose disk filled up writes to that stream "
+                "again only once it is restarted)")
+
+
 class Stored(NamedTuple):
     """Where a publish is stored: its stream sequence, and whether the stream had it already
     (the same `Nats-Msg-Id` within the duplicate window: `seq` is then the earlier message's).
@@ -59,7 +74,7 @@ class StoredPublisher:
         # Every wait's deadline in the order they were given (the timeout is the same for all),
         # and one timer at the earliest: a timer armed and cancelled for each publish cost more
         # than the rest of waiting for its ack.
-        self._deadlines: deque[tuple[float, asyncio.Future[Msg]]] = deque()
+        self._deadlines: deque[tuple[float, asyncio.Future[Msg], str]] = deque()
         self._timer: asyncio.TimerHandle | None = None
 
     async def publish(self, subject: str, payload: bytes,
@@ -87,7 +102,7 @@ class StoredPublisher:
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Msg] = loop.create_future()
         self._waiting[token] = answer
-        self._expire_later(loop, answer)
+        self._expire_later(loop, answer, subject)
         sent = Sent(self._waiting, token, answer)
         try:
             if headers:
@@ -124,13 +139,13 @@ class StoredPublisher:
         if answer is not None and not answer.done():
             answer.set_result(msg)
 
-    def _expire_later(self, loop: asyncio.AbstractEventLoop,
-                      answer: asyncio.Future[Msg]) -> None:
+    def _expire_later(self, loop: asyncio.AbstractEventLoop, answer: asyncio.Future[Msg],
+                      subject: str) -> None:
         """Fail `answer` with nats-py's TimeoutError once the timeout has passed unanswered."""
         deadlines = self._deadlines
         while deadlines and deadlines[0][1].done():
             deadlines.popleft()  # answered: most acks come in the order of their publishes
-        deadlines.append((loop.time() + self._timeout_s, answer))
+        deadlines.append((loop.time() + self._timeout_s, answer, subject))
         if self._timer is None:
             self._timer = loop.call_at(deadlines[0][0], self._expire_due, loop)
 
@@ -140,9 +155,9 @@ class StoredPublisher:
         now = loop.time() + _SLACK_S
         deadlines = self._deadlines
         while deadlines and (deadlines[0][0] <= now or deadlines[0][1].done()):
-            _, answer = deadlines.popleft()
+            _, answer, subject = deadlines.popleft()
             if not answer.done():
-                answer.set_exception(NatsTimeoutError())
+                answer.set_exception(UnansweredWrite(subject, self._timeout_s))
         if deadlines:
             self._timer = loop.call_at(deadlines[0][0], self._expire_due, loop)
 

@@ -24,6 +24,13 @@ from noetl_stream.cli.common import (
     remote_options,
     run_async,
 )
+from noetl_stream.cli.status_writes import (
+    add_unapplied_writes,
+    command_lines,
+    explain_timeout,
+    held_lines,
+    unapplied_lines,
+)
 from noetl_stream.errors import InfrastructureError, PlaybookError
 
 if TYPE_CHECKING:
@@ -54,7 +61,11 @@ def status(execution_id: str, as_json: bool, nats_url: str | None, prefix: str,
 
     async def go() -> dict[str, Any] | None:
         async with client_bus(nats_url, prefix=prefix, name="noetl-stream-status") as bus:
-            return await read(bus)
+            try:
+                return await read(bus)
+            except (NatsError, TimeoutError) as exc:
+                await explain_timeout(bus, exc)
+                raise
 
     try:
         report = run_async(go())
@@ -99,6 +110,7 @@ async def _report(bus: Bus, execution_id: str, now: float) -> dict[str, Any] | N
         pass  # the report still holds what the state says; only step kinds and join preds are lost
     report = explain(state, playbook, now)
     await _add_pools(bus, report, playbook)
+    await add_unapplied_writes(bus, report, now)
     return report
 
 
@@ -145,6 +157,7 @@ def human_lines(report: dict[str, Any]) -> list[str]:
         else:
             lines.append(f"  result: {jsonutil.dumps_str(report.get('result'))}")
         return lines
+    lines += unapplied_lines(report, _when) + held_lines(report, _when)
     slot = report.get("concurrency") or {}
     if slot.get("waiting"):
         lines.append(f"  waiting for a slot: at most {slot['limit']} of {slot['group']} run at "
@@ -152,7 +165,7 @@ def human_lines(report: dict[str, Any]) -> list[str]:
     elif not (report["running"] or report["delayed"] or report["joins"]):
         lines.append("  waiting on nothing the state records")
     for run in report["running"]:
-        lines += _run_lines(run)
+        lines += _run_lines(run) + command_lines(run, report)
     for token in report["delayed"]:
         lines.append(f"  token {token['from']} -> {token['to']} delayed until "
                      f"{_when(token['fire_at'])} (in {token['in_s']:g}s)")

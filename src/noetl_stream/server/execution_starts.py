@@ -24,7 +24,7 @@ from noetl_stream.dsl.layering import merge
 from noetl_stream.dsl.models import Playbook
 from noetl_stream.errors import PlaybookError
 from noetl_stream.jsonutil import JsonObject
-from noetl_stream.messages import ExecutionRequest, Malformed, reply_address, validated
+from noetl_stream.messages import ExecutionRequest, Malformed, reply_address
 from noetl_stream.observe import tracing
 from noetl_stream.router.state import ExecutionState
 from noetl_stream.server import render_pool
@@ -60,8 +60,8 @@ class ExecutionStarts:
 
     async def handle_requests(self, msgs: list[Msg]) -> None:
         cancel_subject = self.bus.topology.cancel_request_subject()
-        cancels = [m for m in msgs if m.subject == cancel_subject]
-        starts = [m for m in msgs if m.subject != cancel_subject]
+        cancels = [m for m in msgs if answers.is_cancel(m.subject, cancel_subject)]
+        starts = [m for m in msgs if not answers.is_cancel(m.subject, cancel_subject)]
         # Starts first: a parent that cancels a child it has just started may have both requests
         # in one batch, and the cancel must find the child's state. Each request is settled on
         # its own: one that fails never takes the others of its batch with it.
@@ -73,7 +73,7 @@ class ExecutionStarts:
 
     async def handle_request(self, msg: Msg) -> None:
         try:
-            request = validated(ExecutionRequest, msg.data)
+            request = await answers.checked_start(self.bus, msg)  # a worker's: its pool's
         except Malformed as exc:
             # A body that is JSON but not a valid request may still say who waits for the answer
             # (each only when valid itself: an answer never builds a subject NATS refuses).

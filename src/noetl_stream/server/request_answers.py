@@ -9,7 +9,7 @@ import logging
 from collections.abc import Mapping
 
 from nats.aio.msg import Msg
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
 from noetl_stream import ids, jsonutil
@@ -29,6 +29,11 @@ from noetl_stream.messages import (
 from noetl_stream.router.cancel import REQUESTED as CANCEL_REQUESTED
 from noetl_stream.router.children import STARTED as CHILD_STARTED
 from noetl_stream.router.state import ExecutionState
+
+# The server's request loop takes a worker's requests through these (server.py).
+from noetl_stream.server.child_requests import cancel_refusal
+from noetl_stream.server.child_requests import checked_start as checked_start
+from noetl_stream.server.child_requests import is_cancel as is_cancel
 
 log = logging.getLogger("noetl_stream.server")
 
@@ -51,7 +56,9 @@ async def reject(bus: Bus, msg: Msg, execution_id: str | None, reply_to: str | N
     named a valid one), the answer, and the message settled as `failure` says.
     """
     log.warning("rejected execution request (%s): %s", failure, "; ".join(errors)[:2000])
-    if execution_id is not None:
+    # Never in the log of an execution that exists: a bad request naming a running execution's
+    # id would end whoever follows it (`run`, a parent's task) with a rejection it never had.
+    if execution_id is not None and not await _exists(bus, execution_id):
         body = event_body("execution.rejected", execution_id, now, status="rejected",
                           errors=errors)
         await publish_event(bus, execution_id, "execution.rejected",
@@ -59,6 +66,14 @@ async def reject(bus: Bus, msg: Msg, execution_id: str | None, reply_to: str | N
     await reply(bus, reply_to, execution_id, errors, accepted=False)
     # Terminated: a malformed request will never become valid by redelivery.
     await settle(msg, failure)
+
+
+async def _exists(bus: Bus, execution_id: str) -> bool:
+    try:
+        await bus.js.get_msg("KV_noetl_executions", subject=f"$KV.noetl_executions.{execution_id}")
+    except NotFoundError:
+        return False
+    return True
 
 
 async def refuse_conflict(bus: Bus, msg: Msg, execution_id: str, reply_to: str | None) -> None:
@@ -120,6 +135,12 @@ async def handle_cancel(bus: Bus, executions: KeyValue, msg: Msg, now: float) ->
         log.warning("cancel request for unknown execution %s", execution_id)
         await reply(bus, request.reply_to, execution_id, [f"no execution {execution_id} is known"])
         await settle(msg, Failure.UNKNOWN_EXECUTION)
+        return
+    refusal = await cancel_refusal(bus, msg, state)
+    if refusal is not None:
+        log.warning("refused cancel request on %s: %s", msg.subject[:200], refusal)
+        await reply(bus, request.reply_to, execution_id, [refusal])
+        await settle(msg, Failure.REFUSED)
         return
     if state.status != "running":
         await reply(bus, request.reply_to, execution_id,

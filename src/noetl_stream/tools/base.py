@@ -117,6 +117,10 @@ class ToolServices:
     nats: Client | None = None
     home: Path | None = None
     prefix: str = "noetl"  # subject prefix, for tools that publish requests or follow events
+    # The worker's pool: its requests for child executions go on the pool's own subjects
+    # (server/child_requests.py), the only ones its NATS user may publish. None (a tool used
+    # outside a worker) sends them as a client does.
+    pool: str | None = None
     # Handed in by the runtime so tools/ never imports it (the sub-playbook tool waits on it).
     follow_events: FollowEvents | None = None
     results: ResultSink | None = None

@@ -64,6 +64,8 @@ class PlaybookTool:
         services = services or ToolServices()
         self.nc = services.nats
         self.prefix = services.prefix
+        # A worker's requests go on its pool's subjects (server/child_requests.py).
+        self._to_pool = f".{services.pool}" if services.pool else ""
         self.follow_events = services.follow_events
         self._parent_keys: dict[str, str | None] = {}  # execution id -> its playbook's catalog key
 
@@ -103,7 +105,7 @@ class PlaybookTool:
                     payload=payload, parent_execution_id=call.execution_id,
                     parent_iter=call.iteration, parent_step_run_id=call.step_run_id,
                     parent_iteration=call.command_iteration, detached=is_async)
-                await js.publish(f"{self.prefix}.requests.execute",
+                await js.publish(f"{self.prefix}.requests.execute{self._to_pool}",
                                  request.model_dump_json().encode(),
                                  headers={"Nats-Msg-Id": ids.request_msg_id(child_id),
                                           **tracing.current_headers()})
@@ -133,7 +135,8 @@ class PlaybookTool:
                                        f"(step {call.step})")
         # Best effort: the parent's cancellation must go on even when NATS is unreachable.
         with contextlib.suppress(NatsError, TimeoutError):
-            await js.publish(f"{self.prefix}.requests.cancel", request.model_dump_json().encode(),
+            await js.publish(f"{self.prefix}.requests.cancel{self._to_pool}",
+                             request.model_dump_json().encode(),
                              headers={"Nats-Msg-Id": ids.cancel_msg_id(child_id)})
 
     async def _child_state(self, js: JetStreamContext, child_id: str) -> JsonObject | None:

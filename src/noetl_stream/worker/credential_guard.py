@@ -29,6 +29,7 @@ from noetl_stream.errors import CredentialError, ToolError
 from noetl_stream.state.credentials import CredentialStore
 from noetl_stream.state.crypto import SecretBox
 from noetl_stream.tools.base import CredentialResolver
+from noetl_stream.worker.path_binding import PathBinding
 
 USED = "credential.used"
 
@@ -75,6 +76,7 @@ class CredentialGuard:
         self.bus = bus
         self.box = box
         self._store: CredentialStore | None = None
+        self._binding = PathBinding(bus)
 
     async def _scope(self, name: str) -> CredentialScope | None:
         if self._store is None:
@@ -92,13 +94,17 @@ class CredentialGuard:
         except CredentialError as exc:
             raise ToolError(f'credential "{name}": {exc}') from None
         granted = scope is None or (use is not None and scope.allows(use.playbook))
+        # A scope grants to a path only when the playbook is that path's own (path_binding.py).
+        unbound = await self._binding.refusal(use.execution_id, use.playbook) \
+            if scope is not None and granted and use is not None and use.playbook else None
+        granted = granted and unbound is None
         if use is not None:
             await self._record(use, name, via, granted, scope)
         if not granted:
             playbook = use.playbook if use is not None else None
             raise CredentialScopeError(
-                f'credential "{name}" may not be used by playbook "{playbook or "?"}": its scope '
-                f"allows {scope.describe() if scope else 'every playbook'}")
+                f'credential "{name}" may not be used by playbook "{playbook or "?"}": '
+                + (unbound or f"its scope allows {scope.describe() if scope else 'every playbook'}"))
 
     async def _record(self, use: CommandInUse, name: str, via: str, granted: bool,
                       scope: CredentialScope | None) -> None:

@@ -45,8 +45,10 @@ from noetl_stream.bus.pull import PullConsumer, open_pull
 from noetl_stream.bus.signals import decode_event_body
 from noetl_stream.bus.storage import (
     describe,
+    held_writes,
     retry_bound_s,
     storage_refusal,
+    unanswered,
     while_storage_refused,
 )
 from noetl_stream.errors import InfrastructureError
@@ -81,7 +83,8 @@ class Worker:
         self._running: set[asyncio.Task[None]] = set()
         self.heartbeat = Heartbeat(bus, role="worker", pool=pool,
                                    load=lambda: {"running": len(self._running),
-                                                 "concurrency": self.concurrency})
+                                                 "concurrency": self.concurrency,
+                                                 "held_writes": held_writes()})
         self._loop_task: asyncio.Task[None] | None = None
         self._lease_task: asyncio.Task[None] | None = None
         self._consumer: PullConsumer | None = None
@@ -296,7 +299,8 @@ class Worker:
                 await while_storage_refused(
                     lambda: publish_event(self.bus, execution_id, etype, msg_id,
                                           scrub(body, secrets)),
-                    what=f"{etype} of {_command_key(step_run_id, iteration)} of {execution_id}")
+                    what=f"{etype} of {_command_key(step_run_id, iteration)} of {execution_id}",
+                    retry_unanswered=True, execution_id=execution_id)
 
             # `-` outside loops, as in message ids: a key (a js_publish msg id) never spells None.
             pipeline = Pipeline(command, self.tools,
@@ -368,10 +372,12 @@ class Worker:
                                 pool=self.pool)
 
         try:
+            # Under its msg id: an unanswered publish is made again, never the step's tools.
             await while_storage_refused(
-                store, what=f"{etype} of {_command_key(run, iteration)} of {execution_id}")
-        except js_errors.APIError as exc:
-            if not storage_refusal(exc):
+                store, what=f"{etype} of {_command_key(run, iteration)} of {execution_id}",
+                retry_unanswered=True, execution_id=execution_id)
+        except (js_errors.APIError, TimeoutError) as exc:
+            if not (storage_refusal(exc) or unanswered(exc)):
                 raise
             return await self._storage_failed(identity, exc)
         return outcome
