@@ -325,3 +325,20 @@ def test_render_data_gives_the_value_as_a_state_stores_it() -> None:
 def test_render_data_of_a_value_nothing_can_store_names_its_field() -> None:
     with pytest.raises(TemplateError, match=r"set\.big.*beyond 64 bits"):
         templating.render_data({"ok": "{{ 1 }}", "big": "{{ 2 ** 64 }}"}, {}, step="s", field="set")
+
+
+def test_a_document_of_this_runtimes_own_keeps_text_and_refuses_a_read_of_an_undefined_value(
+        ) -> None:
+    # A trigger's payload is not a playbook: an execution id stays the id it is, and a payload
+    # reading `message` when a fire by hand has none fails, naming it, instead of starting an
+    # execution on nulls.
+    context = {"event": {"execution_id": "384655138598602108"}}
+    rendered = templating.render_own({"parent": "{{ event.execution_id }}"}, context,
+                                     field="payload")
+    assert rendered == {"parent": "384655138598602108"}
+    with pytest.raises(TemplateError) as exc:
+        templating.render_own({"amount": "{{ message.data.amount }}"}, context, field="payload")
+    assert 'field "payload.amount"' in str(exc.value) and "message" in str(exc.value)
+    # The same templates in a playbook read as NoETL reads them.
+    assert render_string("{{ event.execution_id }}", context) == 384655138598602108
+    assert render_string("{{ message.data.amount }}", context) is None

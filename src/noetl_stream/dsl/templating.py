@@ -358,15 +358,22 @@ def _log_once(step: str | None, field: str | None, text: str, message: str) -> N
 
 
 def render_string(text: str, context: Mapping[str, object], *, step: str | None = None,
-                  field: str | None = None) -> object:
+                  field: str | None = None, own: bool = False) -> object:
+    """`text` rendered. `own` (a document of this runtime's, not a playbook: see `render_own`)
+    makes a used read of a field of an undefined value an error, and keeps the text one
+    expression gives as text.
+    """
     if not has_template(text):
         return text
     reads: list[ReadOfUndefined] = []
     token = _READS.set(reads)
     try:
-        value = _render_text(text, context, step=step, field=field)
+        value = _render_text(text, context, step=step, field=field, own=own)
     finally:
         _READS.reset(token)
+    if own and reads:
+        raise TemplateError(_undefined_message(reads[0], context), expression=text, step=step,
+                            field=field)
     for read in reads:
         _log_once(step, field, text, _undefined_message(read, context))
     return value
@@ -379,7 +386,7 @@ def _value_of(template: str, text: str) -> object:
 
 
 def _render_text(text: str, context: Mapping[str, object], *, step: str | None,
-                 field: str | None) -> object:
+                 field: str | None, own: bool) -> object:
     try:
         expr = _single_expression(text)
         if expr is not None:
@@ -388,7 +395,7 @@ def _render_text(text: str, context: Mapping[str, object], *, step: str | None,
             # Text one expression gives reads as the value it spells too (`{{ s }}` with
             # `s: "42"` is 42, `{{ x | tojson }}` the mapping again), as NoETL's Rust engines
             # read every rendered field (dsl/rendered_text.py).
-            return _value_of(text, value) if isinstance(value, str) else value
+            return _value_of(text, value) if isinstance(value, str) and not own else value
         # Text of several parts reads as the value it spells, as in NoETL (dsl/rendered_text.py).
         return _value_of(text, metered(lambda: _bounded_text(_compiled_template(text), context)))
     except ReadOfUndefined as exc:
@@ -440,6 +447,18 @@ def render(value: object, context: Mapping[str, object], *, step: str | None = N
     return metered(lambda: _render_all(value, context, step=step, field=field))
 
 
+def render_own(value: JsonObject, context: Mapping[str, object], *,
+               field: str | None = None) -> dict[str, object]:
+    """Render the templates of a document of this runtime's own (a trigger's payload), where
+    NoETL's readings of playbooks do not apply: reading a field of an undefined value (a
+    subject trigger fired by hand has no `message`) fails the render naming it instead of
+    reading as null, and text one expression gives stays text (an execution id stays the id).
+    """
+    rendered = metered(lambda: _render_all(value, context, step=None, field=field, own=True))
+    assert isinstance(rendered, dict)
+    return rendered
+
+
 @overload
 def render_data(value: JsonObject, context: Mapping[str, object], *, step: str | None = None,
                 field: str | None = None) -> JsonObject: ...
@@ -471,14 +490,15 @@ def render_data(value: JsonValue, context: Mapping[str, object], *, step: str | 
 
 
 def _render_all(value: object, context: Mapping[str, object], *, step: str | None,
-                field: str | None) -> object:
+                field: str | None, own: bool = False) -> object:
     if isinstance(value, str):
-        return render_string(value, context, step=step, field=field)
+        return render_string(value, context, step=step, field=field, own=own)
     if isinstance(value, dict):
-        return {k: _render_all(v, context, step=step, field=f"{field}.{k}" if field else str(k))
+        return {k: _render_all(v, context, step=step, field=f"{field}.{k}" if field else str(k),
+                               own=own)
                 for k, v in value.items()}
     if isinstance(value, list):
-        return [_render_all(v, context, step=step, field=field) for v in value]
+        return [_render_all(v, context, step=step, field=field, own=own) for v in value]
     return value
 
 

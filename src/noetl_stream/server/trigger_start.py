@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from noetl_stream import jsonutil
 from noetl_stream.bus.connection import Bus
-from noetl_stream.dsl.templating import render
+from noetl_stream.dsl.templating import render_own
 from noetl_stream.errors import NoetlStreamError
 from noetl_stream.jsonutil import JsonObject
 from noetl_stream.messages import MAX_LABELS
@@ -34,7 +34,7 @@ async def request_execution(bus: Bus, record: TriggerRecord, execution_id: str,
         return (f"no playbook is registered under {spec.playbook}"
                 + (f" version {spec.version}" if spec.version else ""))
     try:
-        payload = render(spec.payload, context, field="payload")
+        payload = render_own(spec.payload, context, field="payload")
     except NoetlStreamError as exc:
         return f"payload: {exc}"
     if spec.payload_from is not None:
