@@ -42,6 +42,7 @@ from noetl_stream.state.catalog import resolve_child
 from noetl_stream.state.results import ResultStore
 from noetl_stream.state.step_results import StepResults
 from noetl_stream.tools.base import EventFollower, Outcome, TaskCall, ToolServices
+from noetl_stream.tools.nats_patience import patiently
 
 END_EVENTS = frozenset({"execution.completed", "execution.failed", "execution.cancelled",
                         "execution.rejected"})
@@ -85,7 +86,9 @@ class PlaybookTool:
             not _flag(call.config.get("return_result", False))
         child_id = ids.child_execution_id(call.execution_id, call.idempotency_key)
         js = self.nc.jetstream()
-        known = await self._child_state(js, child_id)
+        # Reads and a publish under the child's msg id: safe to make again while a node is away.
+        known = await patiently(lambda: self._child_state(js, child_id),
+                                what=f"reading child execution {child_id}")
         if known is not None and (is_async or known.get("status") != "running"):
             # Started by an earlier delivery of this command: never start it again.
             if is_async:
@@ -95,20 +98,10 @@ class PlaybookTool:
         feed = None if is_async else await self._follow(child_id, final)
         try:
             if known is None:
-                try:
-                    text, _ = await resolve_child(js, parent_key=await self._parent_key(js, call),
-                                                  path=path, version=version)
-                except CatalogError as exc:
-                    return Outcome.failure(str(exc), "catalog", path=path)
-                request = ExecutionRequest(
-                    execution_id=child_id, playbook=text, playbook_file=path,
-                    payload=payload, parent_execution_id=call.execution_id,
-                    parent_iter=call.iteration, parent_step_run_id=call.step_run_id,
-                    parent_iteration=call.command_iteration, detached=is_async)
-                await js.publish(f"{self.prefix}.requests.execute{self._to_pool}",
-                                 request.model_dump_json().encode(),
-                                 headers={"Nats-Msg-Id": ids.request_msg_id(child_id),
-                                          **tracing.current_headers()})
+                refused = await self._request_start(js, call, child_id, path, version, payload,
+                                                    is_async)
+                if refused is not None:
+                    return refused
             if is_async:
                 return _started(child_id, path)
             # NoETL's `timeout:` bounds the wait; else the command's timeout does.
@@ -127,6 +120,30 @@ class PlaybookTool:
             if feed is not None:
                 await feed.stop()
         return self._outcome(child_id, await _with_steps(js, end, call), call)
+
+    async def _request_start(self, js: JetStreamContext, call: TaskCall, child_id: str,
+                             path: str, version: str | None, payload: JsonObject,
+                             is_async: bool) -> Outcome | None:
+        """Publish the child's start request; the failure when its playbook cannot be found."""
+        async def resolved() -> tuple[str, str]:
+            return await resolve_child(js, parent_key=await self._parent_key(js, call),
+                                       path=path, version=version)
+
+        try:
+            text, _ = await patiently(resolved, what=f"reading playbook {path}")
+        except CatalogError as exc:
+            return Outcome.failure(str(exc), "catalog", path=path)
+        request = ExecutionRequest(
+            execution_id=child_id, playbook=text, playbook_file=path,
+            payload=payload, parent_execution_id=call.execution_id,
+            parent_iter=call.iteration, parent_step_run_id=call.step_run_id,
+            parent_iteration=call.command_iteration, detached=is_async)
+        body = request.model_dump_json().encode()
+        headers = {"Nats-Msg-Id": ids.request_msg_id(child_id), **tracing.current_headers()}
+        await patiently(lambda: js.publish(f"{self.prefix}.requests.execute{self._to_pool}",
+                                           body, headers=headers),
+                        what=f"starting child execution {child_id}")
+        return None
 
     async def _cancel_child(self, js: JetStreamContext, child_id: str, call: TaskCall) -> None:
         """Ask for the child to be cancelled (the same request `noetl-stream cancel` sends)."""
