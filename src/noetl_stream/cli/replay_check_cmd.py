@@ -82,7 +82,8 @@ def _report(reports: list[ShadowReport], as_json: bool) -> None:
         if as_json:
             click.echo(jsonutil.dumps_str(r.as_json()))
         elif not r.differences:
-            click.echo(f"{r.execution_id}: routes the same over its {r.events} events")
+            events = f"{r.events} event{'s' if r.events != 1 else ''}"
+            click.echo(f"{r.execution_id}: routes the same over its {events}")
         else:
             click.echo(f"{r.execution_id}: " + "; ".join(r.differences))
     different = sum(1 for r in reports if r.differences)

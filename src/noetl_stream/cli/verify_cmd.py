@@ -82,7 +82,7 @@ def _report(verdicts: list[Verdict], *, single: bool, as_json: bool) -> None:
         if as_json:
             click.echo(jsonutil.dumps_str(v.as_json()))
         elif v.outcome == "equal":
-            click.echo(f"{v.execution_id}: equal to its {v.events} events")
+            click.echo(f"{v.execution_id}: equal to its {v.events} event{'s' if v.events != 1 else ''}")
     unknown = [v for v in verdicts if v.outcome == "unknown"]
     different = [v for v in verdicts if v.outcome == "different"]
     if different:
