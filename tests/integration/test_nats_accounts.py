@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from nats.aio.msg import Msg
@@ -486,6 +486,17 @@ async def test_a_credential_is_used_only_by_the_playbooks_its_scope_names(
 SECURE = read_playbook("integration", "nats_accounts_secure_pool.yaml")
 
 
+async def finish_on_secure(accounts: Accounts, waiting: asyncio.Task[dict[str, Any]],
+                           timeout_s: float) -> dict[str, Any]:
+    """Start pool secure's own worker, under its own user, and wait for the execution's end."""
+    secure_bus = await accounts.connect("worker-secure")
+    try:
+        async with run_services(secure_bus, server=False, pool="secure", python_children=1):
+            return await asyncio.wait_for(waiting, timeout_s)
+    finally:
+        await secure_bus.close()
+
+
 async def test_a_worker_cannot_answer_a_command_sent_to_another_pool(
         accounts: Accounts, server_bus: Bus, worker_bus: Bus, client_bus: Bus,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -526,11 +537,6 @@ async def test_a_worker_cannot_answer_a_command_sent_to_another_pool(
         assert any("from pool 'default' dropped: its command went to pool 'secure'"
                    in r.getMessage() for r in caplog.records), "the server said nothing"
 
-        secure_bus = await accounts.connect("worker-secure")
-        try:
-            async with run_services(secure_bus, server=False, pool="secure", python_children=1):
-                final = await asyncio.wait_for(waiting, 60)
-        finally:
-            await secure_bus.close()
+        final = await finish_on_secure(accounts, waiting, 60)
     assert final["event_type"] == "execution.completed", final
     assert final["result"] == {"from": "secure"}

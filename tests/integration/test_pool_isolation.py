@@ -31,6 +31,7 @@ from test_nats_accounts import (  # noqa: F401  (fixtures)
     _violations,
     accounts,
     client_bus,
+    finish_on_secure,
     server_bus,
     worker_bus,
 )
@@ -135,12 +136,7 @@ async def test_a_worker_of_one_pool_can_neither_take_redirect_nor_delete_another
             "KV_noetl_executions", subject=f"$KV.noetl_executions.{eid}")).data == state_before
         assert not waiting.done()
 
-        secure_bus = await accounts.connect("worker-secure")
-        try:
-            async with run_services(secure_bus, server=False, pool="secure", python_children=1):
-                final = await asyncio.wait_for(waiting, 90)
-        finally:
-            await secure_bus.close()
+        final = await finish_on_secure(accounts, waiting, 90)
     assert final["event_type"] == "execution.completed", final
     assert final["result"] == {"from": "secure"}
 
@@ -195,12 +191,7 @@ async def test_a_worker_of_one_pool_can_neither_cancel_nor_start_another_pools_e
         await asyncio.sleep(1)
         assert not waiting.done()
 
-        secure_bus = await accounts.connect("worker-secure")
-        try:
-            async with run_services(secure_bus, server=False, pool="secure", python_children=1):
-                final = await asyncio.wait_for(waiting, 90)
-        finally:
-            await secure_bus.close()
+        final = await finish_on_secure(accounts, waiting, 90)
     assert final["event_type"] == "execution.completed", final
     assert final["result"] == {"from": "secure"}
     with pytest.raises(NotFoundError):
