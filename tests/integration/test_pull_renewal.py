@@ -48,15 +48,11 @@ def _sample_waiting(url: str, seconds: float, out: list[int], durable: str = DUR
     asyncio.run(sample())
 
 
-async def test_a_request_waits_across_every_expiry(nats_server: NatsServer, bus: Bus,
-                                                   stream: str) -> None:
-    # Requests expire within 0.8 s; the owner's loop is busy 150 ms at a time, so an expiry is
-    # answered up to 150 ms late: only a request asked before it keeps the consumer waiting.
-    consumer = PullConsumer(bus.nc, stream, DURABLE, credit=4, expires_s=0.8, heartbeat_s=0.2)
-    await consumer.start()
-    await bus.nc.flush()
+async def _waiting_while_busy(url: str, consumer: PullConsumer, durable: str) -> list[int]:
+    """The waiting requests sampled for 2.5 s while the owner's loop is busy 150 ms at a time;
+    the consumer is stopped after."""
     waiting: list[int] = []
-    sampler = threading.Thread(target=_sample_waiting, args=(nats_server.url, 2.5, waiting))
+    sampler = threading.Thread(target=_sample_waiting, args=(url, 2.5, waiting, durable))
     sampler.start()
     try:
         while sampler.is_alive():
@@ -65,6 +61,17 @@ async def test_a_request_waits_across_every_expiry(nats_server: NatsServer, bus:
     finally:
         sampler.join()
         await consumer.stop()
+    return waiting
+
+
+async def test_a_request_waits_across_every_expiry(nats_server: NatsServer, bus: Bus,
+                                                   stream: str) -> None:
+    # Requests expire within 0.8 s; the owner's loop is busy 150 ms at a time, so an expiry is
+    # answered up to 150 ms late: only a request asked before it keeps the consumer waiting.
+    consumer = PullConsumer(bus.nc, stream, DURABLE, credit=4, expires_s=0.8, heartbeat_s=0.2)
+    await consumer.start()
+    await bus.nc.flush()
+    waiting = await _waiting_while_busy(nats_server.url, consumer, DURABLE)
     assert len(waiting) > 100
     assert min(waiting) >= 1, f"no request waited in {waiting.count(0)} of {len(waiting)} samples"
 
@@ -212,16 +219,6 @@ async def test_a_pinned_request_waits_across_every_expiry(nats_server: NatsServe
     await consumer.grant(1)
     assert consumer.pin is not None
     await bus.nc.flush()
-    waiting: list[int] = []
-    sampler = threading.Thread(target=_sample_waiting,
-                               args=(nats_server.url, 2.5, waiting, PINNED))
-    sampler.start()
-    try:
-        while sampler.is_alive():
-            time.sleep(0.15)  # the owner at work, not reading its connection
-            await asyncio.sleep(0.002)
-    finally:
-        sampler.join()
-        await consumer.stop()
+    waiting = await _waiting_while_busy(nats_server.url, consumer, PINNED)
     assert len(waiting) > 100
     assert min(waiting) >= 1, f"no request waited in {waiting.count(0)} of {len(waiting)} samples"
